@@ -1,0 +1,31 @@
+# pn_criterion_discover(TARGET): registers every Criterion test of TARGET as
+# its own ctest test named "<suite>/<test>", the way ctest lists them.
+# The list is read from `TARGET --list` when ctest starts (like gtest's
+# discovery in PRE_TEST mode), so adding a Test() needs no CMake edit.
+function(pn_criterion_discover target)
+  set(_script "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests.cmake")
+  file(GENERATE OUTPUT "${_script}" CONTENT "
+set(_exe \"$<TARGET_FILE:${target}>\")
+if(NOT EXISTS \"\${_exe}\")
+  add_test(${target}_NOT_BUILT \"\${_exe}\")
+  return()
+endif()
+execute_process(COMMAND \"\${_exe}\" --list OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  add_test(${target}_LIST_FAILED \"\${_exe}\" --list)
+  return()
+endif()
+string(REPLACE \"\\n\" \";\" _lines \"\${_out}\")
+set(_suite \"\")
+foreach(_l IN LISTS _lines)
+  if(_l MATCHES \"^([A-Za-z0-9_]+): [0-9]+ tests?\$\")
+    set(_suite \"\${CMAKE_MATCH_1}\")
+  elseif(_l MATCHES \"([A-Za-z0-9_]+)\$\" AND NOT _suite STREQUAL \"\")
+    set(_name \"\${_suite}/\${CMAKE_MATCH_1}\")
+    add_test(\"\${_name}\" \"\${_exe}\" --filter \"\${_name}\" --jobs 1)
+    set_tests_properties(\"\${_name}\" PROPERTIES WORKING_DIRECTORY \"${CMAKE_CURRENT_BINARY_DIR}\" TIMEOUT 900)
+  endif()
+endforeach()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${_script}")
+endfunction()

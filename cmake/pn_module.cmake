@@ -1,0 +1,33 @@
+# pn_module(NAME DEPS...): a static library from every .c file of the current
+# folder. Files named *_avx2.c / *_avx512.c get their instruction-set flags
+# (and only they do: the choice between them is made at run time); .cu files
+# are added when the CUDA backend is built.
+function(pn_module name)
+  file(GLOB _srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.c")
+  if(PN_HAVE_CUDA)
+    file(GLOB _cu CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.cu")
+    list(APPEND _srcs ${_cu})
+  endif()
+  foreach(_f ${_srcs})
+    if(_f MATCHES "_avx2\\.c$")
+      set_source_files_properties(${_f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c")
+    elseif(_f MATCHES "_avx512\\.c$")
+      set_source_files_properties(${_f} PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx2;-mf16c")
+    endif()
+  endforeach()
+  if(NOT _srcs)
+    # A module not written yet: an empty interface keeps the tree building.
+    add_library(${name} INTERFACE)
+    target_link_libraries(${name} INTERFACE ${ARGN})
+    return()
+  endif()
+  add_library(${name} STATIC ${_srcs})
+  target_link_libraries(${name} PUBLIC ${ARGN})
+  if(PN_HAVE_CUDA)
+    target_compile_definitions(${name} PUBLIC PN_HAVE_CUDA=1)
+    set_target_properties(${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+    # Bit-exact double arithmetic on the GPU: no fused multiply-add.
+    target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-fmad=false>)
+    target_link_libraries(${name} PUBLIC CUDA::cudart)
+  endif()
+endfunction()

@@ -1,0 +1,174 @@
+/* gguf.h - reading and writing GGUF files (v2/v3, little-endian).
+ *
+ * On-disk layout (all integers little-endian):
+ *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+ *   n_kv x { string key | u32 value_type | value }
+ *   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
+ *   padding to general.alignment (default 32)
+ *   tensor data; each tensor at data_start + offset, offset a multiple of the alignment
+ * string = u64 length + bytes (no terminator). array = u32 elem_type + u64 count + elems.
+ *
+ * Reader: the file is mapped read-only; every count, length and offset is
+ * checked against the file size before use, and nothing is allocated from an
+ * unchecked count. Strings returned by the reader point into the mapping (not
+ * NUL-terminated: use the length) and live until gguf_reader_close. Tensor
+ * names are copied and NUL-terminated.
+ *
+ * Writer: collects keys and tensor infos, then writes the header and streams
+ * tensor data in order into a temporary file beside the target. Memory does
+ * not grow with the data. The caller finishes with gguf_writer_close (fsync),
+ * may re-open and validate the temporary file, then gguf_writer_commit
+ * (rename into place) or gguf_writer_abort (unlink). Every failure path of the
+ * writer removes the temporary file.
+ */
+#ifndef PN_GGUF_H
+#define PN_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_DEFAULT_ALIGNMENT 32
+
+typedef enum gguf_value_type {
+    GGUF_TYPE_UINT8 = 0,
+    GGUF_TYPE_INT8 = 1,
+    GGUF_TYPE_UINT16 = 2,
+    GGUF_TYPE_INT16 = 3,
+    GGUF_TYPE_UINT32 = 4,
+    GGUF_TYPE_INT32 = 5,
+    GGUF_TYPE_FLOAT32 = 6,
+    GGUF_TYPE_BOOL = 7,
+    GGUF_TYPE_STRING = 8,
+    GGUF_TYPE_ARRAY = 9,
+    GGUF_TYPE_UINT64 = 10,
+    GGUF_TYPE_INT64 = 11,
+    GGUF_TYPE_FLOAT64 = 12,
+    GGUF_TYPE_COUNT_
+} gguf_value_type;
+
+const char *gguf_value_type_name(gguf_value_type t);
+
+typedef struct gguf_str {
+    uint64_t len;
+    const char *data;            /* not NUL-terminated */
+} gguf_str;
+
+/* A key/value as read. For arrays, `arr_type`/`arr_count` describe the
+ * elements and `arr_data` points at the first element's bytes in the file;
+ * use gguf_kv_arr_* to read elements. Nested arrays are supported. */
+typedef struct gguf_kv {
+    gguf_str key;
+    gguf_value_type type;
+    union {
+        uint64_t u64;            /* UINT8..UINT64 and BOOL, zero-extended */
+        int64_t i64;             /* INT8..INT64, sign-extended */
+        double f64;              /* FLOAT32 / FLOAT64 */
+        gguf_str str;
+    } v;
+    gguf_value_type arr_type;
+    uint64_t arr_count;
+    const uint8_t *arr_data;     /* raw little-endian element bytes */
+    uint64_t arr_bytes;          /* total bytes of the array's elements */
+} gguf_kv;
+
+typedef struct gguf_tensor_info {
+    char *name;                  /* NUL-terminated copy */
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS];   /* unused dims are 1 */
+    int type;                    /* ggml type id */
+    uint64_t offset;             /* relative to the data section */
+    uint64_t size;               /* bytes, from type and shape */
+    uint64_t info_offset;        /* file offset of this tensor info (for messages) */
+} gguf_tensor_info;
+
+/* ---- reader ---- */
+
+typedef struct gguf_reader gguf_reader;
+
+/* Opens and fully validates the header (not the tensor data). On error *out is
+ * NULL and err names the file, offset and what was expected. */
+pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
+/* Same on a caller-owned buffer (for fuzzing and tests); the buffer must
+ * outlive the reader. `name` is used in messages. */
+pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
+                                  gguf_reader **out, pn_error *err);
+void gguf_reader_close(gguf_reader *r);
+
+uint32_t gguf_reader_version(const gguf_reader *r);
+uint64_t gguf_reader_file_size(const gguf_reader *r);
+uint64_t gguf_reader_alignment(const gguf_reader *r);
+uint64_t gguf_reader_data_offset(const gguf_reader *r);   /* file offset of the data section */
+
+size_t gguf_reader_n_kv(const gguf_reader *r);
+const gguf_kv *gguf_reader_kv(const gguf_reader *r, size_t i);
+/* NULL if absent. */
+const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key);
+
+size_t gguf_reader_n_tensors(const gguf_reader *r);
+const gguf_tensor_info *gguf_reader_tensor(const gguf_reader *r, size_t i);
+/* Index of the named tensor, or -1. */
+long gguf_reader_find_tensor(const gguf_reader *r, const char *name);
+/* Pointer to the tensor's bytes in the mapping (checked to lie in the file). */
+const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
+
+/* Array element access (bounds are the caller's: i < kv->arr_count). */
+uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i);  /* unsigned ints and bool */
+int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i);   /* signed ints */
+double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i);    /* floats */
+gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i);  /* strings (O(i) walk) */
+/* Compares a gguf_str with a C string. */
+bool gguf_str_eq(gguf_str s, const char *c);
+
+/* ---- writer ---- */
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);   /* also aborts if still open */
+
+/* Keys keep insertion order; setting an existing key replaces its value in
+ * place. Strings and arrays are copied. */
+pn_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+pn_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+pn_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+pn_status gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+pn_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+/* Array of fixed-size elements (not strings or arrays): `data` holds count
+ * little-endian elements of elem_type. */
+pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type elem_type,
+                              const void *data, uint64_t count);
+pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v,
+                                  uint64_t count);
+/* Copies a key/value read by a gguf_reader (any type, nested arrays too). */
+pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
+void gguf_writer_remove_kv(gguf_writer *w, const char *key);
+bool gguf_writer_has_kv(const gguf_writer *w, const char *key);
+
+/* Adds a tensor; its offset is assigned in order of addition. */
+pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
+                                 const int64_t *ne, int type, pn_error *err);
+
+/* Creates "<target>.tmp.XXXXXX" beside the target, writes the header and
+ * positions for tensor data. alignment 0 means general.alignment or 32. */
+pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err);
+/* Streams bytes of tensors in order; a tensor may be written in several
+ * calls. Padding between tensors is inserted automatically. */
+pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error *err);
+/* Overwrites the elements of an existing fixed-size array key in the already
+ * written header (e.g. CRCs known only after the data); count must match. */
+pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
+                                uint64_t count, pn_error *err);
+/* Checks every tensor got exactly its bytes, flushes and fsyncs, closes. */
+pn_status gguf_writer_close(gguf_writer *w, pn_error *err);
+const char *gguf_writer_temp_path(const gguf_writer *w);
+/* Renames the temporary file onto the target (and fsyncs the folder). */
+pn_status gguf_writer_commit(gguf_writer *w, pn_error *err);
+/* Removes the temporary file (safe to call at any stage, idempotent). */
+void gguf_writer_abort(gguf_writer *w);
+
+#endif

@@ -1,0 +1,61 @@
+/* blocks.h - the on-disk block layouts this project reads and writes.
+ *
+ * Every layout lives here, once, with a static size check, so a change to a
+ * layout cannot go unnoticed. Multi-byte fields are little-endian on disk.
+ * Blocks are packed back to back in a row with no padding, so a block may sit
+ * at any byte offset: code must read and write fields byte-wise (or memcpy),
+ * never through a pointer cast that assumes alignment.
+ *
+ * pn3t (ggml type 124): 80 weights in 34 bytes.  pn4t (125): 64 weights in 34.
+ *   bytes 0..1   d: fp16 signed scale
+ *   bytes 2..33  eight u32 words; element e is in word e/10 (pn3t) or e/8
+ *                (pn4t), local index t = e mod 10 (or 8), at bit
+ *                shift = BITS*(t>>1) + 16*(t&1): even t in the low half-word,
+ *                odd t in the high half-word. pn3t bits 15 and 31 are reserved
+ *                and must be 0.
+ *   value = d * (n - z), z = 4 (pn3t) or 8 (pn4t).
+ *
+ * The stock ggml types (layouts as ggml defines them; QK_K = 256):
+ *   q8_0: 32 weights, 34 bytes: fp16 d, int8 qs[32]; value = d*q.
+ *   q4_K: 256 weights, 144 bytes: fp16 d, fp16 dmin, scales[12] (eight 6-bit
+ *         scales and eight 6-bit mins, packed), qs[128] (4-bit codes).
+ *   q3_K: 256 weights, 110 bytes: hmask[32] (high bits), qs[64] (low 2 bits),
+ *         scales[12] (sixteen 6-bit scales, packed), fp16 d.
+ */
+#ifndef PN_QUANT_BLOCKS_H
+#define PN_QUANT_BLOCKS_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#define PN_QK_K 256
+
+typedef struct block_pnt {
+    uint8_t d[2];
+    uint8_t qs[32];
+} block_pnt;                     /* pn3t and pn4t share the 34-byte frame */
+static_assert(sizeof(block_pnt) == 34, "pn3t/pn4t block must be 34 bytes");
+
+typedef struct block_q8_0 {
+    uint8_t d[2];
+    int8_t qs[32];
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "q8_0 block must be 34 bytes");
+
+typedef struct block_q4_K {
+    uint8_t d[2];
+    uint8_t dmin[2];
+    uint8_t scales[12];
+    uint8_t qs[PN_QK_K / 2];
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "q4_K block must be 144 bytes");
+
+typedef struct block_q3_K {
+    uint8_t hmask[PN_QK_K / 8];
+    uint8_t qs[PN_QK_K / 4];
+    uint8_t scales[12];
+    uint8_t d[2];
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "q3_K block must be 110 bytes");
+
+#endif

@@ -1,0 +1,119 @@
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void *tu_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        cr_assert_fail("cannot open test file %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    cr_assert_not_null(buf);
+    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)
+        cr_assert_fail("short read of %s", path);
+    fclose(f);
+    if (size)
+        *size = (size_t)n;
+    return buf;
+}
+
+int tu_write_file(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, size, f);
+    int rc = fclose(f);
+    return (w == size && rc == 0) ? 0 : -1;
+}
+
+char *tu_mkdtemp(void)
+{
+    const char *base = getenv("TMPDIR");
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s/pn-test-XXXXXX", base && *base ? base : "/tmp");
+    char *d = mkdtemp(buf);
+    cr_assert_not_null(d, "mkdtemp failed");
+    return strdup(d);
+}
+
+void tu_rm_rf(const char *path)
+{
+    if (!path || !*path || strcmp(path, "/") == 0)
+        return;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) { /* best effort */ }
+}
+
+static char *slurp_fd(FILE *f)
+{
+    size_t cap = 4096, len = 0;
+    char *s = malloc(cap);
+    size_t r;
+    while ((r = fread(s + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            s = realloc(s, cap);
+        }
+    }
+    s[len] = '\0';
+    return s;
+}
+
+int tu_run(const char *cmdline, char **out, char **err)
+{
+    char outp[] = "/tmp/pn-tu-out-XXXXXX", errp[] = "/tmp/pn-tu-err-XXXXXX";
+    int fo = mkstemp(outp), fe = mkstemp(errp);
+    cr_assert(fo >= 0 && fe >= 0);
+    close(fo);
+    close(fe);
+    size_t n = strlen(cmdline) + 2 * sizeof outp + 32;
+    char *full = malloc(n);
+    snprintf(full, n, "%s >%s 2>%s </dev/null", cmdline, outp, errp);
+    int st = system(full);
+    free(full);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    FILE *f;
+    if (out) {
+        f = fopen(outp, "rb");
+        *out = f ? slurp_fd(f) : strdup("");
+        if (f) fclose(f);
+    }
+    if (err) {
+        f = fopen(errp, "rb");
+        *err = f ? slurp_fd(f) : strdup("");
+        if (f) fclose(f);
+    }
+    unlink(outp);
+    unlink(errp);
+    return rc;
+}
+
+uint64_t tu_rng_u64(tu_rng *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double tu_rng_uniform(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1.0p-53; }
+
+double tu_rng_gauss(tu_rng *r)
+{
+    double u1 = tu_rng_uniform(r), u2 = tu_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}

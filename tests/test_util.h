@@ -1,0 +1,29 @@
+/* test_util.h - small helpers shared by the Criterion suites. */
+#ifndef PN_TEST_UTIL_H
+#define PN_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reads a whole file (test data: PN_TEST_DATA "/golden/..."); aborts the test
+ * with a message when it cannot. Caller frees. */
+void *tu_read_file(const char *path, size_t *size);
+/* Writes a buffer to a file; returns 0 on success. */
+int tu_write_file(const char *path, const void *data, size_t size);
+/* A fresh empty directory under /tmp (or $TMPDIR); caller frees the string. */
+char *tu_mkdtemp(void);
+/* Removes a directory tree made by tu_mkdtemp. */
+void tu_rm_rf(const char *path);
+
+/* Runs a command line through /bin/sh with stdout and stderr captured.
+ * Returns the exit status (128+signal if killed). *out / *err (if not NULL)
+ * receive NUL-terminated captured text; caller frees. */
+int tu_run(const char *cmdline, char **out, char **err);
+
+/* Deterministic random numbers for tests (splitmix64 + Box-Muller). */
+typedef struct tu_rng { uint64_t s; } tu_rng;
+uint64_t tu_rng_u64(tu_rng *r);
+double tu_rng_uniform(tu_rng *r);     /* [0, 1) */
+double tu_rng_gauss(tu_rng *r);       /* N(0, 1) */
+
+#endif

@@ -20,6 +20,18 @@
  * may re-open and validate the temporary file, then gguf_writer_commit
  * (rename into place) or gguf_writer_abort (unlink). Every failure path of the
  * writer removes the temporary file.
+ *
+ * Error codes of the reader: PN_ERR_TRUNCATED whenever the file ends before
+ * something it declares (a count of keys, tensors or array elements that the
+ * remaining bytes cannot hold, a string, the padding before the data, a
+ * tensor's bytes); PN_ERR_BAD_MAGIC; PN_ERR_VERSION (v1, big-endian, unknown);
+ * PN_ERR_FORMAT (unknown value type, bool other than 0/1, duplicate key,
+ * arrays nested deeper than GGUF_MAX_ARRAY_DEPTH); PN_ERR_ALIGNMENT
+ * (general.alignment not an unsigned integer power of two, a tensor offset not
+ * a multiple of it); PN_ERR_TENSOR (empty name or one holding a NUL, duplicate
+ * name, n_dims outside 1..4, ne < 1, ne[0] not a multiple of the type's block,
+ * size or end overflowing 64 bits, overlap); PN_ERR_TYPE (unknown ggml type).
+ * Messages start with the file name and the byte offset.
  */
 #ifndef PN_GGUF_H
 #define PN_GGUF_H
@@ -51,6 +63,12 @@ typedef enum gguf_value_type {
 } gguf_value_type;
 
 const char *gguf_value_type_name(gguf_value_type t);
+/* Bytes of one element of a fixed-size type; 0 for STRING, ARRAY and ids
+ * outside the enum. */
+size_t gguf_value_type_size(gguf_value_type t);
+
+/* Arrays may nest at most this deep (an array of arrays is depth 2). */
+#define GGUF_MAX_ARRAY_DEPTH 8
 
 typedef struct gguf_str {
     uint64_t len;
@@ -97,6 +115,17 @@ pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
                                   gguf_reader **out, pn_error *err);
 void gguf_reader_close(gguf_reader *r);
+/* For a checker that names every bad tensor itself: like gguf_reader_open,
+ * except that a tensor offset that is not a multiple of the alignment,
+ * tensors whose bytes overlap, tensor bytes that end past the end of the file
+ * (or whose end overflows), and padding before the data section that runs
+ * past the end of the file do not refuse the file. Everything else is checked
+ * as usual. gguf_reader_tensor_data returns NULL for a tensor whose bytes are
+ * not all inside the file; gguf_reader_data_offset may then exceed the file
+ * size. */
+pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err);
+pn_status gguf_reader_open_memory_lenient(const void *data, size_t size, const char *name,
+                                          gguf_reader **out, pn_error *err);
 
 uint32_t gguf_reader_version(const gguf_reader *r);
 uint64_t gguf_reader_file_size(const gguf_reader *r);
@@ -112,7 +141,8 @@ size_t gguf_reader_n_tensors(const gguf_reader *r);
 const gguf_tensor_info *gguf_reader_tensor(const gguf_reader *r, size_t i);
 /* Index of the named tensor, or -1. */
 long gguf_reader_find_tensor(const gguf_reader *r, const char *name);
-/* Pointer to the tensor's bytes in the mapping (checked to lie in the file). */
+/* Pointer to the tensor's bytes in the mapping (checked to lie in the file;
+ * NULL for an index out of range, or, opened leniently, bytes not in it). */
 const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
 
 /* Array element access (bounds are the caller's: i < kv->arr_count). */
@@ -120,8 +150,16 @@ uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i);  /* unsigned ints and b
 int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i);   /* signed ints */
 double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i);    /* floats */
 gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i);  /* strings (O(i) walk) */
+/* Element i of an array of arrays, as a gguf_kv with an empty key and
+ * type ARRAY (O(i) walk); a zeroed gguf_kv if kv is not an array of arrays. */
+gguf_kv gguf_kv_arr_arr(const gguf_kv *kv, uint64_t i);
 /* Compares a gguf_str with a C string. */
 bool gguf_str_eq(gguf_str s, const char *c);
+
+/* The name given at open (the path, or `name` for gguf_reader_open_memory). */
+const char *gguf_reader_name(const gguf_reader *r);
+/* The whole file's bytes (the mapping or the caller's buffer). */
+const uint8_t *gguf_reader_bytes(const gguf_reader *r);
 
 /* ---- writer ---- */
 
@@ -138,6 +176,14 @@ pn_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
 pn_status gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 pn_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+pn_status gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
+pn_status gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v);
+pn_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
+pn_status gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v);
+pn_status gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v);
+pn_status gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
+/* A string of `len` bytes that may hold any byte, NUL included. */
+pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, uint64_t len);
 /* Array of fixed-size elements (not strings or arrays): `data` holds count
  * little-endian elements of elem_type. */
 pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type elem_type,
@@ -148,13 +194,24 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
 pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
 void gguf_writer_remove_kv(gguf_writer *w, const char *key);
 bool gguf_writer_has_kv(const gguf_writer *w, const char *key);
+size_t gguf_writer_n_kv(const gguf_writer *w);
+size_t gguf_writer_n_tensors(const gguf_writer *w);
+/* The layout the writer's current keys and tensors give, known before begin
+ * (e.g. to size an output): the alignment; the file offset of the data
+ * section (the padded header size); the size of the whole file, the data of
+ * each tensor padded to the alignment. All three are 0 when
+ * general.alignment is not an unsigned power of two (begin refuses it). */
+uint64_t gguf_writer_alignment(const gguf_writer *w);
+uint64_t gguf_writer_data_offset(const gguf_writer *w);
+uint64_t gguf_writer_file_bytes(const gguf_writer *w);
 
 /* Adds a tensor; its offset is assigned in order of addition. */
 pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
                                  const int64_t *ne, int type, pn_error *err);
 
 /* Creates "<target>.tmp.XXXXXX" beside the target, writes the header and
- * positions for tensor data. alignment 0 means general.alignment or 32. */
+ * positions for tensor data. The alignment is general.alignment when that key
+ * is set (an unsigned integer, a power of two), else 32. */
 pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err);
 /* Streams bytes of tensors in order; a tensor may be written in several
  * calls. Padding between tensors is inserted automatically. */

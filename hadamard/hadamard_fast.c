@@ -1,7 +1,137 @@
-/* Run-time choice of the fastest exact rotation. */
+/* The portable fast block Hadamard rotation and the run-time choice of the
+ * fastest exact one. Why every path equals the reference: hadamard_fast.h. */
+#include "hadamard/hadamard_fast.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "hadamard/hadamard.h"
+
+/* Stages h and 2h in one pass: within each chunk of 4h, the four values
+ * j, j+h, j+2h, j+3h take stage h's two butterflies and then stage 2h's two,
+ * which are exactly the butterflies the reference applies to them. */
+static void stage_pair(double *buf, int B, int h)
+{
+    for (int c = 0; c < B; c += 4 * h) {
+        for (int j = c; j < c + h; j++) {
+            double x0 = buf[j], x1 = buf[j + h], x2 = buf[j + 2 * h], x3 = buf[j + 3 * h];
+            double a0 = x0 + x1, a1 = x0 - x1, a2 = x2 + x3, a3 = x2 - x3;
+            buf[j] = a0 + a2;
+            buf[j + 2 * h] = a0 - a2;
+            buf[j + h] = a1 + a3;
+            buf[j + 3 * h] = a1 - a3;
+        }
+    }
+}
+
+static void stage_single(double *buf, int B, int h)
+{
+    for (int c = 0; c < B; c += 2 * h) {
+        for (int j = c; j < c + h; j++) {
+            double a = buf[j], b = buf[j + h];
+            buf[j] = a + b;
+            buf[j + h] = a - b;
+        }
+    }
+}
+
+void pn_hadamard_rotate_row_scalar_fast(float *x, int64_t K, int B)
+{
+    double buf[PN_HADAMARD_MAX_BLOCK];
+    const double scale = 1.0 / sqrt((double)B);
+    for (int64_t base = 0; base + B <= K; base += B) {
+        float *xb = x + base;
+        for (int j = 0; j < B; j++)
+            buf[j] = (double)xb[j];
+        int h = 1;
+        for (; 4 * h <= B; h *= 4)
+            stage_pair(buf, B, h);
+        if (2 * h <= B)
+            stage_single(buf, B, h);
+        for (int j = 0; j < B; j++)
+            xb[j] = (float)(buf[j] * scale);
+    }
+}
+
+/* ---- choosing a path -------------------------------------------------- */
+
+static const char *const path_names[PN_PATH_COUNT] = {"ref", "scalar", "avx2", "avx512"};
+
+bool pn_hadamard_path_available(int path)
+{
+    switch (path) {
+    case PN_PATH_REF:
+    case PN_PATH_SCALAR_FAST:
+        return true;
+    case PN_PATH_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2");
+    case PN_PATH_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    default:
+        return false;
+    }
+}
+
+int pn_hadamard_default_path(void)
+{
+    const char *env = getenv(PN_CPU_PATH_ENV);
+    if (env && *env) {
+        for (int p = 0; p < PN_PATH_COUNT; p++)
+            if (strcmp(env, path_names[p]) == 0)
+                return pn_hadamard_path_available(p) ? p : PN_PATH_REF;
+        return PN_PATH_REF;
+    }
+    if (pn_hadamard_path_available(PN_PATH_AVX512))
+        return PN_PATH_AVX512;
+    if (pn_hadamard_path_available(PN_PATH_AVX2))
+        return PN_PATH_AVX2;
+    return PN_PATH_SCALAR_FAST;
+}
+
+const char *pn_hadamard_path_name(void) { return path_names[pn_hadamard_default_path()]; }
+
+pn_status pn_hadamard_rotate_row_path(int path, float *x, int64_t K, int B)
+{
+    if (!pn_hadamard_path_available(path) || K < 1 || !pn_is_pow2(B) ||
+        B > PN_HADAMARD_MAX_BLOCK || K % B != 0)
+        return PN_ERR_USAGE;
+    switch (path) {
+    case PN_PATH_REF:
+        pn_hadamard_rotate_row_ref(x, K, B);
+        break;
+    case PN_PATH_SCALAR_FAST:
+        pn_hadamard_rotate_row_scalar_fast(x, K, B);
+        break;
+    case PN_PATH_AVX2:
+        pn_hadamard_rotate_row_avx2(x, K, B);
+        break;
+    case PN_PATH_AVX512:
+        pn_hadamard_rotate_row_avx512(x, K, B);
+        break;
+    default:
+        return PN_ERR_USAGE;
+    }
+    return PN_OK;
+}
 
 void pn_hadamard_rotate_row(float *x, int64_t K, int B)
 {
-    pn_hadamard_rotate_row_ref(x, K, B);
+    switch (pn_hadamard_default_path()) {
+    case PN_PATH_SCALAR_FAST:
+        pn_hadamard_rotate_row_scalar_fast(x, K, B);
+        break;
+    case PN_PATH_AVX2:
+        pn_hadamard_rotate_row_avx2(x, K, B);
+        break;
+    case PN_PATH_AVX512:
+        pn_hadamard_rotate_row_avx512(x, K, B);
+        break;
+    default:
+        pn_hadamard_rotate_row_ref(x, K, B);
+        break;
+    }
 }

@@ -1,7 +1,246 @@
-/* Run-time choice of the fastest exact PN row quantizer. */
+/* The portable fast PN quantizer, the pieces every fast path shares, and the
+ * run-time choice among the paths. Exactness argument: pn_fast_internal.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "quant/pn.h"
+#include "quant/pn_fast.h"
+#include "quant/pn_fast_internal.h"
+
+/* ---- shared pieces ---------------------------------------------------- */
+
+void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
+                        uint8_t *block)
+{
+    block[0] = (uint8_t)d_bits;
+    block[1] = (uint8_t)(d_bits >> 8);
+    const int per_word = p->per_word, bits = p->bits;
+    for (int wi = 0; wi < 8; wi++) {
+        const uint8_t *c = codes + wi * per_word;
+        uint32_t lo = 0, hi = 0;
+        for (int j = 0; j < per_word / 2; j++) {
+            lo |= (uint32_t)c[2 * j] << (bits * j);
+            hi |= (uint32_t)c[2 * j + 1] << (bits * j);
+        }
+        uint32_t word = lo | (hi << 16);
+        uint8_t *wp = block + 2 + 4 * wi;
+        wp[0] = (uint8_t)word;
+        wp[1] = (uint8_t)(word >> 8);
+        wp[2] = (uint8_t)(word >> 16);
+        wp[3] = (uint8_t)(word >> 24);
+    }
+}
+
+void pn_fast_zero_block(const pn_params *p, uint8_t *block)
+{
+    uint8_t codes[80];
+    memset(codes, p->z, sizeof codes);
+    pn_fast_pack_block(p, 0x0000, codes, block);
+}
+
+pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_index)
+{
+    uint8_t scratch[PN_BLOCK_BYTES];
+    return pn_quantize_group_ref(p, w, scratch, NULL, bad_index);
+}
+
+double pn_fp16_value_fast(double x) { return pn_fast_fp16_value(x); }
+
+uint16_t pn_fp16_bits_of_half_value(double h) { return pn_fast_half_bits(h); }
+
+/* ---- the portable path ------------------------------------------------ */
+
+/* One group; the candidates that survive fp16 rounding are compacted into
+ * s[]/r[] so the inner loop has no skips, and errors are summed per
+ * candidate in element order. */
+static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, uint8_t *block,
+                                            int *bad_index)
+{
+    const int G = p->group, z = p->z;
+    const uint32_t tie_mask = pn_fast_tie_mask(p);
+    double wd[80];
+    uint8_t tie[80];
+    bool any_tie = false;
+    float fmax = -INFINITY, fmin = INFINITY, famax = 0.0f;
+    for (int e = 0; e < G; e++) {
+        uint32_t b;
+        memcpy(&b, &w[e], sizeof b);
+        if ((b & 0x7f800000u) == 0x7f800000u)
+            return pn_fast_group_refused(p, w, bad_index);
+        float v = w[e], a = fabsf(v);
+        famax = a > famax ? a : famax;
+        fmax = v > fmax ? v : fmax;
+        fmin = v < fmin ? v : fmin;
+        wd[e] = (double)v;
+        tie[e] = pn_fast_tie_capable(b, tie_mask);
+        any_tie |= tie[e];
+    }
+    const double amax = famax, max = fmax, min = fmin;
+    if (amax == 0.0) {
+        pn_fast_zero_block(p, block);
+        return PN_OK;
+    }
+    const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
+
+    double s[PN_N_CANDIDATES], r[PN_N_CANDIDATES], err[PN_N_CANDIDATES];
+    int nc = 0;
+    bool any_overflow = false;
+    for (int i = 0; i < PN_N_CANDIDATES; i++) {
+        double t = sigma * pn_fast_m[i] * amax / (double)z;
+        double si = pn_fast_fp16_value(t);
+        if (!isfinite(si)) {
+            any_overflow = true;
+            continue;
+        }
+        if (si == 0.0)
+            continue;
+        s[nc] = si;
+        r[nc] = 1.0 / si;
+        err[nc] = 0.0;
+        nc++;
+    }
+    if (nc == 0) {
+        if (any_overflow) {
+            *bad_index = 0;
+            return PN_ERR_SCALE_OVERFLOW;
+        }
+        pn_fast_zero_block(p, block);
+        return PN_OK;
+    }
+
+    const double lo = (double)-z, hi = (double)(z - 1);
+    for (int e = 0; e < G; e++) {
+        const double we = wd[e];
+        const bool exact = any_tie && tie[e];
+        for (int c = 0; c < nc; c++) {
+            double q = exact ? we / s[c] : we * r[c];
+            q = q < lo ? lo : q;
+            q = q > hi ? hi : q;
+            double k = (q + PN_FAST_RINT_MAGIC) - PN_FAST_RINT_MAGIC;
+            double diff = we - s[c] * k;
+            err[c] = err[c] + diff * diff;
+        }
+    }
+
+    double best = INFINITY;
+    int best_c = 0;
+    for (int c = 0; c < nc; c++) {
+        if (err[c] <= best) {
+            best = err[c];
+            best_c = c;
+        }
+    }
+    const double sb = s[best_c];
+    uint8_t codes[80];
+    for (int e = 0; e < G; e++) {
+        double q = wd[e] / sb;
+        q = q < lo ? lo : q;
+        q = q > hi ? hi : q;
+        double k = (q + PN_FAST_RINT_MAGIC) - PN_FAST_RINT_MAGIC;
+        codes[e] = (uint8_t)(int)(k + (double)z);
+    }
+    pn_fast_pack_block(p, pn_fast_half_bits(sb), codes, block);
+    return PN_OK;
+}
+
+pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
+                                      uint8_t *out, int64_t *bad_col)
+{
+    for (int64_t g = 0; g < n / p->group; g++) {
+        int bad = 0;
+        pn_status st = quantize_group_scalar_fast(p, x + g * p->group, out + g * PN_BLOCK_BYTES,
+                                                  &bad);
+        if (st != PN_OK) {
+            if (bad_col)
+                *bad_col = g * p->group + bad;
+            return st;
+        }
+    }
+    return PN_OK;
+}
+
+/* ---- choosing a path -------------------------------------------------- */
+
+static const char *const path_names[PN_PATH_COUNT] = {"ref", "scalar", "avx2", "avx512"};
+
+bool pn_path_available(int path)
+{
+    switch (path) {
+    case PN_PATH_REF:
+    case PN_PATH_SCALAR_FAST:
+        return true;
+    case PN_PATH_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2");
+    case PN_PATH_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    default:
+        return false;
+    }
+}
+
+const char *pn_path_name(int path)
+{
+    return (path >= 0 && path < PN_PATH_COUNT) ? path_names[path] : "unknown";
+}
+
+int pn_path_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < PN_PATH_COUNT; i++)
+        if (strcmp(name, path_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int pn_quantize_default_path(void)
+{
+    const char *env = getenv(PN_CPU_PATH_ENV);
+    if (env && *env) {
+        int path = pn_path_from_name(env);
+        return pn_path_available(path) ? path : -1;
+    }
+    if (pn_path_available(PN_PATH_AVX512))
+        return PN_PATH_AVX512;
+    if (pn_path_available(PN_PATH_AVX2))
+        return PN_PATH_AVX2;
+    return PN_PATH_SCALAR_FAST;
+}
+
+const char *pn_quantize_path_name(void)
+{
+    int path = pn_quantize_default_path();
+    return path < 0 ? "invalid " PN_CPU_PATH_ENV : pn_path_name(path);
+}
+
+pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col)
+{
+    const pn_params *p = pn_params_get(type);
+    if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
+        return PN_ERR_USAGE;
+    switch (path) {
+    case PN_PATH_REF:
+        return pn_quantize_row_ref(type, x, n, out, bad_col);
+    case PN_PATH_SCALAR_FAST:
+        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col);
+    case PN_PATH_AVX2:
+        return pn_quantize_row_avx2(p, x, n, out, bad_col);
+    case PN_PATH_AVX512:
+        return pn_quantize_row_avx512(p, x, n, out, bad_col);
+    default:
+        return PN_ERR_USAGE;
+    }
+}
 
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
-    return pn_quantize_row_ref(type, x, n, out, bad_col);
+    int path = pn_quantize_default_path();
+    if (path < 0)
+        return PN_ERR_USAGE;
+    return pn_quantize_row_path(path, type, x, n, out, bad_col);
 }

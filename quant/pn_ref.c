@@ -176,7 +176,7 @@ void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n)
 pn_status pn_validate_row(int type, const uint8_t *in, int64_t n, int64_t *bad_block)
 {
     const pn_params *p = pn_params_get(type);
-    if (!p || n % p->group != 0)
+    if (!p || n < 0 || n % p->group != 0)
         return PN_ERR_USAGE;
     for (int64_t g = 0; g < n / p->group; g++) {
         const uint8_t *b = in + g * PN_BLOCK_BYTES;

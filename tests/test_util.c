@@ -80,7 +80,7 @@ int tu_run(const char *cmdline, char **out, char **err)
     close(fe);
     size_t n = strlen(cmdline) + 2 * sizeof outp + 32;
     char *full = malloc(n);
-    snprintf(full, n, "%s >%s 2>%s </dev/null", cmdline, outp, errp);
+    snprintf(full, n, "{ %s\n} >%s 2>%s </dev/null", cmdline, outp, errp);
     int st = system(full);
     free(full);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);

@@ -1,0 +1,313 @@
+/* pn-check: checks a GGUF file holding PN tensors. Parses options and prints
+ * the report (text or JSON); the checking is pn_check_file
+ * (pipeline/check.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/check.h"
+#include "quant/types.h"
+
+static const char usage[] =
+    "usage: pn-check [options] FILE.gguf\n"
+    "\n"
+    "Checks a GGUF file that may hold PN tensors (pn3t, pn4t): the GGUF structure,\n"
+    "every PN block (finite scale, pn3t reserved bits clear), the pn.* keys, the\n"
+    "CRC-32 of every tensor recorded in pn.tensor_crc32; with --recipe, the type of\n"
+    "each tensor; with --source, the error of each tensor against the float model it\n"
+    "was made from. Prints one line per finding and a final verdict.\n"
+    "\n"
+    "options:\n"
+    "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
+    "                    this mix recipe\n"
+    "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
+    "                    source; flag errors far above what the type gives\n"
+    "  --json            print the report as JSON instead of text\n"
+    "  --threads N       worker threads (default: all cores)\n"
+    "  --strict          warnings make the file invalid too\n"
+    "  -h, --help        this text\n"
+    "  --version         the version\n"
+    "\n"
+    "exit status: 0 valid, 1 invalid (findings printed), 2 the file could not be\n"
+    "read (not GGUF, cut short inside its header, missing) or bad usage\n";
+
+/* ---- text ---- */
+
+static void print_finding_text(FILE *f, const pn_finding *x)
+{
+    fprintf(f, "%-7s %s", pn_severity_name(x->severity), x->code);
+    if (x->tensor)
+        fprintf(f, " tensor %s", x->tensor);
+    if (x->key)
+        fprintf(f, " key %s", x->key);
+    if (x->offset >= 0)
+        fprintf(f, " byte %lld", (long long)x->offset);
+    fprintf(f, ": %s\n", x->message);
+}
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+static const char *verdict(const pn_check_report *r, int code)
+{
+    return !r->readable ? "unreadable" : code == 0 ? "valid" : "invalid";
+}
+
+static void print_text(FILE *f, const pn_check_report *r, bool strict)
+{
+    int code = pn_check_exit_code(r, strict);
+    fprintf(f, "%s: ", r->path);
+    if (r->readable && r->n_tensors)
+        fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
+                (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
+    else
+        fprintf(f, "%llu bytes\n", (unsigned long long)r->file_size);
+    for (size_t i = 0; i < r->n_findings; i++)
+        print_finding_text(f, &r->findings[i]);
+    if (r->source_path) {
+        fprintf(f, "source %s: relative error E = sum (w - dq)^2 / sum w^2 per tensor\n",
+                r->source_path);
+        fprintf(f, "  %-40s %-5s %11s %11s %11s\n", "tensor", "type", "E", "E_ref", "limit");
+        for (size_t i = 0; i < r->n_tensors; i++) {
+            const pn_check_tensor *t = &r->tensors[i];
+            if (!t->compared) {
+                fprintf(f, "  %-40s %-5s not compared: %s\n", t->name, type_name(t->type),
+                        t->note ? t->note : "-");
+                continue;
+            }
+            fprintf(f, "  %-40s %-5s %11.4g ", t->name, type_name(t->type), t->rel_error);
+            if (isnan(t->expected_error))
+                fprintf(f, "%11s", "-");
+            else
+                fprintf(f, "%11.4g", t->expected_error);
+            fprintf(f, " %11.4g%s\n", t->limit, t->rel_error > t->limit ? "  HIGH" : "");
+        }
+    }
+    if (r->recipe_checked) {
+        fprintf(f, "recipe: mix %s, %zu promotion%s (recipe default %ld); expected pn.mix \"%s\"\n",
+                r->recipe_mix, r->n_promoted, r->n_promoted == 1 ? "" : "s", r->recipe_promote_n,
+                r->expected_mix ? r->expected_mix : "?");
+        for (size_t i = 0; i < r->n_promoted; i++)
+            fprintf(f, "  promoted %s\n", r->promoted[i]);
+    }
+    fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
+            r->n_errors == 1 ? "" : "s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
+}
+
+/* ---- JSON ---- */
+
+static void json_str(FILE *f, const char *s)
+{
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+static void json_int_or_null(FILE *f, int64_t v)
+{
+    if (v < 0)
+        fputs("null", f);
+    else
+        fprintf(f, "%lld", (long long)v);
+}
+
+static void print_json(FILE *f, const pn_check_report *r, bool strict)
+{
+    int code = pn_check_exit_code(r, strict);
+    fputs("{\n  \"file\": ", f);
+    json_str(f, r->path);
+    fprintf(f, ",\n  \"status\": \"%s\",\n  \"exit_code\": %d,\n  \"strict\": %s,\n",
+            verdict(r, code), code, strict ? "true" : "false");
+    fprintf(f, "  \"errors\": %zu,\n  \"warnings\": %zu,\n", r->n_errors, r->n_warnings);
+    fprintf(f, "  \"file_size\": %llu,\n  \"data_bytes_read\": %llu,\n  \"seconds\": ",
+            (unsigned long long)r->file_size, (unsigned long long)r->data_bytes);
+    json_num(f, r->seconds);
+    fputs(",\n  \"findings\": [", f);
+    for (size_t i = 0; i < r->n_findings; i++) {
+        const pn_finding *x = &r->findings[i];
+        fprintf(f, "%s\n    {\"severity\": \"%s\", \"code\": ", i ? "," : "",
+                pn_severity_name(x->severity));
+        json_str(f, x->code);
+        fputs(", \"tensor\": ", f);
+        json_str(f, x->tensor);
+        fputs(", \"key\": ", f);
+        json_str(f, x->key);
+        fputs(", \"offset\": ", f);
+        json_int_or_null(f, x->offset);
+        fputs(", \"row\": ", f);
+        json_int_or_null(f, x->row);
+        fputs(", \"block\": ", f);
+        json_int_or_null(f, x->block);
+        fputs(", \"count\": ", f);
+        json_int_or_null(f, x->count);
+        fputs(", \"message\": ", f);
+        json_str(f, x->message);
+        fputc('}', f);
+    }
+    fputs(r->n_findings ? "\n  ],\n" : "],\n", f);
+
+    fputs("  \"tensors\": [", f);
+    for (size_t i = 0; i < r->n_tensors; i++) {
+        const pn_check_tensor *t = &r->tensors[i];
+        fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
+        json_str(f, t->name);
+        fprintf(f, ", \"type\": \"%s\", \"ne\": [", type_name(t->type));
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+        fprintf(f, "], \"offset\": %llu, \"bytes\": %llu, \"in_file\": %s, \"crc32\": ",
+                (unsigned long long)t->file_offset, (unsigned long long)t->bytes,
+                t->in_file ? "true" : "false");
+        if (t->crc_computed)
+            fprintf(f, "\"0x%08x\"", t->crc32);
+        else
+            fputs("null", f);
+        fputs(", \"crc32_recorded\": ", f);
+        if (t->crc_recorded)
+            fprintf(f, "\"0x%08x\"", t->crc32_recorded);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"bad_blocks\": %lld, \"rotation_block\": %d, \"source\": ",
+                (long long)t->bad_blocks, t->rotation_block);
+        if (!r->source_path) {
+            fputs("null", f);
+        } else {
+            fprintf(f, "{\"compared\": %s, \"error\": ", t->compared ? "true" : "false");
+            json_num(f, t->rel_error);
+            fputs(", \"expected\": ", f);
+            json_num(f, t->expected_error);
+            fputs(", \"limit\": ", f);
+            json_num(f, t->limit);
+            fputs(", \"note\": ", f);
+            json_str(f, t->note);
+            fputc('}', f);
+        }
+        fputc('}', f);
+    }
+    fputs(r->n_tensors ? "\n  ],\n" : "],\n", f);
+
+    fputs("  \"source\": ", f);
+    json_str(f, r->source_path);
+    fputs(",\n  \"recipe\": ", f);
+    if (!r->recipe_checked) {
+        fputs("null", f);
+    } else {
+        fputs("{\"mix\": ", f);
+        json_str(f, r->recipe_mix);
+        fputs(", \"expected_mix\": ", f);
+        json_str(f, r->expected_mix);
+        fprintf(f, ", \"recipe_promote\": %ld, \"n_promoted\": %zu, \"promoted\": [",
+                r->recipe_promote_n, r->n_promoted);
+        for (size_t i = 0; i < r->n_promoted; i++) {
+            if (i)
+                fputs(", ", f);
+            json_str(f, r->promoted[i]);
+        }
+        fputs("]}", f);
+    }
+    fputs("\n}\n", f);
+}
+
+int main(int argc, char **argv)
+{
+    pn_check_options o;
+    pn_check_options_default(&o);
+    bool json = false, strict = false;
+    enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"recipe", required_argument, NULL, OPT_RECIPE},
+        {"source", required_argument, NULL, OPT_SOURCE},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"strict", no_argument, NULL, OPT_STRICT},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_RECIPE: o.recipe_path = optarg; break;
+        case OPT_SOURCE: o.source_path = optarg; break;
+        case OPT_JSON: json = true; break;
+        case OPT_STRICT: strict = true; break;
+        case OPT_THREADS: {
+            char *end;
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || v < 1 || v > 4096) {
+                fprintf(stderr, "pn-check: --threads: '%s' is not an integer in [1, 4096]\n",
+                        optarg);
+                return 2;
+            }
+            o.threads = (int)v;
+            break;
+        }
+        case 'h': fputs(usage, stdout); return 0;
+        case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
+        default:
+            if (optopt >= OPT_RECIPE || (optopt == 0 && optind > 0))
+                fprintf(stderr, "pn-check: option '%s' needs a value or is unknown\n",
+                        argv[optind - 1]);
+            else
+                fprintf(stderr, "pn-check: unknown option '-%c'\n", optopt);
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "pn-check: expected one FILE.gguf, got %d arguments\n", argc - optind);
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *path = argv[optind];
+
+    pn_check_report *r = NULL;
+    pn_error err = {0};
+    pn_status st = pn_check_file(path, &o, &r, &err);
+    if (st) {
+        fprintf(stderr, "pn-check: %s\n", err.msg);
+        return 2;
+    }
+    if (json)
+        print_json(stdout, r, strict);
+    else
+        print_text(stdout, r, strict);
+    int code = pn_check_exit_code(r, strict);
+    if (!r->readable && r->n_findings)
+        fprintf(stderr, "pn-check: %s\n", r->findings[0].message);
+    fflush(stdout);
+    pn_check_report_free(r);
+    return code;
+}

@@ -1,0 +1,137 @@
+/* pn-dequant: PN GGUF -> float GGUF that stock llama.cpp loads. Parses
+ * options and prints; the work is pn_dequant_file (pipeline/dequant.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/dequant.h"
+#include "quant/types.h"
+
+static volatile sig_atomic_t g_cancel = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_cancel = 1;
+}
+
+static const char usage[] =
+    "usage: pn-dequant [options] IN.gguf OUT.gguf\n"
+    "\n"
+    "Decodes every quantized tensor of IN (pn3t/pn4t with the Hadamard rotation\n"
+    "undone, q8_0, q4_K, q3_K, f16, bf16) into a float GGUF that stock llama.cpp\n"
+    "tools load. f32 tensors are copied. Keys are kept, except that pn.X becomes\n"
+    "pn_decoded.X, general.quantization_version is removed and general.file_type\n"
+    "names the float type. OUT is written under a temporary name beside itself,\n"
+    "re-read, then renamed into place; on any error or signal nothing is left there.\n"
+    "\n"
+    "options:\n"
+    "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n"
+    "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
+    "                       a model run on them needs rotated activations)\n"
+    "  --threads N          worker threads (default: all cores)\n"
+    "  --force              replace an existing OUT\n"
+    "  --quiet              print nothing on success\n"
+    "  -h, --help           this text\n"
+    "  --version            the version\n"
+    "\n"
+    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+
+int main(int argc, char **argv)
+{
+    pn_dequant_opts o;
+    pn_dequant_opts_init(&o);
+    bool quiet = false;
+    enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"type", required_argument, NULL, OPT_TYPE},
+        {"keep-rotation", no_argument, NULL, OPT_KEEP},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"quiet", no_argument, NULL, OPT_QUIET},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_TYPE:
+            if (strcmp(optarg, "f32") == 0)
+                o.out_type = PN_TYPE_F32;
+            else if (strcmp(optarg, "f16") == 0)
+                o.out_type = PN_TYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0)
+                o.out_type = PN_TYPE_BF16;
+            else {
+                fprintf(stderr, "pn-dequant: --type: '%s' is not f32, f16 or bf16\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_KEEP: o.keep_rotation = true; break;
+        case OPT_FORCE: o.force = true; break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_THREADS: {
+            char *end;
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || v < 1 || v > 4096) {
+                fprintf(stderr, "pn-dequant: --threads: '%s' is not an integer in [1, 4096]\n",
+                        optarg);
+                return 2;
+            }
+            o.threads = (int)v;
+            break;
+        }
+        case 'h': fputs(usage, stdout); return 0;
+        case OPT_VERSION: printf("pn-dequant %s\n", PN_VERSION); return 0;
+        default:
+            if (optopt >= OPT_TYPE || optopt == 0)
+                fprintf(stderr, "pn-dequant: option '%s' needs a value or is unknown\n",
+                        argv[optind - 1]);
+            else
+                fprintf(stderr, "pn-dequant: unknown option '-%c'\n", optopt);
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "pn-dequant: expected IN.gguf and OUT.gguf, got %d arguments\n",
+                argc - optind);
+        fputs(usage, stderr);
+        return 2;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o.cancel = &g_cancel;
+
+    pn_dequant_stats s;
+    pn_error err = {0};
+    pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
+    if (st) {
+        fprintf(stderr, "pn-dequant: %s\n", err.msg);
+        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+    }
+    if (s.rotation_key_missing)
+        fprintf(stderr, "pn-dequant: warning: %s has PN tensors but no pn.rotation.type; they "
+                        "were decoded without un-rotating\n", argv[optind]);
+    if (!quiet)
+        printf("%s: %zu tensors (%zu PN%s, %zu other decoded, %zu copied), %llu -> %llu data "
+               "bytes in %.2f s\n",
+               argv[optind + 1], s.n_tensors, s.n_pn,
+               s.n_pn == 0            ? ""
+               : s.rotation_undone    ? ", rotation undone"
+               : o.keep_rotation      ? ", rotation kept"
+                                      : ", no rotation",
+               s.n_stock, s.n_copied, (unsigned long long)s.bytes_in,
+               (unsigned long long)s.bytes_out, s.seconds);
+    return 0;
+}

@@ -1,0 +1,851 @@
+/* gguf_writer.c - writes a GGUF v3 file through a temporary file.
+ *
+ * Life of a writer:
+ *   COLLECTING  keys and tensor infos are gathered in memory (values are kept
+ *               already serialized, exactly as they go to disk);
+ *   OPEN        gguf_writer_begin created "<target>.tmp.XXXXXX", wrote the
+ *               header and the padding; gguf_writer_write streams the tensors'
+ *               bytes in order and inserts the zero padding between them;
+ *   CLOSED      every tensor got its bytes, the file is flushed, fsynced and
+ *               closed; the caller may re-read it;
+ *   COMMITTED   renamed onto the target;
+ *   ABORTED     the temporary file is gone.
+ * Any failure after begin aborts, so a failed writer never leaves a file.
+ *
+ * Output goes through one 4 MiB buffer, so many small writes cost one system
+ * call per 4 MiB and memory stays flat however large the model is.
+ */
+#include "gguf/gguf.h"
+
+#include "quant/types.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WRITE_BUFFER_BYTES (4u << 20)
+
+typedef struct writer_kv {
+    char *key;
+    gguf_value_type type;
+    uint8_t *val;          /* serialized value, as on disk after the type */
+    uint64_t val_len;
+    uint64_t val_offset;   /* file offset of val once the header is written */
+} writer_kv;
+
+typedef struct writer_tensor {
+    char *name;
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS];
+    int type;
+    uint64_t size;
+    uint64_t offset;       /* in the data section, assigned by begin */
+} writer_tensor;
+
+typedef enum writer_state {
+    W_COLLECTING,
+    W_OPEN,
+    W_CLOSED,
+    W_COMMITTED,
+    W_ABORTED,
+} writer_state;
+
+struct gguf_writer {
+    writer_kv *kvs;
+    size_t n_kv, cap_kv;
+    writer_tensor *tensors;
+    size_t n_tensors, cap_tensors;
+
+    writer_state state;
+    char *target;
+    char *tmp;             /* non-NULL exactly while the temporary file exists */
+    int fd;
+    uint64_t alignment;
+
+    uint8_t *buf;
+    size_t buf_len;
+    uint64_t flushed;      /* bytes already in the file = file offset of buf[0] */
+    uint64_t data_start;
+    size_t cur;            /* tensor being streamed */
+    uint64_t cur_done;     /* its bytes received so far */
+};
+
+static void store_le(uint8_t *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+gguf_writer *gguf_writer_new(void)
+{
+    gguf_writer *w = calloc(1, sizeof *w);
+    if (w)
+        w->fd = -1;
+    return w;
+}
+
+/* ------------------------------------------------------------------ */
+/* Keys                                                                */
+
+static writer_kv *find_kv(const gguf_writer *w, const char *key)
+{
+    for (size_t i = 0; i < w->n_kv; i++)
+        if (strcmp(w->kvs[i].key, key) == 0)
+            return &w->kvs[i];
+    return NULL;
+}
+
+/* Stores a serialized value under key, replacing an existing one in place.
+ * Takes ownership of val. */
+static pn_status put_kv(gguf_writer *w, const char *key, gguf_value_type type, uint8_t *val,
+                        uint64_t len)
+{
+    if (!w || !key || !*key || w->state != W_COLLECTING) {
+        free(val);
+        return PN_ERR_USAGE;
+    }
+    writer_kv *kv = find_kv(w, key);
+    if (!kv) {
+        if (w->n_kv == w->cap_kv) {
+            size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
+            writer_kv *p = realloc(w->kvs, nc * sizeof *p);
+            if (!p) {
+                free(val);
+                return PN_ERR_NOMEM;
+            }
+            w->kvs = p;
+            w->cap_kv = nc;
+        }
+        char *k = strdup(key);
+        if (!k) {
+            free(val);
+            return PN_ERR_NOMEM;
+        }
+        kv = &w->kvs[w->n_kv++];
+        memset(kv, 0, sizeof *kv);
+        kv->key = k;
+    }
+    free(kv->val);
+    kv->type = type;
+    kv->val = val;
+    kv->val_len = len;
+    return PN_OK;
+}
+
+static pn_status put_scalar(gguf_writer *w, const char *key, gguf_value_type type, uint64_t bits)
+{
+    size_t n = gguf_value_type_size(type);
+    uint8_t *val = malloc(n);
+    if (!val)
+        return PN_ERR_NOMEM;
+    store_le(val, bits, n);
+    return put_kv(w, key, type, val, n);
+}
+
+pn_status gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_UINT8, v);
+}
+pn_status gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_INT8, (uint64_t)(int64_t)v);
+}
+pn_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_UINT16, v);
+}
+pn_status gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_INT16, (uint64_t)(int64_t)v);
+}
+pn_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_UINT32, v);
+}
+pn_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_INT32, (uint64_t)(int64_t)v);
+}
+pn_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_UINT64, v);
+}
+pn_status gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v)
+{
+    return put_scalar(w, key, GGUF_TYPE_INT64, (uint64_t)v);
+}
+pn_status gguf_writer_set_f32(gguf_writer *w, const char *key, float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return put_scalar(w, key, GGUF_TYPE_FLOAT32, b);
+}
+pn_status gguf_writer_set_f64(gguf_writer *w, const char *key, double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    return put_scalar(w, key, GGUF_TYPE_FLOAT64, b);
+}
+pn_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v)
+{
+    return put_scalar(w, key, GGUF_TYPE_BOOL, v ? 1 : 0);
+}
+
+pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, uint64_t len)
+{
+    if (!v && len)
+        return PN_ERR_USAGE;
+    if (len > SIZE_MAX - 8)
+        return PN_ERR_NOMEM;
+    uint8_t *val = malloc(8 + len);
+    if (!val)
+        return PN_ERR_NOMEM;
+    store_le(val, len, 8);
+    if (len)
+        memcpy(val + 8, v, len);
+    return put_kv(w, key, GGUF_TYPE_STRING, val, 8 + len);
+}
+
+pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
+{
+    if (!v)
+        return PN_ERR_USAGE;
+    return gguf_writer_set_str_n(w, key, v, strlen(v));
+}
+
+/* An array value: element type, count, then `bytes` bytes of elements. */
+static pn_status put_array(gguf_writer *w, const char *key, gguf_value_type et, uint64_t count,
+                           const void *elems, uint64_t bytes)
+{
+    if (bytes > SIZE_MAX - 12)
+        return PN_ERR_NOMEM;
+    uint8_t *val = malloc(12 + bytes);
+    if (!val)
+        return PN_ERR_NOMEM;
+    store_le(val, (uint64_t)et, 4);
+    store_le(val + 4, count, 8);
+    if (bytes)
+        memcpy(val + 12, elems, bytes);
+    return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
+}
+
+pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type elem_type,
+                              const void *data, uint64_t count)
+{
+    size_t es = gguf_value_type_size(elem_type);
+    if (es == 0 || (count && !data))
+        return PN_ERR_USAGE;
+    if (count > UINT64_MAX / es)
+        return PN_ERR_NOMEM;
+    return put_array(w, key, elem_type, count, data, count * es);
+}
+
+pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v,
+                                  uint64_t count)
+{
+    if (count && !v)
+        return PN_ERR_USAGE;
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        if (!v[i])
+            return PN_ERR_USAGE;
+        bytes += 8 + strlen(v[i]);
+    }
+    if (bytes > SIZE_MAX - 12)
+        return PN_ERR_NOMEM;
+    uint8_t *val = malloc(12 + bytes);
+    if (!val)
+        return PN_ERR_NOMEM;
+    store_le(val, GGUF_TYPE_STRING, 4);
+    store_le(val + 4, count, 8);
+    uint8_t *p = val + 12;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t n = strlen(v[i]);
+        store_le(p, n, 8);
+        memcpy(p + 8, v[i], n);
+        p += 8 + n;
+    }
+    return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
+}
+
+pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
+{
+    if (!w || !kv || !kv->key.data || kv->key.len == 0 || memchr(kv->key.data, 0, kv->key.len))
+        return PN_ERR_USAGE;
+    char *key = malloc(kv->key.len + 1);
+    if (!key)
+        return PN_ERR_NOMEM;
+    memcpy(key, kv->key.data, kv->key.len);
+    key[kv->key.len] = '\0';
+
+    pn_status st;
+    size_t n = gguf_value_type_size(kv->type);
+    if (kv->type == GGUF_TYPE_FLOAT32) {
+        float f = (float)kv->v.f64;   /* exact: the reader widened a float */
+        st = gguf_writer_set_f32(w, key, f);
+    } else if (kv->type == GGUF_TYPE_FLOAT64) {
+        st = gguf_writer_set_f64(w, key, kv->v.f64);
+    } else if (n) {
+        /* Both union views hold the value's two's-complement bits. */
+        st = put_scalar(w, key, kv->type, kv->v.u64);
+    } else if (kv->type == GGUF_TYPE_STRING) {
+        st = gguf_writer_set_str_n(w, key, kv->v.str.data, kv->v.str.len);
+    } else if (kv->type == GGUF_TYPE_ARRAY) {
+        size_t es = gguf_value_type_size(kv->arr_type);
+        if ((unsigned)kv->arr_type >= GGUF_TYPE_COUNT_ ||
+            (es && kv->arr_bytes / es != kv->arr_count) || (es && kv->arr_bytes % es) ||
+            (kv->arr_bytes && !kv->arr_data))
+            st = PN_ERR_USAGE;
+        else
+            st = put_array(w, key, kv->arr_type, kv->arr_count, kv->arr_data, kv->arr_bytes);
+    } else {
+        st = PN_ERR_USAGE;
+    }
+    free(key);
+    return st;
+}
+
+void gguf_writer_remove_kv(gguf_writer *w, const char *key)
+{
+    if (!w || !key || w->state != W_COLLECTING)
+        return;
+    writer_kv *kv = find_kv(w, key);
+    if (!kv)
+        return;
+    free(kv->key);
+    free(kv->val);
+    size_t i = (size_t)(kv - w->kvs);
+    memmove(kv, kv + 1, (w->n_kv - i - 1) * sizeof *kv);
+    w->n_kv--;
+}
+
+bool gguf_writer_has_kv(const gguf_writer *w, const char *key)
+{
+    return w && key && find_kv(w, key) != NULL;
+}
+
+size_t gguf_writer_n_kv(const gguf_writer *w) { return w ? w->n_kv : 0; }
+size_t gguf_writer_n_tensors(const gguf_writer *w) { return w ? w->n_tensors : 0; }
+
+/* ------------------------------------------------------------------ */
+/* Tensor infos                                                        */
+
+pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
+                                 const int64_t *ne, int type, pn_error *err)
+{
+    if (!w || !name || !ne || w->state != W_COLLECTING)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "gguf writer: add_tensor needs a name and a shape, before begin");
+    if (!*name)
+        return pn_error_set(err, PN_ERR_TENSOR, "gguf writer: a tensor name is empty");
+    for (size_t i = 0; i < w->n_tensors; i++)
+        if (strcmp(w->tensors[i].name, name) == 0)
+            return pn_error_set(err, PN_ERR_TENSOR,
+                                "gguf writer: duplicate tensor name '%s' (tensor %zu and %zu)",
+                                name, i, w->n_tensors);
+    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "gguf writer: tensor '%s': n_dims is %u, expected 1..%d", name,
+                            n_dims, GGUF_MAX_DIMS);
+    for (uint32_t d = 0; d < n_dims; d++)
+        if (ne[d] < 1)
+            return pn_error_set(err, PN_ERR_TENSOR,
+                                "gguf writer: tensor '%s': ne[%u] is %lld, expected >= 1", name,
+                                d, (long long)ne[d]);
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    if (!tt)
+        return pn_error_set(err, PN_ERR_TYPE, "gguf writer: tensor '%s': unknown ggml type id %d",
+                            name, type);
+    if (ne[0] % tt->block_weights != 0)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "gguf writer: tensor '%s': row length ne[0] = %lld is not a multiple "
+                            "of the %s block of %lld weights",
+                            name, (long long)ne[0], tt->name, (long long)tt->block_weights);
+    uint64_t size = (uint64_t)(ne[0] / tt->block_weights);
+    bool overflow = __builtin_mul_overflow(size, (uint64_t)tt->block_bytes, &size);
+    for (uint32_t d = 1; d < n_dims; d++)
+        overflow |= __builtin_mul_overflow(size, (uint64_t)ne[d], &size);
+    if (overflow)
+        return pn_error_set(err, PN_ERR_TENSOR, "gguf writer: tensor '%s': size overflows 64 bits",
+                            name);
+
+    if (w->n_tensors == w->cap_tensors) {
+        size_t nc = w->cap_tensors ? w->cap_tensors * 2 : 64;
+        writer_tensor *p = realloc(w->tensors, nc * sizeof *p);
+        if (!p)
+            return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
+        w->tensors = p;
+        w->cap_tensors = nc;
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
+    writer_tensor *t = &w->tensors[w->n_tensors++];
+    memset(t, 0, sizeof *t);
+    t->name = copy;
+    t->n_dims = n_dims;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        t->ne[d] = (uint32_t)d < n_dims ? ne[d] : 1;
+    t->type = type;
+    t->size = size;
+    return PN_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Output                                                              */
+
+static void discard_temp(gguf_writer *w)
+{
+    if (w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    if (w->tmp) {
+        unlink(w->tmp);
+        free(w->tmp);
+        w->tmp = NULL;
+    }
+    free(w->buf);
+    w->buf = NULL;
+    w->buf_len = 0;
+}
+
+void gguf_writer_abort(gguf_writer *w)
+{
+    if (!w || w->state == W_COMMITTED)
+        return;
+    discard_temp(w);
+    w->state = W_ABORTED;
+}
+
+/* The error is formatted before the abort, while the temporary path exists. */
+#define FAIL_ABORT(w, err, code, ...)                                                       \
+    do {                                                                                    \
+        pn_status fail_code_ = pn_error_set((err), (code), __VA_ARGS__);                    \
+        gguf_writer_abort(w);                                                               \
+        return fail_code_;                                                                  \
+    } while (0)
+
+static pn_status write_all(gguf_writer *w, const uint8_t *p, size_t n, pn_error *err)
+{
+    while (n > 0) {
+        ssize_t r = write(w->fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            pn_status code = (e == ENOSPC || e == EDQUOT) ? PN_ERR_NOSPACE : PN_ERR_IO;
+            FAIL_ABORT(w, err, code, "%s: cannot write %zu bytes at offset %llu: %s", w->tmp, n,
+                       (unsigned long long)w->flushed, strerror(e));
+        }
+        if (r == 0)
+            FAIL_ABORT(w, err, PN_ERR_NOSPACE,
+                       "%s: short write: 0 of %zu bytes written at offset %llu", w->tmp, n,
+                       (unsigned long long)w->flushed);
+        p += r;
+        n -= (size_t)r;
+        w->flushed += (uint64_t)r;
+    }
+    return PN_OK;
+}
+
+static pn_status flush(gguf_writer *w, pn_error *err)
+{
+    pn_status st = write_all(w, w->buf, w->buf_len, err);
+    if (!st)
+        w->buf_len = 0;
+    return st;
+}
+
+static uint64_t position(const gguf_writer *w) { return w->flushed + w->buf_len; }
+
+static pn_status emit(gguf_writer *w, const void *data, size_t n, pn_error *err)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        if (w->buf_len == 0 && n >= WRITE_BUFFER_BYTES)
+            return write_all(w, p, n, err);
+        size_t take = WRITE_BUFFER_BYTES - w->buf_len;
+        if (take > n)
+            take = n;
+        memcpy(w->buf + w->buf_len, p, take);
+        w->buf_len += take;
+        p += take;
+        n -= take;
+        if (w->buf_len == WRITE_BUFFER_BYTES) {
+            pn_status st = flush(w, err);
+            if (st)
+                return st;
+        }
+    }
+    return PN_OK;
+}
+
+static pn_status emit_zeros(gguf_writer *w, uint64_t n, pn_error *err)
+{
+    while (n > 0) {
+        size_t take = WRITE_BUFFER_BYTES - w->buf_len;
+        if (take > n)
+            take = (size_t)n;
+        memset(w->buf + w->buf_len, 0, take);
+        w->buf_len += take;
+        n -= take;
+        if (w->buf_len == WRITE_BUFFER_BYTES) {
+            pn_status st = flush(w, err);
+            if (st)
+                return st;
+        }
+    }
+    return PN_OK;
+}
+
+static pn_status emit_le(gguf_writer *w, uint64_t v, size_t n, pn_error *err)
+{
+    uint8_t b[8];
+    store_le(b, v, n);
+    return emit(w, b, n, err);
+}
+
+static uint64_t padding(uint64_t pos, uint64_t align) { return (align - pos % align) % align; }
+
+static bool is_unsigned_int(gguf_value_type t)
+{
+    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 ||
+           t == GGUF_TYPE_UINT64;
+}
+
+static uint64_t unsigned_value(const writer_kv *kv)
+{
+    uint64_t a = 0;
+    for (size_t i = 0; i < gguf_value_type_size(kv->type); i++)
+        a |= (uint64_t)kv->val[i] << (8 * i);
+    return a;
+}
+
+/* general.alignment if set, else the default; 0 if the key is unusable. */
+static uint64_t alignment_of(const gguf_writer *w)
+{
+    const writer_kv *kv = find_kv(w, "general.alignment");
+    if (!kv)
+        return GGUF_DEFAULT_ALIGNMENT;
+    if (!is_unsigned_int(kv->type))
+        return 0;
+    uint64_t a = unsigned_value(kv);
+    return (a != 0 && (a & (a - 1)) == 0) ? a : 0;
+}
+
+static pn_status choose_alignment(gguf_writer *w, pn_error *err)
+{
+    w->alignment = alignment_of(w);
+    if (w->alignment)
+        return PN_OK;
+    const writer_kv *kv = find_kv(w, "general.alignment");
+    if (!is_unsigned_int(kv->type))
+        return pn_error_set(err, PN_ERR_ALIGNMENT,
+                            "%s: key 'general.alignment' has type %s, expected uint32",
+                            w->target, gguf_value_type_name(kv->type));
+    uint64_t a = unsigned_value(kv);
+    return pn_error_set(err, PN_ERR_ALIGNMENT,
+                        "%s: key 'general.alignment' is %llu, expected a power of two",
+                        w->target, (unsigned long long)a);
+}
+
+/* Header bytes before the padding, exactly as emit_header writes them. */
+static uint64_t header_bytes(const gguf_writer *w)
+{
+    uint64_t n = 4 + 4 + 8 + 8;
+    for (size_t i = 0; i < w->n_kv; i++)
+        n += 8 + strlen(w->kvs[i].key) + 4 + w->kvs[i].val_len;
+    for (size_t i = 0; i < w->n_tensors; i++)
+        n += 8 + strlen(w->tensors[i].name) + 4 + 8 * (uint64_t)w->tensors[i].n_dims + 4 + 8;
+    return n;
+}
+
+uint64_t gguf_writer_alignment(const gguf_writer *w) { return w ? alignment_of(w) : 0; }
+
+uint64_t gguf_writer_data_offset(const gguf_writer *w)
+{
+    uint64_t a = gguf_writer_alignment(w);
+    if (!a)
+        return 0;
+    uint64_t h = header_bytes(w);
+    return h + padding(h, a);
+}
+
+uint64_t gguf_writer_file_bytes(const gguf_writer *w)
+{
+    uint64_t a = gguf_writer_alignment(w);
+    if (!a)
+        return 0;
+    uint64_t n = gguf_writer_data_offset(w);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        n += w->tensors[i].size + padding(w->tensors[i].size, a);
+    return n;
+}
+
+static pn_status assign_offsets(gguf_writer *w, pn_error *err)
+{
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        writer_tensor *t = &w->tensors[i];
+        t->offset = off;
+        if (__builtin_add_overflow(off, t->size, &off) ||
+            __builtin_add_overflow(off, padding(off, w->alignment), &off))
+            return pn_error_set(err, PN_ERR_TENSOR,
+                                "%s: tensor '%s': the data section overflows 64 bits",
+                                w->target, t->name);
+    }
+    return PN_OK;
+}
+
+static pn_status emit_header(gguf_writer *w, pn_error *err)
+{
+    pn_status st = emit(w, "GGUF", 4, err);
+    if (!st) st = emit_le(w, 3, 4, err);
+    if (!st) st = emit_le(w, w->n_tensors, 8, err);
+    if (!st) st = emit_le(w, w->n_kv, 8, err);
+    for (size_t i = 0; i < w->n_kv && !st; i++) {
+        writer_kv *kv = &w->kvs[i];
+        size_t klen = strlen(kv->key);
+        st = emit_le(w, klen, 8, err);
+        if (!st) st = emit(w, kv->key, klen, err);
+        if (!st) st = emit_le(w, (uint64_t)kv->type, 4, err);
+        kv->val_offset = position(w);
+        if (!st) st = emit(w, kv->val, (size_t)kv->val_len, err);
+    }
+    for (size_t i = 0; i < w->n_tensors && !st; i++) {
+        const writer_tensor *t = &w->tensors[i];
+        size_t nlen = strlen(t->name);
+        st = emit_le(w, nlen, 8, err);
+        if (!st) st = emit(w, t->name, nlen, err);
+        if (!st) st = emit_le(w, t->n_dims, 4, err);
+        for (uint32_t d = 0; d < t->n_dims && !st; d++)
+            st = emit_le(w, (uint64_t)t->ne[d], 8, err);
+        if (!st) st = emit_le(w, (uint64_t)t->type, 4, err);
+        if (!st) st = emit_le(w, t->offset, 8, err);
+    }
+    if (!st) st = emit_zeros(w, padding(position(w), w->alignment), err);
+    w->data_start = position(w);
+    return st;
+}
+
+pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err)
+{
+    if (!w || !target_path || !*target_path || w->state != W_COLLECTING)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: begin needs a target path, once");
+    w->target = strdup(target_path);
+    size_t n = strlen(target_path) + sizeof ".tmp.XXXXXX";
+    w->tmp = malloc(n);
+    w->buf = malloc(WRITE_BUFFER_BYTES);
+    if (!w->target || !w->tmp || !w->buf) {
+        free(w->tmp);
+        w->tmp = NULL;
+        FAIL_ABORT(w, err, PN_ERR_NOMEM, "%s: out of memory", target_path);
+    }
+    pn_status st = choose_alignment(w, err);
+    if (!st)
+        st = assign_offsets(w, err);
+    if (st) {
+        free(w->tmp);
+        w->tmp = NULL;
+        gguf_writer_abort(w);
+        return st;
+    }
+    snprintf(w->tmp, n, "%s.tmp.XXXXXX", target_path);
+    w->fd = mkostemp(w->tmp, O_CLOEXEC);
+    if (w->fd < 0) {
+        int e = errno;
+        free(w->tmp);
+        w->tmp = NULL;
+        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+                   target_path, strerror(e));
+    }
+    /* mkstemp makes the file 0600; a model file is meant to be shared. */
+    if (fchmod(w->fd, 0644) != 0) {
+        int e = errno;
+        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot set permissions: %s", w->tmp, strerror(e));
+    }
+    w->state = W_OPEN;
+    w->flushed = 0;
+    w->buf_len = 0;
+    w->cur = 0;
+    w->cur_done = 0;
+    return emit_header(w, err);
+}
+
+pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error *err)
+{
+    if (!w || w->state != W_OPEN)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: write before begin or after close");
+    if (n && !data)
+        FAIL_ABORT(w, err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", w->tmp, n);
+    const uint8_t *p = data;
+    while (n > 0) {
+        if (w->cur >= w->n_tensors)
+            FAIL_ABORT(w, err, PN_ERR_USAGE,
+                       "%s: %zu bytes written past the end of the last tensor (offset %llu)",
+                       w->tmp, n, (unsigned long long)position(w));
+        writer_tensor *t = &w->tensors[w->cur];
+        uint64_t left = t->size - w->cur_done;
+        size_t take = left < n ? (size_t)left : n;
+        pn_status st = emit(w, p, take, err);
+        if (st)
+            return st;
+        p += take;
+        n -= take;
+        w->cur_done += take;
+        if (w->cur_done == t->size) {
+            /* Pads to the next tensor's offset, and after the last one to the
+             * alignment, as ggml's writer does. */
+            if ((st = emit_zeros(w, padding(position(w), w->alignment), err)))
+                return st;
+            w->cur++;
+            w->cur_done = 0;
+        }
+    }
+    return PN_OK;
+}
+
+pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
+                                uint64_t count, pn_error *err)
+{
+    if (!w || !key || (count && !data))
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: patch_arr needs a key and data");
+    writer_kv *kv = find_kv(w, key);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: no array key '%s' to patch", key);
+    gguf_value_type et = (gguf_value_type)(kv->val[0] | kv->val[1] << 8 | kv->val[2] << 16 |
+                                           (uint32_t)kv->val[3] << 24);
+    uint64_t have = 0;
+    for (int i = 0; i < 8; i++)
+        have |= (uint64_t)kv->val[4 + i] << (8 * i);
+    size_t es = gguf_value_type_size(et);
+    if (es == 0)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "gguf writer: key '%s' is an array of %s, not of a fixed-size type",
+                            key, gguf_value_type_name(et));
+    if (have != count)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "gguf writer: key '%s' has %llu elements, patch gives %llu", key,
+                            (unsigned long long)have, (unsigned long long)count);
+    if (w->state != W_COLLECTING && w->state != W_OPEN)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "gguf writer: patch of key '%s' after close", key);
+    uint64_t len = count * es;   /* fits: the array is already in memory */
+    memcpy(kv->val + 12, data, (size_t)len);
+    if (w->state == W_COLLECTING)
+        return PN_OK;
+
+    /* The elements may be partly in the file already and partly still in
+     * the buffer. */
+    uint64_t at = kv->val_offset + 12;
+    const uint8_t *src = data;
+    if (at < w->flushed) {
+        uint64_t in_file = w->flushed - at < len ? w->flushed - at : len;
+        uint64_t done = 0;
+        while (done < in_file) {
+            ssize_t r = pwrite(w->fd, src + done, (size_t)(in_file - done), (off_t)(at + done));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                int e = r < 0 ? errno : ENOSPC;
+                FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
+                           "%s: cannot patch key '%s' (%llu bytes at offset %llu): %s", w->tmp,
+                           key, (unsigned long long)(in_file - done),
+                           (unsigned long long)(at + done), strerror(e));
+            }
+            done += (uint64_t)r;
+        }
+        src += in_file;
+        at += in_file;
+        len -= in_file;
+    }
+    if (len)
+        memcpy(w->buf + (at - w->flushed), src, (size_t)len);
+    return PN_OK;
+}
+
+pn_status gguf_writer_close(gguf_writer *w, pn_error *err)
+{
+    if (!w || w->state != W_OPEN)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: close without an open file");
+    if (w->cur < w->n_tensors)
+        FAIL_ABORT(w, err, PN_ERR_USAGE,
+                   "%s: tensor '%s' (%zu of %zu) got %llu of its %llu bytes before close",
+                   w->tmp, w->tensors[w->cur].name, w->cur, w->n_tensors,
+                   (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].size);
+    pn_status st = flush(w, err);
+    if (st)
+        return st;
+    if (fsync(w->fd) != 0) {
+        int e = errno;
+        FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
+                   "%s: fsync after %llu bytes failed: %s", w->tmp,
+                   (unsigned long long)w->flushed, strerror(e));
+    }
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0) {
+        int e = errno;
+        FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
+                   "%s: close after %llu bytes failed: %s", w->tmp,
+                   (unsigned long long)w->flushed, strerror(e));
+    }
+    free(w->buf);
+    w->buf = NULL;
+    w->state = W_CLOSED;
+    return PN_OK;
+}
+
+const char *gguf_writer_temp_path(const gguf_writer *w) { return w ? w->tmp : NULL; }
+
+pn_status gguf_writer_commit(gguf_writer *w, pn_error *err)
+{
+    if (!w)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: commit of NULL");
+    if (w->state != W_CLOSED)
+        FAIL_ABORT(w, err, PN_ERR_USAGE, "%s: commit before close", w->target ? w->target : "?");
+    if (rename(w->tmp, w->target) != 0) {
+        int e = errno;
+        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, w->target,
+                   strerror(e));
+    }
+    free(w->tmp);
+    w->tmp = NULL;
+    w->state = W_COMMITTED;
+    /* Makes the rename durable. Best effort: the file is in place already and
+     * cannot be un-renamed, and some filesystems refuse fsync on folders. */
+    char *copy = strdup(w->target);
+    if (copy) {
+        int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(copy);
+    }
+    return PN_OK;
+}
+
+void gguf_writer_free(gguf_writer *w)
+{
+    if (!w)
+        return;
+    gguf_writer_abort(w);
+    for (size_t i = 0; i < w->n_kv; i++) {
+        free(w->kvs[i].key);
+        free(w->kvs[i].val);
+    }
+    free(w->kvs);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        free(w->tensors[i].name);
+    free(w->tensors);
+    free(w->target);
+    free(w->buf);
+    free(w);
+}

@@ -1,0 +1,122 @@
+/* recipe.h - the mix recipe language: which type each tensor is stored as.
+ *
+ * A recipe is UTF-8/ASCII text, one statement per line (recipes/README.md is
+ * the user's reference; this is the contract the code keeps):
+ *
+ *   # comment                 '#' to the end of the line is ignored, anywhere
+ *   mix <name>                required, once; name = [A-Za-z0-9._-]{1,63}.
+ *                             The output's pn.mix is "<name>+<N promoted>".
+ *   rotation hadamard [cap]   required, once (or "rotation none"); cap is a
+ *                             power of two in 1..4096, default 1024
+ *   promote <N>               optional, once: default count of pn3t -> pn4t
+ *                             promotions (default 0)
+ *   file_type <N>             optional, once: general.file_type to write (u32);
+ *                             without it the output has no general.file_type
+ *   rule <selector>... => <type>[|<type>...]
+ *
+ * Rules are tried in file order and the first that matches a tensor wins.
+ * A selector is either a name pattern (mix/glob.h: whole name, '*' and '?')
+ * or a shape condition, told apart by the characters "=<>!%", which tensor
+ * names never contain. A rule matches when ANY of its patterns matches the
+ * name (no pattern: every name) AND ALL its conditions hold. A condition is
+ *   <var>[%<m>]<op><value>[,<value>...]
+ *   var  K (ne[0], the row length), rows (ne[1]*ne[2]*ne[3]), dims (n_dims)
+ *   %m   compare var mod m (m >= 1) instead of var
+ *   op   = or == (var equals one of the values), != (equals none of them),
+ *        < <= > >= (one value)
+ * values are non-negative decimal integers.
+ * The type chain lists up to 8 types; a tensor gets the first whose block
+ * divides K. The types a recipe may name are those the toolchain writes:
+ * f32 f16 bf16 q8_0 q4_K q3_K pn3t pn4t (case-insensitive).
+ *
+ * Errors: PN_ERR_RECIPE with "<source>:<line>: <what was expected>, found
+ * '<what was there>'". Ownership: a parsed recipe owns all its strings;
+ * free it with pn_recipe_free. Nothing here prints; parsing allocates only
+ * from the text's own size.
+ */
+#ifndef PN_MIX_RECIPE_H
+#define PN_MIX_RECIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+#define PN_MIX_NAME_MAX 64          /* bytes, with the terminator */
+#define PN_RECIPE_MAX_CHAIN 8
+#define PN_RECIPE_MAX_VALUES 8
+#define PN_RECIPE_MAX_BYTES (1u << 20)  /* a recipe file larger than this is refused */
+
+typedef enum pn_rotation_kind {
+    PN_ROTATION_NONE = 0,
+    PN_ROTATION_HADAMARD = 1,
+} pn_rotation_kind;
+
+typedef enum pn_shape_var {
+    PN_SHAPE_K = 0,       /* ne[0] */
+    PN_SHAPE_ROWS = 1,    /* ne[1] * ne[2] * ne[3] */
+    PN_SHAPE_DIMS = 2,    /* n_dims */
+} pn_shape_var;
+
+typedef enum pn_cmp {
+    PN_CMP_EQ = 0,        /* one of values[] */
+    PN_CMP_NE,            /* none of values[] */
+    PN_CMP_LT,
+    PN_CMP_LE,
+    PN_CMP_GT,
+    PN_CMP_GE,
+} pn_cmp;
+
+typedef struct pn_recipe_cond {
+    pn_shape_var var;
+    int64_t modulus;                     /* 0: the variable itself; m >= 1: var % m */
+    pn_cmp cmp;
+    int n_values;                        /* >= 1; exactly 1 unless EQ/NE */
+    int64_t values[PN_RECIPE_MAX_VALUES];
+} pn_recipe_cond;
+
+typedef struct pn_recipe_rule {
+    int line;                            /* 1-based line in the recipe */
+    char *text;                          /* the statement as written, comment and edges trimmed */
+    size_t n_patterns;
+    char **patterns;
+    size_t n_conds;
+    pn_recipe_cond *conds;
+    int n_types;                         /* 1..PN_RECIPE_MAX_CHAIN */
+    int types[PN_RECIPE_MAX_CHAIN];      /* ggml type ids, in preference order */
+} pn_recipe_rule;
+
+typedef struct pn_recipe {
+    char *source;                        /* file path or the name given to parse (messages) */
+    char name[PN_MIX_NAME_MAX];
+    pn_rotation_kind rotation;
+    int rotation_cap;                    /* the block cap when hadamard, else 0 */
+    int64_t promote;                     /* default promotion count */
+    bool has_file_type;
+    uint32_t file_type;
+    size_t n_rules;
+    pn_recipe_rule *rules;
+} pn_recipe;
+
+/* Parses len bytes of recipe text. source names the text in messages. */
+pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
+                          pn_recipe **out, pn_error *err);
+/* Reads and parses a recipe file (PN_ERR_IO when it cannot be read). */
+pn_status pn_recipe_load(const char *path, pn_recipe **out, pn_error *err);
+void pn_recipe_free(pn_recipe *r);
+
+/* True when the rule selects this tensor (see the matching rules above). */
+bool pn_recipe_rule_matches(const pn_recipe_rule *rule, const char *name, uint32_t n_dims,
+                            const int64_t ne[4]);
+/* The first rule that selects the tensor, or NULL. */
+const pn_recipe_rule *pn_recipe_match(const pn_recipe *r, const char *name, uint32_t n_dims,
+                                      const int64_t ne[4]);
+/* The first type of the rule's chain whose block divides K, with its position
+ * in the chain in *chain_index (may be NULL); -1 when none divides. */
+int pn_recipe_rule_pick_type(const pn_recipe_rule *rule, int64_t K, int *chain_index);
+
+/* True for the types a recipe may name (the ones the toolchain writes). */
+bool pn_recipe_type_supported(int type);
+
+#endif

@@ -1,0 +1,132 @@
+/* check.h - checking a GGUF file that may hold PN tensors (pn-check).
+ *
+ * pn_check_file reads a file once and returns a report: a list of findings,
+ * each with a severity and a stable code, and figures per tensor. It never
+ * prints; cmd/pn-check.c formats the report (text or JSON).
+ *
+ * What is checked (docs/TOOLS-check.md lists every code):
+ *   GGUF-*   structure: what the GGUF reader refuses, and where tensor data
+ *            lies (aligned, inside the file, not overlapping);
+ *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
+ *            (present, typed, consistent with the tensors), CRC-32 per tensor;
+ *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name;
+ *   SRC-*    with the source float GGUF: the relative error of each tensor
+ *            after decoding (and un-rotating PN tensors) against the source,
+ *            compared with what the type gives on that data.
+ * Errors break the format or GGUF; warnings are departures from this
+ * project's conventions that another tool may legitimately make.
+ *
+ * Ownership: the report and everything it points to belong to the caller and
+ * are released with pn_check_report_free. Codes are static strings.
+ *
+ * Threads: the data pass runs over chunks of rows with OpenMP; every figure in
+ * the report (CRCs, counts, first locations, error sums) is the same for any
+ * thread count because chunks are fixed by the data, not by the threads, and
+ * are combined in file order.
+ */
+#ifndef PN_PIPELINE_CHECK_H
+#define PN_PIPELINE_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+typedef enum pn_severity {
+    PN_SEV_WARNING = 1,
+    PN_SEV_ERROR = 2,
+} pn_severity;
+
+const char *pn_severity_name(pn_severity s);   /* "warning" / "error" */
+
+typedef struct pn_finding {
+    pn_severity severity;
+    const char *code;          /* stable code, e.g. "PN-RESERVED-BITS" (static) */
+    char *tensor;              /* tensor concerned, or NULL */
+    char *key;                 /* metadata key concerned, or NULL */
+    int64_t offset;            /* file byte offset concerned, or -1 */
+    int64_t row;               /* first bad row (tensor row index), or -1 */
+    int64_t block;             /* first bad block within that row, or -1 */
+    int64_t count;             /* how many things are bad (blocks...), or -1 */
+    char *message;             /* one line, no trailing newline */
+} pn_finding;
+
+/* What the check learned about one tensor (in tensor-info order). */
+typedef struct pn_check_tensor {
+    char *name;
+    int type;                  /* ggml type id */
+    uint32_t n_dims;
+    int64_t ne[4];
+    uint64_t file_offset;      /* absolute byte offset of the data */
+    uint64_t bytes;
+    bool in_file;              /* all bytes lie inside the file (data checked) */
+    bool crc_computed;
+    uint32_t crc32;            /* zlib CRC-32 of the data bytes (when computed) */
+    bool crc_recorded;
+    uint32_t crc32_recorded;   /* pn.tensor_crc32 entry (when recorded) */
+    int64_t bad_blocks;        /* PN tensors: blocks failing validation */
+    int rotation_block;        /* PN tensors: rotation block B undone; 0 = none */
+    /* --source (compared == false when not compared; `note` says why) */
+    bool compared;
+    double rel_error;          /* E = sum (w - dq)^2 / sum w^2 over the tensor */
+    double expected_error;     /* PN: E_ref on the sample; other types: NaN */
+    double limit;              /* the error above which the tensor is flagged */
+    char *note;                /* why not compared, or NULL */
+} pn_check_tensor;
+
+typedef struct pn_check_report {
+    char *path;
+    bool readable;             /* false: not read (not GGUF, cut in its header...) */
+    pn_finding *findings;
+    size_t n_findings;
+    size_t n_errors, n_warnings;
+    pn_check_tensor *tensors;
+    size_t n_tensors;
+    uint64_t file_size;
+    uint64_t data_bytes;       /* tensor bytes read in the data pass */
+    double seconds;            /* wall time of the check */
+    /* --recipe */
+    bool recipe_checked;
+    char *recipe_mix;          /* the recipe's mix name */
+    char *expected_mix;        /* "<recipe mix>+<promotions>" */
+    char **promoted;           /* tensors whose type is the recipe's promotion */
+    size_t n_promoted;
+    long recipe_promote_n;     /* the recipe's promotion count, -1 if none */
+    /* --source */
+    char *source_path;
+} pn_check_report;
+
+typedef struct pn_check_options {
+    const char *recipe_path;   /* NULL: no recipe conformance */
+    const char *source_path;   /* NULL: no source comparison */
+    int threads;               /* <= 0: OpenMP's default */
+    /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the
+     * error of the reference quantizer on sample rows of the source. */
+    double source_factor;      /* default 4 */
+    double source_floor;       /* default 1e-4 */
+    double stock_limit;        /* other types: flagged when E > this; default 0.5 */
+    int sample_rows;           /* source rows re-quantized per PN tensor; default 16 */
+    int max_locations;         /* bad blocks located per finding; default 5 */
+    size_t chunk_bytes;        /* data-pass work unit; default 8 MiB */
+} pn_check_options;
+
+void pn_check_options_default(pn_check_options *o);
+
+/* Checks the file. Returns PN_OK with *out set whenever the file itself was
+ * examined, including when it is invalid or unreadable (report->readable is
+ * then false and a finding says why). Returns an error (and *out NULL) only
+ * for what is not the file's fault: out of memory, an unreadable recipe or
+ * source file, bad options. */
+pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_report **out,
+                        pn_error *err);
+
+void pn_check_report_free(pn_check_report *r);
+
+/* 0 valid, 1 invalid (errors, or warnings under strict), 2 not readable. */
+int pn_check_exit_code(const pn_check_report *r, bool strict);
+
+/* The finding with this code (and tensor, when tensor is not NULL), or NULL. */
+const pn_finding *pn_check_find(const pn_check_report *r, const char *code, const char *tensor);
+
+#endif

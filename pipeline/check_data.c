@@ -1,0 +1,556 @@
+/* check_data.c - pn-check: one pass over every tensor's bytes.
+ *
+ * Each tensor's elements are cut into work items (about chunk_bytes of file
+ * data each, on boundaries of both the type's block and the rotation block),
+ * and each item, in one walk over its bytes, updates the CRC-32, validates the
+ * PN blocks and, with a source, decodes, un-rotates and compares with the
+ * source. Items run in parallel; their results are combined in file order
+ * (crc32_combine, sums in item order), so the report does not depend on the
+ * thread count.
+ *
+ * The expected error of a PN tensor comes from re-quantizing a fixed sample
+ * of source rows (rows i*rows/S, i = 0..S-1), rotated like the file says,
+ * with the reference quantizer's exact fast path. A tensor is flagged when
+ * its error E exceeds factor * E_ref + floor: a wrong packing, a missing or
+ * different rotation or another type's bytes give E near or above 1, while a
+ * faithful encoding gives E within a few percent of E_ref (the quantizer is
+ * scale invariant, so the relative error of a row depends on the shape of
+ * its distribution, not its size, and a sample of rows estimates it well).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "hadamard/hadamard.h"
+#include "pipeline/check_internal.h"
+#include "quant/fp16.h"
+#include "quant/kquants.h"
+#include "quant/pn.h"
+#include "quant/types.h"
+#include "quant/widen.h"
+
+#define SEG_TARGET 16384            /* elements decoded per step */
+
+typedef struct tplan {
+    const uint8_t *data;            /* the tensor's bytes (NULL: not in the file) */
+    int64_t n;                      /* elements */
+    int64_t K, rows;
+    int64_t bw, bb;                 /* block weights and bytes */
+    int64_t unit;                   /* elements; the type's and rotation's blocks divide it */
+    int64_t seg;                    /* elements per step, a multiple of unit */
+    int64_t item_len;               /* elements per work item, a multiple of unit */
+    const pn_params *pn;            /* pn3t/pn4t, else NULL */
+    bool compare;
+    int B;                          /* rotation block undone, 0 none */
+    const uint8_t *src;
+    int src_type;
+    int64_t src_es;
+    size_t first_item, n_items;
+    size_t first_sample, n_samples;
+} tplan;
+
+typedef struct loc {
+    int64_t block;                  /* block index in the tensor */
+    uint16_t d;
+} loc;
+
+typedef struct item {
+    size_t t;
+    int64_t e0, e1;                 /* element range */
+    uint32_t crc;
+    int64_t n_nan, n_inf, n_res;
+    int n_loc_nf, n_loc_res;
+    double num, den;
+    pn_status st;
+} item;
+
+typedef struct sample {
+    size_t t;
+    int64_t row;
+    double num, den;
+    pn_status st;
+    int64_t bad_col;
+} sample;
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static void record(loc *list, int *n, int max, int64_t block, uint16_t d)
+{
+    if (*n < max) {
+        list[*n].block = block;
+        list[*n].d = d;
+        (*n)++;
+    }
+}
+
+/* Validates nblk blocks starting at tensor block gb0: the fast row check
+ * finds the next bad block, which is then classified and counted. */
+static void validate_blocks(const tplan *tp, const uint8_t *p, int64_t gb0, int64_t nblk, item *it,
+                            loc *nf, loc *res, int maxloc)
+{
+    int64_t start = 0;
+    while (start < nblk) {
+        int64_t bad = 0;
+        if (pn_validate_row(tp->pn->type, p + start * PN_BLOCK_BYTES, (nblk - start) * tp->bw,
+                            &bad) == PN_OK)
+            break;
+        int64_t k = start + bad;
+        const uint8_t *b = p + k * PN_BLOCK_BYTES;
+        uint16_t d = pn_load_u16le(b);
+        if ((d & 0x7c00u) == 0x7c00u) {
+            if (d & 0x03ffu)
+                it->n_nan++;
+            else
+                it->n_inf++;
+            record(nf, &it->n_loc_nf, maxloc, gb0 + k, d);
+        }
+        if (tp->pn->type == PN_TYPE_PN3T) {
+            bool set = false;
+            for (int w = 0; w < 8; w++)
+                set |= (pn_load_u32le(b + 2 + 4 * w) & 0x80008000u) != 0;
+            if (set) {
+                it->n_res++;
+                record(res, &it->n_loc_res, maxloc, gb0 + k, d);
+            }
+        }
+        start = k + 1;
+    }
+}
+
+static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, int64_t m)
+{
+    if (tp->pn) {
+        pn_dequantize_row(type, p, y, m);
+        return PN_OK;
+    }
+    return pn_dequantize_row_stock(type, p, y, m);
+}
+
+static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int maxloc, float *a,
+                     float *b)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
+        const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
+        const uint8_t *p = tp->data + e / tp->bw * tp->bb;
+        crc = crc32_z(crc, p, (size_t)(m / tp->bw * tp->bb));
+        if (tp->pn)
+            validate_blocks(tp, p, e / tp->bw, m / tp->bw, it, nf, res, maxloc);
+        if (!tp->compare || it->st)
+            continue;
+        pn_status st = decode(tp, type, p, a, m);
+        if (!st)
+            st = pn_widen_row(tp->src_type, tp->src + e * tp->src_es, b, m);
+        if (st) {
+            it->st = st;
+            continue;
+        }
+        if (tp->B > 1)
+            pn_hadamard_rotate_row(a, m, tp->B);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < m; i++) {
+            double w = b[i], dq = a[i];
+            num += (w - dq) * (w - dq);
+            den += w * w;
+        }
+        it->num += num;
+        it->den += den;
+    }
+    it->crc = (uint32_t)crc;
+}
+
+/* The reference quantizer's error on one source row, in the rotated domain
+ * (the rotation is orthonormal, so the relative error is the same). */
+static void run_sample(const tplan *tp, int type, sample *s, float *a, float *b, uint8_t *q)
+{
+    const int64_t e_end = (s->row + 1) * tp->K;
+    for (int64_t e = s->row * tp->K; e < e_end; e += tp->seg) {
+        const int64_t m = e_end - e < tp->seg ? e_end - e : tp->seg;
+        pn_status st = pn_widen_row(tp->src_type, tp->src + e * tp->src_es, a, m);
+        int64_t bad = pn_find_nonfinite(a, m);
+        if (!st && bad >= 0) {
+            st = PN_ERR_NONFINITE;
+            s->bad_col = e - s->row * tp->K + bad;
+        }
+        if (!st && tp->B > 1)
+            pn_hadamard_rotate_row(a, m, tp->B);
+        int64_t bad_col = -1;
+        if (!st)
+            st = pn_quantize_row(type, a, m, q, &bad_col);
+        if (st) {
+            s->st = st;
+            if (s->bad_col < 0)
+                s->bad_col = bad_col >= 0 ? e - s->row * tp->K + bad_col : -1;
+            return;
+        }
+        pn_dequantize_row(type, q, b, m);
+        for (int64_t i = 0; i < m; i++) {
+            double w = a[i], dq = b[i];
+            s->num += (w - dq) * (w - dq);
+            s->den += w * w;
+        }
+    }
+}
+
+static void set_note(pn_check_ctx *c, pn_check_tensor *t, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_note(pn_check_ctx *c, pn_check_tensor *t, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    free(t->note);
+    t->note = strdup(buf);
+    if (!t->note)
+        c->nomem = true;
+}
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+/* Decides, per tensor, what the pass does; reports name and shape mismatches
+ * with the source. */
+static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
+{
+    pn_check_tensor *t = &c->rep->tensors[i];
+    const pn_type_traits *tt = pn_type_traits_get(t->type);
+    memset(tp, 0, sizeof *tp);
+    tp->bw = tt->block_weights;
+    tp->bb = tt->block_bytes;
+    tp->K = t->ne[0];
+    tp->rows = t->ne[1] * t->ne[2] * t->ne[3];
+    tp->n = tp->K * tp->rows;
+    tp->pn = pn_params_get(t->type);
+    tp->data = t->in_file ? gguf_reader_bytes(c->r) + t->file_offset : NULL;
+    if (tp->pn && c->rotation_known && c->rotation_hadamard)
+        tp->B = pn_hadamard_block_size(tp->K, c->rotation_cap);
+    if (tp->pn)
+        t->rotation_block = tp->B;
+
+    if (!c->src)
+        return;
+    long si = gguf_reader_find_tensor(c->src, t->name);
+    if (si < 0) {
+        pn_check_add(c, PN_SEV_ERROR, "SRC-NAME", t->name, NULL, (int64_t)t->file_offset,
+                     "tensor '%s' is not in the source %s", t->name, c->opt.source_path);
+        set_note(c, t, "not in the source");
+        return;
+    }
+    const gguf_tensor_info *s = gguf_reader_tensor(c->src, (size_t)si);
+    if (memcmp(s->ne, t->ne, sizeof t->ne) != 0) {
+        pn_check_add(c, PN_SEV_ERROR, "SRC-SHAPE", t->name, NULL, (int64_t)t->file_offset,
+                     "shape %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64
+                     " differs from the source's %" PRId64 " x %" PRId64 " x %" PRId64
+                     " x %" PRId64,
+                     t->ne[0], t->ne[1], t->ne[2], t->ne[3], s->ne[0], s->ne[1], s->ne[2],
+                     s->ne[3]);
+        set_note(c, t, "shape differs from the source");
+        return;
+    }
+    if (!pn_type_is_float(s->type)) {
+        set_note(c, t, "the source tensor is %s, not a float type", type_name(s->type));
+        return;
+    }
+    if (!t->in_file) {
+        set_note(c, t, "its data is not inside the file");
+        return;
+    }
+    if (tp->pn && !c->rotation_known) {
+        set_note(c, t, "the pn.rotation keys are unusable");
+        return;
+    }
+    if (!tp->pn && !pn_stock_type_supported(t->type)) {
+        set_note(c, t, "type %s is not decoded by this build", type_name(t->type));
+        return;
+    }
+    tp->compare = true;
+    tp->src = gguf_reader_tensor_data(c->src, (size_t)si);
+    tp->src_type = s->type;
+    tp->src_es = pn_type_traits_get(s->type)->block_bytes;
+}
+
+static void report_source_only_tensors(pn_check_ctx *c)
+{
+    for (size_t i = 0; c->src && i < gguf_reader_n_tensors(c->src); i++) {
+        const gguf_tensor_info *s = gguf_reader_tensor(c->src, i);
+        if (gguf_reader_find_tensor(c->r, s->name) < 0)
+            pn_check_add(c, PN_SEV_ERROR, "SRC-NAME", s->name, NULL, -1,
+                         "source tensor '%s' is not in the file", s->name);
+    }
+}
+
+static void format_locations(char *buf, size_t size, const loc *l, int n, const tplan *tp,
+                             const pn_check_tensor *t, bool with_d)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    const int64_t per_row = tp->K / tp->bw;
+    for (int k = 0; k < n && len < size; k++) {
+        int64_t row = l[k].block / per_row, blk = l[k].block % per_row;
+        int w = with_d ? snprintf(buf + len, size - len,
+                                  "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ", d 0x%04x)",
+                                  k ? "; " : "", row, blk,
+                                  t->file_offset + (uint64_t)(l[k].block * tp->bb), l[k].d)
+                       : snprintf(buf + len, size - len,
+                                  "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ")",
+                                  k ? "; " : "", row, blk,
+                                  t->file_offset + (uint64_t)(l[k].block * tp->bb));
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+}
+
+static void set_location(pn_finding *f, const loc *first, const tplan *tp, const pn_check_tensor *t,
+                         int64_t count)
+{
+    if (!f)
+        return;
+    const int64_t per_row = tp->K / tp->bw;
+    f->row = first->block / per_row;
+    f->block = first->block % per_row;
+    f->offset = (int64_t)(t->file_offset + (uint64_t)(first->block * tp->bb));
+    f->count = count;
+}
+
+/* Combines a tensor's items and samples into its figures and findings. */
+static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const item *items,
+                            const loc *locs, const sample *samples)
+{
+    pn_check_tensor *t = &c->rep->tensors[i];
+    const int maxloc = c->opt.max_locations;
+    if (!tp->data)
+        return;
+
+    uLong crc = crc32(0L, Z_NULL, 0);
+    int64_t n_nan = 0, n_inf = 0, n_res = 0;
+    loc *nf = malloc((size_t)maxloc * sizeof *nf), *res = malloc((size_t)maxloc * sizeof *res);
+    if (!nf || !res) {
+        free(nf);
+        free(res);
+        c->nomem = true;
+        return;
+    }
+    int n_nf = 0, n_rs = 0;
+    double num = 0, den = 0;
+    pn_status st = PN_OK;
+    for (size_t k = tp->first_item; k < tp->first_item + tp->n_items; k++) {
+        const item *it = &items[k];
+        crc = crc32_combine(crc, it->crc, (z_off_t)((it->e1 - it->e0) / tp->bw * tp->bb));
+        n_nan += it->n_nan;
+        n_inf += it->n_inf;
+        n_res += it->n_res;
+        const loc *il = &locs[k * 2 * (size_t)maxloc];
+        for (int q = 0; q < it->n_loc_nf; q++)
+            record(nf, &n_nf, maxloc, il[q].block, il[q].d);
+        for (int q = 0; q < it->n_loc_res; q++)
+            record(res, &n_rs, maxloc, il[maxloc + q].block, il[maxloc + q].d);
+        num += it->num;
+        den += it->den;
+        if (!st)
+            st = it->st;
+    }
+    t->crc_computed = true;
+    t->crc32 = (uint32_t)crc;
+    const int64_t nblocks = tp->n / tp->bw;
+    char where[640];
+
+    if (t->crc_recorded && t->crc32 != t->crc32_recorded)
+        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, "pn.tensor_crc32",
+                     (int64_t)t->file_offset,
+                     "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
+                     "records 0x%08x",
+                     t->bytes, t->crc32, i, t->crc32_recorded);
+    if (n_nan + n_inf > 0) {
+        t->bad_blocks += n_nan + n_inf;
+        format_locations(where, sizeof where, nf, n_nf, tp, t, true);
+        pn_finding *f = pn_check_add(
+            c, PN_SEV_ERROR, "PN-NONFINITE-SCALE", t->name, NULL, -1,
+            "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale d (%" PRId64
+            " NaN, %" PRId64 " infinite); first: %s",
+            n_nan + n_inf, nblocks, type_name(t->type), n_nan, n_inf, where);
+        set_location(f, &nf[0], tp, t, n_nan + n_inf);
+    }
+    if (n_res > 0) {
+        t->bad_blocks += n_res;
+        format_locations(where, sizeof where, res, n_rs, tp, t, false);
+        pn_finding *f = pn_check_add(
+            c, PN_SEV_ERROR, "PN-RESERVED-BITS", t->name, NULL, -1,
+            "%" PRId64 " of %" PRId64 " pn3t blocks have reserved bit 15 or 31 of a word set; "
+            "first: %s",
+            n_res, nblocks, where);
+        set_location(f, &res[0], tp, t, n_res);
+    }
+    free(nf);
+    free(res);
+
+    if (!tp->compare)
+        return;
+    if (st) {
+        set_note(c, t, "decoding failed: %s", pn_strerror(st));
+        return;
+    }
+    t->compared = true;
+    t->rel_error = den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+    if (tp->pn) {
+        double snum = 0, sden = 0;
+        for (size_t k = tp->first_sample; k < tp->first_sample + tp->n_samples; k++) {
+            const sample *s = &samples[k];
+            if (s->st) {
+                t->compared = false;
+                t->rel_error = NAN;
+                set_note(c, t, "re-quantizing source row %" PRId64 " failed at column %" PRId64
+                               ": %s", s->row, s->bad_col, pn_strerror(s->st));
+                return;
+            }
+            snum += s->num;
+            sden += s->den;
+        }
+        t->expected_error = sden > 0 ? snum / sden : 0.0;
+        t->limit = c->opt.source_factor * t->expected_error + c->opt.source_floor;
+        if (t->rel_error > t->limit) {
+            char rot[64] = "no rotation";
+            if (tp->B > 1)
+                snprintf(rot, sizeof rot, "rotation block %d", tp->B);
+            pn_check_add(c, PN_SEV_ERROR, "SRC-ERROR-HIGH", t->name, NULL, (int64_t)t->file_offset,
+                         "relative error %.4g against the source (decoded as %s, %s) is above "
+                         "the limit %.4g = %g x E_ref + %g, E_ref = %.4g being the reference "
+                         "quantizer's error on %zu sample rows of the source: wrong code "
+                         "packing, a missing or different rotation, or another type's data",
+                         t->rel_error, type_name(t->type), rot, t->limit, c->opt.source_factor,
+                         c->opt.source_floor, t->expected_error, tp->n_samples);
+        }
+    } else {
+        t->limit = c->opt.stock_limit;
+        if (t->rel_error > t->limit)
+            pn_check_add(c, PN_SEV_ERROR, "SRC-ERROR-HIGH", t->name, NULL, (int64_t)t->file_offset,
+                         "relative error %.4g against the source (decoded as %s) is above %g",
+                         t->rel_error, type_name(t->type), t->limit);
+    }
+}
+
+pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
+{
+    pn_check_report *rep = c->rep;
+    const size_t nt = rep->n_tensors;
+    const int maxloc = c->opt.max_locations;
+    tplan *plans = calloc(nt ? nt : 1, sizeof *plans);
+    if (!plans)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", rep->path);
+
+    size_t n_items = 0, n_samples = 0;
+    int64_t seg_max = 1;
+    for (size_t i = 0; i < nt; i++) {
+        tplan *tp = &plans[i];
+        plan_tensor(c, i, tp);
+        int64_t rb = tp->B > 1 ? tp->B : 1;
+        tp->unit = tp->bw / gcd64(tp->bw, rb) * rb;
+        tp->seg = tp->unit * (SEG_TARGET / tp->unit > 1 ? SEG_TARGET / tp->unit : 1);
+        if (tp->seg > seg_max)
+            seg_max = tp->seg;
+        if (!tp->data)
+            continue;
+        const int64_t unit_bytes = tp->unit / tp->bw * tp->bb;
+        int64_t per = (int64_t)(c->opt.chunk_bytes / (uint64_t)unit_bytes);
+        tp->item_len = tp->unit * (per > 1 ? per : 1);
+        tp->first_item = n_items;
+        tp->n_items = (size_t)((tp->n + tp->item_len - 1) / tp->item_len);
+        n_items += tp->n_items;
+        if (tp->compare && tp->pn) {
+            tp->first_sample = n_samples;
+            tp->n_samples = (size_t)(tp->rows < c->opt.sample_rows ? tp->rows : c->opt.sample_rows);
+            n_samples += tp->n_samples;
+        }
+    }
+    report_source_only_tensors(c);
+
+    item *items = calloc(n_items ? n_items : 1, sizeof *items);
+    loc *locs = calloc((n_items ? n_items : 1) * 2 * (size_t)maxloc, sizeof *locs);
+    sample *samples = calloc(n_samples ? n_samples : 1, sizeof *samples);
+    if (!items || !locs || !samples) {
+        free(items);
+        free(locs);
+        free(samples);
+        free(plans);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for %zu work items",
+                            rep->path, n_items);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const tplan *tp = &plans[i];
+        for (size_t k = 0; k < tp->n_items; k++) {
+            item *it = &items[tp->first_item + k];
+            it->t = i;
+            it->e0 = (int64_t)k * tp->item_len;
+            it->e1 = it->e0 + tp->item_len < tp->n ? it->e0 + tp->item_len : tp->n;
+        }
+        for (size_t k = 0; k < tp->n_samples; k++) {
+            sample *s = &samples[tp->first_sample + k];
+            s->t = i;
+            s->row = (int64_t)k * tp->rows / (int64_t)tp->n_samples;
+            s->bad_col = -1;
+        }
+    }
+
+    const int nthreads = c->opt.threads > 0 ? c->opt.threads : omp_get_max_threads();
+    int alloc_failed = 0;
+    uint64_t bytes = 0;
+#pragma omp parallel num_threads(nthreads) reduction(+ : bytes)
+    {
+        float *a = malloc((size_t)seg_max * sizeof *a);
+        float *b = malloc((size_t)seg_max * sizeof *b);
+        uint8_t *q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
+        if (!a || !b || !q) {
+#pragma omp atomic write
+            alloc_failed = 1;
+        }
+#pragma omp barrier
+        if (!alloc_failed) {
+#pragma omp for schedule(dynamic, 1) nowait
+            for (size_t k = 0; k < n_samples; k++)
+                run_sample(&plans[samples[k].t], rep->tensors[samples[k].t].type, &samples[k], a, b,
+                           q);
+#pragma omp for schedule(dynamic, 1)
+            for (size_t k = 0; k < n_items; k++) {
+                const tplan *tp = &plans[items[k].t];
+                run_item(tp, rep->tensors[items[k].t].type, &items[k],
+                         &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc],
+                         maxloc, a, b);
+                bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
+            }
+        }
+        free(a);
+        free(b);
+        free(q);
+    }
+    pn_status st = PN_OK;
+    if (alloc_failed) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the data pass", rep->path);
+    } else {
+        rep->data_bytes = bytes;
+        for (size_t i = 0; i < nt; i++)
+            conclude_tensor(c, i, &plans[i], items, locs, samples);
+    }
+    free(items);
+    free(locs);
+    free(samples);
+    free(plans);
+    return st;
+}

@@ -1,0 +1,52 @@
+/* check_internal.h - shared by the pipeline/check*.c files only.
+ *
+ * The check runs in stages over one context: structure (check.c), pn.*
+ * metadata (check_meta.c), recipe conformance (check_recipe.c), then one data
+ * pass over every tensor's bytes (check_data.c: CRC-32, PN validation and the
+ * comparison with the source in the same pass).
+ */
+#ifndef PN_PIPELINE_CHECK_INTERNAL_H
+#define PN_PIPELINE_CHECK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "gguf/gguf.h"
+#include "pipeline/check.h"
+
+/* From the GGUF module (gguf/gguf_reader.c); declared here until gguf/gguf.h
+ * declares it: opens like gguf_reader_open and checks the header the same
+ * way, except where tensor data lies (offsets aligned, bytes inside the file,
+ * no overlap), which the caller checks itself from each tensor's offset and
+ * size; gguf_reader_tensor_data returns NULL for a tensor not wholly inside
+ * the file. */
+pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err);
+
+typedef struct pn_check_ctx {
+    pn_check_report *rep;
+    pn_check_options opt;
+    gguf_reader *r;            /* the file checked */
+    gguf_reader *src;          /* --source, or NULL */
+    bool nomem;                /* a finding could not be recorded */
+    /* From the metadata stage, used by the data pass. */
+    bool rotation_hadamard;    /* PN tensors are rotated (pn.rotation.type) */
+    bool rotation_known;       /* false: the rotation keys are unusable */
+    int rotation_cap;          /* pn.rotation.block_size, or the default */
+    const gguf_kv *crc_kv;     /* pn.tensor_crc32 when well-formed, else NULL */
+} pn_check_ctx;
+
+/* Records a finding; returns it (so the caller may set row, block, count) or
+ * NULL when out of memory (ctx->nomem is then set). */
+pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, const char *tensor,
+                         const char *key, int64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* A NUL-terminated copy of a GGUF string (NULL when out of memory). */
+char *pn_check_strdup_gguf(gguf_str s);
+
+pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
+pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);
+pn_status pn_check_data(pn_check_ctx *c, pn_error *err);
+
+#endif

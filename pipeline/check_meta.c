@@ -1,0 +1,270 @@
+/* check_meta.c - pn-check: the pn.* keys (DECISIONS section 4).
+ *
+ * A key that is absent is a warning (a file made by another tool may lack
+ * it); a key that is present with another type, or whose value contradicts
+ * the format or the tensors, is an error. The stage also settles what the data
+ * pass needs: the rotation to undo and the recorded CRCs.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hadamard/hadamard.h"
+#include "pipeline/check_internal.h"
+#include "quant/types.h"
+
+#define PN_FORMAT_NAME "PNX-FORMAT-v0"
+
+typedef struct key_rule {
+    const char *key;
+    gguf_value_type type;
+    gguf_value_type arr_type;     /* for arrays */
+} key_rule;
+
+static const key_rule key_rules[] = {
+    {"pn.format", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {"pn.mix", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {"pn.mix.promoted", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
+    {"pn.rotation.type", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {"pn.rotation.block_size", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    {"pn.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {"pn.quantizer", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+};
+#define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
+
+static const char *type_desc(gguf_value_type t, gguf_value_type at, char *buf, size_t n)
+{
+    if (t == GGUF_TYPE_ARRAY)
+        snprintf(buf, n, "array of %s", gguf_value_type_name(at));
+    else
+        snprintf(buf, n, "%s", gguf_value_type_name(t));
+    return buf;
+}
+
+static bool is_unsigned_int(gguf_value_type t)
+{
+    return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 ||
+           t == GGUF_TYPE_UINT64;
+}
+
+static bool is_signed_int(gguf_value_type t)
+{
+    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
+           t == GGUF_TYPE_INT64;
+}
+
+/* The key if present with the rule's type; NULL otherwise (absence is a
+ * warning, another type an error; both are recorded here). */
+static const gguf_kv *typed_key(pn_check_ctx *c, const key_rule *k, const gguf_kv **raw)
+{
+    const gguf_kv *kv = gguf_reader_find_kv(c->r, k->key);
+    *raw = kv;
+    if (!kv) {
+        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, k->key, -1,
+                     "key %s is absent", k->key);
+        return NULL;
+    }
+    bool ok = kv->type == k->type && (k->type != GGUF_TYPE_ARRAY || kv->arr_type == k->arr_type);
+    if (!ok) {
+        char want[64], got[64];
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-TYPE", NULL, k->key, -1,
+                     "key %s has type %s, expected %s", k->key,
+                     type_desc(kv->type, kv->arr_type, got, sizeof got),
+                     type_desc(k->type, k->arr_type, want, sizeof want));
+        return NULL;
+    }
+    return kv;
+}
+
+static bool has_pn_keys(const gguf_reader *r)
+{
+    for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
+        gguf_str k = gguf_reader_kv(r, i)->key;
+        if (k.len >= 3 && memcmp(k.data, "pn.", 3) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void check_unknown_keys(pn_check_ctx *c)
+{
+    for (size_t i = 0; i < gguf_reader_n_kv(c->r); i++) {
+        gguf_str k = gguf_reader_kv(c->r, i)->key;
+        if (k.len < 3 || memcmp(k.data, "pn.", 3) != 0)
+            continue;
+        bool known = false;
+        for (size_t j = 0; j < N_KEY_RULES && !known; j++)
+            known = gguf_str_eq(k, key_rules[j].key);
+        if (known)
+            continue;
+        char *name = pn_check_strdup_gguf(k);
+        if (!name) {
+            c->nomem = true;
+            return;
+        }
+        pn_check_add(c, PN_SEV_WARNING, "PN-META-UNKNOWN", NULL, name, -1,
+                     "key %s is not one of the PNX-FORMAT-v0 keys", name);
+        free(name);
+    }
+}
+
+static void check_rotation(pn_check_ctx *c)
+{
+    const gguf_kv *raw;
+    c->rotation_hadamard = false;
+    c->rotation_known = true;
+    c->rotation_cap = PN_HADAMARD_DEFAULT_CAP;
+
+    const gguf_kv *type = typed_key(c, &key_rules[3], &raw);
+    if (type) {
+        if (gguf_str_eq(type->v.str, "hadamard")) {
+            c->rotation_hadamard = true;
+        } else if (!gguf_str_eq(type->v.str, "none")) {
+            c->rotation_known = false;
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.rotation.type", -1,
+                         "pn.rotation.type is \"%.*s\", expected \"hadamard\" or \"none\"",
+                         (int)(type->v.str.len > 64 ? 64 : type->v.str.len), type->v.str.data);
+        }
+    } else if (raw) {
+        c->rotation_known = false;
+    }
+
+    const gguf_kv *bs = typed_key(c, &key_rules[4], &raw);
+    /* A cap stored with another integer type is still meaningful for the
+     * comparison with the source; the type itself is reported above. */
+    if (!bs && raw && (is_unsigned_int(raw->type) || is_signed_int(raw->type)))
+        bs = raw;
+    if (bs) {
+        int64_t v = is_signed_int(bs->type) ? bs->v.i64 : (int64_t)(bs->v.u64 & INT64_MAX);
+        if (is_unsigned_int(bs->type) && bs->v.u64 > INT64_MAX)
+            v = -1;
+        if (v < 1 || v > PN_HADAMARD_MAX_BLOCK || !pn_is_pow2(v)) {
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.rotation.block_size", -1,
+                         "pn.rotation.block_size is %" PRId64
+                         ", expected a power of two from 1 to %d",
+                         v, PN_HADAMARD_MAX_BLOCK);
+            if (c->rotation_hadamard)
+                c->rotation_known = false;
+        } else {
+            c->rotation_cap = (int)v;
+        }
+    } else if (raw && c->rotation_hadamard) {
+        c->rotation_known = false;
+    }
+}
+
+static void check_crc_key(pn_check_ctx *c)
+{
+    const gguf_kv *raw;
+    const gguf_kv *kv = typed_key(c, &key_rules[5], &raw);
+    c->crc_kv = NULL;
+    if (!kv)
+        return;
+    if (kv->arr_count != c->rep->n_tensors) {
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.tensor_crc32", -1,
+                     "pn.tensor_crc32 has %" PRIu64 " entries for %zu tensors",
+                     kv->arr_count, c->rep->n_tensors);
+        return;
+    }
+    c->crc_kv = kv;
+    for (size_t i = 0; i < c->rep->n_tensors; i++) {
+        c->rep->tensors[i].crc_recorded = true;
+        c->rep->tensors[i].crc32_recorded = (uint32_t)gguf_kv_arr_u64(kv, i);
+    }
+}
+
+/* pn.mix.promoted: names that exist, are pn4t, once each; and the "+N" of
+ * pn.mix, when it has one, equal to their number. */
+static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
+{
+    const gguf_kv *raw;
+    const gguf_kv *kv = typed_key(c, &key_rules[2], &raw);
+    if (!kv)
+        return;
+    const size_t nt = c->rep->n_tensors;
+    bool *seen = calloc(nt ? nt : 1, sizeof *seen);
+    if (!seen) {
+        c->nomem = true;
+        return;
+    }
+    for (uint64_t i = 0; i < kv->arr_count; i++) {
+        char *name = pn_check_strdup_gguf(gguf_kv_arr_str(kv, i));
+        if (!name) {
+            c->nomem = true;
+            break;
+        }
+        long ti = gguf_reader_find_tensor(c->r, name);
+        if (ti < 0)
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
+                         "pn.mix.promoted entry %" PRIu64 " names tensor '%s', which the file "
+                         "does not hold", i, name);
+        else if (seen[ti])
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
+                         "pn.mix.promoted names tensor '%s' twice", name);
+        else if (c->rep->tensors[ti].type != PN_TYPE_PN4T) {
+            const pn_type_traits *tt = pn_type_traits_get(c->rep->tensors[ti].type);
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
+                         "pn.mix.promoted names tensor '%s', whose type is %s, not pn4t", name,
+                         tt ? tt->name : "?");
+        }
+        if (ti >= 0)
+            seen[ti] = true;
+        free(name);
+    }
+    free(seen);
+
+    if (!mix)
+        return;
+    /* "<name>+<N>": the digits after the last '+'. */
+    const char *m = mix->v.str.data;
+    uint64_t len = mix->v.str.len, plus = len;
+    for (uint64_t i = len; i-- > 0;)
+        if (m[i] == '+') {
+            plus = i;
+            break;
+        }
+    if (plus >= len || plus + 1 == len || len - plus > 10)
+        return;
+    uint64_t n = 0;
+    for (uint64_t i = plus + 1; i < len; i++) {
+        if (m[i] < '0' || m[i] > '9')
+            return;
+        n = n * 10 + (uint64_t)(m[i] - '0');
+    }
+    if (n != kv->arr_count)
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.mix", -1,
+                     "pn.mix \"%.*s\" says %" PRIu64 " promotions but pn.mix.promoted lists %" PRIu64,
+                     (int)(len > 64 ? 64 : len), m, n, kv->arr_count);
+}
+
+pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)
+{
+    (void)err;
+    const gguf_kv *raw;
+    size_t n_pn = 0;
+    for (size_t i = 0; i < c->rep->n_tensors; i++)
+        n_pn += pn_type_is_pn(c->rep->tensors[i].type);
+
+    c->rotation_hadamard = false;
+    c->rotation_known = true;
+    c->rotation_cap = PN_HADAMARD_DEFAULT_CAP;
+    if (n_pn == 0 && !has_pn_keys(c->r)) {
+        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, "pn.*", -1,
+                     "no pn.* keys and no PN tensors: not a PN file");
+        return PN_OK;
+    }
+
+    const gguf_kv *fmt = typed_key(c, &key_rules[0], &raw);
+    if (fmt && !gguf_str_eq(fmt->v.str, PN_FORMAT_NAME))
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.format", -1,
+                     "pn.format is \"%.*s\", expected \"" PN_FORMAT_NAME "\"",
+                     (int)(fmt->v.str.len > 64 ? 64 : fmt->v.str.len), fmt->v.str.data);
+    const gguf_kv *mix = typed_key(c, &key_rules[1], &raw);
+    check_promoted(c, mix);
+    check_rotation(c);
+    check_crc_key(c);
+    typed_key(c, &key_rules[6], &raw);
+    check_unknown_keys(c);
+    return PN_OK;
+}

@@ -1,0 +1,149 @@
+/* check_recipe.c - pn-check --recipe: does the file follow a recipe?
+ *
+ * Each tensor gets the type the recipe's first matching rule gives it (the
+ * first type of the rule's chain whose block divides K, as mix/plan.c
+ * decides). A pn4t tensor where the recipe gives pn3t is a promotion: counted
+ * and listed, and expected in pn.mix.promoted. Any other difference, a tensor
+ * no rule matches, a different rotation or mix name are warnings: a file made
+ * with another recipe or tool is not broken by them.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mix/recipe.h"
+#include "pipeline/check_internal.h"
+#include "quant/types.h"
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+static bool listed_as_promoted(const gguf_kv *kv, const char *name)
+{
+    for (uint64_t i = 0; kv && i < kv->arr_count; i++)
+        if (gguf_str_eq(gguf_kv_arr_str(kv, i), name))
+            return true;
+    return false;
+}
+
+static void check_rotation(pn_check_ctx *c, const pn_recipe *rc)
+{
+    if (!c->rotation_known)
+        return;   /* already an error of the metadata stage */
+    bool file_h = c->rotation_hadamard;
+    bool rec_h = rc->rotation == PN_ROTATION_HADAMARD;
+    if (file_h != rec_h || (file_h && c->rotation_cap != rc->rotation_cap)) {
+        char fr[48], rr[48];
+        snprintf(fr, sizeof fr, file_h ? "hadamard, cap %d" : "none", c->rotation_cap);
+        snprintf(rr, sizeof rr, rec_h ? "hadamard, cap %d" : "none", rc->rotation_cap);
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-ROTATION", NULL, "pn.rotation.type", -1,
+                     "the file's rotation is %s, the recipe's %s", fr, rr);
+    }
+}
+
+static bool kv_unsigned(const gguf_kv *kv, uint64_t *v)
+{
+    switch (kv->type) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
+        *v = kv->v.u64;
+        return true;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        *v = (uint64_t)kv->v.i64;
+        return kv->v.i64 >= 0;
+    default:
+        return false;
+    }
+}
+
+static void check_file_type(pn_check_ctx *c, const pn_recipe *rc)
+{
+    if (!rc->has_file_type)
+        return;
+    const gguf_kv *kv = gguf_reader_find_kv(c->r, "general.file_type");
+    uint64_t v = 0;
+    if (!kv || !kv_unsigned(kv, &v) || v != rc->file_type)
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-FILE-TYPE", NULL, "general.file_type", -1,
+                     "the recipe sets general.file_type = %" PRIu32 "; the file %s", rc->file_type,
+                     kv ? "has another value" : "has none");
+}
+
+pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
+{
+    if (!c->opt.recipe_path)
+        return PN_OK;
+    pn_recipe *rc = NULL;
+    pn_status st = pn_recipe_load(c->opt.recipe_path, &rc, err);
+    if (st)
+        return st;
+    pn_check_report *rep = c->rep;
+    rep->recipe_checked = true;
+    rep->recipe_promote_n = (long)rc->promote;
+    rep->recipe_mix = strdup(rc->name);
+    rep->promoted = calloc(rep->n_tensors ? rep->n_tensors : 1, sizeof *rep->promoted);
+    if (!rep->recipe_mix || !rep->promoted) {
+        pn_recipe_free(rc);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", rep->path);
+    }
+
+    const gguf_kv *promoted_kv = gguf_reader_find_kv(c->r, "pn.mix.promoted");
+    if (promoted_kv && !(promoted_kv->type == GGUF_TYPE_ARRAY &&
+                         promoted_kv->arr_type == GGUF_TYPE_STRING))
+        promoted_kv = NULL;
+
+    for (size_t i = 0; i < rep->n_tensors; i++) {
+        const pn_check_tensor *t = &rep->tensors[i];
+        const pn_recipe_rule *rule = pn_recipe_match(rc, t->name, t->n_dims, t->ne);
+        if (!rule) {
+            pn_check_add(c, PN_SEV_WARNING, "RECIPE-UNMATCHED", t->name, NULL, -1,
+                         "no rule of the recipe %s matches this tensor (K %" PRId64 ", %u dims)",
+                         c->opt.recipe_path, t->ne[0], t->n_dims);
+            continue;
+        }
+        int want = pn_recipe_rule_pick_type(rule, t->ne[0], NULL);
+        if (want < 0) {
+            pn_check_add(c, PN_SEV_WARNING, "RECIPE-UNMATCHED", t->name, NULL, -1,
+                         "no type of the rule at %s:%d divides K = %" PRId64,
+                         c->opt.recipe_path, rule->line, t->ne[0]);
+            continue;
+        }
+        if (t->type == want)
+            continue;
+        if (want == PN_TYPE_PN3T && t->type == PN_TYPE_PN4T) {
+            rep->promoted[rep->n_promoted] = strdup(t->name);
+            if (!rep->promoted[rep->n_promoted]) {
+                c->nomem = true;
+                break;
+            }
+            rep->n_promoted++;
+            if (!listed_as_promoted(promoted_kv, t->name))
+                pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, "pn.mix.promoted", -1,
+                             "stored as pn4t where the recipe gives pn3t (a promotion), but "
+                             "pn.mix.promoted does not list it");
+            continue;
+        }
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-TYPE", t->name, NULL, -1,
+                     "stored as %s, the recipe gives %s (rule at %s:%d)", type_name(t->type),
+                     type_name(want), c->opt.recipe_path, rule->line);
+    }
+
+    char expected[PN_MIX_NAME_MAX + 24];
+    snprintf(expected, sizeof expected, "%s+%zu", rc->name, rep->n_promoted);
+    rep->expected_mix = strdup(expected);
+    if (!rep->expected_mix)
+        c->nomem = true;
+    const gguf_kv *mix = gguf_reader_find_kv(c->r, "pn.mix");
+    if (mix && mix->type == GGUF_TYPE_STRING && !gguf_str_eq(mix->v.str, expected))
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-MIX", NULL, "pn.mix", -1,
+                     "pn.mix is \"%.*s\"; with the recipe's mix \"%s\" and the %zu promotions "
+                     "found it would be \"%s\"",
+                     (int)(mix->v.str.len > 64 ? 64 : mix->v.str.len), mix->v.str.data, rc->name,
+                     rep->n_promoted, expected);
+    check_rotation(c, rc);
+    check_file_type(c, rc);
+    pn_recipe_free(rc);
+    return PN_OK;
+}

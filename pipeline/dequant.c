@@ -1,0 +1,460 @@
+/* dequant.c - pn-dequant: decode every quantized tensor into a float GGUF.
+ *
+ * Each tensor is streamed in chunks of about chunk_bytes of output; a chunk
+ * is cut into segments that are decoded in parallel (a segment holds whole
+ * type blocks and whole rotation blocks, so a 1-D tensor of any length needs
+ * no row-sized buffer), then written in order. PN blocks are validated as
+ * they are decoded: an invalid block (non-finite scale, pn3t reserved bit)
+ * stops the run with its tensor, row and block named, since its decode would
+ * be meaningless.
+ */
+#include "pipeline/dequant.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "gguf/gguf.h"
+#include "hadamard/hadamard.h"
+#include "quant/kquants.h"
+#include "quant/pn.h"
+#include "quant/types.h"
+#include "quant/widen.h"
+
+#define SEG_TARGET 16384   /* elements per parallel step */
+
+void pn_dequant_opts_init(pn_dequant_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->out_type = PN_TYPE_F32;
+    o->chunk_bytes = (size_t)64 << 20;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+static bool kv_integer(const gguf_kv *kv, int64_t *v)
+{
+    switch (kv->type) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
+        *v = kv->v.u64 > INT64_MAX ? -1 : (int64_t)kv->v.u64;
+        return true;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        *v = kv->v.i64;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The rotation the file declares: *cap 0 for none. */
+static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap, bool *missing,
+                               pn_error *err)
+{
+    *cap = 0;
+    *missing = false;
+    const gguf_kv *type = gguf_reader_find_kv(r, "pn.rotation.type");
+    if (!type) {
+        *missing = true;
+        return PN_OK;
+    }
+    if (type->type != GGUF_TYPE_STRING)
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key pn.rotation.type has type %s, expected string",
+                            path, gguf_value_type_name(type->type));
+    if (gguf_str_eq(type->v.str, "none"))
+        return PN_OK;
+    if (!gguf_str_eq(type->v.str, "hadamard"))
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: pn.rotation.type is \"%.*s\", expected \"hadamard\" or \"none\"",
+                            path, (int)(type->v.str.len > 64 ? 64 : type->v.str.len),
+                            type->v.str.data);
+    *cap = PN_HADAMARD_DEFAULT_CAP;
+    const gguf_kv *bs = gguf_reader_find_kv(r, "pn.rotation.block_size");
+    if (!bs)
+        return PN_OK;
+    int64_t v = -1;
+    if (!kv_integer(bs, &v) || v < 1 || v > PN_HADAMARD_MAX_BLOCK || !pn_is_pow2(v))
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: pn.rotation.block_size must be an integer power of two from 1 "
+                            "to %d (found type %s, value %lld)",
+                            path, PN_HADAMARD_MAX_BLOCK, gguf_value_type_name(bs->type),
+                            (long long)v);
+    *cap = (int)v;
+    return PN_OK;
+}
+
+static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_type, bool has_pn,
+                               bool undone, pn_error *err)
+{
+    pn_status st = PN_OK;
+    char key[512];
+    for (size_t i = 0; i < gguf_reader_n_kv(r) && !st; i++) {
+        const gguf_kv *kv = gguf_reader_kv(r, i);
+        if (gguf_str_eq(kv->key, "general.quantization_version"))
+            continue;
+        if (kv->key.len >= 3 && memcmp(kv->key.data, "pn.", 3) == 0) {
+            /* "pn.X" -> "pn_decoded.X" */
+            if (kv->key.len + 8 >= sizeof key)
+                return pn_error_set(err, PN_ERR_FORMAT, "key %.*s... is too long to rename", 64,
+                                    kv->key.data);
+            gguf_kv renamed = *kv;
+            int n = snprintf(key, sizeof key, "pn_decoded.%.*s", (int)(kv->key.len - 3),
+                             kv->key.data + 3);
+            renamed.key.data = key;
+            renamed.key.len = (uint64_t)n;
+            st = gguf_writer_copy_kv(w, &renamed);
+        } else {
+            st = gguf_writer_copy_kv(w, kv);
+        }
+        if (st)
+            return pn_error_set(err, st, "copying key %.*s: %s", (int)(kv->key.len > 128 ? 128 : kv->key.len),
+                                kv->key.data, pn_strerror(st));
+    }
+    uint32_t ftype = out_type == PN_TYPE_F16    ? PN_FTYPE_MOSTLY_F16
+                     : out_type == PN_TYPE_BF16 ? PN_FTYPE_MOSTLY_BF16
+                                                : PN_FTYPE_ALL_F32;
+    st = gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (!st && has_pn)
+        st = gguf_writer_set_bool(w, "pn_decoded.rotation_undone", undone);
+    if (st)
+        return pn_error_set(err, st, "setting the output keys: %s", pn_strerror(st));
+    return PN_OK;
+}
+
+/* One tensor's decoding parameters. */
+typedef struct tjob {
+    const gguf_tensor_info *ti;
+    const uint8_t *data;
+    int in_type, out_type;
+    int64_t n, K;
+    int64_t bw, bb;       /* input block weights / bytes */
+    int64_t out_es;       /* output bytes per element */
+    int64_t unit;         /* elements: blocks and rotation blocks divide it */
+    int B;                /* rotation block undone, 0 none */
+} tjob;
+
+typedef struct seg_err {
+    pn_status st;
+    int64_t elem;         /* element where it happened (tensor-wide index) */
+    int64_t block;        /* for PN validation */
+} seg_err;
+
+/* Decodes elements [e, e+m) of the tensor into out (m * out_es bytes). */
+static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uint8_t *out)
+{
+    seg_err r = {PN_OK, -1, -1};
+    const uint8_t *p = j->data + e / j->bw * j->bb;
+    if (pn_type_is_pn(j->in_type)) {
+        int64_t bad = -1;
+        pn_status st = pn_validate_row(j->in_type, p, m, &bad);
+        if (st) {
+            r.st = st;
+            r.block = e / j->bw + bad;
+            r.elem = r.block * j->bw;
+            return r;
+        }
+        pn_dequantize_row(j->in_type, p, y, m);
+    } else {
+        pn_status st = pn_dequantize_row_stock(j->in_type, p, y, m);
+        if (st) {
+            r.st = st;
+            r.elem = e;
+            return r;
+        }
+    }
+    if (j->B > 1)
+        pn_hadamard_rotate_row(y, m, j->B);
+    if (j->out_type == PN_TYPE_F32) {
+        memcpy(out, y, (size_t)m * sizeof(float));   /* the host is little-endian */
+        return r;
+    }
+    int64_t bad_col = -1;
+    pn_status st = pn_quantize_row_stock(j->out_type, y, m, out, &bad_col);
+    if (st) {
+        r.st = st;
+        r.elem = e + (bad_col >= 0 ? bad_col : 0);
+    }
+    return r;
+}
+
+static pn_status describe_failure(const tjob *j, seg_err e, pn_error *err)
+{
+    const char *name = j->ti->name;
+    int64_t row = e.elem / j->K, col = e.elem % j->K;
+    switch (e.st) {
+    case PN_ERR_NONFINITE:
+        if (pn_type_is_pn(j->in_type))
+            return pn_error_set(err, e.st,
+                                "tensor '%s' row %lld block %lld: the scale d is not finite; "
+                                "the file is invalid (pn-check tells more)",
+                                name, (long long)row, (long long)(e.block % (j->K / j->bw)));
+        return pn_error_set(err, e.st, "tensor '%s' row %lld column %lld: not a finite value",
+                            name, (long long)row, (long long)col);
+    case PN_ERR_RESERVED_BITS:
+        return pn_error_set(err, e.st,
+                            "tensor '%s' row %lld block %lld: a pn3t reserved bit is set; the "
+                            "file is invalid (pn-check tells more)",
+                            name, (long long)row, (long long)(e.block % (j->K / j->bw)));
+    case PN_ERR_SCALE_OVERFLOW:
+        return pn_error_set(err, e.st, "tensor '%s' row %lld column %lld: the value does not fit %s",
+                            name, (long long)row, (long long)col, type_name(j->out_type));
+    default:
+        return pn_error_set(err, e.st, "tensor '%s' (%s) row %lld: cannot decode: %s", name,
+                            type_name(j->in_type), (long long)row, pn_strerror(e.st));
+    }
+}
+
+/* Streams one decoded tensor into the writer. */
+static pn_status write_decoded(gguf_writer *w, const tjob *j, const pn_dequant_opts *o, int nthreads,
+                               uint8_t *buf, size_t buf_bytes, pn_error *err)
+{
+    const int64_t seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+    int64_t chunk = (int64_t)(buf_bytes / (size_t)j->out_es) / seg * seg;
+    if (chunk < seg)
+        chunk = seg;
+    for (int64_t c0 = 0; c0 < j->n; c0 += chunk) {
+        if (o->cancel && *o->cancel)
+            return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while decoding tensor '%s'",
+                                j->ti->name);
+        const int64_t cn = j->n - c0 < chunk ? j->n - c0 : chunk;
+        const int64_t nseg = (cn + seg - 1) / seg;
+        seg_err first = {PN_OK, INT64_MAX, -1};
+        int nomem = 0;
+#pragma omp parallel num_threads(nthreads)
+        {
+            float *y = malloc((size_t)seg * sizeof *y);
+            if (!y) {
+#pragma omp atomic write
+                nomem = 1;
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t s = 0; s < nseg; s++) {
+                if (!y)
+                    continue;
+                int64_t e = c0 + s * seg;
+                int64_t m = c0 + cn - e < seg ? c0 + cn - e : seg;
+                seg_err r = decode_segment(j, e, m, y, buf + (size_t)((e - c0) * j->out_es));
+                if (r.st) {
+                    /* The lowest failing element wins, so the message does
+                     * not depend on the thread count. */
+#pragma omp critical(pn_dequant_err)
+                    if (r.elem < first.elem)
+                        first = r;
+                }
+            }
+            free(y);
+        }
+        if (nomem)
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory decoding tensor '%s'", j->ti->name);
+        if (first.st)
+            return describe_failure(j, first, err);
+        pn_status st = gguf_writer_write(w, buf, (size_t)(cn * j->out_es), err);
+        if (st)
+            return st;
+    }
+    return PN_OK;
+}
+
+static pn_status write_copied(gguf_writer *w, const tjob *j, const pn_dequant_opts *o,
+                              size_t chunk_bytes, pn_error *err)
+{
+    const uint64_t total = j->ti->size;
+    for (uint64_t off = 0; off < total; off += chunk_bytes) {
+        if (o->cancel && *o->cancel)
+            return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while copying tensor '%s'",
+                                j->ti->name);
+        size_t n = total - off < chunk_bytes ? (size_t)(total - off) : chunk_bytes;
+        pn_status st = gguf_writer_write(w, j->data + off, n, err);
+        if (st)
+            return st;
+    }
+    return PN_OK;
+}
+
+/* The written file must read back with the planned tensors. */
+static pn_status verify_output(const char *tmp, const gguf_writer *w, const gguf_reader *in,
+                               const int *out_types, pn_error *err)
+{
+    (void)w;
+    gguf_reader *r = NULL;
+    pn_status st = gguf_reader_open(tmp, &r, err);
+    if (st) {
+        pn_error_prefix(err, "re-reading the output");
+        return st;
+    }
+    if (gguf_reader_n_tensors(r) != gguf_reader_n_tensors(in)) {
+        st = pn_error_set(err, PN_ERR_INTERNAL, "%s: %zu tensors written, %zu expected", tmp,
+                          gguf_reader_n_tensors(r), gguf_reader_n_tensors(in));
+    }
+    for (size_t i = 0; !st && i < gguf_reader_n_tensors(in); i++) {
+        const gguf_tensor_info *a = gguf_reader_tensor(in, i), *b = gguf_reader_tensor(r, i);
+        if (strcmp(a->name, b->name) != 0 || a->n_dims != b->n_dims ||
+            memcmp(a->ne, b->ne, sizeof a->ne) != 0 || b->type != out_types[i])
+            st = pn_error_set(err, PN_ERR_INTERNAL,
+                              "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)", tmp, i,
+                              b->name, type_name(b->type), a->name, type_name(out_types[i]));
+    }
+    gguf_reader_close(r);
+    return st;
+}
+
+static pn_status check_paths(const char *in_path, const char *out_path, bool force, pn_error *err)
+{
+    struct stat si, so;
+    if (stat(out_path, &so) != 0)
+        return PN_OK;
+    if (stat(in_path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: the output is the input file", out_path);
+    if (!force)
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)",
+                            out_path);
+    if (S_ISDIR(so.st_mode))
+        return pn_error_set(err, PN_ERR_USAGE, "%s: is a folder", out_path);
+    return PN_OK;
+}
+
+pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_dequant_opts *opts,
+                          pn_dequant_stats *stats, pn_error *err)
+{
+    pn_dequant_opts o;
+    if (opts)
+        o = *opts;
+    else
+        pn_dequant_opts_init(&o);
+    if (o.chunk_bytes == 0)
+        o.chunk_bytes = (size_t)64 << 20;
+    pn_dequant_stats sdummy;
+    if (!stats)
+        stats = &sdummy;
+    memset(stats, 0, sizeof *stats);
+    const double t0 = now_seconds();
+    if (o.out_type != PN_TYPE_F32 && o.out_type != PN_TYPE_F16 && o.out_type != PN_TYPE_BF16)
+        return pn_error_set(err, PN_ERR_USAGE, "output type %s: expected f32, f16 or bf16",
+                            type_name(o.out_type));
+    pn_status st = check_paths(in_path, out_path, o.force, err);
+    if (st)
+        return st;
+
+    gguf_reader *r = NULL;
+    if ((st = gguf_reader_open(in_path, &r, err)))
+        return st;
+    const size_t nt = gguf_reader_n_tensors(r);
+    tjob *jobs = calloc(nt ? nt : 1, sizeof *jobs);
+    int *out_types = calloc(nt ? nt : 1, sizeof *out_types);
+    uint8_t *buf = NULL;
+    gguf_writer *w = gguf_writer_new();
+    if (!jobs || !out_types || !w) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", in_path);
+        goto done;
+    }
+
+    int cap = 0;
+    bool missing = false;
+    if ((st = read_rotation(r, in_path, &cap, &missing, err)))
+        goto done;
+    const int use_cap = o.keep_rotation ? 0 : cap;
+    stats->rotation_cap = use_cap;
+
+    bool has_pn = false;
+    for (size_t i = 0; i < nt; i++) {
+        const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+        tjob *j = &jobs[i];
+        const pn_type_traits *tt = pn_type_traits_get(ti->type);
+        j->ti = ti;
+        j->data = gguf_reader_tensor_data(r, i);
+        j->in_type = ti->type;
+        j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : o.out_type;
+        j->K = ti->ne[0];
+        j->n = ti->ne[0] * ti->ne[1] * ti->ne[2] * ti->ne[3];
+        j->bw = tt->block_weights;
+        j->bb = tt->block_bytes;
+        j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
+        if (pn_type_is_pn(ti->type)) {
+            has_pn = true;
+            stats->n_pn++;
+            if (use_cap > 0) {
+                j->B = pn_hadamard_block_size(j->K, use_cap);
+                stats->rotation_undone = true;
+            }
+        } else if (j->in_type == j->out_type) {
+            stats->n_copied++;
+        } else if (pn_stock_type_supported(ti->type)) {
+            stats->n_stock++;
+        } else {
+            st = pn_error_set(err, PN_ERR_TYPE,
+                              "%s: tensor '%s' has type %s, which this build cannot decode",
+                              in_path, ti->name, type_name(ti->type));
+            goto done;
+        }
+        int64_t rb = j->B > 1 ? j->B : 1;
+        j->unit = j->bw / gcd64(j->bw, rb) * rb;
+        out_types[i] = j->out_type;
+        if ((st = gguf_writer_add_tensor(w, ti->name, ti->n_dims, ti->ne, j->out_type, err)))
+            goto done;
+        stats->bytes_in += ti->size;
+        stats->bytes_out += (uint64_t)(j->n * j->out_es);
+    }
+    stats->n_tensors = nt;
+    stats->rotation_key_missing = has_pn && missing;
+    if ((st = copy_metadata(w, r, o.out_type, has_pn, stats->rotation_undone, err)))
+        goto done;
+
+    buf = malloc(o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4);
+    if (!buf) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for a %zu-byte chunk", o.chunk_bytes);
+        goto done;
+    }
+    if ((st = gguf_writer_begin(w, out_path, err)))
+        goto done;
+    const int nthreads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    for (size_t i = 0; i < nt && !st; i++) {
+        const tjob *j = &jobs[i];
+        if (j->in_type == j->out_type)
+            st = write_copied(w, j, &o, o.chunk_bytes, err);
+        else
+            st = write_decoded(w, j, &o, nthreads, buf, o.chunk_bytes, err);
+        if (st)
+            pn_error_prefix(err, "%s", in_path);
+    }
+    if (!st)
+        st = gguf_writer_close(w, err);
+    if (!st)
+        st = verify_output(gguf_writer_temp_path(w), w, r, out_types, err);
+    if (!st)
+        st = gguf_writer_commit(w, err);
+
+done:
+    if (st && w)
+        gguf_writer_abort(w);
+    gguf_writer_free(w);
+    free(buf);
+    free(out_types);
+    free(jobs);
+    gguf_reader_close(r);
+    stats->seconds = now_seconds() - t0;
+    return st;
+}

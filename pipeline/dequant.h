@@ -1,0 +1,74 @@
+/* dequant.h - pn-dequant: a PN GGUF back to a stock float GGUF.
+ *
+ * Every tensor that is not f32 is decoded and written as the output float
+ * type (f32 by default, f16 or bf16 on request): pn3t/pn4t with the Hadamard
+ * rotation undone (unless keep_rotation), q8_0/q4_K/q3_K and f16/bf16 via the
+ * stock decoders. f32 tensors (norms) are copied byte for byte. Names, shapes
+ * and tensor order are the input's, so stock llama.cpp tools load the result.
+ *
+ * Metadata: every key is copied, except
+ *   - "pn.X" is written as "pn_decoded.X" (the weights are no longer PN),
+ *     and "pn_decoded.rotation_undone" (bool) says whether the rotation was
+ *     undone;
+ *   - general.quantization_version is removed (nothing is quantized);
+ *   - general.file_type is set (u32) to llama.cpp's id of the float type:
+ *     ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_BF16 = 32.
+ * The rotation comes from pn.rotation.type ("hadamard" or "none"; absent
+ * means none) and pn.rotation.block_size (the cap, default 1024): each PN
+ * tensor's block is the largest power of two dividing K, at most the cap.
+ *
+ * Writing: streamed through the GGUF writer into a temporary file beside OUT,
+ * in chunks of rows decoded in parallel (memory stays near chunk_bytes plus
+ * one row per thread), re-opened and checked, then renamed onto OUT. An
+ * existing OUT is refused unless force; OUT may not be IN. On any error or
+ * cancellation nothing is left at OUT and the input is untouched.
+ * Output bytes do not depend on the thread count.
+ */
+#ifndef PN_PIPELINE_DEQUANT_H
+#define PN_PIPELINE_DEQUANT_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+/* llama.cpp's general.file_type ids for all-float models. */
+enum {
+    PN_FTYPE_ALL_F32 = 0,
+    PN_FTYPE_MOSTLY_F16 = 1,
+    PN_FTYPE_MOSTLY_BF16 = 32,
+};
+
+typedef struct pn_dequant_opts {
+    int out_type;                   /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
+    bool keep_rotation;             /* leave PN tensors in the rotated domain */
+    bool force;                     /* replace an existing OUT */
+    int threads;                    /* <= 0: OpenMP's default */
+    size_t chunk_bytes;             /* output bytes per step; 0: 64 MiB */
+    volatile sig_atomic_t *cancel;  /* checked between chunks; may be NULL */
+} pn_dequant_opts;
+
+void pn_dequant_opts_init(pn_dequant_opts *o);
+
+typedef struct pn_dequant_stats {
+    size_t n_tensors;
+    size_t n_pn;                    /* PN tensors decoded */
+    size_t n_stock;                 /* other non-f32 tensors decoded */
+    size_t n_copied;                /* f32 tensors copied */
+    bool rotation_undone;           /* at least one PN tensor was un-rotated */
+    bool rotation_key_missing;      /* PN tensors but no pn.rotation.type: taken as none */
+    int rotation_cap;               /* the cap used (0: no rotation) */
+    uint64_t bytes_in, bytes_out;   /* tensor data bytes */
+    double seconds;
+} pn_dequant_stats;
+
+/* Decodes in_path into out_path. Errors: PN_ERR_EXISTS (OUT exists, no
+ * force), PN_ERR_USAGE (bad options, OUT is IN), the reader's errors for IN,
+ * PN_ERR_TYPE (a tensor type this build cannot decode, named), PN_ERR_FORMAT
+ * (unusable pn.rotation keys), PN_ERR_INTERRUPTED, the writer's errors. */
+pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_dequant_opts *opts,
+                          pn_dequant_stats *stats, pn_error *err);
+
+#endif

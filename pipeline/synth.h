@@ -1,0 +1,44 @@
+/* synth.h - pn-synth: a float GGUF with the Qwen3.8 tensor names and shapes
+ * (mix/qwen38_shapes.h) and plausible qwen35.* keys, filled with generated
+ * weights, for tests, demos and benchmarks.
+ *
+ * Weights: 2-D tensors are near-Gaussian with standard deviation 0.02, with
+ * 0.1% of the entries multiplied by 10 and 4 whole columns (input features,
+ * the same for every row of a tensor) multiplied by 8, the outliers PN's
+ * rotation exists for; norms are near 1, ssm_a negative, ssm_dt.bias small.
+ * Every row is a function of (seed, tensor index, row) alone, so the file is
+ * the same whatever the thread count. 1-D tensors are F32; the rest use the
+ * chosen dtype. Written through the GGUF writer: temporary file, rename.
+ */
+#ifndef PN_PIPELINE_SYNTH_H
+#define PN_PIPELINE_SYNTH_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "mix/qwen38_shapes.h"
+
+typedef struct pn_synth_opts {
+    const char *path;
+    pn_qwen38_config config;       /* shapes and the weight dtype */
+    uint64_t seed;
+    bool force;                    /* replace an existing file */
+    int threads;                   /* 0: all cores */
+    void (*progress)(uint64_t done, uint64_t total, void *user);
+    void *user;
+    volatile sig_atomic_t *cancel;
+} pn_synth_opts;
+
+/* The default model: 6 layers (one full-attention block), n_embd 1280 (width
+ * scale 4), vocab 8192, BF16: about 150 M weights, with more than 19 pn3t
+ * tensors so P0k+19 applies. */
+pn_qwen38_config pn_synth_default_config(void);
+
+/* Exact size of the file pn_synth_write would write. */
+pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err);
+
+pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err);
+
+#endif

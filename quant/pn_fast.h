@@ -1,0 +1,73 @@
+/* pn_fast.h - the exact fast PN row quantizers and how one is chosen.
+ *
+ * Contract: every path below writes the same bytes as pn_quantize_row_ref
+ * (quant/pn.h) for every input, returns the same status and, on an error,
+ * the same *bad_col. They differ only in speed:
+ *   PN_PATH_REF          the scalar reference itself;
+ *   PN_PATH_SCALAR_FAST  portable C (no SIMD flags), always available;
+ *   PN_PATH_AVX2         AVX2 + F16C, chosen when the CPU has them;
+ *   PN_PATH_AVX512       AVX-512 F/BW/DQ/VL, chosen when the CPU has them.
+ * pn_quantize_row (quant/pn.h) uses the default path: the environment
+ * variable PN_CPU_PATH (ref|scalar|avx2|avx512) when it is set, else the
+ * best path the CPU supports. The same variable picks the rotation path
+ * (hadamard/hadamard_fast.h). A PN_CPU_PATH that names no path, or a path
+ * the CPU lacks, makes pn_quantize_row return PN_ERR_USAGE rather than
+ * silently run something else.
+ *
+ * Why the fast paths are exact (the argument is in quant/pn_fast_internal.h):
+ * they divide only where a quotient w/s can be an exact half-way point, use
+ * w * (1/s) elsewhere, and sum every candidate's error in element order in
+ * double, exactly as the reference does.
+ *
+ * Nothing here allocates, prints or keeps state; all functions are
+ * thread-safe.
+ */
+#ifndef PN_QUANT_PN_FAST_H
+#define PN_QUANT_PN_FAST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+typedef enum pn_cpu_path {
+    PN_PATH_REF = 0,
+    PN_PATH_SCALAR_FAST = 1,
+    PN_PATH_AVX2 = 2,
+    PN_PATH_AVX512 = 3,
+} pn_cpu_path;
+
+#define PN_PATH_COUNT 4
+#define PN_CPU_PATH_ENV "PN_CPU_PATH"
+
+/* True when this build and CPU can run the path. */
+bool pn_path_available(int path);
+
+/* "ref", "scalar", "avx2", "avx512"; "unknown" for anything else. */
+const char *pn_path_name(int path);
+
+/* The path named (as pn_path_name spells it), or -1. */
+int pn_path_from_name(const char *name);
+
+/* The path pn_quantize_row runs: PN_CPU_PATH if set, else the best
+ * available; -1 when PN_CPU_PATH is set to an unknown or unavailable path. */
+int pn_quantize_default_path(void);
+
+/* pn_path_name(pn_quantize_default_path()), or "invalid PN_CPU_PATH". */
+const char *pn_quantize_path_name(void);
+
+/* pn_quantize_row on a chosen path. PN_ERR_USAGE when the path is unknown or
+ * unavailable, or for the reasons pn_quantize_row_ref gives. */
+pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col);
+
+/* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
+ * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every
+ * non-NaN x, computed without frexp/ldexp. Exported so tests can pin it. */
+double pn_fp16_value_fast(double x);
+
+/* The binary16 bits of a double that is exactly a finite half value (as
+ * pn_fp16_value_fast returns); equal to pn_fp16_from_double(h) for such h. */
+uint16_t pn_fp16_bits_of_half_value(double h);
+
+#endif

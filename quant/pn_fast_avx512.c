@@ -1,0 +1,204 @@
+/* The AVX-512 PN quantizer: one lane per candidate scale. The 36 candidates
+ * fill four 8-double vectors and one 4-double vector; for each element in
+ * order, every lane adds its own error term, so each candidate's error is the
+ * reference's sum in the reference's order. Exactness: pn_fast_internal.h.
+ * Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl; called only when
+ * pn_path_available(PN_PATH_AVX512). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "quant/pn_fast_internal.h"
+
+#define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+/* The per-group candidate table: s (1.0 where skipped), r = 1/s, and which
+ * lanes are valid / overflowed. */
+typedef struct cands512 {
+    double s[PN_FAST_LANES] __attribute__((aligned(64)));
+    double r[PN_FAST_LANES] __attribute__((aligned(64)));
+    uint64_t valid;
+    bool any_overflow;
+} cands512;
+
+static inline void make_candidates(double sigma, double amax, int z, cands512 *c)
+{
+    const __m512d vsig = _mm512_set1_pd(sigma), vamax = _mm512_set1_pd(amax);
+    const __m512d vz = _mm512_set1_pd((double)z), one = _mm512_set1_pd(1.0);
+    const __m512d expmask = _mm512_castsi512_pd(_mm512_set1_epi64((long long)PN_FAST_EXP_MASK));
+    const __m512d minhalf = _mm512_set1_pd(PN_FAST_MIN_NORMAL_HALF);
+    const __m512d split = _mm512_set1_pd(PN_FAST_SPLIT);
+    const __m512d halfmax = _mm512_set1_pd(PN_FAST_HALF_MAX), zero = _mm512_setzero_pd();
+    uint64_t valid = 0, overflow = 0;
+    for (int v = 0; v < PN_FAST_LANES / 8; v++) {
+        __m512d m = _mm512_load_pd(pn_fast_m + 8 * v);
+        /* t = sigma * m * amax / z, left to right as in the reference */
+        __m512d t = _mm512_div_pd(_mm512_mul_pd(_mm512_mul_pd(vsig, m), vamax), vz);
+        __m512d a = _mm512_abs_pd(t);
+        __m512d lead = _mm512_max_pd(_mm512_and_pd(a, expmask), minhalf);
+        __m512d magic = _mm512_mul_pd(lead, split);
+        __m512d y = _mm512_sub_pd(_mm512_add_pd(a, magic), magic);
+        __mmask8 ovf = _mm512_cmp_pd_mask(y, halfmax, _CMP_GT_OQ);
+        __mmask8 ok = _mm512_cmp_pd_mask(y, zero, _CMP_NEQ_OQ) & (__mmask8)~ovf;
+        __m512d s = _mm512_mask_blend_pd(ok, one, _mm512_mul_pd(y, vsig));
+        _mm512_store_pd(c->s + 8 * v, s);
+        _mm512_store_pd(c->r + 8 * v, _mm512_div_pd(one, s));
+        valid |= (uint64_t)ok << (8 * v);
+        overflow |= (uint64_t)ovf << (8 * v);
+    }
+    const uint64_t lanes = (1ull << PN_N_CANDIDATES) - 1;
+    c->valid = valid & lanes;
+    c->any_overflow = (overflow & lanes) != 0;
+}
+
+/* One element's error terms for all 36 candidates. */
+#define PN_STEP512(v, QOP)                                                              \
+    do {                                                                                \
+        __m512d q = QOP(wv, Q##v);                                                      \
+        q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);                                  \
+        __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);                             \
+        __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S##v, k));                          \
+        E##v = _mm512_add_pd(E##v, _mm512_mul_pd(d, d));                                \
+    } while (0)
+
+#define PN_STEP256(QOP)                                                                 \
+    do {                                                                                \
+        __m256d q = QOP(wy, Q4);                                                        \
+        q = _mm256_min_pd(_mm256_max_pd(q, lo4), hi4);                                  \
+        __m256d k = _mm256_roundscale_pd(q, ROUND_NEAREST);                             \
+        __m256d d = _mm256_sub_pd(wy, _mm256_mul_pd(S4, k));                            \
+        E4 = _mm256_add_pd(E4, _mm256_mul_pd(d, d));                                    \
+    } while (0)
+
+#define PN_STEPS(QOP512, QOP256)                                                        \
+    do {                                                                                \
+        PN_STEP512(0, QOP512);                                                          \
+        PN_STEP512(1, QOP512);                                                          \
+        PN_STEP512(2, QOP512);                                                          \
+        PN_STEP512(3, QOP512);                                                          \
+        PN_STEP256(QOP256);                                                             \
+    } while (0)
+
+/* err[i] = the reference's error sum of candidate i (garbage where invalid).
+ * tie: bit e set where element e needs the exact division. */
+static inline void candidate_errors(const double *wd, int G, int z, const cands512 *c,
+                                    const uint64_t tie[2], double *err)
+{
+    const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
+    const __m256d lo4 = _mm256_set1_pd((double)-z), hi4 = _mm256_set1_pd((double)(z - 1));
+    const __m512d S0 = _mm512_load_pd(c->s), S1 = _mm512_load_pd(c->s + 8);
+    const __m512d S2 = _mm512_load_pd(c->s + 16), S3 = _mm512_load_pd(c->s + 24);
+    const __m256d S4 = _mm256_load_pd(c->s + 32);
+    __m512d E0 = _mm512_setzero_pd(), E1 = E0, E2 = E0, E3 = E0;
+    __m256d E4 = _mm256_setzero_pd();
+    if ((tie[0] | tie[1]) == 0) {
+        const __m512d Q0 = _mm512_load_pd(c->r), Q1 = _mm512_load_pd(c->r + 8);
+        const __m512d Q2 = _mm512_load_pd(c->r + 16), Q3 = _mm512_load_pd(c->r + 24);
+        const __m256d Q4 = _mm256_load_pd(c->r + 32);
+        for (int e = 0; e < G; e++) {
+            const __m512d wv = _mm512_set1_pd(wd[e]);
+            const __m256d wy = _mm256_set1_pd(wd[e]);
+            PN_STEPS(_mm512_mul_pd, _mm256_mul_pd);
+        }
+    } else {
+        const __m512d R0 = _mm512_load_pd(c->r), R1 = _mm512_load_pd(c->r + 8);
+        const __m512d R2 = _mm512_load_pd(c->r + 16), R3 = _mm512_load_pd(c->r + 24);
+        const __m256d R4 = _mm256_load_pd(c->r + 32);
+        for (int e = 0; e < G; e++) {
+            const __m512d wv = _mm512_set1_pd(wd[e]);
+            const __m256d wy = _mm256_set1_pd(wd[e]);
+            if ((tie[e >> 6] >> (e & 63)) & 1u) {
+                const __m512d Q0 = S0, Q1 = S1, Q2 = S2, Q3 = S3;
+                const __m256d Q4 = S4;
+                PN_STEPS(_mm512_div_pd, _mm256_div_pd);
+            } else {
+                const __m512d Q0 = R0, Q1 = R1, Q2 = R2, Q3 = R3;
+                const __m256d Q4 = R4;
+                PN_STEPS(_mm512_mul_pd, _mm256_mul_pd);
+            }
+        }
+    }
+    _mm512_storeu_pd(err, E0);
+    _mm512_storeu_pd(err + 8, E1);
+    _mm512_storeu_pd(err + 16, E2);
+    _mm512_storeu_pd(err + 24, E3);
+    _mm256_storeu_pd(err + 32, E4);
+}
+
+static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block,
+                                       int *bad_index)
+{
+    const int G = p->group, z = p->z;
+    const __m512i expf = _mm512_set1_epi32(0x7f800000);
+    const __m512i tiem = _mm512_set1_epi32((int)pn_fast_tie_mask(p));
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    double wd[80] __attribute__((aligned(64)));
+    uint64_t tie[2] = {0, 0};
+    __m512 vmax = _mm512_set1_ps(-INFINITY), vmin = _mm512_set1_ps(INFINITY);
+    __m512 vamax = _mm512_setzero_ps();
+    for (int e = 0; e < G; e += 16) {
+        __m512i b = _mm512_loadu_si512((const void *)(w + e));
+        __m512i ex = _mm512_and_si512(b, expf);
+        if (_mm512_cmpeq_epi32_mask(ex, expf))
+            return pn_fast_group_refused(p, w, bad_index);
+        __mmask16 t = _mm512_cmpneq_epi32_mask(ex, _mm512_setzero_si512()) &
+                      _mm512_testn_epi32_mask(b, tiem);
+        tie[e >> 6] |= (uint64_t)t << (e & 63);
+        __m512 v = _mm512_castsi512_ps(b);
+        vmax = _mm512_max_ps(vmax, v);
+        vmin = _mm512_min_ps(vmin, v);
+        vamax = _mm512_max_ps(vamax, _mm512_and_ps(v, absmask));
+        _mm512_store_pd(wd + e, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        _mm512_store_pd(wd + e + 8, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
+    }
+    const double amax = _mm512_reduce_max_ps(vamax);
+    const double max = _mm512_reduce_max_ps(vmax), min = _mm512_reduce_min_ps(vmin);
+    if (amax == 0.0) {
+        pn_fast_zero_block(p, block);
+        return PN_OK;
+    }
+    const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
+
+    cands512 c;
+    make_candidates(sigma, amax, z, &c);
+    if (c.valid == 0) {
+        if (c.any_overflow) {
+            *bad_index = 0;
+            return PN_ERR_SCALE_OVERFLOW;
+        }
+        pn_fast_zero_block(p, block);
+        return PN_OK;
+    }
+    double err[PN_FAST_LANES];
+    candidate_errors(wd, G, z, &c, tie, err);
+    const int best = pn_fast_pick(err, c.valid);
+    const double sb = c.s[best];
+
+    /* The winner's codes with the reference's exact division. */
+    const __m512d vs = _mm512_set1_pd(sb), vzd = _mm512_set1_pd((double)z);
+    const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
+    uint8_t codes[80];
+    for (int e = 0; e < G; e += 8) {
+        __m512d q = _mm512_div_pd(_mm512_load_pd(wd + e), vs);
+        q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);
+        __m512d n = _mm512_add_pd(_mm512_roundscale_pd(q, ROUND_NEAREST), vzd);
+        __m128i n8 = _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(n));
+        _mm_storel_epi64((__m128i *)(codes + e), n8);
+    }
+    pn_fast_pack_block(p, pn_fast_half_bits(sb), codes, block);
+    return PN_OK;
+}
+
+pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                 int64_t *bad_col)
+{
+    for (int64_t g = 0; g < n / p->group; g++) {
+        int bad = 0;
+        pn_status st = quantize_group_avx512(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad);
+        if (st != PN_OK) {
+            if (bad_col)
+                *bad_col = g * p->group + bad;
+            return st;
+        }
+    }
+    return PN_OK;
+}

@@ -1,0 +1,165 @@
+/* pn_fast_internal.h - what the fast PN quantizers (pn_fast*.c) share.
+ *
+ * Not a public header: only quant/pn_fast*.c include it.
+ *
+ * Why the fast paths give the reference's bytes
+ * ---------------------------------------------
+ * Everything the reference computes is reproduced with the same double
+ * operations in the same order (t, the error terms, the running error sum per
+ * candidate in element order, the err <= best scan in candidate order), with
+ * two replacements that provably change no result:
+ *
+ * 1. fp16(t) is computed as (|t| + M) - M with M = 2^(E+42), 2^E the leading
+ *    power of two of |t| (at least 2^-14): the sum's last bit weighs
+ *    2^(E-10), the half's unit at that binade (2^-24 below 2^-14), so the
+ *    addition performs the one correctly rounded, ties-to-even rounding and
+ *    the subtraction is exact (see pn_fast_fp16_value).
+ *
+ * 2. The code k = clamp(rint(w/s), -z, z-1) is computed from q' = w * r with
+ *    r = fl(1/s) instead of q = fl(w/s) wherever that cannot change k.
+ *    Only the half-way points M = j + 1/2 with -z <= j <= z-2 matter for the
+ *    clamped code. q' = x(1+d1)(1+d2), |di| <= 2^-53, so |q' - x| < 2^-51|x|
+ *    where x = w/s exactly (no double underflow: |s| >= 2^-24, |w| >= 2^-149).
+ *    - If x is not one of those M: either |x - M| >= 2^-26 for all of them, or
+ *      x is near some M, so |w| >= (1/2 - 2^-26)|s| and w's exponent is at
+ *      least s's minus 2; w - M*s is then a non-zero multiple of ulp(w)
+ *      (M*s is a multiple of 2^(es-11), coarser), so |x - M| >= ulp(w)/|s|
+ *      > 2^(es-25) / 2^(es+1) = 2^-26 anyway. And |q' - x| < 2^-51 * |x|
+ *      stays below 2^-26 unless |x| > 2^25, where x and q' both lie beyond
+ *      every M. So q' and x are on the same side of every M: same code.
+ *    - x equals such an M only if w = (2j+1) * s / 2; with |2j+1| <= 2z-1
+ *      and s having at most 11 significant bits, w then has at most 14
+ *      (pn3t) or 15 (pn4t) significant bits: its float mantissa field ends in
+ *      at least 10 (or 9) zero bits. Such "tie-capable" normal floats take
+ *      the exact division q = w / s, as the reference does; zeros and float
+ *      subnormals (|x| < 2^-100) never sit at a half-way point.
+ *    Clamping q to [-z, z-1] before rint equals clamping after it (integer
+ *    bounds, monotone rounding), and rint of a value in [-8, 7] may be done by
+ *    adding and subtracting 1.5 * 2^52 (ties to even in the default mode).
+ *    The sign of a zero k may differ from the reference's n - z: it changes
+ *    neither s * k's use (w - (+-0) = w, and 0 - (+-0) squares to +0) nor the
+ *    code, which is computed from the winner with the exact division.
+ *
+ * All arithmetic assumes the default floating-point environment: round to
+ * nearest, no flush-to-zero (never built with -ffast-math).
+ */
+#ifndef PN_QUANT_PN_FAST_INTERNAL_H
+#define PN_QUANT_PN_FAST_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/pn.h"
+
+/* The 36 candidates padded to 40 lanes (5 vectors of 8 doubles); lanes 36..39
+ * are never valid. m = (50 + 2i) / 100.0, folded at compile time with the
+ * same IEEE rounding the reference gets at run time. */
+#define PN_FAST_LANES 40
+#define PN_FAST_M(i) ((double)(50 + 2 * (i)) / 100.0)
+#define PN_FAST_M4(i) PN_FAST_M(i), PN_FAST_M((i) + 1), PN_FAST_M((i) + 2), PN_FAST_M((i) + 3)
+static const double pn_fast_m[PN_FAST_LANES] __attribute__((aligned(64))) = {
+    PN_FAST_M4(0),  PN_FAST_M4(4),  PN_FAST_M4(8),  PN_FAST_M4(12), PN_FAST_M4(16),
+    PN_FAST_M4(20), PN_FAST_M4(24), PN_FAST_M4(28), PN_FAST_M4(32), 1.0, 1.0, 1.0, 1.0,
+};
+
+#define PN_FAST_HALF_MAX 65504.0
+#define PN_FAST_EXP_MASK 0x7ff0000000000000ull
+#define PN_FAST_SIGN_MASK 0x8000000000000000ull
+#define PN_FAST_MIN_NORMAL_HALF 0x1p-14
+#define PN_FAST_SPLIT 0x1p42
+#define PN_FAST_RINT_MAGIC 0x1.8p52
+
+static inline uint64_t pn_fast_bits_of(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline double pn_fast_double_of(uint64_t u)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* fp16(t) as a double: +-0 when it underflows, +-inf when it overflows. */
+static inline double pn_fast_fp16_value(double t)
+{
+    uint64_t tb = pn_fast_bits_of(t);
+    double a = pn_fast_double_of(tb & ~PN_FAST_SIGN_MASK);
+    if (a >= 65520.0) /* rounds past 65504; also keeps magic below infinity */
+        return pn_fast_double_of(pn_fast_bits_of(__builtin_inf()) | (tb & PN_FAST_SIGN_MASK));
+    double lead = pn_fast_double_of(tb & PN_FAST_EXP_MASK);
+    if (lead < PN_FAST_MIN_NORMAL_HALF)
+        lead = PN_FAST_MIN_NORMAL_HALF;
+    double magic = lead * PN_FAST_SPLIT;
+    double y = (a + magic) - magic;
+    return pn_fast_double_of(pn_fast_bits_of(y) | (tb & PN_FAST_SIGN_MASK));
+}
+
+/* Binary16 bits of a double that is exactly a finite half value. */
+static inline uint16_t pn_fast_half_bits(double h)
+{
+    uint64_t b = pn_fast_bits_of(h);
+    uint16_t sign = (uint16_t)((b >> 48) & 0x8000u);
+    double a = pn_fast_double_of(b & ~PN_FAST_SIGN_MASK);
+    if (a < PN_FAST_MIN_NORMAL_HALF) /* subnormal half (or zero): unit 2^-24 */
+        return (uint16_t)(sign | (uint16_t)(a * 0x1p24));
+    int exp = (int)((b >> 52) & 0x7ff) - 1023;
+    uint16_t mant = (uint16_t)((b >> 42) & 0x3ff);
+    return (uint16_t)(sign | (uint16_t)((exp + 15) << 10) | mant);
+}
+
+/* Mask of the float mantissa bits that are all zero in a tie-capable weight
+ * (see 2. above): 10 bits for pn3t, 9 for pn4t. */
+static inline uint32_t pn_fast_tie_mask(const pn_params *p)
+{
+    return p->bits == 3 ? 0x3ffu : 0x1ffu;
+}
+
+/* True when w/s may be an exact half-way point for some candidate s. */
+static inline bool pn_fast_tie_capable(uint32_t wbits, uint32_t tie_mask)
+{
+    return (wbits & 0x7f800000u) != 0 && (wbits & tie_mask) == 0;
+}
+
+/* Index of the winner among the valid candidates (bit i of valid), smallest
+ * err with ties to the later one, exactly the reference's err <= best scan;
+ * -1 when none is valid. */
+static inline int pn_fast_pick(const double *err, uint64_t valid)
+{
+    double best = __builtin_inf();
+    int best_i = -1;
+    for (int i = 0; i < PN_N_CANDIDATES; i++) {
+        if (((valid >> i) & 1u) && err[i] <= best) {
+            best = err[i];
+            best_i = i;
+        }
+    }
+    return best_i;
+}
+
+/* Shared scalar pieces (pn_fast.c). */
+
+/* Packs G codes and the scale bits into a 34-byte block, reserved bits 0. */
+void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
+                        uint8_t *block);
+
+/* Writes the canonical zero group (d = +0.0, every code z). */
+void pn_fast_zero_block(const pn_params *p, uint8_t *block);
+
+/* The reference's answer for a group the fast path will not encode (a NaN or
+ * infinity): status and *bad_index exactly as pn_quantize_group_ref. */
+pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_index);
+
+/* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G. */
+pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
+                                      uint8_t *out, int64_t *bad_col);
+pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col);
+pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                 int64_t *bad_col);
+
+#endif

@@ -232,7 +232,7 @@ static float few_bits(double v, int bits)
 static void make_group(rng *r, const pn_params *p, float *w)
 {
     const int G = p->group, z = p->z;
-    int kind = (int)(rng_u64(r) % 12);
+    int kind = (int)(rng_u64(r) % 13);
     double scale = pow(10.0, -8.0 + 12.0 * rng_uniform(r)); /* 1e-8 .. 1e4 */
     for (int e = 0; e < G; e++)
         w[e] = (float)(scale * rng_gauss(r));
@@ -250,16 +250,46 @@ static void make_group(rng *r, const pn_params *p, float *w)
             w[e] = few_bits(scale * rng_gauss(r), bits);
         break;
     }
-    case 4: { /* weights exactly at (k + 1/2) * s for a likely winning scale */
-        double t = (0.7 + 0.5 * rng_uniform(r)) * scale * 3.0 / z;
-        double s = pn_fp16_to_double(pn_fp16_from_double(t));
-        if (s == 0.0 || !isfinite(s))
-            break;
+    case 4: { /* weights exactly at (k + 1/2) * s for the group's own candidate scales */
+        const double A = few_bits(scale * (1.0 + rng_uniform(r)), 1 + (int)(rng_u64(r) % 12));
+        const double sign = rng_uniform(r) < 0.5 ? -1.0 : 1.0, sigma = -sign;
+        const int ia = (int)(rng_u64(r) % (uint64_t)G);
+        for (int e = 0; e < G; e++)
+            w[e] = (float)(0.3 * A * tanh(rng_gauss(r)));
+        w[ia] = (float)(sign * A);
         for (int e = 0; e < G; e++) {
-            if (rng_uniform(r) < 0.5) {
-                int k = (int)(rng_u64(r) % (uint64_t)(2 * z)) - z;
-                w[e] = (float)((k + 0.5) * s);
+            int i = (int)(rng_u64(r) % PN_N_CANDIDATES);
+            double s = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
+            int k = (int)(rng_u64(r) % (uint64_t)(2 * z - 1)) - z;
+            double v = (k + 0.5) * s;
+            if (e != ia && rng_uniform(r) < 0.5 && isfinite(s) && fabs(v) < A)
+                w[e] = (float)v;
+        }
+        break;
+    }
+    case 11: { /* two candidates with exactly equal error, plus tiny weights
+                * whose rounding in the running sums decides the tie */
+        const int i = (z == 4 ? 20 : 22) + (int)(rng_u64(r) % (z == 4 ? 5 : 3));
+        const double A = few_bits(scale * (1.0 + rng_uniform(r)), 8);
+        const double sign = rng_uniform(r) < 0.5 ? -1.0 : 1.0, sigma = -sign;
+        const double si = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
+        const double sj = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(52 + 2 * i) / 100.0) * A / z));
+        memset(w, 0, (size_t)G * sizeof(float));
+        const int ea = (int)(rng_u64(r) % (uint64_t)G), eb = (ea + 1 + (int)(rng_u64(r) % (uint64_t)(G - 1))) % G;
+        w[ea] = (float)(sign * A);
+        w[eb] = (float)(sign * (z * (fabs(si) + fabs(sj)) - A));
+        for (int q = (int)(rng_u64(r) % 12); q > 0; q--) {
+            int k = (int)(rng_u64(r) % (uint64_t)(2 * z - 1)) - (z - 1);
+            int e1 = (int)(rng_u64(r) % (uint64_t)G), e2 = (int)(rng_u64(r) % (uint64_t)G);
+            if (e1 != ea && e1 != eb && e2 != ea && e2 != eb && e1 != e2) {
+                w[e1] = (float)(k * si);
+                w[e2] = (float)(k * sj);
             }
+        }
+        if (rng_uniform(r) < 0.5) {
+            int e = (int)(rng_u64(r) % (uint64_t)G);
+            if (e != ea)
+                w[e] = (float)ldexp(A * (1.0 + rng_uniform(r)), -(20 + (int)(rng_u64(r) % 14)));
         }
         break;
     }

@@ -31,7 +31,16 @@
  * a multiple of it); PN_ERR_TENSOR (empty name or one holding a NUL, duplicate
  * name, n_dims outside 1..4, ne < 1, ne[0] not a multiple of the type's block,
  * size or end overflowing 64 bits, overlap); PN_ERR_TYPE (unknown ggml type).
- * Messages start with the file name and the byte offset.
+ * Their messages start with "<file>: at byte <offset>: " and name the key or
+ * tensor. PN_ERR_IO when the file cannot be opened or mapped.
+ *
+ * Error codes of the writer: PN_ERR_USAGE for a call out of order or bytes
+ * that do not match the tensors (too many, too few at close, a patch of the
+ * wrong count); PN_ERR_TENSOR / PN_ERR_TYPE / PN_ERR_ALIGNMENT as for the
+ * reader; PN_ERR_NOSPACE (ENOSPC, EDQUOT, a write of 0 bytes) and PN_ERR_IO,
+ * whose messages start with the temporary path and give the file offset.
+ * Like ggml's writer, it pads the data of every tensor, the last one too, to
+ * the alignment with zero bytes.
  */
 #ifndef PN_GGUF_H
 #define PN_GGUF_H

@@ -71,6 +71,9 @@ typedef struct parser {
     gguf_reader *r;
     uint64_t pos;
     pn_error *err;
+    /* The key or tensor being read, named in truncation messages. */
+    const char *item_kind;      /* "key", "tensor" or NULL */
+    gguf_str item_name;
 } parser;
 
 static uint64_t load_le(const uint8_t *p, size_t n)
@@ -97,6 +100,48 @@ static pn_status fail(const parser *ps, pn_status code, uint64_t at, const char 
 
 static uint64_t bytes_left(const parser *ps) { return ps->r->size - ps->pos; }
 
+#define QUOTE_MAX 112
+
+/* A key or name from the file, quoted for a message: printable ASCII kept,
+ * other bytes as \xNN, long ones cut with "...". */
+static const char *quoted(gguf_str s, char *buf, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    buf[o++] = '\'';
+    for (uint64_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.data[i];
+        if (o + 8 >= cap) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o++] = '\'';
+    buf[o] = '\0';
+    return buf;
+}
+
+/* Quotes a gguf_str into a buffer that lives until the end of the block. */
+#define Q(s) quoted((s), (char[QUOTE_MAX]){0}, QUOTE_MAX)
+
+/* "key 'x': " or "tensor 'y': " while inside one, else "". */
+static const char *item_context(const parser *ps, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (ps->item_kind)
+        snprintf(buf, cap, "%s %s: ", ps->item_kind, Q(ps->item_name));
+    return buf;
+}
+
 /* `what` names the field for a message; when `index` is not NO_INDEX it is
  * printed after it ("the name of tensor info 3"). Nothing is formatted
  * unless the read fails: this runs for every field of every header. */
@@ -108,9 +153,10 @@ static pn_status need(const parser *ps, uint64_t n, const char *what, uint64_t i
         char num[24] = "";
         if (index != NO_INDEX)
             snprintf(num, sizeof num, " %llu", (unsigned long long)index);
+        char ctx[QUOTE_MAX + 16];
         return fail(ps, PN_ERR_TRUNCATED, ps->pos,
-                    "%s%s needs %llu bytes, but the file ends after %llu (file size %llu)", what,
-                    num, (unsigned long long)n, (unsigned long long)bytes_left(ps),
+                    "%s%s%s needs %llu bytes, but the file ends after %llu (file size %llu)",
+                    item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)n, (unsigned long long)bytes_left(ps),
                     (unsigned long long)ps->r->size);
     }
     return PN_OK;
@@ -151,8 +197,10 @@ static pn_status read_str(parser *ps, gguf_str *s, const char *what, uint64_t in
         char num[24] = "";
         if (index != NO_INDEX)
             snprintf(num, sizeof num, " %llu", (unsigned long long)index);
+        char ctx[QUOTE_MAX + 16];
         return fail(ps, PN_ERR_TRUNCATED, ps->pos - 8,
-                    "%s%s: string of %llu bytes, but the file ends after %llu", what, num,
+                    "%s%s%s: string of %llu bytes, but the file ends after %llu",
+                    item_context(ps, ctx, sizeof ctx), what, num,
                     (unsigned long long)len, (unsigned long long)bytes_left(ps));
     }
     s->len = len;
@@ -161,37 +209,6 @@ static pn_status read_str(parser *ps, gguf_str *s, const char *what, uint64_t in
     return PN_OK;
 }
 
-/* A key or name from the file, quoted for a message: printable ASCII kept,
- * other bytes as \xNN, long ones cut with "...". */
-static const char *quoted(gguf_str s, char *buf, size_t cap)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    buf[o++] = '\'';
-    for (uint64_t i = 0; i < s.len; i++) {
-        unsigned char c = (unsigned char)s.data[i];
-        if (o + 8 >= cap) {
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-            buf[o++] = (char)c;
-        } else {
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        }
-    }
-    buf[o++] = '\'';
-    buf[o] = '\0';
-    return buf;
-}
-
-#define QUOTE_MAX 112
-/* Quotes a gguf_str into a buffer that lives until the end of the block. */
-#define Q(s) quoted((s), (char[QUOTE_MAX]){0}, QUOTE_MAX)
 
 /* Grows *arr (of *cap elements of `elem` bytes) to hold one more. */
 static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -399,9 +416,12 @@ static pn_status parse_kvs(parser *ps, uint64_t n_kv)
                                 r->name);
         gguf_kv *kv = &r->kvs[r->n_kv];
         memset(kv, 0, sizeof *kv);
+        ps->item_kind = NULL;
         pn_status st = read_str(ps, &kv->key, "the key of key/value pair", i);
         if (st)
             return st;
+        ps->item_kind = "key";
+        ps->item_name = kv->key;
         uint64_t type_at = ps->pos;
         uint32_t t;
         if ((st = read_u32(ps, &t, "the value type")))
@@ -413,6 +433,7 @@ static pn_status parse_kvs(parser *ps, uint64_t n_kv)
             return st;
         r->n_kv++;
     }
+    ps->item_kind = NULL;
     return PN_OK;
 }
 
@@ -489,9 +510,12 @@ static pn_status parse_tensor_info(parser *ps, uint64_t i, gguf_tensor_info *ti)
     gguf_reader *r = ps->r;
     ti->info_offset = ps->pos;
     gguf_str name;
+    ps->item_kind = NULL;
     pn_status st = read_str(ps, &name, "the name of tensor info", i);
     if (st)
         return st;
+    ps->item_kind = "tensor";
+    ps->item_name = name;
     if (name.len == 0)
         return fail(ps, PN_ERR_TENSOR, ti->info_offset, "tensor info %llu has an empty name",
                     (unsigned long long)i);
@@ -571,6 +595,7 @@ static pn_status parse_tensor_infos(parser *ps, uint64_t n_tensors)
         if (st)
             return st;
     }
+    ps->item_kind = NULL;
     return PN_OK;
 }
 

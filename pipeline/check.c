@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "pipeline/check_internal.h"
@@ -333,6 +334,9 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
     if (st == PN_ERR_NOMEM)
         goto fail;
     if (st != PN_OK) {
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            c.rep->file_size = (uint64_t)sb.st_size;
         add_reader_refusal(&c, &rerr);
         st = c.nomem ? PN_ERR_NOMEM : PN_OK;
         if (st)

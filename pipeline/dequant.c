@@ -186,6 +186,14 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
             return r;
         }
     }
+    /* Only a corrupt scale decodes to NaN or infinity; refused whatever the
+     * output type, so that f32 output does not carry it silently. */
+    int64_t bad = pn_find_nonfinite(y, m);
+    if (bad >= 0) {
+        r.st = PN_ERR_NONFINITE;
+        r.elem = e + bad;
+        return r;
+    }
     if (j->B > 1)
         pn_hadamard_rotate_row(y, m, j->B);
     if (j->out_type == PN_TYPE_F32) {
@@ -212,8 +220,10 @@ static pn_status describe_failure(const tjob *j, seg_err e, pn_error *err)
                                 "tensor '%s' row %lld block %lld: the scale d is not finite; "
                                 "the file is invalid (pn-check tells more)",
                                 name, (long long)row, (long long)(e.block % (j->K / j->bw)));
-        return pn_error_set(err, e.st, "tensor '%s' row %lld column %lld: not a finite value",
-                            name, (long long)row, (long long)col);
+        return pn_error_set(err, e.st,
+                            "tensor '%s' (%s) row %lld column %lld decodes to a non-finite value: "
+                            "a block's scale is NaN or infinite",
+                            name, type_name(j->in_type), (long long)row, (long long)col);
     case PN_ERR_RESERVED_BITS:
         return pn_error_set(err, e.st,
                             "tensor '%s' row %lld block %lld: a pn3t reserved bit is set; the "

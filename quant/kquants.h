@@ -47,6 +47,10 @@
  *                         weight's column for f16/bf16);
  *   PN_ERR_TYPE           (stock dispatch) a type this file does not write.
  * bad_col may be NULL. After an error the contents of out are unspecified.
+ *
+ * pn_dequantize_row_T decodes n weights from n/block blocks into y (n a
+ * multiple of the block: the caller checks, or uses
+ * pn_dequantize_row_stock, which does).
  */
 #ifndef PN_QUANT_KQUANTS_H
 #define PN_QUANT_KQUANTS_H

@@ -13,6 +13,7 @@
 
 #include <float.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Round to nearest, ties to even, for |v| < 2^22. Adding 1.5 * 2^23 pushes
  * the fraction out of the float's 24-bit significand, so the hardware's
@@ -39,7 +40,23 @@ static inline int kq_is_finite(float v)
     return v >= -FLT_MAX && v <= FLT_MAX;
 }
 
-#if defined(__SSE2__)
+/* fp16 bits -> float, exact (every half is a float). The same value as
+ * pn_fp16_to_float, without its libm calls: the encoders widen a few
+ * scales per block and that showed in their profile. */
+static inline float kq_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) { /* zero or subnormal: mant * 2^-24 is exact in float */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    uint32_t bits = sign | (exp == 31 ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+#if defined(__SSE2__) && !defined(PN_KQ_SCALAR) /* PN_KQ_SCALAR: force the plain C lanes */
 #include <emmintrin.h>
 
 typedef __m128 kq_v4;

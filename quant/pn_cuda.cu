@@ -129,7 +129,16 @@ struct KParams {
     uint8_t *out;            /* n_groups * 34 bytes */
     unsigned long long *key; /* smallest error key, kNoKey when none */
     long long n_groups;
-    int G, z, bits, per_word;
+};
+
+/* The format's constants as compile-time values, so that the loops have
+ * fixed trip counts (the values are those of pn_params_get, checked at
+ * launch). */
+struct Pn3t {
+    static constexpr int G = 80, Z = 4, BITS = 3, PER_WORD = 10;
+};
+struct Pn4t {
+    static constexpr int G = 64, Z = 8, BITS = 4, PER_WORD = 8;
 };
 
 struct KShared {
@@ -292,22 +301,24 @@ PN_HD void pn_key_min(unsigned long long *key, unsigned long long v)
 
 /* --- the kernel's phases --------------------------------------------------- */
 
+template <class T>
 PN_HD void pn_phase_load(const KParams &p, KShared &sm, long long g0, int tid)
 {
-    const int n = kGroupsPerBlock * p.G;
+    const int n = kGroupsPerBlock * T::G;
     for (int idx = tid; idx < n; idx += kThreads) {
-        const int gg = idx / p.G, e = idx % p.G;
+        const int gg = idx / T::G, e = idx % T::G;
         if (g0 + gg < p.n_groups)
-            sm.w[gg][e] = (double)p.x[g0 * p.G + idx]; /* coalesced, exact */
+            sm.w[gg][e] = (double)p.x[g0 * T::G + idx]; /* coalesced, exact */
     }
 }
 
-PN_HD void pn_phase_stats(const KParams &p, KShared &sm, int g, int lane)
+template <class T>
+PN_HD void pn_phase_stats(KShared &sm, int g, int lane)
 {
     double amax = 0.0, max = -pn_bits_double(0x7ff0000000000000ull);
     double min = pn_bits_double(0x7ff0000000000000ull);
-    int bad = p.G;
-    for (int e = lane; e < p.G; e += kStatLanes) {
+    int bad = T::G;
+    for (int e = lane; e < T::G; e += kStatLanes) {
         const double v = sm.w[g][e];
         if (!pn_is_finite(v)) {
             if (e < bad)
@@ -341,10 +352,11 @@ PN_HD void pn_phase_tree(KShared &sm, int g, int lane, int half)
         sm.st_bad[g][lane] = sm.st_bad[g][o];
 }
 
+template <class T>
 PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, int c)
 {
     const int bad = sm.st_bad[g][0];
-    if (bad < p.G) {
+    if (bad < T::G) {
         if (c == 0) {
             sm.gstate[g] = GS_ERROR;
             pn_key_min(p.key, ((unsigned long long)gi << 8) | (unsigned long long)bad);
@@ -361,9 +373,9 @@ PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, i
     }
     if (c == 0)
         sm.gstate[g] = GS_SEARCH;
-    const double sigma = (fabs(min) >= max) ? 1.0 : -1.0;
+    const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
     const double m = pn_ddiv((double)(50 + 2 * c), 100.0);
-    const double t = pn_ddiv(pn_dmul(pn_dmul(sigma, m), amax), (double)p.z);
+    const double t = pn_ddiv(pn_dmul(pn_dmul(sigma, m), amax), (double)T::Z);
     const unsigned short bits = pn_hd_fp16_from_double(t);
     sm.cbits[g][c] = bits;
     if ((bits & 0x7c00u) == 0x7c00u) {
@@ -375,9 +387,9 @@ PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, i
         return;
     }
     const double s = pn_hd_fp16_to_double(bits);
-    const double zd = (double)p.z, nmax = (double)(2 * p.z - 1);
+    const double zd = (double)T::Z, nmax = (double)(2 * T::Z - 1);
     double err = 0.0;
-    for (int e = 0; e < p.G; e++) {
+    for (int e = 0; e < T::G; e++) {
         const double w = sm.w[g][e];
         const double n = pn_code_of(w, s, zd, nmax);
         const double diff = pn_dsub(w, pn_dmul(s, pn_dsub(n, zd)));
@@ -387,6 +399,7 @@ PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, i
     sm.cstate[g][c] = CS_VALID;
 }
 
+template <class T>
 PN_HD void pn_phase_select(const KParams &p, KShared &sm, long long gi, int g)
 {
     if (sm.gstate[g] != GS_SEARCH)
@@ -419,20 +432,22 @@ PN_HD void pn_phase_select(const KParams &p, KShared &sm, long long gi, int g)
     sm.win_s[g] = pn_hd_fp16_to_double(sm.cbits[g][best_i]);
 }
 
-PN_HD void pn_phase_codes(const KParams &p, KShared &sm, int g, int c)
+template <class T>
+PN_HD void pn_phase_codes(KShared &sm, int g, int c)
 {
     const unsigned char st = sm.gstate[g];
     if (st == GS_ZERO) {
-        for (int e = c; e < p.G; e += kCands)
-            sm.codes[g][e] = (unsigned char)p.z;
+        for (int e = c; e < T::G; e += kCands)
+            sm.codes[g][e] = (unsigned char)T::Z;
     } else if (st == GS_SEARCH) {
         const double s = sm.win_s[g];
-        const double zd = (double)p.z, nmax = (double)(2 * p.z - 1);
-        for (int e = c; e < p.G; e += kCands)
+        const double zd = (double)T::Z, nmax = (double)(2 * T::Z - 1);
+        for (int e = c; e < T::G; e += kCands)
             sm.codes[g][e] = (unsigned char)pn_code_of(sm.w[g][e], s, zd, nmax);
     }
 }
 
+template <class T>
 PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
 {
     if (tid >= kGroupsPerBlock * 8)
@@ -444,9 +459,9 @@ PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
     uint32_t word = 0;
     unsigned short d = 0;
     if (st == GS_SEARCH || st == GS_ZERO) {
-        for (int t = 0; t < p.per_word; t++) {
-            const int shift = p.bits * (t >> 1) + 16 * (t & 1);
-            word |= (uint32_t)sm.codes[gg][wi * p.per_word + t] << shift;
+        for (int t = 0; t < T::PER_WORD; t++) {
+            const int shift = T::BITS * (t >> 1) + 16 * (t & 1);
+            word |= (uint32_t)sm.codes[gg][wi * T::PER_WORD + t] << shift;
         }
         if (st == GS_SEARCH)
             d = sm.win_bits[gg];
@@ -462,6 +477,7 @@ PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
     }
 }
 
+template <class T>
 PN_HD void pn_phase_store(const KParams &p, const KShared &sm, long long g0, int tid)
 {
     if (tid >= kGroupsPerBlock * kBlockBytes)
@@ -471,6 +487,7 @@ PN_HD void pn_phase_store(const KParams &p, const KShared &sm, long long g0, int
 }
 
 /* One phase for one thread of block `blk`. */
+template <class T>
 PN_HD void pn_search_phase(int ph, const KParams &p, KShared &sm, long long blk, int tid)
 {
     const int g = tid / kCands, c = tid % kCands;
@@ -478,37 +495,40 @@ PN_HD void pn_search_phase(int ph, const KParams &p, KShared &sm, long long blk,
     const long long gi = g0 + g;
     const bool present = gi < p.n_groups;
     if (ph == PH_LOAD) {
-        pn_phase_load(p, sm, g0, tid);
+        pn_phase_load<T>(p, sm, g0, tid);
     } else if (ph == PH_STATS) {
         if (present && c < kStatLanes)
-            pn_phase_stats(p, sm, g, c);
+            pn_phase_stats<T>(sm, g, c);
     } else if (ph < PH_SEARCH) {
         const int half = (kStatLanes / 2) >> (ph - PH_TREE_FIRST);
         if (present && c < half)
             pn_phase_tree(sm, g, c, half);
     } else if (ph == PH_SEARCH) {
         if (present)
-            pn_phase_search(p, sm, gi, g, c);
+            pn_phase_search<T>(p, sm, gi, g, c);
     } else if (ph == PH_SELECT) {
         if (present && c == 0)
-            pn_phase_select(p, sm, gi, g);
+            pn_phase_select<T>(p, sm, gi, g);
     } else if (ph == PH_CODES) {
         if (present)
-            pn_phase_codes(p, sm, g, c);
+            pn_phase_codes<T>(sm, g, c);
     } else if (ph == PH_PACK) {
-        pn_phase_pack(p, sm, g0, tid);
+        pn_phase_pack<T>(p, sm, g0, tid);
     } else if (ph == PH_STORE) {
-        pn_phase_store(p, sm, g0, tid);
+        pn_phase_store<T>(p, sm, g0, tid);
     }
 }
 
 static_assert((kStatLanes >> (PH_SEARCH - PH_TREE_FIRST)) == 1, "the tree rounds end at one lane");
 
+template <class T>
 __global__ void __launch_bounds__(kThreads) pn_search_kernel(KParams p)
 {
+    static_assert(T::G <= kGroupMax && T::G < 128, "a group fits the shared arrays and 7 key bits");
+    static_assert(T::PER_WORD * 8 == T::G, "eight words per block");
     __shared__ KShared sm;
     for (int ph = 0; ph < PH_COUNT; ph++) {
-        pn_search_phase(ph, p, sm, (long long)blockIdx.x, (int)threadIdx.x);
+        pn_search_phase<T>(ph, p, sm, (long long)blockIdx.x, (int)threadIdx.x);
         __syncthreads();
     }
 }
@@ -523,6 +543,7 @@ __global__ void pn_fp16_kernel(const double *x, unsigned short *out, long long n
 /* The host emulator: every block, every phase, every thread in turn. The
  * shared memory is filled with a junk pattern before each block so that a
  * read of something no phase wrote shows up as wrong bytes. */
+template <class T>
 void pn_emulate_search(const KParams &p, KShared *sm)
 {
     const long long n_blocks = (p.n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
@@ -530,7 +551,7 @@ void pn_emulate_search(const KParams &p, KShared *sm)
         memset(sm, 0xa5, sizeof *sm);
         for (int ph = 0; ph < PH_COUNT; ph++)
             for (int tid = 0; tid < kThreads; tid++)
-                pn_search_phase(ph, p, *sm, b, tid);
+                pn_search_phase<T>(ph, p, *sm, b, tid);
     }
 }
 
@@ -666,7 +687,9 @@ extern "C" pn_status pn_cuda_open(int device, pn_cuda_ctx **out, pn_error *err)
     if (e != cudaSuccess)
         return pn_cuda_fail(NULL, err, e, "cudaGetDeviceProperties");
     cudaFuncAttributes fa;
-    e = cudaFuncGetAttributes(&fa, pn_search_kernel);
+    e = cudaFuncGetAttributes(&fa, pn_search_kernel<Pn3t>);
+    if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&fa, pn_search_kernel<Pn4t>);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return pn_error_set(err, PN_ERR_CUDA,
@@ -799,6 +822,19 @@ static const char *pn_cuda_type_name(int type)
     return tt ? tt->name : "?";
 }
 
+template <class T>
+static bool pn_cuda_params_match_t(const pn_params *pp)
+{
+    return pp->group == T::G && pp->z == T::Z && pp->bits == T::BITS &&
+           pp->per_word == T::PER_WORD;
+}
+
+static bool pn_cuda_params_match(const pn_params *pp)
+{
+    return pp->type == PN_TYPE_PN3T ? pn_cuda_params_match_t<Pn3t>(pp)
+                                    : pn_cuda_params_match_t<Pn4t>(pp);
+}
+
 extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const float *x,
                                     int64_t n_rows, int64_t K, int64_t row_base, pn_error *err)
 {
@@ -808,6 +844,10 @@ extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const 
     const pn_params *pp = pn_params_get(type);
     if (!pp)
         return pn_error_set(err, PN_ERR_USAGE, "CUDA search: type %d is not pn3t or pn4t", type);
+    if (!pn_cuda_params_match(pp))
+        return pn_error_set(err, PN_ERR_INTERNAL,
+                            "CUDA search: the kernel's %s constants differ from pn_params_get",
+                            pn_cuda_type_name(type));
     if (slot < 0 || slot >= PN_CUDA_SLOTS)
         return pn_error_set(err, PN_ERR_USAGE, "CUDA search: slot %d does not exist (0..%d)", slot,
                             PN_CUDA_SLOTS - 1);
@@ -840,16 +880,15 @@ extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const 
 
     KParams p;
     p.n_groups = n_groups;
-    p.G = pp->group;
-    p.z = pp->z;
-    p.bits = pp->bits;
-    p.per_word = pp->per_word;
     if (ctx->emulator) {
         *s->h_key = kNoKey;
         p.x = s->h_in;
         p.out = s->h_out;
         p.key = s->h_key;
-        pn_emulate_search(p, ctx->emu_smem);
+        if (type == PN_TYPE_PN3T)
+            pn_emulate_search<Pn3t>(p, ctx->emu_smem);
+        else
+            pn_emulate_search<Pn4t>(p, ctx->emu_smem);
         s->busy = true;
         return PN_OK;
     }
@@ -863,7 +902,10 @@ extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const 
         cudaSuccess)
         return pn_cuda_fail(ctx, err, e, "cudaMemcpyAsync (rows to the GPU)");
     const long long n_blocks = (n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
-    pn_search_kernel<<<(unsigned int)n_blocks, kThreads, 0, s->stream>>>(p);
+    if (type == PN_TYPE_PN3T)
+        pn_search_kernel<Pn3t><<<(unsigned int)n_blocks, kThreads, 0, s->stream>>>(p);
+    else
+        pn_search_kernel<Pn4t><<<(unsigned int)n_blocks, kThreads, 0, s->stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return pn_cuda_fail(ctx, err, e, "launching the search kernel");
     if ((e = cudaMemcpyAsync(s->h_out, s->d_out, (size_t)n_groups * PN_BLOCK_BYTES,

@@ -90,7 +90,9 @@ pn_status pn_cuda_set_chunk_floats(pn_cuda_ctx *ctx, size_t chunk_floats, pn_err
 /* The pinned input buffer of a slot (PN_CUDA_SLOT_INPUT_BYTES bytes), for a
  * caller that writes (rotates) its rows straight into it and then submits
  * with x == this pointer, saving a copy. Owned by ctx; write to it only while
- * the slot is IDLE. NULL for a bad slot index. */
+ * the slot is IDLE. The backend only reads it, so after a collect it still
+ * holds the rows of that chunk (e.g. for measuring the error). NULL for a bad
+ * slot index. */
 float *pn_cuda_slot_input(pn_cuda_ctx *ctx, int slot);
 
 /* Queues the search of n_rows x K floats (1 <= n_rows <= max_rows(K)) on an

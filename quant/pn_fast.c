@@ -51,17 +51,18 @@ uint16_t pn_fp16_bits_of_half_value(double h) { return pn_fast_half_bits(h); }
 
 /* ---- the portable path ------------------------------------------------ */
 
+/* Where the portable path starts its search: m = 0.92, about where Gaussian
+ * groups of both types pick their scale. Any start gives the same result. */
+#define PN_FAST_FIRST_GUESS 21
+
 /* One group; the candidates that survive fp16 rounding are compacted into
- * s[]/r[] so the inner loop has no skips, and errors are summed per
- * candidate in element order. */
+ * s[]/r[]/idx[] in ascending order, and each candidate's error is summed in
+ * element order. */
 static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, uint8_t *block,
                                             int *bad_index)
 {
     const int G = p->group, z = p->z;
-    const uint32_t tie_mask = pn_fast_tie_mask(p);
     double wd[80];
-    uint8_t tie[80];
-    bool any_tie = false;
     float fmax = -INFINITY, fmin = INFINITY, famax = 0.0f;
     for (int e = 0; e < G; e++) {
         uint32_t b;
@@ -73,8 +74,6 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         fmax = v > fmax ? v : fmax;
         fmin = v < fmin ? v : fmin;
         wd[e] = (double)v;
-        tie[e] = pn_fast_tie_capable(b, tie_mask);
-        any_tie |= tie[e];
     }
     const double amax = famax, max = fmax, min = fmin;
     if (amax == 0.0) {
@@ -83,7 +82,8 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
     }
     const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
 
-    double s[PN_N_CANDIDATES], r[PN_N_CANDIDATES], err[PN_N_CANDIDATES];
+    double s[PN_N_CANDIDATES], r[PN_N_CANDIDATES];
+    int idx[PN_N_CANDIDATES];
     int nc = 0;
     bool any_overflow = false;
     for (int i = 0; i < PN_N_CANDIDATES; i++) {
@@ -97,7 +97,7 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
             continue;
         s[nc] = si;
         r[nc] = 1.0 / si;
-        err[nc] = 0.0;
+        idx[nc] = i;
         nc++;
     }
     if (nc == 0) {
@@ -109,25 +109,38 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         return PN_OK;
     }
 
+    /* Candidates are scored one at a time, a likely winner first. A running
+     * error only grows (every term is >= 0 and rounding is monotone), so a
+     * candidate is abandoned as soon as it cannot beat the best fully scored
+     * one in the reference's order: err > best, or err == best for an earlier
+     * candidate (a tie goes to the later one). The reference's winner is never
+     * abandoned, and a candidate scored to the end beats the previous best. */
     const double lo = (double)-z, hi = (double)(z - 1);
-    for (int e = 0; e < G; e++) {
-        const double we = wd[e];
-        const bool exact = any_tie && tie[e];
-        for (int c = 0; c < nc; c++) {
-            double q = exact ? we / s[c] : we * r[c];
+    int first = 0;
+    for (int c = 0; c < nc; c++)
+        if (idx[c] <= PN_FAST_FIRST_GUESS)
+            first = c;
+    double best = INFINITY;
+    int best_c = -1;
+    for (int step = 0; step < nc; step++) {
+        const int c = step == 0 ? first : (step <= first ? step - 1 : step);
+        const bool later = c > best_c;
+        const double sc = s[c], rc = r[c];
+        double err = 0.0;
+        int e = 0;
+        for (; e < G; e++) {
+            const double we = wd[e];
+            double q = we * rc;
             q = q < lo ? lo : q;
             q = q > hi ? hi : q;
             double k = (q + PN_FAST_RINT_MAGIC) - PN_FAST_RINT_MAGIC;
-            double diff = we - s[c] * k;
-            err[c] = err[c] + diff * diff;
+            double diff = we - sc * k;
+            err = err + diff * diff;
+            if (err > best || (!later && err == best))
+                break;
         }
-    }
-
-    double best = INFINITY;
-    int best_c = 0;
-    for (int c = 0; c < nc; c++) {
-        if (err[c] <= best) {
-            best = err[c];
+        if (e == G) {
+            best = err;
             best_c = c;
         }
     }

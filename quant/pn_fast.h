@@ -15,9 +15,11 @@
  * silently run something else.
  *
  * Why the fast paths are exact (the argument is in quant/pn_fast_internal.h):
- * they divide only where a quotient w/s can be an exact half-way point, use
- * w * (1/s) elsewhere, and sum every candidate's error in element order in
- * double, exactly as the reference does.
+ * they score candidates with w * (1/s) in place of w / s, which can change a
+ * code only at an exact half-way point, where both codes give the same error
+ * term; they sum every candidate's error in element order in double, exactly
+ * as the reference does; and they compute the winner's codes with the
+ * reference's division.
  *
  * Nothing here allocates, prints or keeps state; all functions are
  * thread-safe.

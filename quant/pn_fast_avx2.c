@@ -34,6 +34,8 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
         __m256d t = _mm256_div_pd(_mm256_mul_pd(_mm256_mul_pd(vsig, m), vamax), vz);
         __m256d a = _mm256_and_pd(t, absmask);
         __m256d lead = _mm256_max_pd(_mm256_and_pd(a, expmask), minhalf);
+        /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
+         * is exactly the reference's overflow test |t| >= 65520 */
         __m256d magic = _mm256_mul_pd(lead, split);
         __m256d y = _mm256_sub_pd(_mm256_add_pd(a, magic), magic);
         __m256d ovf = _mm256_cmp_pd(y, halfmax, _CMP_GT_OQ);
@@ -48,9 +50,10 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
     c->any_overflow = overflow != 0;
 }
 
-/* err[i] = the reference's error sum of candidate i (garbage where invalid). */
+/* err[i] = the reference's error sum of candidate i (garbage where invalid):
+ * lane i adds element e's term before element e+1's, as the reference does. */
 static inline void candidate_errors(const double *wd, int G, int z, const cands256 *c,
-                                    const uint64_t tie[2], double *err)
+                                    double *err)
 {
     const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
     __m256d S[NVEC], R[NVEC], E[NVEC];
@@ -59,25 +62,14 @@ static inline void candidate_errors(const double *wd, int G, int z, const cands2
         R[v] = _mm256_load_pd(c->r + 4 * v);
         E[v] = _mm256_setzero_pd();
     }
-    const bool any_tie = (tie[0] | tie[1]) != 0;
     for (int e = 0; e < G; e++) {
         const __m256d wv = _mm256_set1_pd(wd[e]);
-        if (any_tie && ((tie[e >> 6] >> (e & 63)) & 1u)) {
-            for (int v = 0; v < NVEC; v++) {
-                __m256d q = _mm256_div_pd(wv, S[v]);
-                q = _mm256_min_pd(_mm256_max_pd(q, lo), hi);
-                __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
-                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S[v], k));
-                E[v] = _mm256_add_pd(E[v], _mm256_mul_pd(d, d));
-            }
-        } else {
-            for (int v = 0; v < NVEC; v++) {
-                __m256d q = _mm256_mul_pd(wv, R[v]);
-                q = _mm256_min_pd(_mm256_max_pd(q, lo), hi);
-                __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
-                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S[v], k));
-                E[v] = _mm256_add_pd(E[v], _mm256_mul_pd(d, d));
-            }
+        for (int v = 0; v < NVEC; v++) {
+            __m256d q = _mm256_mul_pd(wv, R[v]);
+            q = _mm256_min_pd(_mm256_max_pd(q, lo), hi);
+            __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
+            __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S[v], k));
+            E[v] = _mm256_add_pd(E[v], _mm256_mul_pd(d, d));
         }
     }
     for (int v = 0; v < NVEC; v++)
@@ -89,11 +81,8 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
-    const __m256i tiem = _mm256_set1_epi32((int)pn_fast_tie_mask(p));
-    const __m256i zero_i = _mm256_setzero_si256();
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     double wd[80] __attribute__((aligned(32)));
-    uint64_t tie[2] = {0, 0};
     __m256 vmax = _mm256_set1_ps(-INFINITY), vmin = _mm256_set1_ps(INFINITY);
     __m256 vamax = _mm256_setzero_ps();
     for (int e = 0; e < G; e += 8) {
@@ -101,10 +90,6 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
         __m256i ex = _mm256_and_si256(b, expf);
         if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(ex, expf)))
             return pn_fast_group_refused(p, w, bad_index);
-        __m256i normal = _mm256_xor_si256(_mm256_cmpeq_epi32(ex, zero_i), _mm256_set1_epi32(-1));
-        __m256i lowzero = _mm256_cmpeq_epi32(_mm256_and_si256(b, tiem), zero_i);
-        uint32_t t = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(normal, lowzero)));
-        tie[e >> 6] |= (uint64_t)t << (e & 63);
         __m256 v = _mm256_castsi256_ps(b);
         vmax = _mm256_max_ps(vmax, v);
         vmin = _mm256_min_ps(vmin, v);
@@ -140,7 +125,7 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    candidate_errors(wd, G, z, &c, tie, err);
+    candidate_errors(wd, G, z, &c, err);
     const int best = pn_fast_pick(err, c.valid);
     const double sb = c.s[best];
 

@@ -35,6 +35,8 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
         __m512d t = _mm512_div_pd(_mm512_mul_pd(_mm512_mul_pd(vsig, m), vamax), vz);
         __m512d a = _mm512_abs_pd(t);
         __m512d lead = _mm512_max_pd(_mm512_and_pd(a, expmask), minhalf);
+        /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
+         * is exactly the reference's overflow test |t| >= 65520 */
         __m512d magic = _mm512_mul_pd(lead, split);
         __m512d y = _mm512_sub_pd(_mm512_add_pd(a, magic), magic);
         __mmask8 ovf = _mm512_cmp_pd_mask(y, halfmax, _CMP_GT_OQ);
@@ -50,72 +52,43 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
     c->any_overflow = (overflow & lanes) != 0;
 }
 
-/* One element's error terms for all 36 candidates. */
-#define PN_STEP512(v, QOP)                                                              \
+/* One element's error terms for candidates 8v..8v+7. */
+#define PN_STEP512(v)                                                                   \
     do {                                                                                \
-        __m512d q = QOP(wv, Q##v);                                                      \
+        __m512d q = _mm512_mul_pd(wv, R##v);                                            \
         q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);                                  \
         __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);                             \
         __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S##v, k));                          \
         E##v = _mm512_add_pd(E##v, _mm512_mul_pd(d, d));                                \
     } while (0)
 
-#define PN_STEP256(QOP)                                                                 \
-    do {                                                                                \
-        __m256d q = QOP(wy, Q4);                                                        \
-        q = _mm256_min_pd(_mm256_max_pd(q, lo4), hi4);                                  \
-        __m256d k = _mm256_roundscale_pd(q, ROUND_NEAREST);                             \
-        __m256d d = _mm256_sub_pd(wy, _mm256_mul_pd(S4, k));                            \
-        E4 = _mm256_add_pd(E4, _mm256_mul_pd(d, d));                                    \
-    } while (0)
-
-#define PN_STEPS(QOP512, QOP256)                                                        \
-    do {                                                                                \
-        PN_STEP512(0, QOP512);                                                          \
-        PN_STEP512(1, QOP512);                                                          \
-        PN_STEP512(2, QOP512);                                                          \
-        PN_STEP512(3, QOP512);                                                          \
-        PN_STEP256(QOP256);                                                             \
-    } while (0)
-
-/* err[i] = the reference's error sum of candidate i (garbage where invalid).
- * tie: bit e set where element e needs the exact division. */
+/* err[i] = the reference's error sum of candidate i (garbage where invalid):
+ * lane i adds element e's term before element e+1's, as the reference does. */
 static inline void candidate_errors(const double *wd, int G, int z, const cands512 *c,
-                                    const uint64_t tie[2], double *err)
+                                    double *err)
 {
     const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
     const __m256d lo4 = _mm256_set1_pd((double)-z), hi4 = _mm256_set1_pd((double)(z - 1));
     const __m512d S0 = _mm512_load_pd(c->s), S1 = _mm512_load_pd(c->s + 8);
     const __m512d S2 = _mm512_load_pd(c->s + 16), S3 = _mm512_load_pd(c->s + 24);
     const __m256d S4 = _mm256_load_pd(c->s + 32);
+    const __m512d R0 = _mm512_load_pd(c->r), R1 = _mm512_load_pd(c->r + 8);
+    const __m512d R2 = _mm512_load_pd(c->r + 16), R3 = _mm512_load_pd(c->r + 24);
+    const __m256d R4 = _mm256_load_pd(c->r + 32);
     __m512d E0 = _mm512_setzero_pd(), E1 = E0, E2 = E0, E3 = E0;
     __m256d E4 = _mm256_setzero_pd();
-    if ((tie[0] | tie[1]) == 0) {
-        const __m512d Q0 = _mm512_load_pd(c->r), Q1 = _mm512_load_pd(c->r + 8);
-        const __m512d Q2 = _mm512_load_pd(c->r + 16), Q3 = _mm512_load_pd(c->r + 24);
-        const __m256d Q4 = _mm256_load_pd(c->r + 32);
-        for (int e = 0; e < G; e++) {
-            const __m512d wv = _mm512_set1_pd(wd[e]);
-            const __m256d wy = _mm256_set1_pd(wd[e]);
-            PN_STEPS(_mm512_mul_pd, _mm256_mul_pd);
-        }
-    } else {
-        const __m512d R0 = _mm512_load_pd(c->r), R1 = _mm512_load_pd(c->r + 8);
-        const __m512d R2 = _mm512_load_pd(c->r + 16), R3 = _mm512_load_pd(c->r + 24);
-        const __m256d R4 = _mm256_load_pd(c->r + 32);
-        for (int e = 0; e < G; e++) {
-            const __m512d wv = _mm512_set1_pd(wd[e]);
-            const __m256d wy = _mm256_set1_pd(wd[e]);
-            if ((tie[e >> 6] >> (e & 63)) & 1u) {
-                const __m512d Q0 = S0, Q1 = S1, Q2 = S2, Q3 = S3;
-                const __m256d Q4 = S4;
-                PN_STEPS(_mm512_div_pd, _mm256_div_pd);
-            } else {
-                const __m512d Q0 = R0, Q1 = R1, Q2 = R2, Q3 = R3;
-                const __m256d Q4 = R4;
-                PN_STEPS(_mm512_mul_pd, _mm256_mul_pd);
-            }
-        }
+    for (int e = 0; e < G; e++) {
+        const __m512d wv = _mm512_set1_pd(wd[e]);
+        PN_STEP512(0);
+        PN_STEP512(1);
+        PN_STEP512(2);
+        PN_STEP512(3);
+        /* candidates 32..35 */
+        const __m256d wy = _mm512_castpd512_pd256(wv);
+        __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wy, R4), lo4), hi4);
+        __m256d k = _mm256_roundscale_pd(q, ROUND_NEAREST);
+        __m256d d = _mm256_sub_pd(wy, _mm256_mul_pd(S4, k));
+        E4 = _mm256_add_pd(E4, _mm256_mul_pd(d, d));
     }
     _mm512_storeu_pd(err, E0);
     _mm512_storeu_pd(err + 8, E1);
@@ -129,10 +102,8 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
-    const __m512i tiem = _mm512_set1_epi32((int)pn_fast_tie_mask(p));
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     double wd[80] __attribute__((aligned(64)));
-    uint64_t tie[2] = {0, 0};
     __m512 vmax = _mm512_set1_ps(-INFINITY), vmin = _mm512_set1_ps(INFINITY);
     __m512 vamax = _mm512_setzero_ps();
     for (int e = 0; e < G; e += 16) {
@@ -140,9 +111,6 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
         __m512i ex = _mm512_and_si512(b, expf);
         if (_mm512_cmpeq_epi32_mask(ex, expf))
             return pn_fast_group_refused(p, w, bad_index);
-        __mmask16 t = _mm512_cmpneq_epi32_mask(ex, _mm512_setzero_si512()) &
-                      _mm512_testn_epi32_mask(b, tiem);
-        tie[e >> 6] |= (uint64_t)t << (e & 63);
         __m512 v = _mm512_castsi512_ps(b);
         vmax = _mm512_max_ps(vmax, v);
         vmin = _mm512_min_ps(vmin, v);
@@ -169,7 +137,7 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    candidate_errors(wd, G, z, &c, tie, err);
+    candidate_errors(wd, G, z, &c, err);
     const int best = pn_fast_pick(err, c.valid);
     const double sb = c.s[best];
 

@@ -15,30 +15,29 @@
  *    addition performs the one correctly rounded, ties-to-even rounding and
  *    the subtraction is exact (see pn_fast_fp16_value).
  *
- * 2. The code k = clamp(rint(w/s), -z, z-1) is computed from q' = w * r with
- *    r = fl(1/s) instead of q = fl(w/s) wherever that cannot change k.
- *    Only the half-way points M = j + 1/2 with -z <= j <= z-2 matter for the
- *    clamped code. q' = x(1+d1)(1+d2), |di| <= 2^-53, so |q' - x| < 2^-51|x|
- *    where x = w/s exactly (no double underflow: |s| >= 2^-24, |w| >= 2^-149).
- *    - If x is not one of those M: either |x - M| >= 2^-26 for all of them, or
- *      x is near some M, so |w| >= (1/2 - 2^-26)|s| and w's exponent is at
- *      least s's minus 2; w - M*s is then a non-zero multiple of ulp(w)
- *      (M*s is a multiple of 2^(es-11), coarser), so |x - M| >= ulp(w)/|s|
- *      > 2^(es-25) / 2^(es+1) = 2^-26 anyway. And |q' - x| < 2^-51 * |x|
- *      stays below 2^-26 unless |x| > 2^25, where x and q' both lie beyond
- *      every M. So q' and x are on the same side of every M: same code.
- *    - x equals such an M only if w = (2j+1) * s / 2; with |2j+1| <= 2z-1
- *      and s having at most 11 significant bits, w then has at most 14
- *      (pn3t) or 15 (pn4t) significant bits: its float mantissa field ends in
- *      at least 10 (or 9) zero bits. Such "tie-capable" normal floats take
- *      the exact division q = w / s, as the reference does; zeros and float
- *      subnormals (|x| < 2^-100) never sit at a half-way point.
+ * 2. In the error sums, the code k = clamp(rint(w/s), -z, z-1) comes from
+ *    q' = w * r with r = fl(1/s) instead of q = fl(w/s). Let x = w/s exactly.
+ *    The clamped code only changes at the half-way points M = j + 1/2,
+ *    -z <= j <= z-2. q' = x(1+d1)(1+d2) with |di| <= 2^-53, so
+ *    |q' - x| < 2^-51 |x| (no double underflow: |s| >= 2^-24, |w| >= 2^-149).
+ *    - If x is not one of those M: either |x - M| >= 2^-26 for all of them,
+ *      or x is near some M, so |w| >= (1/2 - 2^-26)|s| and w's exponent is at
+ *      least s's minus 2; w - M*s is then a non-zero multiple of ulp(w) (M*s
+ *      is a multiple of 2^(es-11), coarser), so |x - M| >= ulp(w)/|s|
+ *      > 2^(es-25) / 2^(es+1) = 2^-26 anyway. |q' - x| < 2^-51 |x| stays
+ *      below 2^-26 unless |x| > 2^25, where x and q' both lie beyond every
+ *      M. So q' and x are on the same side of every M: the same code.
+ *    - If x is exactly an M, q' may round to either neighbour j or j+1 (not
+ *      always to the even one). Both are inside [-z, z-1], and both give
+ *      diff = w - s*k = +-s/2 exactly, so diff*diff and the running sum are
+ *      the same doubles. The tie-break does decide the winner's codes: those
+ *      are computed with the reference's exact division w / s.
  *    Clamping q to [-z, z-1] before rint equals clamping after it (integer
  *    bounds, monotone rounding), and rint of a value in [-8, 7] may be done by
  *    adding and subtracting 1.5 * 2^52 (ties to even in the default mode).
  *    The sign of a zero k may differ from the reference's n - z: it changes
- *    neither s * k's use (w - (+-0) = w, and 0 - (+-0) squares to +0) nor the
- *    code, which is computed from the winner with the exact division.
+ *    neither the term (w - (+-0) = w, and 0 - (+-0) squares to +0) nor the
+ *    code.
  *
  * All arithmetic assumes the default floating-point environment: round to
  * nearest, no flush-to-zero (never built with -ffast-math).
@@ -110,19 +109,6 @@ static inline uint16_t pn_fast_half_bits(double h)
     int exp = (int)((b >> 52) & 0x7ff) - 1023;
     uint16_t mant = (uint16_t)((b >> 42) & 0x3ff);
     return (uint16_t)(sign | (uint16_t)((exp + 15) << 10) | mant);
-}
-
-/* Mask of the float mantissa bits that are all zero in a tie-capable weight
- * (see 2. above): 10 bits for pn3t, 9 for pn4t. */
-static inline uint32_t pn_fast_tie_mask(const pn_params *p)
-{
-    return p->bits == 3 ? 0x3ffu : 0x1ffu;
-}
-
-/* True when w/s may be an exact half-way point for some candidate s. */
-static inline bool pn_fast_tie_capable(uint32_t wbits, uint32_t tie_mask)
-{
-    return (wbits & 0x7f800000u) != 0 && (wbits & tie_mask) == 0;
 }
 
 /* Index of the winner among the valid candidates (bit i of valid), smallest

@@ -29,6 +29,7 @@
 #include "quant/kquants.h"
 #include "quant/pn.h"
 #include "quant/types.h"
+#include "quant/widen.h"
 #include "test_util.h"
 
 #define FX_N 7

@@ -607,3 +607,43 @@ Test(pn_check, measures_each_tensors_error_against_the_source)
     }
     pn_check_report_free(r);
 }
+
+Test(pn_check, classifies_the_good_file_cut_at_every_length)
+{
+    size_t n;
+    uint8_t *buf = tu_read_file(g_good, &n);
+    gguf_reader *r = NULL;
+    pn_error e = {0};
+    cr_assert_eq(gguf_reader_open(g_good, &r, &e), PN_OK, "%s", e.msg);
+    const uint64_t data_off = gguf_reader_data_offset(r);
+    uint64_t last_end = 0;
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
+        const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+        if (data_off + ti->offset + ti->size > last_end)
+            last_end = data_off + ti->offset + ti->size;
+    }
+    gguf_reader_close(r);
+    const char *p = path_in("cut.gguf");
+    pn_check_options o;
+    pn_check_options_default(&o);
+    o.threads = 1;
+    for (size_t cut = 0; cut <= n; cut += cut < data_off + 64 ? 1 : 29) {
+        cr_assert_eq(tu_write_file(p, buf, cut), 0);
+        pn_check_report *rep = NULL;
+        cr_assert_eq(pn_check_file(p, &o, &rep, &e), PN_OK, "cut %zu: %s", cut, e.msg);
+        int rc = pn_check_exit_code(rep, false);
+        cr_assert(rep->n_findings > 0 || rc == 0, "cut %zu: a verdict without a finding", cut);
+        if (cut >= last_end)
+            cr_assert_eq(rc, 0, "cut %zu (data ends at %llu): %s", cut, (unsigned long long)last_end,
+                         rep->n_findings ? rep->findings[0].message : "");
+        else if (cut >= data_off)
+            cr_assert_eq(rc, 1, "cut %zu inside the data", cut);
+        else
+            cr_assert(rc == 2 || (rc == 1 && pn_check_find(rep, "GGUF-TRUNCATED-DATA", NULL)),
+                      "cut %zu inside the header: rc %d", cut, rc);
+        if (rc == 1)
+            cr_assert_not_null(pn_check_find(rep, "GGUF-TENSOR-PAST-EOF", NULL), "cut %zu", cut);
+        pn_check_report_free(rep);
+    }
+    free(buf);
+}

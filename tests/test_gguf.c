@@ -299,7 +299,7 @@ Test(gguf_reader, names_what_a_truncated_file_lacks)
     expect_refusal((blob){b.bytes, 30}, PN_ERR_TRUNCATED, "declares 3 tensors and 6 key/value",
                    "only 6 bytes follow");
     expect_refusal((blob){b.bytes, (size_t)t2.offset + 3}, PN_ERR_TRUNCATED,
-                   at_byte(t2.offset), "the data offset needs 8 bytes");
+                   at_byte(t2.offset), "tensor 't2': the data offset needs 8 bytes");
     expect_refusal((blob){b.bytes, (size_t)t2_end - 1}, PN_ERR_TRUNCATED, "tensor 't2'",
                    "ends past the end of the file");
     free(b.bytes);

@@ -27,6 +27,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kquants.h"
+#include "quant/kquants_impl.h"
 #include "quant/types.h"
 #include "test_util.h"
 
@@ -97,6 +98,29 @@ Test(kquants_layout, block_sizes_are_ggml_s)
     for (int c = 0; c < N_KQ_CASES; c++)
         cr_assert_eq(pn_type_row_bytes(KQ_CASES[c].type, 5120), 5120 / KQ_CASES[c].block * KQ_CASES[c].bytes,
                      "%s: row bytes", KQ_CASES[c].name);
+}
+
+Test(kquants_layout, the_encoders_fp16_widening_matches_the_project_s_for_every_half)
+{
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float a = kq_half_to_float((uint16_t)h), b = pn_fp16_to_float((uint16_t)h);
+        uint32_t ua, ub;
+        memcpy(&ua, &a, 4);
+        memcpy(&ub, &b, 4);
+        if (isnan(b))
+            cr_assert(isnan(a), "half 0x%04x: %g, want NaN", h, a);
+        else
+            cr_assert_eq(ua, ub, "half 0x%04x: %a, want %a", h, a, b);
+    }
+}
+
+Test(kquants_layout, rounding_helper_is_nearest_even)
+{
+    static const float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 3.49999f, -3.5f, 127.5f, 0.0f, -0.0f, 14.5f};
+    static const float want[] = {0.0f, 2.0f, 2.0f, -0.0f, -2.0f, 3.0f, -4.0f, 128.0f, 0.0f, 0.0f, 14.0f};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        cr_assert_eq(kq_round(in[i]), want[i], "round(%g) = %g", in[i], kq_round(in[i]));
+    cr_assert_eq(kq_clamp(NAN, -4.0f, 3.0f), -4.0f, "a NaN clamps to the low end");
 }
 
 /* --- q8_0 decoding ----------------------------------------------------------- */
@@ -470,7 +494,7 @@ ParameterizedTest(int *ci, kquants_encode, handles_constant_tiny_and_one_sided_r
     float w[512], y[512];
     uint8_t q[512 / 32 * 34];
     tu_rng r = {9};
-    for (int kind = 0; kind < 6; kind++) {
+    for (int kind = 0; kind < 7; kind++) {
         for (int i = 0; i < n; i++) {
             double u = tu_rng_uniform(&r);
             switch (kind) {
@@ -479,7 +503,8 @@ ParameterizedTest(int *ci, kquants_encode, handles_constant_tiny_and_one_sided_r
             case 2: w[i] = (float)(1e-4 * (u - 0.5)); break; /* scales in fp16's subnormals */
             case 3: w[i] = (float)(1e-12 * (u - 0.5)); break; /* below every fp16 scale */
             case 4: w[i] = (float)(0.01 + u); break;        /* all positive */
-            default: w[i] = (float)(-0.01 - u); break;      /* all negative */
+            case 5: w[i] = (float)(-0.01 - u); break;       /* all negative */
+            default: w[i] = (float)(1e-40 * (u - 0.5)); break; /* float subnormals */
             }
         }
         cr_assert_eq(quantize(tc->type, w, n, q, NULL), PN_OK, "%s kind %d", tc->name, kind);
@@ -492,7 +517,7 @@ ParameterizedTest(int *ci, kquants_encode, handles_constant_tiny_and_one_sided_r
          * step (q3_K: 7 steps across -amax..amax, the extreme opposite the
          * scale's sign may be clipped by one) */
         static const double step_frac[N_KQ_CASES] = {0.01, 0.1, 0.3};
-        double tol = kind < 2 ? 0.02 * amax : (kind == 3 ? amax : step_frac[*ci] * amax);
+        double tol = kind < 2 ? 0.02 * amax : (kind == 3 || kind == 6 ? amax : step_frac[*ci] * amax);
         for (int i = 0; i < n; i++) {
             cr_assert(isfinite(y[i]), "%s kind %d weight %d not finite", tc->name, kind, i);
             cr_assert(fabs((double)w[i] - y[i]) <= tol, "%s kind %d weight %d: %g -> %g", tc->name, kind, i, w[i],

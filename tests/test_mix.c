@@ -1244,7 +1244,7 @@ Test(measure, a_saved_measurement_reloads_exactly)
                          strlen("pn-measure\t1\nsource\tbytes=1 tensors=2 fnv1a64=0\nsample\tevenly-"
                                 "spaced\t256\ncandidates\t5\nc.0\t0.10000000000000001\t")),
                  0, "%.*s", (int)size, text);
-    cr_assert_eq(strcmp(text + size - 4, "end\n"), 0);
+    cr_assert_eq(memcmp(text + size - 4, "end\n", 4), 0);
     free(text);
     pn_measurement_free(m);
     pn_plan_free(p);

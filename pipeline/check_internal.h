@@ -15,14 +15,6 @@
 #include "gguf/gguf.h"
 #include "pipeline/check.h"
 
-/* From the GGUF module (gguf/gguf_reader.c); declared here until gguf/gguf.h
- * declares it: opens like gguf_reader_open and checks the header the same
- * way, except where tensor data lies (offsets aligned, bytes inside the file,
- * no overlap), which the caller checks itself from each tensor's offset and
- * size; gguf_reader_tensor_data returns NULL for a tensor not wholly inside
- * the file. */
-pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err);
-
 typedef struct pn_check_ctx {
     pn_check_report *rep;
     pn_check_options opt;

@@ -548,7 +548,7 @@ void pn_emulate_search(const KParams &p, KShared *sm)
 {
     const long long n_blocks = (p.n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
     for (long long b = 0; b < n_blocks; b++) {
-        memset(sm, 0xa5, sizeof *sm);
+        memset(sm, 0x5b, sizeof *sm); /* unlike the output guard's 0xa5 */
         for (int ph = 0; ph < PH_COUNT; ph++)
             for (int tid = 0; tid < kThreads; tid++)
                 pn_search_phase<T>(ph, p, *sm, b, tid);
@@ -885,10 +885,24 @@ extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const 
         p.x = s->h_in;
         p.out = s->h_out;
         p.key = s->h_key;
+        /* A guard band after the chunk: the kernel must not store past it
+         * (on the GPU such a store would land unnoticed in the slack of the
+         * slot's buffer). */
+        const size_t used = (size_t)n_groups * PN_BLOCK_BYTES;
+        size_t guard = ctx->out_bytes - used;
+        if (guard > (size_t)(kGroupsPerBlock * kBlockBytes))
+            guard = (size_t)(kGroupsPerBlock * kBlockBytes);
+        memset(s->h_out + used, 0xa5, guard);
         if (type == PN_TYPE_PN3T)
             pn_emulate_search<Pn3t>(p, ctx->emu_smem);
         else
             pn_emulate_search<Pn4t>(p, ctx->emu_smem);
+        for (size_t i = 0; i < guard; i++)
+            if (s->h_out[used + i] != 0xa5)
+                return pn_error_set(err, PN_ERR_INTERNAL,
+                                    "CUDA emulator: the kernel wrote byte %zu past its chunk of "
+                                    "%lld groups",
+                                    i, n_groups);
         s->busy = true;
         return PN_OK;
     }

@@ -8,8 +8,26 @@
  * runs a phase for all threads at once; the host emulator runs it for thread
  * 0, 1, ..., 287 in turn. No phase reads what another thread writes in the
  * same phase, so both orders compute the same thing, and the emulator tests
- * this very code on a machine without a GPU. No warp shuffles, no
- * cooperative groups, no tensor cores: sm_60 has everything used here.
+ * this very code on a machine without a GPU (it also fills shared memory
+ * with junk before each block and keeps a guard band after the output, so a
+ * read of something unwritten or a store past the chunk shows). No warp
+ * shuffles, no cooperative groups, no tensor cores, no float arithmetic:
+ * sm_60 has everything used here. G, z, bits and codes per word are template
+ * constants (Pn3t, Pn4t), so the loops have fixed trip counts.
+ *
+ * Why this layout: one thread per (group, candidate) sums its candidate's
+ * error over the elements in index order by itself, so no partial sums are
+ * ever combined (combining them in another order changes err; see the
+ * golden catch_sum_* groups). The only cross-thread step on err is the
+ * choice of the winner, done by one thread in the reference's order. Cost:
+ * 36 double divisions per weight, the same work as the CPU. Resources (sm_75
+ * build): 72 registers, 16.5 KB shared memory per 288-thread block, i.e.
+ * 3 blocks (864 threads) per SM on a P100.
+ *
+ * Flags: the arithmetic does not depend on them. Checked in the PTX: with
+ * -ftz=true or --use_fast_math there is still no f32 operation and no
+ * fma; fast-math only turns __ddiv_rn(x, 4.0 or 8.0) into x * 0.25 or
+ * x * 0.125, which is the same value (z is a power of two).
  *
  * Review against pn_quantize_group_ref (quant/pn_ref.c), step by step:
  *
@@ -28,8 +46,9 @@
  *       lane+64 with the same comparisons; TREE combines the 32 partials in
  *       five halving rounds. max/min/amax of exact values do not depend on
  *       the order (the only order-dependent detail, the sign of a zero max or
- *       min, cannot change fabs(min) > max). Partials are kept as float:
- *       every value is a widened float, so the narrowing is exact.
+ *       min, cannot change fabs(min) > max). The device does no float
+ *       arithmetic at all (pn_widen_float goes through the bits), so a
+ *       flush-to-zero build (-ftz=true) cannot drop float subnormals.
  *  ref: amax == 0.0 -> d = +0.0, codes z             -> SEARCH marks GS_ZERO;
  *       CODES writes z; PACK writes d bits 0x0000.
  *  ref: sigma = (fabs(min) > max) ? 1.0 : -1.0       -> SEARCH, same expression.
@@ -143,9 +162,9 @@ struct Pn4t {
 
 struct KShared {
     double w[kGroupsPerBlock][kWStride];
-    float st_amax[kGroupsPerBlock][kStatLanes];
-    float st_max[kGroupsPerBlock][kStatLanes];
-    float st_min[kGroupsPerBlock][kStatLanes];
+    double st_amax[kGroupsPerBlock][kStatLanes];
+    double st_max[kGroupsPerBlock][kStatLanes];
+    double st_min[kGroupsPerBlock][kStatLanes];
     int st_bad[kGroupsPerBlock][kStatLanes];
     double err[kGroupsPerBlock][kCands];
     double win_s[kGroupsPerBlock];
@@ -235,6 +254,35 @@ PN_HD double pn_pow2(int e)
     return pn_bits_double((uint64_t)(e + 1023) << 52);
 }
 
+PN_HD uint32_t pn_float_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+/* float -> double, exact for every float, through the bits (so the emulator
+ * runs this very code too). Not a plain conversion, because a build with
+ * -ftz=true (or --use_fast_math) turns that into cvt.ftz.f64.f32, which
+ * flushes float subnormals to zero; the CPU keeps them. */
+PN_HD double pn_widen_float(float f)
+{
+    const uint32_t u = pn_float_bits(f);
+    const uint64_t sign = (uint64_t)(u >> 31) << 63;
+    const uint32_t exp = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+    if (exp == 0xffu) /* infinity or NaN (payload kept) */
+        return pn_bits_double(sign | 0x7ff0000000000000ull | ((uint64_t)mant << 29));
+    if (exp == 0u) { /* zero or subnormal: mant * 2^-149, both factors exact */
+        const double v = pn_dmul((double)mant, pn_pow2(-149));
+        return sign ? -v : v;
+    }
+    return pn_bits_double(sign | ((uint64_t)(exp - 127u + 1023u) << 52) | ((uint64_t)mant << 29));
+}
+
 /* fp16(x): one rounding of the exact double, ties to even; the algorithm of
  * pn_fp16_from_double (quant/fp16.c) with frexp/ldexp done on the bits. */
 PN_HD unsigned short pn_hd_fp16_from_double(double x)
@@ -308,7 +356,7 @@ PN_HD void pn_phase_load(const KParams &p, KShared &sm, long long g0, int tid)
     for (int idx = tid; idx < n; idx += kThreads) {
         const int gg = idx / T::G, e = idx % T::G;
         if (g0 + gg < p.n_groups)
-            sm.w[gg][e] = (double)p.x[g0 * T::G + idx]; /* coalesced, exact */
+            sm.w[gg][e] = pn_widen_float(p.x[g0 * T::G + idx]); /* coalesced */
     }
 }
 
@@ -333,9 +381,9 @@ PN_HD void pn_phase_stats(KShared &sm, int g, int lane)
         if (v < min)
             min = v;
     }
-    sm.st_amax[g][lane] = (float)amax; /* exact: widened floats or +-inf */
-    sm.st_max[g][lane] = (float)max;
-    sm.st_min[g][lane] = (float)min;
+    sm.st_amax[g][lane] = amax;
+    sm.st_max[g][lane] = max;
+    sm.st_min[g][lane] = min;
     sm.st_bad[g][lane] = bad;
 }
 
@@ -363,9 +411,9 @@ PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, i
         }
         return;
     }
-    const double amax = (double)sm.st_amax[g][0];
-    const double max = (double)sm.st_max[g][0];
-    const double min = (double)sm.st_min[g][0];
+    const double amax = sm.st_amax[g][0];
+    const double max = sm.st_max[g][0];
+    const double min = sm.st_min[g][0];
     if (amax == 0.0) {
         if (c == 0)
             sm.gstate[g] = GS_ZERO;

@@ -170,12 +170,8 @@ static void q3k_pack(const q3k_state *st, uint8_t *blk)
 
 static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
 {
-    for (int i = 0; i < PN_QK_K; i++) {
-        if (!kq_is_finite(x[i])) {
-            *bad = i;
-            return PN_ERR_NONFINITE;
-        }
-    }
+    if ((*bad = kq_first_nonfinite(x, PN_QK_K)) >= 0)
+        return PN_ERR_NONFINITE;
     float s[Q3K_NSUB], smax = 0.0f;
     for (int j = 0; j < Q3K_NSUB; j++) {
         s[j] = q3k_fit_sub(x + j * Q3K_SUB);
@@ -189,7 +185,7 @@ static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
      * away from zero (the magnitude is the low 15 bits). */
     st.hd = 0;
     if (smax != 0.0f) {
-        st.hd = pn_fp16_from_double((double)smax / -32.0);
+        st.hd = kq_half_from_double((double)smax / -32.0);
         if (fabs((double)smax) > 32.5 * fabs((double)kq_half_to_float(st.hd)))
             st.hd++;
     }

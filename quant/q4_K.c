@@ -257,8 +257,8 @@ static int q4k_refit(const float *x, const q4k_state *s, uint16_t *hd, uint16_t 
     }
     if (!(d >= 0.0) || !(dm >= 0.0))
         return 0;
-    *hd = pn_fp16_from_double(d);
-    *hm = pn_fp16_from_double(dm);
+    *hd = kq_half_from_double(d);
+    *hm = kq_half_from_double(dm);
     if ((*hd & 0x7c00u) == 0x7c00u || (*hm & 0x7c00u) == 0x7c00u)
         return 0;
     return 1;
@@ -284,7 +284,7 @@ static uint16_t q4k_super_scale(float v)
 {
     if (v == 0.0f)
         return 0;
-    uint16_t h = pn_fp16_from_double((double)v / 63.0);
+    uint16_t h = kq_half_from_double((double)v / 63.0);
     if ((double)v > 63.5 * (double)kq_half_to_float(h))
         h++;
     return h;
@@ -292,12 +292,8 @@ static uint16_t q4k_super_scale(float v)
 
 static pn_status q4k_block(const float *x, uint8_t *blk, int *bad)
 {
-    for (int i = 0; i < PN_QK_K; i++) {
-        if (!kq_is_finite(x[i])) {
-            *bad = i;
-            return PN_ERR_NONFINITE;
-        }
-    }
+    if ((*bad = kq_first_nonfinite(x, PN_QK_K)) >= 0)
+        return PN_ERR_NONFINITE;
     float a[Q4K_NSUB], b[Q4K_NSUB], amax = 0.0f, bmax = 0.0f;
     for (int j = 0; j < Q4K_NSUB; j++) {
         q4k_fit_sub(x + j * Q4K_SUB, &a[j], &b[j]);

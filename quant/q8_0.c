@@ -45,20 +45,21 @@ static void q8_0_codes(const float *x, float d, int8_t *q)
 
 static pn_status q8_0_block(const float *x, uint8_t *blk, int *bad)
 {
-    float amax = 0.0f;
-    for (int i = 0; i < PN_QK8_0; i++) {
-        if (!kq_is_finite(x[i])) {
-            *bad = i;
-            return PN_ERR_NONFINITE;
-        }
-        float a = fabsf(x[i]);
-        amax = a > amax ? a : amax;
-    }
+    if ((*bad = kq_first_nonfinite(x, PN_QK8_0)) >= 0)
+        return PN_ERR_NONFINITE;
+    kq_v4 am4 = kq_set1(0.0f);
+    for (int i = 0; i < PN_QK8_0; i += 4)
+        am4 = kq_max(kq_abs(kq_load(x + i)), am4);
+    float lanes[4];
+    kq_store(lanes, am4);
+    float amax = lanes[0] > lanes[1] ? lanes[0] : lanes[1];
+    amax = lanes[2] > amax ? lanes[2] : amax;
+    amax = lanes[3] > amax ? lanes[3] : amax;
     if (amax == 0.0f) {
         memset(blk, 0, sizeof(block_q8_0));
         return PN_OK;
     }
-    uint16_t h = pn_fp16_from_double((double)amax / 127.0);
+    uint16_t h = kq_half_from_double((double)amax / 127.0);
     /* Among fp16's subnormals one unit is a large step: if rounding went
      * down far enough to clip the largest weight (or to zero), take the next
      * half up. */
@@ -73,7 +74,7 @@ static pn_status q8_0_block(const float *x, uint8_t *blk, int *bad)
     float err = q8_0_error(x, d, &sxc, &scc);
     /* Least-squares scale for these codes: sum(x c) / sum(c c). */
     if (scc > 0.0f && sxc > 0.0f) {
-        uint16_t h2 = pn_fp16_from_double((double)sxc / scc);
+        uint16_t h2 = kq_half_from_double((double)sxc / scc);
         float d2 = kq_half_to_float(h2);
         if (h2 != h && d2 > 0.0f && (h2 & 0x7c00u) != 0x7c00u) {
             float s1, s2;

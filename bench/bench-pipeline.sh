@@ -3,7 +3,8 @@
 #   bench/bench-pipeline.sh [LAYERS...]     default: 2 4
 # For each layer count: generates a full-width BF16 model with the full
 # vocabulary (skipped when it exists in $BENCH_DIR), then runs pn-quantize
-# (P0k+19, measurement saved beside it) under /usr/bin/time -v, and prints
+# (P0k with PROMOTE promotions, default 4: a 2-layer model has only 8
+# candidates; measurement saved beside it) under /usr/bin/time -v, and prints
 # wall time, weights/s, peak RSS and the per-phase times, plus `cat` of the
 # source to /dev/null for the disk's read speed.
 # Environment: BENCH_DIR (default /tmp/pn-bench), BUILD (default build),
@@ -17,7 +18,7 @@ layers=("$@")
 [ ${#layers[@]} -gt 0 ] || layers=(2 4)
 [ -x /usr/bin/time ] || { echo "bench: /usr/bin/time is missing (apt-get install time)" >&2; exit 2; }
 cmake --build "$build" -j"$(nproc)" --target pn_programs >/dev/null
-printf '%-7s %12s %14s %9s %10s %12s %11s %9s  %s\n' layers weights src_bytes cat_s wall_s weights/s peak_rss_MB search%% phases
+printf '%-7s %12s %14s %9s %10s %12s %11s %9s  %s\n' layers weights src_bytes cat_s wall_s weights/s peak_rss_MB search% phases
 for L in "${layers[@]}"; do
   src=$dir/synth-full-L$L.gguf
   [ -f "$src" ] || "$build/bin/pn-synth" --quiet --width-scale 1 --layers "$L" --vocab 248320 "$src"
@@ -25,7 +26,7 @@ for L in "${layers[@]}"; do
   cat_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", (b-a)/1e9}')
   out=$dir/out-L$L.gguf
   /usr/bin/time -v -o "$dir/time-L$L.txt" "$build/bin/pn-quantize" --force --quiet \
-      --backend "${BACKEND:-auto}" --measurement "$dir/synth-full-L$L.measure" \
+      --backend "${BACKEND:-auto}" --promote "${PROMOTE:-4}" --measurement "$dir/synth-full-L$L.measure" \
       --report "$dir/report-L$L.json" "$src" "$out" > "$dir/run-L$L.txt"
   rss_kb=$(awk -F: '/Maximum resident set size/{gsub(/ /,"",$2); print $2}' "$dir/time-L$L.txt")
   python_free_json() { grep -o "\"$1\": [0-9.e+-]*" "$dir/report-L$L.json" | head -1 | awk '{print $2}'; }

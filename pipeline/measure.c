@@ -81,6 +81,8 @@ static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan
     }
     pn_measure_acc_result(&acc, e3, e4);
 done:
+    /* faults map pages around each sampled row too; drop them all */
+    pn_release_mapped(data, info->size);
     free(rows);
     free(x);
     free(sums);

@@ -196,6 +196,19 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int thre
     } else {
         int64_t want = o->promote >= 0 ? o->promote : p->recipe->promote;
         if (want > 0 || o->target_size) {
+            if (!o->target_size && o->promote < 0 && (size_t)want > p->plan->n_candidates) {
+                /* the recipe's default is for the full model; a smaller one
+                 * gets every candidate it has, and is told so */
+                if (o->note) {
+                    char msg[256];
+                    snprintf(msg, sizeof msg,
+                             "the recipe promotes %" PRId64 " tensors but this model has %zu "
+                             "candidates: promoting all %zu",
+                             want, p->plan->n_candidates, p->plan->n_candidates);
+                    o->note(msg, o->user);
+                }
+                want = (int64_t)p->plan->n_candidates;
+            }
             if (!o->target_size && (size_t)want > p->plan->n_candidates) {
                 st = pn_error_set(err, PN_ERR_USAGE,
                                   "%" PRId64 " promotions asked for, but %s has only %zu pn3t "

@@ -56,17 +56,6 @@ static void note(const pn_quantize_opts *o, const char *fmt, ...)
 
 static bool cancelled(const pn_quantize_opts *o) { return o->cancel && *o->cancel; }
 
-/* Tell the kernel we are done with a range of the mapped source, so resident
- * memory does not grow with the model (the pages stay in the page cache). */
-static void release_mapped(const uint8_t *p, uint64_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Asks the kernel to start reading the source bytes that follow `from`, so
  * the disk works while the cores search (the mapping is read in file order). */
 #define PN_READAHEAD_BYTES ((uint64_t)96 << 20)
@@ -203,7 +192,7 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
                 row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
                 break;
             }
-            release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
+            pn_release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
             prefetch_after(c->src, src + (r0 + n) * src_row);
             if (t->rotation_block > 1)
                 pn_chunk_rotate(&ch, n, t->rotation_block, &c->times);
@@ -287,7 +276,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
             row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
             break;
         }
-        release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
+        pn_release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
         prefetch_after(c->src, src + (r0 + n) * src_row);
         if (t->rotation_block > 1)
             pn_chunk_rotate(&ch, n, t->rotation_block, &c->times);
@@ -360,7 +349,7 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
         for (uint64_t off = 0; off < info->size; off += slice) {
             uint64_t n = info->size - off < slice ? info->size - off : slice;
             crc = (uint32_t)crc32_z(crc, data + off, n);
-            release_mapped(data + off, n);
+            pn_release_mapped(data + off, n);
         }
         if (bad_row >= 0)
             st = pn_error_set(err, bad_st, "%s: tensor %s, row %lld, block %lld: %s", path,

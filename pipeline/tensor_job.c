@@ -3,7 +3,9 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hadamard/hadamard.h"
 #include "quant/kquants.h"
@@ -16,6 +18,15 @@ double pn_now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void pn_release_mapped(const uint8_t *p, uint64_t n)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 pn_status pn_row_chunk_init(pn_row_chunk *c, int64_t K, int64_t chunk_weights, int threads)

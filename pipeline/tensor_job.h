@@ -65,4 +65,9 @@ void pn_dequantize_row_any(int type, const uint8_t *in, float *y, int64_t n);
 
 double pn_now_seconds(void);
 
+/* Drops the pages of a read-only file mapping from this process (they stay in
+ * the page cache), so resident memory does not grow with the model. Only
+ * whole pages inside [p, p+n) are dropped. */
+void pn_release_mapped(const uint8_t *p, uint64_t n);
+
 #endif

@@ -10,6 +10,8 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 
+#define PN_FOLIO_WINDOW ((uint64_t)2 << 20)
+
 static void source_identity(const gguf_reader *src, char *buf, size_t size)
 {
     size_t n = gguf_reader_n_tensors(src);
@@ -53,7 +55,14 @@ static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan
     }
     int64_t n = pn_sample_rows(t->rows, max_rows, rows);
     for (int64_t i = 0; i < n; i++) {
-        pn_widen_row(info->type, data + rows[i] * src_row, x + i * K, K);
+        uint64_t at = (uint64_t)(rows[i] * src_row);
+        pn_widen_row(info->type, data + at, x + i * K, K);
+        /* A fault can map the whole page-cache folio around the row (up to
+         * 2 MiB): drop that window at once, or a tensor's samples would map
+         * most of it. */
+        uint64_t lo = at > PN_FOLIO_WINDOW ? at - PN_FOLIO_WINDOW : 0;
+        uint64_t hi = at + (uint64_t)src_row + PN_FOLIO_WINDOW;
+        pn_release_mapped(data + lo, (hi < info->size ? hi : info->size) - lo);
         int64_t col = pn_find_nonfinite(x + i * K, K);
         if (col >= 0) {
             st = pn_error_set(err, PN_ERR_NONFINITE,
@@ -81,8 +90,6 @@ static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan
     }
     pn_measure_acc_result(&acc, e3, e4);
 done:
-    /* faults map pages around each sampled row too; drop them all */
-    pn_release_mapped(data, info->size);
     free(rows);
     free(x);
     free(sums);

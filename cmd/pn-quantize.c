@@ -262,10 +262,10 @@ int main(int argc, char **argv)
     }
     if (!o.dry_run && !quiet) {
         printf("wrote %s: %s, %llu bytes, %.1f s (plan %.1f, measure %.1f, read %.1f, rotate %.1f, "
-               "quantize %.1f, write %.1f, crc %.1f, validate %.1f), backend %s\n",
+               "quantize %.1f, error %.1f, write %.1f, crc %.1f, validate %.1f), backend %s\n",
                o.dst_path, stats.mix_name, (unsigned long long)stats.file_bytes, stats.t_total,
                stats.t_plan, stats.t_measure, stats.t_read, stats.t_rotate, stats.t_quantize,
-               stats.t_write, stats.t_crc, stats.t_validate, stats.backend);
+               stats.t_error, stats.t_write, stats.t_crc, stats.t_validate, stats.backend);
     }
     return 0;
 }

@@ -221,7 +221,7 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
             const uint8_t *blocks = pn_cuda_slot_output(c->cuda, take);
             pn_row_chunk view = ch;
             view.rows = pn_cuda_slot_input(c->cuda, take);
-            pn_chunk_error(&view, t->type, n, blocks, &num, &den);
+            pn_chunk_error(&view, t->type, n, blocks, &num, &den, &c->times);
             st = emit(c, ti, blocks, (size_t)(n * out_row), err);
             c->weights_done += (uint64_t)(n * K);
             progress(c, PN_PHASE_QUANTIZE, ti, t->name);
@@ -406,10 +406,10 @@ static pn_status write_report(const pn_quantize_opts *o, const pn_job_plan *p,
             (unsigned long long)s->weights);
     fprintf(f,
             "  \"seconds\": {\"total\": %.3f, \"plan\": %.3f, \"measure\": %.3f, \"read\": %.3f, "
-            "\"rotate\": %.3f, \"quantize\": %.3f, \"write\": %.3f, \"crc\": %.3f, "
-            "\"validate\": %.3f},\n",
+            "\"rotate\": %.3f, \"quantize\": %.3f, \"error\": %.3f, \"write\": %.3f, "
+            "\"crc\": %.3f, \"validate\": %.3f},\n",
             s->t_total, s->t_plan, s->t_measure, s->t_read, s->t_rotate, s->t_quantize,
-            s->t_write, s->t_crc, s->t_validate);
+            s->t_error, s->t_write, s->t_crc, s->t_validate);
     fprintf(f, "  \"promoted\": [");
     int k = 0;
     for (size_t i = 0; i < p->n; i++)
@@ -568,6 +568,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     stats->t_read = c.times.read;
     stats->t_rotate = c.times.rotate;
     stats->t_quantize = c.times.quantize;
+    stats->t_error = c.times.error;
     stats->t_write = c.t_write;
     stats->t_crc = c.t_crc;
     stats->n_promoted = (int)c.plan->plan->n_promoted;

@@ -68,7 +68,8 @@ void pn_quantize_opts_init(pn_quantize_opts *o);
 
 /* Per-phase wall time of a finished run (seconds). */
 typedef struct pn_quantize_stats {
-    double t_total, t_plan, t_measure, t_read, t_rotate, t_quantize, t_write, t_crc, t_validate;
+    double t_total, t_plan, t_measure, t_read, t_rotate, t_quantize, t_error, t_write, t_crc,
+        t_validate;
     uint64_t weights, file_bytes;
     int n_promoted;
     char mix_name[96];

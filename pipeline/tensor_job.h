@@ -16,7 +16,7 @@
 
 /* Per-phase wall seconds, accumulated over calls. */
 typedef struct pn_phase_times {
-    double read, rotate, quantize;
+    double read, rotate, quantize, error;
 } pn_phase_times;
 
 typedef struct pn_row_chunk {
@@ -54,9 +54,10 @@ pn_status pn_chunk_quantize(pn_row_chunk *c, int type, int64_t n, uint8_t *out,
                             int64_t *bad_col, pn_phase_times *t);
 
 /* Adds the squared error of n quantized rows (blocks) against c->rows, and
- * their squared norm, to *err_num / *err_den in row order. */
+ * their squared norm, to *err_num / *err_den in row order (the figures of
+ * the report; per row four interleaved partial sums, so deterministic). */
 void pn_chunk_error(pn_row_chunk *c, int type, int64_t n, const uint8_t *blocks,
-                    double *err_num, double *err_den);
+                    double *err_num, double *err_den, pn_phase_times *t);
 
 /* The row quantizer and decoder for any type a mix writes. */
 pn_status pn_quantize_row_any(int type, const float *x, int64_t n, uint8_t *out,

@@ -10,14 +10,70 @@
 #define PN_QUANT_FP16_H
 
 #include <stdint.h>
+#include <string.h>
 
-uint16_t pn_fp16_from_double(double x);
-float pn_fp16_to_float(uint16_t h);
-double pn_fp16_to_double(uint16_t h);
+/* Bit-exact and libm-free: these run per weight when widening sources and
+ * per block in the encoders. */
+static inline float pn_fp16_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) { /* zero or subnormal: mant * 2^-24 is exact in float */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    uint32_t bits = sign | (exp == 31 ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline double pn_fp16_to_double(uint16_t h) { return (double)pn_fp16_to_float(h); }
+
+/* Rounds the double once: keep 11 significant bits (fewer for a subnormal
+ * half, whose last bit is worth 2^-24) and round the dropped bits to
+ * nearest, ties to even, on the integer significand. */
+static inline uint16_t pn_fp16_from_double(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+    const uint64_t a = u & 0x7fffffffffffffffull;
+    if (a > 0x7ff0000000000000ull)
+        return (uint16_t)(sign | 0x7e00u);
+    const int e = (int)(a >> 52) - 1023; /* a = 1.f * 2^e for a normal double */
+    if (e >= 16)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e < -26) /* below a quarter of the smallest subnormal: rounds to 0 */
+        return sign;
+    const uint64_t m = (a & 0xfffffffffffffull) | (1ull << 52);
+    const int shift = e >= -14 ? 42 : 42 + (-14 - e);
+    uint64_t r = m >> shift;
+    const uint64_t rem = m & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
+    if (rem > halfway || (rem == halfway && (r & 1)))
+        r++;
+    if (e < -14) /* subnormal; r == 1024 is the smallest normal, 0x0400 */
+        return (uint16_t)(sign | r);
+    int exp = e + 15;
+    if (r == 2048) {
+        r = 1024;
+        exp++;
+    }
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)(r - 1024));
+}
+
 /* float -> half with one rounding (the float is exact in double). */
 static inline uint16_t pn_fp16_from_float(float x) { return pn_fp16_from_double((double)x); }
 
-float pn_bf16_to_float(uint16_t b);
+static inline float pn_bf16_to_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* float -> bf16, round to nearest even, NaN kept quiet (for pn-dequant). */
 uint16_t pn_bf16_from_float(float x);
 

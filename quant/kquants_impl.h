@@ -42,60 +42,6 @@ static inline int kq_is_finite(float v)
     return v >= -FLT_MAX && v <= FLT_MAX;
 }
 
-/* fp16 bits -> float, exact (every half is a float). The same value as
- * pn_fp16_to_float, without its libm calls: the encoders widen a few
- * scales per block and that showed in their profile. */
-static inline float kq_half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 0) { /* zero or subnormal: mant * 2^-24 is exact in float */
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    uint32_t bits = sign | (exp == 31 ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* double -> fp16 bits, rounded once to nearest, ties to even: the same
- * result as pn_fp16_from_double (tests/test_kquants.c checks this on every
- * half, every midpoint and its neighbours, and random doubles) without its
- * libm calls, which were a fifth of q8_0's time. Overflow gives +-inf, NaN a
- * quiet NaN, results below half the smallest subnormal +-0. */
-static inline uint16_t kq_half_from_double(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    const uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
-    const uint64_t a = u & 0x7fffffffffffffffull;
-    if (a > 0x7ff0000000000000ull)
-        return (uint16_t)(sign | 0x7e00u);
-    const int e = (int)(a >> 52) - 1023; /* a = 1.f * 2^e for a normal double */
-    if (e >= 16)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e < -25 - 1) /* below 2^-26, a quarter of the smallest subnormal */
-        return sign;
-    const uint64_t m = (a & 0xfffffffffffffull) | (1ull << 52);
-    /* keep 11 significant bits for a normal half; fewer for a subnormal,
-     * whose last bit is worth 2^-24 */
-    const int shift = e >= -14 ? 42 : 42 + (-14 - e);
-    uint64_t r = m >> shift;
-    const uint64_t rem = m & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
-    if (rem > halfway || (rem == halfway && (r & 1)))
-        r++;
-    if (e < -14) /* subnormal; r == 1024 is the smallest normal, 0x0400 */
-        return (uint16_t)(sign | r);
-    int exp = e + 15;
-    if (r == 2048) {
-        r = 1024;
-        exp++;
-    }
-    if (exp >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)(r - 1024));
-}
-
 #if defined(__SSE2__) && !defined(PN_KQ_SCALAR) /* PN_KQ_SCALAR: force the plain C lanes */
 #include <emmintrin.h>
 

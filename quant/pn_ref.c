@@ -165,11 +165,16 @@ void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n)
     const pn_params *p = pn_params_get(type);
     if (!p)
         return;
+    const uint32_t mask = (1u << p->bits) - 1u;
     for (int64_t g = 0; g < n / p->group; g++) {
         const uint8_t *b = in + g * PN_BLOCK_BYTES;
-        float d = pn_fp16_to_float(pn_load_u16le(b));
-        for (int e = 0; e < p->group; e++)
-            y[g * p->group + e] = d * (float)(pn_block_code(p, b, e) - p->z);
+        const float d = pn_fp16_to_float(pn_load_u16le(b));
+        float *o = y + g * p->group;
+        for (int wi = 0; wi < 8; wi++) {
+            const uint32_t word = pn_load_u32le(b + 2 + 4 * wi);
+            for (int t = 0; t < p->per_word; t++)
+                o[wi * p->per_word + t] = d * (float)((int)((word >> pn_code_shift(p, t)) & mask) - p->z);
+        }
     }
 }
 

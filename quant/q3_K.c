@@ -120,7 +120,7 @@ typedef struct q3k_state {
 /* Stage 3: best k per sub-block for the given fp16 d. */
 static void q3k_integers(const float *x, const float *s, q3k_state *st)
 {
-    const float d = kq_half_to_float(st->hd);
+    const float d = pn_fp16_to_float(st->hd);
     for (int j = 0; j < Q3K_NSUB; j++) {
         const float *xj = x + j * Q3K_SUB;
         int k_lo = 0, k_hi = 0;
@@ -185,8 +185,8 @@ static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
      * away from zero (the magnitude is the low 15 bits). */
     st.hd = 0;
     if (smax != 0.0f) {
-        st.hd = kq_half_from_double((double)smax / -32.0);
-        if (fabs((double)smax) > 32.5 * fabs((double)kq_half_to_float(st.hd)))
+        st.hd = pn_fp16_from_double((double)smax / -32.0);
+        if (fabs((double)smax) > 32.5 * fabs((double)pn_fp16_to_float(st.hd)))
             st.hd++;
     }
     if ((st.hd & 0x7c00u) == 0x7c00u) {
@@ -222,7 +222,7 @@ void pn_dequantize_row_q3_K(const uint8_t *in, float *y, int64_t n)
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q3_K);
         const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-        const float d = kq_half_to_float(pn_load_u16le(blk + 108));
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + 108));
         float *yb = y + b * PN_QK_K;
         for (int p = 0; p < 8; p++) {           /* 32 weights share a bit plane */
             const uint8_t *q = qs + 32 * (p / 4);

@@ -190,7 +190,7 @@ static int q4k_nearest(float v, int hi)
 /* Stage 3: best integer sc, m per sub-block for the given fp16 d, dmin. */
 static void q4k_integers(const float *x, const float *a, const float *b, q4k_state *s)
 {
-    const float d = kq_half_to_float(s->hd), dm = kq_half_to_float(s->hm);
+    const float d = pn_fp16_to_float(s->hd), dm = pn_fp16_to_float(s->hm);
     s->err = 0.0f;
     for (int j = 0; j < Q4K_NSUB; j++) {
         const float *xj = x + j * Q4K_SUB;
@@ -247,7 +247,7 @@ static int q4k_refit(const float *x, const q4k_state *s, uint16_t *hd, uint16_t 
         if (saa <= 0.0)
             return 0;
         d = sxa / saa;
-        dm = (double)kq_half_to_float(s->hm);
+        dm = (double)pn_fp16_to_float(s->hm);
     } else {
         double det = saa * sbb - sab * sab;
         if (!(det > 0.0))
@@ -257,8 +257,8 @@ static int q4k_refit(const float *x, const q4k_state *s, uint16_t *hd, uint16_t 
     }
     if (!(d >= 0.0) || !(dm >= 0.0))
         return 0;
-    *hd = kq_half_from_double(d);
-    *hm = kq_half_from_double(dm);
+    *hd = pn_fp16_from_double(d);
+    *hm = pn_fp16_from_double(dm);
     if ((*hd & 0x7c00u) == 0x7c00u || (*hm & 0x7c00u) == 0x7c00u)
         return 0;
     return 1;
@@ -284,8 +284,8 @@ static uint16_t q4k_super_scale(float v)
 {
     if (v == 0.0f)
         return 0;
-    uint16_t h = kq_half_from_double((double)v / 63.0);
-    if ((double)v > 63.5 * (double)kq_half_to_float(h))
+    uint16_t h = pn_fp16_from_double((double)v / 63.0);
+    if ((double)v > 63.5 * (double)pn_fp16_to_float(h))
         h++;
     return h;
 }
@@ -347,8 +347,8 @@ void pn_dequantize_row_q4_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q4_K);
-        const float d = kq_half_to_float(pn_load_u16le(blk));
-        const float dmin = kq_half_to_float(pn_load_u16le(blk + 2));
+        const float d = pn_fp16_to_float(pn_load_u16le(blk));
+        const float dmin = pn_fp16_to_float(pn_load_u16le(blk + 2));
         const uint8_t *scales = blk + 4, *qs = blk + 16;
         float *yb = y + b * PN_QK_K;
         for (int c = 0; c < 4; c++) {

@@ -59,23 +59,23 @@ static pn_status q8_0_block(const float *x, uint8_t *blk, int *bad)
         memset(blk, 0, sizeof(block_q8_0));
         return PN_OK;
     }
-    uint16_t h = kq_half_from_double((double)amax / 127.0);
+    uint16_t h = pn_fp16_from_double((double)amax / 127.0);
     /* Among fp16's subnormals one unit is a large step: if rounding went
      * down far enough to clip the largest weight (or to zero), take the next
      * half up. */
-    if ((double)amax > 127.5 * (double)kq_half_to_float(h))
+    if ((double)amax > 127.5 * (double)pn_fp16_to_float(h))
         h++;
     if ((h & 0x7c00u) == 0x7c00u) {
         *bad = 0;
         return PN_ERR_SCALE_OVERFLOW;
     }
-    float d = kq_half_to_float(h);
+    float d = pn_fp16_to_float(h);
     float sxc, scc;
     float err = q8_0_error(x, d, &sxc, &scc);
     /* Least-squares scale for these codes: sum(x c) / sum(c c). */
     if (scc > 0.0f && sxc > 0.0f) {
-        uint16_t h2 = kq_half_from_double((double)sxc / scc);
-        float d2 = kq_half_to_float(h2);
+        uint16_t h2 = pn_fp16_from_double((double)sxc / scc);
+        float d2 = pn_fp16_to_float(h2);
         if (h2 != h && d2 > 0.0f && (h2 & 0x7c00u) != 0x7c00u) {
             float s1, s2;
             if (q8_0_error(x, d2, &s1, &s2) < err) {
@@ -114,7 +114,7 @@ void pn_dequantize_row_q8_0(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK8_0; b++) {
         const uint8_t *blk = in + b * sizeof(block_q8_0);
-        const float d = kq_half_to_float(pn_load_u16le(blk));
+        const float d = pn_fp16_to_float(pn_load_u16le(blk));
         for (int i = 0; i < PN_QK8_0; i++)
             y[b * PN_QK8_0 + i] = (float)(int8_t)blk[2 + i] * d;
     }

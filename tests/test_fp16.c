@@ -357,3 +357,91 @@ Test(fp16, little_endian_loads_and_stores_work_at_any_alignment)
         cr_assert_eq(buf[off + 4], 0xee, "store wrote past its 4 bytes");
     }
 }
+
+/* ---- an independent oracle ---------------------------------------------
+ * The project converts with integer bit arithmetic (quant/fp16.h). This
+ * oracle gets the same answers a different way, with libm: scale the
+ * magnitude so the half's last kept bit has weight 1 (exact: a power of
+ * two) and let rint() round once, ties to even. */
+static uint16_t oracle_fp16_from_double(double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000u : 0u;
+    if (isnan(x))
+        return (uint16_t)(sign | 0x7e00u);
+    double a = fabs(x);
+    if (a >= 65520.0)
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x1p-14)
+        return (uint16_t)(sign | (uint16_t)rint(a * 0x1p24));
+    int e;
+    frexp(a, &e);
+    int exp = e - 1;
+    uint32_t mant = (uint32_t)rint(ldexp(a, 10 - exp));
+    if (mant == 2048) {
+        mant = 1024;
+        exp += 1;
+    }
+    if (exp > 15)
+        return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(mant - 1024));
+}
+
+static double oracle_fp16_to_double(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v = exp == 0 ? ldexp((double)mant, -24)
+             : exp == 31 ? (mant ? NAN : INFINITY)
+                         : ldexp((double)(mant | 0x400), exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+Test(fp16_oracle, widening_is_the_exact_value_of_every_half)
+{
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float a = pn_fp16_to_float((uint16_t)h), b = (float)oracle_fp16_to_double((uint16_t)h);
+        uint32_t ua, ub;
+        memcpy(&ua, &a, 4);
+        memcpy(&ub, &b, 4);
+        if (isnan(b))
+            cr_assert(isnan(a), "half 0x%04x: %g, want NaN", h, a);
+        else
+            cr_assert_eq(ua, ub, "half 0x%04x: %a, want %a", h, a, b);
+    }
+}
+
+static void check_half_rounding(double x)
+{
+    uint16_t a = pn_fp16_from_double(x), b = oracle_fp16_from_double(x);
+    cr_assert_eq(a, b, "fp16(%a): 0x%04x, the libm oracle gives 0x%04x", x, a, b);
+}
+
+Test(fp16_oracle, rounding_equals_a_libm_oracle_on_every_half_midpoint_and_neighbour)
+{
+    /* every half, the midpoint to its upper neighbour (a tie) and the
+     * doubles just either side of that midpoint, both signs */
+    for (uint32_t h = 0; h < 0x7c00u; h++) {
+        double v = oracle_fp16_to_double((uint16_t)h);
+        double next = h + 1 < 0x7c00u ? oracle_fp16_to_double((uint16_t)(h + 1)) : 65536.0;
+        double mid = (v + next) / 2.0; /* exact: both are halves */
+        const double probes[] = {v, mid, nextafter(mid, 0.0), nextafter(mid, INFINITY), nextafter(v, 0.0),
+                                 nextafter(v, INFINITY)};
+        for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
+            check_half_rounding(probes[k]);
+            check_half_rounding(-probes[k]);
+        }
+    }
+    const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 65504.0, 65519.99, 65520.0, 1e300,
+                               -1e300, 0x1p-24, 0x1p-25, 0x1p-26, 0x1.8p-25, 0x1p-1074, 1e-320, DBL_MAX};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
+        check_half_rounding(specials[k]);
+    tu_rng r = {17};
+    for (int i = 0; i < 1000000; i++) {
+        uint64_t bits = tu_rng_u64(&r);
+        double x;
+        /* uniform over bit patterns, then squeezed into the range where
+         * halves live (exponents 2^-30 .. 2^17) */
+        bits = (bits & 0x800fffffffffffffull) | ((uint64_t)(993 + (bits >> 52) % 48) << 52);
+        memcpy(&x, &bits, sizeof x);
+        check_half_rounding(x);
+    }
+}

@@ -101,57 +101,6 @@ Test(kquants_layout, block_sizes_are_ggml_s)
                      "%s: row bytes", KQ_CASES[c].name);
 }
 
-Test(kquants_layout, the_encoders_fp16_widening_matches_the_project_s_for_every_half)
-{
-    for (uint32_t h = 0; h < 0x10000u; h++) {
-        float a = kq_half_to_float((uint16_t)h), b = pn_fp16_to_float((uint16_t)h);
-        uint32_t ua, ub;
-        memcpy(&ua, &a, 4);
-        memcpy(&ub, &b, 4);
-        if (isnan(b))
-            cr_assert(isnan(a), "half 0x%04x: %g, want NaN", h, a);
-        else
-            cr_assert_eq(ua, ub, "half 0x%04x: %a, want %a", h, a, b);
-    }
-}
-
-static void check_half_rounding(double x)
-{
-    uint16_t a = kq_half_from_double(x), b = pn_fp16_from_double(x);
-    cr_assert_eq(a, b, "fp16(%a): encoders' 0x%04x, project's 0x%04x", x, a, b);
-}
-
-Test(kquants_layout, the_encoders_fp16_rounding_matches_the_project_s)
-{
-    /* every half, the midpoint to its upper neighbour (a tie) and the
-     * doubles just either side of that midpoint, both signs */
-    for (uint32_t h = 0; h < 0x7c00u; h++) {
-        double v = pn_fp16_to_double((uint16_t)h);
-        double next = h + 1 < 0x7c00u ? pn_fp16_to_double((uint16_t)(h + 1)) : 65536.0;
-        double mid = (v + next) / 2.0; /* exact: both are halves */
-        const double probes[] = {v, mid, nextafter(mid, 0.0), nextafter(mid, INFINITY), nextafter(v, 0.0),
-                                 nextafter(v, INFINITY)};
-        for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
-            check_half_rounding(probes[k]);
-            check_half_rounding(-probes[k]);
-        }
-    }
-    const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 65504.0, 65519.99, 65520.0, 1e300,
-                               -1e300, 0x1p-24, 0x1p-25, 0x1p-26, 0x1.8p-25, 0x1p-1074, 1e-320, DBL_MAX};
-    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
-        check_half_rounding(specials[k]);
-    tu_rng r = {17};
-    for (int i = 0; i < 1000000; i++) {
-        uint64_t bits = tu_rng_u64(&r);
-        double x;
-        /* uniform over bit patterns, then squeezed into the range where
-         * halves live (exponents 2^-30 .. 2^17) */
-        bits = (bits & 0x800fffffffffffffull) | ((uint64_t)(993 + (bits >> 52) % 48) << 52);
-        memcpy(&x, &bits, sizeof x);
-        check_half_rounding(x);
-    }
-}
-
 Test(kquants_layout, rounding_helper_is_nearest_even)
 {
     static const float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 3.49999f, -3.5f, 127.5f, 0.0f, -0.0f, 14.5f};

@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "pipeline/tensor_job.h"
 #include "hadamard/hadamard.h"
 #include "pipeline/check_internal.h"
 #include "quant/fp16.h"
@@ -185,6 +186,11 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
         it->den += den;
     }
     it->crc = (uint32_t)crc;
+    /* read once: drop the pages from this process so resident memory stays
+     * small on files far larger than RAM (they stay in the page cache) */
+    pn_release_mapped(tp->data + it->e0 / tp->bw * tp->bb, (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb));
+    if (tp->compare)
+        pn_release_mapped(tp->src + it->e0 * tp->src_es, (uint64_t)((it->e1 - it->e0) * tp->src_es));
 }
 
 /* The reference quantizer's error on one source row, in the rotated domain

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # run-fuzz.sh BUILD_DIR [SECONDS] [LIBFUZZER_ARGS...]
 #
-# Fuzzes the GGUF reader for SECONDS (default 60), starting from a copy of the
-# seed corpus in tests/data/gguf-corpus/ (the committed corpus is never
-# changed). Exits non-zero on any crash, sanitizer report, timeout or
+# Fuzzes a reader for SECONDS (default 60), starting from a copy of its seed
+# corpus (the committed corpus is never changed). FUZZ_TARGET picks it:
+#   gguf (default)  fuzz_gguf_reader, corpus tests/data/gguf-corpus/
+#   recipe          fuzz_recipe,      corpus tests/data/recipe-corpus/
+#   pn_blocks       fuzz_pn_blocks,   corpus tests/data/golden/pn*.out.bin Exits non-zero on any crash, sanitizer report, timeout or
 # out-of-memory; the input that caused it is kept in BUILD_DIR/fuzz-artifacts/.
 #
 # BUILD_DIR must be configured for fuzzing, e.g.
@@ -21,17 +23,24 @@ shift $(( $# >= 2 ? 2 : 1 ))
 here=$(cd "$(dirname "$0")" && pwd)
 source_dir=$(cd "$here/../.." && pwd)
 
-cmake --build "$build" --target fuzz_gguf_reader >/dev/null
-exe="$build/tests/fuzz/fuzz_gguf_reader"
+target=${FUZZ_TARGET:-gguf}
+case $target in
+    gguf) exe_name=fuzz_gguf_reader; seeds=("$source_dir"/tests/data/gguf-corpus/*); dict=(-dict="$here/gguf.dict") ;;
+    recipe) exe_name=fuzz_recipe; seeds=("$source_dir"/tests/data/recipe-corpus/*); dict=() ;;
+    pn_blocks) exe_name=fuzz_pn_blocks; seeds=("$source_dir"/tests/data/golden/pn3t.out.bin "$source_dir"/tests/data/golden/pn4t.out.bin); dict=() ;;
+    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks)" >&2; exit 2 ;;
+esac
+cmake --build "$build" --target "$exe_name" >/dev/null
+exe="$build/tests/fuzz/$exe_name"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/pn-fuzz-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$build/fuzz-artifacts"
-cp "$source_dir"/tests/data/gguf-corpus/* "$work/corpus/"
+cp "${seeds[@]}" "$work/corpus/"
 
 set +e
 "$exe" "$work/corpus" \
-    -dict="$here/gguf.dict" \
+    ${dict[@]+"${dict[@]}"} \
     -max_total_time="$seconds" \
     -max_len=8192 \
     -timeout=10 \
@@ -45,4 +54,4 @@ if [ $rc -ne 0 ]; then
     echo "run-fuzz.sh: the fuzzer found a problem (exit $rc); see $build/fuzz-artifacts/" >&2
     exit 1
 fi
-echo "run-fuzz.sh: no finding in ${seconds}s"
+echo "run-fuzz.sh: $exe_name: no finding in ${seconds}s"

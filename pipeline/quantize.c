@@ -29,8 +29,17 @@
 
 /* Rows are processed in chunks of about this many weights (16 MiB of
  * floats): large enough to keep both cores busy, small enough that memory
- * stays a few chunk buffers whatever the model size. */
-#define PN_CHUNK_WEIGHTS ((int64_t)4 << 20)
+ * stays a few chunk buffers whatever the model size. PN_CHUNK_WEIGHTS in the
+ * environment overrides it (tests use tiny chunks to exercise chunking; the
+ * bytes written never depend on it). */
+#define PN_CHUNK_WEIGHTS_DEFAULT ((int64_t)4 << 20)
+
+static int64_t chunk_weights(void)
+{
+    const char *v = getenv("PN_CHUNK_WEIGHTS");
+    long long n = v ? atoll(v) : 0;
+    return n > 0 ? (int64_t)n : PN_CHUNK_WEIGHTS_DEFAULT;
+}
 
 void pn_quantize_opts_init(pn_quantize_opts *o)
 {
@@ -165,7 +174,7 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
     double t0 = pn_now_seconds();
 
     pn_row_chunk ch;
-    pn_status st = pn_row_chunk_init(&ch, K, PN_CHUNK_WEIGHTS, c->threads);
+    pn_status st = pn_row_chunk_init(&ch, K, chunk_weights(), c->threads);
     if (st != PN_OK)
         return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)K);
     int64_t per = pn_cuda_max_rows(c->cuda, K);
@@ -255,7 +264,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
     double t0 = pn_now_seconds();
 
     pn_row_chunk ch;
-    pn_status st = pn_row_chunk_init(&ch, K, PN_CHUNK_WEIGHTS, c->threads);
+    pn_status st = pn_row_chunk_init(&ch, K, chunk_weights(), c->threads);
     if (st != PN_OK)
         return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)K);
     uint8_t *out = malloc((size_t)(ch.max_rows * out_row));
@@ -457,7 +466,11 @@ static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *e
         return PN_OK;
     pn_error cerr;
     pn_error_clear(&cerr);
-    pn_status st = pn_cuda_open(o->device, &c->cuda, &cerr);
+    /* PN_CUDA_EMULATE=1 runs the kernel's code on the host (tests of this
+     * pipeline's GPU path on machines without a GPU; slow) */
+    const char *emulate = getenv("PN_CUDA_EMULATE");
+    pn_status st = emulate && strcmp(emulate, "1") == 0 ? pn_cuda_open_emulator(&c->cuda, &cerr)
+                                                        : pn_cuda_open(o->device, &c->cuda, &cerr);
     if (st == PN_OK) {
         snprintf(stats->backend, sizeof stats->backend, "cuda %s", pn_cuda_device_name(c->cuda));
         return PN_OK;

@@ -718,7 +718,7 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     memset(&so, 0, sizeof so);
     char *src = path_in("big.gguf");
     so.path = src;
-    so.config = pn_qwen38_config_scaled(4, 4, 4096); /* ~100 M weights: seconds of work */
+    so.config = pn_qwen38_config_scaled(4, 1, 256); /* ~25 M weights */
     so.seed = 1;
     pn_error e;
     cr_assert_eq(pn_synth_write(&so, &e), PN_OK, "%s", e.msg);
@@ -729,8 +729,11 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
         int devnull = open("/dev/null", 1);
         dup2(devnull, 1);
         dup2(devnull, 2);
+        /* the reference quantizer on one thread: seconds of work on any
+         * machine, so the signal lands while the run is writing */
+        setenv("PN_CPU_PATH", "ref", 1);
         execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--promote", "0", "--backend", "cpu",
-              src, dst, (char *)NULL);
+              "--threads", "1", src, dst, (char *)NULL);
         _exit(127);
     }
     /* wait until the temporary output exists, i.e. the run is writing */

@@ -158,30 +158,67 @@ static pn_status row_error(pn_status st, const char *file, const char *tensor, i
                         pn_strerror(st));
 }
 
+/* One tensor's place in the source and in the output. */
+typedef struct tensor_io {
+    pn_plan_tensor *t;
+    const gguf_tensor_info *info;
+    const uint8_t *src;
+    int64_t K, rows, src_row, out_row;
+    double t0;
+} tensor_io;
+
+static pn_status tensor_io_begin(run_ctx *c, size_t ti, tensor_io *io, pn_row_chunk *ch,
+                                 pn_error *err)
+{
+    io->t = &c->plan->t[ti];
+    io->info = gguf_reader_tensor(c->src, ti);
+    io->src = gguf_reader_tensor_data(c->src, ti);
+    io->K = io->info->ne[0];
+    io->rows = (int64_t)((uint64_t)io->t->n_weights / (uint64_t)io->K);
+    io->src_row = pn_type_row_bytes(io->info->type, io->K);
+    io->out_row = pn_type_row_bytes(io->t->type, io->K);
+    io->t0 = pn_now_seconds();
+    pn_status st = pn_row_chunk_init(ch, io->K, chunk_weights(), c->threads);
+    if (st != PN_OK)
+        return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)io->K);
+    return PN_OK;
+}
+
+/* Rows [r0, r0+n) into ch->rows: widened and checked, dropped from the
+ * mapping, the next ones read ahead, rotated when the tensor is PN. */
+static pn_status load_rows(run_ctx *c, const tensor_io *io, pn_row_chunk *ch, int64_t r0,
+                           int64_t n, pn_error *err)
+{
+    int64_t br = 0, bc = 0;
+    pn_status st = pn_chunk_widen(ch, io->info->type, io->src + r0 * io->src_row, n, &br, &bc,
+                                  &c->times);
+    if (st != PN_OK)
+        return row_error(st, c->o->src_path, io->t->name, r0 + br, bc, err);
+    pn_release_mapped(io->src + r0 * io->src_row, (uint64_t)(n * io->src_row));
+    prefetch_after(c->src, io->src + (r0 + n) * io->src_row);
+    if (io->t->rotation_block > 1)
+        pn_chunk_rotate(ch, n, io->t->rotation_block, &c->times);
+    return PN_OK;
+}
+
 /* The CUDA form of process_tensor for PN tensors: chunk i is widened and
  * rotated straight into the pinned buffer of slot i%2 and submitted; while
  * the GPU searches it, the host collects chunk i-1 from the other slot,
  * measures its error and writes it out, then prepares chunk i+1 there. */
 static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
 {
-    pn_plan_tensor *t = &c->plan->t[ti];
-    const gguf_tensor_info *info = gguf_reader_tensor(c->src, ti);
-    const uint8_t *src = gguf_reader_tensor_data(c->src, ti);
-    const int64_t K = info->ne[0];
-    const int64_t rows = (int64_t)((uint64_t)t->n_weights / (uint64_t)K);
-    const int64_t src_row = pn_type_row_bytes(info->type, K);
-    const int64_t out_row = pn_type_row_bytes(t->type, K);
-    double t0 = pn_now_seconds();
-
+    tensor_io io;
     pn_row_chunk ch;
-    pn_status st = pn_row_chunk_init(&ch, K, chunk_weights(), c->threads);
+    pn_status st = tensor_io_begin(c, ti, &io, &ch, err);
     if (st != PN_OK)
-        return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)K);
+        return st;
+    pn_plan_tensor *t = io.t;
+    const int64_t K = io.K, rows = io.rows, out_row = io.out_row;
     int64_t per = pn_cuda_max_rows(c->cuda, K);
     if (per > ch.max_rows)
         per = ch.max_rows;
     float *own_rows = ch.rows;
-    int64_t pending_r0[PN_CUDA_SLOTS], pending_n[PN_CUDA_SLOTS];
+    int64_t pending_n[PN_CUDA_SLOTS];
     for (int s = 0; s < PN_CUDA_SLOTS; s++)
         pending_n[s] = 0;
     double num = 0.0, den = 0.0;
@@ -196,19 +233,12 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
         if (r0 < rows) {
             int64_t n = rows - r0 < per ? rows - r0 : per;
             ch.rows = pn_cuda_slot_input(c->cuda, slot);
-            st = pn_chunk_widen(&ch, info->type, src + r0 * src_row, n, &br, &bc, &c->times);
-            if (st != PN_OK) {
-                row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
+            st = load_rows(c, &io, &ch, r0, n, err);
+            if (st != PN_OK)
                 break;
-            }
-            pn_release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
-            prefetch_after(c->src, src + (r0 + n) * src_row);
-            if (t->rotation_block > 1)
-                pn_chunk_rotate(&ch, n, t->rotation_block, &c->times);
             st = pn_cuda_submit(c->cuda, slot, t->type, ch.rows, n, K, r0, err);
             if (st != PN_OK)
                 break;
-            pending_r0[slot] = r0;
             pending_n[slot] = n;
             r0 += n;
         }
@@ -234,7 +264,6 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
             st = emit(c, ti, blocks, (size_t)(n * out_row), err);
             c->weights_done += (uint64_t)(n * K);
             progress(c, PN_PHASE_QUANTIZE, ti, t->name);
-            (void)pending_r0;
         }
         slot = other;
     }
@@ -245,7 +274,7 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
     ch.rows = own_rows;
     pn_row_chunk_free(&ch);
     c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
-    c->plan->seconds[ti] = pn_now_seconds() - t0;
+    c->plan->seconds[ti] = pn_now_seconds() - io.t0;
     return st;
 }
 
@@ -254,19 +283,13 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
     if (c->cuda && pn_type_is_pn(c->plan->t[ti].type))
         return process_tensor_cuda(c, ti, err);
 
-    pn_plan_tensor *t = &c->plan->t[ti];
-    const gguf_tensor_info *info = gguf_reader_tensor(c->src, ti);
-    const uint8_t *src = gguf_reader_tensor_data(c->src, ti);
-    const int64_t K = info->ne[0];
-    const int64_t rows = (int64_t)((uint64_t)t->n_weights / (uint64_t)K);
-    const int64_t src_row = pn_type_row_bytes(info->type, K);
-    const int64_t out_row = pn_type_row_bytes(t->type, K);
-    double t0 = pn_now_seconds();
-
+    tensor_io io;
     pn_row_chunk ch;
-    pn_status st = pn_row_chunk_init(&ch, K, chunk_weights(), c->threads);
+    pn_status st = tensor_io_begin(c, ti, &io, &ch, err);
     if (st != PN_OK)
-        return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)K);
+        return st;
+    pn_plan_tensor *t = io.t;
+    const int64_t K = io.K, rows = io.rows, out_row = io.out_row;
     uint8_t *out = malloc((size_t)(ch.max_rows * out_row));
     if (!out) {
         pn_row_chunk_free(&ch);
@@ -280,15 +303,9 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
         }
         int64_t n = rows - r0 < ch.max_rows ? rows - r0 : ch.max_rows;
         int64_t br = 0, bc = 0;
-        st = pn_chunk_widen(&ch, info->type, src + r0 * src_row, n, &br, &bc, &c->times);
-        if (st != PN_OK) {
-            row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
+        st = load_rows(c, &io, &ch, r0, n, err);
+        if (st != PN_OK)
             break;
-        }
-        pn_release_mapped(src + r0 * src_row, (uint64_t)(n * src_row));
-        prefetch_after(c->src, src + (r0 + n) * src_row);
-        if (t->rotation_block > 1)
-            pn_chunk_rotate(&ch, n, t->rotation_block, &c->times);
         st = pn_chunk_quantize(&ch, t->type, n, out, &num, &den, &br, &bc, &c->times);
         if (st != PN_OK) {
             row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
@@ -301,7 +318,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
     free(out);
     pn_row_chunk_free(&ch);
     c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
-    c->plan->seconds[ti] = pn_now_seconds() - t0;
+    c->plan->seconds[ti] = pn_now_seconds() - io.t0;
     return st;
 }
 

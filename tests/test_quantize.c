@@ -61,6 +61,16 @@ static void assert_nothing_left(const char *dir, const char *p)
     free(out);
 }
 
+/* The two files hold the same bytes. */
+static void assert_same_bytes(const char *a, const char *b, const char *why)
+{
+    size_t na, nb;
+    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
+    cr_assert(na == nb && memcmp(da, db, na) == 0, "%s: %s and %s", why, a, b);
+    free(da);
+    free(db);
+}
+
 /* A small Qwen3.8-shaped model (widths of the golden tiny model, 4 layers so
  * one block is full attention). */
 static pn_qwen38_config tiny_config(int layers, int dtype)
@@ -294,12 +304,7 @@ Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup
     o.dst_path = b;
     o.threads = 2;
     run_ok(&o);
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert_eq(na, nb);
-    cr_assert(memcmp(da, db, na) == 0, "outputs differ between 1 and 2 threads");
-    free(da);
-    free(db);
+    assert_same_bytes(a, b, "outputs differ between 1 and 2 threads");
     free(src);
     free(a);
     free(b);
@@ -406,11 +411,7 @@ Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_a
     o.dst_path = b;
     cr_assert_eq(pn_quantize_file(&o, &s2, &err), PN_OK, "%s", err.msg);
     cr_assert_gt(s1.t_measure, 0.0);
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0);
-    free(da);
-    free(db);
+    assert_same_bytes(a, b, "the outputs differ");
     free(src);
     free(a);
     free(b);
@@ -467,11 +468,7 @@ Test(quantize, target_size_picks_the_most_promotions_that_fit, .init = setup, .f
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, &st, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(st.n_promoted, 3);
-    size_t na, nb;
-    void *da = tu_read_file(p3, &na), *db = tu_read_file(t, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0);
-    free(da);
-    free(db);
+    assert_same_bytes(p3, t, "the outputs differ");
     /* even N = 0 does not fit */
     o.dst_path = p0;
     o.target_size = 1000;
@@ -776,11 +773,7 @@ Test(quantize_cli, the_cuda_path_writes_the_same_bytes_as_the_cpu, .init = setup
              "--recipe %s --promote 2 %s %s",
              PN_BIN_DIR, FALLBACK_RECIPE, src, b);
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0, "the CUDA path wrote other bytes");
-    free(da);
-    free(db);
+    assert_same_bytes(a, b, "the CUDA path wrote other bytes");
     free(out);
     free(err);
     free(src);
@@ -801,11 +794,7 @@ Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup
     snprintf(args, sizeof args, "PN_CHUNK_WEIGHTS=700 %s/pn-quantize --quiet --recipe %s --promote 1 %s %s",
              PN_BIN_DIR, FALLBACK_RECIPE, src, b);
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0, "chunk size changed the output");
-    free(da);
-    free(db);
+    assert_same_bytes(a, b, "chunk size changed the output");
     free(out);
     free(err);
     free(src);

@@ -56,53 +56,29 @@ void pn_hadamard_rotate_row_scalar_fast(float *x, int64_t K, int B)
 
 /* ---- choosing a path -------------------------------------------------- */
 
-static const char *const path_names[PN_PATH_COUNT] = {"ref", "scalar", "avx2", "avx512"};
-
-bool pn_hadamard_path_available(int path)
-{
-    switch (path) {
-    case PN_PATH_REF:
-    case PN_PATH_SCALAR_FAST:
-        return true;
-    case PN_PATH_AVX2:
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2");
-    case PN_PATH_AVX512:
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    default:
-        return false;
-    }
-}
+/* The path ids, their names and the CPU checks are the quantizer's
+ * (quant/pn_fast.h): one PN_CPU_PATH setting picks both. */
+bool pn_hadamard_path_available(int path) { return pn_path_available(path); }
 
 int pn_hadamard_default_path(void)
 {
     const char *env = getenv(PN_CPU_PATH_ENV);
     if (env && *env) {
-        for (int p = 0; p < PN_PATH_COUNT; p++)
-            if (strcmp(env, path_names[p]) == 0)
-                return pn_hadamard_path_available(p) ? p : PN_PATH_REF;
-        return PN_PATH_REF;
+        int p = pn_path_from_name(env);
+        return p >= 0 && pn_path_available(p) ? p : PN_PATH_REF;
     }
-    if (pn_hadamard_path_available(PN_PATH_AVX512))
+    if (pn_path_available(PN_PATH_AVX512))
         return PN_PATH_AVX512;
-    if (pn_hadamard_path_available(PN_PATH_AVX2))
+    if (pn_path_available(PN_PATH_AVX2))
         return PN_PATH_AVX2;
     return PN_PATH_SCALAR_FAST;
 }
 
-const char *pn_hadamard_path_name(void) { return path_names[pn_hadamard_default_path()]; }
+const char *pn_hadamard_path_name(void) { return pn_path_name(pn_hadamard_default_path()); }
 
-pn_status pn_hadamard_rotate_row_path(int path, float *x, int64_t K, int B)
+static void rotate_on(int path, float *x, int64_t K, int B)
 {
-    if (!pn_hadamard_path_available(path) || K < 1 || !pn_is_pow2(B) ||
-        B > PN_HADAMARD_MAX_BLOCK || K % B != 0)
-        return PN_ERR_USAGE;
     switch (path) {
-    case PN_PATH_REF:
-        pn_hadamard_rotate_row_ref(x, K, B);
-        break;
     case PN_PATH_SCALAR_FAST:
         pn_hadamard_rotate_row_scalar_fast(x, K, B);
         break;
@@ -113,25 +89,21 @@ pn_status pn_hadamard_rotate_row_path(int path, float *x, int64_t K, int B)
         pn_hadamard_rotate_row_avx512(x, K, B);
         break;
     default:
-        return PN_ERR_USAGE;
+        pn_hadamard_rotate_row_ref(x, K, B);
+        break;
     }
+}
+
+pn_status pn_hadamard_rotate_row_path(int path, float *x, int64_t K, int B)
+{
+    if (!pn_path_available(path) || K < 1 || !pn_is_pow2(B) || B > PN_HADAMARD_MAX_BLOCK ||
+        K % B != 0)
+        return PN_ERR_USAGE;
+    rotate_on(path, x, K, B);
     return PN_OK;
 }
 
 void pn_hadamard_rotate_row(float *x, int64_t K, int B)
 {
-    switch (pn_hadamard_default_path()) {
-    case PN_PATH_SCALAR_FAST:
-        pn_hadamard_rotate_row_scalar_fast(x, K, B);
-        break;
-    case PN_PATH_AVX2:
-        pn_hadamard_rotate_row_avx2(x, K, B);
-        break;
-    case PN_PATH_AVX512:
-        pn_hadamard_rotate_row_avx512(x, K, B);
-        break;
-    default:
-        pn_hadamard_rotate_row_ref(x, K, B);
-        break;
-    }
+    rotate_on(pn_hadamard_default_path(), x, K, B);
 }

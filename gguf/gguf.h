@@ -8,11 +8,16 @@
  *   tensor data; each tensor at data_start + offset, offset a multiple of the alignment
  * string = u64 length + bytes (no terminator). array = u32 elem_type + u64 count + elems.
  *
- * Reader: the file is mapped read-only; every count, length and offset is
- * checked against the file size before use, and nothing is allocated from an
- * unchecked count. Strings returned by the reader point into the mapping (not
- * NUL-terminated: use the length) and live until gguf_reader_close. Tensor
- * names are copied and NUL-terminated.
+ * Reader: the header is read into memory (pread, never mmap); every count,
+ * length and offset is checked against the file size before use, and nothing
+ * is allocated from an unchecked count. Strings returned by the reader point
+ * into its buffer (not NUL-terminated: use the length) and live until
+ * gguf_reader_close. Tensor names are copied and NUL-terminated. Tensor data
+ * is copied out with gguf_reader_read_tensor (pread): a file that is cut
+ * short or shrinks while it is read gives PN_ERR_TRUNCATED naming it, never
+ * a fault. Only regular files are opened (a FIFO is refused at once, never
+ * waited on). The reader is read-only after open: several threads may read
+ * tensor data through it at once.
  *
  * Writer: collects keys and tensor infos, then writes the header and streams
  * tensor data in order into a temporary file beside the target. Memory does
@@ -25,7 +30,8 @@
  * something it declares (a count of keys, tensors or array elements that the
  * remaining bytes cannot hold, a string, the padding before the data, a
  * tensor's bytes); PN_ERR_BAD_MAGIC; PN_ERR_VERSION (v1, big-endian, unknown);
- * PN_ERR_FORMAT (unknown value type, bool other than 0/1, duplicate key,
+ * PN_ERR_FORMAT (unknown value type, bool other than 0/1, an empty key or one
+ * holding a NUL, duplicate key,
  * arrays nested deeper than GGUF_MAX_ARRAY_DEPTH); PN_ERR_ALIGNMENT
  * (general.alignment not an unsigned integer power of two, a tensor offset not
  * a multiple of it); PN_ERR_TENSOR (empty name or one holding a NUL, duplicate
@@ -119,6 +125,9 @@ typedef struct gguf_reader gguf_reader;
 /* Opens and fully validates the header (not the tensor data). On error *out is
  * NULL and err names the file, offset and what was expected. */
 pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
+/* The same on an open descriptor (duplicated: the caller keeps fd), e.g. a
+ * temporary file that has no name yet; `name` is used in messages. */
+pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err);
 /* Same on a caller-owned buffer (for fuzzing and tests); the buffer must
  * outlive the reader. `name` is used in messages. */
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
@@ -150,8 +159,28 @@ size_t gguf_reader_n_tensors(const gguf_reader *r);
 const gguf_tensor_info *gguf_reader_tensor(const gguf_reader *r, size_t i);
 /* Index of the named tensor, or -1. */
 long gguf_reader_find_tensor(const gguf_reader *r, const char *name);
-/* Pointer to the tensor's bytes in the mapping (checked to lie in the file;
- * NULL for an index out of range, or, opened leniently, bytes not in it). */
+/* Copies n bytes of tensor i, from byte `off` of its data, into dst.
+ * PN_ERR_USAGE for a range outside the tensor; PN_ERR_TRUNCATED when the
+ * file has fewer bytes than it had at open (it changed or shrank during the
+ * run) or, opened leniently, the tensor is not inside the file; PN_ERR_IO
+ * for a read error. Messages name the file, the tensor and the offset. */
+pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
+                                  size_t n, pn_error *err);
+/* The same for n bytes at file offset `at`. */
+pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
+                              pn_error *err);
+/* Advice for the kernel about file bytes [at, at+n): willneed starts reading
+ * them ahead; otherwise their page cache may be dropped. Never fails. */
+void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed);
+/* File offset of tensor i's data (data section + its offset; UINT64_MAX on
+ * overflow, possible only for a lenient reader). */
+uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i);
+/* Pointer to the tensor's bytes when they lie in the reader's buffer: always
+ * for a memory reader; for a file, only within its first
+ * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB).
+ * NULL otherwise, for an index out of range, and, opened leniently, for bytes
+ * not in the file. For tests and small inputs: tools read with
+ * gguf_reader_read_tensor. */
 const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
 
 /* Array element access (bounds are the caller's: i < kv->arr_count). */
@@ -167,8 +196,12 @@ bool gguf_str_eq(gguf_str s, const char *c);
 
 /* The name given at open (the path, or `name` for gguf_reader_open_memory). */
 const char *gguf_reader_name(const gguf_reader *r);
-/* The whole file's bytes (the mapping or the caller's buffer). */
+/* The reader's buffer: the file's first gguf_reader_bytes_len() bytes (the
+ * caller's whole buffer for a memory reader; at least the header for a
+ * file). Key and string pointers point into it, so pointer - bytes is a file
+ * offset. */
 const uint8_t *gguf_reader_bytes(const gguf_reader *r);
+uint64_t gguf_reader_bytes_len(const gguf_reader *r);
 
 /* ---- writer ---- */
 

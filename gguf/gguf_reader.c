@@ -4,7 +4,14 @@
  * key/value pairs, the tensor infos, the padding before the data. Then the
  * checks that need everything at once: duplicate keys and names (by sorting),
  * every tensor's bytes inside the file, and no two tensors overlapping (by
- * sorting offsets). Tensor data is never read.
+ * sorting offsets). Tensor data is not read at open: callers copy it out
+ * with gguf_reader_read_tensor (pread), so a file that shrinks while it is
+ * being read gives an error naming it, never a SIGBUS from a mapping.
+ *
+ * A file's header is read into memory with pread, never mapped: the buffer
+ * starts with the first min(file size, 16 MiB) bytes and, when the parser
+ * walks past its end, grows (twice as large, or as large as the parser
+ * needs) and the parse starts over. Work stays linear in the header size.
  *
  * Opened leniently (for pn-check, which names every bad tensor itself), the
  * checks of where tensor data lies (offset alignment, inside the file, no
@@ -30,16 +37,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 struct gguf_reader {
     char *name;
-    const uint8_t *base;
-    uint64_t size;
-    void *map;                  /* NULL for a caller's buffer or an empty file */
-    size_t map_len;
+    const uint8_t *base;        /* bytes [0, avail) of the file */
+    uint64_t size;              /* the file's size when it was opened */
+    uint64_t avail;             /* bytes in base: size for a memory reader */
+    uint8_t *owned;             /* base when it is our buffer (a file), else NULL */
+    int fd;                     /* the open file, or -1 for a memory reader */
 
     bool lenient;
     uint32_t version;
@@ -74,7 +81,21 @@ typedef struct parser {
     /* The key or tensor being read, named in truncation messages. */
     const char *item_kind;      /* "key", "tensor" or NULL */
     gguf_str item_name;
+    uint64_t want;              /* bytes the buffer must hold for the parse to go on */
 } parser;
+
+/* Not an error: the header runs past the bytes read so far (parse again with
+ * at least ps->want bytes). Never leaves this file. */
+#define NEED_MORE ((pn_status)(PN_ERR_COUNT_ + 100))
+
+/* The bytes [pos, pos + n) are in the file; are they in the buffer? */
+static pn_status in_buffer(parser *ps, uint64_t n)
+{
+    if (ps->pos + n <= ps->r->avail)
+        return PN_OK;
+    ps->want = ps->pos + n;
+    return NEED_MORE;
+}
 
 static uint64_t load_le(const uint8_t *p, size_t n)
 {
@@ -147,7 +168,7 @@ static const char *item_context(const parser *ps, char *buf, size_t cap)
  * unless the read fails: this runs for every field of every header. */
 #define NO_INDEX UINT64_MAX
 
-static pn_status need(const parser *ps, uint64_t n, const char *what, uint64_t index)
+static pn_status need(parser *ps, uint64_t n, const char *what, uint64_t index)
 {
     if (n > bytes_left(ps)) {
         char num[24] = "";
@@ -159,7 +180,7 @@ static pn_status need(const parser *ps, uint64_t n, const char *what, uint64_t i
                     item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)n, (unsigned long long)bytes_left(ps),
                     (unsigned long long)ps->r->size);
     }
-    return PN_OK;
+    return in_buffer(ps, n);
 }
 
 static pn_status read_u32(parser *ps, uint32_t *v, const char *what)
@@ -203,6 +224,8 @@ static pn_status read_str(parser *ps, gguf_str *s, const char *what, uint64_t in
                     item_context(ps, ctx, sizeof ctx), what, num,
                     (unsigned long long)len, (unsigned long long)bytes_left(ps));
     }
+    if ((st = in_buffer(ps, len)))
+        return st;
     s->len = len;
     s->data = (const char *)ps->r->base + ps->pos;
     ps->pos += len;
@@ -320,6 +343,9 @@ static pn_status walk_array(parser *ps, gguf_value_type et, uint64_t count, int 
                     Q(key), (unsigned long long)count, gguf_value_type_name(et),
                     (unsigned long long)min, (unsigned long long)bytes_left(ps));
     if (es) {
+        pn_status st = in_buffer(ps, count * es);
+        if (st)
+            return st;
         if (et == GGUF_TYPE_BOOL) {
             const uint8_t *p = ps->r->base + ps->pos;
             for (uint64_t i = 0; i < count; i++)
@@ -417,9 +443,17 @@ static pn_status parse_kvs(parser *ps, uint64_t n_kv)
         gguf_kv *kv = &r->kvs[r->n_kv];
         memset(kv, 0, sizeof *kv);
         ps->item_kind = NULL;
+        uint64_t key_at = ps->pos;
         pn_status st = read_str(ps, &kv->key, "the key of key/value pair", i);
         if (st)
             return st;
+        if (kv->key.len == 0)
+            return fail(ps, PN_ERR_FORMAT, key_at, "key/value pair %llu has an empty key",
+                        (unsigned long long)i);
+        if (memchr(kv->key.data, '\0', kv->key.len))
+            return fail(ps, PN_ERR_FORMAT, key_at,
+                        "the key of key/value pair %llu, %s, holds a NUL byte",
+                        (unsigned long long)i, Q(kv->key));
         ps->item_kind = "key";
         ps->item_name = kv->key;
         uint64_t type_at = ps->pos;
@@ -696,26 +730,33 @@ static pn_status check_names_and_overlap(parser *ps)
 /* ------------------------------------------------------------------ */
 /* Opening                                                             */
 
+static pn_status parse_with(gguf_reader *r, pn_error *err, parser *out)
+{
+    parser *ps = out;
+    *ps = (parser){.r = r, .pos = 0, .err = err};
+    uint64_t n_tensors, n_kv;
+    pn_status st = parse_magic_and_version(ps);
+    if (!st)
+        st = parse_counts(ps, &n_tensors, &n_kv);
+    if (!st)
+        st = parse_kvs(ps, n_kv);
+    if (!st)
+        st = index_keys(ps);
+    if (!st)
+        st = read_alignment(ps);
+    if (!st)
+        st = parse_tensor_infos(ps, n_tensors);
+    if (!st)
+        st = place_data_section(ps);
+    if (!st)
+        st = check_names_and_overlap(ps);
+    return st;
+}
+
 static pn_status parse(gguf_reader *r, pn_error *err)
 {
-    parser ps = {.r = r, .pos = 0, .err = err};
-    uint64_t n_tensors, n_kv;
-    pn_status st = parse_magic_and_version(&ps);
-    if (!st)
-        st = parse_counts(&ps, &n_tensors, &n_kv);
-    if (!st)
-        st = parse_kvs(&ps, n_kv);
-    if (!st)
-        st = index_keys(&ps);
-    if (!st)
-        st = read_alignment(&ps);
-    if (!st)
-        st = parse_tensor_infos(&ps, n_tensors);
-    if (!st)
-        st = place_data_section(&ps);
-    if (!st)
-        st = check_names_and_overlap(&ps);
-    return st;
+    parser ps;
+    return parse_with(r, err, &ps);
 }
 
 static gguf_reader *new_reader(const char *name, bool lenient)
@@ -724,12 +765,32 @@ static gguf_reader *new_reader(const char *name, bool lenient)
     if (!r)
         return NULL;
     r->lenient = lenient;
+    r->fd = -1;
     r->name = strdup(name ? name : "(memory)");
     if (!r->name) {
         free(r);
         return NULL;
     }
     return r;
+}
+
+/* Forgets what a parse built, so the header can be parsed again. */
+static void reset_parsed(gguf_reader *r)
+{
+    for (size_t i = 0; i < r->n_tensors; i++)
+        free(r->tensors[i].name);
+    free(r->tensors);
+    free(r->tensor_by_name);
+    free(r->kvs);
+    free(r->kv_by_key);
+    r->tensors = NULL;
+    r->tensor_by_name = NULL;
+    r->kvs = NULL;
+    r->kv_by_key = NULL;
+    r->n_tensors = r->n_kv = 0;
+    r->version = 0;
+    r->alignment = 0;
+    r->data_offset = 0;
 }
 
 static pn_status open_memory(const void *data, size_t size, const char *name, bool lenient,
@@ -740,8 +801,8 @@ static pn_status open_memory(const void *data, size_t size, const char *name, bo
     if (!r)
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name ? name : "(memory)");
     r->base = size ? data : (const uint8_t *)"";
-    r->size = size;
-    pn_status st = parse(r, err);
+    r->size = r->avail = size;
+    pn_status st = parse(r, err);   /* never NEED_MORE: the buffer is the whole file */
     if (st) {
         gguf_reader_close(r);
         return st;
@@ -750,55 +811,126 @@ static pn_status open_memory(const void *data, size_t size, const char *name, bo
     return PN_OK;
 }
 
-static pn_status open_path(const char *path, bool lenient, gguf_reader **out, pn_error *err)
+/* pread until n bytes are in or the file ends; returns the bytes read, or -1
+ * with errno set. */
+static ssize_t pread_full(int fd, void *dst, size_t n, uint64_t at)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pread(fd, (uint8_t *)dst + done, n - done, (off_t)(at + done));
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (k == 0)
+            break;
+        done += (size_t)k;
+    }
+    return (ssize_t)done;
+}
+
+#define HEADER_READ_FIRST ((uint64_t)16 << 20)
+
+static const char *file_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* Reads and parses the header of the open file fd (which the reader takes). */
+static pn_status open_fd_owned(int fd, const char *name, bool lenient, gguf_reader **out,
+                               pn_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot stat: %s", name, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return pn_error_set(err, PN_ERR_IO, "%s: not a regular file", path);
+        return pn_error_set(err, PN_ERR_IO, "%s: %s, not a regular file", name,
+                            file_kind(sb.st_mode));
     }
-    gguf_reader *r = new_reader(path, lenient);
+    gguf_reader *r = new_reader(name, lenient);
     if (!r) {
         close(fd);
-        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", path);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
     }
+    r->fd = fd;
     r->size = (uint64_t)sb.st_size;
-    r->base = (const uint8_t *)"";
-    if (r->size > 0) {
-        if (r->size > SIZE_MAX) {
-            close(fd);
+    uint64_t want = r->size < HEADER_READ_FIRST ? r->size : HEADER_READ_FIRST;
+    for (;;) {
+        if (want > SIZE_MAX) {
             gguf_reader_close(r);
-            return pn_error_set(err, PN_ERR_IO, "%s: too large to map", path);
+            return pn_error_set(err, PN_ERR_NOMEM, "%s: a header of %llu bytes is too large",
+                                name, (unsigned long long)want);
         }
-        void *m = mmap(NULL, (size_t)r->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
+        uint8_t *buf = realloc(r->owned, want ? (size_t)want : 1);
+        if (!buf) {
             gguf_reader_close(r);
-            return pn_error_set(err, PN_ERR_IO, "%s: cannot map %llu bytes: %s", path,
-                                (unsigned long long)sb.st_size, strerror(e));
+            return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for a header of %llu bytes",
+                                name, (unsigned long long)want);
         }
-        r->map = m;
-        r->map_len = (size_t)r->size;
-        r->base = m;
-    }
-    close(fd);   /* the mapping keeps the file */
-    pn_status st = parse(r, err);
-    if (st) {
-        gguf_reader_close(r);
-        return st;
+        r->owned = buf;
+        r->base = buf;
+        if (want > r->avail) {
+            ssize_t k = pread_full(fd, buf + r->avail, (size_t)(want - r->avail), r->avail);
+            if (k < 0) {
+                int e = errno;
+                gguf_reader_close(r);
+                return pn_error_set(err, PN_ERR_IO, "%s: cannot read: %s", name, strerror(e));
+            }
+            if ((uint64_t)k < want - r->avail) {
+                uint64_t got = r->avail + (uint64_t)k;
+                gguf_reader_close(r);
+                return pn_error_set(err, PN_ERR_TRUNCATED,
+                                    "%s: the file changed or shrank while it was opened: it was "
+                                    "%llu bytes, but reading ended at byte %llu",
+                                    name, (unsigned long long)sb.st_size,
+                                    (unsigned long long)got);
+            }
+            r->avail = want;
+        }
+        parser ps;
+        pn_status st = parse_with(r, err, &ps);
+        if (st == PN_OK)
+            break;
+        if (st != NEED_MORE) {
+            gguf_reader_close(r);
+            return st;
+        }
+        reset_parsed(r);
+        uint64_t next = r->avail * 2 > ps.want ? r->avail * 2 : ps.want;
+        want = next < r->size ? next : r->size;
     }
     *out = r;
     return PN_OK;
+}
+
+static pn_status open_path(const char *path, bool lenient, gguf_reader **out, pn_error *err)
+{
+    *out = NULL;
+    /* O_NONBLOCK: opening a FIFO with no writer must not hang; what is not
+     * a regular file is refused right after. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return open_fd_owned(fd, path, lenient, out, err);
 }
 
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
@@ -823,20 +955,103 @@ pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error
     return open_path(path, true, out, err);
 }
 
+pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err)
+{
+    *out = NULL;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot duplicate its descriptor: %s",
+                            name ? name : "(fd)", strerror(errno));
+    return open_fd_owned(own, name ? name : "(fd)", false, out, err);
+}
+
 void gguf_reader_close(gguf_reader *r)
 {
     if (!r)
         return;
-    for (size_t i = 0; i < r->n_tensors; i++)
-        free(r->tensors[i].name);
-    free(r->tensors);
-    free(r->tensor_by_name);
-    free(r->kvs);
-    free(r->kv_by_key);
-    if (r->map)
-        munmap(r->map, r->map_len);
+    reset_parsed(r);
+    free(r->owned);
+    if (r->fd >= 0)
+        close(r->fd);
     free(r->name);
     free(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading tensor data                                                 */
+
+pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
+                              pn_error *err)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > r->size)
+        return pn_error_set(err, PN_ERR_TRUNCATED,
+                            "%s: bytes [%llu, %llu) lie past the end of the file (%llu bytes)",
+                            r->name, (unsigned long long)at, (unsigned long long)at + n,
+                            (unsigned long long)r->size);
+    if (r->fd < 0) {
+        if (n)
+            memcpy(dst, r->base + at, n);
+        return PN_OK;
+    }
+    ssize_t k = pread_full(r->fd, dst, n, at);
+    if (k < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot read %zu bytes at byte %llu: %s",
+                            r->name, n, (unsigned long long)at, strerror(errno));
+    if ((size_t)k < n) {
+        struct stat sb;
+        long long now = fstat(r->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        return pn_error_set(err, PN_ERR_TRUNCATED,
+                            "%s: the file changed or shrank during the run: it was %llu bytes "
+                            "when opened and is now %lld; reading %zu bytes at byte %llu got "
+                            "only %zd",
+                            r->name, (unsigned long long)r->size, now, n,
+                            (unsigned long long)at, k);
+    }
+    return PN_OK;
+}
+
+pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
+                                  size_t n, pn_error *err)
+{
+    if (i >= r->n_tensors)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: no tensor %zu", r->name, i);
+    const gguf_tensor_info *ti = &r->tensors[i];
+    uint64_t end;
+    if (__builtin_add_overflow(off, (uint64_t)n, &end) || end > ti->size)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: tensor %s: bytes [%llu, %llu) are outside its %llu bytes",
+                            r->name, ti->name, (unsigned long long)off,
+                            (unsigned long long)off + n, (unsigned long long)ti->size);
+    uint64_t at;
+    if (__builtin_add_overflow(r->data_offset, ti->offset, &at) ||
+        __builtin_add_overflow(at, off, &at))
+        return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
+                            r->name, ti->name);
+    pn_status st = gguf_reader_read_at(r, at, dst, n, err);
+    if (st != PN_OK)
+        pn_error_prefix(err, "tensor %s", ti->name);
+    return st;
+}
+
+void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed)
+{
+    if (r->fd < 0 || at >= r->size)
+        return;
+    if (n > r->size - at)
+        n = r->size - at;
+    (void)posix_fadvise(r->fd, (off_t)at, (off_t)n,
+                        willneed ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
+}
+
+uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
+{
+    if (i >= r->n_tensors)
+        return 0;
+    uint64_t at;
+    if (__builtin_add_overflow(r->data_offset, r->tensors[i].offset, &at))
+        return UINT64_MAX;
+    return at;
 }
 
 /* ------------------------------------------------------------------ */
@@ -905,7 +1120,9 @@ const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i)
     const gguf_tensor_info *ti = &r->tensors[i];
     uint64_t start, end;
     if (__builtin_add_overflow(r->data_offset, ti->offset, &start) ||
-        __builtin_add_overflow(start, ti->size, &end) || end > r->size)
-        return NULL;   /* only when opened leniently */
+        __builtin_add_overflow(start, ti->size, &end) || end > r->avail)
+        return NULL;   /* outside the file (lenient), or not in the buffer */
     return r->base + start;
 }
+
+uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return r->avail; }

@@ -1,5 +1,7 @@
 #include "mix/measure.h"
 
+#include "common/file.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -355,27 +357,13 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
                               pn_measurement **out, pn_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot open the measurement: %s", path,
-                            strerror(errno));
-    char *buf = malloc(MEASURE_MAX_FILE_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t len = fread(buf, 1, MEASURE_MAX_FILE_BYTES + 1, f);
-    int rerr = ferror(f);
-    fclose(f);
-    pn_status st = PN_OK;
+    char *buf = NULL;
+    size_t len = 0;
+    pn_status st = pn_read_small_file(path, MEASURE_MAX_FILE_BYTES, "measurement", &buf, &len,
+                                      err);
+    if (st != PN_OK)
+        return st;
     pn_measurement *m = NULL;
-    if (rerr) {
-        free(buf);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot read the measurement", path);
-    }
-    if (len > MEASURE_MAX_FILE_BYTES)
-        LFAIL(PN_ERR_FORMAT, "%s: expected a measurement file of at most %u bytes", path,
-              MEASURE_MAX_FILE_BYTES);
     if (memchr(buf, '\0', len))
         LFAIL(PN_ERR_FORMAT, "%s: expected a text file, found a NUL byte", path);
     buf[len] = '\0';

@@ -1,5 +1,7 @@
 #include "mix/recipe.h"
 
+#include "common/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -505,23 +507,13 @@ pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
 pn_status pn_recipe_load(const char *path, pn_recipe **out, pn_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot open recipe: %s", path, strerror(errno));
-    size_t cap = PN_RECIPE_MAX_BYTES + 1;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t n = fread(buf, 1, cap, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot read recipe", path);
-    }
-    pn_status st = pn_recipe_parse(buf, n, path, out, err);
+    char *buf = NULL;
+    size_t n = 0;
+    /* one byte more than the parser takes, so that it names the limit */
+    pn_status st = pn_read_small_file(path, PN_RECIPE_MAX_BYTES + 1, "recipe", &buf, &n, err);
+    if (st != PN_OK)
+        return st;
+    st = pn_recipe_parse(buf, n, path, out, err);
     free(buf);
     return st;
 }

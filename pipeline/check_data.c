@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -40,7 +39,9 @@
 #define SEG_TARGET 16384            /* elements decoded per step */
 
 typedef struct tplan {
-    const uint8_t *data;            /* the tensor's bytes (NULL: not in the file) */
+    bool in_file;                   /* the tensor's bytes are all in the file */
+    const gguf_reader *r;           /* the file, and this tensor's index in it */
+    size_t index;
     int64_t n;                      /* elements */
     int64_t K, rows;
     int64_t bw, bb;                 /* block weights and bytes */
@@ -50,7 +51,8 @@ typedef struct tplan {
     const pn_params *pn;            /* pn3t/pn4t, else NULL */
     bool compare;
     int B;                          /* rotation block undone, 0 none */
-    const uint8_t *src;
+    const gguf_reader *src;         /* the source, and the tensor's index there */
+    size_t src_index;
     int src_type;
     int64_t src_es;
     size_t first_item, n_items;
@@ -62,6 +64,15 @@ typedef struct loc {
     uint16_t d;
 } loc;
 
+/* A read that failed: the file (or the source) changed or shrank during the
+ * check. Kept per work item and reported for the first item in file order. */
+typedef struct read_fail {
+    pn_status st;                   /* PN_OK: none */
+    bool in_source;
+    uint64_t at;                    /* byte offset within the tensor */
+    uint64_t n;
+} read_fail;
+
 typedef struct item {
     size_t t;
     int64_t e0, e1;                 /* element range */
@@ -70,6 +81,7 @@ typedef struct item {
     int n_loc_nf, n_loc_res;
     double num, den;
     pn_status st;
+    read_fail rf;
 } item;
 
 typedef struct sample {
@@ -78,7 +90,21 @@ typedef struct sample {
     double num, den;
     pn_status st;
     int64_t bad_col;
+    read_fail rf;
 } sample;
+
+/* Reads n bytes of a tensor at byte `at` into dst; on failure records it in
+ * *rf (the first one) and returns false. */
+static bool read_bytes(const gguf_reader *r, size_t index, bool in_source, uint64_t at, void *dst,
+                       size_t n, read_fail *rf)
+{
+    pn_status st = gguf_reader_read_tensor(r, index, at, dst, n, NULL);
+    if (st == PN_OK)
+        return true;
+    if (rf->st == PN_OK)
+        *rf = (read_fail){st, in_source, at, n};
+    return false;
+}
 
 static int64_t gcd64(int64_t a, int64_t b)
 {
@@ -142,34 +168,39 @@ static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, i
     return pn_dequantize_row_stock(type, p, y, m);
 }
 
-/* Asks the kernel to read a byte range of the mapping ahead, in large
- * requests: without it, threads faulting pages at several places of the file
- * defeat the sequential readahead a single reader gets. Advice only: a
- * failure changes nothing. */
-static void prefetch(const uint8_t *p, size_t n)
+/* Asks the kernel to read an item's bytes ahead, in one large request:
+ * without it, threads reading at several places of the file defeat the
+ * sequential readahead a single reader gets. Advice only. */
+static void prefetch(const tplan *tp, int64_t e0, int64_t e1)
 {
-    static const uintptr_t page = 4096;
-    uintptr_t start = (uintptr_t)p & ~(page - 1);
-    uintptr_t end = (uintptr_t)p + n;
-    (void)madvise((void *)start, end - start, MADV_WILLNEED);
+    gguf_reader_advise(tp->r, gguf_reader_tensor_file_offset(tp->r, tp->index) +
+                                  (uint64_t)(e0 / tp->bw * tp->bb),
+                       (uint64_t)((e1 - e0) / tp->bw * tp->bb), true);
 }
 
+/* raw holds a segment's file bytes, sraw its source bytes. */
 static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int maxloc, float *a,
-                     float *b)
+                     float *b, uint8_t *raw, uint8_t *sraw)
 {
     uLong crc = crc32(0L, Z_NULL, 0);
-    prefetch(tp->data + it->e0 / tp->bw * tp->bb, (size_t)((it->e1 - it->e0) / tp->bw * tp->bb));
+    prefetch(tp, it->e0, it->e1);
     for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
         const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
-        const uint8_t *p = tp->data + e / tp->bw * tp->bb;
+        const uint8_t *p = raw;
+        if (!read_bytes(tp->r, tp->index, false, (uint64_t)(e / tp->bw * tp->bb), raw,
+                        (size_t)(m / tp->bw * tp->bb), &it->rf))
+            return;
         crc = crc32_z(crc, p, (size_t)(m / tp->bw * tp->bb));
         if (tp->pn)
             validate_blocks(tp, p, e / tp->bw, m / tp->bw, it, nf, res, maxloc);
         if (!tp->compare || it->st)
             continue;
         pn_status st = decode(tp, type, p, a, m);
+        if (!st && !read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
+                               (size_t)(m * tp->src_es), &it->rf))
+            return;
         if (!st)
-            st = pn_widen_row(tp->src_type, tp->src + e * tp->src_es, b, m);
+            st = pn_widen_row(tp->src_type, sraw, b, m);
         if (st) {
             it->st = st;
             continue;
@@ -186,21 +217,20 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
         it->den += den;
     }
     it->crc = (uint32_t)crc;
-    /* read once: drop the pages from this process so resident memory stays
-     * small on files far larger than RAM (they stay in the page cache) */
-    pn_release_mapped(tp->data + it->e0 / tp->bw * tp->bb, (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb));
-    if (tp->compare)
-        pn_release_mapped(tp->src + it->e0 * tp->src_es, (uint64_t)((it->e1 - it->e0) * tp->src_es));
 }
 
 /* The reference quantizer's error on one source row, in the rotated domain
  * (the rotation is orthonormal, so the relative error is the same). */
-static void run_sample(const tplan *tp, int type, sample *s, float *a, float *b, uint8_t *q)
+static void run_sample(const tplan *tp, int type, sample *s, float *a, float *b, uint8_t *q,
+                       uint8_t *sraw)
 {
     const int64_t e_end = (s->row + 1) * tp->K;
     for (int64_t e = s->row * tp->K; e < e_end; e += tp->seg) {
         const int64_t m = e_end - e < tp->seg ? e_end - e : tp->seg;
-        pn_status st = pn_widen_row(tp->src_type, tp->src + e * tp->src_es, a, m);
+        if (!read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
+                        (size_t)(m * tp->src_es), &s->rf))
+            return;
+        pn_status st = pn_widen_row(tp->src_type, sraw, a, m);
         int64_t bad = pn_find_nonfinite(a, m);
         if (!st && bad >= 0) {
             st = PN_ERR_NONFINITE;
@@ -260,7 +290,9 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
     tp->rows = t->ne[1] * t->ne[2] * t->ne[3];
     tp->n = tp->K * tp->rows;
     tp->pn = pn_params_get(t->type);
-    tp->data = t->in_file ? gguf_reader_bytes(c->r) + t->file_offset : NULL;
+    tp->in_file = t->in_file;
+    tp->r = c->r;
+    tp->index = i;
     if (tp->pn && c->rotation_known && c->rotation_hadamard)
         tp->B = pn_hadamard_block_size(tp->K, c->rotation_cap);
     if (tp->pn)
@@ -303,7 +335,8 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
         return;
     }
     tp->compare = true;
-    tp->src = gguf_reader_tensor_data(c->src, (size_t)si);
+    tp->src = c->src;
+    tp->src_index = (size_t)si;
     tp->src_type = s->type;
     tp->src_es = pn_type_traits_get(s->type)->block_bytes;
 }
@@ -358,7 +391,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
 {
     pn_check_tensor *t = &c->rep->tensors[i];
     const int maxloc = c->opt.max_locations;
-    if (!tp->data)
+    if (!tp->in_file)
         return;
 
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -487,7 +520,7 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         tp->seg = tp->unit * (SEG_TARGET / tp->unit > 1 ? SEG_TARGET / tp->unit : 1);
         if (tp->seg > seg_max)
             seg_max = tp->seg;
-        if (!tp->data)
+        if (!tp->in_file)
             continue;
         const int64_t unit_bytes = tp->unit / tp->bw * tp->bb;
         int64_t per = (int64_t)(c->opt.chunk_bytes / (uint64_t)unit_bytes);
@@ -538,7 +571,11 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         float *a = malloc((size_t)seg_max * sizeof *a);
         float *b = malloc((size_t)seg_max * sizeof *b);
         uint8_t *q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
-        if (!a || !b || !q) {
+        /* a segment's bytes: at most 8 per weight (f64, i64) in the file, 4 (f32) in
+         * the source */
+        uint8_t *raw = malloc((size_t)seg_max * 8);
+        uint8_t *sraw = malloc((size_t)seg_max * 4);
+        if (!a || !b || !q || !raw || !sraw) {
 #pragma omp atomic write
             alloc_failed = 1;
         }
@@ -547,23 +584,50 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
 #pragma omp for schedule(dynamic, 1) nowait
             for (size_t k = 0; k < n_samples; k++)
                 run_sample(&plans[samples[k].t], rep->tensors[samples[k].t].type, &samples[k], a, b,
-                           q);
+                           q, sraw);
 #pragma omp for schedule(dynamic, 1)
             for (size_t k = 0; k < n_items; k++) {
                 const tplan *tp = &plans[items[k].t];
                 run_item(tp, rep->tensors[items[k].t].type, &items[k],
                          &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc],
-                         maxloc, a, b);
+                         maxloc, a, b, raw, sraw);
                 bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
             }
         }
         free(a);
         free(b);
         free(q);
+        free(raw);
+        free(sraw);
     }
     pn_status st = PN_OK;
+    const read_fail *rf = NULL;
+    const char *rf_tensor = NULL;
+    for (size_t k = 0; k < n_samples && !rf; k++)
+        if (samples[k].rf.st) {
+            rf = &samples[k].rf;
+            rf_tensor = rep->tensors[samples[k].t].name;
+        }
+    for (size_t k = 0; k < n_items && !rf; k++)
+        if (items[k].rf.st) {
+            rf = &items[k].rf;
+            rf_tensor = rep->tensors[items[k].t].name;
+        }
     if (alloc_failed) {
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the data pass", rep->path);
+    } else if (rf) {
+        /* read again to get the reader's own message (it names the file) */
+        const gguf_reader *r = rf->in_source ? c->src : c->r;
+        long ti = gguf_reader_find_tensor(r, rf_tensor);
+        uint8_t one;
+        st = ti >= 0 ? gguf_reader_read_tensor(r, (size_t)ti, rf->at + rf->n - 1, &one, 1, err)
+                     : PN_ERR_INTERNAL;
+        if (st == PN_OK)
+            st = pn_error_set(err, rf->st,
+                              "%s: tensor %s: reading %llu bytes at byte %llu of its data failed "
+                              "(%s): the file changed during the check",
+                              gguf_reader_name(r), rf_tensor, (unsigned long long)rf->n,
+                              (unsigned long long)rf->at, pn_strerror(rf->st));
     } else {
         rep->data_bytes = bytes;
         for (size_t i = 0; i < nt; i++)

@@ -147,8 +147,11 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
 
 /* One tensor's decoding parameters. */
 typedef struct tjob {
+    const gguf_reader *r;
+    size_t index;
     const gguf_tensor_info *ti;
-    const uint8_t *data;
+    const uint8_t *data;  /* the current chunk's input bytes (read_chunk) */
+    int64_t data_e0;      /* the element that data starts with */
     int in_type, out_type;
     int64_t n, K;
     int64_t bw, bb;       /* input block weights / bytes */
@@ -167,7 +170,7 @@ typedef struct seg_err {
 static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uint8_t *out)
 {
     seg_err r = {PN_OK, -1, -1};
-    const uint8_t *p = j->data + e / j->bw * j->bb;
+    const uint8_t *p = j->data + (e - j->data_e0) / j->bw * j->bb;
     if (pn_type_is_pn(j->in_type)) {
         int64_t bad = -1;
         pn_status st = pn_validate_row(j->in_type, p, m, &bad);
@@ -238,12 +241,17 @@ static pn_status describe_failure(const tjob *j, seg_err e, pn_error *err)
     }
 }
 
-/* Streams one decoded tensor into the writer. */
-static pn_status write_decoded(gguf_writer *w, const tjob *j, const pn_dequant_opts *o, int nthreads,
-                               uint8_t *buf, size_t buf_bytes, pn_error *err)
+/* Streams one decoded tensor into the writer. The input of each chunk is
+ * read into `in` (at most in_bytes) first. */
+static pn_status write_decoded(gguf_writer *w, tjob *j, const pn_dequant_opts *o, int nthreads,
+                               uint8_t *buf, size_t buf_bytes, uint8_t *in, size_t in_bytes,
+                               pn_error *err)
 {
     const int64_t seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
     int64_t chunk = (int64_t)(buf_bytes / (size_t)j->out_es) / seg * seg;
+    int64_t in_chunk = (int64_t)(in_bytes / (size_t)j->bb) * j->bw / seg * seg;
+    if (in_chunk < chunk)
+        chunk = in_chunk;
     if (chunk < seg)
         chunk = seg;
     for (int64_t c0 = 0; c0 < j->n; c0 += chunk) {
@@ -251,6 +259,12 @@ static pn_status write_decoded(gguf_writer *w, const tjob *j, const pn_dequant_o
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while decoding tensor '%s'",
                                 j->ti->name);
         const int64_t cn = j->n - c0 < chunk ? j->n - c0 : chunk;
+        pn_status rs = gguf_reader_read_tensor(j->r, j->index, (uint64_t)(c0 / j->bw * j->bb), in,
+                                               (size_t)((cn + j->bw - 1) / j->bw * j->bb), err);
+        if (rs)
+            return rs;
+        j->data = in;
+        j->data_e0 = c0;
         const int64_t nseg = (cn + seg - 1) / seg;
         seg_err first = {PN_OK, INT64_MAX, -1};
         int nomem = 0;
@@ -290,7 +304,7 @@ static pn_status write_decoded(gguf_writer *w, const tjob *j, const pn_dequant_o
 }
 
 static pn_status write_copied(gguf_writer *w, const tjob *j, const pn_dequant_opts *o,
-                              size_t chunk_bytes, pn_error *err)
+                              uint8_t *buf, size_t chunk_bytes, pn_error *err)
 {
     const uint64_t total = j->ti->size;
     for (uint64_t off = 0; off < total; off += chunk_bytes) {
@@ -298,7 +312,10 @@ static pn_status write_copied(gguf_writer *w, const tjob *j, const pn_dequant_op
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while copying tensor '%s'",
                                 j->ti->name);
         size_t n = total - off < chunk_bytes ? (size_t)(total - off) : chunk_bytes;
-        pn_status st = gguf_writer_write(w, j->data + off, n, err);
+        pn_status st = gguf_reader_read_tensor(j->r, j->index, off, buf, n, err);
+        if (st)
+            return st;
+        st = gguf_writer_write(w, buf, n, err);
         if (st)
             return st;
     }
@@ -394,8 +411,9 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         tjob *j = &jobs[i];
         const pn_type_traits *tt = pn_type_traits_get(ti->type);
+        j->r = r;
+        j->index = i;
         j->ti = ti;
-        j->data = gguf_reader_tensor_data(r, i);
         j->in_type = ti->type;
         j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : o.out_type;
         j->K = ti->ne[0];
@@ -433,7 +451,10 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if ((st = copy_metadata(w, r, o.out_type, has_pn, stats->rotation_undone, err)))
         goto done;
 
-    buf = malloc(o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4);
+    /* output chunk, then the input bytes of a chunk (at most 4 bytes a weight
+     * against at least 2 out: twice the output chunk) */
+    const size_t in_bytes = 2 * o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4;
+    buf = malloc(o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4 + in_bytes);
     if (!buf) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for a %zu-byte chunk", o.chunk_bytes);
         goto done;
@@ -442,11 +463,12 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         goto done;
     const int nthreads = o.threads > 0 ? o.threads : omp_get_max_threads();
     for (size_t i = 0; i < nt && !st; i++) {
-        const tjob *j = &jobs[i];
+        tjob *j = &jobs[i];
+        uint8_t *in = buf + o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4;
         if (j->in_type == j->out_type)
-            st = write_copied(w, j, &o, o.chunk_bytes, err);
+            st = write_copied(w, j, &o, buf, o.chunk_bytes, err);
         else
-            st = write_decoded(w, j, &o, nthreads, buf, o.chunk_bytes, err);
+            st = write_decoded(w, j, &o, nthreads, buf, o.chunk_bytes, in, in_bytes, err);
         if (st)
             pn_error_prefix(err, "%s", in_path);
     }

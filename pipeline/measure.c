@@ -10,8 +10,6 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 
-#define PN_FOLIO_WINDOW ((uint64_t)2 << 20)
-
 static void source_identity(const gguf_reader *src, char *buf, size_t size)
 {
     size_t n = gguf_reader_n_tensors(src);
@@ -38,7 +36,6 @@ static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan
                                 pn_error *err)
 {
     const gguf_tensor_info *info = gguf_reader_tensor(src, ti);
-    const uint8_t *data = gguf_reader_tensor_data(src, ti);
     const int64_t K = info->ne[0];
     const int64_t src_row = pn_type_row_bytes(info->type, K);
     int64_t cap = t->rows < max_rows ? t->rows : max_rows;
@@ -48,21 +45,19 @@ static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan
     size_t scratch_bytes = pn_measure_scratch_bytes(K);
     uint8_t *scratch = malloc(scratch_bytes * (size_t)threads);
     int *status = malloc((size_t)cap * sizeof *status);
+    uint8_t *raw = malloc((size_t)src_row);
     pn_status st = PN_OK;
-    if (!rows || !x || !sums || !scratch || !status) {
+    if (!rows || !x || !sums || !scratch || !status || !raw) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory measuring %s", t->name);
         goto done;
     }
     int64_t n = pn_sample_rows(t->rows, max_rows, rows);
     for (int64_t i = 0; i < n; i++) {
         uint64_t at = (uint64_t)(rows[i] * src_row);
-        pn_widen_row(info->type, data + at, x + i * K, K);
-        /* A fault can map the whole page-cache folio around the row (up to
-         * 2 MiB): drop that window at once, or a tensor's samples would map
-         * most of it. */
-        uint64_t lo = at > PN_FOLIO_WINDOW ? at - PN_FOLIO_WINDOW : 0;
-        uint64_t hi = at + (uint64_t)src_row + PN_FOLIO_WINDOW;
-        pn_release_mapped(data + lo, (hi < info->size ? hi : info->size) - lo);
+        st = gguf_reader_read_tensor(src, ti, at, raw, (size_t)src_row, err);
+        if (st != PN_OK)
+            goto done;
+        pn_widen_row(info->type, raw, x + i * K, K);
         int64_t col = pn_find_nonfinite(x + i * K, K);
         if (col >= 0) {
             st = pn_error_set(err, PN_ERR_NONFINITE,
@@ -95,6 +90,7 @@ done:
     free(sums);
     free(scratch);
     free(status);
+    free(raw);
     return st;
 }
 

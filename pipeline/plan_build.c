@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "mix/promote.h"
 #include "pipeline/measure.h"
 #include "pipeline/tensor_job.h"
@@ -35,24 +36,29 @@ static pn_status load_recipe(const pn_quantize_opts *o, pn_recipe **out, pn_erro
 
 /* Reads a promote list: one tensor name per line; blank lines and lines
  * starting with '#' are skipped, surrounding blanks trimmed. */
+#define PN_PROMOTE_LIST_MAX_BYTES ((size_t)64 << 20)
 static pn_status read_name_list(const char *path, char ***names_out, size_t *n_out,
                                 pn_error *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot read the promote list: %s", path,
-                            strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    pn_status st =
+        pn_read_small_file(path, PN_PROMOTE_LIST_MAX_BYTES, "promote list", &text, &len, err);
+    if (st != PN_OK)
+        return st;
+    if (memchr(text, '\0', len)) {
+        free(text);
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: the promote list holds a NUL byte", path);
+    }
     char **names = NULL;
     size_t n = 0, cap = 0;
-    char *line = NULL;
-    size_t lcap = 0;
-    ssize_t len;
-    pn_status st = PN_OK;
-    while ((len = getline(&line, &lcap, f)) >= 0) {
-        char *s = line, *e = line + len;
+    for (char *line = text; st == PN_OK && line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        char *s = line, *e = nl ? nl : text + len;
+        line = nl ? nl + 1 : text + len;
         while (s < e && (*s == ' ' || *s == '\t'))
             s++;
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+        while (e > s && (e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
             e--;
         if (e == s || *s == '#')
             continue;
@@ -72,8 +78,7 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
         }
         n++;
     }
-    free(line);
-    fclose(f);
+    free(text);
     if (st != PN_OK) {
         for (size_t i = 0; i < n; i++)
             free(names[i]);

@@ -65,21 +65,13 @@ static void note(const pn_quantize_opts *o, const char *fmt, ...)
 
 static bool cancelled(const pn_quantize_opts *o) { return o->cancel && *o->cancel; }
 
-/* Asks the kernel to start reading the source bytes that follow `from`, so
- * the disk works while the cores search (the mapping is read in file order). */
+/* Asks the kernel to start reading the source bytes that follow file offset
+ * `from`, so the disk works while the cores search (the source is read in
+ * file order). */
 #define PN_READAHEAD_BYTES ((uint64_t)96 << 20)
-static void prefetch_after(const gguf_reader *r, const uint8_t *from)
+static void prefetch_after(const gguf_reader *r, uint64_t from)
 {
-    const uint8_t *base = gguf_reader_bytes(r);
-    uint64_t size = gguf_reader_file_size(r);
-    if (from < base || from >= base + size)
-        return;
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)from & ~((uintptr_t)page - 1);
-    uintptr_t end = (uintptr_t)(base + size);
-    uintptr_t b = a + PN_READAHEAD_BYTES < end ? a + PN_READAHEAD_BYTES : end;
-    if (b > a)
-        madvise((void *)a, b - a, MADV_WILLNEED);
+    gguf_reader_advise(r, from, PN_READAHEAD_BYTES, true);
 }
 
 static pn_status check_paths(const pn_quantize_opts *o, pn_error *err)
@@ -160,9 +152,11 @@ static pn_status row_error(pn_status st, const char *file, const char *tensor, i
 
 /* One tensor's place in the source and in the output. */
 typedef struct tensor_io {
+    size_t index;
     pn_plan_tensor *t;
     const gguf_tensor_info *info;
-    const uint8_t *src;
+    uint64_t src_at;             /* file offset of the tensor's data */
+    uint8_t *raw;                /* a chunk of source rows as read */
     int64_t K, rows, src_row, out_row;
     double t0;
 } tensor_io;
@@ -170,9 +164,10 @@ typedef struct tensor_io {
 static pn_status tensor_io_begin(run_ctx *c, size_t ti, tensor_io *io, pn_row_chunk *ch,
                                  pn_error *err)
 {
+    io->index = ti;
     io->t = &c->plan->t[ti];
     io->info = gguf_reader_tensor(c->src, ti);
-    io->src = gguf_reader_tensor_data(c->src, ti);
+    io->src_at = gguf_reader_tensor_file_offset(c->src, ti);
     io->K = io->info->ne[0];
     io->rows = (int64_t)((uint64_t)io->t->n_weights / (uint64_t)io->K);
     io->src_row = pn_type_row_bytes(io->info->type, io->K);
@@ -181,6 +176,12 @@ static pn_status tensor_io_begin(run_ctx *c, size_t ti, tensor_io *io, pn_row_ch
     pn_status st = pn_row_chunk_init(ch, io->K, chunk_weights(), c->threads);
     if (st != PN_OK)
         return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)io->K);
+    io->raw = malloc((size_t)(ch->max_rows * io->src_row));
+    if (!io->raw) {
+        pn_row_chunk_free(ch);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for rows of %lld weights",
+                            (long long)io->K);
+    }
     return PN_OK;
 }
 
@@ -190,12 +191,16 @@ static pn_status load_rows(run_ctx *c, const tensor_io *io, pn_row_chunk *ch, in
                            int64_t n, pn_error *err)
 {
     int64_t br = 0, bc = 0;
-    pn_status st = pn_chunk_widen(ch, io->info->type, io->src + r0 * io->src_row, n, &br, &bc,
-                                  &c->times);
+    double t0 = pn_now_seconds();
+    pn_status st = gguf_reader_read_tensor(c->src, io->index, (uint64_t)(r0 * io->src_row),
+                                           io->raw, (size_t)(n * io->src_row), err);
+    c->times.read += pn_now_seconds() - t0;
+    if (st != PN_OK)
+        return st;
+    prefetch_after(c->src, io->src_at + (uint64_t)((r0 + n) * io->src_row));
+    st = pn_chunk_widen(ch, io->info->type, io->raw, n, &br, &bc, &c->times);
     if (st != PN_OK)
         return row_error(st, c->o->src_path, io->t->name, r0 + br, bc, err);
-    pn_release_mapped(io->src + r0 * io->src_row, (uint64_t)(n * io->src_row));
-    prefetch_after(c->src, io->src + (r0 + n) * io->src_row);
     if (io->t->rotation_block > 1)
         pn_chunk_rotate(ch, n, io->t->rotation_block, &c->times);
     return PN_OK;
@@ -273,6 +278,7 @@ static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
             pn_cuda_collect(c->cuda, s, NULL, NULL, NULL, NULL);
     ch.rows = own_rows;
     pn_row_chunk_free(&ch);
+    free(io.raw);
     c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
     c->plan->seconds[ti] = pn_now_seconds() - io.t0;
     return st;
@@ -293,6 +299,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
     uint8_t *out = malloc((size_t)(ch.max_rows * out_row));
     if (!out) {
         pn_row_chunk_free(&ch);
+        free(io.raw);
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory for output rows");
     }
     double num = 0.0, den = 0.0;
@@ -316,6 +323,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
         progress(c, PN_PHASE_QUANTIZE, ti, t->name);
     }
     free(out);
+    free(io.raw);
     pn_row_chunk_free(&ch);
     c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
     c->plan->seconds[ti] = pn_now_seconds() - io.t0;
@@ -330,6 +338,11 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
     pn_status st = gguf_reader_open(path, &r, err);
     if (st != PN_OK)
         return pn_error_prefix(err, "validating the written file");
+    uint8_t *buf = malloc((size_t)PN_BLOCK_BYTES << 18);
+    if (!buf) {
+        gguf_reader_close(r);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
+    }
     if (gguf_reader_n_tensors(r) != c->plan->n) {
         st = pn_error_set(err, PN_ERR_MISMATCH, "%s: %zu tensors written, %zu expected", path,
                           gguf_reader_n_tensors(r), c->plan->n);
@@ -338,7 +351,6 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
     for (size_t i = 0; i < c->plan->n && st == PN_OK; i++) {
         const pn_plan_tensor *t = &c->plan->t[i];
         const gguf_tensor_info *info = gguf_reader_tensor(r, i);
-        const uint8_t *data = gguf_reader_tensor_data(r, i);
         if (strcmp(info->name, t->name) != 0 || info->type != t->type ||
             info->size != t->bytes) {
             st = pn_error_set(err, PN_ERR_MISMATCH,
@@ -348,35 +360,37 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
                               t->name, t->type, (unsigned long long)t->bytes);
             break;
         }
-        /* CRC and PN rows are checked in slices so both cores work and the
-         * pages can be dropped as we go. */
-        const uint64_t slice = 8u << 20;
+        /* CRC and PN blocks are checked in slices read with pread, so memory
+         * stays one slice whatever the tensor's size. */
+        const uint64_t slice = (uint64_t)PN_BLOCK_BYTES << 18;   /* 8.5 MiB, whole blocks */
         uint32_t crc = (uint32_t)crc32_z(0, NULL, 0);
         const int64_t K = info->ne[0];
-        const int64_t row_bytes = pn_type_row_bytes(t->type, K);
-        const int64_t rows = (int64_t)(info->size / (uint64_t)row_bytes);
+        const bool pn = pn_type_is_pn(t->type);
+        const int64_t blocks_per_row = pn ? K / pn_params_get(t->type)->group : 1;
         int64_t bad_row = -1, bad_block = 0;
         pn_status bad_st = PN_OK;
-        if (pn_type_is_pn(t->type)) {
-#pragma omp parallel for schedule(static) num_threads(c->threads)
-            for (int64_t row = 0; row < rows; row++) {
+        for (uint64_t off = 0; off < info->size && st == PN_OK && bad_row < 0; off += slice) {
+            uint64_t n = info->size - off < slice ? info->size - off : slice;
+            st = gguf_reader_read_tensor(r, i, off, buf, (size_t)n, err);
+            if (st != PN_OK)
+                break;
+            crc = (uint32_t)crc32_z(crc, buf, n);
+            if (pn) {
                 int64_t bb = 0;
-                pn_status rs = pn_validate_row(t->type, data + row * row_bytes, K, &bb);
+                pn_status rs = pn_validate_row(t->type, buf,
+                                               (int64_t)(n / PN_BLOCK_BYTES) *
+                                                   pn_params_get(t->type)->group,
+                                               &bb);
                 if (rs != PN_OK) {
-#pragma omp critical
-                    if (bad_row < 0 || row < bad_row) {
-                        bad_row = row;
-                        bad_block = bb;
-                        bad_st = rs;
-                    }
+                    int64_t gb = (int64_t)(off / PN_BLOCK_BYTES) + bb;
+                    bad_row = gb / blocks_per_row;
+                    bad_block = gb % blocks_per_row;
+                    bad_st = rs;
                 }
             }
         }
-        for (uint64_t off = 0; off < info->size; off += slice) {
-            uint64_t n = info->size - off < slice ? info->size - off : slice;
-            crc = (uint32_t)crc32_z(crc, data + off, n);
-            pn_release_mapped(data + off, n);
-        }
+        if (st != PN_OK)
+            break;
         if (bad_row >= 0)
             st = pn_error_set(err, bad_st, "%s: tensor %s, row %lld, block %lld: %s", path,
                               t->name, (long long)bad_row, (long long)bad_block,
@@ -388,6 +402,7 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
                               path, t->name, crc, c->crcs[i]);
     }
 done:
+    free(buf);
     gguf_reader_close(r);
     return st;
 }

@@ -1,0 +1,136 @@
+#include "common/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *kind_of(mode_t m)
+{
+    if (S_ISREG(m))
+        return NULL;
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a regular file";
+}
+
+const char *pn_not_regular_kind(const char *path)
+{
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0)
+        return NULL;
+    return kind_of(sb.st_mode);
+}
+
+bool pn_same_file(const char *a, const char *b)
+{
+    if (!a || !b)
+        return false;
+    if (strcmp(a, b) == 0)
+        return true;
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *what, char **data,
+                             size_t *len, pn_error *err)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open the %s: %s", path, what,
+                            strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot stat the %s: %s", path, what,
+                            strerror(e));
+    }
+    const char *kind = kind_of(sb.st_mode);
+    if (kind) {
+        close(fd);
+        return pn_error_set(err, PN_ERR_IO, "%s: the %s is %s, not a regular file", path, what,
+                            kind);
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        close(fd);
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: the %s is %lld bytes, more than the %zu this program reads",
+                            path, what, (long long)sb.st_size, max_bytes);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the %s", path, what);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            /* full: either the end of the file, or it grew since fstat */
+            char probe;
+            ssize_t k = read(fd, &probe, 1);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k == 0)
+                break;
+            if (k < 0 || n + 1 > max_bytes) {
+                int e = errno;
+                free(buf);
+                close(fd);
+                if (k < 0)
+                    return pn_error_set(err, PN_ERR_IO, "%s: cannot read the %s: %s", path,
+                                        what, strerror(e));
+                return pn_error_set(err, PN_ERR_FORMAT,
+                                    "%s: the %s grew past the %zu bytes this program reads",
+                                    path, what, max_bytes);
+            }
+            size_t nc = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
+            char *nb = realloc(buf, nc);
+            if (!nb) {
+                free(buf);
+                close(fd);
+                return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the %s", path,
+                                    what);
+            }
+            buf = nb;
+            cap = nc;
+            buf[n++] = probe;
+            continue;
+        }
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(buf);
+            close(fd);
+            return pn_error_set(err, PN_ERR_IO, "%s: cannot read the %s: %s", path, what,
+                                strerror(e));
+        }
+        if (k == 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return PN_OK;
+}

@@ -1,0 +1,30 @@
+/* file.h - reading small input files (recipes, name lists, measurements)
+ * the hostile way, and telling whether two paths are one file.
+ *
+ * pn_read_small_file opens without blocking (a FIFO with no writer must not
+ * hang the program), refuses anything that is not a regular file, and
+ * refuses a file larger than max_bytes before reading it. The data is
+ * NUL-terminated (data[len] == 0) and may itself hold NUL bytes; free() it.
+ * Messages name the path and `what` it is ("recipe", "promote list").
+ */
+#ifndef PN_COMMON_FILE_H
+#define PN_COMMON_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/pn_error.h"
+
+pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *what, char **data,
+                             size_t *len, pn_error *err);
+
+/* True when both paths name one existing file (same device and inode), or
+ * are the same string. */
+bool pn_same_file(const char *a, const char *b);
+
+/* A description of what a path is when it is not a regular file ("a FIFO
+ * (named pipe)", "a directory", ...), or NULL for a regular file or a path
+ * that does not exist. Does not follow a FIFO open. */
+const char *pn_not_regular_kind(const char *path);
+
+#endif

@@ -8,8 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/text.h"
+#include "mix/plan.h"
 #include "mix/size.h"
 #include "pipeline/quantize.h"
+#include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;
 
@@ -61,7 +64,149 @@ typedef struct cli_state {
     int show_progress;
     int tty;
     double last;
+    int quiet;
+    const char *report_path;
+    char report_tmp[4096];     /* the report, written before the output's commit */
+    char *totals;              /* the plan totals, printed after a successful run */
+    size_t totals_len;
 } cli_state;
+
+/* ---- the plan table, the totals and the report (from the job's data) ---- */
+
+static void format_shape(const pn_plan_tensor *t, char *buf, size_t size)
+{
+    int k = snprintf(buf, size, "%lld", (long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < size; d++)
+        k += snprintf(buf + k, size - (size_t)k, "x%lld", (long long)t->ne[d]);
+}
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+static void print_plan_table(FILE *f, const pn_quantize_result *r)
+{
+    fprintf(f, "%-40s %-16s %-6s %-6s %14s  %s\n", "tensor", "shape", "source", "type", "bytes",
+            "note");
+    for (size_t i = 0; i < r->plan->n_tensors; i++) {
+        const pn_plan_tensor *t = &r->plan->tensors[i];
+        char shape[64];
+        format_shape(t, shape, sizeof shape);
+        char note[64] = "";
+        if (t->promoted)
+            snprintf(note, sizeof note, "promoted #%d", t->promote_rank + 1);
+        if (t->rotated) {
+            size_t l = strlen(note);
+            snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "",
+                     t->rotation_block);
+        }
+        fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", t->name, shape, type_name(t->src_type),
+                type_name(t->type), (unsigned long long)t->bytes, note);
+    }
+}
+
+static void print_totals(FILE *f, const pn_quantize_result *r)
+{
+    pn_plan_totals tot;
+    pn_plan_totals_get(r->plan, &tot);
+    fprintf(f,
+            "plan %s: %zu tensors, %llu weights; pn3t %zu, pn4t %zu (%zu promoted of "
+            "%zu candidates)\n",
+            r->mix_label, r->plan->n_tensors, (unsigned long long)tot.n_weights, tot.n_pn3t,
+            tot.n_pn4t, tot.n_promoted, tot.n_candidates);
+    fprintf(f,
+            "file size %llu bytes (%.3f GiB, %.3f GB); %.4f bits/weight over PN tensors, "
+            "%.4f over all weights\n",
+            (unsigned long long)r->file_bytes, (double)r->file_bytes / 1073741824.0,
+            (double)r->file_bytes / 1e9, tot.bpw_pn, tot.bpw_all);
+}
+
+static void write_report_json(FILE *f, const pn_quantize_result *r)
+{
+    const pn_quantize_stats *s = r->stats;
+    fprintf(f, "{\n  \"source\": ");
+    pn_json_put_str(f, r->src_path);
+    fprintf(f, ",\n  \"output\": ");
+    pn_json_put_str(f, r->dst_path ? r->dst_path : "");
+    fprintf(f, ",\n  \"mix\": ");
+    pn_json_put_str(f, s->mix_name);
+    fprintf(f, ",\n  \"backend\": ");
+    pn_json_put_str(f, s->backend);
+    fprintf(f, ",\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n  \"weights\": %llu,\n",
+            r->dry_run ? "true" : "false", (unsigned long long)s->file_bytes,
+            (unsigned long long)s->weights);
+    fprintf(f,
+            "  \"seconds\": {\"total\": %.3f, \"plan\": %.3f, \"measure\": %.3f, \"read\": %.3f, "
+            "\"rotate\": %.3f, \"quantize\": %.3f, \"error\": %.3f, \"write\": %.3f, "
+            "\"crc\": %.3f, \"validate\": %.3f},\n",
+            s->t_total, s->t_plan, s->t_measure, s->t_read, s->t_rotate, s->t_quantize,
+            s->t_error, s->t_write, s->t_crc, s->t_validate);
+    fprintf(f, "  \"promoted\": [");
+    int k = 0;
+    for (size_t i = 0; i < r->plan->n_tensors; i++)
+        if (r->plan->tensors[i].promoted) {
+            fprintf(f, "%s", k++ ? ", " : "");
+            pn_json_put_str(f, r->plan->tensors[i].name);
+        }
+    fprintf(f, "],\n  \"tensors\": [\n");
+    for (size_t i = 0; i < r->plan->n_tensors; i++) {
+        const pn_plan_tensor *t = &r->plan->tensors[i];
+        fprintf(f, "    {\"name\": ");
+        pn_json_put_str(f, t->name);
+        fprintf(f, ", \"shape\": [");
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+        fprintf(f, "], \"source_type\": \"%s\", \"type\": \"%s\", \"bytes\": %llu, ",
+                type_name(t->src_type), type_name(t->type), (unsigned long long)t->bytes);
+        fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
+                t->promoted ? "true" : "false");
+        if (r->dry_run)
+            fprintf(f, "\"relative_error\": null, \"seconds\": null}");
+        else
+            fprintf(f, "\"relative_error\": %.6e, \"seconds\": %.3f}", r->rel_error[i],
+                    r->seconds[i]);
+        fprintf(f, "%s\n", i + 1 < r->plan->n_tensors ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+}
+
+/* The job's result hook: the dry run's plan, the totals for later, and the
+ * report under a temporary name (renamed once the output is in place). */
+static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *err)
+{
+    cli_state *s = user;
+    if (r->dry_run) {
+        print_plan_table(stdout, r);
+        print_totals(stdout, r);
+    } else if (!s->quiet) {
+        FILE *m = open_memstream(&s->totals, &s->totals_len);
+        if (m) {
+            print_totals(m, r);
+            fclose(m);
+        }
+    }
+    if (!s->report_path)
+        return PN_OK;
+    snprintf(s->report_tmp, sizeof s->report_tmp, "%s.tmp", s->report_path);
+    FILE *f = fopen(s->report_tmp, "w");
+    if (!f)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_tmp,
+                            strerror(errno));
+    write_report_json(f, r);
+    if (fclose(f) != 0) {
+        unlink(s->report_tmp);
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
+                            strerror(errno));
+    }
+    if (r->dry_run && rename(s->report_tmp, s->report_path) != 0) {
+        unlink(s->report_tmp);
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
+                            strerror(errno));
+    }
+    return PN_OK;
+}
 
 static const char *phase_name(int phase)
 {
@@ -116,7 +261,10 @@ int main(int argc, char **argv)
 {
     pn_quantize_opts o;
     pn_quantize_opts_init(&o);
-    cli_state cs = {0, isatty(2), -1e9};
+    cli_state cs;
+    memset(&cs, 0, sizeof cs);
+    cs.tty = isatty(2);
+    cs.last = -1e9;
     int quiet = 0, force_progress = 0;
     enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
            O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION };
@@ -201,7 +349,7 @@ int main(int argc, char **argv)
             o.device = (int)v;
             break;
         case O_DRY: o.dry_run = true; break;
-        case O_REPORT: o.report_path = optarg; break;
+        case O_REPORT: cs.report_path = optarg; break;
         case O_FORCE: o.force = true; break;
         case O_QUIET: quiet = 1; break;
         case O_PROGRESS: force_progress = 1; break;
@@ -237,8 +385,8 @@ int main(int argc, char **argv)
     o.note = on_note;
     o.user = &cs;
     o.cancel = &g_cancel;
-    o.plan_out = quiet && !o.dry_run ? NULL : stdout;
-    o.plan_table = o.dry_run;
+    o.result = on_result;
+    cs.quiet = quiet;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -260,6 +408,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "pn-quantize: nothing was written to %s\n", o.dst_path);
         return st == PN_ERR_INTERRUPTED ? 130 : (st == PN_ERR_USAGE ? 2 : 1);
     }
+    if (cs.report_path && !o.dry_run && rename(cs.report_tmp, cs.report_path) != 0) {
+        fprintf(stderr, "pn-quantize: error: %s: cannot write the report: %s\n", cs.report_path,
+                strerror(errno));
+        unlink(cs.report_tmp);
+        return 1;
+    }
+    if (cs.totals)
+        fputs(cs.totals, stdout);
+    free(cs.totals);
     if (!o.dry_run && !quiet) {
         printf("wrote %s: %s, %llu bytes, %.1f s (plan %.1f, measure %.1f, read %.1f, rotate %.1f, "
                "quantize %.1f, error %.1f, write %.1f, crc %.1f, validate %.1f), backend %s\n",

@@ -39,7 +39,4 @@ void pn_job_plan_free(pn_job_plan *p);
 pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src, gguf_writer **out,
                              pn_error *err);
 
-/* The plan table (when table) and the totals. */
-void pn_job_plan_print(const pn_job_plan *p, FILE *f, bool table);
-
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard.h"
 #include "pipeline/plan_build.h"
@@ -407,85 +408,37 @@ done:
     return st;
 }
 
-/* ---- report ------------------------------------------------------------ */
+/* ---- the result ----------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s)
+/* The plan and the figures, as data for the caller's hook (cmd/ formats). */
+static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_error *err)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
+    const pn_quantize_opts *o = c->o;
+    if (!o->result)
+        return PN_OK;
+    pn_quantize_result r;
+    memset(&r, 0, sizeof r);
+    r.plan = c->plan->plan;
+    r.src_path = o->src_path;
+    r.dst_path = o->dst_path;
+    r.mix_label = c->plan->mix_label;
+    r.header_bytes = c->plan->header_bytes;
+    r.file_bytes = c->plan->file_bytes;
+    r.weights = c->plan->weights;
+    r.alignment = c->plan->alignment;
+    r.dry_run = o->dry_run;
+    if (!o->dry_run) {
+        r.rel_error = c->plan->rel_error;
+        r.seconds = c->plan->seconds;
+        r.crc32 = c->crcs;
     }
-    fputc('"', f);
-}
-
-static pn_status write_report(const pn_quantize_opts *o, const pn_job_plan *p,
-                              const gguf_reader *src, const pn_quantize_stats *s,
-                              pn_error *err)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->report_path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", tmp,
-                            strerror(errno));
-    fprintf(f, "{\n  \"source\": ");
-    json_str(f, o->src_path);
-    fprintf(f, ",\n  \"output\": ");
-    json_str(f, o->dst_path ? o->dst_path : "");
-    fprintf(f, ",\n  \"mix\": ");
-    json_str(f, s->mix_name);
-    fprintf(f, ",\n  \"backend\": ");
-    json_str(f, s->backend);
-    fprintf(f, ",\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n  \"weights\": %llu,\n",
-            o->dry_run ? "true" : "false", (unsigned long long)s->file_bytes,
-            (unsigned long long)s->weights);
-    fprintf(f,
-            "  \"seconds\": {\"total\": %.3f, \"plan\": %.3f, \"measure\": %.3f, \"read\": %.3f, "
-            "\"rotate\": %.3f, \"quantize\": %.3f, \"error\": %.3f, \"write\": %.3f, "
-            "\"crc\": %.3f, \"validate\": %.3f},\n",
-            s->t_total, s->t_plan, s->t_measure, s->t_read, s->t_rotate, s->t_quantize,
-            s->t_error, s->t_write, s->t_crc, s->t_validate);
-    fprintf(f, "  \"promoted\": [");
-    int k = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->t[i].promoted) {
-            fprintf(f, "%s", k++ ? ", " : "");
-            json_str(f, p->t[i].name);
-        }
-    fprintf(f, "],\n  \"tensors\": [\n");
-    for (size_t i = 0; i < p->n; i++) {
-        const pn_plan_tensor *t = &p->t[i];
-        const gguf_tensor_info *info = gguf_reader_tensor(src, i);
-        fprintf(f, "    {\"name\": ");
-        json_str(f, t->name);
-        fprintf(f, ", \"shape\": [");
-        for (uint32_t d = 0; d < info->n_dims; d++)
-            fprintf(f, "%s%lld", d ? ", " : "", (long long)info->ne[d]);
-        const pn_type_traits *st = pn_type_traits_get(info->type);
-        const pn_type_traits *dt = pn_type_traits_get(t->type);
-        fprintf(f, "], \"source_type\": \"%s\", \"type\": \"%s\", \"bytes\": %llu, ",
-                st ? st->name : "?", dt ? dt->name : "?", (unsigned long long)t->bytes);
-        fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
-                t->promoted ? "true" : "false");
-        if (o->dry_run)
-            fprintf(f, "\"relative_error\": null, \"seconds\": null}");
-        else
-            fprintf(f, "\"relative_error\": %.6e, \"seconds\": %.3f}", p->rel_error[i], p->seconds[i]);
-        fprintf(f, "%s\n", i + 1 < p->n ? "," : "");
-    }
-    fprintf(f, "  ]\n}\n");
-    if (fclose(f) != 0 || rename(tmp, o->report_path) != 0) {
-        unlink(tmp);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", o->report_path,
-                            strerror(errno));
-    }
-    return PN_OK;
+    r.stats = stats;
+    pn_error local;
+    pn_error_clear(&local);
+    pn_status st = o->result(&r, o->user, &local);
+    if (st != PN_OK)
+        pn_error_set(err, st, "%s", local.msg[0] ? local.msg : pn_strerror(st));
+    return st;
 }
 
 /* ---- the job ------------------------------------------------------------ */
@@ -524,7 +477,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
-    c.threads = o->threads > 0 ? o->threads : omp_get_num_procs();
+    c.threads = pn_threads_resolve(o->threads);
+    stats->threads = c.threads;
     double t_begin = pn_now_seconds();
 
     pn_status st = check_paths(o, err);
@@ -554,13 +508,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
     stats->file_bytes = c.plan->file_bytes;
     stats->weights = c.plan->weights;
-    if (o->plan_out && o->dry_run)
-        pn_job_plan_print(c.plan, o->plan_out, o->plan_table);
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
-        if (o->report_path)
-            st = write_report(o, c.plan, c.src, stats, err);
+        st = hand_result(&c, stats, err);
         goto out;
     }
 
@@ -607,9 +558,6 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
         goto out;
     }
-    st = gguf_writer_commit(c.w, err);
-    if (st != PN_OK)
-        goto out;
     stats->t_read = c.times.read;
     stats->t_rotate = c.times.rotate;
     stats->t_quantize = c.times.quantize;
@@ -618,10 +566,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     stats->t_crc = c.t_crc;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
     stats->t_total = pn_now_seconds() - t_begin;
-    if (o->report_path)
-        st = write_report(o, c.plan, c.src, stats, err);
-    if (o->plan_out && st == PN_OK)
-        pn_job_plan_print(c.plan, o->plan_out, false);
+    st = hand_result(&c, stats, err);
+    if (st != PN_OK)
+        goto out;
+    st = gguf_writer_commit(c.w, err);
 
 out:
     if (c.w) {

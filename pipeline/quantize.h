@@ -1,16 +1,29 @@
 /* quantize.h - the pn-quantize job: float GGUF in, PN GGUF out.
  *
- * Steps: open the source (mmap), build the plan from the recipe (types,
- * rotation, promotions by measurement, list or target size), then stream
- * every tensor in source order: widen rows in chunks, rotate the PN-bound
- * ones, quantize (OpenMP over rows, or the CUDA backend), CRC-32 as the bytes
- * go out, into a temporary file beside DST. The temporary file is re-opened
- * and validated (structure, every PN row, every CRC) and only then renamed
- * onto DST. On any error, or when *cancel becomes non-zero, nothing is left
- * at DST (nor the temporary file) and the source is never written.
+ * Steps: open the source (read with pread, never mapped), build the plan
+ * from the recipe (types, rotation, promotions by measurement, list or
+ * target size), then stream every tensor in source order through three
+ * stages that run at the same time (pipeline/stream.h): a reader thread
+ * reads and widens the next chunk, the compute team (OpenMP) rotates and
+ * quantizes this one (error sums fused into the search, CRC-32 per piece),
+ * a writer thread writes the previous one into a temporary file beside DST.
+ * Chunks are whole blocks of the output type, never more than about
+ * opts.chunk_weights weights, so memory stays a few chunk buffers whatever
+ * the model or the row length. The temporary file is then read once, in
+ * parallel, and validated (structure, every PN row, every CRC); the caller's
+ * result hook runs (the report is made ready there); only then is the file
+ * committed onto DST. On any error, or when *cancel becomes non-zero,
+ * nothing is left at DST (nor the temporary file) and the source is never
+ * written.
  *
- * Output bytes depend only on the source, the recipe and the options that
- * select types and rotation: never on the thread count or the backend.
+ * Output bytes and every reported figure (relative errors, CRCs) depend only
+ * on the source, the recipe and the options that select types and rotation:
+ * never on the thread count, the chunk size, the CPU path or the backend.
+ *
+ * The library reads no environment variable and prints nothing: cmd/
+ * resolves PN_CPU_PATH, PN_CHUNK_WEIGHTS and PN_CUDA_EMULATE into the
+ * options, and formats the plan, the totals and the report from the result
+ * (pn_quantize_result) it is handed.
  */
 #ifndef PN_PIPELINE_QUANTIZE_H
 #define PN_PIPELINE_QUANTIZE_H
@@ -21,24 +34,75 @@
 #include <stdio.h>
 
 #include "common/pn_error.h"
+#include "mix/plan.h"
 
 typedef enum pn_backend { PN_BACKEND_AUTO = 0, PN_BACKEND_CPU, PN_BACKEND_CUDA } pn_backend;
 
-/* What the progress callback sees; also the per-phase times of the run. */
+/* What the progress callback sees. */
 typedef struct pn_progress {
     int phase;                  /* PN_PHASE_* below */
     size_t tensor_index, n_tensors;
-    const char *tensor_name;
+    const char *tensor_name;    /* bytes from the file: print with pn_fput_safe */
     uint64_t weights_done, weights_total;
     double elapsed_s;           /* since the start of the phase */
 } pn_progress;
 
 enum { PN_PHASE_MEASURE = 1, PN_PHASE_QUANTIZE = 2, PN_PHASE_VALIDATE = 3 };
 
+/* Both callbacks run on the calling thread (never on a helper thread), so a
+ * test may use them as hooks into a running job. */
 typedef void (*pn_progress_fn)(const pn_progress *p, void *user);
-/* Free-form notes for the user ("measurement read from X", "falling back to
- * the CPU backend: ..."). */
+/* Free-form notes for the user ("measurement read from X", "no usable GPU:
+ * ..."); they may hold names from the file and line breaks. */
 typedef void (*pn_note_fn)(const char *msg, void *user);
+
+/* Default chunk: 4 M weights (16 MiB of floats per chunk buffer). */
+#define PN_CHUNK_WEIGHTS_DEFAULT ((int64_t)4 << 20)
+/* The smallest chunk the options accept (tests use tiny chunks). */
+#define PN_CHUNK_WEIGHTS_MIN ((int64_t)256)
+#define PN_CHUNK_WEIGHTS_MAX ((int64_t)1 << 26)
+
+/* Per-phase times of a run, in seconds. The stages overlap, so the phases
+ * do not add up to the total: each is the time its stage spent on that
+ * work. read/widen: the reader thread; rotate/quantize/error/crc: the
+ * compute team (thread-seconds divided by the team size, i.e. the stage's
+ * wall time); write: the writer thread; wait_input: the compute team idle
+ * because no chunk was read yet (the disk is the bottleneck when it is
+ * large); wait_output: the reader waiting for a free buffer (the compute or
+ * the writer is the bottleneck); flush: the final fsync; validate: reading
+ * the written file back and checking it. */
+typedef struct pn_quantize_stats {
+    double t_total, t_plan, t_measure, t_read, t_widen, t_rotate, t_quantize, t_error, t_write,
+        t_crc, t_flush, t_validate, t_wait_input, t_wait_output;
+    /* of the measurement, the same way (its share of t_measure) */
+    double t_measure_read, t_measure_compute, t_measure_wait_input;
+    uint64_t weights, file_bytes;
+    int n_promoted;
+    int threads;
+    char mix_name[96];
+    char backend[160];
+} pn_quantize_stats;
+
+/* Everything a program needs to print the plan, the totals and the report:
+ * handed to the result hook. Pointers live until the hook returns. */
+typedef struct pn_quantize_result {
+    const pn_plan *plan;          /* types, shapes, source types, promotions */
+    const char *src_path, *dst_path;
+    const char *mix_label;        /* "P0k+19" */
+    uint64_t header_bytes, file_bytes, weights, alignment;
+    bool dry_run;
+    const double *rel_error;      /* per tensor: sum (w-dq)^2 / sum w^2; NULL on a dry run */
+    const double *seconds;        /* per tensor, compute stage; NULL on a dry run */
+    const uint32_t *crc32;        /* per tensor; NULL on a dry run */
+    const pn_quantize_stats *stats;
+} pn_quantize_result;
+
+/* Called once the figures are final: for a real run after the written file
+ * was validated and before it is committed onto DST (so that whatever the
+ * hook prepares, e.g. a report under a temporary name, is ready before the
+ * output appears); for a dry run once the plan is made. A status other than
+ * PN_OK aborts the job (nothing is committed) with the hook's error. */
+typedef pn_status (*pn_result_fn)(const pn_quantize_result *r, void *user, pn_error *err);
 
 typedef struct pn_quantize_opts {
     const char *src_path;
@@ -49,32 +113,20 @@ typedef struct pn_quantize_opts {
     const char *measurement_path;   /* NULL or a file to read/write */
     uint64_t target_size;           /* 0: none */
     int rotation_cap;               /* -1: the recipe's; 0: none; else cap */
-    int threads;                    /* 0: all cores */
+    int threads;                    /* 0: all cores (pn_threads_resolve) */
     pn_backend backend;
     int device;
     bool dry_run;
     bool force;
-    const char *report_path;        /* NULL or FILE.json */
     uint64_t measure_rows;          /* rows sampled per tensor; 0: default */
-    FILE *plan_out;                 /* where the plan table / totals go (NULL: none) */
-    bool plan_table;                /* print the per-tensor table (dry run) */
     pn_progress_fn progress;
     pn_note_fn note;
+    pn_result_fn result;            /* may be NULL */
     void *user;
-    volatile sig_atomic_t *cancel;  /* checked between chunks */
+    volatile sig_atomic_t *cancel;  /* checked between chunks and in every long loop */
 } pn_quantize_opts;
 
 void pn_quantize_opts_init(pn_quantize_opts *o);
-
-/* Per-phase wall time of a finished run (seconds). */
-typedef struct pn_quantize_stats {
-    double t_total, t_plan, t_measure, t_read, t_rotate, t_quantize, t_error, t_write, t_crc,
-        t_validate;
-    uint64_t weights, file_bytes;
-    int n_promoted;
-    char mix_name[96];
-    char backend[160];
-} pn_quantize_stats;
 
 pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, pn_error *err);
 

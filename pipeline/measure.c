@@ -5,10 +5,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "hadamard/hadamard.h"
+#include "hadamard/hadamard_fast.h"
+#include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
+#include "quant/pn.h"
+#include "quant/pn_fast.h"
 #include "quant/types.h"
-#include "quant/widen.h"
 
 static void source_identity(const gguf_reader *src, char *buf, size_t size)
 {
@@ -29,109 +31,339 @@ static void source_identity(const gguf_reader *src, char *buf, size_t size)
     free(d);
 }
 
-/* Measures one candidate: its sampled rows, widened and rotated as they will
- * be stored, row sums in parallel, added in row order. */
-static pn_status measure_tensor(const gguf_reader *src, size_t ti, const pn_plan_tensor *t,
-                                int64_t max_rows, int threads, double *e3, double *e4,
-                                pn_error *err)
+int64_t pn_job_sample_row(int64_t n_rows, int64_t max_rows, int64_t i)
 {
-    const gguf_tensor_info *info = gguf_reader_tensor(src, ti);
-    const int64_t K = info->ne[0];
-    const int64_t src_row = pn_type_row_bytes(info->type, K);
-    int64_t cap = t->rows < max_rows ? t->rows : max_rows;
-    int64_t *rows = malloc((size_t)cap * sizeof *rows);
-    float *x = malloc((size_t)(cap * K) * sizeof(float));
-    double *sums = malloc((size_t)cap * 3 * sizeof(double));
-    size_t scratch_bytes = pn_measure_scratch_bytes(K);
-    uint8_t *scratch = malloc(scratch_bytes * (size_t)threads);
-    int *status = malloc((size_t)cap * sizeof *status);
-    uint8_t *raw = malloc((size_t)src_row);
-    pn_status st = PN_OK;
-    if (!rows || !x || !sums || !scratch || !status || !raw) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory measuring %s", t->name);
-        goto done;
+    if (n_rows <= max_rows)
+        return i;
+    int64_t q = n_rows / max_rows, r = n_rows % max_rows;
+    return i * q + (int64_t)((uint64_t)i * (uint64_t)r / (uint64_t)max_rows);
+}
+
+/* ---- the measurement as a stream --------------------------------------- */
+
+/* pn3t and pn4t blocks are 80 and 64 weights: a row piece is a multiple of
+ * both and of the rotation block. */
+#define MEASURE_UNIT 320
+
+typedef struct cand {
+    size_t index;              /* source tensor */
+    const pn_plan_tensor *t;
+    int64_t n_sample;          /* rows measured */
+    int64_t rows_per_chunk;    /* whole rows per chunk; 0: pieces of one row */
+    int64_t piece;             /* columns per piece */
+} cand;
+
+typedef struct measure_job {
+    const pn_quantize_opts *o;
+    const gguf_reader *src;
+    pn_measurement *m;
+    cand *c;
+    size_t n;
+    int64_t max_rows;
+    int threads, path;
+    /* reader-side cursor */
+    size_t cur_i;
+    int64_t cur_s, cur_col;
+    size_t advised;            /* candidates whose rows were advised */
+    /* per-thread scratch: decoded floats then blocks */
+    uint8_t **scratch;
+    /* in-order state */
+    double carry3, carry4, carry_n;   /* sums of the row being measured in pieces */
+    pn_measure_acc acc;
+    uint64_t done, total;
+    double t0, t_compute;
+} measure_job;
+
+/* Asks the kernel to read candidate j's sampled rows (scattered: one piece
+ * of advice per row; a tensor measured whole is one range). */
+static void advise_candidate(measure_job *j, size_t ci)
+{
+    if (ci >= j->n)
+        return;
+    const cand *c = &j->c[ci];
+    const gguf_tensor_info *info = gguf_reader_tensor(j->src, c->index);
+    const uint64_t at = gguf_reader_tensor_file_offset(j->src, c->index);
+    const uint64_t row_bytes = (uint64_t)pn_type_row_bytes(info->type, info->ne[0]);
+    if (c->n_sample == c->t->rows) {
+        gguf_reader_advise(j->src, at, info->size, true);
+        return;
     }
-    int64_t n = pn_sample_rows(t->rows, max_rows, rows);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t at = (uint64_t)(rows[i] * src_row);
-        st = gguf_reader_read_tensor(src, ti, at, raw, (size_t)src_row, err);
-        if (st != PN_OK)
-            goto done;
-        pn_widen_row(info->type, raw, x + i * K, K);
-        int64_t col = pn_find_nonfinite(x + i * K, K);
-        if (col >= 0) {
-            st = pn_error_set(err, PN_ERR_NONFINITE,
-                              "tensor %s, row %lld, column %lld: NaN or infinite weight",
-                              t->name, (long long)rows[i], (long long)col);
-            goto done;
+    for (int64_t s = 0; s < c->n_sample; s++)
+        gguf_reader_advise(j->src, at + (uint64_t)pn_job_sample_row(c->t->rows, j->max_rows, s) *
+                                             row_bytes,
+                           row_bytes, true);
+}
+
+static bool measure_next(void *ctx, pn_chunk *ch)
+{
+    measure_job *j = ctx;
+    if (j->cur_i >= j->n)
+        return false;
+    /* read-ahead: while this candidate is read, the next one's rows come in */
+    while (j->advised <= j->cur_i + 1 && j->advised < j->n)
+        advise_candidate(j, j->advised++);
+    const cand *c = &j->c[j->cur_i];
+    const int64_t K = c->t->ne[0];
+    ch->tensor = c->index;
+    ch->K = K;
+    ch->src_type = c->t->src_type;
+    ch->tag = (int64_t)j->cur_i;
+    ch->use_rows = true;
+    ch->first_of_tensor = j->cur_s == 0 && j->cur_col == 0;
+    if (c->rows_per_chunk > 0) {
+        int64_t k = c->n_sample - j->cur_s < c->rows_per_chunk ? c->n_sample - j->cur_s
+                                                                : c->rows_per_chunk;
+        for (int64_t r = 0; r < k; r++)
+            ch->rows[r] = pn_job_sample_row(c->t->rows, j->max_rows, j->cur_s + r);
+        ch->n_rows = k;
+        ch->col0 = 0;
+        ch->n_cols = K;
+        j->cur_s += k;
+    } else {
+        int64_t k = K - j->cur_col < c->piece ? K - j->cur_col : c->piece;
+        ch->rows[0] = pn_job_sample_row(c->t->rows, j->max_rows, j->cur_s);
+        ch->n_rows = 1;
+        ch->col0 = j->cur_col;
+        ch->n_cols = k;
+        j->cur_col += k;
+        if (j->cur_col == K) {
+            j->cur_col = 0;
+            j->cur_s++;
         }
     }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n; i++) {
-        float *row = x + i * K;
-        if (t->rotation_block > 1)
-            pn_hadamard_rotate_row(row, K, t->rotation_block);
-        status[i] = pn_measure_row(row, K, scratch + scratch_bytes * (size_t)omp_get_thread_num(),
-                                   &sums[3 * i], &sums[3 * i + 1], &sums[3 * i + 2], NULL);
+    ch->last_of_tensor = j->cur_s == c->n_sample;
+    if (ch->last_of_tensor) {
+        j->cur_i++;
+        j->cur_s = 0;
+        j->cur_col = 0;
     }
-    pn_measure_acc acc = {0};
-    for (int64_t i = 0; i < n; i++) {
-        if (status[i] != PN_OK) {
-            st = pn_error_set(err, (pn_status)status[i], "tensor %s, row %lld: %s", t->name,
-                              (long long)rows[i], pn_strerror((pn_status)status[i]));
-            goto done;
+    return true;
+}
+
+/* The sums pn_measure_row gives (mix/measure.h), continued from *err and
+ * *norm: quantize, decode, then (w - dq)^2 and w^2 in element order. */
+static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8_t *scratch,
+                            double *err, double *norm, int64_t *bad_col)
+{
+    float *y = (float *)scratch;
+    uint8_t *q = scratch + (size_t)n * sizeof(float);
+    pn_status st = pn_quantize_row_path(path, type, x, n, q, bad_col);
+    if (st != PN_OK)
+        return st;
+    pn_dequantize_row(type, q, y, n);
+    double s = *err, w2 = norm ? *norm : 0.0;
+    for (int64_t e = 0; e < n; e++) {
+        double d = (double)x[e] - (double)y[e];
+        s = s + d * d;
+        if (norm)
+            w2 = w2 + (double)x[e] * (double)x[e];
+    }
+    *err = s;
+    if (norm)
+        *norm = w2;
+    return PN_OK;
+}
+
+/* Sums per row of the chunk into blk_err[3r..3r+2] (pn3t error, pn4t error,
+ * norm), in parallel over rows; a piece continues the row's carried sums. */
+static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
+{
+    measure_job *j = ctx;
+    const cand *c = &j->c[ch->tag];
+    const int B = c->t->rotation_block;
+    const bool piece = ch->n_cols != ch->K;
+    double t0 = pn_now_seconds();
+    int bad_st = PN_OK;
+    int64_t bad_r = -1, bad_c = 0, bad_type = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(j->threads)
+    for (int64_t r = 0; r < ch->n_rows; r++) {
+        float *x = ch->x + r * ch->n_cols;
+        uint8_t *scratch = j->scratch[omp_get_thread_num()];
+        if (B > 1)
+            pn_hadamard_rotate_row_path(j->path, x, ch->n_cols, B);
+        double e3 = 0.0, e4 = 0.0, w2 = 0.0;
+        if (piece && ch->col0 > 0) {
+            e3 = j->carry3;
+            e4 = j->carry4;
+            w2 = j->carry_n;
         }
-        pn_measure_acc_add(&acc, sums[3 * i], sums[3 * i + 1], sums[3 * i + 2]);
+        int64_t col = 0;
+        pn_status st = piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
+        int type = PN_TYPE_PN3T;
+        if (st == PN_OK) {
+            type = PN_TYPE_PN4T;
+            st = piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
+        }
+        ch->blk_err[3 * r] = e3;
+        ch->blk_err[3 * r + 1] = e4;
+        ch->blk_err[3 * r + 2] = w2;
+        if (st != PN_OK) {
+#pragma omp critical(pn_measure_error)
+            if (bad_r < 0 || r < bad_r) {
+                bad_r = r;
+                bad_st = st;
+                bad_c = ch->col0 + (col > 0 ? col : 0);
+                bad_type = type;
+            }
+        }
     }
-    pn_measure_acc_result(&acc, e3, e4);
-done:
-    free(rows);
-    free(x);
-    free(sums);
-    free(scratch);
-    free(status);
-    free(raw);
-    return st;
+    j->t_compute += pn_now_seconds() - t0;
+    if (bad_r >= 0) {
+        const char *tn = pn_type_traits_get((int)bad_type)->name;
+        if (bad_st == PN_ERR_SCALE_OVERFLOW)
+            return pn_error_set(err, bad_st,
+                                "tensor %s, row %lld, columns %lld..: group too large for an "
+                                "fp16 scale (%s)",
+                                c->t->name, (long long)ch->rows[bad_r], (long long)bad_c, tn);
+        return pn_error_set(err, (pn_status)bad_st, "tensor %s, row %lld, column %lld: %s (%s)",
+                            c->t->name, (long long)ch->rows[bad_r], (long long)bad_c,
+                            pn_strerror((pn_status)bad_st), tn);
+    }
+    if (piece) {
+        j->carry3 = ch->blk_err[0];
+        j->carry4 = ch->blk_err[1];
+        j->carry_n = ch->blk_err[2];
+    }
+    return PN_OK;
+}
+
+/* Row sums into the tensor's accumulator in sampled-row order; the result
+ * when the tensor is done. */
+static pn_status measure_finish(void *ctx, pn_chunk *ch, pn_error *err)
+{
+    (void)err;
+    measure_job *j = ctx;
+    const cand *c = &j->c[ch->tag];
+    const bool piece = ch->n_cols != ch->K;
+    if (!piece || ch->col0 + ch->n_cols == ch->K)
+        for (int64_t r = 0; r < ch->n_rows; r++)
+            pn_measure_acc_add(&j->acc, ch->blk_err[3 * r], ch->blk_err[3 * r + 1],
+                               ch->blk_err[3 * r + 2]);
+    if (!ch->last_of_tensor)
+        return PN_OK;
+    pn_measure_entry *e = &j->m->entries[ch->tag];
+    pn_measure_acc_result(&j->acc, &e->e3, &e->e4);
+    memset(&j->acc, 0, sizeof j->acc);
+    j->done += (uint64_t)c->t->n_weights;
+    if (j->o->progress) {
+        pn_progress p = {PN_PHASE_MEASURE, c->index, gguf_reader_n_tensors(j->src),
+                         c->t->name, j->done, j->total, pn_now_seconds() - j->t0};
+        j->o->progress(&p, j->o->user);
+    }
+    return PN_OK;
 }
 
 static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
-                             const pn_plan *plan, int threads, const char *identity,
-                             pn_measurement **out, pn_error *err)
+                             const pn_plan *plan, const pn_job_env *env, const char *identity,
+                             pn_measurement **out, pn_measure_times *times, pn_error *err)
 {
     int64_t max_rows = o->measure_rows ? (int64_t)o->measure_rows : PN_SAMPLE_ROWS_DEFAULT;
     pn_measurement *m = NULL;
     pn_status st = pn_measurement_new(plan, identity, max_rows, &m, err);
     if (st != PN_OK)
         return st;
-    double t0 = pn_now_seconds();
-    uint64_t done = 0, total = 0;
-    for (size_t i = 0; i < plan->n_tensors; i++)
-        if (plan->tensors[i].candidate)
-            total += (uint64_t)plan->tensors[i].n_weights;
-    for (size_t i = 0; i < plan->n_tensors && st == PN_OK; i++) {
+    measure_job j;
+    memset(&j, 0, sizeof j);
+    j.o = o;
+    j.src = src;
+    j.m = m;
+    j.max_rows = max_rows;
+    j.threads = env->threads;
+    j.path = env->cpu_path;
+    j.c = calloc(m->n ? m->n : 1, sizeof *j.c);
+    const char **names = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *names);
+    if (!j.c || !names) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const int64_t cw = env->chunk_weights;
+    int64_t slot_w = 0, slot_rows = 1, max_seg = 0;
+    for (size_t i = 0; i < plan->n_tensors; i++) {
         const pn_plan_tensor *t = &plan->tensors[i];
+        names[i] = t->name;
         if (!t->candidate)
             continue;
-        if (o->cancel && *o->cancel) {
-            st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
-            break;
-        }
-        long e = pn_measurement_find(m, t->name);
-        if (e < 0) {
+        if ((size_t)j.n >= m->n || strcmp(m->entries[j.n].name, t->name) != 0) {
             st = pn_error_set(err, PN_ERR_INTERNAL, "no measurement entry for %s", t->name);
-            break;
+            goto done;
         }
-        st = measure_tensor(src, i, t, max_rows, threads, &m->entries[e].e3, &m->entries[e].e4,
-                            err);
-        done += (uint64_t)t->n_weights;
-        if (o->progress) {
-            pn_progress p = {PN_PHASE_MEASURE, i, plan->n_tensors, t->name, done, total,
-                             pn_now_seconds() - t0};
-            o->progress(&p, o->user);
+        cand *c = &j.c[j.n++];
+        const int64_t K = t->ne[0];
+        c->index = i;
+        c->t = t;
+        c->n_sample = t->rows < max_rows ? t->rows : max_rows;
+        if (K <= cw) {
+            int64_t n = cw / K;
+            c->rows_per_chunk = n < 1 ? 1 : n;
+            if (c->rows_per_chunk > c->n_sample)
+                c->rows_per_chunk = c->n_sample;
+            c->piece = K;
+        } else {
+            /* lcm(320, B) for a power of two B */
+            int64_t u = MEASURE_UNIT;
+            while (t->rotation_block > 1 && u % t->rotation_block != 0)
+                u *= 2;
+            int64_t p = cw / u * u;
+            c->piece = p < u ? u : p;
+            if (c->piece > K)
+                c->piece = K;
+        }
+        int64_t w = c->rows_per_chunk > 0 ? c->rows_per_chunk * K : c->piece;
+        if (w > slot_w)
+            slot_w = w;
+        if (c->rows_per_chunk > slot_rows)
+            slot_rows = c->rows_per_chunk;
+        if (c->piece > max_seg)
+            max_seg = c->piece;
+        j.total += (uint64_t)t->n_weights;
+    }
+    if (j.n == 0)
+        goto done;
+    j.scratch = calloc((size_t)j.threads, sizeof *j.scratch);
+    if (!j.scratch) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < j.threads; i++) {
+        /* floats first: the scratch is float-aligned for any K */
+        j.scratch[i] = malloc((size_t)max_seg * sizeof(float) +
+                              (size_t)(max_seg / 64 + 1) * PN_BLOCK_BYTES);
+        if (!j.scratch[i]) {
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the measurement");
+            goto done;
         }
     }
+    pn_stream_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.src = src;
+    cfg.n_slots = 4;
+    cfg.slot_weights = slot_w;
+    cfg.slot_rows = slot_rows;
+    cfg.slot_out_bytes = 1;
+    cfg.slot_blocks = 3 * slot_rows;
+    cfg.readahead_bytes = 0;     /* scattered rows: advice per candidate instead */
+    cfg.src_path = o->src_path;
+    cfg.tensor_names = names;
+    cfg.cancel = o->cancel;
+    pn_stream_ops ops = {&j, measure_next, measure_compute, measure_finish, NULL};
+    pn_stream_times t;
+    j.t0 = pn_now_seconds();
+    st = pn_stream_run(&cfg, &ops, &t, err);
+    if (times) {
+        times->read = t.read + t.widen;
+        times->compute = j.t_compute;
+        times->wait_input = t.wait_input;
+    }
+done:
+    if (j.scratch)
+        for (int i = 0; i < j.threads; i++)
+            free(j.scratch[i]);
+    free(j.scratch);
+    free(j.c);
+    free(names);
     if (st != PN_OK) {
-        pn_error_prefix(err, "%s: measuring promotions", o->src_path);
+        if (st != PN_ERR_INTERRUPTED)
+            pn_error_prefix(err, "%s: measuring promotions", o->src_path);
         pn_measurement_free(m);
         return st;
     }
@@ -140,8 +372,8 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
 }
 
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
-                                const pn_plan *plan, int threads, pn_measurement **out,
-                                pn_error *err)
+                                const pn_plan *plan, const pn_job_env *env,
+                                pn_measurement **out, pn_measure_times *times, pn_error *err)
 {
     *out = NULL;
     char identity[PN_MEASURE_IDENTITY_MAX];
@@ -159,7 +391,7 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
         }
         return st;
     }
-    st = measure_all(o, src, plan, threads, identity, out, err);
+    st = measure_all(o, src, plan, env, identity, out, times, err);
     if (st == PN_OK && path) {
         st = pn_measurement_save(*out, path, err);
         if (st == PN_OK && o->note) {

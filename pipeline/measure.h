@@ -2,8 +2,13 @@
  * file or measured on the source, then turned into promotions.
  *
  * The measurement itself (sampling rule, sums, file format) is mix/measure.h;
- * this adds the reading of the sample rows from the mapped source, their
- * widening and rotation, the threads, and the saved file's reuse.
+ * this adds the reading of the sampled rows from the source, their widening
+ * and rotation, the threads, and the saved file's reuse. The rows are read
+ * as a stream (pipeline/stream.h): a reader thread reads them in file order,
+ * with read-ahead advice for the next candidate's rows, while the compute
+ * team measures the rows read before. A row longer than the chunk size is
+ * measured in pieces, its sums carried from piece to piece, so the figures
+ * are those of pn_measure_row bit for bit and memory stays a few chunks.
  */
 #ifndef PN_PIPELINE_MEASURE_H
 #define PN_PIPELINE_MEASURE_H
@@ -12,13 +17,24 @@
 #include "mix/measure.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
+#include "pipeline/tensor_job.h"
+
+/* Seconds of the measurement's stages: reading and widening (reader
+ * thread), computing (the team), the team waiting for rows. */
+typedef struct pn_measure_times {
+    double read, compute, wait_input;
+} pn_measure_times;
 
 /* Loads o->measurement_path when it exists (it must be of this source),
  * else measures every candidate of the plan, and saves to
  * o->measurement_path when one is given. The caller frees *out with
- * pn_measurement_free. */
+ * pn_measurement_free. times (may be NULL) is filled when measured. */
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
-                                const pn_plan *plan, int threads, pn_measurement **out,
-                                pn_error *err);
+                                const pn_plan *plan, const pn_job_env *env,
+                                pn_measurement **out, pn_measure_times *times, pn_error *err);
+
+/* Row i of the sample of a tensor of n_rows rows (pn_sample_rows' rule,
+ * one row at a time, so no array of the sample's size is needed). */
+int64_t pn_job_sample_row(int64_t n_rows, int64_t max_rows, int64_t i);
 
 #endif

@@ -8,6 +8,7 @@
 #include "common/file.h"
 #include "mix/promote.h"
 #include "pipeline/measure.h"
+#include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/types.h"
 
@@ -90,11 +91,52 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
     return PN_OK;
 }
 
+typedef struct name_ref {
+    const char *name;
+    size_t index;
+} name_ref;
+
+static int cmp_name_ref(const void *a, const void *b)
+{
+    return strcmp(((const name_ref *)a)->name, ((const name_ref *)b)->name);
+}
+
+/* Promotes exactly the listed names, as pn_plan_promote_by_names does (the
+ * same refusals and messages), with a sorted index of the plan's names so
+ * that a list of n names costs n log n, not n times the tensor count. */
+static pn_status promote_listed(pn_plan *plan, char **names, size_t n, pn_error *err)
+{
+    pn_plan_clear_promotions(plan);
+    name_ref *idx = malloc((plan->n_tensors ? plan->n_tensors : 1) * sizeof *idx);
+    if (!idx)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < plan->n_tensors; i++) {
+        idx[i].name = plan->tensors[i].name;
+        idx[i].index = i;
+    }
+    qsort(idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
+    pn_status st = PN_OK;
+    for (size_t i = 0; i < n && st == PN_OK; i++) {
+        name_ref key = {names[i], 0};
+        const name_ref *hit = bsearch(&key, idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
+        if (!hit)
+            st = pn_error_set(err, PN_ERR_USAGE, "promotion: no tensor named '%s' in the model",
+                              names[i]);
+        else
+            st = pn_plan_promote_index(plan, hit->index, err);
+    }
+    free(idx);
+    if (st != PN_OK)
+        pn_plan_clear_promotions(plan);
+    return st;
+}
+
 /* Exact output file size for the plan's current promotions. */
-static pn_status measure_file_size(pn_job_plan *p, const gguf_reader *src, pn_error *err)
+static pn_status measure_file_size(pn_job_plan *p, const gguf_reader *src,
+                                   volatile sig_atomic_t *cancel, pn_error *err)
 {
     gguf_writer *w = NULL;
-    pn_status st = pn_job_plan_writer(p, src, &w, err);
+    pn_status st = pn_job_plan_writer(p, src, cancel, &w, err);
     if (st != PN_OK)
         return st;
     p->alignment = gguf_writer_alignment(w);
@@ -105,22 +147,73 @@ static pn_status measure_file_size(pn_job_plan *p, const gguf_reader *src, pn_er
     return PN_OK;
 }
 
-/* The header size for a plan's current promotions, for the size search. */
-typedef struct header_ctx {
-    pn_job_plan *p;
-    const gguf_reader *src;
-} header_ctx;
+static bool cancelled(volatile sig_atomic_t *cancel) { return cancel && *cancel; }
 
-static pn_status header_bytes_cb(const pn_plan *plan, void *ctx, uint64_t *bytes, pn_error *err)
+/* --target-size: the largest n whose file (promoting in measured order)
+ * fits the limit. The file size grows with n (a pn4t tensor is larger than
+ * its pn3t form, and pn.mix.promoted and pn.mix only grow), so a binary
+ * search over n finds the same n as trying every one, with O(log n) exact
+ * sizings (each a writer built once, linear in the header) instead of one
+ * per candidate. Leaves the plan with those promotions. */
+static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
+                                   const pn_measurement *m, uint64_t limit,
+                                   volatile sig_atomic_t *cancel, size_t *n_out, pn_error *err)
 {
-    (void)plan;
-    header_ctx *h = ctx;
-    pn_status st = measure_file_size(h->p, h->src, err);
-    *bytes = h->p->header_bytes;
-    return st;
+    const size_t nc = p->plan->n_candidates;
+    size_t *order = malloc((nc ? nc : 1) * sizeof *order);
+    if (!order)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = pn_promotion_order(p->plan, m, order, err);
+    uint64_t size0 = 0;
+    size_t lo = 0, hi = nc;      /* the answer is in [lo, hi] once n = lo fits */
+    bool any = false;
+    for (int step = 0; st == PN_OK; step++) {
+        /* first n = 0, then the middle of what is left */
+        size_t k = step == 0 ? 0 : lo + (hi - lo + 1) / 2;
+        if (step > 0 && lo >= hi)
+            break;
+        if (cancelled(cancel)) {
+            st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+            break;
+        }
+        pn_plan_clear_promotions(p->plan);
+        for (size_t i = 0; i < k && st == PN_OK; i++)
+            st = pn_plan_promote_index(p->plan, order[i], err);
+        if (st == PN_OK)
+            st = measure_file_size(p, src, cancel, err);
+        if (st != PN_OK)
+            break;
+        if (step == 0) {
+            size0 = p->file_bytes;
+            if (size0 > limit)
+                break;
+            any = true;
+            continue;
+        }
+        if (p->file_bytes <= limit)
+            lo = k;
+        else
+            hi = k - 1;
+    }
+    if (st == PN_OK && !any)
+        st = pn_error_set(err, PN_ERR_USAGE,
+                          "target size: even with no promotion the file is %llu bytes (%.3f GB), "
+                          "more than the limit of %llu bytes (%.3f GB)",
+                          (unsigned long long)size0, (double)size0 / 1e9,
+                          (unsigned long long)limit, (double)limit / 1e9);
+    pn_plan_clear_promotions(p->plan);
+    for (size_t i = 0; i < lo && st == PN_OK; i++)
+        st = pn_plan_promote_index(p->plan, order[i], err);
+    free(order);
+    if (st != PN_OK) {
+        pn_plan_clear_promotions(p->plan);
+        return st;
+    }
+    *n_out = lo;
+    return PN_OK;
 }
 
-pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int threads,
+pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            pn_job_plan **out, pn_quantize_stats *stats, pn_error *err)
 {
     *out = NULL;
@@ -179,7 +272,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int thre
     for (size_t i = 0; i < p->n; i++)
         p->weights += (uint64_t)p->t[i].n_weights;
 
-    st = measure_file_size(p, src, err); /* the alignment, and the size with no promotion */
+    st = measure_file_size(p, src, o->cancel, err); /* the alignment, and the size with no promotion */
     if (st != PN_OK)
         goto fail;
 
@@ -190,7 +283,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int thre
         st = read_name_list(o->promote_list_path, &names, &nn, err);
         if (st != PN_OK)
             goto fail;
-        st = pn_plan_promote_by_names(p->plan, (const char *const *)names, nn, err);
+        st = promote_listed(p->plan, names, nn, err);
         for (size_t i = 0; i < nn; i++)
             free(names[i]);
         free(names);
@@ -222,19 +315,20 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int thre
                 goto fail;
             }
             pn_measurement *m = NULL;
+            pn_measure_times mt = {0, 0, 0};
             double t0 = pn_now_seconds();
-            st = pn_job_measure_obtain(o, src, p->plan, threads, &m, err);
+            st = pn_job_measure_obtain(o, src, p->plan, env, &m, &mt, err);
             stats->t_measure += pn_now_seconds() - t0;
+            stats->t_measure_read += mt.read;
+            stats->t_measure_compute += mt.compute;
+            stats->t_measure_wait_input += mt.wait_input;
             if (st != PN_OK)
                 goto fail;
             size_t n_promote = (size_t)want;
             if (o->target_size) {
-                header_ctx hc = {p, src};
-                st = pn_plan_choose_n_for_size(p->plan, m, header_bytes_cb, &hc,
-                                               p->alignment, o->target_size, &n_promote, NULL,
-                                               err);
+                st = choose_n_for_size(p, src, m, o->target_size, o->cancel, &n_promote, err);
                 if (st == PN_OK)
-                    st = measure_file_size(p, src, err);
+                    st = measure_file_size(p, src, o->cancel, err);
                 if (st == PN_OK && o->note) {
                     char msg[256];
                     snprintf(msg, sizeof msg,
@@ -251,7 +345,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int thre
                 goto fail;
         }
     }
-    st = measure_file_size(p, src, err);
+    st = measure_file_size(p, src, o->cancel, err);
     if (st != PN_OK)
         goto fail;
     *out = p;
@@ -261,8 +355,8 @@ fail:
     return st;
 }
 
-pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src, gguf_writer **out,
-                             pn_error *err)
+pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
+                             volatile sig_atomic_t *cancel, gguf_writer **out, pn_error *err)
 {
     *out = NULL;
     gguf_writer *w = gguf_writer_new();
@@ -270,6 +364,10 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src, gguf_
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_status st = PN_OK;
     for (size_t i = 0; i < gguf_reader_n_kv(src) && st == PN_OK; i++) {
+        if ((i & 4095) == 0 && cancelled(cancel)) {
+            gguf_writer_free(w);
+            return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+        }
         const gguf_kv *kv = gguf_reader_kv(src, i);
         if (gguf_str_eq(kv->key, "general.file_type"))
             continue;
@@ -314,9 +412,14 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src, gguf_
         pn_error_set(err, st, "setting the output's keys: %s", pn_strerror(st));
         goto fail;
     }
-    for (size_t i = 0; i < p->n && st == PN_OK; i++)
+    for (size_t i = 0; i < p->n && st == PN_OK; i++) {
+        if ((i & 4095) == 0 && cancelled(cancel)) {
+            st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+            break;
+        }
         st = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].n_dims, p->t[i].ne, p->t[i].type,
                                     err);
+    }
     if (st != PN_OK)
         goto fail;
     *out = w;

@@ -1,6 +1,11 @@
 /* plan_build.h - pn-quantize's plan: the mix plan for one source file, with
  * its promotions chosen, the output's metadata and its exact file size.
  *
+ * Work is linear in the header (keys and tensors) whatever the options: a
+ * promote list is matched through a sorted index, --target-size sizes the
+ * file O(log n) times (a binary search over n), and every long loop honours
+ * the cancel flag.
+ *
  * Ownership: a pn_job_plan owns its recipe, mix plan and per-tensor results;
  * free it with pn_job_plan_free. Tensors are in source order, so tensor i of
  * the plan is tensor i of the source.
@@ -13,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
+#include "pipeline/tensor_job.h"
 
 typedef struct pn_job_plan {
     pn_recipe *recipe;
@@ -30,13 +36,13 @@ typedef struct pn_job_plan {
 
 /* Recipe, types, rotation override, promotions (list, measurement, count or
  * target size) and sizes. Adds the measuring time to stats->t_measure. */
-pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, int threads,
+pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            pn_job_plan **out, pn_quantize_stats *stats, pn_error *err);
 void pn_job_plan_free(pn_job_plan *p);
 
 /* A writer holding the output's keys and tensor infos (DECISIONS 4). The
  * pn.tensor_crc32 array is zeros, to be patched after the data. */
-pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src, gguf_writer **out,
-                             pn_error *err);
+pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
+                             volatile sig_atomic_t *cancel, gguf_writer **out, pn_error *err);
 
 #endif

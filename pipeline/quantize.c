@@ -3,44 +3,49 @@
  *      tensors, DST == SRC, DST present without --force);
  *   2. plan: recipe -> types, rotation, promotions (measurement, list or
  *      target size), header and file size;
- *   3. stream every tensor in source order into a temporary file;
- *   4. re-open the temporary file, validate it, rename it onto DST.
+ *   3. stream every tensor in source order into a temporary file: reader
+ *      thread, compute team, writer thread at once (pipeline/stream.h);
+ *   4. check the source did not change, read the temporary file back in
+ *      parallel and validate it, hand the result to the caller's hook, and
+ *      commit onto DST.
  */
 #include "pipeline/quantize.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
-#include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "common/threads.h"
 #include "gguf/gguf.h"
-#include "hadamard/hadamard.h"
+#include "hadamard/hadamard_fast.h"
 #include "pipeline/plan_build.h"
+#include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/pn.h"
 #include "quant/pn_cuda.h"
+#include "quant/pn_fast.h"
 #include "quant/types.h"
 
-/* Rows are processed in chunks of about this many weights (16 MiB of
- * floats): large enough to keep both cores busy, small enough that memory
- * stays a few chunk buffers whatever the model size. PN_CHUNK_WEIGHTS in the
- * environment overrides it (tests use tiny chunks to exercise chunking; the
- * bytes written never depend on it). */
-#define PN_CHUNK_WEIGHTS_DEFAULT ((int64_t)4 << 20)
-
-static int64_t chunk_weights(void)
-{
-    const char *v = getenv("PN_CHUNK_WEIGHTS");
-    long long n = v ? atoll(v) : 0;
-    return n > 0 ? (int64_t)n : PN_CHUNK_WEIGHTS_DEFAULT;
-}
+/* Chunk buffers in the ring: one being read, one computed, one deferred on
+ * the GPU, one being written. */
+#define PN_STREAM_SLOTS 4
+/* Read-ahead advice ahead of the reader (the source is read in file
+ * order). */
+#define PN_READAHEAD_BYTES ((uint64_t)64 << 20)
+/* The writer asks the kernel to start writing back every this many bytes,
+ * so the final fsync has little left to do. */
+#define PN_WRITEBACK_BYTES ((uint64_t)32 << 20)
+/* Validation reads the written file in pieces of about this size. */
+#define PN_VALIDATE_PIECE ((uint64_t)4 << 20)
 
 void pn_quantize_opts_init(pn_quantize_opts *o)
 {
@@ -48,6 +53,7 @@ void pn_quantize_opts_init(pn_quantize_opts *o)
     o->promote = -1;
     o->rotation_cap = -1;
     o->backend = PN_BACKEND_AUTO;
+    o->cpu_path = -1;
 }
 
 static void note(const pn_quantize_opts *o, const char *fmt, ...)
@@ -66,25 +72,21 @@ static void note(const pn_quantize_opts *o, const char *fmt, ...)
 
 static bool cancelled(const pn_quantize_opts *o) { return o->cancel && *o->cancel; }
 
-/* Asks the kernel to start reading the source bytes that follow file offset
- * `from`, so the disk works while the cores search (the source is read in
- * file order). */
-#define PN_READAHEAD_BYTES ((uint64_t)96 << 20)
-static void prefetch_after(const gguf_reader *r, uint64_t from)
+static pn_status interrupted(pn_error *err)
 {
-    gguf_reader_advise(r, from, PN_READAHEAD_BYTES, true);
+    return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
 }
 
-static pn_status check_paths(const pn_quantize_opts *o, pn_error *err)
+static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err)
 {
-    struct stat ss, ds;
-    if (stat(o->src_path, &ss) != 0)
+    struct stat ds;
+    if (stat(o->src_path, ss) != 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot open source: %s", o->src_path,
                             strerror(errno));
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
     if (strcmp(o->src_path, o->dst_path) == 0 ||
-        (stat(o->dst_path, &ds) == 0 && ds.st_dev == ss.st_dev && ds.st_ino == ss.st_ino))
+        (stat(o->dst_path, &ds) == 0 && ds.st_dev == ss->st_dev && ds.st_ino == ss->st_ino))
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: the output is the source file; choose another output path",
                             o->dst_path);
@@ -100,18 +102,61 @@ static pn_status check_paths(const pn_quantize_opts *o, pn_error *err)
     return PN_OK;
 }
 
-/* ---- the streaming pass ---------------------------------------------- */
+/* Names, in a note, the temporary files an earlier run that was killed left
+ * beside DST ("<name>.tmp.XXXXXX", where the filesystem has no O_TMPFILE),
+ * so the user can remove them. At most a few are named. */
+static void note_stale_temporaries(const pn_quantize_opts *o)
+{
+    if (!o->note || !o->dst_path)
+        return;
+    char *d = strdup(o->dst_path), *b = strdup(o->dst_path);
+    if (!d || !b) {
+        free(d);
+        free(b);
+        return;
+    }
+    const char *dir = dirname(d), *base = basename(b);
+    size_t bl = strlen(base);
+    DIR *dp = opendir(dir);
+    int shown = 0, more = 0;
+    char list[768] = "";
+    size_t ll = 0;
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        /* exactly "<base>.tmp." and six more characters */
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0 ||
+            strlen(e->d_name + bl + 5) != 6)
+            continue;
+        if (shown < 4) {
+            int k = snprintf(list + ll, sizeof list - ll, "%s%s/%s", shown ? ", " : "", dir,
+                             e->d_name);
+            if (k > 0 && ll + (size_t)k < sizeof list)
+                ll += (size_t)k;
+            shown++;
+        } else {
+            more++;
+        }
+    }
+    if (dp)
+        closedir(dp);
+    if (shown)
+        note(o,
+             "a temporary file of another run, or of one that was killed, is beside the "
+             "output: %s%s%.0d%s; remove it when no run is writing %s",
+             list, more ? " and " : "", more, more ? " more" : "", o->dst_path);
+    free(d);
+    free(b);
+}
+
+/* ---- the run ------------------------------------------------------------ */
 
 typedef struct run_ctx {
     const pn_quantize_opts *o;
     gguf_reader *src;
     pn_job_plan *plan;
     gguf_writer *w;
-    int threads;
+    pn_job_env env;
     pn_cuda_ctx *cuda;       /* NULL: CPU */
     uint32_t *crcs;
-    pn_phase_times times;
-    double t_write, t_crc;
     uint64_t weights_done, weights_total;
     double t_start;
 } run_ctx;
@@ -125,231 +170,246 @@ static void progress(run_ctx *c, int phase, size_t i, const char *name)
     c->o->progress(&p, c->o->user);
 }
 
-static pn_status emit(run_ctx *c, size_t ti, const uint8_t *data, size_t n, pn_error *err)
+/* The streaming pass: the state of the three stages. */
+typedef struct quant_job {
+    run_ctx *c;
+    pn_job_tensor *jt;
+    size_t n;
+    pn_job_cursor cur;          /* reader thread */
+    pn_job_kernels k;           /* compute team */
+    const char **names;
+    /* in order (finish): the tensor being finished */
+    double num, den, t_first;
+    uint32_t crc;
+    int gpu_next;
+    double t_gpu;
+    /* writer thread */
+    int sync_fd;
+    uint64_t written, synced;
+} quant_job;
+
+static bool qj_next(void *ctx, pn_chunk *ch)
 {
-    double t0 = pn_now_seconds();
-    c->crcs[ti] = (uint32_t)crc32_z(c->crcs[ti], data, n);
-    double t1 = pn_now_seconds();
-    pn_status st = gguf_writer_write(c->w, data, n, err);
-    c->t_crc += t1 - t0;
-    c->t_write += pn_now_seconds() - t1;
-    return st;
+    quant_job *q = ctx;
+    return pn_job_cursor_next(&q->cur, q->jt, q->n, ch);
 }
 
-static pn_status row_error(pn_status st, const char *file, const char *tensor, int64_t row,
-                           int64_t col, pn_error *err)
+static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
 {
-    if (st == PN_ERR_NONFINITE)
-        return pn_error_set(err, st, "%s: tensor %s, row %lld, column %lld: %s weight", file,
-                            tensor, (long long)row, (long long)col, "NaN or infinite");
-    if (st == PN_ERR_SCALE_OVERFLOW)
-        return pn_error_set(err, st,
-                            "%s: tensor %s, row %lld, columns %lld..: group too large for an "
-                            "fp16 scale",
-                            file, tensor, (long long)row, (long long)col);
-    return pn_error_set(err, st, "%s: tensor %s, row %lld: %s", file, tensor, (long long)row,
-                        pn_strerror(st));
+    return q->c->cuda && pn_type_is_pn(t->type);
 }
 
-/* One tensor's place in the source and in the output. */
-typedef struct tensor_io {
-    size_t index;
-    pn_plan_tensor *t;
-    const gguf_tensor_info *info;
-    uint64_t src_at;             /* file offset of the tensor's data */
-    uint8_t *raw;                /* a chunk of source rows as read */
-    int64_t K, rows, src_row, out_row;
-    double t0;
-} tensor_io;
-
-static pn_status tensor_io_begin(run_ctx *c, size_t ti, tensor_io *io, pn_row_chunk *ch,
-                                 pn_error *err)
+static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
 {
-    io->index = ti;
-    io->t = &c->plan->t[ti];
-    io->info = gguf_reader_tensor(c->src, ti);
-    io->src_at = gguf_reader_tensor_file_offset(c->src, ti);
-    io->K = io->info->ne[0];
-    io->rows = (int64_t)((uint64_t)io->t->n_weights / (uint64_t)io->K);
-    io->src_row = pn_type_row_bytes(io->info->type, io->K);
-    io->out_row = pn_type_row_bytes(io->t->type, io->K);
-    io->t0 = pn_now_seconds();
-    pn_status st = pn_row_chunk_init(ch, io->K, chunk_weights(), c->threads);
+    quant_job *q = ctx;
+    const pn_job_tensor *t = &q->jt[ch->tag];
+    const char *file = q->c->o->src_path;
+    ch->t0 = pn_now_seconds();
+    if (!on_gpu(q, t))
+        return pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC,
+                                 &ch->crc, file, err);
+    /* GPU: rotated here, searched there while the CPU goes on with the next
+     * chunk; finished (collected, summed, CRC) in qj_finish */
+    pn_status st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE, NULL, file, err);
     if (st != PN_OK)
-        return pn_error_set(err, st, "out of memory for rows of %lld weights", (long long)io->K);
-    io->raw = malloc((size_t)(ch->max_rows * io->src_row));
-    if (!io->raw) {
-        pn_row_chunk_free(ch);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for rows of %lld weights",
-                            (long long)io->K);
-    }
+        return st;
+    ch->gpu_slot = q->gpu_next;
+    q->gpu_next = (q->gpu_next + 1) % PN_CUDA_SLOTS;
+    double t0 = pn_now_seconds();
+    st = pn_cuda_submit(q->c->cuda, ch->gpu_slot, t->type, ch->x, ch->n_rows, ch->n_cols, 0, err);
+    q->t_gpu += pn_now_seconds() - t0;
+    if (st != PN_OK)
+        return st;
+    ch->deferred = true;
     return PN_OK;
 }
 
-/* Rows [r0, r0+n) into ch->rows: widened and checked, dropped from the
- * mapping, the next ones read ahead, rotated when the tensor is PN. */
-static pn_status load_rows(run_ctx *c, const tensor_io *io, pn_row_chunk *ch, int64_t r0,
-                           int64_t n, pn_error *err)
+static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 {
-    int64_t br = 0, bc = 0;
-    double t0 = pn_now_seconds();
-    pn_status st = gguf_reader_read_tensor(c->src, io->index, (uint64_t)(r0 * io->src_row),
-                                           io->raw, (size_t)(n * io->src_row), err);
-    c->times.read += pn_now_seconds() - t0;
-    if (st != PN_OK)
-        return st;
-    prefetch_after(c->src, io->src_at + (uint64_t)((r0 + n) * io->src_row));
-    st = pn_chunk_widen(ch, io->info->type, io->raw, n, &br, &bc, &c->times);
-    if (st != PN_OK)
-        return row_error(st, c->o->src_path, io->t->name, r0 + br, bc, err);
-    if (io->t->rotation_block > 1)
-        pn_chunk_rotate(ch, n, io->t->rotation_block, &c->times);
-    return PN_OK;
-}
-
-/* The CUDA form of process_tensor for PN tensors: chunk i is widened and
- * rotated straight into the pinned buffer of slot i%2 and submitted; while
- * the GPU searches it, the host collects chunk i-1 from the other slot,
- * measures its error and writes it out, then prepares chunk i+1 there. */
-static pn_status process_tensor_cuda(run_ctx *c, size_t ti, pn_error *err)
-{
-    tensor_io io;
-    pn_row_chunk ch;
-    pn_status st = tensor_io_begin(c, ti, &io, &ch, err);
-    if (st != PN_OK)
-        return st;
-    pn_plan_tensor *t = io.t;
-    const int64_t K = io.K, rows = io.rows, out_row = io.out_row;
-    int64_t per = pn_cuda_max_rows(c->cuda, K);
-    if (per > ch.max_rows)
-        per = ch.max_rows;
-    float *own_rows = ch.rows;
-    int64_t pending_n[PN_CUDA_SLOTS];
-    for (int s = 0; s < PN_CUDA_SLOTS; s++)
-        pending_n[s] = 0;
-    double num = 0.0, den = 0.0;
-    int64_t br = 0, bc = 0;
-    int slot = 0;
-    for (int64_t r0 = 0; st == PN_OK && (r0 < rows || pending_n[0] || pending_n[1]);) {
-        if (cancelled(c->o)) {
-            st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
-            break;
-        }
-        /* prepare and submit the next chunk on `slot` */
-        if (r0 < rows) {
-            int64_t n = rows - r0 < per ? rows - r0 : per;
-            ch.rows = pn_cuda_slot_input(c->cuda, slot);
-            st = load_rows(c, &io, &ch, r0, n, err);
-            if (st != PN_OK)
-                break;
-            st = pn_cuda_submit(c->cuda, slot, t->type, ch.rows, n, K, r0, err);
-            if (st != PN_OK)
-                break;
-            pending_n[slot] = n;
-            r0 += n;
-        }
-        /* collect the other slot's chunk (submitted before this one) */
-        int other = (slot + 1) % PN_CUDA_SLOTS;
-        int take = pending_n[other] ? other : (r0 >= rows && pending_n[slot] ? slot : -1);
-        if (take >= 0) {
-            double tq = pn_now_seconds();
-            st = pn_cuda_collect(c->cuda, take, NULL, &br, &bc, err);
-            c->times.quantize += pn_now_seconds() - tq;
-            int64_t n = pending_n[take];
-            pending_n[take] = 0;
-            if (st == PN_ERR_NONFINITE || st == PN_ERR_SCALE_OVERFLOW) {
-                row_error(st, c->o->src_path, t->name, br, bc, err);
-                break;
-            }
-            if (st != PN_OK)
-                break;
-            const uint8_t *blocks = pn_cuda_slot_output(c->cuda, take);
-            pn_row_chunk view = ch;
-            view.rows = pn_cuda_slot_input(c->cuda, take);
-            pn_chunk_error(&view, t->type, n, blocks, &num, &den, &c->times);
-            st = emit(c, ti, blocks, (size_t)(n * out_row), err);
-            c->weights_done += (uint64_t)(n * K);
-            progress(c, PN_PHASE_QUANTIZE, ti, t->name);
-        }
-        slot = other;
-    }
-    /* leave no slot busy, whatever happened */
-    for (int s = 0; s < PN_CUDA_SLOTS; s++)
-        if (pending_n[s])
-            pn_cuda_collect(c->cuda, s, NULL, NULL, NULL, NULL);
-    ch.rows = own_rows;
-    pn_row_chunk_free(&ch);
-    free(io.raw);
-    c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
-    c->plan->seconds[ti] = pn_now_seconds() - io.t0;
-    return st;
-}
-
-static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
-{
-    if (c->cuda && pn_type_is_pn(c->plan->t[ti].type))
-        return process_tensor_cuda(c, ti, err);
-
-    tensor_io io;
-    pn_row_chunk ch;
-    pn_status st = tensor_io_begin(c, ti, &io, &ch, err);
-    if (st != PN_OK)
-        return st;
-    pn_plan_tensor *t = io.t;
-    const int64_t K = io.K, rows = io.rows, out_row = io.out_row;
-    uint8_t *out = malloc((size_t)(ch.max_rows * out_row));
-    if (!out) {
-        pn_row_chunk_free(&ch);
-        free(io.raw);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for output rows");
-    }
-    double num = 0.0, den = 0.0;
-    for (int64_t r0 = 0; r0 < rows && st == PN_OK; r0 += ch.max_rows) {
-        if (cancelled(c->o)) {
-            st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
-            break;
-        }
-        int64_t n = rows - r0 < ch.max_rows ? rows - r0 : ch.max_rows;
+    quant_job *q = ctx;
+    run_ctx *c = q->c;
+    const pn_job_tensor *t = &q->jt[ch->tag];
+    if (ch->deferred) {
         int64_t br = 0, bc = 0;
-        st = load_rows(c, &io, &ch, r0, n, err);
+        double t0 = pn_now_seconds();
+        pn_status st = pn_cuda_collect(c->cuda, ch->gpu_slot, ch->abandoned ? NULL : ch->out, &br,
+                                       &bc, err);
+        q->t_gpu += pn_now_seconds() - t0;
+        if (ch->abandoned)
+            return PN_OK;
+        if (st == PN_ERR_NONFINITE || st == PN_ERR_SCALE_OVERFLOW)
+            return pn_job_row_error(st, c->o->src_path, t->name, ch->row0 + br, ch->col0 + bc,
+                                    err);
         if (st != PN_OK)
-            break;
-        st = pn_chunk_quantize(&ch, t->type, n, out, &num, &den, &br, &bc, &c->times);
-        if (st != PN_OK) {
-            row_error(st, c->o->src_path, t->name, r0 + br, bc, err);
-            break;
-        }
-        st = emit(c, ti, out, (size_t)(n * out_row), err);
-        c->weights_done += (uint64_t)(n * K);
-        progress(c, PN_PHASE_QUANTIZE, ti, t->name);
+            return st;
+        st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_SUMS_REF | PN_JOB_CRC, &ch->crc,
+                               c->o->src_path, err);
+        if (st != PN_OK)
+            return st;
     }
-    free(out);
-    free(io.raw);
-    pn_row_chunk_free(&ch);
-    c->plan->rel_error[ti] = den > 0.0 ? num / den : 0.0;
-    c->plan->seconds[ti] = pn_now_seconds() - io.t0;
+    /* in data order: the error sums block by block, the CRC piece by piece */
+    const int64_t nb = pn_job_chunk_blocks(t, ch);
+    double num = q->num, den = q->den;
+    for (int64_t b = 0; b < nb; b++) {
+        num += ch->blk_err[b];
+        den += ch->blk_norm[b];
+    }
+    q->num = num;
+    q->den = den;
+    if (ch->first_of_tensor) {
+        q->t_first = ch->t0;
+        q->crc = 0;
+    }
+    q->crc = (uint32_t)crc32_combine(q->crc, ch->crc, (z_off_t)ch->out_len);
+    if (ch->last_of_tensor) {
+        c->plan->rel_error[t->index] = q->den > 0.0 ? q->num / q->den : 0.0;
+        c->plan->seconds[t->index] = pn_now_seconds() - q->t_first;
+        c->crcs[t->index] = q->crc;
+        q->num = q->den = 0.0;
+    }
+    c->weights_done += (uint64_t)(ch->n_rows * ch->n_cols);
+    progress(c, PN_PHASE_QUANTIZE, t->index, t->name);
+    return PN_OK;
+}
+
+static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
+{
+    quant_job *q = ctx;
+    pn_status st = gguf_writer_write(q->c->w, ch->out, ch->out_len, err);
+    if (st != PN_OK)
+        return st;
+    q->written += ch->out_len;
+    /* start writeback of what is written (the header and padding included:
+     * the range is the file's, approximately) */
+    if (q->sync_fd >= 0 && q->written - q->synced >= PN_WRITEBACK_BYTES) {
+        (void)sync_file_range(q->sync_fd, (off_t)q->synced, (off_t)(q->written - q->synced),
+                              SYNC_FILE_RANGE_WRITE);
+        q->synced = q->written;
+    }
+    return PN_OK;
+}
+
+static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
+{
+    quant_job q;
+    memset(&q, 0, sizeof q);
+    q.c = c;
+    q.sync_fd = -1;
+    q.n = c->plan->n;
+    pn_status st = PN_OK;
+    q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
+    q.names = calloc(q.n ? q.n : 1, sizeof *q.names);
+    if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    int64_t cw = c->env.chunk_weights;
+    if (c->cuda && cw > (int64_t)(PN_CUDA_SLOT_INPUT_BYTES / sizeof(float)))
+        cw = (int64_t)(PN_CUDA_SLOT_INPUT_BYTES / sizeof(float));
+    const int64_t max_blocks = cw / 16 + 64;
+    int64_t slot_w = 1, slot_blocks = 1;
+    uint64_t slot_out = 1;
+    for (size_t i = 0; i < q.n; i++) {
+        const pn_plan_tensor *t = &c->plan->t[i];
+        q.names[i] = t->name;
+        st = pn_job_tensor_init(&q.jt[i], i, t->name, t->ne[0], t->rows, t->src_type, t->type,
+                                t->rotation_block, cw, max_blocks, err);
+        if (st != PN_OK) {
+            pn_error_prefix(err, "%s", c->o->src_path);
+            goto done;
+        }
+        int64_t w, b;
+        uint64_t ob;
+        pn_job_tensor_needs(&q.jt[i], &w, &ob, &b);
+        if (w > slot_w)
+            slot_w = w;
+        if (ob > slot_out)
+            slot_out = ob;
+        if (b > slot_blocks)
+            slot_blocks = b;
+        if (c->cuda && on_gpu(&q, &q.jt[i]) &&
+            pn_cuda_max_rows(c->cuda, q.jt[i].cols_per_chunk) < q.jt[i].rows_per_chunk) {
+            st = pn_error_set(err, PN_ERR_INTERNAL, "tensor %s: a chunk does not fit the GPU",
+                              t->name);
+            goto done;
+        }
+    }
+    /* a descriptor of the temporary file for early writeback */
+    const char *tmp = gguf_writer_temp_path(c->w);
+    if (tmp)
+        q.sync_fd = open(tmp, O_RDONLY | O_CLOEXEC);
+
+    pn_stream_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.src = c->src;
+    cfg.n_slots = PN_STREAM_SLOTS;
+    cfg.slot_weights = slot_w;
+    cfg.slot_rows = 1;
+    cfg.slot_out_bytes = (size_t)slot_out;
+    cfg.slot_blocks = slot_blocks;
+    cfg.readahead_bytes = PN_READAHEAD_BYTES;
+    cfg.src_path = c->o->src_path;
+    cfg.tensor_names = q.names;
+    cfg.cancel = c->o->cancel;
+    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write};
+    pn_stream_times t;
+    c->t_start = pn_now_seconds();
+    st = pn_stream_run(&cfg, &ops, &t, err);
+    stats->t_read = t.read;
+    stats->t_widen = t.widen;
+    stats->t_wait_input = t.wait_input;
+    stats->t_wait_output = t.wait_output;
+    stats->t_write = t.write;
+    pn_job_kernels_times(&q.k, &stats->t_rotate, &stats->t_quantize, &stats->t_error,
+                         &stats->t_crc);
+    stats->t_quantize += q.t_gpu;
+done:
+    if (q.sync_fd >= 0)
+        close(q.sync_fd);
+    pn_job_kernels_free(&q.k);
+    free(q.jt);
+    free(q.names);
     return st;
 }
 
 /* ---- validation of the written file ------------------------------------ */
 
-static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
+typedef struct vpiece {
+    size_t tensor;
+    uint64_t off, len;
+    uint32_t crc;
+    pn_status st;
+    int64_t bad_block;        /* block within the piece */
+} vpiece;
+
+/* The written file, for reading back. (Once the writer gives its descriptor
+ * (gguf_writer_fd), this opens that instead, for an output that has no
+ * name until it is committed.) */
+static pn_status open_written(run_ctx *c, gguf_reader **r, pn_error *err)
 {
+    return gguf_reader_open(gguf_writer_temp_path(c->w), r, err);
+}
+
+/* Reads the written file once, in pieces, in parallel: CRC-32 per piece
+ * (combined in order with crc32_combine) against the CRCs computed while
+ * writing, and every PN block checked. The first problem in file order is
+ * reported. */
+static pn_status validate_output(run_ctx *c, pn_error *err)
+{
+    const char *path = gguf_writer_temp_path(c->w);
     gguf_reader *r = NULL;
-    pn_status st = gguf_reader_open(path, &r, err);
+    pn_status st = open_written(c, &r, err);
     if (st != PN_OK)
         return pn_error_prefix(err, "validating the written file");
-    uint8_t *buf = malloc((size_t)PN_BLOCK_BYTES << 18);
-    if (!buf) {
-        gguf_reader_close(r);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
-    }
+    vpiece *pc = NULL;
+    uint8_t **bufs = NULL;
+    const int threads = c->env.threads;
     if (gguf_reader_n_tensors(r) != c->plan->n) {
         st = pn_error_set(err, PN_ERR_MISMATCH, "%s: %zu tensors written, %zu expected", path,
                           gguf_reader_n_tensors(r), c->plan->n);
         goto done;
     }
-    for (size_t i = 0; i < c->plan->n && st == PN_OK; i++) {
+    for (size_t i = 0; i < c->plan->n; i++) {
         const pn_plan_tensor *t = &c->plan->t[i];
         const gguf_tensor_info *info = gguf_reader_tensor(r, i);
         if (strcmp(info->name, t->name) != 0 || info->type != t->type ||
@@ -359,51 +419,117 @@ static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
                               "%d, %llu bytes)",
                               path, i, info->name, info->type, (unsigned long long)info->size,
                               t->name, t->type, (unsigned long long)t->bytes);
-            break;
+            goto done;
         }
-        /* CRC and PN blocks are checked in slices read with pread, so memory
-         * stays one slice whatever the tensor's size. */
-        const uint64_t slice = (uint64_t)PN_BLOCK_BYTES << 18;   /* 8.5 MiB, whole blocks */
-        uint32_t crc = (uint32_t)crc32_z(0, NULL, 0);
-        const int64_t K = info->ne[0];
-        const bool pn = pn_type_is_pn(t->type);
-        const int64_t blocks_per_row = pn ? K / pn_params_get(t->type)->group : 1;
-        int64_t bad_row = -1, bad_block = 0;
-        pn_status bad_st = PN_OK;
-        for (uint64_t off = 0; off < info->size && st == PN_OK && bad_row < 0; off += slice) {
-            uint64_t n = info->size - off < slice ? info->size - off : slice;
-            st = gguf_reader_read_tensor(r, i, off, buf, (size_t)n, err);
-            if (st != PN_OK)
-                break;
-            crc = (uint32_t)crc32_z(crc, buf, n);
-            if (pn) {
-                int64_t bb = 0;
-                pn_status rs = pn_validate_row(t->type, buf,
-                                               (int64_t)(n / PN_BLOCK_BYTES) *
-                                                   pn_params_get(t->type)->group,
-                                               &bb);
-                if (rs != PN_OK) {
-                    int64_t gb = (int64_t)(off / PN_BLOCK_BYTES) + bb;
-                    bad_row = gb / blocks_per_row;
-                    bad_block = gb % blocks_per_row;
-                    bad_st = rs;
-                }
+    }
+    /* pieces of whole PN blocks */
+    const uint64_t piece = PN_VALIDATE_PIECE / PN_BLOCK_BYTES * PN_BLOCK_BYTES;
+    size_t n_pc = 0;
+    for (size_t i = 0; i < c->plan->n; i++)
+        n_pc += (size_t)((c->plan->t[i].bytes + piece - 1) / piece);
+    pc = calloc(n_pc ? n_pc : 1, sizeof *pc);
+    bufs = calloc((size_t)threads, sizeof *bufs);
+    if (!pc || !bufs) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < c->plan->n; i++)
+        for (uint64_t off = 0; off < c->plan->t[i].bytes; off += piece) {
+            uint64_t left = c->plan->t[i].bytes - off;
+            pc[k].tensor = i;
+            pc[k].off = off;
+            pc[k].len = left < piece ? left : piece;
+            pc[k].bad_block = -1;
+            k++;
+        }
+    for (int i = 0; i < threads; i++)
+        if (!(bufs[i] = malloc((size_t)piece))) {
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
+            goto done;
+        }
+    volatile int stop = 0;
+    pn_error first_io;
+    pn_error_clear(&first_io);
+    size_t first_io_at = SIZE_MAX;
+    volatile sig_atomic_t *cancel = c->o->cancel;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t j = 0; j < n_pc; j++) {
+        if (stop || (cancel && *cancel))
+            continue;
+        vpiece *p = &pc[j];
+        /* the pieces a little ahead are read by the kernel meanwhile */
+        size_t ahead = j + 2 * (size_t)threads;
+        if (ahead < n_pc)
+            gguf_reader_advise(r, gguf_reader_tensor_file_offset(r, pc[ahead].tensor) +
+                                      pc[ahead].off,
+                               pc[ahead].len, true);
+        uint8_t *buf = bufs[omp_get_thread_num()];
+        pn_error e;
+        p->st = gguf_reader_read_tensor(r, p->tensor, p->off, buf, (size_t)p->len, &e);
+        if (p->st != PN_OK) {
+#pragma omp critical(pn_validate_io)
+            if (j < first_io_at) {
+                first_io_at = j;
+                first_io = e;
+            }
+            stop = 1;
+            continue;
+        }
+        p->crc = (uint32_t)crc32_z(0, buf, (size_t)p->len);
+        int type = c->plan->t[p->tensor].type;
+        if (pn_type_is_pn(type)) {
+            int64_t bb = 0;
+            pn_status rs = pn_validate_row(type, buf,
+                                           (int64_t)(p->len / PN_BLOCK_BYTES) *
+                                               pn_params_get(type)->group,
+                                           &bb);
+            if (rs != PN_OK) {
+                p->st = rs;
+                p->bad_block = bb;
             }
         }
-        if (st != PN_OK)
-            break;
-        if (bad_row >= 0)
-            st = pn_error_set(err, bad_st, "%s: tensor %s, row %lld, block %lld: %s", path,
-                              t->name, (long long)bad_row, (long long)bad_block,
-                              pn_strerror(bad_st));
-        else if (crc != c->crcs[i])
+    }
+    if (cancelled(c->o)) {
+        st = interrupted(err);
+        goto done;
+    }
+    if (first_io_at != SIZE_MAX) {
+        /* reading our own file back failed: nothing else is worth checking */
+        if (err)
+            *err = first_io;
+        st = first_io.code;
+        pn_error_prefix(err, "validating the written file");
+        goto done;
+    }
+    for (size_t j = 0, i = 0; i < c->plan->n; i++) {
+        const pn_plan_tensor *t = &c->plan->t[i];
+        uLong crc = 0;
+        for (; j < n_pc && pc[j].tensor == i; j++) {
+            if (pc[j].st != PN_OK) {
+                const int64_t bpr = t->ne[0] / pn_params_get(t->type)->group;
+                int64_t gb = (int64_t)(pc[j].off / PN_BLOCK_BYTES) + pc[j].bad_block;
+                st = pn_error_set(err, pc[j].st, "%s: tensor %s, row %lld, block %lld: %s",
+                                  path, t->name, (long long)(gb / bpr), (long long)(gb % bpr),
+                                  pn_strerror(pc[j].st));
+                goto done;
+            }
+            crc = crc32_combine(crc, pc[j].crc, (z_off_t)pc[j].len);
+        }
+        if ((uint32_t)crc != c->crcs[i]) {
             st = pn_error_set(err, PN_ERR_CRC,
                               "%s: tensor %s: CRC-32 of the written data is %08x, computed "
                               "%08x while writing",
-                              path, t->name, crc, c->crcs[i]);
+                              path, t->name, (unsigned)crc, c->crcs[i]);
+            goto done;
+        }
     }
 done:
-    free(buf);
+    if (bufs)
+        for (int i = 0; i < threads; i++)
+            free(bufs[i]);
+    free(bufs);
+    free(pc);
     gguf_reader_close(r);
     return st;
 }
@@ -443,19 +569,29 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
 
 /* ---- the job ------------------------------------------------------------ */
 
+/* The first line of a reason, without the driver's hint in parentheses. */
+static void short_reason(const char *msg, char *buf, size_t size)
+{
+    const char *s = msg;
+    if (strncmp(s, "no CUDA device: ", 16) == 0)
+        s += 16;
+    size_t n = strcspn(s, "\n(");
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == ';'))
+        n--;
+    snprintf(buf, size, "%.*s", (int)n, s);
+}
+
 static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
     const pn_quantize_opts *o = c->o;
-    snprintf(stats->backend, sizeof stats->backend, "cpu (%d threads)", c->threads);
+    snprintf(stats->backend, sizeof stats->backend, "cpu (%d threads, %s)", c->env.threads,
+             pn_path_name(c->env.cpu_path));
     if (o->backend == PN_BACKEND_CPU)
         return PN_OK;
     pn_error cerr;
     pn_error_clear(&cerr);
-    /* PN_CUDA_EMULATE=1 runs the kernel's code on the host (tests of this
-     * pipeline's GPU path on machines without a GPU; slow) */
-    const char *emulate = getenv("PN_CUDA_EMULATE");
-    pn_status st = emulate && strcmp(emulate, "1") == 0 ? pn_cuda_open_emulator(&c->cuda, &cerr)
-                                                        : pn_cuda_open(o->device, &c->cuda, &cerr);
+    pn_status st = o->cuda_emulate ? pn_cuda_open_emulator(&c->cuda, &cerr)
+                                   : pn_cuda_open(o->device, &c->cuda, &cerr);
     if (st == PN_OK) {
         snprintf(stats->backend, sizeof stats->backend, "cuda %s", pn_cuda_device_name(c->cuda));
         return PN_OK;
@@ -463,8 +599,49 @@ static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *e
     c->cuda = NULL;
     if (o->backend == PN_BACKEND_CUDA)
         return pn_error_set(err, st, "--backend cuda: %s", cerr.msg);
-    if (pn_cuda_build_enabled())
-        note(o, "no usable GPU (%s); using the CPU backend", cerr.msg);
+    if (pn_cuda_build_enabled()) {
+        char why[256];
+        short_reason(cerr.msg, why, sizeof why);
+        note(o, "no usable GPU: %s; using the CPU, %d thread%s", why, c->env.threads,
+             c->env.threads == 1 ? "" : "s");
+    }
+    return PN_OK;
+}
+
+static pn_status resolve_env(const pn_quantize_opts *o, pn_job_env *env, pn_error *err)
+{
+    env->threads = pn_threads_resolve(o->threads);
+    env->cpu_path = o->cpu_path >= 0 ? o->cpu_path : pn_job_best_cpu_path();
+    if (!pn_path_available(env->cpu_path) || !pn_hadamard_path_available(env->cpu_path))
+        return pn_error_set(err, PN_ERR_USAGE, "CPU path %s is not available on this machine",
+                            pn_path_name(env->cpu_path));
+    env->chunk_weights = o->chunk_weights > 0 ? o->chunk_weights : PN_CHUNK_WEIGHTS_DEFAULT;
+    if (env->chunk_weights < PN_CHUNK_WEIGHTS_MIN || env->chunk_weights > PN_CHUNK_WEIGHTS_MAX)
+        return pn_error_set(err, PN_ERR_USAGE, "chunk of %lld weights: expected %lld to %lld",
+                            (long long)env->chunk_weights, (long long)PN_CHUNK_WEIGHTS_MIN,
+                            (long long)PN_CHUNK_WEIGHTS_MAX);
+    return PN_OK;
+}
+
+/* The source must be the file it was when opened: same file, size and
+ * modification time (a file that shrank while it was read is also caught by
+ * the reads themselves). */
+static pn_status check_source_unchanged(const pn_quantize_opts *o, const struct stat *before,
+                                        pn_error *err)
+{
+    struct stat now;
+    if (stat(o->src_path, &now) != 0)
+        return pn_error_set(err, PN_ERR_TRUNCATED,
+                            "%s: the file changed or shrank during the run: it is gone (%s)",
+                            o->src_path, strerror(errno));
+    if (now.st_dev != before->st_dev || now.st_ino != before->st_ino ||
+        now.st_size != before->st_size || now.st_mtim.tv_sec != before->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != before->st_mtim.tv_nsec)
+        return pn_error_set(err, PN_ERR_TRUNCATED,
+                            "%s: the file changed or shrank during the run: it was %lld bytes "
+                            "when opened and is now %lld%s",
+                            o->src_path, (long long)before->st_size, (long long)now.st_size,
+                            now.st_size == before->st_size ? ", modified" : "");
     return PN_OK;
 }
 
@@ -477,11 +654,14 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
-    c.threads = pn_threads_resolve(o->threads);
-    stats->threads = c.threads;
     double t_begin = pn_now_seconds();
 
-    pn_status st = check_paths(o, err);
+    pn_status st = resolve_env(o, &c.env, err);
+    if (st != PN_OK)
+        return st;
+    stats->threads = c.env.threads;
+    struct stat src_stat;
+    st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
     st = gguf_reader_open(o->src_path, &c.src, err);
@@ -498,20 +678,27 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             goto out;
         }
     }
+    if (!o->dry_run)
+        note_stale_temporaries(o);
 
     /* plan */
     double t0 = pn_now_seconds();
-    st = pn_job_plan_make(o, c.src, c.threads, &c.plan, stats, err);
+    st = pn_job_plan_make(o, c.src, &c.env, &c.plan, stats, err);
     stats->t_plan = pn_now_seconds() - t0 - stats->t_measure;
     if (st != PN_OK)
         goto out;
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
     stats->file_bytes = c.plan->file_bytes;
     stats->weights = c.plan->weights;
+    stats->n_promoted = (int)c.plan->plan->n_promoted;
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
         st = hand_result(&c, stats, err);
+        goto out;
+    }
+    if (cancelled(o)) {
+        st = interrupted(err);
         goto out;
     }
 
@@ -525,51 +712,58 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto out;
     }
-    st = pn_job_plan_writer(c.plan, c.src, &c.w, err);
+    st = pn_job_plan_writer(c.plan, c.src, o->cancel, &c.w, err);
     if (st != PN_OK)
         goto out;
     st = gguf_writer_begin(c.w, o->dst_path, err);
     if (st != PN_OK)
         goto out;
     c.weights_total = c.plan->weights;
-    c.t_start = pn_now_seconds();
-    for (size_t i = 0; i < c.plan->n && st == PN_OK; i++)
-        st = process_tensor(&c, i, err);
+    st = stream_tensors(&c, stats, err);
     if (st != PN_OK)
         goto out;
     st = gguf_writer_patch_arr(c.w, "pn.tensor_crc32", c.crcs, c.plan->n, err);
+    double tf = pn_now_seconds();
     if (st == PN_OK)
         st = gguf_writer_close(c.w, err);
+    stats->t_flush = pn_now_seconds() - tf;
     if (st != PN_OK)
         goto out;
     if (cancelled(o)) {
-        st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+        st = interrupted(err);
         goto out;
     }
+    st = check_source_unchanged(o, &src_stat, err);
+    if (st != PN_OK)
+        goto out;
 
     /* validate, then put in place */
     double tv = pn_now_seconds();
     progress(&c, PN_PHASE_VALIDATE, c.plan->n, "validating");
-    st = validate_output(&c, gguf_writer_temp_path(c.w), err);
+    st = validate_output(&c, err);
     stats->t_validate = pn_now_seconds() - tv;
     if (st != PN_OK)
         goto out;
     if (cancelled(o)) {
-        st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+        st = interrupted(err);
         goto out;
     }
-    stats->t_read = c.times.read;
-    stats->t_rotate = c.times.rotate;
-    stats->t_quantize = c.times.quantize;
-    stats->t_error = c.times.error;
-    stats->t_write = c.t_write;
-    stats->t_crc = c.t_crc;
-    stats->n_promoted = (int)c.plan->plan->n_promoted;
     stats->t_total = pn_now_seconds() - t_begin;
     st = hand_result(&c, stats, err);
     if (st != PN_OK)
         goto out;
+    /* The writer refuses to replace a file that appeared meanwhile (without
+     * --force); until every writer does it atomically, say so here too. */
+    struct stat ds;
+    if (!o->force && stat(o->dst_path, &ds) == 0) {
+        st = pn_error_set(err, PN_ERR_EXISTS,
+                          "%s: the output appeared during the run (another program wrote it); "
+                          "it was left as it is; use --force to replace it",
+                          o->dst_path);
+        goto out;
+    }
     st = gguf_writer_commit(c.w, err);
+    stats->t_total = pn_now_seconds() - t_begin;
 
 out:
     if (c.w) {

@@ -116,6 +116,9 @@ typedef struct pn_quantize_opts {
     int threads;                    /* 0: all cores (pn_threads_resolve) */
     pn_backend backend;
     int device;
+    bool cuda_emulate;              /* the CUDA backend's host emulator (tests) */
+    int cpu_path;                   /* PN_PATH_* (quant/pn_fast.h); -1: the best available */
+    int64_t chunk_weights;          /* 0: PN_CHUNK_WEIGHTS_DEFAULT */
     bool dry_run;
     bool force;
     uint64_t measure_rows;          /* rows sampled per tensor; 0: default */

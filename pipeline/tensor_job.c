@@ -3,184 +3,362 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
+#include <zlib.h>
 
-#include "hadamard/hadamard.h"
+#include "hadamard/hadamard_fast.h"
+#include "pipeline/quant_row_standin.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/pn_fast.h"
 #include "quant/types.h"
-#include "quant/widen.h"
 
-double pn_now_seconds(void)
+/* An item of work: about this many weights (a few rows or a column range). */
+#define ITEM_WEIGHTS ((int64_t)1 << 16)
+
+/* ---- stand-in for quant/quant_row.h (see quant_row_standin.h) ------------ */
+#ifndef PN_HAVE_QUANT_ROW_H
+int64_t pn_sum_block_weights(int type)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    if (!tt)
+        return 0;
+    return tt->block_weights > 1 ? tt->block_weights : 256;
 }
 
-void pn_release_mapped(const uint8_t *p, uint64_t n)
+void pn_row_sums_ref(int type, const float *x, const uint8_t *q, int64_t n, double *blk_err,
+                     double *blk_norm)
 {
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
+    const int64_t sb = pn_sum_block_weights(type);
+    float y[256];
+    for (int64_t b = 0, e0 = 0; e0 < n; b++, e0 += sb) {
+        const int64_t len = n - e0 < sb ? n - e0 : sb;
+        const uint8_t *in = q + pn_type_row_bytes(type, e0);
+        if (pn_type_is_pn(type))
+            pn_dequantize_row(type, in, y, len);
+        else
+            pn_dequantize_row_stock(type, in, y, len);
+        double err = 0.0, norm = 0.0;
+        for (int64_t j = 0; j < len; j++) {
+            double d = (double)x[e0 + j] - (double)y[j];
+            err = err + d * d;
+            norm = norm + (double)x[e0 + j] * (double)x[e0 + j];
+        }
+        if (blk_err)
+            blk_err[b] = err;
+        if (blk_norm)
+            blk_norm[b] = norm;
+    }
 }
 
-pn_status pn_row_chunk_init(pn_row_chunk *c, int64_t K, int64_t chunk_weights, int threads)
+pn_status pn_quantize_row_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col, double *blk_err, double *blk_norm)
 {
-    memset(c, 0, sizeof *c);
-    if (K < 1 || threads < 1)
-        return PN_ERR_USAGE;
-    c->K = K;
-    c->threads = threads;
-    c->max_rows = chunk_weights / K;
-    if (c->max_rows < 1)
-        c->max_rows = 1;
-    c->rows = malloc((size_t)(c->max_rows * K) * sizeof(float));
-    c->row_err = malloc((size_t)c->max_rows * sizeof(double));
-    c->row_norm = malloc((size_t)c->max_rows * sizeof(double));
-    c->bad_col = malloc((size_t)c->max_rows * sizeof(int64_t));
-    c->row_status = malloc((size_t)c->max_rows * sizeof(int));
-    c->scratch = malloc((size_t)(threads * K) * sizeof(float));
-    if (!c->rows || !c->row_err || !c->row_norm || !c->bad_col || !c->row_status || !c->scratch) {
-        pn_row_chunk_free(c);
+    pn_status st = pn_type_is_pn(type) ? pn_quantize_row_path(path, type, x, n, out, bad_col)
+                                       : pn_quantize_row_stock(type, x, n, out, bad_col);
+    if (st == PN_OK && (blk_err || blk_norm))
+        pn_row_sums_ref(type, x, out, n, blk_err, blk_norm);
+    return st;
+}
+#endif
+
+/* ---- chunking --------------------------------------------------------- */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
+
+int pn_job_best_cpu_path(void)
+{
+    static const int order[] = {PN_PATH_AVX512, PN_PATH_AVX2, PN_PATH_SCALAR_FAST};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (pn_path_available(order[i]) && pn_hadamard_path_available(order[i]))
+            return order[i];
+    return PN_PATH_REF;
+}
+
+pn_status pn_job_tensor_init(pn_job_tensor *t, size_t index, const char *name, int64_t K,
+                             int64_t rows, int src_type, int type, int rot_block,
+                             int64_t chunk_weights, int64_t max_blocks, pn_error *err)
+{
+    memset(t, 0, sizeof *t);
+    t->index = index;
+    t->name = name;
+    t->K = K;
+    t->rows = rows;
+    t->src_type = src_type;
+    t->type = type;
+    t->rot_block = rot_block > 1 ? rot_block : 0;
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    t->sum_block = pn_sum_block_weights(type);
+    if (!tt || t->sum_block < 1 || K < 1 || rows < 1 || pn_type_row_bytes(type, K) < 0 ||
+        (t->rot_block && K % t->rot_block != 0))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "tensor %s: type %s cannot hold rows of %lld weights", name,
+                            tt ? tt->name : "?", (long long)K);
+    t->blocks_per_row = (K + t->sum_block - 1) / t->sum_block;
+    t->unit = lcm64(lcm64(tt->block_weights, t->rot_block ? t->rot_block : 1), t->sum_block);
+    if (K <= chunk_weights) {
+        int64_t n = chunk_weights / K;
+        if (n > max_blocks / t->blocks_per_row)
+            n = max_blocks / t->blocks_per_row;
+        t->rows_per_chunk = n < 1 ? 1 : n;
+        t->cols_per_chunk = K;
+    } else {
+        int64_t n = chunk_weights / t->unit * t->unit;
+        t->rows_per_chunk = 1;
+        t->cols_per_chunk = n < t->unit ? t->unit : n;
+        if (t->cols_per_chunk >= K)
+            t->cols_per_chunk = K;
+    }
+    return PN_OK;
+}
+
+void pn_job_tensor_needs(const pn_job_tensor *t, int64_t *weights, uint64_t *out_bytes,
+                         int64_t *blocks)
+{
+    int64_t rows = t->rows_per_chunk < t->rows ? t->rows_per_chunk : t->rows;
+    *weights = rows * t->cols_per_chunk;
+    *out_bytes = (uint64_t)rows * (uint64_t)pn_type_row_bytes(t->type, t->cols_per_chunk);
+    *blocks = t->cols_per_chunk == t->K
+                  ? rows * t->blocks_per_row
+                  : (t->cols_per_chunk + t->sum_block - 1) / t->sum_block;
+}
+
+bool pn_job_cursor_next(pn_job_cursor *cur, const pn_job_tensor *tensors, size_t n,
+                        pn_chunk *c)
+{
+    if (cur->i >= n)
+        return false;
+    const pn_job_tensor *t = &tensors[cur->i];
+    c->tensor = t->index;
+    c->K = t->K;
+    c->src_type = t->src_type;
+    c->tag = (int64_t)cur->i;
+    c->first_of_tensor = cur->row == 0 && cur->col == 0;
+    c->row0 = cur->row;
+    if (t->cols_per_chunk == t->K) {
+        int64_t k = t->rows - cur->row < t->rows_per_chunk ? t->rows - cur->row : t->rows_per_chunk;
+        c->n_rows = k;
+        c->col0 = 0;
+        c->n_cols = t->K;
+        cur->row += k;
+    } else {
+        int64_t k = t->K - cur->col < t->cols_per_chunk ? t->K - cur->col : t->cols_per_chunk;
+        c->n_rows = 1;
+        c->col0 = cur->col;
+        c->n_cols = k;
+        cur->col += k;
+        if (cur->col == t->K) {
+            cur->col = 0;
+            cur->row++;
+        }
+    }
+    c->last_of_tensor = cur->row == t->rows;
+    if (c->last_of_tensor) {
+        cur->i++;
+        cur->row = 0;
+        cur->col = 0;
+    }
+    return true;
+}
+
+int64_t pn_job_chunk_blocks(const pn_job_tensor *t, const pn_chunk *c)
+{
+    if (c->n_cols == t->K)
+        return c->n_rows * t->blocks_per_row;
+    return (c->n_cols + t->sum_block - 1) / t->sum_block;
+}
+
+uint64_t pn_job_chunk_out_bytes(const pn_job_tensor *t, const pn_chunk *c)
+{
+    return (uint64_t)c->n_rows * (uint64_t)pn_type_row_bytes(t->type, c->n_cols);
+}
+
+/* ---- the kernels -------------------------------------------------------- */
+
+#define TIMES_STRIDE 8   /* doubles per thread: a cache line, no false sharing */
+
+pn_status pn_job_kernels_init(pn_job_kernels *k, int threads, int path)
+{
+    memset(k, 0, sizeof *k);
+    k->threads = threads < 1 ? 1 : threads;
+    k->path = path;
+    k->thread_times = calloc((size_t)k->threads * TIMES_STRIDE, sizeof(double));
+    return k->thread_times ? PN_OK : PN_ERR_NOMEM;
+}
+
+void pn_job_kernels_free(pn_job_kernels *k)
+{
+    free(k->item_st);
+    free(k->item_row);
+    free(k->item_col);
+    free(k->item_crc);
+    free(k->item_len);
+    free(k->thread_times);
+    memset(k, 0, sizeof *k);
+}
+
+static pn_status grow_items(pn_job_kernels *k, int64_t n)
+{
+    if (n <= k->cap_items)
+        return PN_OK;
+    int64_t cap = n < 64 ? 64 : n;
+    pn_status *st = realloc(k->item_st, (size_t)cap * sizeof *st);
+    if (st)
+        k->item_st = st;
+    int64_t *r = realloc(k->item_row, (size_t)cap * sizeof *r);
+    if (r)
+        k->item_row = r;
+    int64_t *col = realloc(k->item_col, (size_t)cap * sizeof *col);
+    if (col)
+        k->item_col = col;
+    uint32_t *crc = realloc(k->item_crc, (size_t)cap * sizeof *crc);
+    if (crc)
+        k->item_crc = crc;
+    uint64_t *len = realloc(k->item_len, (size_t)cap * sizeof *len);
+    if (len)
+        k->item_len = len;
+    if (!st || !r || !col || !crc || !len)
         return PN_ERR_NOMEM;
-    }
+    k->cap_items = cap;
     return PN_OK;
 }
 
-void pn_row_chunk_free(pn_row_chunk *c)
+pn_status pn_job_row_error(pn_status st, const char *file, const char *tensor, int64_t row,
+                           int64_t col, pn_error *err)
 {
-    free(c->rows);
-    free(c->row_err);
-    free(c->row_norm);
-    free(c->bad_col);
-    free(c->row_status);
-    free(c->scratch);
-    memset(c, 0, sizeof *c);
+    if (st == PN_ERR_NONFINITE)
+        return pn_error_set(err, st, "%s: tensor %s, row %lld, column %lld: %s weight", file,
+                            tensor, (long long)row, (long long)col, "NaN or infinite");
+    if (st == PN_ERR_SCALE_OVERFLOW)
+        return pn_error_set(err, st,
+                            "%s: tensor %s, row %lld, columns %lld..: group too large for an "
+                            "fp16 scale",
+                            file, tensor, (long long)row, (long long)col);
+    return pn_error_set(err, st, "%s: tensor %s, row %lld: %s", file, tensor, (long long)row,
+                        pn_strerror(st));
 }
 
-pn_status pn_chunk_widen(pn_row_chunk *c, int src_type, const uint8_t *src, int64_t n,
-                         int64_t *bad_row, int64_t *bad_col, pn_phase_times *t)
+pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk *c, int what,
+                            uint32_t *crc, const char *file, pn_error *err)
 {
-    const int64_t K = c->K;
-    const int64_t src_row = pn_type_row_bytes(src_type, K);
-    double t0 = pn_now_seconds();
-    int type_ok = 1;
-#pragma omp parallel for schedule(static) num_threads(c->threads)
-    for (int64_t r = 0; r < n; r++) {
-        if (pn_widen_row(src_type, src + r * src_row, c->rows + r * K, K) != PN_OK)
-            type_ok = 0;
-        c->bad_col[r] = pn_find_nonfinite(c->rows + r * K, K);
+    const bool whole_rows = c->n_cols == t->K;
+    const int64_t out_row = pn_type_row_bytes(t->type, t->K);
+    int64_t per, n_items;
+    if (whole_rows) {
+        per = ITEM_WEIGHTS / t->K;
+        if (per < 1)
+            per = 1;
+        n_items = (c->n_rows + per - 1) / per;
+    } else {
+        per = ITEM_WEIGHTS / t->unit * t->unit;
+        if (per < t->unit)
+            per = t->unit;
+        n_items = (c->n_cols + per - 1) / per;
     }
-    if (t)
-        t->read += pn_now_seconds() - t0;
-    if (!type_ok)
-        return PN_ERR_TYPE;
-    for (int64_t r = 0; r < n; r++) {
-        if (c->bad_col[r] >= 0) {
-            *bad_row = r;
-            *bad_col = c->bad_col[r];
-            return PN_ERR_NONFINITE;
-        }
-    }
-    return PN_OK;
-}
-
-void pn_chunk_rotate(pn_row_chunk *c, int64_t n, int B, pn_phase_times *t)
-{
-    const int64_t K = c->K;
-    double t0 = pn_now_seconds();
-#pragma omp parallel for schedule(static) num_threads(c->threads)
-    for (int64_t r = 0; r < n; r++)
-        pn_hadamard_rotate_row(c->rows + r * K, K, B);
-    if (t)
-        t->rotate += pn_now_seconds() - t0;
-}
-
-pn_status pn_quantize_row_any(int type, const float *x, int64_t n, uint8_t *out,
-                              int64_t *bad_col)
-{
-    if (pn_type_is_pn(type))
-        return pn_quantize_row(type, x, n, out, bad_col);
-    return pn_quantize_row_stock(type, x, n, out, bad_col);
-}
-
-void pn_dequantize_row_any(int type, const uint8_t *in, float *y, int64_t n)
-{
-    if (pn_type_is_pn(type))
-        pn_dequantize_row(type, in, y, n);
-    else
-        pn_dequantize_row_stock(type, in, y, n);
-}
-
-void pn_chunk_error(pn_row_chunk *c, int type, int64_t n, const uint8_t *blocks,
-                    double *err_num, double *err_den, pn_phase_times *t)
-{
-    const int64_t K = c->K;
-    double t0 = pn_now_seconds();
-    const int64_t out_row = pn_type_row_bytes(type, K);
-#pragma omp parallel for schedule(static) num_threads(c->threads)
-    for (int64_t r = 0; r < n; r++) {
-        const float *x = c->rows + r * K;
-        float *y = c->scratch + (int64_t)omp_get_thread_num() * K;
-        pn_dequantize_row_any(type, blocks + r * out_row, y, K);
-        /* four interleaved partial sums, combined in a fixed order: the
-         * report's figure is the same on every run and thread count, and
-         * the loop is not one long dependency chain */
-        double num[4] = {0, 0, 0, 0}, den[4] = {0, 0, 0, 0};
-        int64_t i = 0;
-        for (; i + 4 <= K; i += 4)
-            for (int l = 0; l < 4; l++) {
-                double d = (double)x[i + l] - (double)y[i + l];
-                num[l] += d * d;
-                den[l] += (double)x[i + l] * (double)x[i + l];
+    if (grow_items(k, n_items) != PN_OK)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for the work items of a chunk");
+    const int path = k->path;
+    const bool rotate = (what & PN_JOB_ROTATE) && t->rot_block > 1;
+    /* dynamic: items cost the same, but a core may be busy with the reader
+     * or the writer thread for a while */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(k->threads)
+    for (int64_t it = 0; it < n_items; it++) {
+        double *tt = k->thread_times + (size_t)omp_get_thread_num() * TIMES_STRIDE;
+        int64_t a = it * per;
+        int64_t b = whole_rows ? (a + per < c->n_rows ? a + per : c->n_rows)
+                               : (a + per < c->n_cols ? a + per : c->n_cols);
+        /* the item's segments: rows [a, b), or columns [a, b) of the one row */
+        int64_t n_seg = whole_rows ? b - a : 1;
+        uint64_t out0 = whole_rows ? (uint64_t)(a * out_row)
+                                   : (uint64_t)pn_type_row_bytes(t->type, a);
+        pn_status ist = PN_OK;
+        int64_t bad_row = 0, bad_col = 0;
+        for (int64_t sgi = 0; sgi < n_seg && ist == PN_OK; sgi++) {
+            float *x;
+            int64_t len, blk, col_base, row;
+            uint8_t *out;
+            if (whole_rows) {
+                int64_t r = a + sgi;
+                x = c->x + r * t->K;
+                len = t->K;
+                out = c->out + r * out_row;
+                blk = r * t->blocks_per_row;
+                col_base = 0;
+                row = c->row0 + r;
+            } else {
+                x = c->x + a;
+                len = b - a;
+                out = c->out + out0;
+                blk = a / t->sum_block;
+                col_base = c->col0 + a;
+                row = c->row0;
             }
-        for (; i < K; i++) {
-            double d = (double)x[i] - (double)y[i];
-            num[0] += d * d;
-            den[0] += (double)x[i] * (double)x[i];
+            double t0 = omp_get_wtime();
+            if (rotate)
+                pn_hadamard_rotate_row_path(path, x, len, t->rot_block);
+            double t1 = omp_get_wtime();
+            tt[0] += t1 - t0;
+            if (what & PN_JOB_QUANTIZE) {
+                int64_t col = 0;
+                ist = pn_quantize_row_sums(t->type, path, x, len, out, &col, c->blk_err + blk,
+                                           c->blk_norm + blk);
+                if (ist != PN_OK) {
+                    bad_row = row;
+                    bad_col = col_base + (col > 0 ? col : 0);
+                }
+                double t2 = omp_get_wtime();
+                tt[1] += t2 - t1;
+                t1 = t2;
+            }
+            if ((what & PN_JOB_SUMS_REF) && ist == PN_OK) {
+                pn_row_sums_ref(t->type, x, out, len, c->blk_err + blk, c->blk_norm + blk);
+                tt[2] += omp_get_wtime() - t1;
+            }
         }
-        c->row_err[r] = (num[0] + num[1]) + (num[2] + num[3]);
-        c->row_norm[r] = (den[0] + den[1]) + (den[2] + den[3]);
+        k->item_st[it] = ist;
+        k->item_row[it] = bad_row;
+        k->item_col[it] = bad_col;
+        if ((what & PN_JOB_CRC) && ist == PN_OK) {
+            double t0 = omp_get_wtime();
+            uint64_t out1 = whole_rows ? (uint64_t)(b * out_row)
+                                       : (uint64_t)pn_type_row_bytes(t->type, b);
+            k->item_len[it] = out1 - out0;
+            k->item_crc[it] = (uint32_t)crc32_z(0, c->out + out0, (size_t)(out1 - out0));
+            tt[3] += omp_get_wtime() - t0;
+        }
     }
-    for (int64_t r = 0; r < n; r++) {
-        *err_num += c->row_err[r];
-        *err_den += c->row_norm[r];
+    for (int64_t it = 0; it < n_items; it++)
+        if (k->item_st[it] != PN_OK)
+            return pn_job_row_error(k->item_st[it], file, t->name, k->item_row[it],
+                                    k->item_col[it], err);
+    if (what & PN_JOB_CRC) {
+        uLong v = 0;
+        for (int64_t it = 0; it < n_items; it++)
+            v = crc32_combine(v, k->item_crc[it], (z_off_t)k->item_len[it]);
+        *crc = (uint32_t)v;
     }
-    if (t)
-        t->error += pn_now_seconds() - t0;
+    c->out_len = (size_t)pn_job_chunk_out_bytes(t, c);
+    return PN_OK;
 }
 
-pn_status pn_chunk_quantize(pn_row_chunk *c, int type, int64_t n, uint8_t *out,
-                            double *err_num, double *err_den, int64_t *bad_row,
-                            int64_t *bad_col, pn_phase_times *t)
+void pn_job_kernels_times(const pn_job_kernels *k, double *rotate, double *quantize,
+                          double *error, double *crc)
 {
-    const int64_t K = c->K;
-    const int64_t out_row = pn_type_row_bytes(type, K);
-    if (out_row < 0)
-        return PN_ERR_USAGE;
-    double t0 = pn_now_seconds();
-    /* dynamic: rows cost the same, but the other core may be busy with I/O */
-#pragma omp parallel for schedule(dynamic, 4) num_threads(c->threads)
-    for (int64_t r = 0; r < n; r++) {
-        int64_t col = -1;
-        c->row_status[r] = pn_quantize_row_any(type, c->rows + r * K, K, out + r * out_row, &col);
-        c->bad_col[r] = col;
-    }
-    if (t)
-        t->quantize += pn_now_seconds() - t0;
-    for (int64_t r = 0; r < n; r++) {
-        if (c->row_status[r] != PN_OK) {
-            *bad_row = r;
-            *bad_col = c->bad_col[r];
-            return (pn_status)c->row_status[r];
-        }
-    }
-    if (err_num)
-        pn_chunk_error(c, type, n, out, err_num, err_den, t);
-    return PN_OK;
+    double s[4] = {0, 0, 0, 0};
+    for (int i = 0; i < k->threads; i++)
+        for (int j = 0; j < 4; j++)
+            s[j] += k->thread_times[(size_t)i * TIMES_STRIDE + j];
+    *rotate = s[0] / k->threads;
+    *quantize = s[1] / k->threads;
+    *error = s[2] / k->threads;
+    *crc = s[3] / k->threads;
 }

@@ -1,0 +1,420 @@
+/* The three-stage chunk stream (see stream.h). One mutex and one condition
+ * variable guard four counters; chunk k lives in slot k % n_slots:
+ *   read_done   chunks 0..read_done-1 are read (or failed to read);
+ *   finished    chunks 0..finished-1 went through finish;
+ *   released    chunks 0..released-1 are written (or finished, without a
+ *               writer): their slots may be filled again;
+ *   end_seq     the number of chunks, once next has said there are no more.
+ * Waits poll the cancel flag every 20 ms: a signal does not wake a
+ * condition variable. */
+#include "pipeline/stream.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/types.h"
+#include "quant/widen.h"
+
+/* Source bytes are read in pieces of at most this size, then widened. */
+#define RAW_BYTES ((size_t)4 << 20)
+
+double pn_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct stream {
+    const pn_stream_cfg *cfg;
+    const pn_stream_ops *ops;
+    pn_chunk *slots;
+    int n_slots;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t read_done, finished, released, end_seq;
+    bool stop;
+    int64_t err_seq;
+    pn_error err;
+
+    uint8_t *raw;              /* the reader's */
+    uint64_t advised_end;      /* read-ahead advice given up to this file offset */
+    pn_stream_times t;
+} stream;
+
+static bool cancelled(const stream *s) { return s->cfg->cancel && *s->cfg->cancel; }
+
+/* Records the error of chunk seq (kept when it is the earliest) and stops
+ * every stage. Call without the lock. */
+static void fail(stream *s, int64_t seq, const pn_error *e)
+{
+    pthread_mutex_lock(&s->mu);
+    if (seq < s->err_seq) {
+        s->err_seq = seq;
+        s->err = *e;
+    }
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void fail_interrupted(stream *s, int64_t seq)
+{
+    pn_error e;
+    pn_error_set(&e, PN_ERR_INTERRUPTED, "interrupted by a signal");
+    fail(s, seq, &e);
+}
+
+/* Waits on the condition for at most 20 ms (the caller re-checks). */
+static void wait_a_little(stream *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* ---- the reader ------------------------------------------------------- */
+
+static void advise_ahead(stream *s, uint64_t at, uint64_t end)
+{
+    uint64_t ra = s->cfg->readahead_bytes;
+    if (!ra || end + ra / 2 <= s->advised_end)
+        return;
+    uint64_t from = s->advised_end > at ? s->advised_end : at;
+    gguf_reader_advise(s->cfg->src, from, end + ra - from, true);
+    s->advised_end = end + ra;
+}
+
+/* Reads n elements of tensor c->tensor from element `at` into dst (widened
+ * and checked). first_row/first_col locate dst[0] for messages; a range
+ * that spans rows (whole rows) has first_col 0 and n_cols == K. */
+static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n, float *dst,
+                            int64_t tensor_row_of_dst0, pn_error *err)
+{
+    const int64_t elem = pn_type_row_bytes(c->src_type, 1);
+    const uint64_t file_at = gguf_reader_tensor_file_offset(s->cfg->src, c->tensor);
+    advise_ahead(s, file_at + (uint64_t)(at * elem), file_at + (uint64_t)((at + n) * elem));
+    const int64_t per = (int64_t)(RAW_BYTES / (size_t)elem);
+    for (int64_t done = 0; done < n;) {
+        int64_t k = n - done < per ? n - done : per;
+        double t0 = pn_now_seconds();
+        pn_status st = gguf_reader_read_tensor(s->cfg->src, c->tensor,
+                                               (uint64_t)((at + done) * elem), s->raw,
+                                               (size_t)(k * elem), err);
+        double t1 = pn_now_seconds();
+        s->t.read += t1 - t0;
+        if (st != PN_OK) {
+            if (s->cfg->src_path)
+                return pn_error_prefix(err, "%s", s->cfg->src_path);
+            return st;
+        }
+        st = pn_widen_row(c->src_type, s->raw, dst + done, k);
+        int64_t bad = st == PN_OK ? pn_find_nonfinite(dst + done, k) : -1;
+        s->t.widen += pn_now_seconds() - t1;
+        if (st != PN_OK)
+            return pn_error_set(err, st, "%s: tensor %s: source type %d cannot be widened",
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
+                                c->src_type);
+        if (bad >= 0) {
+            int64_t e = done + bad;        /* element of this range */
+            int64_t row, col;
+            if (c->n_cols == c->K && c->col0 == 0 && !c->use_rows) {
+                row = tensor_row_of_dst0 + e / c->K;
+                col = e % c->K;
+            } else {
+                row = tensor_row_of_dst0;
+                col = c->col0 + e;
+            }
+            return pn_error_set(err, PN_ERR_NONFINITE,
+                                "%s: tensor %s, row %lld, column %lld: NaN or infinite weight",
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
+                                (long long)row, (long long)col);
+        }
+        done += k;
+    }
+    return PN_OK;
+}
+
+static pn_status read_chunk(stream *s, pn_chunk *c, pn_error *err)
+{
+    if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K)
+        return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, c->x, c->row0, err);
+    for (int64_t r = 0; r < c->n_rows; r++) {
+        if (cancelled(s))
+            return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+        int64_t row = c->use_rows ? c->rows[r] : c->row0 + r;
+        pn_status st = read_range(s, c, row * c->K + c->col0, c->n_cols, c->x + r * c->n_cols,
+                                  row, err);
+        if (st != PN_OK)
+            return st;
+    }
+    return PN_OK;
+}
+
+static void *reader_main(void *arg)
+{
+    stream *s = arg;
+    for (int64_t k = 0;; k++) {
+        pthread_mutex_lock(&s->mu);
+        double t0 = pn_now_seconds();
+        while (!s->stop && k - s->released >= s->n_slots && !cancelled(s))
+            wait_a_little(s);
+        s->t.wait_output += pn_now_seconds() - t0;
+        bool stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            return NULL;
+        if (cancelled(s)) {
+            fail_interrupted(s, k);
+            return NULL;
+        }
+        pn_chunk *c = &s->slots[k % s->n_slots];
+        /* keep the slot's buffers, reset the description */
+        float *x = c->x;
+        int64_t *rows = c->rows;
+        uint8_t *out = c->out;
+        double *be = c->blk_err, *bn = c->blk_norm;
+        memset(c, 0, sizeof *c);
+        c->x = x;
+        c->rows = rows;
+        c->out = out;
+        c->blk_err = be;
+        c->blk_norm = bn;
+        c->seq = k;
+        if (!s->ops->next(s->ops->ctx, c)) {
+            pthread_mutex_lock(&s->mu);
+            s->end_seq = k;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        pn_error e;
+        pn_error_clear(&e);
+        pn_status st = read_chunk(s, c, &e);
+        if (st != PN_OK) {
+            /* the chunks before this one are still computed and written, so
+             * an error found in one of them comes first */
+            pthread_mutex_lock(&s->mu);
+            if (k < s->err_seq) {
+                s->err_seq = k;
+                s->err = e;
+            }
+            s->end_seq = k;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->read_done = k + 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* ---- the writer ------------------------------------------------------- */
+
+static void *writer_main(void *arg)
+{
+    stream *s = arg;
+    for (int64_t k = 0;; k++) {
+        pthread_mutex_lock(&s->mu);
+        double t0 = pn_now_seconds();
+        while (!s->stop && k >= s->finished && !(s->end_seq >= 0 && k >= s->end_seq) &&
+               !cancelled(s))
+            wait_a_little(s);
+        s->t.wait_write += pn_now_seconds() - t0;
+        bool stop = s->stop || (s->end_seq >= 0 && k >= s->end_seq && k >= s->finished);
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            return NULL;
+        if (cancelled(s)) {
+            fail_interrupted(s, k);
+            return NULL;
+        }
+        pn_chunk *c = &s->slots[k % s->n_slots];
+        pn_error e;
+        pn_error_clear(&e);
+        double t1 = pn_now_seconds();
+        pn_status st = s->ops->write(s->ops->ctx, c, &e);
+        s->t.write += pn_now_seconds() - t1;
+        if (st != PN_OK) {
+            fail(s, k, &e);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->released = k + 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* ---- the calling thread ------------------------------------------------- */
+
+/* Chunk c went through finish: hand it to the writer or release it. */
+static void finished_one(stream *s, const pn_chunk *c)
+{
+    pthread_mutex_lock(&s->mu);
+    s->finished = c->seq + 1;
+    if (!s->ops->write)
+        s->released = c->seq + 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool finish_one(stream *s, pn_chunk *c)
+{
+    pn_error e;
+    pn_error_clear(&e);
+    pn_status st = s->ops->finish ? s->ops->finish(s->ops->ctx, c, &e) : PN_OK;
+    if (c->abandoned)
+        return false;
+    if (st != PN_OK) {
+        fail(s, c->seq, &e);
+        return false;
+    }
+    finished_one(s, c);
+    return true;
+}
+
+static void compute_loop(stream *s)
+{
+    pn_chunk *pending = NULL;
+    for (int64_t k = 0;; k++) {
+        pthread_mutex_lock(&s->mu);
+        double t0 = pn_now_seconds();
+        while (!s->stop && k >= s->read_done && !(s->end_seq >= 0 && k >= s->end_seq) &&
+               !cancelled(s))
+            wait_a_little(s);
+        s->t.wait_input += pn_now_seconds() - t0;
+        bool stop = s->stop;
+        bool end = !stop && k >= s->read_done && s->end_seq >= 0 && k >= s->end_seq;
+        pthread_mutex_unlock(&s->mu);
+        if (stop || end)
+            break;
+        if (cancelled(s)) {
+            fail_interrupted(s, k);
+            break;
+        }
+        pn_chunk *c = &s->slots[k % s->n_slots];
+        pn_error e;
+        pn_error_clear(&e);
+        pn_status st = s->ops->compute(s->ops->ctx, c, &e);
+        if (pending) {
+            /* the deferred chunk comes first, whatever happened to this one */
+            pn_chunk *p = pending;
+            pending = NULL;
+            if (!finish_one(s, p)) {
+                if (c->deferred) {
+                    c->abandoned = true;
+                    s->ops->finish(s->ops->ctx, c, &e);
+                }
+                break;
+            }
+        }
+        if (st != PN_OK) {
+            fail(s, k, &e);
+            break;
+        }
+        if (c->deferred)
+            pending = c;
+        else if (!finish_one(s, c))
+            break;
+    }
+    if (pending) {
+        pthread_mutex_lock(&s->mu);
+        pending->abandoned = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        finish_one(s, pending);
+    }
+}
+
+pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_stream_times *t,
+                        pn_error *err)
+{
+    stream s;
+    memset(&s, 0, sizeof s);
+    s.cfg = cfg;
+    s.ops = ops;
+    s.n_slots = cfg->n_slots < 2 ? 2 : cfg->n_slots;
+    s.end_seq = -1;
+    s.err_seq = INT64_MAX;
+    pn_status st = PN_OK;
+    s.slots = calloc((size_t)s.n_slots, sizeof *s.slots);
+    s.raw = malloc(RAW_BYTES);
+    if (!s.slots || !s.raw) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the chunk buffers");
+        goto done;
+    }
+    for (int i = 0; i < s.n_slots; i++) {
+        pn_chunk *c = &s.slots[i];
+        c->x = malloc((size_t)cfg->slot_weights * sizeof(float));
+        c->rows = malloc((size_t)(cfg->slot_rows > 0 ? cfg->slot_rows : 1) * sizeof(int64_t));
+        c->out = malloc(cfg->slot_out_bytes ? cfg->slot_out_bytes : 1);
+        c->blk_err = malloc((size_t)(cfg->slot_blocks > 0 ? cfg->slot_blocks : 1) * sizeof(double));
+        c->blk_norm = malloc((size_t)(cfg->slot_blocks > 0 ? cfg->slot_blocks : 1) * sizeof(double));
+        if (!c->x || !c->rows || !c->out || !c->blk_err || !c->blk_norm) {
+            st = pn_error_set(err, PN_ERR_NOMEM,
+                              "out of memory for %d chunk buffers of %lld weights", s.n_slots,
+                              (long long)cfg->slot_weights);
+            goto done;
+        }
+    }
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    pthread_t reader, writer;
+    int rc = pthread_create(&reader, NULL, reader_main, &s);
+    if (rc != 0) {
+        st = pn_error_set(err, PN_ERR_IO, "cannot start the reader thread: %s", strerror(rc));
+        goto destroy;
+    }
+    bool have_writer = false;
+    if (ops->write) {
+        rc = pthread_create(&writer, NULL, writer_main, &s);
+        if (rc != 0) {
+            pn_error e;
+            pn_error_set(&e, PN_ERR_IO, "cannot start the writer thread: %s", strerror(rc));
+            fail(&s, -1, &e);
+        } else {
+            have_writer = true;
+        }
+    }
+    compute_loop(&s);
+    if (have_writer)
+        pthread_join(writer, NULL);
+    pthread_mutex_lock(&s.mu);
+    s.stop = true;          /* the reader may be waiting for a slot nobody frees now */
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    pthread_join(reader, NULL);
+    if (s.err_seq != INT64_MAX) {
+        st = s.err.code != PN_OK ? s.err.code : PN_ERR_INTERNAL;
+        if (err)
+            *err = s.err;
+    }
+destroy:
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
+done:
+    if (s.slots)
+        for (int i = 0; i < s.n_slots; i++) {
+            free(s.slots[i].x);
+            free(s.slots[i].rows);
+            free(s.slots[i].out);
+            free(s.slots[i].blk_err);
+            free(s.slots[i].blk_norm);
+        }
+    free(s.slots);
+    free(s.raw);
+    if (t)
+        *t = s.t;
+    return st;
+}

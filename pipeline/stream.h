@@ -1,0 +1,115 @@
+/* stream.h - reading, computing and writing chunks at the same time.
+ *
+ * A stream is a sequence of chunks (pieces of source tensors, whole blocks of
+ * whatever the consumer computes) that pass through three stages:
+ *   reader   a helper thread: describes chunk k (ops.next), reads its source
+ *            bytes with pread (file order, read-ahead advice), widens them to
+ *            float and checks that every weight is finite;
+ *   compute  the calling thread, with its OpenMP team: ops.compute (the
+ *            parallel work), then ops.finish (the in-order part: sums, CRCs,
+ *            progress), always in chunk order;
+ *   writer   a helper thread (only when ops.write is set): ops.write, in
+ *            chunk order.
+ * The three work on different chunks at once, over a fixed ring of
+ * cfg.n_slots chunk buffers, so memory is n_slots buffers whatever the
+ * model, and no stage waits at a tensor boundary: chunk k+1 may belong to
+ * the next tensor while chunk k is computed.
+ *
+ * Deferral: ops.compute may set c->deferred (e.g. a GPU is still working on
+ * it). The stream then calls ops.compute for the next chunk first and
+ * ops.finish for the deferred one right after, before finishing the next:
+ * finish stays in chunk order, and the GPU's work overlaps the CPU's.
+ *
+ * Errors: a stage that fails records the error with its chunk number. A read
+ * error (or a non-finite weight) at chunk k ends the stream at k: the chunks
+ * before it are still computed and written, so an error in one of them is
+ * the one reported. A compute or write error stops every stage at once. The
+ * stream returns the error of the earliest failing chunk. *cfg.cancel
+ * becoming non-zero stops every stage within a chunk (PN_ERR_INTERRUPTED).
+ * Chunks the stream never finished are not finished afterwards: a deferred
+ * chunk is still passed to ops.finish (so a GPU slot is never left busy)
+ * with c->abandoned set.
+ *
+ * Only the calling thread calls compute and finish, so those may call the
+ * caller's callbacks (progress) and use OpenMP. next runs on the reader
+ * thread and write on the writer thread, each always on the same one.
+ */
+#ifndef PN_PIPELINE_STREAM_H
+#define PN_PIPELINE_STREAM_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "gguf/gguf.h"
+
+typedef struct pn_chunk {
+    /* set by ops.next */
+    size_t tensor;            /* source tensor index */
+    int64_t K;                /* its row length */
+    int src_type;             /* its source type */
+    int64_t row0, n_rows;     /* rows [row0, row0 + n_rows), unless rows is used */
+    bool use_rows;            /* the rows are rows[0..n_rows), e.g. a sample */
+    int64_t col0, n_cols;     /* of each row, columns [col0, col0 + n_cols) */
+    bool first_of_tensor, last_of_tensor;
+    int64_t tag;              /* free for the ops */
+
+    /* set by the stream */
+    int64_t seq;              /* position in the stream, from 0 */
+    float *x;                 /* n_rows * n_cols floats, widened (row after row) */
+
+    /* buffers of the slot, for the ops (capacities from the config) */
+    int64_t *rows;            /* cfg.slot_rows entries */
+    uint8_t *out;             /* cfg.slot_out_bytes */
+    size_t out_len;
+    double *blk_err, *blk_norm; /* cfg.slot_blocks each */
+
+    bool deferred;            /* set by compute: finish later */
+    bool abandoned;           /* set by the stream: finish only to release */
+    int gpu_slot;             /* free for the ops */
+    uint32_t crc;             /* free for the ops */
+    double t0;                /* free for the ops */
+} pn_chunk;
+
+typedef struct pn_stream_ops {
+    void *ctx;
+    /* Describes chunk c->seq; returns false when there is none. The slot's
+     * rows buffer may be filled when use_rows. Reader thread. */
+    bool (*next)(void *ctx, pn_chunk *c);
+    /* The chunk's parallel work. Calling thread. */
+    pn_status (*compute)(void *ctx, pn_chunk *c, pn_error *err);
+    /* The in-order part; also called for an abandoned deferred chunk.
+     * Calling thread; may be NULL. */
+    pn_status (*finish)(void *ctx, pn_chunk *c, pn_error *err);
+    /* Writer thread; NULL: no writer stage. */
+    pn_status (*write)(void *ctx, pn_chunk *c, pn_error *err);
+} pn_stream_ops;
+
+typedef struct pn_stream_cfg {
+    const gguf_reader *src;
+    int n_slots;              /* >= 2 */
+    int64_t slot_weights;     /* floats per chunk buffer */
+    int64_t slot_rows;        /* entries of c->rows */
+    size_t slot_out_bytes;
+    int64_t slot_blocks;
+    uint64_t readahead_bytes; /* advice ahead of contiguous reads; 0: none */
+    const char *src_path;     /* for messages */
+    const char *const *tensor_names;   /* for messages (source order) */
+    volatile sig_atomic_t *cancel;
+} pn_stream_cfg;
+
+/* Seconds each stage spent: reading (pread) and widening (reader thread);
+ * waiting for a free buffer (reader); waiting for a chunk to compute
+ * (calling thread); writing and waiting for a chunk to write (writer). */
+typedef struct pn_stream_times {
+    double read, widen, wait_output, wait_input, write, wait_write;
+} pn_stream_times;
+
+pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_stream_times *t,
+                        pn_error *err);
+
+double pn_now_seconds(void);
+
+#endif

@@ -1,17 +1,24 @@
-/* pn-quantize: float GGUF -> PN GGUF. Parses options, prints progress; the
- * work is pn_quantize_file (pipeline/quantize.h). */
+/* pn-quantize: float GGUF -> PN GGUF. Parses options and the environment,
+ * prints progress, the plan, the totals and the report; the work is
+ * pn_quantize_file (pipeline/quantize.h). Everything that comes from a file
+ * (tensor names, messages naming them) is printed terminal-safe
+ * (common/text.h); the report is JSON written with pn_json_put_str. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/text.h"
 #include "mix/plan.h"
 #include "mix/size.h"
 #include "pipeline/quantize.h"
+#include "quant/pn_fast.h"
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;
@@ -51,11 +58,19 @@ static const char usage[] =
     "                          exit without writing; DST may be omitted\n"
     "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
     "                          relative error, seconds; and the per-phase times\n"
-    "  --force                 allow replacing an existing DST\n"
+    "                          (written before DST is committed, in place right after)\n"
+    "  --force                 allow replacing an existing DST (and report)\n"
     "  --quiet                 no progress and no plan totals\n"
     "  --progress              progress on stderr even when it is not a terminal\n"
     "  -h, --help              this text\n"
     "  --version               the version\n"
+    "\n"
+    "environment:\n"
+    "  PN_CPU_PATH=ref|scalar|avx2|avx512   the CPU path (default: the best this CPU\n"
+    "                          runs; every path writes the same bytes)\n"
+    "  PN_CHUNK_WEIGHTS=N      weights per chunk (default 4194304; the output does not\n"
+    "                          depend on it)\n"
+    "  PN_CUDA_EMULATE=1       run the CUDA backend's kernel on the host (tests)\n"
     "\n"
     "exit status: 0 written and validated, 1 error (message on stderr), 2 usage,\n"
     "130 interrupted\n";
@@ -65,8 +80,10 @@ typedef struct cli_state {
     int tty;
     double last;
     int quiet;
+    int force;
     const char *report_path;
     char report_tmp[4096];     /* the report, written before the output's commit */
+    bool have_report_tmp;
     char *totals;              /* the plan totals, printed after a successful run */
     size_t totals_len;
 } cli_state;
@@ -92,8 +109,9 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
             "note");
     for (size_t i = 0; i < r->plan->n_tensors; i++) {
         const pn_plan_tensor *t = &r->plan->tensors[i];
-        char shape[64];
+        char shape[64], name[1024];
         format_shape(t, shape, sizeof shape);
+        pn_safe_text(t->name, name, sizeof name);
         char note[64] = "";
         if (t->promoted)
             snprintf(note, sizeof note, "promoted #%d", t->promote_rank + 1);
@@ -102,7 +120,7 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
             snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "",
                      t->rotation_block);
         }
-        fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", t->name, shape, type_name(t->src_type),
+        fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, type_name(t->src_type),
                 type_name(t->type), (unsigned long long)t->bytes, note);
     }
 }
@@ -111,11 +129,13 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
 {
     pn_plan_totals tot;
     pn_plan_totals_get(r->plan, &tot);
+    fprintf(f, "plan ");
+    pn_fput_safe(f, r->mix_label);
     fprintf(f,
-            "plan %s: %zu tensors, %llu weights; pn3t %zu, pn4t %zu (%zu promoted of "
+            ": %zu tensors, %llu weights; pn3t %zu, pn4t %zu (%zu promoted of "
             "%zu candidates)\n",
-            r->mix_label, r->plan->n_tensors, (unsigned long long)tot.n_weights, tot.n_pn3t,
-            tot.n_pn4t, tot.n_promoted, tot.n_candidates);
+            r->plan->n_tensors, (unsigned long long)tot.n_weights, tot.n_pn3t, tot.n_pn4t,
+            tot.n_promoted, tot.n_candidates);
     fprintf(f,
             "file size %llu bytes (%.3f GiB, %.3f GB); %.4f bits/weight over PN tensors, "
             "%.4f over all weights\n",
@@ -134,15 +154,22 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
     pn_json_put_str(f, s->mix_name);
     fprintf(f, ",\n  \"backend\": ");
     pn_json_put_str(f, s->backend);
-    fprintf(f, ",\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n  \"weights\": %llu,\n",
-            r->dry_run ? "true" : "false", (unsigned long long)s->file_bytes,
+    fprintf(f, ",\n  \"threads\": %d,\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n"
+               "  \"weights\": %llu,\n",
+            s->threads, r->dry_run ? "true" : "false", (unsigned long long)s->file_bytes,
             (unsigned long long)s->weights);
+    /* the stages overlap: each figure is the time its stage spent on that
+     * work (docs/pipeline.md), "total" is the wall time */
     fprintf(f,
-            "  \"seconds\": {\"total\": %.3f, \"plan\": %.3f, \"measure\": %.3f, \"read\": %.3f, "
-            "\"rotate\": %.3f, \"quantize\": %.3f, \"error\": %.3f, \"write\": %.3f, "
-            "\"crc\": %.3f, \"validate\": %.3f},\n",
-            s->t_total, s->t_plan, s->t_measure, s->t_read, s->t_rotate, s->t_quantize,
-            s->t_error, s->t_write, s->t_crc, s->t_validate);
+            "  \"seconds\": {\"total\": %.3f, \"plan\": %.3f, \"measure\": %.3f, "
+            "\"measure_read\": %.3f, \"measure_compute\": %.3f, \"measure_wait_input\": %.3f, "
+            "\"read\": %.3f, \"widen\": %.3f, \"rotate\": %.3f, \"quantize\": %.3f, "
+            "\"error\": %.3f, \"crc\": %.3f, \"write\": %.3f, \"flush\": %.3f, "
+            "\"wait_input\": %.3f, \"wait_output\": %.3f, \"validate\": %.3f},\n",
+            s->t_total, s->t_plan, s->t_measure, s->t_measure_read, s->t_measure_compute,
+            s->t_measure_wait_input, s->t_read, s->t_widen, s->t_rotate, s->t_quantize,
+            s->t_error, s->t_crc, s->t_write, s->t_flush, s->t_wait_input, s->t_wait_output,
+            s->t_validate);
     fprintf(f, "  \"promoted\": [");
     int k = 0;
     for (size_t i = 0; i < r->plan->n_tensors; i++)
@@ -163,17 +190,121 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
         fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
                 t->promoted ? "true" : "false");
         if (r->dry_run)
-            fprintf(f, "\"relative_error\": null, \"seconds\": null}");
+            fprintf(f, "\"relative_error\": null, \"crc32\": null, \"seconds\": null}");
         else
-            fprintf(f, "\"relative_error\": %.6e, \"seconds\": %.3f}", r->rel_error[i],
-                    r->seconds[i]);
+            fprintf(f, "\"relative_error\": %.6e, \"crc32\": \"%08x\", \"seconds\": %.3f}",
+                    r->rel_error[i], r->crc32[i], r->seconds[i]);
         fprintf(f, "%s\n", i + 1 < r->plan->n_tensors ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
 }
 
+/* ---- the report file: checked like DST, written under a temporary name ---- */
+
+static void remove_report_tmp(cli_state *s)
+{
+    if (s->have_report_tmp) {
+        unlink(s->report_tmp);
+        s->have_report_tmp = false;
+    }
+}
+
+/* The report path may not name an input or the output, nor replace a file
+ * without --force. Returns the exit status to use, or 0. */
+static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
+{
+    const char *rp = s->report_path;
+    const char *inputs[] = {o->src_path, o->recipe_path, o->promote_list_path,
+                            o->measurement_path};
+    const char *what[] = {"the source", "the recipe", "the promote list", "the measurement"};
+    for (int i = 0; i < 4; i++)
+        if (inputs[i] && pn_same_file(rp, inputs[i])) {
+            fprintf(stderr, "pn-quantize: --report ");
+            pn_fput_safe(stderr, rp);
+            fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
+            return 2;
+        }
+    if (o->dst_path && pn_same_file(rp, o->dst_path)) {
+        fprintf(stderr, "pn-quantize: --report ");
+        pn_fput_safe(stderr, rp);
+        fprintf(stderr, ": that is the output; choose another report path\n");
+        return 2;
+    }
+    struct stat sb;
+    if (stat(rp, &sb) == 0) {
+        const char *kind = pn_not_regular_kind(rp);
+        if (kind || !s->force) {
+            fprintf(stderr, "pn-quantize: error: ");
+            pn_fput_safe(stderr, rp);
+            if (kind)
+                fprintf(stderr, ": the report path is %s\n", kind);
+            else
+                fprintf(stderr, ": the report exists; use --force to replace it\n");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Writes the report beside its path under a temporary name. */
+static pn_status write_report_tmp(cli_state *s, const pn_quantize_result *r, pn_error *err)
+{
+    int n = snprintf(s->report_tmp, sizeof s->report_tmp, "%s.tmp.XXXXXX", s->report_path);
+    if (n < 0 || (size_t)n >= sizeof s->report_tmp)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: the report path is too long",
+                            s->report_path);
+    int fd = mkostemp(s->report_tmp, O_CLOEXEC);
+    if (fd < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
+                            strerror(errno));
+    s->have_report_tmp = true;
+    (void)fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        remove_report_tmp(s);
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
+                            strerror(e));
+    }
+    write_report_json(f, r);
+    int bad = fflush(f) != 0 || ferror(f);
+    int e = errno;
+    if (!bad && fsync(fileno(f)) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        remove_report_tmp(s);
+        return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
+                            "%s: cannot write the report: %s", s->report_path, strerror(e));
+    }
+    return PN_OK;
+}
+
+/* Puts the report in place: with --force over whatever is there, else only
+ * where nothing is (link fails on an existing name). Returns 0 or errno. */
+static int commit_report(cli_state *s)
+{
+    int e = 0;
+    if (s->force) {
+        if (rename(s->report_tmp, s->report_path) != 0)
+            e = errno;
+        else
+            s->have_report_tmp = false;
+    } else if (link(s->report_tmp, s->report_path) != 0) {
+        e = errno;
+    }
+    remove_report_tmp(s);
+    return e;
+}
+
 /* The job's result hook: the dry run's plan, the totals for later, and the
- * report under a temporary name (renamed once the output is in place). */
+ * report under a temporary name (committed once the output is in place). */
 static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *err)
 {
     cli_state *s = user;
@@ -189,24 +320,10 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
     }
     if (!s->report_path)
         return PN_OK;
-    snprintf(s->report_tmp, sizeof s->report_tmp, "%s.tmp", s->report_path);
-    FILE *f = fopen(s->report_tmp, "w");
-    if (!f)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_tmp,
-                            strerror(errno));
-    write_report_json(f, r);
-    if (fclose(f) != 0) {
-        unlink(s->report_tmp);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
-                            strerror(errno));
-    }
-    if (r->dry_run && rename(s->report_tmp, s->report_path) != 0) {
-        unlink(s->report_tmp);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
-                            strerror(errno));
-    }
-    return PN_OK;
+    return write_report_tmp(s, r, err);
 }
+
+/* ---- progress and notes ------------------------------------------------ */
 
 static const char *phase_name(int phase)
 {
@@ -231,18 +348,40 @@ static void on_progress(const pn_progress *p, void *user)
     double pct = p->weights_total ? 100.0 * (double)p->weights_done / (double)p->weights_total : 0;
     double rate = p->elapsed_s > 0 ? (double)p->weights_done / p->elapsed_s : 0;
     double eta = rate > 0 ? (double)(p->weights_total - p->weights_done) / rate : 0;
+    char name[40];
+    pn_safe_text(p->tensor_name ? p->tensor_name : "", name, sizeof name);
     fprintf(stderr, "%s%s tensor %zu/%zu %-36.36s %5.1f%%  %.3g w/s  ETA %.0fs%s",
-            s->tty ? "\r" : "", phase_name(p->phase), p->tensor_index + (p->phase != PN_PHASE_VALIDATE),
-            p->n_tensors, p->tensor_name ? p->tensor_name : "", pct, rate, eta,
-            s->tty ? "\033[K" : "\n");
+            s->tty ? "\r" : "", phase_name(p->phase),
+            p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors, name, pct, rate,
+            eta, s->tty ? "\033[K" : "\n");
     fflush(stderr);
+}
+
+/* Prints a message from the library line by line, each line terminal-safe. */
+static void put_lines(FILE *f, const char *prefix, const char *msg)
+{
+    const char *p = msg;
+    do {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char *line = strndup(p, n);
+        fputs(prefix, f);
+        pn_fput_safe(f, line ? line : "");
+        fputc('\n', f);
+        free(line);
+        p = nl ? nl + 1 : NULL;
+    } while (p && *p);
 }
 
 static void on_note(const char *msg, void *user)
 {
     cli_state *s = user;
-    fprintf(stderr, "%spn-quantize: %s\n", s->tty && s->show_progress ? "\r\033[K" : "", msg);
+    if (s->tty && s->show_progress)
+        fputs("\r\033[K", stderr);
+    put_lines(stderr, "pn-quantize: ", msg);
 }
+
+/* ---- options and the environment --------------------------------------- */
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out)
 {
@@ -250,14 +389,82 @@ static int parse_int(const char *opt, const char *v, long lo, long hi, long *out
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "pn-quantize: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
+        fprintf(stderr, "pn-quantize: %s: '", opt);
+        pn_fput_safe(stderr, v);
+        fprintf(stderr, "' is not an integer in [%ld, %ld]\n", lo, hi);
         return -1;
     }
     *out = x;
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The environment variables the program honours, read once here (the
+ * library reads none): a bad value is a usage error naming the variable. */
+static int read_environment(pn_quantize_opts *o)
+{
+    const char *v = getenv(PN_CPU_PATH_ENV);
+    if (v) {
+        int p = pn_path_from_name(v);
+        if (p < 0 || !pn_path_available(p)) {
+            char have[128] = "";
+            size_t n = 0;
+            for (int i = 0; i < PN_PATH_COUNT; i++)
+                if (pn_path_available(i))
+                    n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "",
+                                          pn_path_name(i));
+            fprintf(stderr, "pn-quantize: %s=", PN_CPU_PATH_ENV);
+            pn_fput_safe(stderr, v);
+            fprintf(stderr, ": %s ref, scalar, avx2 or avx512 (this CPU has: %s)\n",
+                    p < 0 ? "expected" : "not available here; expected", have);
+            return -1;
+        }
+        o->cpu_path = p;
+    }
+    v = getenv("PN_CHUNK_WEIGHTS");
+    if (v) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(v, &end, 10);
+        if (errno || end == v || *end || n < PN_CHUNK_WEIGHTS_MIN || n > PN_CHUNK_WEIGHTS_MAX) {
+            fprintf(stderr, "pn-quantize: PN_CHUNK_WEIGHTS=");
+            pn_fput_safe(stderr, v);
+            fprintf(stderr, ": expected a number of weights from %lld to %lld\n",
+                    (long long)PN_CHUNK_WEIGHTS_MIN, (long long)PN_CHUNK_WEIGHTS_MAX);
+            return -1;
+        }
+        o->chunk_weights = n;
+    }
+    v = getenv("PN_CUDA_EMULATE");
+    if (v) {
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+            fprintf(stderr, "pn-quantize: PN_CUDA_EMULATE=");
+            pn_fput_safe(stderr, v);
+            fprintf(stderr, ": expected 0 or 1\n");
+            return -1;
+        }
+        o->cuda_emulate = v[0] == '1';
+    }
+    return 0;
+}
+
+/* Everything the program printed must have reached stdout. */
+static int finish_stdout(int status)
+{
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    int e = errno;
+    if (fclose(stdout) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        fprintf(stderr, "pn-quantize: error: cannot write to standard output: %s\n",
+                strerror(e));
+        return status ? status : 1;
+    }
+    return status;
+}
+
+static int run(int argc, char **argv)
 {
     pn_quantize_opts o;
     pn_quantize_opts_init(&o);
@@ -307,8 +514,9 @@ int main(int argc, char **argv)
         case O_TARGET: {
             pn_error e;
             if (pn_parse_size(optarg, &o.target_size, &e) != PN_OK || o.target_size == 0) {
-                fprintf(stderr, "pn-quantize: --target-size: '%s' is not a size (examples: "
-                                "12.5GiB, 13000MB, 13e9)\n", optarg);
+                fprintf(stderr, "pn-quantize: --target-size: '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "' is not a size (examples: 12.5GiB, 13000MB, 13e9)\n");
                 return 2;
             }
             break;
@@ -327,7 +535,9 @@ int main(int argc, char **argv)
                 o.rotation_cap = (int)v;
             } else {
                 fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
-                                "hadamard:CAP, got '%s'\n", optarg);
+                                "hadamard:CAP, got '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "'\n");
                 return 2;
             }
             break;
@@ -340,7 +550,9 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "cpu") == 0) o.backend = PN_BACKEND_CPU;
             else if (strcmp(optarg, "cuda") == 0) o.backend = PN_BACKEND_CUDA;
             else {
-                fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '%s'\n", optarg);
+                fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "'\n");
                 return 2;
             }
             break;
@@ -358,8 +570,11 @@ int main(int argc, char **argv)
         default:
             if (optopt && optopt < 256)
                 fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
-            else
-                fprintf(stderr, "pn-quantize: unknown option or missing value: %s\n", argv[optind - 1]);
+            else {
+                fprintf(stderr, "pn-quantize: unknown option or missing value: ");
+                pn_fput_safe(stderr, argv[optind - 1]);
+                fputc('\n', stderr);
+            }
             fprintf(stderr, "Try 'pn-quantize --help'.\n");
             return 2;
         }
@@ -378,14 +593,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give --promote too\n");
         return 2;
     }
+    if (read_environment(&o) != 0)
+        return 2;
     o.src_path = argv[optind];
     o.dst_path = npos == 2 ? argv[optind + 1] : NULL;
+    cs.force = o.force;
+    if (cs.report_path) {
+        int rc = check_report_path(&cs, &o);
+        if (rc)
+            return rc;
+    }
     cs.show_progress = !quiet && (cs.tty || force_progress);
     o.progress = on_progress;
     o.note = on_note;
+    o.result = on_result;
     o.user = &cs;
     o.cancel = &g_cancel;
-    o.result = on_result;
     cs.quiet = quiet;
 
     struct sigaction sa;
@@ -395,6 +618,9 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* A file-size limit (ulimit -f) then fails the write like a full disk,
+     * which is reported and cleaned up, instead of killing the program. */
+    signal(SIGXFSZ, SIG_IGN);
 
     pn_quantize_stats stats;
     pn_error err;
@@ -403,26 +629,61 @@ int main(int argc, char **argv)
     if (cs.show_progress && cs.tty)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
-        fprintf(stderr, "pn-quantize: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
-        if (o.dst_path && !o.dry_run)
-            fprintf(stderr, "pn-quantize: nothing was written to %s\n", o.dst_path);
+        remove_report_tmp(&cs);
+        free(cs.totals);
+        put_lines(stderr, "pn-quantize: error: ", err.msg[0] ? err.msg : pn_strerror(st));
+        if (st == PN_ERR_NOSPACE || (st == PN_ERR_IO && strstr(err.msg, strerror(EFBIG))))
+            fprintf(stderr, "pn-quantize: the disk is full, or a file-size limit (ulimit -f) "
+                            "was reached\n");
+        if (o.dst_path && !o.dry_run) {
+            fprintf(stderr, "pn-quantize: nothing was written to ");
+            pn_fput_safe(stderr, o.dst_path);
+            fputc('\n', stderr);
+        }
         return st == PN_ERR_INTERRUPTED ? 130 : (st == PN_ERR_USAGE ? 2 : 1);
     }
-    if (cs.report_path && !o.dry_run && rename(cs.report_tmp, cs.report_path) != 0) {
-        fprintf(stderr, "pn-quantize: error: %s: cannot write the report: %s\n", cs.report_path,
-                strerror(errno));
-        unlink(cs.report_tmp);
-        return 1;
+    if (cs.report_path) {
+        int e = commit_report(&cs);
+        if (e) {
+            free(cs.totals);
+            if (o.dry_run) {
+                fprintf(stderr, "pn-quantize: error: ");
+            } else {
+                fprintf(stderr, "pn-quantize: error: wrote ");
+                pn_fput_safe(stderr, o.dst_path);
+                fprintf(stderr, ", but the report could not be written: ");
+            }
+            pn_fput_safe(stderr, cs.report_path);
+            fprintf(stderr, ": %s\n",
+                    e == EEXIST ? "it appeared during the run; use --force to replace it"
+                                : strerror(e));
+            return 1;
+        }
     }
     if (cs.totals)
         fputs(cs.totals, stdout);
     free(cs.totals);
     if (!o.dry_run && !quiet) {
-        printf("wrote %s: %s, %llu bytes, %.1f s (plan %.1f, measure %.1f, read %.1f, rotate %.1f, "
-               "quantize %.1f, error %.1f, write %.1f, crc %.1f, validate %.1f), backend %s\n",
-               o.dst_path, stats.mix_name, (unsigned long long)stats.file_bytes, stats.t_total,
-               stats.t_plan, stats.t_measure, stats.t_read, stats.t_rotate, stats.t_quantize,
-               stats.t_error, stats.t_write, stats.t_crc, stats.t_validate, stats.backend);
+        printf("wrote ");
+        pn_fput_safe(stdout, o.dst_path);
+        printf(": ");
+        pn_fput_safe(stdout, stats.mix_name);
+        printf(", %llu bytes, %.1f s, %.3g weights/s, backend %s\n",
+               (unsigned long long)stats.file_bytes, stats.t_total,
+               stats.t_total > 0 ? (double)stats.weights / stats.t_total : 0.0, stats.backend);
+        printf("stage seconds (they overlap): plan %.1f, measure %.1f (read %.1f, compute %.1f, "
+               "waiting %.1f), read %.1f, widen %.1f, rotate %.1f, quantize %.1f, error %.1f, "
+               "crc %.1f, write %.1f, flush %.1f, validate %.1f; compute waited %.1f for "
+               "input, reader %.1f for buffers\n",
+               stats.t_plan, stats.t_measure, stats.t_measure_read, stats.t_measure_compute,
+               stats.t_measure_wait_input, stats.t_read, stats.t_widen, stats.t_rotate,
+               stats.t_quantize, stats.t_error, stats.t_crc, stats.t_write, stats.t_flush,
+               stats.t_validate, stats.t_wait_input, stats.t_wait_output);
     }
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    return finish_stdout(run(argc, argv));
 }

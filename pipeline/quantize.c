@@ -45,7 +45,7 @@
  * so the final fsync has little left to do. */
 #define PN_WRITEBACK_BYTES ((uint64_t)32 << 20)
 /* Validation reads the written file in pieces of about this size. */
-#define PN_VALIDATE_PIECE ((uint64_t)4 << 20)
+#define PN_VALIDATE_PIECE ((uint64_t)2 << 20)
 
 void pn_quantize_opts_init(pn_quantize_opts *o)
 {
@@ -736,6 +736,9 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = check_source_unchanged(o, &src_stat, err);
     if (st != PN_OK)
         goto out;
+    /* the source is read: its buffers go before the output's are made */
+    gguf_reader_close(c.src);
+    c.src = NULL;
 
     /* validate, then put in place */
     double tv = pn_now_seconds();

@@ -26,6 +26,7 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
+#include "pn_source_fixture.h"
 #include "test_util.h"
 
 static char *g_dir;
@@ -52,17 +53,10 @@ static bool exists(const char *p)
 
 /* ---- a model with one tensor of each kind of chunking ------------------ */
 
-typedef struct spec {
-    const char *name;
-    uint32_t n_dims;
-    int64_t K, rows;
-    int src_type;
-} spec;
-
 /* With the recipe below: every output type, rows split into pieces
  * (K > chunk) and whole rows, a last sum block shorter than 256, rotation
  * blocks of 16 to 256. */
-static const spec g_specs[] = {
+static const sf_spec g_specs[] = {
     {"a.attn_q.weight", 2, 1280, 5, PN_TYPE_BF16},    /* pn3t, B 256, unit 1280 */
     {"b.ffn_down.weight", 2, 1088, 6, PN_TYPE_F16},   /* pn4t, B 64, unit 64 */
     {"c.ffn_up.weight", 2, 240, 9, PN_TYPE_F32},      /* pn3t, B 16, unit 80 */
@@ -87,51 +81,6 @@ static const char g_recipe[] =
     "rule g.weight => f16\n"
     "rule *.ffn_down.weight => pn4t\n"
     "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
-
-static void put_weight(uint8_t *p, int type, float v)
-{
-    if (type == PN_TYPE_F32)
-        memcpy(p, &v, 4);
-    else {
-        uint16_t h = type == PN_TYPE_F16 ? pn_fp16_from_float(v) : pn_bf16_from_float(v);
-        p[0] = (uint8_t)h;
-        p[1] = (uint8_t)(h >> 8);
-    }
-}
-
-/* Writes a model of the given tensors with Gaussian weights (and a few
- * outliers) through the project's writer. */
-static void write_model(const char *path, const spec *specs, size_t n, uint64_t seed)
-{
-    gguf_writer *w = gguf_writer_new();
-    pn_error err;
-    cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
-    for (size_t i = 0; i < n; i++) {
-        int64_t ne[4] = {specs[i].K, specs[i].n_dims > 1 ? specs[i].rows : 1, 1, 1};
-        cr_assert_eq(gguf_writer_add_tensor(w, specs[i].name, specs[i].n_dims, ne,
-                                            specs[i].src_type, &err),
-                     PN_OK, "%s", err.msg);
-    }
-    cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
-    tu_rng rng = {seed};
-    for (size_t i = 0; i < n; i++) {
-        int64_t count = specs[i].K * specs[i].rows;
-        int64_t es = pn_type_row_bytes(specs[i].src_type, 1);
-        uint8_t *buf = malloc((size_t)(count * es));
-        for (int64_t e = 0; e < count; e++) {
-            double g = 0.02 * tu_rng_gauss(&rng);
-            if (tu_rng_uniform(&rng) < 0.01)
-                g *= 10.0;
-            put_weight(buf + e * es, specs[i].src_type, (float)g);
-        }
-        cr_assert_eq(gguf_writer_write(w, buf, (size_t)(count * es), &err), PN_OK, "%s",
-                     err.msg);
-        free(buf);
-    }
-    cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);
-    cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
-    gguf_writer_free(w);
-}
 
 /* What the result hook saw. */
 typedef struct seen {
@@ -241,7 +190,7 @@ Test(pipeline, reported_errors_equal_the_separate_pass_reference_bit_for_bit_at_
      .init = setup, .fini = teardown)
 {
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
-    write_model(src, g_specs, N_SPECS, 77);
+    sf_write_model(src, g_specs, N_SPECS, 77);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     const int64_t chunks[] = {256, 1000, 3000, 0};
     const int threads[] = {1, 2};
@@ -358,7 +307,7 @@ Test(pipeline, the_sample_rule_one_row_at_a_time_equals_pn_sample_rows)
 
 /* E3, E4 of every candidate as mix/measure.h defines them, computed here on
  * the whole sampled rows with pn_measure_row. */
-static void reference_measurement(const char *src, const spec *specs, size_t n, int64_t max_rows,
+static void reference_measurement(const char *src, const sf_spec *specs, size_t n, int64_t max_rows,
                                   double *e3, double *e4)
 {
     gguf_reader *s;
@@ -399,7 +348,7 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
 {
     /* pn3t candidates: rows measured whole, and a row of 20480 measured in
      * pieces when the chunk is smaller */
-    static const spec cands[] = {
+    static const sf_spec cands[] = {
         {"a.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16},
         {"b.ffn_up.weight", 2, 20480, 3, PN_TYPE_F32},
         {"c.attn_qkv.weight", 2, 320, 7, PN_TYPE_F16},
@@ -407,7 +356,7 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
     static const char recipe_text[] = "mix M\nrotation hadamard 1024\npromote 1\n"
                                       "rule *.weight => pn3t\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
-    write_model(src, cands, 3, 5);
+    sf_write_model(src, cands, 3, 5);
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
     double e3[3], e4[3];
     reference_measurement(src, cands, 3, 100, e3, e4);
@@ -510,7 +459,7 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
      .init = setup, .fini = teardown)
 {
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
-    write_model(src, g_specs, N_SPECS, 3);
+    sf_write_model(src, g_specs, N_SPECS, 3);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     for (int which = 0; which < 2; which++) {
         damage d = {g_dir, which ? "a.attn_q.weight" : "b.ffn_down.weight", which, 0};
@@ -549,10 +498,10 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
 Test(pipeline, a_1d_tensor_of_2_24_weights_is_quantized_in_far_less_memory_than_its_row,
      .init = setup, .fini = teardown)
 {
-    static const spec big[] = {{"big.weight", 1, (int64_t)1 << 24, 1, PN_TYPE_F32}};
+    static const sf_spec big[] = {{"big.weight", 1, (int64_t)1 << 24, 1, PN_TYPE_F32}};
     static const char recipe_text[] = "mix B\nrotation hadamard 1024\nrule dims=1 => q8_0\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
-    write_model(src, big, 1, 9);
+    sf_write_model(src, big, 1, 9);
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);

@@ -22,6 +22,7 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
+#include "pn_source_fixture.h"
 #include "test_util.h"
 
 #define GOLDEN PN_TEST_DATA "/golden/"
@@ -553,7 +554,7 @@ Test(quantize, refuses_a_source_that_is_already_quantized, .init = setup, .fini 
 
 static int run_cli(const char *args, char **out, char **err)
 {
-    char cmd[16384];
+    char cmd[40960];
     snprintf(cmd, sizeof cmd, "%s/pn-quantize %s", PN_BIN_DIR, args);
     return tu_run(cmd, out, err);
 }
@@ -800,4 +801,494 @@ Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup
     free(src);
     free(a);
     free(b);
+}
+
+/* ==== issue 11: nothing the user gives destroys a file, crashes, hangs or lies ==== */
+
+static char *read_text(const char *path)
+{
+    size_t n;
+    char *t = tu_read_file(path, &n);
+    t = realloc(t, n + 1);
+    t[n] = 0;
+    return t;
+}
+
+static bool has_byte(const char *s, unsigned char b) { return s && strchr(s, b) != NULL; }
+
+/* item 1 */
+Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_nothing_is_touched,
+     .init = setup, .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf"), *link_to_src = path_in("alias.gguf");
+    cr_assert_eq(link(src, link_to_src), 0);
+    size_t n0;
+    void *before = tu_read_file(src, &n0);
+    char args[8192], *out, *err;
+    const char *reports[] = {src, link_to_src, dst};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "--force --recipe %s --promote 0 --report %s %s %s",
+                 FALLBACK_RECIPE, reports[i], src, dst);
+        cr_assert_eq(run_cli(args, &out, &err), 2, "%s", err);
+        cr_assert(strstr(err, i < 2 ? "that is the source" : "that is the output"), "%s", err);
+        cr_assert_str_empty(out);
+        assert_nothing_left(g_dir, dst);
+        size_t n1;
+        void *after = tu_read_file(src, &n1);
+        cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the source changed");
+        free(after);
+        free(out);
+        free(err);
+    }
+    free(before);
+    free(src);
+    free(dst);
+    free(link_to_src);
+}
+
+/* item 1 */
+Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_force,
+     .init = setup, .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf"), *rep = path_in("r.json");
+    cr_assert_eq(tu_write_file(rep, "mine", 4), 0);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--quiet --recipe %s --promote 0 --report %s %s %s",
+             FALLBACK_RECIPE, rep, src, dst);
+    cr_assert_eq(run_cli(args, &out, &err), 1, "%s", err);
+    cr_assert(strstr(err, "r.json") && strstr(err, "the report exists") && strstr(err, "--force"),
+              "%s", err);
+    char *kept = read_text(rep);
+    cr_assert_str_eq(kept, "mine");
+    free(kept);
+    assert_nothing_left(g_dir, dst);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "--quiet --force --recipe %s --promote 0 --report %s %s %s",
+             FALLBACK_RECIPE, rep, src, dst);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    char *json = read_text(rep);
+    cr_assert(json[0] == '{' && strstr(json, "\"relative_error\""), "%s", json);
+    free(json);
+    cr_assert(exists(dst));
+    free(out);
+    free(err);
+    free(src);
+    free(dst);
+    free(rep);
+}
+
+/* item 2 */
+Test(quantize_cli, a_report_that_cannot_be_written_leaves_no_output_and_says_so, .init = setup,
+     .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("out.gguf");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--quiet --recipe %s --promote 0 --report /nonexistent/r.json %s %s",
+             FALLBACK_RECIPE, src, dst);
+    cr_assert_eq(run_cli(args, &out, &err), 1, "%s", err);
+    cr_assert(strstr(err, "/nonexistent/r.json") && strstr(err, "nothing was written to"), "%s",
+              err);
+    assert_nothing_left(g_dir, dst);
+    free(out);
+    free(err);
+    free(src);
+    free(dst);
+}
+
+/* item 2: a failure after the output's commit is reported as what it is */
+Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_output_named,
+     .init = setup, .fini = teardown)
+{
+    pn_synth_opts so;
+    memset(&so, 0, sizeof so);
+    char *src = path_in("big.gguf");
+    so.path = src;
+    so.config = pn_qwen38_config_scaled(4, 1, 256); /* ~25 M weights: seconds on one thread */
+    so.seed = 1;
+    pn_error e;
+    cr_assert_eq(pn_synth_write(&so, &e), PN_OK, "%s", e.msg);
+    char *dst = path_in("dst.gguf"), *rep = path_in("r.json"), *errf = path_in("stderr.txt");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        int ef = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(devnull, 1);
+        dup2(ef, 2);
+        setenv("PN_CPU_PATH", "ref", 1);
+        execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--quiet", "--promote", "0", "--backend",
+              "cpu", "--threads", "1", "--report", rep, src, dst, (char *)NULL);
+        _exit(127);
+    }
+    /* once the run is writing, another program puts a file at the report path */
+    bool writing = false;
+    for (int i = 0; i < 1200 && !writing; i++) {
+        char *o = NULL, cmd[4096];
+        snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c 'dst.gguf\\.tmp\\.' || true", g_dir);
+        tu_run(cmd, &o, NULL);
+        writing = atoi(o) > 0;
+        free(o);
+        if (!writing)
+            usleep(10000);
+    }
+    cr_assert(writing, "the run never started writing");
+    cr_assert_eq(tu_write_file(rep, "someone else's", 14), 0);
+    int status;
+    waitpid(pid, &status, 0);
+    char *msg = read_text(errf);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d: %s", status, msg);
+    cr_assert(strstr(msg, "wrote ") && strstr(msg, "dst.gguf") &&
+                  strstr(msg, "but the report could not be written") && strstr(msg, "r.json"),
+              "%s", msg);
+    cr_assert(!strstr(msg, "nothing was written"), "%s", msg);
+    char *kept = read_text(rep);
+    cr_assert_str_eq(kept, "someone else's");
+    cr_assert(exists(dst), "the output was committed");
+    char cmd[4096], *o = NULL;
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", g_dir);
+    tu_run(cmd, &o, NULL);
+    cr_assert_eq(atoi(o), 0, "a temporary file is left");
+    free(o);
+    free(kept);
+    free(msg);
+    free(src);
+    free(dst);
+    free(rep);
+    free(errf);
+}
+
+/* item 3: another run's output appears while this one writes */
+typedef struct mid_run {
+    const char *path;
+    int calls;
+    int truncate;     /* 0: create path; else truncate path to this fraction (1/truncate) */
+    int phase;        /* the phase whose first call acts */
+} mid_run;
+
+static void act_mid_run(const pn_progress *p, void *user)
+{
+    mid_run *m = user;
+    if (p->phase != m->phase || m->calls++)
+        return;
+    if (m->truncate) {
+        struct stat sb;
+        cr_assert_eq(stat(m->path, &sb), 0);
+        cr_assert_eq(truncate(m->path, sb.st_size / m->truncate), 0);
+    } else {
+        cr_assert_eq(tu_write_file(m->path, "another run", 11), 0);
+    }
+}
+
+Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_force,
+     .init = setup, .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 3);
+    char *dst = path_in("dst.gguf");
+    mid_run m = {dst, 0, 0, PN_PHASE_QUANTIZE};
+    pn_quantize_opts o;
+    base_opts(&o, src, dst);
+    o.progress = act_mid_run;
+    o.user = &m;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_EXISTS, "%s", err.msg);
+    cr_assert_gt(m.calls, 0);
+    cr_assert(strstr(err.msg, "dst.gguf"), "%s", err.msg);
+    char *kept = read_text(dst);
+    cr_assert_str_eq(kept, "another run");
+    free(kept);
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", g_dir);
+    tu_run(cmd, &out, NULL);
+    cr_assert_eq(atoi(out), 0, "a temporary file is left");
+    free(out);
+    free(src);
+    free(dst);
+}
+
+/* item 4 */
+Test(quantize_cli, a_dry_run_into_a_full_stdout_fails_with_a_message, .init = setup,
+     .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "%s/pn-quantize --dry-run --recipe %s %s > /dev/full", PN_BIN_DIR,
+             FALLBACK_RECIPE, src);
+    int rc = tu_run(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "standard output") && strstr(err, "No space left"), "%s", err);
+    free(out);
+    free(err);
+    free(src);
+}
+
+/* item 5 */
+Test(quantize, a_source_truncated_while_it_is_read_is_an_error_naming_it, .init = setup,
+     .fini = teardown)
+{
+    for (int measuring = 0; measuring < 2; measuring++) {
+        char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+        char *dst = path_in("dst.gguf");
+        mid_run m = {src, 0, 2, measuring ? PN_PHASE_MEASURE : PN_PHASE_QUANTIZE};
+        pn_quantize_opts o;
+        base_opts(&o, src, dst);
+        o.promote = measuring ? 3 : 0;
+        o.chunk_weights = 256;
+        o.progress = act_mid_run;
+        o.user = &m;
+        pn_error err;
+        pn_status st = pn_quantize_file(&o, NULL, &err);
+        cr_assert_eq(st, PN_ERR_TRUNCATED, "%s: %s", pn_strerror(st), err.msg);
+        cr_assert_eq(m.calls > 0, 1);
+        cr_assert(strstr(err.msg, src) && strstr(err.msg, "changed or shrank"), "%s", err.msg);
+        assert_nothing_left(g_dir, dst);
+        unlink(src);
+        free(src);
+        free(dst);
+    }
+}
+
+/* item 6 */
+Test(quantize_cli, a_file_size_limit_fails_like_a_full_disk_and_leaves_nothing, .init = setup,
+     .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf");
+    char args[8192], *out, *err;
+    /* no trap: the program itself must survive SIGXFSZ */
+    snprintf(args, sizeof args,
+             "sh -c 'ulimit -f 200; exec %s/pn-quantize --quiet --recipe %s --promote 0 %s %s'",
+             PN_BIN_DIR, FALLBACK_RECIPE, src, dst);
+    int rc = tu_run(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "dst.gguf") && strstr(err, "file-size limit") &&
+                  strstr(err, "nothing was written"),
+              "%s", err);
+    assert_nothing_left(g_dir, dst);
+    free(out);
+    free(err);
+    free(src);
+    free(dst);
+}
+
+/* item 7: cheap enough for the sanitizer build, which runs this suite */
+Test(quantize, measures_and_quantizes_rows_of_1280_on_two_threads, .init = setup,
+     .fini = teardown)
+{
+    static const sf_spec specs[] = {
+        {"blk.0.attn_qkv.weight", 2, 1280, 24, PN_TYPE_BF16},
+        {"blk.0.ffn_up.weight", 2, 1280, 16, PN_TYPE_BF16},
+        {"blk.0.ffn_gate.weight", 2, 1280, 16, PN_TYPE_F16},
+        {"blk.0.attn_norm.weight", 1, 1280, 1, PN_TYPE_F32},
+    };
+    char *src = path_in("src.gguf"), *dst = path_in("dst.gguf");
+    sf_write_model(src, specs, 4, 12);
+    pn_quantize_opts o;
+    base_opts(&o, src, dst);
+    o.threads = 2;
+    o.promote = 2;
+    pn_quantize_stats s;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, &s, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(s.n_promoted, 2);
+    cr_assert_gt(s.t_measure, 0.0);
+    check_against_reference(src, dst, 1024, NULL);
+    free(src);
+    free(dst);
+}
+
+/* item 9 */
+Test(quantize_cli, fifos_as_source_recipe_promote_list_measurement_or_report_are_refused_at_once,
+     .init = setup, .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *fifo = path_in("pipe"), *dst = path_in("dst.gguf");
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    char args[5][8192];
+    snprintf(args[0], sizeof args[0], "--recipe %s --promote 0 %s %s", FALLBACK_RECIPE, fifo, dst);
+    snprintf(args[1], sizeof args[1], "--recipe %s --promote 0 %s %s", fifo, src, dst);
+    snprintf(args[2], sizeof args[2], "--recipe %s --promote-list %s %s %s", FALLBACK_RECIPE, fifo,
+             src, dst);
+    snprintf(args[3], sizeof args[3], "--recipe %s --promote 1 --measurement %s %s %s",
+             FALLBACK_RECIPE, fifo, src, dst);
+    snprintf(args[4], sizeof args[4], "--recipe %s --promote 0 --report %s %s %s", FALLBACK_RECIPE,
+             fifo, src, dst);
+    for (int i = 0; i < 5; i++) {
+        char cmd[40960], *out, *err;
+        /* a hang is a failure, not a stuck suite */
+        snprintf(cmd, sizeof cmd, "timeout 20 %s/pn-quantize %.8000s", PN_BIN_DIR, args[i]);
+        int rc = tu_run(cmd, &out, &err);
+        cr_assert(rc == 1 || rc == 2, "case %d: exit %d (124: it hung): %s", i, rc, err);
+        cr_assert(strstr(err, fifo) && strstr(err, "FIFO"), "case %d: %s", i, err);
+        assert_nothing_left(g_dir, dst);
+        free(out);
+        free(err);
+    }
+    free(src);
+    free(fifo);
+    free(dst);
+}
+
+/* item 12 */
+Test(quantize_cli, names_with_terminal_escapes_are_printed_safely_everywhere, .init = setup,
+     .fini = teardown)
+{
+    static const sf_spec specs[] = {
+        {"blk.0.\x1b]0;owned\x07.attn_q.weight", 2, 320, 4, PN_TYPE_F32},
+        {"blk.0.\x1b[2J.ffn_up.weight", 2, 320, 4, PN_TYPE_F32},
+        {"blk.0.attn_norm.weight", 1, 320, 1, PN_TYPE_F32},
+    };
+    static const char recipe_text[] = "mix E\nrotation hadamard 1024\npromote 0\n"
+                                      "rule dims=1 => f32\n"
+                                      "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
+    static const char narrow_text[] = "mix E\nrotation hadamard 1024\nrule dims=1 => f32\n";
+    char *src = path_in("src.gguf"), *dst = path_in("dst.gguf"), *rep = path_in("r.json");
+    char *recipe = path_in("e.mix"), *narrow = path_in("n.mix"), *list = path_in("list.txt");
+    sf_write_model(src, specs, 3, 4);
+    cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
+    cr_assert_eq(tu_write_file(narrow, narrow_text, strlen(narrow_text)), 0);
+    const char *names = "blk.9.\x1b]0;x\x07.weight\n";
+    cr_assert_eq(tu_write_file(list, names, strlen(names)), 0);
+    char args[4][8192];
+    snprintf(args[0], sizeof args[0], "--dry-run --recipe %s %s", recipe, src);
+    snprintf(args[1], sizeof args[1], "--progress --recipe %s --report %s %s %s", recipe, rep, src,
+             dst);
+    snprintf(args[2], sizeof args[2], "--recipe %s %s %s.2", narrow, src, dst);
+    snprintf(args[3], sizeof args[3], "--recipe %s --promote-list %s %s %s.3", recipe, list, src,
+             dst);
+    const int want[] = {0, 0, 1, 2};
+    for (int i = 0; i < 4; i++) {
+        char *out, *err;
+        int rc = run_cli(args[i], &out, &err);
+        cr_assert_eq(rc, want[i], "case %d: exit %d: %s", i, rc, err);
+        cr_assert(!has_byte(out, 0x1b) && !has_byte(out, 0x07), "case %d: raw escape on stdout",
+                  i);
+        cr_assert(!has_byte(err, 0x1b) && !has_byte(err, 0x07), "case %d: raw escape on stderr",
+                  i);
+        /* the names are still there, visibly escaped */
+        cr_assert(strstr(out, "\\x1b") || strstr(err, "\\x1b"), "case %d: %s %s", i, out, err);
+        free(out);
+        free(err);
+    }
+    char *json = read_text(rep);
+    cr_assert(!has_byte(json, 0x1b) && strstr(json, "\\u001b]0;owned\\u0007"), "%s", json);
+    free(json);
+    free(src);
+    free(dst);
+    free(rep);
+    free(recipe);
+    free(narrow);
+    free(list);
+}
+
+/* smaller items: the environment is read by the program only */
+Test(quantize_cli, bad_environment_values_are_usage_errors_naming_the_variable, .init = setup,
+     .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf");
+    const char *env[] = {"PN_CPU_PATH=turbo", "PN_CHUNK_WEIGHTS=12abc", "PN_CHUNK_WEIGHTS=3",
+                         "PN_CUDA_EMULATE=yes"};
+    const char *says[] = {"PN_CPU_PATH=turbo: expected ref, scalar, avx2 or avx512 (this CPU has: ref, scalar",
+                          "PN_CHUNK_WEIGHTS=12abc: expected a number of weights",
+                          "PN_CHUNK_WEIGHTS=3: expected", "PN_CUDA_EMULATE=yes: expected 0 or 1"};
+    for (int i = 0; i < 4; i++) {
+        char cmd[8192], *out, *err;
+        snprintf(cmd, sizeof cmd, "%s %s/pn-quantize --recipe %s %s %s", env[i], PN_BIN_DIR,
+                 FALLBACK_RECIPE, src, dst);
+        cr_assert_eq(tu_run(cmd, &out, &err), 2, "%s", err);
+        cr_assert(strstr(err, says[i]), "%s", err);
+        assert_nothing_left(g_dir, dst);
+        free(out);
+        free(err);
+    }
+    free(src);
+    free(dst);
+}
+
+Test(quantize, the_library_reads_no_environment_variable, .init = setup, .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 6);
+    char *a = path_in("a.gguf"), *b = path_in("b.gguf");
+    pn_quantize_opts o;
+    base_opts(&o, src, a);
+    o.promote = 1;
+    run_ok(&o);
+    /* values that would fail or change the run if anything below cmd/ read them */
+    setenv("PN_CPU_PATH", "turbo", 1);
+    setenv("PN_CHUNK_WEIGHTS", "garbage", 1);
+    setenv("PN_CUDA_EMULATE", "1", 1);
+    o.dst_path = b;
+    o.backend = PN_BACKEND_AUTO;
+    pn_quantize_stats s;
+    pn_error err;
+    pn_status st = pn_quantize_file(&o, &s, &err);
+    unsetenv("PN_CPU_PATH");
+    unsetenv("PN_CHUNK_WEIGHTS");
+    unsetenv("PN_CUDA_EMULATE");
+    cr_assert_eq(st, PN_OK, "%s", err.msg);
+    cr_assert(strncmp(s.backend, "cuda", 4) != 0 || !strstr(s.backend, "emulat"), "%s", s.backend);
+    assert_same_bytes(a, b, "the environment changed the output");
+    free(src);
+    free(a);
+    free(b);
+}
+
+typedef struct notes {
+    char text[8192];
+} notes;
+
+static void keep_note(const char *msg, void *user)
+{
+    notes *n = user;
+    size_t l = strlen(n->text);
+    snprintf(n->text + l, sizeof n->text - l, "%s\n", msg);
+}
+
+Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .init = setup,
+     .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf"), *stale = path_in("dst.gguf.tmp.Ab3xYz");
+    cr_assert_eq(tu_write_file(stale, "killed run", 10), 0);
+    notes n = {""};
+    pn_quantize_opts o;
+    base_opts(&o, src, dst);
+    o.note = keep_note;
+    o.user = &n;
+    run_ok(&o);
+    cr_assert(strstr(n.text, stale) && strstr(n.text, "remove it"), "%s", n.text);
+    cr_assert(exists(stale), "the stale file is the user's to remove");
+    cr_assert(exists(dst));
+    free(src);
+    free(dst);
+    free(stale);
+}
+
+Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_in_one_line, .init = setup,
+     .fini = teardown)
+{
+    if (!pn_cuda_build_enabled())
+        cr_skip("this build has no CUDA backend, so it never looks for a GPU");
+    pn_cuda_ctx *ctx = NULL;
+    if (pn_cuda_open(0, &ctx, NULL) == PN_OK) {
+        pn_cuda_close(ctx);
+        cr_skip("this machine has a usable GPU, so there is no fallback to report");
+    }
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--quiet --threads 2 --recipe %s --promote 0 %s %s",
+             FALLBACK_RECIPE, src, dst);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    cr_assert(strncmp(err, "pn-quantize: no usable GPU: ", 28) == 0, "%s", err);
+    cr_assert(strstr(err, "; using the CPU, 2 threads\n"), "%s", err);
+    cr_assert_eq(strchr(err, '\n') - err + 1, (long)strlen(err), "more than one line: %s", err);
+    free(out);
+    free(err);
+    free(src);
+    free(dst);
 }

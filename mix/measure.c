@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mix/name_index.h"
 #include "quant/pn.h"
 #include "quant/types.h"
 
@@ -364,6 +365,7 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
     if (st != PN_OK)
         return st;
     pn_measurement *m = NULL;
+    pn_name_index *seen = NULL;
     if (memchr(buf, '\0', len))
         LFAIL(PN_ERR_FORMAT, "%s: expected a text file, found a NUL byte", path);
     buf[len] = '\0';
@@ -407,7 +409,8 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
         LFAIL(PN_ERR_FORMAT, "%s:4: expected 'candidates<TAB><count>' with a count the file can hold",
               path);
     m->entries = calloc(count ? (size_t)count : 1, sizeof *m->entries);
-    if (!m->entries)
+    seen = pn_name_index_new((size_t)count);
+    if (!m->entries || !seen)
         LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
 
     for (int64_t i = 0; i < count; i++) {
@@ -422,9 +425,9 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
         if (!parse_e(fl[1], &e->e3) || !parse_e(fl[2], &e->e4))
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s': expected two finite errors >= 0, found '%s' '%s'",
                   path, line, fl[0], fl[1], fl[2]);
-        if (pn_measurement_find(m, fl[0]) >= 0)
+        if (pn_name_index_get(seen, fl[0]) >= 0)
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s' is listed twice", path, line, fl[0]);
-        if (!(e->name = strdup(fl[0])))
+        if (!(e->name = strdup(fl[0])) || !pn_name_index_put(seen, e->name, m->n, NULL))
             LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
         m->n++;
     }
@@ -436,6 +439,7 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
         LFAIL(PN_ERR_FORMAT, "%s:%d: expected nothing after 'end'", path, lr.line + 1);
 done:
     free(buf);
+    pn_name_index_free(seen);
     if (st) {
         pn_measurement_free(m);
         return st;

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mix/name_index.h"
+
 typedef struct ranked {
     size_t index;     /* plan tensor index */
     double gain;      /* E3 - E4 */
@@ -20,29 +22,39 @@ static int cmp_ranked(const void *a, const void *b)
 pn_status pn_promotion_order(const pn_plan *plan, const pn_measurement *m, size_t *order,
                              pn_error *err)
 {
-    for (size_t i = 0; i < m->n; i++) {
-        long idx = pn_plan_find(plan, m->entries[i].name);
-        if (idx < 0 || !plan->tensors[idx].candidate)
-            return pn_error_set(err, PN_ERR_MISMATCH,
-                                "measurement: tensor '%s' is %s; the measurement was made for "
-                                "another model or recipe", m->entries[i].name,
-                                idx < 0 ? "not in the model" : "not a promotion candidate of this plan");
+    /* names through hash indices: linear in the tensors and the entries */
+    pn_name_index *tensors = pn_name_index_new(plan->n_tensors);
+    pn_name_index *entries = pn_name_index_new(m->n);
+    ranked *r = malloc((plan->n_candidates ? plan->n_candidates : 1) * sizeof *r);
+    pn_status st = PN_OK;
+    if (!tensors || !entries || !r) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "promotion order: out of memory");
+        goto done;
     }
-    size_t nc = plan->n_candidates;
-    ranked *r = malloc((nc ? nc : 1) * sizeof *r);
-    if (!r)
-        return pn_error_set(err, PN_ERR_NOMEM, "promotion order: out of memory");
+    for (size_t i = 0; i < plan->n_tensors; i++)
+        pn_name_index_put(tensors, plan->tensors[i].name, i, NULL);  /* names are unique */
+    for (size_t i = 0; i < m->n; i++) {
+        long idx = pn_name_index_get(tensors, m->entries[i].name);
+        if (idx < 0 || !plan->tensors[idx].candidate) {
+            st = pn_error_set(err, PN_ERR_MISMATCH,
+                              "measurement: tensor '%s' is %s; the measurement was made for "
+                              "another model or recipe", m->entries[i].name,
+                              idx < 0 ? "not in the model" : "not a promotion candidate of this plan");
+            goto done;
+        }
+        pn_name_index_put(entries, m->entries[i].name, i, NULL);
+    }
     size_t k = 0;
     for (size_t i = 0; i < plan->n_tensors; i++) {
         const pn_plan_tensor *t = &plan->tensors[i];
         if (!t->candidate)
             continue;
-        long e = pn_measurement_find(m, t->name);
+        long e = pn_name_index_get(entries, t->name);
         if (e < 0) {
-            free(r);
-            return pn_error_set(err, PN_ERR_MISMATCH,
-                                "measurement: no measurement for candidate '%s'; measure again",
-                                t->name);
+            st = pn_error_set(err, PN_ERR_MISMATCH,
+                              "measurement: no measurement for candidate '%s'; measure again",
+                              t->name);
+            goto done;
         }
         r[k].index = i;
         r[k].gain = m->entries[e].e3 - m->entries[e].e4;
@@ -51,8 +63,11 @@ pn_status pn_promotion_order(const pn_plan *plan, const pn_measurement *m, size_
     qsort(r, k, sizeof *r, cmp_ranked);
     for (size_t i = 0; i < k; i++)
         order[i] = r[i].index;
+done:
     free(r);
-    return PN_OK;
+    pn_name_index_free(tensors);
+    pn_name_index_free(entries);
+    return st;
 }
 
 static pn_status ordered(const pn_plan *plan, const pn_measurement *m, size_t **order,

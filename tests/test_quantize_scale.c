@@ -1,0 +1,227 @@
+/* pn-quantize on headers of a few MB that hold very many keys or tensors
+ * (issue 11 item 10): planning, measuring, sizing and writing stay linear,
+ * and a signal is honoured while the header is planned. The bounds are
+ * generous (a quadratic step takes minutes at these sizes, the linear work
+ * well under a second).
+ *
+ * The output's keys and tensor infos go through the GGUF writer; these tests
+ * need the writer that indexes them by name (it arrived with
+ * common/outfile.h): with the older one, which compared every key and name
+ * with all the earlier ones, they are reported as skipped. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pipeline/quantize.h"
+#include "quant/types.h"
+#include "test_util.h"
+
+#if defined(__has_include)
+#if __has_include("common/outfile.h")
+#define INDEXED_WRITER 1
+#endif
+#endif
+
+static void need_indexed_writer(void)
+{
+#ifndef INDEXED_WRITER
+    cr_skip("the GGUF writer of this tree compares every key and tensor name with all the "
+            "earlier ones (quadratic); these tests need the indexed writer (common/outfile.h)");
+#endif
+}
+
+static char *g_dir;
+
+static void setup(void) { g_dir = tu_mkdtemp(); }
+static void teardown(void)
+{
+    tu_rm_rf(g_dir);
+    free(g_dir);
+}
+
+static char *path_in(const char *name)
+{
+    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", g_dir, name);
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
+static void put_u64(FILE *f, uint64_t v) { fwrite(&v, 8, 1, f); }
+static void put_str(FILE *f, const char *s)
+{
+    put_u64(f, strlen(s));
+    fwrite(s, 1, strlen(s), f);
+}
+
+/* A GGUF v3 file written byte by byte (no writer involved): n_kv u32 keys
+ * "k.0000000".., n_t f32 tensors "blk.N.attn_q.weight" of K x rows. */
+static void write_raw(const char *path, size_t n_kv, size_t n_t, int64_t K, int64_t rows)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite("GGUF", 1, 4, f);
+    put_u32(f, 3);
+    put_u64(f, n_t);
+    put_u64(f, n_kv);
+    char name[64];
+    for (size_t i = 0; i < n_kv; i++) {
+        snprintf(name, sizeof name, "k.%07zu", i);
+        put_str(f, name);
+        put_u32(f, 4); /* GGUF_TYPE_UINT32 */
+        put_u32(f, (uint32_t)i);
+    }
+    const uint64_t bytes = (uint64_t)(K * rows * 4);
+    const uint64_t padded = (bytes + 31) / 32 * 32;
+    for (size_t i = 0; i < n_t; i++) {
+        snprintf(name, sizeof name, "blk.%zu.attn_q.weight", i);
+        put_str(f, name);
+        put_u32(f, 2);
+        put_u64(f, (uint64_t)K);
+        put_u64(f, (uint64_t)rows);
+        put_u32(f, PN_TYPE_F32);
+        put_u64(f, i * padded);
+    }
+    long pos = ftell(f);
+    for (long p = pos; p % 32; p++)
+        fputc(0, f);
+    tu_rng rng = {42};
+    float *row = malloc((size_t)padded);
+    memset(row, 0, (size_t)padded);
+    for (size_t i = 0; i < n_t; i++) {
+        for (int64_t e = 0; e < K * rows; e++)
+            row[e] = (float)(0.02 * tu_rng_gauss(&rng));
+        fwrite(row, 1, (size_t)padded, f);
+    }
+    free(row);
+    cr_assert_eq(fclose(f), 0);
+}
+
+static const char k_recipe[] = "mix S\nrotation hadamard 1024\npromote 0\n"
+                               "rule *.weight => pn3t\n";
+
+static pn_status run(const char *src, const char *dst, const char *recipe, int promote,
+                     uint64_t target, const char *list, bool dry, double *seconds,
+                     pn_quantize_stats *s, pn_error *err)
+{
+    pn_quantize_opts o;
+    pn_quantize_opts_init(&o);
+    o.src_path = src;
+    o.dst_path = dst;
+    o.recipe_path = recipe;
+    o.promote = promote;
+    o.target_size = target;
+    o.promote_list_path = list;
+    o.dry_run = dry;
+    o.threads = 2;
+    o.backend = PN_BACKEND_CPU;
+    double t0 = now_s();
+    pn_status st = pn_quantize_file(&o, s, err);
+    *seconds = now_s() - t0;
+    return st;
+}
+
+Test(quantize_scale, a_header_of_200k_keys_is_planned_and_written_in_linear_time, .init = setup,
+     .fini = teardown)
+{
+    need_indexed_writer();
+    char *src = path_in("keys.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");
+    write_raw(src, 200000, 2, 320, 4);
+    cr_assert_eq(tu_write_file(recipe, k_recipe, strlen(k_recipe)), 0);
+    double t;
+    pn_quantize_stats s;
+    pn_error err;
+    cr_assert_eq(run(src, NULL, recipe, 0, 0, NULL, true, &t, &s, &err), PN_OK, "%s", err.msg);
+    cr_assert_lt(t, 20.0, "dry run of 200k keys: %.1f s", t);
+    cr_assert_eq(run(src, dst, recipe, 1, 0, NULL, false, &t, &s, &err), PN_OK, "%s", err.msg);
+    cr_assert_lt(t, 30.0, "run of 200k keys: %.1f s", t);
+    free(src);
+    free(dst);
+    free(recipe);
+}
+
+Test(quantize_scale, sixty_thousand_tensors_are_measured_sized_promoted_and_written_in_linear_time,
+     .init = setup, .fini = teardown)
+{
+    need_indexed_writer();
+    enum { N = 60000 };
+    char *src = path_in("tensors.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");
+    char *list = path_in("list.txt");
+    write_raw(src, 1, N, 320, 1);
+    cr_assert_eq(tu_write_file(recipe, k_recipe, strlen(k_recipe)), 0);
+    FILE *f = fopen(list, "w");
+    for (int i = 0; i < N; i += 2)
+        fprintf(f, "blk.%d.attn_q.weight\n", i);
+    fclose(f);
+    double t;
+    pn_quantize_stats s;
+    pn_error err;
+    /* every tensor a candidate: 60k measured, ordered and promoted */
+    cr_assert_eq(run(src, dst, recipe, N / 3, 0, NULL, false, &t, &s, &err), PN_OK, "%s",
+                 err.msg);
+    cr_assert_eq(s.n_promoted, N / 3);
+    cr_assert_lt(t, 60.0, "60k tensors, measured and written: %.1f s", t);
+    /* the size search over 60k candidates */
+    uint64_t limit = s.file_bytes;
+    cr_assert_eq(run(src, NULL, recipe, -1, limit, NULL, true, &t, &s, &err), PN_OK, "%s",
+                 err.msg);
+    cr_assert_eq(s.n_promoted, N / 3);
+    cr_assert_lt(t, 60.0, "--target-size over 60k candidates: %.1f s", t);
+    /* a promote list of 30k names */
+    cr_assert_eq(run(src, NULL, recipe, -1, 0, list, true, &t, &s, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(s.n_promoted, N / 2);
+    cr_assert_lt(t, 20.0, "a promote list of 30k names: %.1f s", t);
+    free(src);
+    free(dst);
+    free(recipe);
+    free(list);
+}
+
+Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_once,
+     .init = setup, .fini = teardown)
+{
+    need_indexed_writer();
+    char *src = path_in("keys.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");
+    write_raw(src, 200000, 64, 320, 64);
+    cr_assert_eq(tu_write_file(recipe, k_recipe, strlen(k_recipe)), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--recipe", recipe, "--promote", "4",
+              "--threads", "1", src, dst, (char *)NULL);
+        _exit(127);
+    }
+    usleep(100000);
+    double t0 = now_s();
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    double t = now_s() - t0;
+    /* 130 when the signal landed in the run; 0 when the run was already done */
+    cr_assert(WIFEXITED(status) && (WEXITSTATUS(status) == 130 || WEXITSTATUS(status) == 0),
+              "status %d", status);
+    cr_assert_lt(t, 5.0, "the run took %.1f s to stop after SIGTERM", t);
+    struct stat sb;
+    if (WEXITSTATUS(status) == 130)
+        cr_assert_neq(stat(dst, &sb), 0, "an interrupted run left its output");
+    free(src);
+    free(dst);
+    free(recipe);
+}

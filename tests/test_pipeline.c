@@ -404,17 +404,33 @@ typedef struct damage {
     int done;
 } damage;
 
-/* Finds the temporary output in dir (the only "*.tmp.*" file). */
+/* The temporary output this process is writing in dir, as a path that
+ * opens it: a named temporary file ("*.tmp.*", ".*.pn-*"), or an unnamed
+ * one (O_TMPFILE) through the descriptor the job holds, /proc/self/fd/N. */
 static char *find_temp(const char *dir)
 {
     char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "ls '%s' | grep '\\.tmp\\.' | head -1", dir);
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep '\\.tmp\\.\\|\\.pn-' | head -1", dir);
     tu_run(cmd, &out, NULL);
     out[strcspn(out, "\n")] = 0;
-    cr_assert(out[0], "no temporary file in %s", dir);
-    char *p = malloc(strlen(dir) + strlen(out) + 2);
-    sprintf(p, "%s/%s", dir, out);
+    char *p = NULL;
+    if (out[0]) {
+        p = malloc(strlen(dir) + strlen(out) + 2);
+        sprintf(p, "%s/%s", dir, out);
+    } else {
+        for (int fd = 3; fd < 1024 && !p; fd++) {
+            char link[64], target[4096];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, target, sizeof target - 1);
+            if (n <= 0)
+                continue;
+            target[n] = 0;
+            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, "(deleted)"))
+                p = strdup(link);
+        }
+    }
     free(out);
+    cr_assert(p, "no temporary output in %s", dir);
     return p;
 }
 
@@ -483,7 +499,7 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
         }
         cr_assert(!exists(dst));
         char cmd[4096], *out = NULL;
-        snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", g_dir);
+        snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.\\|\\.pn-' || true", g_dir);
         tu_run(cmd, &out, NULL);
         cr_assert_eq(atoi(out), 0, "a temporary file is left");
         free(out);

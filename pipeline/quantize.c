@@ -170,6 +170,33 @@ static void progress(run_ctx *c, int phase, size_t i, const char *name)
     c->o->progress(&p, c->o->user);
 }
 
+/* ---- where the writer's output file is reached ------------------------
+ * The three helpers below are the only places that know how the writer
+ * holds its temporary output. With the atomic-output writer (common/
+ * outfile.h: possibly an unnamed O_TMPFILE file) they become:
+ *   written_name:    return c->o->dst_path;
+ *   open_written:    gguf_reader_open_fd(gguf_writer_fd(c->w), c->o->dst_path, r, err)
+ *   writeback_fd:    dup(gguf_writer_fd(c->w))
+ * (and gguf_writer_set_replace(c.w, o->force) goes before begin, the
+ * stale-file note comes from gguf_writer_note(c.w) after begin). */
+
+/* The name messages about the written file use. */
+static const char *written_name(const run_ctx *c) { return gguf_writer_temp_path(c->w); }
+
+/* The written file, for reading it back. */
+static pn_status open_written(run_ctx *c, gguf_reader **r, pn_error *err)
+{
+    return gguf_reader_open(gguf_writer_temp_path(c->w), r, err);
+}
+
+/* A descriptor of the written file for early writeback (closed by the
+ * caller), or -1. */
+static int writeback_fd(const run_ctx *c)
+{
+    const char *tmp = gguf_writer_temp_path(c->w);
+    return tmp ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
+}
+
 /* The streaming pass: the state of the three stages. */
 typedef struct quant_job {
     run_ctx *c;
@@ -334,10 +361,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
             goto done;
         }
     }
-    /* a descriptor of the temporary file for early writeback */
-    const char *tmp = gguf_writer_temp_path(c->w);
-    if (tmp)
-        q.sync_fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    q.sync_fd = writeback_fd(c);
 
     pn_stream_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -382,21 +406,13 @@ typedef struct vpiece {
     int64_t bad_block;        /* block within the piece */
 } vpiece;
 
-/* The written file, for reading back. (Once the writer gives its descriptor
- * (gguf_writer_fd), this opens that instead, for an output that has no
- * name until it is committed.) */
-static pn_status open_written(run_ctx *c, gguf_reader **r, pn_error *err)
-{
-    return gguf_reader_open(gguf_writer_temp_path(c->w), r, err);
-}
-
 /* Reads the written file once, in pieces, in parallel: CRC-32 per piece
  * (combined in order with crc32_combine) against the CRCs computed while
  * writing, and every PN block checked. The first problem in file order is
  * reported. */
 static pn_status validate_output(run_ctx *c, pn_error *err)
 {
-    const char *path = gguf_writer_temp_path(c->w);
+    const char *path = written_name(c);
     gguf_reader *r = NULL;
     pn_status st = open_written(c, &r, err);
     if (st != PN_OK)

@@ -24,6 +24,7 @@
 #include "quant/fp16.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/pn_cuda.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "pn_source_fixture.h"
@@ -544,4 +545,54 @@ Test(pipeline, a_1d_tensor_of_2_24_weights_is_quantized_in_far_less_memory_than_
     free(src);
     free(recipe);
     free(dst);
+}
+
+/* ---- the CUDA path in the overlapped flow (its kernel emulated on the host) ---- */
+
+Test(pipeline, the_emulated_gpu_path_gives_the_cpus_bytes_crcs_and_errors_at_any_chunk,
+     .init = setup, .fini = teardown)
+{
+    if (!pn_cuda_build_enabled())
+        cr_skip("this build has no CUDA backend, so there is no GPU path to compare");
+    char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
+    char *cpu = path_in("cpu.gguf"), *gpu = path_in("gpu.gguf");
+    sf_write_model(src, g_specs, N_SPECS, 21);
+    cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
+    seen a, b;
+    memset(&a, 0, sizeof a);
+    pn_quantize_opts o;
+    base_opts(&o, src, cpu, recipe);
+    o.result = keep_result;
+    o.user = &a;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+    /* GPU chunks deferred while CPU chunks (the stock types) go on, across
+     * tensor boundaries */
+    const int64_t chunks[] = {256, 3000};
+    for (int i = 0; i < 2; i++) {
+        memset(&b, 0, sizeof b);
+        base_opts(&o, src, gpu, recipe);
+        o.backend = PN_BACKEND_CUDA;
+        o.cuda_emulate = true;
+        o.threads = 2;
+        o.chunk_weights = chunks[i];
+        o.result = keep_result;
+        o.user = &b;
+        pn_quantize_stats s;
+        cr_assert_eq(pn_quantize_file(&o, &s, &err), PN_OK, "%s", err.msg);
+        cr_assert(strncmp(s.backend, "cuda", 4) == 0, "%s", s.backend);
+        size_t na, nb;
+        void *da = tu_read_file(cpu, &na), *db = tu_read_file(gpu, &nb);
+        cr_assert(na == nb && memcmp(da, db, na) == 0, "chunk %lld: other bytes",
+                  (long long)chunks[i]);
+        free(da);
+        free(db);
+        cr_assert(memcmp(a.rel, b.rel, N_SPECS * sizeof(double)) == 0, "other errors");
+        cr_assert(memcmp(a.crc, b.crc, N_SPECS * sizeof(uint32_t)) == 0, "other CRCs");
+        unlink(gpu);
+    }
+    free(src);
+    free(recipe);
+    free(cpu);
+    free(gpu);
 }

@@ -536,9 +536,16 @@ Test(pipeline, a_1d_tensor_of_2_24_weights_is_quantized_in_far_less_memory_than_
     cr_assert_eq(wait4(pid, &status, 0, &ru), pid);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
     /* the row alone is 64 MiB (source and floats alike); buffers sized by
-     * the row took more than three times that */
+     * the row (source, floats, output) took 145 MiB. AddressSanitizer's
+     * shadow and quarantine add their share, so its bound is looser, yet
+     * still below what row-sized buffers alone need. */
+#if defined(__SANITIZE_ADDRESS__)
+    const long bound_mb = 120;
+#else
+    const long bound_mb = 40;
+#endif
     long peak_mb = ru.ru_maxrss / 1024;
-    cr_assert_lt(peak_mb, 40, "peak RSS %ld MB for a 64 MiB row", peak_mb);
+    cr_assert_lt(peak_mb, bound_mb, "peak RSS %ld MB for a 64 MiB row", peak_mb);
     struct stat sb;
     cr_assert_eq(stat(dst, &sb), 0);
     cr_assert_gt(sb.st_size, ((off_t)1 << 24) / 32 * 34);

@@ -22,6 +22,8 @@
 #   THREADS      thread counts to run (default "2 1")
 #   BACKEND      pn-quantize --backend (default cpu)
 #   KEEP=1       keep the generated source and the outputs
+#   CACHE=file   drop only the benchmark files' cache even as root (on a
+#                shared machine)
 # Dropping the page cache: as root, `echo 3 > /proc/sys/vm/drop_caches`
 # (after sync); otherwise each file's own cache is dropped with
 # `dd iflag=nocache count=0` (posix_fadvise DONTNEED), which the script says.
@@ -40,11 +42,11 @@ now() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b-a)/1e9}'; }
 
 # ---- page cache --------------------------------------------------------
-if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
+if [ "${CACHE:-}" != file ] && [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
   cache_method="echo 3 > /proc/sys/vm/drop_caches (as root, after sync)"
   drop_cache() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 else
-  cache_method="dd iflag=nocache count=0 on each file (posix_fadvise DONTNEED; not root)"
+  cache_method="dd iflag=nocache count=0 on each file (posix_fadvise DONTNEED)"
   drop_cache() { sync; for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none; done; }
 fi
 
@@ -87,7 +89,7 @@ if [ "$free_b" -lt $(( out_bytes + out_bytes / 20 )) ]; then
 fi
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
-    rm -f "$out" "$dir"/report-T*.json "$dir"/time-T*.txt "$dir"/run-T*.txt
+    rm -f "$out" "$dir"/report-T*.json "$dir"/time-T*.txt "$dir"/run-T*.txt "$dir"/check.txt
     [ "$generated" = 1 ] && rm -f "$src"
   fi
 }

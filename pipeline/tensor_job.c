@@ -29,19 +29,22 @@ void pn_row_sums_ref(int type, const float *x, const uint8_t *q, int64_t n, doub
                      double *blk_norm)
 {
     const int64_t sb = pn_sum_block_weights(type);
+    const int64_t bb = pn_type_row_bytes(type, sb); /* bytes of a whole sum block */
+    const bool pn = pn_type_is_pn(type);
     float y[256];
-    for (int64_t b = 0, e0 = 0; e0 < n; b++, e0 += sb) {
+    const uint8_t *in = q;
+    for (int64_t b = 0, e0 = 0; e0 < n; b++, e0 += sb, in += bb) {
         const int64_t len = n - e0 < sb ? n - e0 : sb;
-        const uint8_t *in = q + pn_type_row_bytes(type, e0);
-        if (pn_type_is_pn(type))
+        if (pn)
             pn_dequantize_row(type, in, y, len);
         else
             pn_dequantize_row_stock(type, in, y, len);
         double err = 0.0, norm = 0.0;
+        const float *xb = x + e0;
         for (int64_t j = 0; j < len; j++) {
-            double d = (double)x[e0 + j] - (double)y[j];
+            double d = (double)xb[j] - (double)y[j];
             err = err + d * d;
-            norm = norm + (double)x[e0 + j] * (double)x[e0 + j];
+            norm = norm + (double)xb[j] * (double)xb[j];
         }
         if (blk_err)
             blk_err[b] = err;

@@ -603,3 +603,47 @@ Test(pipeline, the_emulated_gpu_path_gives_the_cpus_bytes_crcs_and_errors_at_any
     free(cpu);
     free(gpu);
 }
+
+/* ---- a non-finite weight is found where it is, whatever the chunking ---- */
+
+Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_rows,
+     .init = setup, .fini = teardown)
+{
+    static const sf_spec specs[] = {{"blk.0.ssm_alpha.weight", 2, 4096, 3, PN_TYPE_F32}};
+    static const char recipe_text[] = "mix N\nrotation hadamard 1024\nrule *.weight => q8_0\n";
+    char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
+    cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
+    const int64_t where[][2] = {{2, 4095}, {0, 1025}, {1, 0}};
+    const float bad[] = {INFINITY, NAN, -INFINITY};
+    const int64_t chunks[] = {1000, 0};
+    for (int w = 0; w < 3; w++)
+        for (int ci = 0; ci < 2; ci++) {
+            sf_write_model(src, specs, 1, 8);
+            gguf_reader *r;
+            pn_error err;
+            cr_assert_eq(gguf_reader_open(src, &r, &err), PN_OK);
+            uint64_t at = gguf_reader_tensor_file_offset(r, 0) +
+                          (uint64_t)(where[w][0] * 4096 + where[w][1]) * 4;
+            gguf_reader_close(r);
+            FILE *f = fopen(src, "r+b");
+            fseek(f, (long)at, SEEK_SET);
+            fwrite(&bad[w], 4, 1, f);
+            fclose(f);
+            pn_quantize_opts o;
+            base_opts(&o, src, dst, recipe);
+            o.threads = 2;
+            o.chunk_weights = chunks[ci];
+            cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_NONFINITE, "%s", err.msg);
+            char row[32], col[32];
+            snprintf(row, sizeof row, "row %lld,", (long long)where[w][0]);
+            snprintf(col, sizeof col, "column %lld:", (long long)where[w][1]);
+            cr_assert(strstr(err.msg, "blk.0.ssm_alpha.weight") && strstr(err.msg, row) &&
+                          strstr(err.msg, col),
+                      "chunk %lld: %s", (long long)chunks[ci], err.msg);
+            cr_assert(!exists(dst));
+            unlink(src);
+        }
+    free(src);
+    free(recipe);
+    free(dst);
+}

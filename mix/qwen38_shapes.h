@@ -49,7 +49,7 @@ typedef struct pn_qwen38_config {
     int norm_type;           /* source type of the 1-D tensors */
 } pn_qwen38_config;
 
-/* Qwen3.8-27B (DECISIONS.md 6), BF16 weights and F32 norms. */
+/* Qwen3.8-27B (docs/format.md#qwen38-27b-shapes), BF16 weights and F32 norms. */
 pn_qwen38_config pn_qwen38_config_full(void);
 
 /* A narrower Qwen3.8: every width of the full model divided by width_scale

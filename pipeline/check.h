@@ -4,7 +4,7 @@
  * each with a severity and a stable code, and figures per tensor. It never
  * prints; cmd/pn-check.c formats the report (text or JSON).
  *
- * What is checked (docs/TOOLS-check.md lists every code):
+ * What is checked (docs/format.md#what-a-checker-checks; README's pn-check lists every code):
  *   GGUF-*   structure: what the GGUF reader refuses, and where tensor data
  *            lies (aligned, inside the file, not overlapping);
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys

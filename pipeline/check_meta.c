@@ -1,4 +1,4 @@
-/* check_meta.c - pn-check: the pn.* keys (DECISIONS section 4).
+/* check_meta.c - pn-check: the pn.* keys (docs/format.md#the-output-file).
  *
  * A key that is absent is a warning (a file made by another tool may lack
  * it); a key that is present with another type, or whose value contradicts

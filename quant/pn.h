@@ -1,7 +1,7 @@
 /* pn.h - the PN block types pn3t and pn4t: quantize, dequantize, validate.
  *
  * Layout: see quant/blocks.h. The reference quantizer is the scalar
- * definition of the contract (docs: README "The PN contract"):
+ * definition of the contract (docs/format.md#the-reference-quantizer):
  *   per group of G weights (pn3t G=80, bits 3, z 4; pn4t G=64, bits 4, z 8):
  *   amax, max, min in double; amax == 0 -> d = +0.0, every code z.
  *   sigma = (|min| > max) ? +1 : -1.

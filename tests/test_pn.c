@@ -2,7 +2,7 @@
  * fast path against the golden blocks, the refusals, the bit layout, row
  * validation, decoding, and the error the quantizer may make.
  * Golden data: tests/data/golden/pn3t.*, pn4t.* (documented in
- * shared/golden/README.md; rules in shared/spec/DECISIONS.md 1-2). */
+ * tests/data/golden/SOURCE.md; rules in docs/format.md). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <float.h>

@@ -5,7 +5,7 @@
  * scales, fp16 subnormal and overflow edges, signed zeros, NaN/Inf), the same
  * refusals with the same column, and the path-choosing API. A path the CPU
  * lacks is skipped with the reason. Golden data: tests/data/golden/
- * (documented in shared/golden/README.md). */
+ * (documented in tests/data/golden/SOURCE.md). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <float.h>

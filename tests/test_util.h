@@ -12,6 +12,9 @@ void *tu_read_file(const char *path, size_t *size);
 int tu_write_file(const char *path, const void *data, size_t size);
 /* A fresh empty directory under /tmp (or $TMPDIR); caller frees the string. */
 char *tu_mkdtemp(void);
+/* The same on a filesystem with O_TMPFILE (TMPDIR, else /dev/shm), for
+ * tests of unnamed output files; the test fails when there is none. */
+char *tu_mkdtemp_tmpfile(void);
 /* Removes a directory tree made by tu_mkdtemp. */
 void tu_rm_rf(const char *path);
 

@@ -12,6 +12,8 @@
  */
 #include "common/outfile.h"
 
+#include "common/file.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -251,21 +253,6 @@ static pn_status io_fail(const pn_outfile *f, pn_error *err, int e, const char *
 /* ------------------------------------------------------------------ */
 /* Open                                                                */
 
-static const char *kind_of(mode_t m)
-{
-    if (S_ISDIR(m))
-        return "a directory";
-    if (S_ISFIFO(m))
-        return "a FIFO (named pipe)";
-    if (S_ISCHR(m))
-        return "a character device";
-    if (S_ISBLK(m))
-        return "a block device";
-    if (S_ISSOCK(m))
-        return "a socket";
-    return "not a regular file";
-}
-
 static pn_status split_target(pn_outfile *f, pn_error *err)
 {
     const char *slash = strrchr(f->target, '/');
@@ -301,12 +288,11 @@ static pn_status check_target(pn_outfile *f, pn_error *err)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot use the output path: %s", f->target,
                             strerror(errno));
     }
-    struct stat tb;
-    bool resolves = fstatat(f->dirfd, f->base, &tb, 0) == 0;
-    if (resolves && !S_ISREG(tb.st_mode))
+    const char *kind = pn_not_regular_kind(f->target);
+    if (kind)
         return pn_error_set(err, PN_ERR_IO,
                             "%s: the output is %s, not a regular file; refusing to write there",
-                            f->target, kind_of(tb.st_mode));
+                            f->target, kind);
     if (!f->opts.force)
         return pn_error_set(err, PN_ERR_EXISTS, "%s: exists; use --force to replace it",
                             f->target);
@@ -436,54 +422,47 @@ static pn_status not_open(const pn_outfile *f, pn_error *err)
                                        : f->state == OF_COMMITTED ? "committed" : "discarded");
 }
 
-pn_status pn_outfile_write(pn_outfile *f, const void *data, size_t n, pn_error *err)
-{
-    if (!f || f->state != OF_OPEN)
-        return not_open(f, err);
-    if (n && !data)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", f->target, n);
-    const uint8_t *p = data;
-    while (n > 0) {
-        ssize_t r = write(f->fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            char what[64];
-            snprintf(what, sizeof what, "cannot write %zu bytes", n);
-            return io_fail(f, err, r < 0 ? errno : ENOSPC, what, f->pos);
-        }
-        p += r;
-        n -= (size_t)r;
-        f->pos += (uint64_t)r;
-    }
-    return PN_OK;
-}
-
-pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at,
+/* Writes all n bytes at `at`, or at the current position (advancing it)
+ * when `append`. */
+static pn_status write_loop(pn_outfile *f, const void *data, size_t n, bool append, uint64_t at,
                             pn_error *err)
 {
     if (!f || f->state != OF_OPEN)
         return not_open(f, err);
     if (n && !data)
         return pn_error_set(err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", f->target, n);
+    if (!append && at > (uint64_t)INT64_MAX - n)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: write at byte offset %llu overflows",
+                            f->target, (unsigned long long)at);
     const uint8_t *p = data;
     while (n > 0) {
-        if (at > (uint64_t)INT64_MAX - n)
-            return pn_error_set(err, PN_ERR_USAGE, "%s: write at byte offset %llu overflows",
-                                f->target, (unsigned long long)at);
-        ssize_t r = pwrite(f->fd, p, n, (off_t)at);
+        ssize_t r = append ? write(f->fd, p, n) : pwrite(f->fd, p, n, (off_t)at);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
             char what[64];
             snprintf(what, sizeof what, "cannot write %zu bytes", n);
-            return io_fail(f, err, r < 0 ? errno : ENOSPC, what, at);
+            return io_fail(f, err, r < 0 ? errno : ENOSPC, what, append ? f->pos : at);
         }
         p += r;
         n -= (size_t)r;
-        at += (uint64_t)r;
+        if (append)
+            f->pos += (uint64_t)r;
+        else
+            at += (uint64_t)r;
     }
     return PN_OK;
+}
+
+pn_status pn_outfile_write(pn_outfile *f, const void *data, size_t n, pn_error *err)
+{
+    return write_loop(f, data, n, true, 0, err);
+}
+
+pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at,
+                            pn_error *err)
+{
+    return write_loop(f, data, n, false, at, err);
 }
 
 /* The stream writes through here, so that its first error (ENOSPC, EFBIG)

@@ -29,13 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__has_include)
-#if __has_include(<sys/random.h>)
-#include <sys/random.h>
-#define PN_HAVE_GETRANDOM 1
-#endif
-#endif
-
 #define WRITE_BUFFER_BYTES (4u << 20)
 
 typedef struct writer_kv {
@@ -106,16 +99,22 @@ static void store_le(uint8_t *p, uint64_t v, size_t n)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    return x ^ (x >> 32);
+}
+
+/* The hash seed: unknown to whoever made the input (the writer's address
+ * under ASLR and the clock), and of no effect on the output. */
 static uint64_t writer_seed(const void *p)
 {
-    uint64_t s = 0;
-#ifdef PN_HAVE_GETRANDOM
-    if (getrandom(&s, sizeof s, GRND_NONBLOCK) == (ssize_t)sizeof s)
-        return s;
-#endif
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)(uintptr_t)p;
+    return mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)p);
 }
 
 gguf_writer *gguf_writer_new(void)
@@ -129,14 +128,6 @@ gguf_writer *gguf_writer_new(void)
 /* ------------------------------------------------------------------ */
 /* Name index                                                          */
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    return x ^ (x >> 32);
-}
 
 static uint64_t hash_name(const char *s, size_t n, uint64_t seed)
 {

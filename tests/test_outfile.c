@@ -40,27 +40,6 @@ static pn_outfile_opts opts_of(mode m, bool force)
     return o;
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static int count_files(const char *dir)
-{
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
-}
-
 static bool exists(const char *path)
 {
     struct stat sb;
@@ -106,7 +85,7 @@ Test(outfile, commit_creates_the_file_with_the_written_bytes_and_mode_0644_less_
 {
     for (mode m = 0; m < MODES_; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "out.json");
+        char *path = tu_join(dir, "out.json");
         mode_t old = umask(027);
         pn_outfile *f = open_ok(path, m, false);
         umask(old);
@@ -114,7 +93,7 @@ Test(outfile, commit_creates_the_file_with_the_written_bytes_and_mode_0644_less_
         write_ok(f, "world\n");
         cr_assert(!exists(path), "%s: nothing at the target before the commit", mode_names[m]);
         if (m == UNNAMED) {
-            cr_assert_eq(count_files(dir), 0, "the unnamed file has no name in the folder");
+            cr_assert_eq(tu_count_files(dir), 0, "the unnamed file has no name in the folder");
             cr_assert_null(pn_outfile_temp_path(f));
         } else {
             const char *tmp = pn_outfile_temp_path(f);
@@ -132,9 +111,9 @@ Test(outfile, commit_creates_the_file_with_the_written_bytes_and_mode_0644_less_
         cr_assert_eq(stat(path, &sb), 0);
         cr_assert_eq(sb.st_mode & 07777, 0640, "%s: mode %o", mode_names[m],
                      (unsigned)(sb.st_mode & 07777));
-        cr_assert_eq(count_files(dir), 1, "%s: only the target", mode_names[m]);
+        cr_assert_eq(tu_count_files(dir), 1, "%s: only the target", mode_names[m]);
 
-        char *p2 = join(dir, "out2.json");
+        char *p2 = tu_join(dir, "out2.json");
         old = umask(022);
         f = open_ok(p2, m, false);
         umask(old);
@@ -155,7 +134,7 @@ Test(outfile, an_existing_target_is_refused_at_open_without_force)
 {
     for (mode m = 0; m < MODES_; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "report.json");
+        char *path = tu_join(dir, "report.json");
         cr_assert_eq(tu_write_file(path, "theirs", 6), 0);
         pn_outfile_opts o = opts_of(m, false);
         pn_outfile *f = (pn_outfile *)1;
@@ -165,10 +144,10 @@ Test(outfile, an_existing_target_is_refused_at_open_without_force)
         cr_assert(strncmp(e.msg, path, strlen(path)) == 0, "%s", e.msg);
         cr_assert(strstr(e.msg, "use --force"), "%s", e.msg);
         cr_assert(has_bytes(path, "theirs"));
-        cr_assert_eq(count_files(dir), 1);
+        cr_assert_eq(tu_count_files(dir), 1);
 
         /* A dangling symbolic link is something at the target too. */
-        char *link = join(dir, "dangling");
+        char *link = tu_join(dir, "dangling");
         cr_assert_eq(symlink("/nonexistent/pn-target", link), 0);
         cr_assert_eq(pn_outfile_open(link, &o, &f, &e), PN_ERR_EXISTS, "%s", e.msg);
         free(link);
@@ -182,7 +161,7 @@ Test(outfile, a_target_created_between_open_and_commit_is_refused_and_left_intac
 {
     for (mode m = 0; m < MODES_; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "out.gguf");
+        char *path = tu_join(dir, "out.gguf");
         pn_outfile *f = open_ok(path, m, false);
         write_ok(f, "ours");
         /* another run finished first */
@@ -194,7 +173,7 @@ Test(outfile, a_target_created_between_open_and_commit_is_refused_and_left_intac
         cr_assert(has_bytes(path, "the other run's"), "%s", mode_names[m]);
         cr_assert_eq(pn_outfile_fd(f), -1, "a failed commit discards the file");
         pn_outfile_free(f);
-        cr_assert_eq(count_files(dir), 1, "%s: no temporary file is left", mode_names[m]);
+        cr_assert_eq(tu_count_files(dir), 1, "%s: no temporary file is left", mode_names[m]);
         tu_rm_rf(dir);
         free(path);
         free(dir);
@@ -205,7 +184,7 @@ Test(outfile, force_replaces_an_existing_target_in_one_rename)
 {
     for (mode m = 0; m < NAMED_LINK; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "out.gguf");
+        char *path = tu_join(dir, "out.gguf");
         cr_assert_eq(tu_write_file(path, "old", 3), 0);
         /* A reader of the old file keeps its bytes: the new file is a new
          * inode, never the old one rewritten. */
@@ -222,7 +201,7 @@ Test(outfile, force_replaces_an_existing_target_in_one_rename)
         cr_assert_eq(pread(old_fd, b, 3, 0), 3);
         cr_assert_str_eq(b, "old");
         close(old_fd);
-        cr_assert_eq(count_files(dir), 1, "%s: no temporary name is left", mode_names[m]);
+        cr_assert_eq(tu_count_files(dir), 1, "%s: no temporary name is left", mode_names[m]);
         tu_rm_rf(dir);
         free(path);
         free(dir);
@@ -232,8 +211,8 @@ Test(outfile, force_replaces_an_existing_target_in_one_rename)
 Test(outfile, a_directory_a_fifo_or_a_trailing_slash_is_refused_even_with_force)
 {
     char *dir = tu_mkdtemp();
-    char *sub = join(dir, "sub");
-    char *fifo = join(dir, "fifo");
+    char *sub = tu_join(dir, "sub");
+    char *fifo = tu_join(dir, "fifo");
     cr_assert_eq(mkdir(sub, 0755), 0);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
     char slash[4200];
@@ -252,7 +231,7 @@ Test(outfile, a_directory_a_fifo_or_a_trailing_slash_is_refused_even_with_force)
             cr_assert(strncmp(e.msg, cases[i].path, strlen(cases[i].path)) == 0, "%s", e.msg);
             cr_assert(strstr(e.msg, cases[i].kind), "%s", e.msg);
         }
-    cr_assert_eq(count_files(dir), 2, "only the folder and the FIFO");
+    cr_assert_eq(tu_count_files(dir), 2, "only the folder and the FIFO");
     struct stat sb;
     cr_assert_eq(stat(fifo, &sb), 0);
     cr_assert(S_ISFIFO(sb.st_mode));
@@ -285,7 +264,7 @@ Test(outfile, a_target_name_of_exactly_name_max_bytes_works_in_both_modes)
     for (mode m = 0; m < MODES_; m++)
         for (int force = 0; force < 2; force++) {
             char *dir = dir_for(m);
-            char *path = join(dir, name);
+            char *path = tu_join(dir, name);
             if (force)
                 cr_assert_eq(tu_write_file(path, "old", 3), 0);
             pn_outfile *f = open_ok(path, m, force);
@@ -301,7 +280,7 @@ Test(outfile, a_target_name_of_exactly_name_max_bytes_works_in_both_modes)
                          force, e.msg);
             pn_outfile_free(f);
             cr_assert(has_bytes(path, "long"));
-            cr_assert_eq(count_files(dir), 1);
+            cr_assert_eq(tu_count_files(dir), 1);
             tu_rm_rf(dir);
             free(path);
             free(dir);
@@ -315,7 +294,7 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
 {
     for (mode m = 0; m < MODES_; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "out.gguf");
+        char *path = tu_join(dir, "out.gguf");
         pn_outfile *f = open_ok(path, m, false);
         write_ok(f, "partial");
         pn_outfile_abort(f);
@@ -326,7 +305,7 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
         cr_assert_eq(pn_outfile_commit(f, &e), PN_ERR_USAGE);
         cr_assert(strstr(e.msg, "discarded"), "%s", e.msg);
         pn_outfile_free(f);
-        cr_assert_eq(count_files(dir), 0, "%s", mode_names[m]);
+        cr_assert_eq(tu_count_files(dir), 0, "%s", mode_names[m]);
 
         f = open_ok(path, m, false);
         FILE *s = pn_outfile_stream(f, &e);
@@ -334,7 +313,7 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
         fprintf(s, "buffered text");
         cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "%s", e.msg);
         pn_outfile_free(f);   /* finished, never committed */
-        cr_assert_eq(count_files(dir), 0, "%s", mode_names[m]);
+        cr_assert_eq(tu_count_files(dir), 0, "%s", mode_names[m]);
         tu_rm_rf(dir);
         free(path);
         free(dir);
@@ -378,9 +357,9 @@ static void kill_a_writer(const char *path, mode m)
 Test(outfile, a_writer_killed_by_sigkill_leaves_nothing_with_o_tmpfile)
 {
     char *dir = tu_mkdtemp_tmpfile();
-    char *path = join(dir, "out.gguf");
+    char *path = tu_join(dir, "out.gguf");
     kill_a_writer(path, UNNAMED);
-    cr_assert_eq(count_files(dir), 0, "a killed run leaves no file");
+    cr_assert_eq(tu_count_files(dir), 0, "a killed run leaves no file");
     pn_outfile *f = open_ok(path, UNNAMED, false);
     cr_assert_null(pn_outfile_note(f));
     pn_outfile_free(f);
@@ -392,9 +371,9 @@ Test(outfile, a_writer_killed_by_sigkill_leaves_nothing_with_o_tmpfile)
 Test(outfile, a_killed_fallback_writers_temp_file_is_reported_as_stale_by_the_next_open)
 {
     char *dir = tu_mkdtemp();
-    char *path = join(dir, "out.gguf");
+    char *path = tu_join(dir, "out.gguf");
     kill_a_writer(path, NAMED);
-    cr_assert_eq(count_files(dir), 1, "the named temporary file outlives the kill");
+    cr_assert_eq(tu_count_files(dir), 1, "the named temporary file outlives the kill");
     DIR *d = opendir(dir);
     struct dirent *de;
     char stale[NAME_MAX + 1] = "";
@@ -405,9 +384,9 @@ Test(outfile, a_killed_fallback_writers_temp_file_is_reported_as_stale_by_the_ne
     cr_assert(strncmp(stale, ".out.gguf.pn-", 13) == 0, "%s", stale);
     /* Also one of the versions before this module, and temporary files of
      * other targets, which are not this target's. */
-    char *legacy = join(dir, "out.gguf.tmp.Ab12Cd");
-    char *other = join(dir, ".other.gguf.pn-Ab12Cd");
-    char *lookalike = join(dir, ".out.gguf.pn-Ab12Cd.bak");
+    char *legacy = tu_join(dir, "out.gguf.tmp.Ab12Cd");
+    char *other = tu_join(dir, ".other.gguf.pn-Ab12Cd");
+    char *lookalike = tu_join(dir, ".out.gguf.pn-Ab12Cd.bak");
     cr_assert_eq(tu_write_file(legacy, "", 0), 0);
     cr_assert_eq(tu_write_file(other, "", 0), 0);
     cr_assert_eq(tu_write_file(lookalike, "", 0), 0);
@@ -416,7 +395,7 @@ Test(outfile, a_killed_fallback_writers_temp_file_is_reported_as_stale_by_the_ne
         pn_outfile *f = open_ok(path, m, false);
         const char *note = pn_outfile_note(f);
         cr_assert_not_null(note, "%s", mode_names[m]);
-        char *stale_path = join(dir, stale);
+        char *stale_path = tu_join(dir, stale);
         cr_assert(strncmp(note, path, strlen(path)) == 0, "%s", note);
         cr_assert(strstr(note, "stale temporary files from an earlier run"), "%s", note);
         cr_assert(strstr(note, stale_path), "%s", note);
@@ -428,7 +407,7 @@ Test(outfile, a_killed_fallback_writers_temp_file_is_reported_as_stale_by_the_ne
         free(stale_path);
         pn_outfile_free(f);
     }
-    cr_assert_eq(count_files(dir), 4);
+    cr_assert_eq(tu_count_files(dir), 4);
     free(legacy);
     free(other);
     free(lookalike);
@@ -449,7 +428,7 @@ Test(outfile, a_file_size_limit_is_reported_as_a_full_disk_naming_the_file_and_o
     for (mode m = 0; m < NAMED_LINK; m++)
         for (int stream = 0; stream < 2; stream++) {
             char *dir = dir_for(m);
-            char *path = join(dir, "big.gguf");
+            char *path = tu_join(dir, "big.gguf");
             pn_outfile *f = open_ok(path, m, false);
             lim = old;
             lim.rlim_cur = 1 << 20;
@@ -472,7 +451,7 @@ Test(outfile, a_file_size_limit_is_reported_as_a_full_disk_naming_the_file_and_o
             cr_assert(strstr(e.msg, "at byte offset 1048576"), "%s", e.msg);
             cr_assert(strstr(e.msg, "file size limit (ulimit -f)"), "%s", e.msg);
             pn_outfile_free(f);
-            cr_assert_eq(count_files(dir), 0);
+            cr_assert_eq(tu_count_files(dir), 0);
             tu_rm_rf(dir);
             free(path);
             free(dir);
@@ -483,7 +462,7 @@ Test(outfile, the_data_can_be_patched_and_read_back_through_the_descriptor_befor
 {
     for (mode m = 0; m < NAMED_LINK; m++) {
         char *dir = dir_for(m);
-        char *path = join(dir, "v.bin");
+        char *path = tu_join(dir, "v.bin");
         pn_outfile *f = open_ok(path, m, false);
         write_ok(f, "header:????;data");
         pn_error e;
@@ -517,14 +496,14 @@ typedef struct set {
     pn_outfile *f[SET_N];
 } set;
 
-static set open_set(mode m, bool force)
+static set open_set(mode m)
 {
     set s;
     s.dir = dir_for(m);
     for (int i = 0; i < SET_N; i++) {
         char name[64];
         snprintf(name, sizeof name, "model-%05d-of-%05d.gguf", i + 1, SET_N);
-        s.path[i] = join(s.dir, name);
+        s.path[i] = tu_join(s.dir, name);
     }
     return s;
 }
@@ -581,7 +560,7 @@ Test(outfile, a_set_commit_puts_the_first_file_in_place_last)
 {
     for (mode m = 0; m < MODES_; m++)
         for (int force = 0; force < 2; force++) {
-            set s = open_set(m, force);
+            set s = open_set(m);
             if (force)
                 for (int i = 0; i < SET_N; i++)
                     cr_assert_eq(tu_write_file(s.path[i], "old", 3), 0);
@@ -607,7 +586,7 @@ Test(outfile, a_set_commit_puts_the_first_file_in_place_last)
                 snprintf(text, sizeof text, "new %d", i);
                 cr_assert(has_bytes(s.path[i], text));
             }
-            cr_assert_eq(count_files(s.dir), SET_N, "no temporary names are left");
+            cr_assert_eq(tu_count_files(s.dir), SET_N, "no temporary names are left");
             set_free(&s);
         }
 }
@@ -615,7 +594,7 @@ Test(outfile, a_set_commit_puts_the_first_file_in_place_last)
 Test(outfile, a_set_commit_with_a_target_existing_midway_leaves_nothing_of_the_set)
 {
     for (mode m = 0; m < MODES_; m++) {
-        set s = open_set(m, false);
+        set s = open_set(m);
         set_write(&s, m, false, "ours");
         /* Another run made the second file meanwhile: the third is put in
          * place first, then the second is refused. */
@@ -635,7 +614,7 @@ Test(outfile, a_set_commit_with_a_target_existing_midway_leaves_nothing_of_the_s
         cr_assert_eq(deleted, 1, "%s: and taken away again", mode_names[m]);
         cr_assert(!exists(s.path[0]) && !exists(s.path[2]), "%s", mode_names[m]);
         cr_assert(has_bytes(s.path[1], "theirs"));
-        cr_assert_eq(count_files(s.dir), 1, "%s: no temporary file is left", mode_names[m]);
+        cr_assert_eq(tu_count_files(s.dir), 1, "%s: no temporary file is left", mode_names[m]);
         for (int i = 0; i < SET_N; i++)
             cr_assert_eq(pn_outfile_fd(s.f[i]), -1, "every file of the set is discarded");
         set_free(&s);
@@ -644,7 +623,7 @@ Test(outfile, a_set_commit_with_a_target_existing_midway_leaves_nothing_of_the_s
 
 Test(outfile, a_set_whose_files_disagree_on_force_is_refused_before_anything_moves)
 {
-    set s = open_set(NAMED, false);
+    set s = open_set(NAMED);
     for (int i = 0; i < SET_N; i++) {
         s.f[i] = open_ok(s.path[i], NAMED, i == 1);
         write_ok(s.f[i], "x");
@@ -652,6 +631,6 @@ Test(outfile, a_set_whose_files_disagree_on_force_is_refused_before_anything_mov
     pn_error e;
     cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "must all replace or all not replace"), "%s", e.msg);
-    cr_assert_eq(count_files(s.dir), 0);
+    cr_assert_eq(tu_count_files(s.dir), 0);
     set_free(&s);
 }

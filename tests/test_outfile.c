@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/outfile.h"
+#include "mix/measure.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------------ */
@@ -633,4 +634,58 @@ Test(outfile, a_set_whose_files_disagree_on_force_is_refused_before_anything_mov
     cr_assert(strstr(e.msg, "must all replace or all not replace"), "%s", e.msg);
     cr_assert_eq(tu_count_files(s.dir), 0);
     set_free(&s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Users of the module                                                 */
+
+Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a_fifo)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "m.txt");
+    char name[] = "blk.0.ffn_down.weight";
+    pn_measure_entry entry = {name, 0.25, 0.125};
+    pn_measurement m = {.identity = "bytes=1 tensors=1 fnv1a64=0", .sample_max_rows = 8, .n = 1,
+                        .entries = &entry};
+    pn_error e;
+    cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "%s", e.msg);
+    int old_fd = open(path, O_RDONLY);
+    cr_assert_geq(old_fd, 0);
+    entry.e3 = 0.5;
+    cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "saving again replaces: %s", e.msg);
+    cr_assert_eq(tu_count_files(dir), 1, "no temporary file is left");
+    pn_measurement *l = NULL;
+    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(l->entries[0].e3, 0.5);
+    pn_measurement_free(l);
+    char b[16] = {0};
+    cr_assert_eq(pread(old_fd, b, 10, 0), 10);
+    cr_assert_str_eq(b, "pn-measure", "the old file was replaced, not rewritten in place");
+    close(old_fd);
+
+    /* the file size limit: refused as a full disk, the saved file kept */
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 16;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    entry.e3 = 0.75;
+    pn_status st = pn_measurement_save(&m, path, &e);
+    setrlimit(RLIMIT_FSIZE, &old);
+    cr_assert_eq(st, PN_ERR_NOSPACE, "%s", e.msg);
+    cr_assert(strstr(e.msg, path) && strstr(e.msg, "ulimit -f"), "%s", e.msg);
+    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(l->entries[0].e3, 0.5);
+    pn_measurement_free(l);
+    cr_assert_eq(tu_count_files(dir), 1);
+
+    char *fifo = tu_join(dir, "fifo.txt");
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_assert_eq(pn_measurement_save(&m, fifo, &e), PN_ERR_IO);
+    cr_assert(strstr(e.msg, fifo) && strstr(e.msg, "a FIFO"), "%s", e.msg);
+    free(fifo);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
 }

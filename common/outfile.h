@@ -92,7 +92,8 @@ pn_status pn_outfile_finish(pn_outfile *f, pn_error *err);
 pn_status pn_outfile_commit(pn_outfile *f, pn_error *err);
 
 /* Commits files[0..n) in the order n-1, ..., 1, 0 (the first file last).
- * Each file keeps its own force. Without force, if one target exists at
+ * All files must have the same force (PN_ERR_USAGE before anything moves
+ * otherwise). Without force, if one target exists at
  * commit time, the links this call made are removed and the call refuses
  * (PN_ERR_EXISTS, naming that target): nothing is left of the set. With
  * force and n > 1, an existing first target is removed before the others

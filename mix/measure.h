@@ -101,7 +101,8 @@ void pn_measurement_free(pn_measurement *m);
 /* Index of the entry for name, or -1. */
 long pn_measurement_find(const pn_measurement *m, const char *name);
 
-/* Writes the file via a temporary file beside it, renamed into place. Every
+/* Writes the file through common/outfile.h: an earlier file at path is
+ * replaced atomically, a directory or FIFO is refused. Every
  * E must be finite and >= 0 and no name may hold a tab or line break. */
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err);
 /* Reads a file; when expected_identity is not NULL the file's identity must

@@ -328,7 +328,7 @@ static pn_status verify_output(const char *tmp, const gguf_writer *w, const gguf
 {
     (void)w;
     gguf_reader *r = NULL;
-    pn_status st = gguf_reader_open(tmp, &r, err);
+    pn_status st = gguf_reader_open_fd(gguf_writer_fd(w), tmp, &r, err);
     if (st) {
         pn_error_prefix(err, "re-reading the output");
         return st;
@@ -459,6 +459,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for a %zu-byte chunk", o.chunk_bytes);
         goto done;
     }
+    gguf_writer_set_replace(w, o.force);
     if ((st = gguf_writer_begin(w, out_path, err)))
         goto done;
     const int nthreads = o.threads > 0 ? o.threads : omp_get_max_threads();
@@ -475,7 +476,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if (!st)
         st = gguf_writer_close(w, err);
     if (!st)
-        st = verify_output(gguf_writer_temp_path(w), w, r, out_types, err);
+        st = verify_output(out_path, w, r, out_types, err);
     if (!st)
         st = gguf_writer_commit(w, err);
 

@@ -335,7 +335,7 @@ static pn_status process_tensor(run_ctx *c, size_t ti, pn_error *err)
 static pn_status validate_output(run_ctx *c, const char *path, pn_error *err)
 {
     gguf_reader *r = NULL;
-    pn_status st = gguf_reader_open(path, &r, err);
+    pn_status st = gguf_reader_open_fd(gguf_writer_fd(c->w), path, &r, err);
     if (st != PN_OK)
         return pn_error_prefix(err, "validating the written file");
     uint8_t *buf = malloc((size_t)PN_BLOCK_BYTES << 18);
@@ -577,6 +577,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = pn_job_plan_writer(c.plan, c.src, &c.w, err);
     if (st != PN_OK)
         goto out;
+    gguf_writer_set_replace(c.w, o->force);
     st = gguf_writer_begin(c.w, o->dst_path, err);
     if (st != PN_OK)
         goto out;
@@ -599,7 +600,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     /* validate, then put in place */
     double tv = pn_now_seconds();
     progress(&c, PN_PHASE_VALIDATE, c.plan->n, "validating");
-    st = validate_output(&c, gguf_writer_temp_path(c.w), err);
+    st = validate_output(&c, o->dst_path, err);
     stats->t_validate = pn_now_seconds() - tv;
     if (st != PN_OK)
         goto out;

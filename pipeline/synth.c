@@ -178,6 +178,7 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
         total += (uint64_t)(t[i].ne[0] * t[i].ne[1] * t[i].ne[2] * t[i].ne[3]);
     float *x = NULL;
     uint8_t *buf = NULL;
+    gguf_writer_set_replace(w, o->force);
     st = gguf_writer_begin(w, o->path, err);
     for (size_t ti = 0; ti < n && st == PN_OK; ti++) {
         const int64_t K = t[ti].ne[0];

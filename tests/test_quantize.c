@@ -54,7 +54,7 @@ static void assert_nothing_left(const char *dir, const char *p)
 {
     cr_assert(!exists(p), "%s must not exist", p);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", dir);
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.\\|\\.pn-' || true", dir);
     char *out = NULL;
     tu_run(cmd, &out, NULL);
     cr_assert_eq(atoi(out), 0, "temporary files left in %s", dir);
@@ -733,11 +733,14 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
               "--threads", "1", src, dst, (char *)NULL);
         _exit(127);
     }
-    /* wait until the temporary output exists, i.e. the run is writing */
+    /* wait until the run holds its temporary output open, i.e. is writing
+     * (unnamed: "DIR/#INODE (deleted)"; the fallback: "DIR/.dst.gguf.pn-*") */
     for (int i = 0; i < 600; i++) {
         char *out = NULL;
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", g_dir);
+        snprintf(cmd, sizeof cmd,
+                 "ls -l /proc/%d/fd 2>/dev/null | grep -c '%s/\\(#\\|\\.dst\\.gguf\\.pn-\\)' || true",
+                 (int)pid, g_dir);
         tu_run(cmd, &out, NULL);
         int n = atoi(out);
         free(out);

@@ -141,9 +141,10 @@ static void print_table(const pn_compare_report *r, const char *decode)
 {
     printf("source ");
     put_safe(stdout, r->source.path);
-    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d threads); %s, %zu sequences, %zu "
+    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
            "positions, vocabulary %u; decoded as %s\n\n",
-           r->llama_cpp, r->node_llama_cpp, r->threads, r->from_text ? "tokens of the text" :
+           r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
+           r->from_text ? "tokens of the text" :
            "the fixed token set", r->n_seqs, r->n_positions, r->n_vocab, decode);
     printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
            "KL p99", "KL max", "top-1", "mix", "file");

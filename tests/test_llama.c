@@ -451,7 +451,7 @@ Test(compare_cli, the_table_and_the_json_name_every_file_and_figure, .init = set
     char args[8192];
     snprintf(args, sizeof args, "'%s' '%s' '%s'", src, a, b);
     char *table = compare(args, 0);
-    const char *want[] = {"llama.cpp v", "node-llama-cpp 3.22.1", "CPU, 2 threads",
+    const char *want[] = {"llama.cpp v", "node-llama-cpp 3.22.1", "CPU, 1 thread)",
                           "the fixed token set, 4 sequences, 256 positions, vocabulary 300",
                           "bytes", "bpw", "bpw PN", "KL mean", "KL p99", "KL max", "top-1",
                           "mix", "file", "(source)", "P0k-fallback+0", "P0k-fallback+2"};

@@ -215,7 +215,7 @@ int main(int argc, char **argv)
     pn_compare_opts o;
     pn_compare_opts_init(&o);
     o.threads = 0;
-    int json = 0, quiet = 0, text_opts = 0;
+    int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
     enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
@@ -249,7 +249,7 @@ int main(int argc, char **argv)
             decode = optarg;
             break;
         case O_KEEP: o.keep_rotation = true; break;
-        case O_TMPDIR: o.tmp_dir = optarg; break;
+        case O_TMPDIR: o.tmp_dir = optarg; tmp_given = 1; break;
         case O_JSON: json = 1; break;
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
         o.threads = n > 0 && n <= 4096 ? (int)n : 1;
     }
     o.dequant_threads = o.threads;
-    if (!o.tmp_dir || strcmp(o.tmp_dir, "/tmp") == 0) {
+    if (!tmp_given) {
         const char *t = getenv("TMPDIR");
         o.tmp_dir = t && *t ? t : "/tmp";
     }

@@ -96,10 +96,13 @@ static void synth(const char *path, const char *args)
     run_ok(cmd);
 }
 
+/* One thread: these models are small, and the sanitizer build's pn-quantize
+ * at K = 1280 with 2 threads trips issue 11 item 7 (a misaligned store in
+ * the measurement's scratch), which is not what these tests are about. */
 static void quantize(const char *src, const char *dst, const char *args)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --quiet --backend cpu %s '%s' '%s'", PN_BIN_DIR,
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --quiet --backend cpu --threads 1 %s '%s' '%s'", PN_BIN_DIR,
              args, src, dst);
     run_ok(cmd);
 }
@@ -402,9 +405,20 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s/pn-dequant --quiet '%s' '%s'", PN_BIN_DIR, p0, f32);
     run_ok(cmd);
+    /* on tokens of a text, cut by the source's tokenizer (its byte-level
+     * BPE): 2 sequences of 32 tokens */
+    char *text = path_in("text.txt");
+    const char *words = "the quick brown fox jumps over the lazy dog while the models are "
+                        "compared token by token, position by position, and the numbers say "
+                        "how far each mix is from its source; nothing is sampled at all.\n";
+    tu_write_file(text, words, strlen(words));
     char args[8192];
-    snprintf(args, sizeof args, "--json --decode-type f16 '%s' '%s'", f32, p0);
+    snprintf(args, sizeof args, "--json --decode-type f16 --text '%s' --seq-len 32 --max-seqs 2 "
+             "'%s' '%s'", text, f32, p0);
     char *out = compare(args, 0);
+    cr_assert(strstr(out, "\"set\": \"text\", \"sequences\": 2, \"positions\": 64"), "%s", out);
+    cr_assert(strstr(out, "\"decode_type\": \"f16\""), "%s", out);
+    free(text);
     double kl, mx, top1;
     cr_assert_eq(json_numbers(out, "kl_mean", &kl, 1), 1);
     cr_assert_eq(json_numbers(out, "kl_max", &mx, 1), 1);

@@ -715,7 +715,7 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     memset(&so, 0, sizeof so);
     char *src = path_in("big.gguf");
     so.path = src;
-    so.config = pn_qwen38_config_scaled(4, 1, 256); /* ~25 M weights */
+    so.config = pn_qwen38_config_narrow(4, 1, 256); /* ~24 M weights */
     so.seed = 1;
     pn_error e;
     cr_assert_eq(pn_synth_write(&so, &e), PN_OK, "%s", e.msg);

@@ -8,9 +8,9 @@
  * source, decodes, un-rotates and compares with the source. Tensors whose
  * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
  * An item is read one segment (SEG_TARGET elements) at a time, so memory is
- * a few segments per thread whatever the row length. Items run in parallel; their results are combined in file order
- * (crc32_combine, sums in item order), so the report does not depend on the
- * thread count.
+ * a few segments per thread whatever the row length. Items run in parallel;
+ * their results are combined in file order (crc32_combine, sums in item
+ * order), so the report does not depend on the thread count.
  *
  * The expected error of a PN tensor comes from re-quantizing a fixed sample
  * of source rows (rows i*rows/S, i = 0..S-1), rotated like the file says,
@@ -433,8 +433,9 @@ static void format_locations(char *buf, size_t size, const loc *l, int n, const 
                          "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ", %s 0x%04x)", sep,
                          row, blk, byte, fields[l[k].field].name, (unsigned)l[k].bits);
         else
-            w = snprintf(buf + len, size - len, "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ")",
-                         sep, row, blk, byte);
+            w = snprintf(buf + len, size - len,
+                         "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ")", sep, row, blk,
+                         byte);
         if (w < 0)
             break;
         len += (size_t)w;

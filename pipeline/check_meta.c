@@ -180,7 +180,8 @@ static bool digits_equal(const char *m, uint64_t n, uint64_t v)
 {
     uint64_t x = 0;
     for (uint64_t i = 0; i < n; i++)
-        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, (uint64_t)(m[i] - '0'), &x))
+        if (__builtin_mul_overflow(x, 10, &x) ||
+            __builtin_add_overflow(x, (uint64_t)(m[i] - '0'), &x))
             return false;
     return x == v;
 }
@@ -263,8 +264,9 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
     if (!digits_equal(m + plus + 1, len - plus - 1, kv->arr_count))
         pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.mix", -1,
                      "pn.mix \"%.*s\" says %.*s promotions but pn.mix.promoted lists %" PRIu64,
-                     (int)(len > 64 ? 64 : len), m, (int)(len - plus - 1 > 40 ? 40 : len - plus - 1),
-                     m + plus + 1, kv->arr_count);
+                     (int)(len > 64 ? 64 : len), m,
+                     (int)(len - plus - 1 > 40 ? 40 : len - plus - 1), m + plus + 1,
+                     kv->arr_count);
 }
 
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)

@@ -285,11 +285,12 @@ static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn
                             "value",
                             path, name, tn, row, col);
     case PN_ERR_SCALE_OVERFLOW:
-        return pn_error_set(err, e.st, "%s: tensor '%s' row %lld column %lld: the value does not fit %s",
-                            path, name, row, col, type_name(j->out_type));
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' row %lld column %lld: the value does not fit %s", path,
+                            name, row, col, type_name(j->out_type));
     default:
-        return pn_error_set(err, e.st, "%s: tensor '%s' (%s) row %lld: cannot decode: %s", path, name,
-                            tn, row, pn_strerror(e.st));
+        return pn_error_set(err, e.st, "%s: tensor '%s' (%s) row %lld: cannot decode: %s", path,
+                            name, tn, row, pn_strerror(e.st));
     }
 }
 

@@ -23,7 +23,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

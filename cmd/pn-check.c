@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd/cli.h"
 #include "common/text.h"
 #include "pipeline/check.h"
 #include "quant/types.h"
@@ -265,51 +266,12 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     fputs("\n}\n", f);
 }
 
-/* ---- progress ---- */
-
-typedef struct progress_line {
-    const char *path;
-    int last_percent;
-} progress_line;
-
-/* One line on stderr at the start and at each further percent. */
-static void show_progress(void *ctx, uint64_t done, uint64_t total)
-{
-    progress_line *p = ctx;
-    int percent = total ? (int)(done * 100 / total) : 100;
-    if (done != 0 && percent == p->last_percent)
-        return;
-    p->last_percent = percent;
-    fputs("pn-check: ", stderr);
-    pn_fput_safe(stderr, p->path);
-    fprintf(stderr, ": %3d%% of %llu data bytes checked\n", percent, (unsigned long long)total);
-}
-
-/* The report is only as good as its last byte: a full disk or a closed pipe
- * on stdout is an error, not a silent success. */
-static int finish_stdout(void)
-{
-    errno = 0;
-    int bad = fflush(stdout) != 0;
-    int e = errno;
-    bad |= ferror(stdout) != 0;
-    if (fclose(stdout) != 0) {
-        bad = 1;
-        if (!e)
-            e = errno;
-    }
-    if (!bad)
-        return 0;
-    fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n",
-            e ? strerror(e) : "write error");
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     pn_check_options o;
     pn_check_options_default(&o);
     bool json = false, strict = false, progress = false;
+    const char *why;
     /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
      * like any write error, instead of the signal killing the program. */
     signal(SIGXFSZ, SIG_IGN);
@@ -347,7 +309,13 @@ int main(int argc, char **argv)
             o.threads = (int)v;
             break;
         }
-        case 'h': fputs(usage, stdout); return finish_stdout() != 0 ? 2 : 0;
+        case 'h':
+            fputs(usage, stdout);
+            if (pn_cli_finish_stdout(&why) != 0) {
+                fprintf(stderr, "pn-check: cannot write to standard output: %s\n", why);
+                return 2;
+            }
+            return 0;
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
         default:
             if (optopt >= OPT_RECIPE || (optopt == 0 && optind > 0))
@@ -365,9 +333,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *path = argv[optind];
-    progress_line pl = {path, -1};
+    pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
     if (progress) {
-        o.progress = show_progress;
+        o.progress = pn_cli_show_progress;
         o.progress_ctx = &pl;
     }
 
@@ -375,9 +343,7 @@ int main(int argc, char **argv)
     pn_error err = {0};
     pn_status st = pn_check_file(path, &o, &r, &err);
     if (st) {
-        fputs("pn-check: ", stderr);
-        pn_fput_safe(stderr, err.msg);
-        fputc('\n', stderr);
+        pn_cli_error("pn-check", err.msg);
         return 2;
     }
     if (json)
@@ -385,13 +351,12 @@ int main(int argc, char **argv)
     else
         print_text(stdout, r, strict);
     int code = pn_check_exit_code(r, strict);
-    if (!r->readable && r->n_findings) {
-        fputs("pn-check: ", stderr);
-        pn_fput_safe(stderr, r->findings[0].message);
-        fputc('\n', stderr);
-    }
+    if (!r->readable && r->n_findings)
+        pn_cli_error("pn-check", r->findings[0].message);
     pn_check_report_free(r);
-    if (finish_stdout() != 0)
+    if (pn_cli_finish_stdout(&why) != 0) {
+        fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
         return 2;
+    }
     return code;
 }

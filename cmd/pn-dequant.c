@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd/cli.h"
 #include "common/text.h"
 #include "pipeline/dequant.h"
 #include "quant/types.h"
@@ -42,54 +43,12 @@ static const char usage[] =
     "\n"
     "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n";
 
-typedef struct progress_line {
-    const char *path;
-    int last_percent;
-} progress_line;
-
-/* One line on stderr at the start and at each further percent. */
-static void show_progress(void *ctx, uint64_t done, uint64_t total)
-{
-    progress_line *p = ctx;
-    int percent = total ? (int)(done * 100 / total) : 100;
-    if (done != 0 && percent == p->last_percent)
-        return;
-    p->last_percent = percent;
-    fputs("pn-dequant: ", stderr);
-    pn_fput_safe(stderr, p->path);
-    fprintf(stderr, ": %3d%% of %llu bytes written\n", percent, (unsigned long long)total);
-}
-
-/* Flushes and closes stdout; -1 (with errno's text in *what) when anything
- * written to it was lost. */
-static int finish_stdout(const char **what)
-{
-    errno = 0;
-    int bad = fflush(stdout) != 0;
-    int e = errno;
-    bad |= ferror(stdout) != 0;
-    if (fclose(stdout) != 0) {
-        bad = 1;
-        if (!e)
-            e = errno;
-    }
-    *what = e ? strerror(e) : "write error";
-    return bad ? -1 : 0;
-}
-
-static void print_error(const char *msg)
-{
-    fputs("pn-dequant: ", stderr);
-    pn_fput_safe(stderr, msg);
-    fputc('\n', stderr);
-}
-
 int main(int argc, char **argv)
 {
     pn_dequant_opts o;
     pn_dequant_opts_init(&o);
     bool quiet = false, progress = false;
-    const char *what;
+    const char *why;
     enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
            OPT_PROGRESS };
     static const struct option longopts[] = {
@@ -137,8 +96,8 @@ int main(int argc, char **argv)
         }
         case 'h':
             fputs(usage, stdout);
-            if (finish_stdout(&what) != 0) {
-                fprintf(stderr, "pn-dequant: cannot write to standard output: %s\n", what);
+            if (pn_cli_finish_stdout(&why) != 0) {
+                fprintf(stderr, "pn-dequant: cannot write to standard output: %s\n", why);
                 return 1;
             }
             return 0;
@@ -169,9 +128,9 @@ int main(int argc, char **argv)
      * run ends like on a full disk, cleaning up, instead of being killed. */
     signal(SIGXFSZ, SIG_IGN);
     o.cancel = &g_cancel;
-    progress_line pl = {argv[optind + 1], -1};
+    pn_cli_progress pl = {"pn-dequant", argv[optind + 1], "bytes written", -1};
     if (progress) {
-        o.progress = show_progress;
+        o.progress = pn_cli_show_progress;
         o.progress_ctx = &pl;
     }
 
@@ -179,7 +138,7 @@ int main(int argc, char **argv)
     pn_error err = {0};
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
     if (st) {
-        print_error(err.msg);
+        pn_cli_error("pn-dequant", err.msg);
         return st == PN_ERR_INTERRUPTED ? 130 : 1;
     }
     if (s.rotation_key_missing) {
@@ -200,12 +159,12 @@ int main(int argc, char **argv)
                s.n_stock, s.n_copied, (unsigned long long)s.bytes_in,
                (unsigned long long)s.bytes_out, s.seconds);
     }
-    if (finish_stdout(&what) != 0) {
+    if (pn_cli_finish_stdout(&why) != 0) {
         /* OUT is complete and in place: say so rather than pretend it is not */
         fputs("pn-dequant: ", stderr);
         pn_fput_safe(stderr, argv[optind + 1]);
         fprintf(stderr, " was written, but the summary could not be written to standard "
-                        "output: %s\n", what);
+                        "output: %s\n", why);
         return 1;
     }
     return 0;

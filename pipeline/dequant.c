@@ -262,19 +262,13 @@ static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn
                             (long long)(e.block % per_row), fields[e.field].name,
                             nan ? "NaN" : "infinite", (unsigned)e.bits);
     case AT_PN_BLOCK:
-        if (e.st == PN_ERR_NONFINITE)
-            return pn_error_set(err, e.st,
-                                "%s: tensor '%s' row %lld block %lld: the scale d is not finite; "
-                                "the file is invalid (pn-check tells more)",
-                                path, name, (long long)(e.block / per_row),
-                                (long long)(e.block % per_row));
-        if (e.st == PN_ERR_RESERVED_BITS)
-            return pn_error_set(err, e.st,
-                                "%s: tensor '%s' row %lld block %lld: a pn3t reserved bit is set; "
-                                "the file is invalid (pn-check tells more)",
-                                path, name, (long long)(e.block / per_row),
-                                (long long)(e.block % per_row));
-        break;
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' row %lld block %lld: %s; the file is invalid "
+                            "(pn-check tells more)",
+                            path, name, (long long)(e.block / per_row),
+                            (long long)(e.block % per_row),
+                            e.st == PN_ERR_RESERVED_BITS ? "a pn3t reserved bit is set"
+                                                         : "the scale d is not finite");
     default:
         break;
     }

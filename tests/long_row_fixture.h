@@ -87,6 +87,22 @@ static LR_UNUSED long lr_reader_kb(const char *path)
     return kb;
 }
 
+/* The peak of a job on a row of n weights against a baseline run on a small
+ * model: what it needed beyond the readers' buffers must be far below the
+ * row (a quarter of it as floats, at most 16 MiB). */
+static LR_UNUSED void lr_expect_far_below_row(long base_kb, long peak_kb, long readers_kb, int64_t n)
+{
+    const long row_kb = (long)(n * 4 / 1024);
+    const long bound = row_kb / 4 < 16 * 1024 ? row_kb / 4 : 16 * 1024;
+    cr_log_info("peak RSS: %ld KiB for the small model, %ld KiB for a row of %lld weights, of "
+                "which the readers' header buffers %ld KiB",
+                base_kb, peak_kb, (long long)n, readers_kb);
+    cr_assert_lt(peak_kb - readers_kb - base_kb, bound,
+                 "%ld KiB more than for the small model, besides the readers' %ld KiB (the row is "
+                 "%ld KiB as floats)",
+                 peak_kb - readers_kb - base_kb, readers_kb, row_kb);
+}
+
 /* Runs fn(arg) in a child; *status gets its exit status (fn's return, 0..255;
  * 128 + signal when killed). Returns the child's peak RSS in KiB. */
 static LR_UNUSED long lr_peak_rss_kb(int (*fn)(void *), void *arg, int *status)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/text.h"
 #include "pipeline/compare.h"
 #include "quant/types.h"
 
@@ -75,49 +76,13 @@ static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
     return 0;
 }
 
-/* A path or name as text a terminal cannot be steered by (control bytes as
- * \xNN). */
-static void put_safe(FILE *f, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\x%02X", *p);
-        else
-            fputc(*p, f);
-}
-
-/* A JSON string literal: quotes, backslashes and control bytes escaped;
- * bytes >= 0x80 that are not valid UTF-8 are shown as \u00NN of the byte. */
-static void put_json(FILE *f, const char *s)
-{
-    fputc('"', f);
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned char c = *p;
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool valid = len > 0;
-        for (size_t k = 1; valid && k < len; k++)
-            valid = (p[k] & 0xC0) == 0x80;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f || !valid)
-            fprintf(f, "\\u%04x", c);
-        else {
-            fwrite(p, 1, len, f);
-            p += len;
-            continue;
-        }
-        p++;
-    }
-    fputc('"', f);
-}
 
 static void on_progress(const char *step, const char *path, void *user)
 {
     if (!*(int *)user)
         return;
     fprintf(stderr, "pn-compare: %s ", step);
-    put_safe(stderr, path);
+    pn_fput_safe(stderr, path);
     fputs("\n", stderr);
 }
 
@@ -140,7 +105,7 @@ static char *default_script(void)
 static void print_table(const pn_compare_report *r, const char *decode)
 {
     printf("source ");
-    put_safe(stdout, r->source.path);
+    pn_fput_safe(stdout, r->source.path);
     printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
            "positions, vocabulary %u; decoded as %s\n\n",
            r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
@@ -150,7 +115,7 @@ static void print_table(const pn_compare_report *r, const char *decode)
            "KL p99", "KL max", "top-1", "mix", "file");
     printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
            r->source.bpw, "-", "-", "-", "-", "-", "(source)");
-    put_safe(stdout, r->source.path);
+    pn_fput_safe(stdout, r->source.path);
     putchar('\n');
     for (size_t i = 0; i < r->n_files; i++) {
         const pn_compare_file *f = &r->files[i];
@@ -159,7 +124,7 @@ static void print_table(const pn_compare_report *r, const char *decode)
         printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
                (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99,
                f->kl_max, 100.0 * f->top1, f->mix ? f->mix : "?");
-        put_safe(stdout, f->path);
+        pn_fput_safe(stdout, f->path);
         putchar('\n');
     }
     printf("\n%.1f s\n", r->seconds);
@@ -168,11 +133,11 @@ static void print_table(const pn_compare_report *r, const char *decode)
 static void put_file_json(const pn_compare_file *f, bool source)
 {
     printf("{\"path\": ");
-    put_json(stdout, f->path);
+    pn_json_put_str(stdout, f->path);
     if (!source) {
         printf(", \"mix\": ");
         if (f->mix)
-            put_json(stdout, f->mix);
+            pn_json_put_str(stdout, f->mix);
         else
             printf("null");
     }
@@ -194,9 +159,9 @@ static void print_json(const pn_compare_report *r, const char *decode, bool keep
     printf("{\"source\": ");
     put_file_json(&r->source, true);
     printf(",\n \"llama_cpp\": {\"release\": ");
-    put_json(stdout, r->llama_cpp);
+    pn_json_put_str(stdout, r->llama_cpp);
     printf(", \"node_llama_cpp\": ");
-    put_json(stdout, r->node_llama_cpp);
+    pn_json_put_str(stdout, r->node_llama_cpp);
     printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
     printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
            "\"vocabulary\": %u},\n", r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions,
@@ -312,7 +277,7 @@ int main(int argc, char **argv)
     free(script);
     if (st != PN_OK) {
         fputs("pn-compare: error: ", stderr);
-        put_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
+        pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
         return st == PN_ERR_INTERRUPTED ? 130 : 1;
     }

@@ -25,7 +25,10 @@
 #include "common/pn_error.h"
 #include "quant/blocks.h"
 
-#define PN_BLOCK_BYTES 34
+/* Bytes of a pn3t/pn4t block: the struct's size (quant/blocks.h). */
+#define PN_BLOCK_BYTES ((int)sizeof(block_pnt))
+/* Offset of a block's first code word. */
+#define PN_BLOCK_WORDS_AT offsetof(block_pnt, qs)
 #define PN_N_CANDIDATES 36
 
 typedef struct pn_params {

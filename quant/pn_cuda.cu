@@ -117,7 +117,13 @@ constexpr int kGroupMax = 80;
 /* Row stride of the weights in shared memory, in doubles: odd, so that the
  * two groups a warp straddles read from different banks. */
 constexpr int kWStride = kGroupMax + 1;
-constexpr int kBlockBytes = PN_BLOCK_BYTES; /* 34 */
+/* The pn3t/pn4t frame from quant/blocks.h (the one source of the layout):
+ * the kernel stages and packs blocks byte by byte with these. */
+constexpr int kBlockBytes = (int)sizeof(block_pnt);
+constexpr int kScaleAt = (int)offsetof(block_pnt, d);
+constexpr int kWordsAt = (int)offsetof(block_pnt, qs);
+static_assert(kBlockBytes == PN_BLOCK_BYTES && kBlockBytes == 34 && kScaleAt == 0 && kWordsAt == 2,
+              "the kernel's STORE and PACK phases assume quant/blocks.h's block_pnt");
 
 static_assert(kThreads >= kGroupsPerBlock * kBlockBytes, "STORE writes one byte per thread");
 static_assert(kGroupsPerBlock * 8 <= kThreads, "PACK takes one thread per word");
@@ -515,13 +521,13 @@ PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
             d = sm.win_bits[gg];
     }
     unsigned char *b = sm.staging + gg * kBlockBytes;
-    b[2 + 4 * wi + 0] = (unsigned char)word;
-    b[2 + 4 * wi + 1] = (unsigned char)(word >> 8);
-    b[2 + 4 * wi + 2] = (unsigned char)(word >> 16);
-    b[2 + 4 * wi + 3] = (unsigned char)(word >> 24);
+    b[kWordsAt + 4 * wi + 0] = (unsigned char)word;
+    b[kWordsAt + 4 * wi + 1] = (unsigned char)(word >> 8);
+    b[kWordsAt + 4 * wi + 2] = (unsigned char)(word >> 16);
+    b[kWordsAt + 4 * wi + 3] = (unsigned char)(word >> 24);
     if (wi == 0) {
-        b[0] = (unsigned char)d;
-        b[1] = (unsigned char)(d >> 8);
+        b[kScaleAt] = (unsigned char)d;
+        b[kScaleAt + 1] = (unsigned char)(d >> 8);
     }
 }
 

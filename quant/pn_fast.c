@@ -13,8 +13,8 @@
 void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
                         uint8_t *block)
 {
-    block[0] = (uint8_t)d_bits;
-    block[1] = (uint8_t)(d_bits >> 8);
+    block[offsetof(block_pnt, d)] = (uint8_t)d_bits;
+    block[offsetof(block_pnt, d) + 1] = (uint8_t)(d_bits >> 8);
     const int per_word = p->per_word, bits = p->bits;
     for (int wi = 0; wi < 8; wi++) {
         const uint8_t *c = codes + wi * per_word;
@@ -24,7 +24,7 @@ void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *code
             hi |= (uint32_t)c[2 * j + 1] << (bits * j);
         }
         uint32_t word = lo | (hi << 16);
-        uint8_t *wp = block + 2 + 4 * wi;
+        uint8_t *wp = block + PN_BLOCK_WORDS_AT + 4 * wi;
         wp[0] = (uint8_t)word;
         wp[1] = (uint8_t)(word >> 8);
         wp[2] = (uint8_t)(word >> 16);

@@ -26,13 +26,13 @@ static inline int pn_code_shift(const pn_params *p, int t)
 
 int pn_block_code(const pn_params *p, const uint8_t *block, int e)
 {
-    uint32_t word = pn_load_u32le(block + 2 + 4 * (e / p->per_word));
+    uint32_t word = pn_load_u32le(block + PN_BLOCK_WORDS_AT + 4 * (e / p->per_word));
     return (int)((word >> pn_code_shift(p, e % p->per_word)) & ((1u << p->bits) - 1u));
 }
 
 void pn_block_set_code(const pn_params *p, uint8_t *block, int e, int code)
 {
-    uint8_t *wp = block + 2 + 4 * (e / p->per_word);
+    uint8_t *wp = block + PN_BLOCK_WORDS_AT + 4 * (e / p->per_word);
     int shift = pn_code_shift(p, e % p->per_word);
     uint32_t mask = ((1u << p->bits) - 1u) << shift;
     uint32_t word = pn_load_u32le(wp);
@@ -44,12 +44,12 @@ void pn_block_set_code(const pn_params *p, uint8_t *block, int e, int code)
 static void pn_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
                           uint8_t *block)
 {
-    pn_store_u16le(block, d_bits);
+    pn_store_u16le(block + offsetof(block_pnt, d), d_bits);
     for (int wi = 0; wi < 8; wi++) {
         uint32_t word = 0;
         for (int t = 0; t < p->per_word; t++)
             word |= (uint32_t)codes[wi * p->per_word + t] << pn_code_shift(p, t);
-        pn_store_u32le(block + 2 + 4 * wi, word);
+        pn_store_u32le(block + PN_BLOCK_WORDS_AT + 4 * wi, word);
     }
 }
 
@@ -168,10 +168,10 @@ void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n)
     const uint32_t mask = (1u << p->bits) - 1u;
     for (int64_t g = 0; g < n / p->group; g++) {
         const uint8_t *b = in + g * PN_BLOCK_BYTES;
-        const float d = pn_fp16_to_float(pn_load_u16le(b));
+        const float d = pn_fp16_to_float(pn_load_u16le(b + offsetof(block_pnt, d)));
         float *o = y + g * p->group;
         for (int wi = 0; wi < 8; wi++) {
-            const uint32_t word = pn_load_u32le(b + 2 + 4 * wi);
+            const uint32_t word = pn_load_u32le(b + PN_BLOCK_WORDS_AT + 4 * wi);
             for (int t = 0; t < p->per_word; t++)
                 o[wi * p->per_word + t] = d * (float)((int)((word >> pn_code_shift(p, t)) & mask) - p->z);
         }
@@ -185,14 +185,14 @@ pn_status pn_validate_row(int type, const uint8_t *in, int64_t n, int64_t *bad_b
         return PN_ERR_USAGE;
     for (int64_t g = 0; g < n / p->group; g++) {
         const uint8_t *b = in + g * PN_BLOCK_BYTES;
-        if ((pn_load_u16le(b) & 0x7c00u) == 0x7c00u) {
+        if ((pn_load_u16le(b + offsetof(block_pnt, d)) & 0x7c00u) == 0x7c00u) {
             if (bad_block)
                 *bad_block = g;
             return PN_ERR_NONFINITE;
         }
         if (type == PN_TYPE_PN3T) {
             for (int wi = 0; wi < 8; wi++) {
-                if (pn_load_u32le(b + 2 + 4 * wi) & 0x80008000u) {
+                if (pn_load_u32le(b + PN_BLOCK_WORDS_AT + 4 * wi) & 0x80008000u) {
                     if (bad_block)
                         *bad_block = g;
                     return PN_ERR_RESERVED_BITS;

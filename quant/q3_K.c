@@ -145,8 +145,9 @@ static void q3k_integers(const float *x, const float *s, q3k_state *st)
 
 static void q3k_pack(const q3k_state *st, uint8_t *blk)
 {
-    uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-    memset(scales, 0, 12);
+    uint8_t *hmask = blk + offsetof(block_q3_K, hmask), *qs = blk + offsetof(block_q3_K, qs);
+    uint8_t *scales = blk + offsetof(block_q3_K, scales);
+    memset(scales, 0, sizeof(((block_q3_K *)0)->scales));
     /* Weight e = 32p + l: high bit in bit p of hmask[l], low bits at
      * 2*(p%4) in qs[32*(p/4) + l]. */
     for (int l = 0; l < 32; l++) {
@@ -165,7 +166,7 @@ static void q3k_pack(const q3k_state *st, uint8_t *blk)
     }
     for (int j = 0; j < Q3K_NSUB; j++)
         pn_q3_K_set_scale(scales, j, st->k[j] + 32);
-    pn_store_u16le(blk + 108, st->hd);
+    pn_store_u16le(blk + offsetof(block_q3_K, d), st->hd);
 }
 
 static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
@@ -221,8 +222,9 @@ void pn_dequantize_row_q3_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q3_K);
-        const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-        const float d = pn_fp16_to_float(pn_load_u16le(blk + 108));
+        const uint8_t *hmask = blk + offsetof(block_q3_K, hmask), *qs = blk + offsetof(block_q3_K, qs);
+        const uint8_t *scales = blk + offsetof(block_q3_K, scales);
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q3_K, d)));
         float *yb = y + b * PN_QK_K;
         for (int p = 0; p < 8; p++) {           /* 32 weights share a bit plane */
             const uint8_t *q = qs + 32 * (p / 4);

@@ -266,10 +266,10 @@ static int q4k_refit(const float *x, const q4k_state *s, uint16_t *hd, uint16_t 
 
 static void q4k_pack(const q4k_state *s, uint8_t *blk)
 {
-    pn_store_u16le(blk, s->hd);
-    pn_store_u16le(blk + 2, s->hm);
-    uint8_t *scales = blk + 4, *qs = blk + 16;
-    memset(scales, 0, 12);
+    pn_store_u16le(blk + offsetof(block_q4_K, d), s->hd);
+    pn_store_u16le(blk + offsetof(block_q4_K, dmin), s->hm);
+    uint8_t *scales = blk + offsetof(block_q4_K, scales), *qs = blk + offsetof(block_q4_K, qs);
+    memset(scales, 0, sizeof(((block_q4_K *)0)->scales));
     for (int j = 0; j < Q4K_NSUB; j++)
         pn_q4_K_set_scale_min(scales, j, s->sc[j], s->m[j]);
     for (int c = 0; c < 4; c++)
@@ -347,9 +347,10 @@ void pn_dequantize_row_q4_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q4_K);
-        const float d = pn_fp16_to_float(pn_load_u16le(blk));
-        const float dmin = pn_fp16_to_float(pn_load_u16le(blk + 2));
-        const uint8_t *scales = blk + 4, *qs = blk + 16;
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q4_K, d)));
+        const float dmin = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q4_K, dmin)));
+        const uint8_t *scales = blk + offsetof(block_q4_K, scales);
+        const uint8_t *qs = blk + offsetof(block_q4_K, qs);
         float *yb = y + b * PN_QK_K;
         for (int c = 0; c < 4; c++) {
             int sc, m;

@@ -86,8 +86,8 @@ static pn_status q8_0_block(const float *x, uint8_t *blk, int *bad)
     }
     int8_t q[PN_QK8_0];
     q8_0_codes(x, d, q);
-    pn_store_u16le(blk, h);
-    memcpy(blk + 2, q, sizeof q);
+    pn_store_u16le(blk + offsetof(block_q8_0, d), h);
+    memcpy(blk + offsetof(block_q8_0, qs), q, sizeof q);
     return PN_OK;
 }
 
@@ -114,8 +114,9 @@ void pn_dequantize_row_q8_0(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK8_0; b++) {
         const uint8_t *blk = in + b * sizeof(block_q8_0);
-        const float d = pn_fp16_to_float(pn_load_u16le(blk));
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q8_0, d)));
+        const uint8_t *qs = blk + offsetof(block_q8_0, qs);
         for (int i = 0; i < PN_QK8_0; i++)
-            y[b * PN_QK8_0 + i] = (float)(int8_t)blk[2 + i] * d;
+            y[b * PN_QK8_0 + i] = (float)(int8_t)qs[i] * d;
     }
 }

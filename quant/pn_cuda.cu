@@ -289,8 +289,16 @@ PN_HD double pn_widen_float(float f)
     return pn_bits_double(sign | ((uint64_t)(exp - 127u + 1023u) << 52) | ((uint64_t)mant << 29));
 }
 
-/* fp16(x): one rounding of the exact double, ties to even; the algorithm of
- * pn_fp16_from_double (quant/fp16.c) with frexp/ldexp done on the bits. */
+/* fp16(x): one rounding of the exact double, ties to even: the rounding
+ * pn_fp16_from_double (quant/fp16.h) defines, computed another way. Why a
+ * rounder of its own (the project's third; see quant/fp16.h for the list):
+ * the host's is a plain static inline C function, which device code cannot
+ * call, and it rounds by shifting a 64-bit significand; here the value is
+ * scaled by an exact power of two so that its last kept bit weighs 1 and
+ * rounded once with rint, every step an explicit round-to-nearest double
+ * operation, so one __host__ __device__ body serves the GPU and the host
+ * emulator alike. Tests: test_pn_cuda's fp16 backend tests compare it with
+ * pn_fp16_from_double on every golden input and on every half-way point. */
 PN_HD unsigned short pn_hd_fp16_from_double(double x)
 {
     const uint64_t u = pn_double_bits(x);

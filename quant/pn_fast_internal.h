@@ -83,7 +83,14 @@ static inline double pn_fast_double_of(uint64_t u)
     return x;
 }
 
-/* fp16(t) as a double: +-0 when it underflows, +-inf when it overflows. */
+/* fp16(t) as a double: +-0 when it underflows, +-inf when it overflows.
+ * The second of the project's three fp16 rounders (the list is in
+ * quant/fp16.h): pn_fp16_from_double's rounding, but producing the value by
+ * one addition and one subtraction (argument 1 above), so that
+ * make_candidates in pn_fast_avx2.c / pn_fast_avx512.c can round the 36
+ * candidate scales in vector lanes without per-lane branches; this scalar
+ * form is what the portable path uses and what the tests pin against the
+ * reference (tests/test_pn_fast.c, fast_fp16_rounding_*). */
 static inline double pn_fast_fp16_value(double t)
 {
     uint64_t tb = pn_fast_bits_of(t);

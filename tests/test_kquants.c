@@ -7,6 +7,10 @@
  * - Encoding: round trips within error bounds on Gaussian, heavy-tailed and
  *   outlier data; zero, constant and tiny rows; refusals (NaN/Inf, bad n,
  *   scale overflow) with the column they name; independence from alignment.
+ * - Independent decodings (tests/data/kquants/, the .blocks.bin and
+ *   .decoded.f32 files,
+ *   see SOURCE.md there): 1024 random blocks of each type decode to the
+ *   independent decoder's floats bit for bit.
  * - Golden file tests/data/kquants/golden.bin: the encoded bytes of a fixed
  *   input, so that any change in the encoders' output is noticed. The input
  *   is built from tu_rng's integer stream with exact double arithmetic only
@@ -709,6 +713,68 @@ Test(kquants_stock, refuses_nonfinite_weights_and_f16_overflow_by_column)
     w[4] = 3.4e38f; /* rounds past bf16's largest finite value */
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_BF16, w, 6, q, &bad), PN_ERR_SCALE_OVERFLOW);
     cr_assert_eq(bad, 4);
+}
+
+/* --- independent decodings (tests/data/kquants/SOURCE.md) -------------------- */
+
+#define STOCK_GOLDEN_BLOCKS 1024
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+ParameterizedTestParameters(kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+{
+    return cr_make_param_array(int, KQ_INDEX, N_KQ_CASES);
+}
+
+ParameterizedTest(int *ci, kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+{
+    const kq_case *tc = &KQ_CASES[*ci];
+    char path[512];
+    size_t nb = 0, nf = 0;
+    snprintf(path, sizeof path, PN_TEST_DATA "/kquants/%s.blocks.bin", tc->name);
+    uint8_t *blocks = tu_read_file(path, &nb);
+    snprintf(path, sizeof path, PN_TEST_DATA "/kquants/%s.decoded.f32", tc->name);
+    float *want = tu_read_file(path, &nf);
+    const int64_t n = (int64_t)STOCK_GOLDEN_BLOCKS * tc->block;
+    cr_assert_eq(nb, (size_t)STOCK_GOLDEN_BLOCKS * tc->bytes, "%s: %zu block bytes", tc->name, nb);
+    cr_assert_eq(nf, (size_t)n * sizeof(float), "%s: %zu decoded bytes", tc->name, nf);
+    float *y = (float *)xmalloc((size_t)n * sizeof(float));
+    /* the whole file as one row, by the type's decoder and by the dispatcher */
+    for (int how = 0; how < 2; how++) {
+        memset(y, 0xa5, (size_t)n * sizeof(float));
+        if (how == 0)
+            dequantize(tc->type, blocks, y, n);
+        else
+            cr_assert_eq(pn_dequantize_row_stock(tc->type, blocks, y, n), PN_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (memcmp(&y[i], &want[i], sizeof(float)) != 0 && bad++ < 5)
+                cr_log_error("%s block %lld weight %lld: %a (0x%08x), independent decoder %a (0x%08x)",
+                             tc->name, (long long)(i / tc->block), (long long)(i % tc->block),
+                             (double)y[i], (unsigned)f32_bits(y[i]), (double)want[i],
+                             (unsigned)f32_bits(want[i]));
+        }
+        cr_expect_eq(bad, 0, "%s: %lld of %lld floats differ (%s)", tc->name, (long long)bad, (long long)n,
+                     how == 0 ? "row decoder" : "stock dispatcher");
+    }
+    /* each block alone at an odd address */
+    uint8_t *one = xmalloc((size_t)tc->bytes + 1);
+    int64_t bad = 0;
+    for (int b = 0; b < STOCK_GOLDEN_BLOCKS; b++) {
+        memcpy(one + 1, blocks + (size_t)b * tc->bytes, (size_t)tc->bytes);
+        dequantize(tc->type, one + 1, y, tc->block);
+        bad += memcmp(y, want + (size_t)b * tc->block, (size_t)tc->block * sizeof(float)) != 0;
+    }
+    cr_expect_eq(bad, 0, "%s: %lld blocks decode differently alone at an odd address", tc->name, (long long)bad);
+    free(one);
+    free(y);
+    free(blocks);
+    free(want);
 }
 
 /* --- golden file ------------------------------------------------------------- */

@@ -3,7 +3,8 @@
  *
  *   bench_pn [--rows R] [--cols K] [--seconds S] [--seed N]
  *       Times, on one set of R rows x K weights (Gaussian, std 0.02, with
- *       0.1% outliers x10..x100), the reference and the default fast path of
+ *       0.1% outliers x10..x100), the reference and the fastest path (or the
+ *       one PN_CPU_PATH names: ref, scalar, avx2, avx512) of
  *       pn3t, pn4t and the rotation (block 1024 or the largest power of two
  *       dividing K), at 1 thread and at all OpenMP threads (rows split among
  *       threads), and prints weights/s and the ratios. It also checks that
@@ -130,15 +131,29 @@ static double measure_copy(const float *src, float *dst, int64_t n, double secon
     return best;
 }
 
+/* The path to time against the reference: PN_CPU_PATH when set (a program
+ * may read the environment; the library does not), else the best one. */
+static int chosen_path(void)
+{
+    const char *env = getenv(PN_CPU_PATH_ENV);
+    if (!env || !*env)
+        return pn_cpu_path_best();
+    int path = pn_path_from_name(env);
+    if (path < 0 || !pn_path_available(path)) {
+        fprintf(stderr, "bench_pn: %s=%s: %s (ref, scalar, avx2, avx512)\n", PN_CPU_PATH_ENV, env,
+                path < 0 ? "no such path" : "this CPU cannot run it");
+        return -1;
+    }
+    return path;
+}
+
 static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
 {
     const int threads = omp_get_max_threads();
-    const int fast = pn_quantize_default_path();
-    const int rfast = pn_hadamard_default_path();
-    if (fast < 0) {
-        fprintf(stderr, "bench_pn: %s is set to an unknown or unavailable path\n", PN_CPU_PATH_ENV);
+    const int fast = chosen_path();
+    const int rfast = fast;
+    if (fast < 0)
         return 2;
-    }
     const int B = pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP);
     float *src = malloc((size_t)(rows * K) * sizeof(float));
     float *scratch = malloc((size_t)(rows * K) * sizeof(float));

@@ -55,7 +55,8 @@ pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *blo
 pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out,
                               int64_t *bad_col);
 
-/* The fastest exact implementation this CPU supports (same bytes as _ref). */
+/* The fastest exact implementation this CPU supports (same bytes as _ref):
+ * pn_quantize_row_path(pn_cpu_path_best(), ...), quant/pn_fast.h. */
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out,
                           int64_t *bad_col);
 

@@ -1,7 +1,6 @@
 /* The portable fast PN quantizer, the pieces every fast path shares, and the
  * run-time choice among the paths. Exactness argument: pn_fast_internal.h. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "quant/pn.h"
@@ -210,24 +209,13 @@ int pn_path_from_name(const char *name)
     return -1;
 }
 
-int pn_quantize_default_path(void)
+int pn_cpu_path_best(void)
 {
-    const char *env = getenv(PN_CPU_PATH_ENV);
-    if (env && *env) {
-        int path = pn_path_from_name(env);
-        return pn_path_available(path) ? path : -1;
-    }
     if (pn_path_available(PN_PATH_AVX512))
         return PN_PATH_AVX512;
     if (pn_path_available(PN_PATH_AVX2))
         return PN_PATH_AVX2;
     return PN_PATH_SCALAR_FAST;
-}
-
-const char *pn_quantize_path_name(void)
-{
-    int path = pn_quantize_default_path();
-    return path < 0 ? "invalid " PN_CPU_PATH_ENV : pn_path_name(path);
 }
 
 pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
@@ -252,8 +240,5 @@ pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, ui
 
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
-    int path = pn_quantize_default_path();
-    if (path < 0)
-        return PN_ERR_USAGE;
-    return pn_quantize_row_path(path, type, x, n, out, bad_col);
+    return pn_quantize_row_path(pn_cpu_path_best(), type, x, n, out, bad_col);
 }

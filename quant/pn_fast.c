@@ -56,9 +56,10 @@ uint16_t pn_fp16_bits_of_half_value(double h) { return pn_fast_half_bits(h); }
 
 /* One group; the candidates that survive fp16 rounding are compacted into
  * s[]/r[]/idx[] in ascending order, and each candidate's error is summed in
- * element order. */
+ * element order. With sums (err, norm not NULL): the winner's error, which is
+ * scored to the end (see below), and the norm in element order. */
 static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, uint8_t *block,
-                                            int *bad_index)
+                                            int *bad_index, double *err_out, double *norm_out)
 {
     const int G = p->group, z = p->z;
     double wd[80];
@@ -73,6 +74,13 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         fmax = v > fmax ? v : fmax;
         fmin = v < fmin ? v : fmin;
         wd[e] = (double)v;
+    }
+    if (norm_out) {
+        double norm = 0.0;
+        for (int e = 0; e < G; e++)
+            norm = norm + wd[e] * wd[e];
+        *norm_out = norm;
+        *err_out = norm; /* a zero group's; a search below replaces it */
     }
     const double amax = famax, max = fmax, min = fmin;
     if (amax == 0.0) {
@@ -144,6 +152,8 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         }
     }
     const double sb = s[best_c];
+    if (err_out)
+        *err_out = best;
     uint8_t codes[80];
     for (int e = 0; e < G; e++) {
         double q = wd[e] / sb;
@@ -157,12 +167,15 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
 }
 
 pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col)
+                                      uint8_t *out, int64_t *bad_col, double *blk_err,
+                                      double *blk_norm)
 {
+    const bool sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
         pn_status st = quantize_group_scalar_fast(p, x + g * p->group, out + g * PN_BLOCK_BYTES,
-                                                  &bad);
+                                                  &bad, sums ? blk_err + g : NULL,
+                                                  sums ? blk_norm + g : NULL);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
@@ -221,18 +234,26 @@ int pn_cpu_path_best(void)
 pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col)
 {
+    return pn_quantize_row_path_sums(path, type, x, n, out, bad_col, NULL, NULL);
+}
+
+pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm)
+{
     const pn_params *p = pn_params_get(type);
     if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
         return PN_ERR_USAGE;
+    if (!blk_err || !blk_norm)
+        blk_err = blk_norm = NULL;
     switch (path) {
     case PN_PATH_REF:
-        return pn_quantize_row_ref(type, x, n, out, bad_col);
+        return pn_quantize_row_ref_sums(type, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_SCALAR_FAST:
-        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col);
+        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_AVX2:
-        return pn_quantize_row_avx2(p, x, n, out, bad_col);
+        return pn_quantize_row_avx2(p, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_AVX512:
-        return pn_quantize_row_avx512(p, x, n, out, bad_col);
+        return pn_quantize_row_avx512(p, x, n, out, bad_col, blk_err, blk_norm);
     default:
         return PN_ERR_USAGE;
     }

@@ -66,6 +66,14 @@ int pn_cpu_path_best(void);
 pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col);
 
+/* The same with the per-group sums of quant/quant_row.h (blk_err, blk_norm:
+ * both NULL or both n/G doubles): every path takes the winner's error from
+ * its own search (the reference's sum, bit for bit; a zero group's error is
+ * its norm) and sums the norm in element order. pn_quantize_row_sums is the
+ * entry point callers use. */
+pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm);
+
 /* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
  * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every
  * non-NaN x, computed without frexp/ldexp. Exported so tests can pin it. */

@@ -147,12 +147,15 @@ void pn_fast_zero_block(const pn_params *p, uint8_t *block);
  * infinity): status and *bad_index exactly as pn_quantize_group_ref. */
 pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_index);
 
-/* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G. */
+/* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G;
+ * blk_err and blk_norm both NULL, or both n/G doubles for the per-group sums
+ * of pn_quantize_row_path_sums. */
 pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col);
+                                      uint8_t *out, int64_t *bad_col, double *blk_err,
+                                      double *blk_norm);
 pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                               int64_t *bad_col);
+                               int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                 int64_t *bad_col);
+                                 int64_t *bad_col, double *blk_err, double *blk_norm);
 
 #endif

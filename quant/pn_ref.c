@@ -56,6 +56,12 @@ static void pn_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *co
 pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block,
                                 int *winner, int *bad_index)
 {
+    return pn_quantize_group_ref_err(p, w, block, winner, bad_index, NULL);
+}
+
+pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block,
+                                    int *winner, int *bad_index, double *win_err)
+{
     const int G = p->group, z = p->z, nmax = 2 * z - 1;
     double amax = 0.0, max = -INFINITY, min = INFINITY;
     for (int e = 0; e < G; e++) {
@@ -114,6 +120,8 @@ pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *blo
             best_bits = bits;
         }
     }
+    if (win_err)
+        *win_err = best_err;
     if (best_i < 0) {
         if (any_overflow) {
             if (bad_index)
@@ -144,17 +152,33 @@ pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *blo
 pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out,
                               int64_t *bad_col)
 {
+    return pn_quantize_row_ref_sums(type, x, n, out, bad_col, NULL, NULL);
+}
+
+pn_status pn_quantize_row_ref_sums(int type, const float *x, int64_t n, uint8_t *out,
+                                   int64_t *bad_col, double *blk_err, double *blk_norm)
+{
     const pn_params *p = pn_params_get(type);
     if (!p || n < 0 || n % p->group != 0)
         return PN_ERR_USAGE;
-    for (int64_t g = 0; g < n / p->group; g++) {
-        int bad = 0;
-        pn_status st = pn_quantize_group_ref(p, x + g * p->group, out + g * PN_BLOCK_BYTES,
-                                             NULL, &bad);
+    const int G = p->group;
+    for (int64_t g = 0; g < n / G; g++) {
+        int bad = 0, winner = -1;
+        double err = 0.0;
+        pn_status st = pn_quantize_group_ref_err(p, x + g * G, out + g * PN_BLOCK_BYTES, &winner,
+                                                 &bad, &err);
         if (st != PN_OK) {
             if (bad_col)
-                *bad_col = g * p->group + bad;
+                *bad_col = g * G + bad;
             return st;
+        }
+        if (blk_err && blk_norm) {
+            /* a zero group decodes to zeros: its error is its norm */
+            double norm = 0.0;
+            for (int e = 0; e < G; e++)
+                norm = norm + (double)x[g * G + e] * (double)x[g * G + e];
+            blk_norm[g] = norm;
+            blk_err[g] = winner < 0 ? norm : err;
         }
     }
     return PN_OK;

@@ -7,8 +7,10 @@
 #define KQ_SUFFIX avx2
 #define KQ_MAXF(a, b) ((kvf)_mm256_max_ps((__m256)(a), (__m256)(b)))
 #define KQ_MINF(a, b) ((kvf)_mm256_min_ps((__m256)(a), (__m256)(b)))
+#define KQ_ANYD(m) (_mm256_movemask_pd((__m256d)(m)) != 0)
 #define KQ_SELF(m, a, b) _mm256_blendv_ps((__m256)(b), (__m256)(a), (__m256)(m))
 #define KQ_SELD(m, a, b) _mm256_blendv_pd((__m256d)(b), (__m256d)(a), (__m256d)(m))
+#define KQ_CVT4(v) ((kv4d)_mm256_cvtps_pd((__m128)(v)))
 #define KQ_WIDEN_LO(a) ((kvdh)_mm256_cvtps_pd(_mm256_castps256_ps128((__m256)(a))))
 #define KQ_WIDEN_HI(a) ((kvdh)_mm256_cvtps_pd(_mm256_extractf128_ps((__m256)(a), 1)))
 #define KQ_NARROW(lo, hi) _mm256_set_m128(_mm256_cvtpd_ps((__m256d)(hi)), _mm256_cvtpd_ps((__m256d)(lo)))

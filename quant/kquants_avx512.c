@@ -9,6 +9,8 @@
 #define KQ_SUFFIX avx512
 #define KQ_MAXF(a, b) ((kvf)_mm512_max_ps((__m512)(a), (__m512)(b)))
 #define KQ_MINF(a, b) ((kvf)_mm512_min_ps((__m512)(a), (__m512)(b)))
+#define KQ_ANYD(m) (_mm512_test_epi64_mask((__m512i)(m), (__m512i)(m)) != 0)
+#define KQ_CVT4(v) ((kv4d)_mm256_cvtps_pd((__m128)(v)))
 #define KQ_WIDEN_LO(a) ((kvdh)_mm512_cvtps_pd(_mm512_castps512_ps256((__m512)(a))))
 #define KQ_WIDEN_HI(a) ((kvdh)_mm512_cvtps_pd(_mm512_extractf32x8_ps((__m512)(a), 1)))
 #define KQ_NARROW(lo, hi)                                                                          \

@@ -5,6 +5,7 @@
 #include <emmintrin.h>
 #define KQ_MAXF(a, b) ((kvf)_mm_max_ps((__m128)(a), (__m128)(b)))
 #define KQ_MINF(a, b) ((kvf)_mm_min_ps((__m128)(a), (__m128)(b)))
+#define KQ_ANYD(m) (_mm_movemask_pd((__m128d)(m)) != 0)
 #define KQ_WIDEN_LO(a) ((kvdh)_mm_cvtps_pd((__m128)(a)))
 #define KQ_WIDEN_HI(a) ((kvdh)_mm_cvtps_pd(_mm_movehl_ps((__m128)(a), (__m128)(a))))
 #define KQ_NARROW(lo, hi) _mm_movelh_ps(_mm_cvtpd_ps((__m128d)(lo)), _mm_cvtpd_ps((__m128d)(hi)))

@@ -111,6 +111,18 @@ typedef struct kvd2 { kvdh h[2]; } kvd2;
 #define KQ_SELF(m, a, b) ((kvf)(((m) & (kvi)(a)) | (~(m) & (kvi)(b))))
 #define KQ_SELD(m, a, b) ((kvdh)(((m) & (kvlh)(a)) | (~(m) & (kvlh)(b))))
 #endif
+/* Whether any lane of a double mask is set (the branches only skip work
+ * whose result no lane would take). */
+#ifndef KQ_ANYD
+static inline int kq_anyd(kvlh m)
+{
+    int64_t r = 0;
+    for (int i = 0; i < KQ_HALF; i++)
+        r |= m[i];
+    return r != 0;
+}
+#define KQ_ANYD(m) kq_anyd(m)
+#endif
 static inline kvf kq_self(kvi m, kvf a, kvf b) { return (kvf)KQ_SELF(m, a, b); }
 static inline kvdh kq_seld(kvlh m, kvdh a, kvdh b) { return (kvdh)KQ_SELD(m, a, b); }
 static inline kvf kq_maxf(kvf a, kvf b) { return KQ_MAXF(a, b); }
@@ -260,11 +272,15 @@ static inline void q4f_lsq(kvdh sx, kvdh sxx, kvdh sxn, kvdh sq, kvdh sqq, kvdh 
     kvdh a = (n * sxq - sq * sx) / det;
     kvdh c = (sx - a * sq) / n;
     kvlh m1 = c > 0.0;
-    c = kq_seld(m1, zero, c);
-    a = kq_seld(m1, sxq / sqq, a);
+    if (KQ_ANYD(m1)) { /* rare: every weight of a lane's sub-block above its fitted low end */
+        c = kq_seld(m1, zero, c);
+        a = kq_seld(m1, sxq / sqq, a);
+    }
     kvlh m2 = a < 0.0;
-    a = kq_seld(m2, zero, a);
-    c = kq_seld(m2, kq_seld(sxn < 0.0, sxn, zero), c);
+    if (KQ_ANYD(m2)) {
+        a = kq_seld(m2, zero, a);
+        c = kq_seld(m2, kq_seld(sxn < 0.0, sxn, zero), c);
+    }
     kvdh err = sxx + a * a * sqq + n * c * c - 2.0 * a * sxq - 2.0 * c * sx + 2.0 * a * c * sq;
     *a_out = a;
     *c_out = c;
@@ -508,8 +524,10 @@ static inline void kq_store_codes(kvf c, uint8_t *q)
 typedef uint8_t kvb32 __attribute__((vector_size(32)));
 
 /* q4k_codes of super-block bl in element order, then kq_q4k_pack with 32
- * bytes at a time: qs[32c + l] = q[64c + l] | q[64c + 32 + l] << 4. */
-static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t *blk)
+ * bytes at a time: qs[32c + l] = q[64c + l] | q[64c + 32 + l] << 4. With dq
+ * (not NULL): the 256 decoded floats as well, with the decoder's operations
+ * (d1 * q - m1, d1 = d * sc and m1 = dmin * m: the step and offset here). */
+static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t *blk, float *dq)
 {
     const float d = pn_fp16_to_float(s->hd[bl]), dm = pn_fp16_to_float(s->hm[bl]);
     const kvf zero = kq_splat(0.0f), hi = kq_splat(15.0f);
@@ -524,7 +542,12 @@ static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t 
         for (int e = 0; e < Q4F_SUB; e += KQ_W) {
             kvf xv;
             memcpy(&xv, x + j * Q4F_SUB + e, sizeof xv);
-            kq_store_codes(kq_roundv(kq_clampv((xv + voff) * vinv, zero, hi)), q + j * Q4F_SUB + e);
+            const kvf c = kq_roundv(kq_clampv((xv + voff) * vinv, zero, hi));
+            kq_store_codes(c, q + j * Q4F_SUB + e);
+            if (dq) {
+                const kvf y = kq_splat(step) * c - voff;
+                memcpy(dq + j * Q4F_SUB + e, &y, sizeof y);
+            }
         }
         pn_q4_K_set_scale_min(scales, j, (int)scj, (int)mj);
     }
@@ -543,7 +566,7 @@ static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t 
  * nreal = 1). Returns PN_OK with the blocks written, PN_ERR_NONFINITE for a
  * NaN or an infinity anywhere in the unit, or PN_ERR_SCALE_OVERFLOW when a
  * real super-block's scale overflows (nothing useful written then). */
-static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out)
+static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out, float *dq)
 {
     kvf xt[Q4F_NV][Q4F_SUB];
     if (kq_transpose_in(xb, Q4F_SUB, Q4F_NSUB, (float *)xt))
@@ -604,7 +627,7 @@ static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out)
         }
     }
     for (int bl = 0; bl < nreal; bl++)
-        q4f_pack(xb[bl], &best, bl, out + (size_t)bl * sizeof(block_q4_K));
+        q4f_pack(xb[bl], &best, bl, out + (size_t)bl * sizeof(block_q4_K), dq ? dq + bl * PN_QK_K : NULL);
     return PN_OK;
 }
 
@@ -664,8 +687,12 @@ static inline void q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
         for (int v = 0; v < Q3F_NV; v++) {
             const kvd2 sxc = kq_widen(sxc_f[v][t]), scc = kq_widen(scc_f[v][t]);
             for (int h = 0; h < 2; h++) {
+                /* The reference skips a trial with scc == 0; this test needs
+                 * no such case: scc == 0 means every code is 0, so sxc = +-0,
+                 * the left side is +0 and the right side +0 or NaN (best_num
+                 * may be infinite), and +0 > either is false. */
                 const kvdh x2 = sxc.h[h] * sxc.h[h];
-                const kvlh upd = ~(scc.h[h] == 0.0) & (x2 * best_den[v].h[h] > best_num[v].h[h] * scc.h[h]);
+                const kvlh upd = x2 * best_den[v].h[h] > best_num[v].h[h] * scc.h[h];
                 best_num[v].h[h] = kq_seld(upd, x2, best_num[v].h[h]);
                 best_den[v].h[h] = kq_seld(upd, scc.h[h], best_den[v].h[h]);
                 best_sxc[v].h[h] = kq_seld(upd, sxc.h[h], best_sxc[v].h[h]);
@@ -730,8 +757,10 @@ static inline kvf q3f_integers_vec(const kvf *xt, kvf s, kvf d)
 }
 
 /* q3k_codes of one super-block in element order (codes + 4, 0..7), each
- * sub-block with the float scale t = d * k its lane scored. */
-static inline void q3f_codes(const float *x, float d, const int *k, uint8_t *L)
+ * sub-block with the float scale t = d * k its lane scored. With dq (not
+ * NULL): the decoded floats as well, dl * code with dl = d * k, the
+ * decoder's operations. */
+static inline void q3f_codes(const float *x, float d, const int *k, uint8_t *L, float *dq)
 {
     const kvf lo = kq_splat(-4.0f), hi = kq_splat(3.0f);
     for (int j = 0; j < Q3F_NSUB; j++) {
@@ -740,7 +769,12 @@ static inline void q3f_codes(const float *x, float d, const int *k, uint8_t *L)
         for (int e = 0; e < Q3F_SUB; e += KQ_W) {
             kvf xv;
             memcpy(&xv, x + j * Q3F_SUB + e, sizeof xv);
-            kq_store_codes(kq_roundv(kq_clampv(xv * inv, lo, hi)) + 4.0f, L + j * Q3F_SUB + e);
+            const kvf c = kq_roundv(kq_clampv(xv * inv, lo, hi));
+            kq_store_codes(c + 4.0f, L + j * Q3F_SUB + e);
+            if (dq) {
+                const kvf y = kq_splat(t) * c;
+                memcpy(dq + j * Q3F_SUB + e, &y, sizeof y);
+            }
         }
     }
 }
@@ -774,7 +808,7 @@ static inline void q3f_pack(uint16_t hd, const int *k, const uint8_t *L, uint8_t
     pn_store_u16le(blk + offsetof(block_q3_K, d), hd);
 }
 
-static pn_status q3f_unit(const float *const xb[2], int nreal, uint8_t *out)
+static pn_status q3f_unit(const float *const xb[2], int nreal, uint8_t *out, float *dq)
 {
     kvf xt[Q3F_NV][Q3F_SUB];
     if (kq_transpose_in(xb, Q3F_SUB, Q3F_NSUB, (float *)xt))
@@ -803,7 +837,7 @@ static pn_status q3f_unit(const float *const xb[2], int nreal, uint8_t *out)
         uint8_t L[PN_QK_K] __attribute__((aligned(32)));
         for (int j = 0; j < Q3F_NSUB; j++)
             kb[j] = (int)k[KQ_VEC(j)][KQ_LANE(bl, j)];
-        q3f_codes(xb[bl], pn_fp16_to_float(hd[bl]), kb, L);
+        q3f_codes(xb[bl], pn_fp16_to_float(hd[bl]), kb, L, dq ? dq + bl * PN_QK_K : NULL);
         q3f_pack(hd[bl], kb, L, out + (size_t)bl * sizeof(block_q3_K));
     }
     return PN_OK;
@@ -813,8 +847,16 @@ static pn_status q3f_unit(const float *const xb[2], int nreal, uint8_t *out)
 /* rows                                                                  */
 /* ===================================================================== */
 
-typedef double kv8d __attribute__((vector_size(64)));
+typedef double kv4d __attribute__((vector_size(32)));
 
+#ifndef KQ_CVT4
+#define KQ_CVT4(v) __builtin_convertvector(v, kv4d)
+#endif
+
+/* Eight blocks at a time, four elements at a time: each block's four terms
+ * in a vector, the 4 x 4 tiles transposed so that a lane is a block, and
+ * each lane adds its block's terms in element order (the eight dependent
+ * chains overlap). */
 void KQ_FN(pn_kq_block_sums)(const float *x, const float *y, int64_t nb, int bw, double *err,
                              double *norm)
 {
@@ -827,57 +869,81 @@ void KQ_FN(pn_kq_block_sums)(const float *x, const float *y, int64_t nb, int bw,
             xs[k] = x + b * bw;
             ys[k] = y + b * bw;
         }
-        kv8d e = (kv8d){0}, w = (kv8d){0};
-        for (int i = 0; i < bw; i++) {
-            kv8d xv, yv;
+        kv4d E[2] = {{0}, {0}}, N[2] = {{0}, {0}};
+        for (int i = 0; i < bw; i += 4) {
+            kv4d D[8], W[8];
             for (int k = 0; k < 8; k++) {
-                xv[k] = (double)xs[k][i];
-                yv[k] = (double)ys[k][i];
+                kv4f xf, yf;
+                memcpy(&xf, xs[k] + i, sizeof xf);
+                memcpy(&yf, ys[k] + i, sizeof yf);
+                const kv4d xv = KQ_CVT4(xf), yv = KQ_CVT4(yf), dd = xv - yv;
+                D[k] = dd * dd;
+                W[k] = xv * xv;
             }
-            const kv8d dd = xv - yv;
-            e = e + dd * dd;
-            w = w + xv * xv;
+            for (int h = 0; h < 2; h++) {
+                const kv4d *d = D + 4 * h, *w = W + 4 * h;
+                const kv4d d0 = __builtin_shufflevector(d[0], d[1], 0, 4, 2, 6);
+                const kv4d d1 = __builtin_shufflevector(d[0], d[1], 1, 5, 3, 7);
+                const kv4d d2 = __builtin_shufflevector(d[2], d[3], 0, 4, 2, 6);
+                const kv4d d3 = __builtin_shufflevector(d[2], d[3], 1, 5, 3, 7);
+                const kv4d w0 = __builtin_shufflevector(w[0], w[1], 0, 4, 2, 6);
+                const kv4d w1 = __builtin_shufflevector(w[0], w[1], 1, 5, 3, 7);
+                const kv4d w2 = __builtin_shufflevector(w[2], w[3], 0, 4, 2, 6);
+                const kv4d w3 = __builtin_shufflevector(w[2], w[3], 1, 5, 3, 7);
+                /* element i, i+1, i+2, i+3 of blocks 4h..4h+3, in that order */
+                E[h] = E[h] + __builtin_shufflevector(d0, d2, 0, 1, 4, 5);
+                N[h] = N[h] + __builtin_shufflevector(w0, w2, 0, 1, 4, 5);
+                E[h] = E[h] + __builtin_shufflevector(d1, d3, 0, 1, 4, 5);
+                N[h] = N[h] + __builtin_shufflevector(w1, w3, 0, 1, 4, 5);
+                E[h] = E[h] + __builtin_shufflevector(d0, d2, 2, 3, 6, 7);
+                N[h] = N[h] + __builtin_shufflevector(w0, w2, 2, 3, 6, 7);
+                E[h] = E[h] + __builtin_shufflevector(d1, d3, 2, 3, 6, 7);
+                N[h] = N[h] + __builtin_shufflevector(w1, w3, 2, 3, 6, 7);
+            }
         }
         for (int k = 0; k < cnt; k++) {
-            err[b0 + k] = e[k];
-            norm[b0 + k] = w[k];
+            err[b0 + k] = E[k / 4][k % 4];
+            norm[b0 + k] = N[k / 4][k % 4];
         }
     }
 }
 
-typedef pn_status (*kq_unit_fn)(const float *const xb[2], int nreal, uint8_t *out);
+typedef pn_status (*kq_unit_fn)(const float *const xb[2], int nreal, uint8_t *out, float *dq);
 typedef pn_status (*kq_ref_fn)(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
 typedef void (*kq_dec_fn)(const uint8_t *in, float *y, int64_t n);
 
 /* The row loop shared by both types: units of two super-blocks in order; a
  * unit with a non-finite weight or an overflowing scale goes to the
- * reference, which gives the status and column. */
+ * reference, which gives the status and column. With sums, the units leave
+ * their decoded floats in a buffer of eight super-blocks, summed when full. */
 static inline pn_status kq_row(kq_unit_fn unit, kq_ref_fn ref, kq_dec_fn dec, size_t block_bytes,
                                const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
                                double *blk_err, double *blk_norm)
 {
     const int64_t nb = n / PN_QK_K;
+    const int sums = blk_err && blk_norm;
+    float dq[8 * PN_QK_K];
     for (int64_t b0 = 0; b0 < nb; b0 += 2) {
         const int nreal = nb - b0 >= 2 ? 2 : 1;
         const float *xb[2] = {x + b0 * PN_QK_K, nreal == 2 ? x + (b0 + 1) * PN_QK_K : kq_zero_block};
-        pn_status st = unit(xb, nreal, out + (size_t)b0 * block_bytes);
+        float *dqu = sums ? dq + (b0 % 8) * PN_QK_K : NULL;
+        uint8_t *o = out + (size_t)b0 * block_bytes;
+        pn_status st = unit(xb, nreal, o, dqu);
         if (st != PN_OK) {
             int64_t bad = -1;
-            st = ref(xb[0], (int64_t)nreal * PN_QK_K, out + (size_t)b0 * block_bytes, &bad);
+            st = ref(xb[0], (int64_t)nreal * PN_QK_K, o, &bad);
             if (st != PN_OK) {
                 if (bad_col)
                     *bad_col = b0 * PN_QK_K + bad;
                 return st;
             }
+            if (dqu)
+                dec(o, dqu, (int64_t)nreal * PN_QK_K);
         }
-    }
-    if (blk_err && blk_norm) {
-        float y[8 * PN_QK_K];
-        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            const int64_t cnt = nb - b0 < 8 ? nb - b0 : 8;
-            dec(out + (size_t)b0 * block_bytes, y, cnt * PN_QK_K);
-            KQ_FN(pn_kq_block_sums)(x + b0 * PN_QK_K, y, cnt, PN_QK_K, blk_err + b0, blk_norm + b0);
-        }
+        const int64_t first = b0 - b0 % 8;
+        if (sums && (b0 + nreal == nb || (b0 + 2) % 8 == 0))
+            KQ_FN(pn_kq_block_sums)(x + first * PN_QK_K, dq, b0 + nreal - first, PN_QK_K,
+                                    blk_err + first, blk_norm + first);
     }
     return PN_OK;
 }

@@ -185,44 +185,61 @@ static inline kvf kq_per_block(kvi second, float v0, float v1)
 
 typedef float kv4f __attribute__((vector_size(16)));
 
+typedef float kv8f __attribute__((vector_size(32)));
+
 /* Copies the unit's super-blocks (xb[0], xb[1]; 256 floats each) into
  * sub-block lanes: xt[(v * sub + e) * KQ_W + i] = element e of lane i's
- * sub-block, four lanes and four elements at a time (4 x 4 transposes).
- * Returns 0 when every weight is finite (x - x is 0 for a finite x, NaN
- * for a NaN or an infinity, and one NaN makes the sum NaN). */
-static inline int kq_transpose_in(const float *const xb[2], int sub, int nsub, float *xt)
+ * sub-block. Four sub-blocks of each super-block and four elements at a
+ * time: the two 4 x 4 tiles in the halves of 8-float vectors, transposed
+ * together, each half stored at its super-block's lanes. */
+static inline void kq_transpose_in(const float *const xb[2], int sub, int nsub, float *xt)
 {
-    kv4f probe = {0};
-    for (int b = 0; b < 2; b++)
-        for (int j0 = 0; j0 < nsub; j0 += 4) {
-            const int lane = KQ_LANE(b, j0);
-            for (int e = 0; e < sub; e += 4) {
-                kv4f r[4];
-                for (int k = 0; k < 4; k++) {
-                    memcpy(&r[k], xb[b] + (j0 + k) * sub + e, sizeof r[k]);
-                    probe = probe + (r[k] - r[k]);
-                }
-                /* lanes j0..j0+3 of one vector when KQ_HALF >= 4; at 4
-                 * lanes a vector holds two sub-blocks of each block */
-                const kv4f t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5);
-                const kv4f t1 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5);
-                const kv4f t2 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
-                const kv4f t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
-                const kv4f c[4] = {__builtin_shufflevector(t0, t1, 0, 1, 4, 5),
-                                   __builtin_shufflevector(t0, t1, 2, 3, 6, 7),
-                                   __builtin_shufflevector(t2, t3, 0, 1, 4, 5),
-                                   __builtin_shufflevector(t2, t3, 2, 3, 6, 7)};
-                for (int k = 0; k < 4; k++) {
+    for (int j0 = 0; j0 < nsub; j0 += 4) {
+        for (int e = 0; e < sub; e += 4) {
+            kv8f r[4];
+            for (int k = 0; k < 4; k++) {
+                kv4f a, b;
+                memcpy(&a, xb[0] + (j0 + k) * sub + e, sizeof a);
+                memcpy(&b, xb[1] + (j0 + k) * sub + e, sizeof b);
+                r[k] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
+            }
+            const kv8f t0 = __builtin_shufflevector(r[0], r[1], 0, 8, 1, 9, 4, 12, 5, 13);
+            const kv8f t1 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
+            const kv8f t2 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
+            const kv8f t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
+            const kv8f c[4] = {__builtin_shufflevector(t0, t1, 0, 1, 8, 9, 4, 5, 12, 13),
+                               __builtin_shufflevector(t0, t1, 2, 3, 10, 11, 6, 7, 14, 15),
+                               __builtin_shufflevector(t2, t3, 0, 1, 8, 9, 4, 5, 12, 13),
+                               __builtin_shufflevector(t2, t3, 2, 3, 10, 11, 6, 7, 14, 15)};
+            /* c[k] = element e+k of sub-blocks j0..j0+3 of block 0, then of block 1 */
+            for (int k = 0; k < 4; k++) {
+                for (int b = 0; b < 2; b++) {
+                    const kv4f h = b ? __builtin_shufflevector(c[k], c[k], 4, 5, 6, 7)
+                                     : __builtin_shufflevector(c[k], c[k], 0, 1, 2, 3);
                     if (KQ_HALF >= 4) {
-                        memcpy(xt + ((size_t)KQ_VEC(j0) * sub + e + k) * KQ_W + lane, &c[k], sizeof c[k]);
+                        memcpy(xt + ((size_t)KQ_VEC(j0) * sub + e + k) * KQ_W + KQ_LANE(b, j0), &h,
+                               sizeof h);
                     } else { /* KQ_W 4: sub-blocks j0, j0+1 and j0+2, j0+3 go to two vectors */
                         for (int q = 0; q < 4; q++)
-                            xt[((size_t)KQ_VEC(j0 + q) * sub + e + k) * KQ_W + KQ_LANE(b, j0 + q)] = c[k][q];
+                            xt[((size_t)KQ_VEC(j0 + q) * sub + e + k) * KQ_W + KQ_LANE(b, j0 + q)] = h[q];
                     }
                 }
             }
         }
-    return !((probe[0] + probe[1]) + (probe[2] + probe[3]) == 0.0f);
+    }
+}
+
+/* Adds x - x over a vector: 0 for finite lanes, NaN for a NaN or an
+ * infinity, and one NaN makes the sum NaN for good. */
+static inline kvf kq_probe(kvf probe, kvf x) { return probe + (x - x); }
+
+/* Whether a probe saw a NaN or an infinity. */
+static inline int kq_probe_hit(kvf probe)
+{
+    float s = 0.0f;
+    for (int i = 0; i < KQ_W; i++)
+        s += probe[i];
+    return !(s == 0.0f);
 }
 
 static const float kq_zero_block[PN_QK_K];
@@ -289,12 +306,13 @@ static inline void q4f_lsq(kvdh sx, kvdh sxx, kvdh sxn, kvdh sq, kvdh sqq, kvdh 
 
 /* Stage 1 (q4k_fit_sub) for the lanes of one vector: a (step) and b (min,
  * subtracted) of each sub-block, and its sum of x in double. */
-static inline void q4f_fit(const kvf *xt, kvf *a_out, kvf *b_out, kvd2 *sx_out)
+static inline void q4f_fit(const kvf *xt, kvf *a_out, kvf *b_out, kvd2 *sx_out, kvf *probe)
 {
     kvf mn = xt[0], mx = xt[0];
     kvd2 sx = kq_splatd2(0.0), sxx = kq_splatd2(0.0);
     for (int e = 0; e < Q4F_SUB; e++) {
         const kvf xe = xt[e];
+        *probe = kq_probe(*probe, xe);
         mn = kq_minf(xe, mn);
         mx = kq_maxf(xe, mx);
         const kvd2 xd = kq_widen(xe);
@@ -569,13 +587,14 @@ static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t 
 static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out, float *dq)
 {
     kvf xt[Q4F_NV][Q4F_SUB];
-    if (kq_transpose_in(xb, Q4F_SUB, Q4F_NSUB, (float *)xt))
-        return PN_ERR_NONFINITE;
+    kq_transpose_in(xb, Q4F_SUB, Q4F_NSUB, (float *)xt);
     const kvi second = kq_second_block_lanes();
-    kvf a[Q4F_NV], b[Q4F_NV];
+    kvf a[Q4F_NV], b[Q4F_NV], probe = kq_splat(0.0f);
     kvd2 tx[Q4F_NV];
     for (int v = 0; v < Q4F_NV; v++)
-        q4f_fit(xt[v], &a[v], &b[v], &tx[v]);
+        q4f_fit(xt[v], &a[v], &b[v], &tx[v], &probe);
+    if (kq_probe_hit(probe)) /* stage 1 ran on a NaN or an infinity: garbage, dropped */
+        return PN_ERR_NONFINITE;
 
     q4f_state cur, best;
     int active[2];
@@ -645,13 +664,14 @@ static const float q3f_trial[12] = {-4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f,
 /* Stage 1 (q3k_fit_sub) for every lane of the unit: the element sums of
  * all trials first, then the trials' comparisons in trial order (the
  * comparison chains of the unit's vectors and halves overlap). */
-static inline void q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
+static inline int q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
 {
     const kvf zero = kq_splat(0.0f), lo = kq_splat(-4.0f), hi = kq_splat(3.0f);
-    kvf am[Q3F_NV], xm[Q3F_NV], sxc_f[Q3F_NV][12], scc_f[Q3F_NV][12];
+    kvf am[Q3F_NV], xm[Q3F_NV], sxc_f[Q3F_NV][12], scc_f[Q3F_NV][12], probe = zero;
     for (int v = 0; v < Q3F_NV; v++) {
         kvf xmv = zero, amv = zero;
         for (int e = 0; e < Q3F_SUB; e++) {
+            probe = kq_probe(probe, xt[v][e]);
             const kvf a = kq_absf(xt[v][e]);
             const kvi upd = a > amv;
             amv = kq_self(upd, a, amv);
@@ -675,13 +695,13 @@ static inline void q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
             scc_f[v][t] = kq_comb(acc);
         }
     }
+    if (kq_probe_hit(probe)) /* a NaN or an infinity: the unit is refused */
+        return 1;
     kvd2 best_num[Q3F_NV], best_den[Q3F_NV], best_sxc[Q3F_NV];
-    kvlh found[Q3F_NV][2];
     for (int v = 0; v < Q3F_NV; v++) {
         best_num[v] = kq_splatd2(0.0);
         best_den[v] = kq_splatd2(1.0);
         best_sxc[v] = best_num[v];
-        found[v][0] = found[v][1] = (kvlh){0};
     }
     for (int t = 0; t < 12; t++) {
         for (int v = 0; v < Q3F_NV; v++) {
@@ -696,19 +716,21 @@ static inline void q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
                 best_num[v].h[h] = kq_seld(upd, x2, best_num[v].h[h]);
                 best_den[v].h[h] = kq_seld(upd, scc.h[h], best_den[v].h[h]);
                 best_sxc[v].h[h] = kq_seld(upd, sxc.h[h], best_sxc[v].h[h]);
-                found[v][h] |= upd;
             }
         }
     }
     for (int v = 0; v < Q3F_NV; v++) {
         /* best_s = sxc / scc of the winner (the reference divides as it
-         * goes: the same operands, the same quotient), else xm / -4 */
+         * goes: the same operands, the same quotient), else xm / -4. A lane
+         * has a winner iff best_num > 0: a taken trial has sxc^2 * den > 0
+         * (a NaN fails the test and is never taken), the start is 0. */
         const kvd2 s0 = kq_widen(xm[v] / -4.0f);
         kvd2 sv;
         for (int h = 0; h < 2; h++)
-            sv.h[h] = kq_seld(found[v][h], best_sxc[v].h[h] / best_den[v].h[h], s0.h[h]);
+            sv.h[h] = kq_seld(best_num[v].h[h] > 0.0, best_sxc[v].h[h] / best_den[v].h[h], s0.h[h]);
         s_out[v] = kq_self(am[v] == 0.0f, zero, kq_narrow(sv));
     }
+    return 0;
 }
 
 static inline kvf q3f_inv(kvf t)
@@ -811,11 +833,11 @@ static inline void q3f_pack(uint16_t hd, const int *k, const uint8_t *L, uint8_t
 static pn_status q3f_unit(const float *const xb[2], int nreal, uint8_t *out, float *dq)
 {
     kvf xt[Q3F_NV][Q3F_SUB];
-    if (kq_transpose_in(xb, Q3F_SUB, Q3F_NSUB, (float *)xt))
-        return PN_ERR_NONFINITE;
+    kq_transpose_in(xb, Q3F_SUB, Q3F_NSUB, (float *)xt);
     const kvi second = kq_second_block_lanes();
     kvf s[Q3F_NV];
-    q3f_fit(xt, s);
+    if (q3f_fit(xt, s))
+        return PN_ERR_NONFINITE;
     uint16_t hd[2];
     for (int bl = 0; bl < 2; bl++) {
         float smax = 0.0f;

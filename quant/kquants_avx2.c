@@ -1,10 +1,15 @@
 /* The AVX2 q4_K and q3_K encoders: kquants_simd.h at 8 lanes. Compiled with
- * -mavx2 -mf16c (no FMA: every operation rounds as the reference's does);
- * called only when pn_path_available(PN_PATH_AVX2). */
+ * -mavx2 -mf16c and, for this file, FMA: used only where kquants_simd.h
+ * proves fused == unfused (KQ_FMA_EXACT, sums of code squares); the build's
+ * -ffp-contract=off keeps the compiler from fusing anything else. Called
+ * only when pn_path_available(PN_PATH_AVX2), which requires FMA too. */
+#pragma GCC target("fma")
 #include <immintrin.h>
 
 #define KQ_W 8
+
 #define KQ_SUFFIX avx2
+#define KQ_FMA_EXACT(a, b, c) ((kvf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define KQ_MAXF(a, b) ((kvf)_mm256_max_ps((__m256)(a), (__m256)(b)))
 #define KQ_MINF(a, b) ((kvf)_mm256_min_ps((__m256)(a), (__m256)(b)))
 #define KQ_ANYD(m) (_mm256_movemask_pd((__m256d)(m)) != 0)

@@ -1,12 +1,14 @@
 /* The AVX-512 q4_K and q3_K encoders: kquants_simd.h at 16 lanes, the same
  * logic the 4- and 8-lane builds run (a vector holds half of each of the
  * unit's two super-blocks at every width). Compiled with -mavx512f
- * -mavx512bw -mavx512dq -mavx512vl (no FMA); called only when
+ * -mavx512bw -mavx512dq -mavx512vl (AVX-512F's FMA only where
+ * kquants_simd.h proves fused == unfused, KQ_FMA_EXACT); called only when
  * pn_path_available(PN_PATH_AVX512). */
 #include <immintrin.h>
 
 #define KQ_W 16
 #define KQ_SUFFIX avx512
+#define KQ_FMA_EXACT(a, b, c) ((kvf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
 #define KQ_MAXF(a, b) ((kvf)_mm512_max_ps((__m512)(a), (__m512)(b)))
 #define KQ_MINF(a, b) ((kvf)_mm512_min_ps((__m512)(a), (__m512)(b)))
 #define KQ_ANYD(m) (_mm512_test_epi64_mask((__m512i)(m), (__m512i)(m)) != 0)

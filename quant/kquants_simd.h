@@ -23,7 +23,9 @@
  *  - each four-lane sum of the reference is kept as four accumulators, one
  *    per residue class e % 4, fed in element order and combined as
  *    (A0 + A1) + (A2 + A3); sums that are exact in float whatever the order
- *    (code counts and code squares: integers below 2^24) are not special;
+ *    (code counts and code squares: integers below 2^24) are not special,
+ *    except that the sums of code squares may use a fused multiply-add
+ *    (KQ_FMA_EXACT: exact operands, exact result, so fused == unfused);
  *  - max/min are the ISA's maxps/minps with the reference's operand order
  *    (a > b ? a : b, so a NaN picks the same operand), and every branch of
  *    the reference becomes a lane mask computed with the same comparison,
@@ -150,6 +152,14 @@ static inline kvf kq_narrow(kvd2 a) { return (kvf)KQ_NARROW(a.h[0], a.h[1]); }
 static inline kvi kq_mask32(kvlh lo, kvlh hi) { return (kvi)KQ_MASK32(lo, hi); }
 /* Lane i of a kvd2. */
 static inline double kq_lane(const kvd2 *a, int i) { return a->h[i / KQ_HALF][i % KQ_HALF]; }
+/* c + a*b for integer-valued floats whose product and sum are exact
+ * (code squares and their sums: integers below 2^24). Then a fused
+ * multiply-add and the reference's separate multiply and add give the same
+ * float, so an ISA with one may fuse here, and only here; everywhere else
+ * every operation rounds on its own. */
+#ifndef KQ_FMA_EXACT
+#define KQ_FMA_EXACT(a, b, c) ((c) + (a) * (b))
+#endif
 static inline kvf kq_absf(kvf a) { return (kvf)((kvi)a & 0x7fffffff); }
 
 /* kq_round4 / kq_clamp4 of kquants_impl.h, lane by lane. */
@@ -267,7 +277,7 @@ static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq,
             const kvf xe = xt[4 * k + l];
             const kvf c = kq_roundv(kq_clampv((xe - lo) * inv, zero, hi));
             aq[l] = aq[l] + c;
-            aqq[l] = aqq[l] + c * c;
+            aqq[l] = KQ_FMA_EXACT(c, c, aqq[l]);
             axq[l] = axq[l] + xe * c;
         }
     }
@@ -473,7 +483,7 @@ static inline void q4f_code_sums(const kvf (*xt)[Q4F_SUB], const kvd2 (*xd)[Q4F_
         for (int e = 0; e < Q4F_SUB; e++) {
             const kvf c = kq_roundv(kq_clampv((xt[v][e] + off) * inv, zero, hi));
             fa = fa + c;
-            faa = faa + c * c;
+            faa = KQ_FMA_EXACT(c, c, faa);
             const kvd2 qa = kq_widen(c);
             for (int h = 0; h < 2; h++)
                 xa.h[h] = xa.h[h] + xd[v][e].h[h] * qa.h[h];
@@ -688,7 +698,7 @@ static inline int q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
                     const kvf xe = xt[v][4 * k + l];
                     const kvf c = kq_roundv(kq_clampv(xe * inv, lo, hi));
                     axc[l] = axc[l] + xe * c;
-                    acc[l] = acc[l] + c * c;
+                    acc[l] = KQ_FMA_EXACT(c, c, acc[l]);
                 }
             }
             sxc_f[v][t] = kq_comb(axc);

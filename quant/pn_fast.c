@@ -195,9 +195,10 @@ bool pn_path_available(int path)
     case PN_PATH_REF:
     case PN_PATH_SCALAR_FAST:
         return true;
-    case PN_PATH_AVX2:
+    case PN_PATH_AVX2: /* the files are built with -mavx2 -mf16c, kquants_avx2.c with FMA */
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+               __builtin_cpu_supports("fma");
     case PN_PATH_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -5,7 +5,7 @@
  * the same *bad_col. They differ only in speed:
  *   PN_PATH_REF          the scalar reference itself;
  *   PN_PATH_SCALAR_FAST  portable C (no SIMD flags), always available;
- *   PN_PATH_AVX2         AVX2 + F16C, chosen when the CPU has them;
+ *   PN_PATH_AVX2         AVX2 + F16C + FMA, chosen when the CPU has them;
  *   PN_PATH_AVX512       AVX-512 F/BW/DQ/VL, chosen when the CPU has them.
  * One path id picks the path of every row operation: the PN quantizers
  * here, the k-quant encoders (quant/kquants.h), the fused quantize-and-sum

@@ -67,14 +67,3 @@ pn_status pn_quantize_row_q3_K(const float *x, int64_t n, uint8_t *out, int64_t 
 {
     return pn_quantize_row_q3_K_path(pn_cpu_path_best(), x, n, out, bad_col);
 }
-
-void pn_kq_block_sums_path(int path, const float *x, const float *y, int64_t nb, int bw,
-                           double *err, double *norm)
-{
-    if (path == PN_PATH_AVX512 && pn_path_available(path))
-        pn_kq_block_sums_avx512(x, y, nb, bw, err, norm);
-    else if (path == PN_PATH_AVX2 && pn_path_available(path))
-        pn_kq_block_sums_avx2(x, y, nb, bw, err, norm);
-    else
-        pn_kq_block_sums_w4(x, y, nb, bw, err, norm);
-}

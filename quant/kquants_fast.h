@@ -45,19 +45,5 @@ pn_status pn_kq_q3_K_row_avx512(const float *x, int64_t n, uint8_t *out, int64_t
 pn_status pn_q8_0_row_sums(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
                            double *blk_err, double *blk_norm);
 
-/* The per-block sums of rows whose decoding y is at hand: nb blocks of bw
- * weights, x and y in element order, sums in element order from +0.0
- * (blocks in lanes, so the dependent additions of several blocks overlap). */
-void pn_kq_block_sums_w4(const float *x, const float *y, int64_t nb, int bw, double *err,
-                         double *norm);
-void pn_kq_block_sums_avx2(const float *x, const float *y, int64_t nb, int bw, double *err,
-                           double *norm);
-void pn_kq_block_sums_avx512(const float *x, const float *y, int64_t nb, int bw, double *err,
-                             double *norm);
-
-/* The same for the path id (PN_PATH_*; the reference and unknown ids get
- * the portable code, which computes the same doubles). */
-void pn_kq_block_sums_path(int path, const float *x, const float *y, int64_t nb, int bw,
-                           double *err, double *norm);
 
 #endif

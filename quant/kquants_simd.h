@@ -44,10 +44,11 @@
  * error: the unit holding it is handed to the reference, whose status and
  * column are then returned as they are.
  *
- * Per-block sums (quant/quant_row.h): the fresh bytes are decoded by the
- * type's own decoder (pn_dequantize_row_*), and the two sums of eight
- * super-blocks run in eight double lanes, each lane adding its block's terms
- * in element order.
+ * Per-block sums (quant/quant_row.h): the encoder computes the decoded
+ * floats from its final codes with the decoder's own operations (q4_K
+ * d1 * q - m1, q3_K dl * q, with d1, m1, dl the products the decoder forms),
+ * and the two sums of eight super-blocks run in eight double lanes, each lane
+ * adding its block's terms in element order.
  */
 #include <math.h>
 #include <stdint.h>
@@ -889,8 +890,8 @@ typedef double kv4d __attribute__((vector_size(32)));
  * in a vector, the 4 x 4 tiles transposed so that a lane is a block, and
  * each lane adds its block's terms in element order (the eight dependent
  * chains overlap). */
-void KQ_FN(pn_kq_block_sums)(const float *x, const float *y, int64_t nb, int bw, double *err,
-                             double *norm)
+static void kq_block_sums(const float *x, const float *y, int64_t nb, int bw, double *err,
+                          double *norm)
 {
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
@@ -974,8 +975,8 @@ static inline pn_status kq_row(kq_unit_fn unit, kq_ref_fn ref, kq_dec_fn dec, si
         }
         const int64_t first = b0 - b0 % 8;
         if (sums && (b0 + nreal == nb || (b0 + 2) % 8 == 0))
-            KQ_FN(pn_kq_block_sums)(x + first * PN_QK_K, dq, b0 + nreal - first, PN_QK_K,
-                                    blk_err + first, blk_norm + first);
+            kq_block_sums(x + first * PN_QK_K, dq, b0 + nreal - first, PN_QK_K, blk_err + first,
+                          blk_norm + first);
     }
     return PN_OK;
 }

@@ -26,9 +26,9 @@
  * this order (the decoded value d * (n - z) is exact in float and equals the
  * search's s * (n - z)), and a zero group's error is its norm (it decodes to
  * zeros); q8_0 and the plain types compute dq as their decoder does, element
- * by element, while encoding; q4_K and q3_K decode each fresh super-block
- * with the type's decoder while it is in cache (the reference path sums as
- * pn_row_sums_ref does).
+ * by element, while encoding; the fast q4_K and q3_K encoders compute dq
+ * from their final codes with the decoder's operations and sum eight
+ * super-blocks at a time (the reference path sums as pn_row_sums_ref does).
  *
  * Nothing here allocates, prints, reads the environment or keeps state; all
  * functions are thread-safe.

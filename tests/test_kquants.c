@@ -10,7 +10,8 @@
  * - The fast paths of q4_K and q3_K (portable, AVX2, AVX-512): the
  *   reference's bytes, status and column on every path this CPU runs, for
  *   random, heavy-tailed and edge rows of 1..8 super-blocks, two failing
- *   blocks in one row, and inside OpenMP loops at 1 and 2 threads.
+ *   blocks in one row, and inside OpenMP loops at 1 and 2 threads; and the
+ *   16-lane logic of the AVX-512 build, compiled here with generic vectors.
  * - Independent decodings (tests/data/kquants/, the .blocks.bin and
  *   .decoded.f32 files,
  *   see SOURCE.md there): 1024 random blocks of each type decode to the
@@ -724,6 +725,17 @@ Test(kquants_stock, refuses_nonfinite_weights_and_f16_overflow_by_column)
 
 /* --- the fast paths (quant/kquants_fast.h) ------------------------------------ */
 
+/* The 16-lane instantiation of the fast encoders, compiled into this test
+ * without AVX-512 (GCC's generic vectors, the generic max/min/select/convert
+ * forms): the logic kquants_avx512.c runs, one vector per unit holding both
+ * super-blocks, checked here on a machine that may lack AVX-512. Only the
+ * ISA's spelling of max, min, blend and conversions differs from it. */
+#define KQ_W 16
+#define KQ_SUFFIX w16_generic
+#include "quant/kquants_simd.h"
+#undef KQ_W
+#undef KQ_SUFFIX
+
 /* q4_K and q3_K have a reference and three fast paths; every path that runs
  * here must give the reference's bytes, status and column. A path this CPU
  * lacks is said with cr_log_info and not run (the others still are). */
@@ -736,12 +748,20 @@ static pn_status quantize_ref(int type, const float *x, int64_t n, uint8_t *out,
                                 : pn_quantize_row_q3_K_ref(x, n, out, bad);
 }
 
+/* PN_PATH_COUNT stands for the 16-lane logic built above. */
+#define W16_GENERIC PN_PATH_COUNT
+
 static pn_status quantize_path(int path, int type, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad)
 {
+    if (path == W16_GENERIC)
+        return type == PN_TYPE_Q4_K ? pn_kq_q4_K_row_w16_generic(x, n, out, bad, NULL, NULL)
+                                    : pn_kq_q3_K_row_w16_generic(x, n, out, bad, NULL, NULL);
     return type == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_path(path, x, n, out, bad)
                                 : pn_quantize_row_q3_K_path(path, x, n, out, bad);
 }
+
+static const char *path_label(int path) { return path == W16_GENERIC ? "16-lane generic" : pn_path_name(path); }
 
 static const char *kname(int type) { return type == PN_TYPE_Q4_K ? "q4_K" : "q3_K"; }
 
@@ -771,9 +791,9 @@ static int compare_paths(int type, const float *x, int rows, int64_t n, const ch
     for (int r = 0; r < rows; r++) {
         int64_t col_ref = -7;
         const pn_status st_ref = quantize_ref(type, x + r * n, n, ref, &col_ref);
-        for (int k = 0; k < 3; k++) {
-            const int path = KQ_FAST_PATHS[k];
-            if (!pn_path_available(path))
+        for (int k = 0; k < 4; k++) {
+            const int path = k < 3 ? KQ_FAST_PATHS[k] : W16_GENERIC;
+            if (k < 3 && !pn_path_available(path))
                 continue;
             int64_t col = -9;
             memset(got, 0x5a, (size_t)rb + 8);
@@ -787,7 +807,7 @@ static int compare_paths(int type, const float *x, int rows, int64_t n, const ch
                         at = i;
                 cr_log_error("%s %s path %s, row %d of %lld weights: status %d column %lld, reference %d "
                              "column %lld, first differing byte %lld (block %lld)",
-                             what, kname(type), pn_path_name(path), r, (long long)n, (int)st, (long long)col,
+                             what, kname(type), path_label(path), r, (long long)n, (int)st, (long long)col,
                              (int)st_ref, (long long)col_ref, (long long)at,
                              at < 0 ? -1LL : (long long)(at / (rb / (n / 256))));
             }
@@ -942,7 +962,9 @@ Test(kquants_paths, a_path_that_is_unknown_or_missing_and_a_bad_length_are_usage
     uint8_t q[2 * 144];
     for (int t = 0; t < 2; t++) {
         int64_t bad = 5;
-        cr_expect_eq(quantize_path(PN_PATH_COUNT, KQ_K_TYPES[t], w, 256, q, &bad), PN_ERR_USAGE);
+        cr_expect_eq(KQ_K_TYPES[t] == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_path(PN_PATH_COUNT, w, 256, q, &bad)
+                                                   : pn_quantize_row_q3_K_path(PN_PATH_COUNT, w, 256, q, &bad),
+                     PN_ERR_USAGE);
         cr_expect_eq(bad, -1);
         cr_expect_eq(quantize_path(-1, KQ_K_TYPES[t], w, 256, q, &bad), PN_ERR_USAGE);
         for (int p = 0; p < PN_PATH_COUNT; p++) {

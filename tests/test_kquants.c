@@ -40,6 +40,7 @@
 #include "quant/kquants.h"
 #include "quant/kquants_impl.h"
 #include "quant/pn_fast.h"
+#include "quant/quant_row.h"
 #include "quant/types.h"
 #include "row_kinds.h"
 #include "test_util.h"
@@ -954,6 +955,35 @@ ParameterizedTest(int *type, kquants_paths, every_path_gives_the_same_bytes_insi
     free(x);
     free(ref);
     free(got);
+}
+
+ParameterizedTestParameters(kquants_paths, the_16_lane_logic_gives_the_sums_of_the_separate_pass)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, the_16_lane_logic_gives_the_sums_of_the_separate_pass)
+{
+    /* quant_row.h's fused sums on the 16-lane build (quant_row tests the
+     * widths this CPU runs): rows of 1..11 blocks (a partial batch of
+     * eight and an odd unit), against pn_row_sums_ref bit for bit */
+    int bad = 0;
+    for (int nb = 1; nb <= 11; nb++) {
+        const int64_t n = (int64_t)nb * 256;
+        float *x = (float *)xmalloc((size_t)n * sizeof(float));
+        uint8_t *q = xmalloc((size_t)pn_type_row_bytes(*type, n));
+        double e[11], w[11], er[11], wr[11];
+        tu_rng r = {600 + (uint64_t)nb};
+        rk_fill_row(&r, x, nb, 256, 0);
+        pn_status st = *type == PN_TYPE_Q4_K ? pn_kq_q4_K_row_w16_generic(x, n, q, NULL, e, w)
+                                             : pn_kq_q3_K_row_w16_generic(x, n, q, NULL, e, w);
+        cr_assert_eq(st, PN_OK);
+        cr_assert_eq(pn_row_sums_ref(*type, x, q, n, er, wr), PN_OK);
+        bad += memcmp(e, er, (size_t)nb * sizeof(double)) != 0 || memcmp(w, wr, (size_t)nb * sizeof(double)) != 0;
+        free(x);
+        free(q);
+    }
+    cr_expect_eq(bad, 0, "%s: %d rows' sums differ", kname(*type), bad);
 }
 
 Test(kquants_paths, a_path_that_is_unknown_or_missing_and_a_bad_length_are_usage_errors)

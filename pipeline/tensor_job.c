@@ -10,6 +10,8 @@
 #include "hadamard/hadamard.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/pn_fast.h"
+#include "quant/quant_row.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 
@@ -101,20 +103,17 @@ void pn_chunk_rotate(pn_row_chunk *c, int64_t n, int B, pn_phase_times *t)
         t->rotate += pn_now_seconds() - t0;
 }
 
+/* Thin wrappers over quant/quant_row.h, kept until the pipeline calls it
+ * with its own path and sums. */
 pn_status pn_quantize_row_any(int type, const float *x, int64_t n, uint8_t *out,
                               int64_t *bad_col)
 {
-    if (pn_type_is_pn(type))
-        return pn_quantize_row(type, x, n, out, bad_col);
-    return pn_quantize_row_stock(type, x, n, out, bad_col);
+    return pn_quantize_row_sums(type, pn_cpu_path_best(), x, n, out, bad_col, NULL, NULL);
 }
 
 void pn_dequantize_row_any(int type, const uint8_t *in, float *y, int64_t n)
 {
-    if (pn_type_is_pn(type))
-        pn_dequantize_row(type, in, y, n);
-    else
-        pn_dequantize_row_stock(type, in, y, n);
+    pn_dequantize_row_type(type, in, y, n);
 }
 
 void pn_chunk_error(pn_row_chunk *c, int type, int64_t n, const uint8_t *blocks,

@@ -3,11 +3,13 @@
  *
  *   bench_pn [--rows R] [--cols K] [--seconds S] [--seed N]
  *       Times, on one set of R rows x K weights (Gaussian, std 0.02, with
- *       0.1% outliers x10..x100), the reference and the default fast path of
- *       pn3t, pn4t and the rotation (block 1024 or the largest power of two
- *       dividing K), at 1 thread and at all OpenMP threads (rows split among
- *       threads), and prints weights/s and the ratios. It also checks that
- *       the fast outputs equal the reference's on that data (exit 1 if not).
+ *       0.1% outliers x10..x100), the reference and every fast path this CPU
+ *       has (or only the one PN_CPU_PATH names: ref, scalar, avx2, avx512)
+ *       of pn3t, pn4t and the rotation (block 1024 or the largest power of
+ *       two dividing K), at 1 thread and at all OpenMP threads (rows split
+ *       among threads), and prints weights/s, the scaling and the ratios to
+ *       the reference. It also checks that every path's output equals the
+ *       reference's on that data (exit 1 if not).
  *   bench_pn --verify M [--seed N]
  *       Quantizes M million random groups of each type (many scales, heavy
  *       tails, few-bit weights that put quotients on half-way points, fp16
@@ -130,15 +132,41 @@ static double measure_copy(const float *src, float *dst, int64_t n, double secon
     return best;
 }
 
+/* The paths to time beside the reference: the one PN_CPU_PATH names when it
+ * is set (a program may read the environment; the library does not), else
+ * every fast path this CPU has. Returns the count, or -1 for a bad name. */
+static int chosen_paths(int *paths)
+{
+    const char *env = getenv(PN_CPU_PATH_ENV);
+    int n = 0;
+    if (env && *env) {
+        int path = pn_path_from_name(env);
+        if (path < 0 || !pn_path_available(path)) {
+            fprintf(stderr, "bench_pn: %s=%s: %s (ref, scalar, avx2, avx512)\n", PN_CPU_PATH_ENV, env,
+                    path < 0 ? "no such path" : "this CPU cannot run it");
+            return -1;
+        }
+        if (path != PN_PATH_REF)
+            paths[n++] = path;
+        return n;
+    }
+    for (int p = PN_PATH_SCALAR_FAST; p < PN_PATH_COUNT; p++)
+        if (pn_path_available(p))
+            paths[n++] = p;
+    return n;
+}
+
 static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
 {
     const int threads = omp_get_max_threads();
-    const int fast = pn_quantize_default_path();
-    const int rfast = pn_hadamard_default_path();
-    if (fast < 0) {
-        fprintf(stderr, "bench_pn: %s is set to an unknown or unavailable path\n", PN_CPU_PATH_ENV);
+    int fast_paths[PN_PATH_COUNT];
+    const int nfast = chosen_paths(fast_paths);
+    if (nfast < 0)
         return 2;
-    }
+    int paths[PN_PATH_COUNT + 1] = {PN_PATH_REF};
+    for (int k = 0; k < nfast; k++)
+        paths[1 + k] = fast_paths[k];
+    const int npaths = 1 + nfast;
     const int B = pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP);
     float *src = malloc((size_t)(rows * K) * sizeof(float));
     float *scratch = malloc((size_t)(rows * K) * sizeof(float));
@@ -160,49 +188,36 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
         src[i] = (float)v;
     }
 
-    printf("bench_pn: %lld rows x %lld weights, %d thread(s) available, quantizer path %s, "
-           "rotation path %s (B = %d)\n",
-           (long long)rows, (long long)K, threads, pn_path_name(fast), pn_path_name(rfast), B);
-    printf("%-16s %14s %14s %9s\n", "kernel", "1 thread w/s", "all threads", "scaling");
+    printf("bench_pn: %lld rows x %lld weights, %d thread(s) available, best path %s, "
+           "rotation block B = %d\n",
+           (long long)rows, (long long)K, threads, pn_path_name(pn_cpu_path_best()), B);
+    printf("%-8s %-7s %14s %14s %9s %9s %9s\n", "kernel", "path", "1 thread w/s", "all threads",
+           "scaling", "x ref 1t", "x ref all");
 
     int status = 0;
-    double rate[2][6];
-    const char *names[6] = {"pn3t ref", "pn3t fast", "pn4t ref", "pn4t fast", "rotate ref",
-                            "rotate fast"};
-    for (int t = 0; t < 2; t++) {
-        int nt = t == 0 ? 1 : threads;
-        for (int type_i = 0; type_i < 2; type_i++) {
-            int type = type_i == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
-            if (K % pn_params_get(type)->group != 0) {
-                rate[t][2 * type_i] = rate[t][2 * type_i + 1] = 0.0;
-                continue;
-            }
-            job jr = {JOB_QUANT, PN_PATH_REF, type, 0, src, NULL, out_ref, rows, K};
-            job jf = {JOB_QUANT, fast, type, 0, src, NULL, out_fast, rows, K};
-            rate[t][2 * type_i] = measure(&jr, nt, seconds);
-            rate[t][2 * type_i + 1] = measure(&jf, nt, seconds);
-            if (memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) != 0) {
-                fprintf(stderr, "bench_pn: %s: fast path %s differs from the reference\n",
-                        pn_type_traits_get(type)->name, pn_path_name(fast));
+    static const char *const kernel[3] = {"pn3t", "pn4t", "rotate"};
+    for (int kind = 0; kind < 3; kind++) {
+        const int type = kind == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
+        if (kind < 2 && K % pn_params_get(type)->group != 0)
+            continue;
+        double rate[PN_PATH_COUNT + 1][2];
+        for (int k = 0; k < npaths; k++) {
+            job j = kind < 2 ? (job){JOB_QUANT, paths[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
+                             : (job){JOB_ROTATE, paths[k], 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
+            for (int t = 0; t < 2; t++)
+                rate[k][t] = measure(&j, t == 0 ? 1 : threads, seconds);
+            const int same = kind < 2 ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
+                                      : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
+            if (k > 0 && !same) {
+                fprintf(stderr, "bench_pn: %s: path %s differs from the reference\n", kernel[kind],
+                        pn_path_name(paths[k]));
                 status = 1;
             }
-        }
-        job rr = {JOB_ROTATE, PN_PATH_REF, 0, B, src, scratch, NULL, rows, K};
-        job rf = {JOB_ROTATE, rfast, 0, B, src, scratch2, NULL, rows, K};
-        rate[t][4] = measure(&rr, nt, seconds);
-        rate[t][5] = measure(&rf, nt, seconds);
-        if (memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) != 0) {
-            fprintf(stderr, "bench_pn: rotation path %s differs from the reference\n",
-                    pn_path_name(rfast));
-            status = 1;
+            printf("%-8s %-7s %14.3e %14.3e %8.2fx %8.2fx %8.2fx\n", kernel[kind], pn_path_name(paths[k]),
+                   rate[k][0], rate[k][1], rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0,
+                   rate[k][0] / rate[0][0], rate[k][1] / rate[0][1]);
         }
     }
-    for (int k = 0; k < 6; k++)
-        printf("%-16s %14.3e %14.3e %8.2fx\n", names[k], rate[0][k], rate[1][k],
-               rate[0][k] > 0 ? rate[1][k] / rate[0][k] : 0.0);
-    printf("%-16s %13.1fx %13.1fx\n", "pn3t fast/ref", rate[0][1] / rate[0][0], rate[1][1] / rate[1][0]);
-    printf("%-16s %13.1fx %13.1fx\n", "pn4t fast/ref", rate[0][3] / rate[0][2], rate[1][3] / rate[1][2]);
-    printf("%-16s %13.1fx %13.1fx\n", "rotate fast/ref", rate[0][5] / rate[0][4], rate[1][5] / rate[1][4]);
     double copy = measure_copy(src, scratch, rows * K, seconds / 4);
     printf("(the rotation rates include a row copy; memcpy alone: %.3e w/s)\n",
            (double)(rows * K) / copy);

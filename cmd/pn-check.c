@@ -4,10 +4,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd/cli.h"
+#include "common/text.h"
 #include "pipeline/check.h"
 #include "quant/types.h"
 
@@ -27,25 +30,54 @@ static const char usage[] =
     "                    source; flag errors far above what the type gives\n"
     "  --json            print the report as JSON instead of text\n"
     "  --threads N       worker threads (default: all cores)\n"
+    "  --progress        print the progress of the data pass on standard error\n"
     "  --strict          warnings make the file invalid too\n"
     "  -h, --help        this text\n"
     "  --version         the version\n"
     "\n"
+    "Names, keys and messages from the file are printed with control bytes and\n"
+    "invalid UTF-8 shown as \\xNN (in JSON, as valid JSON strings).\n"
+    "\n"
     "exit status: 0 valid, 1 invalid (findings printed), 2 the file could not be\n"
-    "read (not GGUF, cut short inside its header, missing) or bad usage\n";
+    "read (not GGUF, cut short inside its header, missing, changed during the\n"
+    "check), bad usage, a --recipe or --source that cannot be read, a --source\n"
+    "that is not a float model (f32, f16, bf16 tensors only), or the report could\n"
+    "not be written\n";
 
 /* ---- text ---- */
 
+/* Text from the file (names, keys, messages) is printed in the terminal-safe
+ * form: no control byte, escape sequence or invalid UTF-8 reaches the
+ * terminal, and a name cannot start a line of its own. */
 static void print_finding_text(FILE *f, const pn_finding *x)
 {
     fprintf(f, "%-7s %s", pn_severity_name(x->severity), x->code);
-    if (x->tensor)
-        fprintf(f, " tensor %s", x->tensor);
-    if (x->key)
-        fprintf(f, " key %s", x->key);
+    if (x->tensor) {
+        fputs(" tensor ", f);
+        pn_fput_safe(f, x->tensor);
+    }
+    if (x->key) {
+        fputs(" key ", f);
+        pn_fput_safe(f, x->key);
+    }
     if (x->offset >= 0)
         fprintf(f, " byte %lld", (long long)x->offset);
-    fprintf(f, ": %s\n", x->message);
+    fputs(": ", f);
+    pn_fput_safe(f, x->message);
+    fputc('\n', f);
+}
+
+/* The safe form of s, padded with spaces to `width` bytes. */
+static void put_padded(FILE *f, const char *s, int width)
+{
+    size_t cap = 4 * strlen(s) + 4;
+    char *buf = malloc(cap);
+    if (!buf) {
+        pn_fput_safe(f, s);
+        return;
+    }
+    fprintf(f, "%-*s", width, pn_safe_text(s, buf, cap));
+    free(buf);
 }
 
 static const char *type_name(int type)
@@ -62,7 +94,8 @@ static const char *verdict(const pn_check_report *r, int code)
 static void print_text(FILE *f, const pn_check_report *r, bool strict)
 {
     int code = pn_check_exit_code(r, strict);
-    fprintf(f, "%s: ", r->path);
+    pn_fput_safe(f, r->path);
+    fputs(": ", f);
     if (r->readable && r->n_tensors)
         fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
                 (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
@@ -71,17 +104,21 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
     for (size_t i = 0; i < r->n_findings; i++)
         print_finding_text(f, &r->findings[i]);
     if (r->source_path) {
-        fprintf(f, "source %s: relative error E = sum (w - dq)^2 / sum w^2 per tensor\n",
-                r->source_path);
+        fputs("source ", f);
+        pn_fput_safe(f, r->source_path);
+        fputs(": relative error E = sum (w - dq)^2 / sum w^2 per tensor\n", f);
         fprintf(f, "  %-40s %-5s %11s %11s %11s\n", "tensor", "type", "E", "E_ref", "limit");
         for (size_t i = 0; i < r->n_tensors; i++) {
             const pn_check_tensor *t = &r->tensors[i];
+            fputs("  ", f);
+            put_padded(f, t->name, 40);
             if (!t->compared) {
-                fprintf(f, "  %-40s %-5s not compared: %s\n", t->name, type_name(t->type),
-                        t->note ? t->note : "-");
+                fprintf(f, " %-5s not compared: ", type_name(t->type));
+                pn_fput_safe(f, t->note ? t->note : "-");
+                fputc('\n', f);
                 continue;
             }
-            fprintf(f, "  %-40s %-5s %11.4g ", t->name, type_name(t->type), t->rel_error);
+            fprintf(f, " %-5s %11.4g ", type_name(t->type), t->rel_error);
             if (isnan(t->expected_error))
                 fprintf(f, "%11s", "-");
             else
@@ -90,11 +127,17 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
         }
     }
     if (r->recipe_checked) {
-        fprintf(f, "recipe: mix %s, %zu promotion%s (recipe default %ld); expected pn.mix \"%s\"\n",
-                r->recipe_mix, r->n_promoted, r->n_promoted == 1 ? "" : "s", r->recipe_promote_n,
-                r->expected_mix ? r->expected_mix : "?");
-        for (size_t i = 0; i < r->n_promoted; i++)
-            fprintf(f, "  promoted %s\n", r->promoted[i]);
+        fputs("recipe: mix ", f);
+        pn_fput_safe(f, r->recipe_mix);
+        fprintf(f, ", %zu promotion%s (recipe default %ld); expected pn.mix \"", r->n_promoted,
+                r->n_promoted == 1 ? "" : "s", r->recipe_promote_n);
+        pn_fput_safe(f, r->expected_mix ? r->expected_mix : "?");
+        fputs("\"\n", f);
+        for (size_t i = 0; i < r->n_promoted; i++) {
+            fputs("  promoted ", f);
+            pn_fput_safe(f, r->promoted[i]);
+            fputc('\n', f);
+        }
     }
     fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
             r->n_errors == 1 ? "" : "s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
@@ -102,28 +145,13 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
 
 /* ---- JSON ---- */
 
-static void json_str(FILE *f, const char *s)
+/* A JSON string (always valid JSON: common/text.h), or null. */
+static void json_str_or_null(FILE *f, const char *s)
 {
-    if (!s) {
+    if (s)
+        pn_json_put_str(f, s);
+    else
         fputs("null", f);
-        return;
-    }
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (*p < 0x20)
-                fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
-        }
-    }
-    fputc('"', f);
 }
 
 static void json_num(FILE *f, double v)
@@ -146,7 +174,7 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
 {
     int code = pn_check_exit_code(r, strict);
     fputs("{\n  \"file\": ", f);
-    json_str(f, r->path);
+    json_str_or_null(f, r->path);
     fprintf(f, ",\n  \"status\": \"%s\",\n  \"exit_code\": %d,\n  \"strict\": %s,\n",
             verdict(r, code), code, strict ? "true" : "false");
     fprintf(f, "  \"errors\": %zu,\n  \"warnings\": %zu,\n", r->n_errors, r->n_warnings);
@@ -158,11 +186,11 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         const pn_finding *x = &r->findings[i];
         fprintf(f, "%s\n    {\"severity\": \"%s\", \"code\": ", i ? "," : "",
                 pn_severity_name(x->severity));
-        json_str(f, x->code);
+        json_str_or_null(f, x->code);
         fputs(", \"tensor\": ", f);
-        json_str(f, x->tensor);
+        json_str_or_null(f, x->tensor);
         fputs(", \"key\": ", f);
-        json_str(f, x->key);
+        json_str_or_null(f, x->key);
         fputs(", \"offset\": ", f);
         json_int_or_null(f, x->offset);
         fputs(", \"row\": ", f);
@@ -172,7 +200,7 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         fputs(", \"count\": ", f);
         json_int_or_null(f, x->count);
         fputs(", \"message\": ", f);
-        json_str(f, x->message);
+        json_str_or_null(f, x->message);
         fputc('}', f);
     }
     fputs(r->n_findings ? "\n  ],\n" : "],\n", f);
@@ -181,7 +209,7 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     for (size_t i = 0; i < r->n_tensors; i++) {
         const pn_check_tensor *t = &r->tensors[i];
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
-        json_str(f, t->name);
+        json_str_or_null(f, t->name);
         fprintf(f, ", \"type\": \"%s\", \"ne\": [", type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
@@ -209,7 +237,7 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
             fputs(", \"limit\": ", f);
             json_num(f, t->limit);
             fputs(", \"note\": ", f);
-            json_str(f, t->note);
+            json_str_or_null(f, t->note);
             fputc('}', f);
         }
         fputc('}', f);
@@ -217,21 +245,21 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     fputs(r->n_tensors ? "\n  ],\n" : "],\n", f);
 
     fputs("  \"source\": ", f);
-    json_str(f, r->source_path);
+    json_str_or_null(f, r->source_path);
     fputs(",\n  \"recipe\": ", f);
     if (!r->recipe_checked) {
         fputs("null", f);
     } else {
         fputs("{\"mix\": ", f);
-        json_str(f, r->recipe_mix);
+        json_str_or_null(f, r->recipe_mix);
         fputs(", \"expected_mix\": ", f);
-        json_str(f, r->expected_mix);
+        json_str_or_null(f, r->expected_mix);
         fprintf(f, ", \"recipe_promote\": %ld, \"n_promoted\": %zu, \"promoted\": [",
                 r->recipe_promote_n, r->n_promoted);
         for (size_t i = 0; i < r->n_promoted; i++) {
             if (i)
                 fputs(", ", f);
-            json_str(f, r->promoted[i]);
+            json_str_or_null(f, r->promoted[i]);
         }
         fputs("]}", f);
     }
@@ -242,14 +270,20 @@ int main(int argc, char **argv)
 {
     pn_check_options o;
     pn_check_options_default(&o);
-    bool json = false, strict = false;
-    enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION };
+    bool json = false, strict = false, progress = false;
+    const char *why;
+    /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
+     * like any write error, instead of the signal killing the program. */
+    signal(SIGXFSZ, SIG_IGN);
+    enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
+           OPT_PROGRESS };
     static const struct option longopts[] = {
         {"recipe", required_argument, NULL, OPT_RECIPE},
         {"source", required_argument, NULL, OPT_SOURCE},
         {"json", no_argument, NULL, OPT_JSON},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"strict", no_argument, NULL, OPT_STRICT},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -262,6 +296,7 @@ int main(int argc, char **argv)
         case OPT_SOURCE: o.source_path = optarg; break;
         case OPT_JSON: json = true; break;
         case OPT_STRICT: strict = true; break;
+        case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS: {
             char *end;
             errno = 0;
@@ -274,7 +309,13 @@ int main(int argc, char **argv)
             o.threads = (int)v;
             break;
         }
-        case 'h': fputs(usage, stdout); return 0;
+        case 'h':
+            fputs(usage, stdout);
+            if (pn_cli_finish_stdout(&why) != 0) {
+                fprintf(stderr, "pn-check: cannot write to standard output: %s\n", why);
+                return 2;
+            }
+            return 0;
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
         default:
             if (optopt >= OPT_RECIPE || (optopt == 0 && optind > 0))
@@ -292,12 +333,17 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *path = argv[optind];
+    pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
+    if (progress) {
+        o.progress = pn_cli_show_progress;
+        o.progress_ctx = &pl;
+    }
 
     pn_check_report *r = NULL;
     pn_error err = {0};
     pn_status st = pn_check_file(path, &o, &r, &err);
     if (st) {
-        fprintf(stderr, "pn-check: %s\n", err.msg);
+        pn_cli_error("pn-check", err.msg);
         return 2;
     }
     if (json)
@@ -306,8 +352,11 @@ int main(int argc, char **argv)
         print_text(stdout, r, strict);
     int code = pn_check_exit_code(r, strict);
     if (!r->readable && r->n_findings)
-        fprintf(stderr, "pn-check: %s\n", r->findings[0].message);
-    fflush(stdout);
+        pn_cli_error("pn-check", r->findings[0].message);
     pn_check_report_free(r);
+    if (pn_cli_finish_stdout(&why) != 0) {
+        fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
+        return 2;
+    }
     return code;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd/cli.h"
+#include "common/text.h"
 #include "pipeline/dequant.h"
 #include "quant/types.h"
 
@@ -33,6 +35,7 @@ static const char usage[] =
     "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
     "                       a model run on them needs rotated activations)\n"
     "  --threads N          worker threads (default: all cores)\n"
+    "  --progress           print the progress on standard error\n"
     "  --force              replace an existing OUT\n"
     "  --quiet              print nothing on success\n"
     "  -h, --help           this text\n"
@@ -44,12 +47,15 @@ int main(int argc, char **argv)
 {
     pn_dequant_opts o;
     pn_dequant_opts_init(&o);
-    bool quiet = false;
-    enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION };
+    bool quiet = false, progress = false;
+    const char *why;
+    enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
+           OPT_PROGRESS };
     static const struct option longopts[] = {
         {"type", required_argument, NULL, OPT_TYPE},
         {"keep-rotation", no_argument, NULL, OPT_KEEP},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"force", no_argument, NULL, OPT_FORCE},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"help", no_argument, NULL, 'h'},
@@ -75,6 +81,7 @@ int main(int argc, char **argv)
         case OPT_KEEP: o.keep_rotation = true; break;
         case OPT_FORCE: o.force = true; break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS: {
             char *end;
             errno = 0;
@@ -87,7 +94,13 @@ int main(int argc, char **argv)
             o.threads = (int)v;
             break;
         }
-        case 'h': fputs(usage, stdout); return 0;
+        case 'h':
+            fputs(usage, stdout);
+            if (pn_cli_finish_stdout(&why) != 0) {
+                fprintf(stderr, "pn-dequant: cannot write to standard output: %s\n", why);
+                return 1;
+            }
+            return 0;
         case OPT_VERSION: printf("pn-dequant %s\n", PN_VERSION); return 0;
         default:
             if (optopt >= OPT_TYPE || optopt == 0)
@@ -111,27 +124,48 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Past a file size limit (ulimit -f) the write fails with EFBIG and the
+     * run ends like on a full disk, cleaning up, instead of being killed. */
+    signal(SIGXFSZ, SIG_IGN);
     o.cancel = &g_cancel;
+    pn_cli_progress pl = {"pn-dequant", argv[optind + 1], "bytes written", -1};
+    if (progress) {
+        o.progress = pn_cli_show_progress;
+        o.progress_ctx = &pl;
+    }
 
     pn_dequant_stats s;
     pn_error err = {0};
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
     if (st) {
-        fprintf(stderr, "pn-dequant: %s\n", err.msg);
+        pn_cli_error("pn-dequant", err.msg);
         return st == PN_ERR_INTERRUPTED ? 130 : 1;
     }
-    if (s.rotation_key_missing)
-        fprintf(stderr, "pn-dequant: warning: %s has PN tensors but no pn.rotation.type; they "
-                        "were decoded without un-rotating\n", argv[optind]);
-    if (!quiet)
-        printf("%s: %zu tensors (%zu PN%s, %zu other decoded, %zu copied), %llu -> %llu data "
+    if (s.rotation_key_missing) {
+        fputs("pn-dequant: warning: ", stderr);
+        pn_fput_safe(stderr, argv[optind]);
+        fputs(" has PN tensors but no pn.rotation.type; they were decoded without "
+              "un-rotating\n", stderr);
+    }
+    if (!quiet) {
+        pn_fput_safe(stdout, argv[optind + 1]);
+        printf(": %zu tensors (%zu PN%s, %zu other decoded, %zu copied), %llu -> %llu data "
                "bytes in %.2f s\n",
-               argv[optind + 1], s.n_tensors, s.n_pn,
+               s.n_tensors, s.n_pn,
                s.n_pn == 0            ? ""
                : s.rotation_undone    ? ", rotation undone"
                : o.keep_rotation      ? ", rotation kept"
                                       : ", no rotation",
                s.n_stock, s.n_copied, (unsigned long long)s.bytes_in,
                (unsigned long long)s.bytes_out, s.seconds);
+    }
+    if (pn_cli_finish_stdout(&why) != 0) {
+        /* OUT is complete and in place: say so rather than pretend it is not */
+        fputs("pn-dequant: ", stderr);
+        pn_fput_safe(stderr, argv[optind + 1]);
+        fprintf(stderr, " was written, but the summary could not be written to standard "
+                        "output: %s\n", why);
+        return 1;
+    }
     return 0;
 }

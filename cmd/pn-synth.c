@@ -22,23 +22,44 @@ static const char usage[] =
     "\n"
     "Writes a float GGUF with the Qwen3.8-27B tensor names and shapes (llama.cpp\n"
     "'qwen35' naming, general.architecture = qwen35) and generated weights:\n"
-    "near-Gaussian (std 0.02) with 0.1%% of entries x10 and 4 outlier columns x8,\n"
-    "norms near 1. The default is a small model that quantizes in seconds:\n"
-    "6 layers, width scale 4 (n_embd 1280), vocab 8192, BF16 (about 150 M weights).\n"
+    "near-Gaussian (std 0.02) with 0.1% of entries x10 and 4 outlier columns x8,\n"
+    "norms near 1. Every file is a complete qwen35 model that stock llama.cpp loads\n"
+    "and runs: the hyperparameter keys its loader reads, consistent with the shapes,\n"
+    "and a byte-level BPE tokenizer (gpt2) of --vocab tokens. The default is a small\n"
+    "model that quantizes in seconds: 6 layers, width scale 4 (n_embd 1280),\n"
+    "vocab 8192, BF16 (about 150 M weights).\n"
     "\n"
     "options:\n"
-    "  --layers N          blocks (default 6; every 4th block is full attention)\n"
-    "  --width-scale S     divide every width of the 27 B model by S (default 4);\n"
-    "                      n_embd stays a multiple of 1280, other widths of 64\n"
-    "  --vocab N           vocabulary rows of token_embd and output (default 8192)\n"
-    "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms are f32)\n"
+    "  --layers N          blocks (default 6; every 4th block is full attention; with\n"
+    "                      fewer than 4 blocks the last one is)\n"
+    "  --width-scale S     1..16: divide the widths of the 27 B model by S in whole\n"
+    "                      heads (default 4); n_embd is a multiple of 1280 up to S 4\n"
+    "                      (1280 at 3 and 4), of 320 above (320 at 16: the shipped\n"
+    "                      recipe's q3_K/q4_K need a fallback there)\n"
+    "  --vocab N           tokens (rows of token_embd and output; default 8192;\n"
+    "                      at least 259 for all 256 byte tokens and 3 special ones)\n"
+    "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms, every\n"
+    "                      1-D tensor and ssm_conv1d are f32)\n"
     "  --seed N            generator seed (default 1)\n"
     "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
     "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"
     "  --threads N         worker threads (default: all cores)\n"
     "  --force             replace an existing OUT\n"
     "  --quiet             no progress\n"
-    "  -h, --help          this text\n";
+    "  -h, --help          this text\n"
+    "  --version           the version\n"
+    "\n"
+    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+
+/* stdout was written in full (a closed pipe or a full disk is an error). */
+static int finish_stdout(void)
+{
+    if (ferror(stdout) | (fclose(stdout) != 0)) {
+        fprintf(stderr, "pn-synth: error: writing to standard output: %s\n", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
 
 static int parse_long(const char *opt, const char *v, long lo, long hi, long *out)
 {
@@ -80,21 +101,22 @@ int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0;
-    enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET };
+    enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
+           O_VERSION };
     static const struct option lopts[] = {
         {"layers", required_argument, 0, O_LAYERS}, {"width-scale", required_argument, 0, O_WS},
         {"vocab", required_argument, 0, O_VOCAB},   {"dtype", required_argument, 0, O_DTYPE},
         {"seed", required_argument, 0, O_SEED},     {"full", no_argument, 0, O_FULL},
         {"threads", required_argument, 0, O_THREADS}, {"force", no_argument, 0, O_FORCE},
         {"quiet", no_argument, 0, O_QUIET},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"version", no_argument, 0, O_VERSION},     {0, 0, 0, 0},
     };
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
         switch (c) {
         case O_LAYERS: if (parse_long("--layers", optarg, 1, 4096, &layers)) return 2; break;
-        case O_WS: if (parse_long("--width-scale", optarg, 1, 4, &wscale)) return 2; break;
+        case O_WS: if (parse_long("--width-scale", optarg, 1, 16, &wscale)) return 2; break;
         case O_VOCAB: if (parse_long("--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
         case O_SEED: if (parse_long("--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
         case O_THREADS: if (parse_long("--threads", optarg, 1, 4096, &threads)) return 2; break;
@@ -110,7 +132,8 @@ int main(int argc, char **argv)
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
-        case 'h': fputs(usage, stdout); return 0;
+        case 'h': fputs(usage, stdout); return finish_stdout();
+        case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return finish_stdout();
         default:
             fprintf(stderr, "pn-synth: unknown option or missing value: %s\nTry 'pn-synth --help'.\n",
                     argv[optind - 1]);
@@ -132,11 +155,17 @@ int main(int argc, char **argv)
         o.config = pn_qwen38_config_full();
     } else {
         pn_qwen38_config d = pn_synth_default_config();
-        o.config = pn_qwen38_config_scaled(wscale > 0 ? (int)wscale : 4,
+        o.config = pn_qwen38_config_narrow(wscale > 0 ? (int)wscale : 4,
                                            layers > 0 ? (int)layers : d.n_layers,
                                            vocab > 0 ? vocab : d.n_vocab);
     }
     o.config.weight_type = dtype;
+    pn_error err;
+    pn_error_clear(&err);
+    if (pn_qwen38_llama_runnable(&o.config, &err) != PN_OK) {
+        fprintf(stderr, "pn-synth: --layers %d: %s\n", o.config.n_layers, err.msg);
+        return 2;
+    }
     o.seed = (uint64_t)seed;
     o.force = force;
     o.threads = (int)threads;
@@ -150,8 +179,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-synth: %s exists; use --force to replace it\n", o.path);
         return 1;
     }
-    pn_error err;
-    pn_error_clear(&err);
     uint64_t bytes = 0;
     if (pn_synth_file_bytes(&o, &bytes, &err) != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
@@ -178,6 +205,10 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* a file-size limit (ulimit -f) must be the writer's "disk full" error
+     * (write fails with EFBIG), not a silent death that leaves the
+     * temporary file */
+    signal(SIGXFSZ, SIG_IGN);
 
     double t0 = now_s();
     pn_status st = pn_synth_write(&o, &err);
@@ -191,5 +222,5 @@ int main(int argc, char **argv)
         printf("wrote %s: %d layers, n_embd %lld, vocab %lld, %llu bytes in %.1f s\n", o.path,
                o.config.n_layers, (long long)o.config.n_embd, (long long)o.config.n_vocab,
                (unsigned long long)bytes, now_s() - t0);
-    return 0;
+    return finish_stdout();
 }

@@ -19,12 +19,16 @@
  * waited on). The reader is read-only after open: several threads may read
  * tensor data through it at once.
  *
- * Writer: collects keys and tensor infos, then writes the header and streams
- * tensor data in order into a temporary file beside the target. Memory does
- * not grow with the data. The caller finishes with gguf_writer_close (fsync),
- * may re-open and validate the temporary file, then gguf_writer_commit
- * (rename into place) or gguf_writer_abort (unlink). Every failure path of the
- * writer removes the temporary file.
+ * Writer: collects keys and tensor infos (indexed by name: setting, copying
+ * and adding cost O(1) each, whatever their number), then writes the header
+ * and streams tensor data in order through an atomic output file
+ * (common/outfile.h): an unnamed temporary file in the target's folder where
+ * the filesystem allows, else a short-named one beside the target. Memory
+ * does not grow with the data. The caller finishes with gguf_writer_close
+ * (flush, fsync; the descriptor stays open), may validate the data through
+ * gguf_writer_fd (gguf_reader_open_fd), then gguf_writer_commit (into place;
+ * an existing target is refused unless gguf_writer_set_replace) or
+ * gguf_writer_abort. Every failure path of the writer discards the file.
  *
  * Error codes of the reader: PN_ERR_TRUNCATED whenever the file ends before
  * something it declares (a count of keys, tensors or array elements that the
@@ -42,9 +46,12 @@
  *
  * Error codes of the writer: PN_ERR_USAGE for a call out of order or bytes
  * that do not match the tensors (too many, too few at close, a patch of the
- * wrong count); PN_ERR_TENSOR / PN_ERR_TYPE / PN_ERR_ALIGNMENT as for the
- * reader; PN_ERR_NOSPACE (ENOSPC, EDQUOT, a write of 0 bytes) and PN_ERR_IO,
- * whose messages start with the temporary path and give the file offset.
+ * wrong count); PN_ERR_FORMAT for a key the reader would refuse (empty, or
+ * holding a NUL byte); PN_ERR_TENSOR / PN_ERR_TYPE / PN_ERR_ALIGNMENT as for
+ * the reader; PN_ERR_EXISTS for an existing target without replace (at begin,
+ * and at commit for a target that appeared meanwhile); PN_ERR_NOSPACE (ENOSPC,
+ * EDQUOT, EFBIG: the file size limit, a write of 0 bytes) and PN_ERR_IO,
+ * whose messages start with the target path and give the byte offset.
  * Like ggml's writer, it pads the data of every tensor, the last one too, to
  * the alignment with zero bytes.
  */
@@ -55,6 +62,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/outfile.h"
 #include "common/pn_error.h"
 
 #define GGUF_MAX_DIMS 4
@@ -211,7 +219,9 @@ gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(gguf_writer *w);   /* also aborts if still open */
 
 /* Keys keep insertion order; setting an existing key replaces its value in
- * place. Strings and arrays are copied. */
+ * place. Strings and arrays are copied. An empty key (or, copied, one holding
+ * a NUL byte) is refused with PN_ERR_FORMAT; every refusal is explained by
+ * gguf_writer_last_error. */
 pn_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 pn_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 pn_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
@@ -234,6 +244,10 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
                                   uint64_t count);
 /* Copies a key/value read by a gguf_reader (any type, nested arrays too). */
 pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
+/* Why the last refused set or copy was refused ("gguf writer: key 3 is
+ * empty"; keys are numbered in order of setting from 0), or NULL if none
+ * was. Lives until the next refusal or gguf_writer_free. */
+const char *gguf_writer_last_error(const gguf_writer *w);
 void gguf_writer_remove_kv(gguf_writer *w, const char *key);
 bool gguf_writer_has_kv(const gguf_writer *w, const char *key);
 size_t gguf_writer_n_kv(const gguf_writer *w);
@@ -247,14 +261,27 @@ uint64_t gguf_writer_alignment(const gguf_writer *w);
 uint64_t gguf_writer_data_offset(const gguf_writer *w);
 uint64_t gguf_writer_file_bytes(const gguf_writer *w);
 
-/* Adds a tensor; its offset is assigned in order of addition. */
+/* Adds a tensor; its offset is assigned in order of addition. A duplicate
+ * name is refused (PN_ERR_TENSOR naming both indices). */
 pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
                                  const int64_t *ne, int type, pn_error *err);
 
-/* Creates "<target>.tmp.XXXXXX" beside the target, writes the header and
- * positions for tensor data. The alignment is general.alignment when that key
- * is set (an unsigned integer, a power of two), else 32. */
+/* Before begin: whether commit may replace an existing target (default: no;
+ * begin then refuses an existing target with PN_ERR_EXISTS, "use --force").
+ * gguf_writer_set_output_opts sets every option of the output file (tests
+ * of the named-temporary fallback use it); set_replace sets only `force`. */
+void gguf_writer_set_replace(gguf_writer *w, bool force);
+void gguf_writer_set_output_opts(gguf_writer *w, const pn_outfile_opts *opts);
+
+/* Opens the output for the target (refusing a directory, a FIFO or other
+ * non-regular file, and an existing target without replace), writes the
+ * header and positions for tensor data. The alignment is general.alignment
+ * when that key is set (an unsigned integer, a power of two), else 32. */
 pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err);
+/* From begin on: stale temporary files of this target left by a killed run
+ * ("TARGET: stale temporary files from an earlier run: X, Y; remove them
+ * ..."), for the program to show (with pn_fput_safe); NULL if none. */
+const char *gguf_writer_note(const gguf_writer *w);
 /* Streams bytes of tensors in order; a tensor may be written in several
  * calls. Padding between tensors is inserted automatically. */
 pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error *err);
@@ -262,12 +289,22 @@ pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error
  * written header (e.g. CRCs known only after the data); count must match. */
 pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
                                 uint64_t count, pn_error *err);
-/* Checks every tensor got exactly its bytes, flushes and fsyncs, closes. */
+/* Checks every tensor got exactly its bytes, flushes and fsyncs. The file
+ * stays open for validation. */
 pn_status gguf_writer_close(gguf_writer *w, pn_error *err);
-const char *gguf_writer_temp_path(const gguf_writer *w);
-/* Renames the temporary file onto the target (and fsyncs the folder). */
+/* The written file's descriptor (read-write; it may have no name yet), from
+ * begin until commit or abort, else -1. Validate with
+ * gguf_reader_open_fd(gguf_writer_fd(w), target, ...); do not close it. */
+int gguf_writer_fd(const gguf_writer *w);
+/* Puts the closed file at the target (and fsyncs the folder). Without
+ * replace, a target that appeared since begin is refused (PN_ERR_EXISTS) and
+ * left untouched. Any failure aborts. */
 pn_status gguf_writer_commit(gguf_writer *w, pn_error *err);
-/* Removes the temporary file (safe to call at any stage, idempotent). */
+/* Commits closed writers as one set (a split model, ws[0] its first file):
+ * ws[0] last, all or nothing without replace (pn_outfile_commit_set). Any
+ * failure aborts every writer of the set that is not in place. */
+pn_status gguf_writer_commit_set(gguf_writer *const *ws, size_t n, pn_error *err);
+/* Discards the output (safe to call at any stage, idempotent). */
 void gguf_writer_abort(gguf_writer *w);
 
 #endif

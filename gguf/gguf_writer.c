@@ -1,14 +1,18 @@
-/* gguf_writer.c - writes a GGUF v3 file through a temporary file.
+/* gguf_writer.c - writes a GGUF v3 file through an atomic output file.
  *
  * Life of a writer:
  *   COLLECTING  keys and tensor infos are gathered in memory (values are kept
- *               already serialized, exactly as they go to disk);
- *   OPEN        gguf_writer_begin created "<target>.tmp.XXXXXX", wrote the
- *               header and the padding; gguf_writer_write streams the tensors'
- *               bytes in order and inserts the zero padding between them;
- *   CLOSED      every tensor got its bytes, the file is flushed, fsynced and
- *               closed; the caller may re-read it;
- *   COMMITTED   renamed onto the target;
+ *               already serialized, exactly as they go to disk), indexed by
+ *               name in hash tables so that each set, copy or add costs O(1)
+ *               whatever the number of keys and tensors;
+ *   OPEN        gguf_writer_begin opened the output (common/outfile.h: an
+ *               unnamed temporary file in the target's folder where the
+ *               filesystem allows), wrote the header and the padding;
+ *               gguf_writer_write streams the tensors' bytes in order and
+ *               inserts the zero padding between them;
+ *   CLOSED      every tensor got its bytes, the file is flushed and fsynced,
+ *               its descriptor still open for the caller to re-read it;
+ *   COMMITTED   linked or renamed onto the target;
  *   ABORTED     the temporary file is gone.
  * Any failure after begin aborts, so a failed writer never leaves a file.
  *
@@ -19,19 +23,16 @@
 
 #include "quant/types.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define WRITE_BUFFER_BYTES (4u << 20)
 
 typedef struct writer_kv {
-    char *key;
+    char *key;             /* NULL once removed (the slot keeps the order) */
     gguf_value_type type;
     uint8_t *val;          /* serialized value, as on disk after the type */
     uint64_t val_len;
@@ -55,16 +56,33 @@ typedef enum writer_state {
     W_ABORTED,
 } writer_state;
 
+/* Open addressing with linear probing over item indices; the names live
+ * in the items. The hash is seeded per writer, so names crafted to collide
+ * cannot make the table quadratic. */
+typedef struct index_slot {
+    uint64_t hash;
+    size_t item;           /* item index + 1; 0 = empty */
+} index_slot;
+
+typedef struct name_index {
+    index_slot *slots;
+    size_t cap;            /* a power of two, or 0 */
+    size_t used;
+} name_index;
+
 struct gguf_writer {
-    writer_kv *kvs;
-    size_t n_kv, cap_kv;
+    writer_kv *kvs;        /* in order of insertion, removed ones included */
+    size_t n_kv_slots, cap_kv, n_kv;
     writer_tensor *tensors;
     size_t n_tensors, cap_tensors;
+    name_index kv_index, tensor_index;
+    uint64_t seed;
+    pn_error last_error;   /* of the last refused set/copy */
 
     writer_state state;
     char *target;
-    char *tmp;             /* non-NULL exactly while the temporary file exists */
-    int fd;
+    pn_outfile_opts out_opts;
+    pn_outfile *out;       /* from begin until free */
     uint64_t alignment;
 
     uint8_t *buf;
@@ -81,12 +99,135 @@ static void store_le(uint8_t *p, uint64_t v, size_t n)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    return x ^ (x >> 32);
+}
+
+/* The hash seed: unknown to whoever made the input (the writer's address
+ * under ASLR and the clock), and of no effect on the output. */
+static uint64_t writer_seed(const void *p)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)p);
+}
+
 gguf_writer *gguf_writer_new(void)
 {
     gguf_writer *w = calloc(1, sizeof *w);
     if (w)
-        w->fd = -1;
+        w->seed = writer_seed(w);
     return w;
+}
+
+/* ------------------------------------------------------------------ */
+/* Name index                                                          */
+
+
+static uint64_t hash_name(const char *s, size_t n, uint64_t seed)
+{
+    uint64_t h = mix64(seed ^ (uint64_t)n);
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = mix64(h ^ v);
+    }
+    uint64_t v = 0;
+    memcpy(&v, s, n);
+    return mix64(h ^ v ^ 0x9e3779b97f4a7c15ull);
+}
+
+typedef const char *(*item_name_fn)(const gguf_writer *w, size_t item);
+
+static const char *kv_name(const gguf_writer *w, size_t i) { return w->kvs[i].key; }
+static const char *tensor_name(const gguf_writer *w, size_t i) { return w->tensors[i].name; }
+
+/* The slot holding `name`, or the empty slot where it would go. */
+static size_t index_probe(const gguf_writer *w, const name_index *x, item_name_fn name_of,
+                          const char *name, uint64_t h)
+{
+    size_t mask = x->cap - 1;
+    for (size_t s = (size_t)h & mask;; s = (s + 1) & mask) {
+        const index_slot *sl = &x->slots[s];
+        if (!sl->item || (sl->hash == h && strcmp(name_of(w, sl->item - 1), name) == 0))
+            return s;
+    }
+}
+
+/* Item index of `name`, or -1. */
+static long index_find(const gguf_writer *w, const name_index *x, item_name_fn name_of,
+                       const char *name)
+{
+    if (!x->cap)
+        return -1;
+    uint64_t h = hash_name(name, strlen(name), w->seed);
+    size_t s = index_probe(w, x, name_of, name, h);
+    return x->slots[s].item ? (long)(x->slots[s].item - 1) : -1;
+}
+
+static bool index_grow(name_index *x)
+{
+    size_t nc = x->cap ? x->cap * 2 : 64;
+    index_slot *ns = calloc(nc, sizeof *ns);
+    if (!ns)
+        return false;
+    for (size_t i = 0; i < x->cap; i++) {
+        if (!x->slots[i].item)
+            continue;
+        size_t s = (size_t)x->slots[i].hash & (nc - 1);
+        while (ns[s].item)
+            s = (s + 1) & (nc - 1);
+        ns[s] = x->slots[i];
+    }
+    free(x->slots);
+    x->slots = ns;
+    x->cap = nc;
+    return true;
+}
+
+/* Adds `name` (not present) as item `item`; false when out of memory. */
+static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
+                      const char *name, size_t item)
+{
+    if ((x->used + 1) * 2 > x->cap && !index_grow(x))
+        return false;
+    uint64_t h = hash_name(name, strlen(name), w->seed);
+    size_t s = index_probe(w, x, name_of, name, h);
+    x->slots[s].hash = h;
+    x->slots[s].item = item + 1;
+    x->used++;
+    return true;
+}
+
+/* Removes `name` (present), shifting back the entries after it so that
+ * every probe sequence stays unbroken. */
+static void index_remove(const gguf_writer *w, name_index *x, item_name_fn name_of,
+                         const char *name)
+{
+    uint64_t h = hash_name(name, strlen(name), w->seed);
+    size_t mask = x->cap - 1;
+    size_t i = index_probe(w, x, name_of, name, h);
+    if (!x->slots[i].item)
+        return;
+    for (size_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        if (!x->slots[j].item)
+            break;
+        size_t home = (size_t)x->slots[j].hash & mask;
+        /* The entry at j may fill the hole at i unless its home lies
+         * cyclically in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays)
+            continue;
+        x->slots[i] = x->slots[j];
+        i = j;
+    }
+    x->slots[i].item = 0;
+    x->used--;
 }
 
 /* ------------------------------------------------------------------ */
@@ -94,29 +235,65 @@ gguf_writer *gguf_writer_new(void)
 
 static writer_kv *find_kv(const gguf_writer *w, const char *key)
 {
-    for (size_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->kvs[i].key, key) == 0)
-            return &w->kvs[i];
-    return NULL;
+    long i = index_find(w, &w->kv_index, kv_name, key);
+    return i < 0 ? NULL : &w->kvs[i];
+}
+
+/* Records why a set or copy was refused (gguf_writer_last_error). */
+static pn_status refuse(gguf_writer *w, pn_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static pn_status refuse(gguf_writer *w, pn_status code, const char *fmt, ...)
+{
+    if (!w)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[PN_ERROR_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pn_error_set(&w->last_error, code, "gguf writer: %s", msg);
+    return code;
+}
+
+/* A key the reader would refuse is refused here too: empty, or holding a
+ * NUL byte. `index` is the position the key would take. */
+static pn_status check_key(gguf_writer *w, const char *key, uint64_t len)
+{
+    if (len == 0)
+        return refuse(w, PN_ERR_FORMAT, "key %zu is empty", w->n_kv);
+    const char *nul = memchr(key, 0, len);
+    if (nul)
+        return refuse(w, PN_ERR_FORMAT,
+                      "key %zu ('%s...') holds a NUL byte at byte %zu of its %llu", w->n_kv,
+                      key, (size_t)(nul - key), (unsigned long long)len);
+    return PN_OK;
 }
 
 /* Stores a serialized value under key, replacing an existing one in place.
- * Takes ownership of val. */
+ * Takes ownership of val (NULL means out of memory). */
 static pn_status put_kv(gguf_writer *w, const char *key, gguf_value_type type, uint8_t *val,
                         uint64_t len)
 {
-    if (!w || !key || !*key || w->state != W_COLLECTING) {
+    if (!w || !key || w->state != W_COLLECTING) {
         free(val);
-        return PN_ERR_USAGE;
+        return refuse(w, PN_ERR_USAGE, "a key is set %s",
+                      !key ? "without a name" : "after begin");
     }
+    pn_status st = check_key(w, key, strlen(key));
+    if (st) {
+        free(val);
+        return st;
+    }
+    if (!val)
+        return refuse(w, PN_ERR_NOMEM, "out of memory for key '%s'", key);
     writer_kv *kv = find_kv(w, key);
     if (!kv) {
-        if (w->n_kv == w->cap_kv) {
+        if (w->n_kv_slots == w->cap_kv) {
             size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
             writer_kv *p = realloc(w->kvs, nc * sizeof *p);
             if (!p) {
                 free(val);
-                return PN_ERR_NOMEM;
+                return refuse(w, PN_ERR_NOMEM, "out of memory for key '%s'", key);
             }
             w->kvs = p;
             w->cap_kv = nc;
@@ -124,11 +301,19 @@ static pn_status put_kv(gguf_writer *w, const char *key, gguf_value_type type, u
         char *k = strdup(key);
         if (!k) {
             free(val);
-            return PN_ERR_NOMEM;
+            return refuse(w, PN_ERR_NOMEM, "out of memory for key '%s'", key);
         }
-        kv = &w->kvs[w->n_kv++];
+        kv = &w->kvs[w->n_kv_slots];
         memset(kv, 0, sizeof *kv);
         kv->key = k;
+        if (!index_add(w, &w->kv_index, kv_name, k, w->n_kv_slots)) {
+            free(k);
+            kv->key = NULL;
+            free(val);
+            return refuse(w, PN_ERR_NOMEM, "out of memory for key '%s'", key);
+        }
+        w->n_kv_slots++;
+        w->n_kv++;
     }
     free(kv->val);
     kv->type = type;
@@ -141,9 +326,8 @@ static pn_status put_scalar(gguf_writer *w, const char *key, gguf_value_type typ
 {
     size_t n = gguf_value_type_size(type);
     uint8_t *val = malloc(n);
-    if (!val)
-        return PN_ERR_NOMEM;
-    store_le(val, bits, n);
+    if (val)
+        store_le(val, bits, n);
     return put_kv(w, key, type, val, n);
 }
 
@@ -199,22 +383,24 @@ pn_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v)
 pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, uint64_t len)
 {
     if (!v && len)
-        return PN_ERR_USAGE;
+        return refuse(w, PN_ERR_USAGE, "key '%s': a string of %llu bytes from NULL",
+                      key ? key : "(null)", (unsigned long long)len);
     if (len > SIZE_MAX - 8)
-        return PN_ERR_NOMEM;
+        return refuse(w, PN_ERR_NOMEM, "key '%s': a string of %llu bytes",
+                      key ? key : "(null)", (unsigned long long)len);
     uint8_t *val = malloc(8 + len);
-    if (!val)
-        return PN_ERR_NOMEM;
-    store_le(val, len, 8);
-    if (len)
-        memcpy(val + 8, v, len);
+    if (val) {
+        store_le(val, len, 8);
+        if (len)
+            memcpy(val + 8, v, len);
+    }
     return put_kv(w, key, GGUF_TYPE_STRING, val, 8 + len);
 }
 
 pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 {
     if (!v)
-        return PN_ERR_USAGE;
+        return refuse(w, PN_ERR_USAGE, "key '%s': a NULL string", key ? key : "(null)");
     return gguf_writer_set_str_n(w, key, v, strlen(v));
 }
 
@@ -223,14 +409,15 @@ static pn_status put_array(gguf_writer *w, const char *key, gguf_value_type et, 
                            const void *elems, uint64_t bytes)
 {
     if (bytes > SIZE_MAX - 12)
-        return PN_ERR_NOMEM;
+        return refuse(w, PN_ERR_NOMEM, "key '%s': an array of %llu bytes", key,
+                      (unsigned long long)bytes);
     uint8_t *val = malloc(12 + bytes);
-    if (!val)
-        return PN_ERR_NOMEM;
-    store_le(val, (uint64_t)et, 4);
-    store_le(val + 4, count, 8);
-    if (bytes)
-        memcpy(val + 12, elems, bytes);
+    if (val) {
+        store_le(val, (uint64_t)et, 4);
+        store_le(val + 4, count, 8);
+        if (bytes)
+            memcpy(val + 12, elems, bytes);
+    }
     return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
 }
 
@@ -238,10 +425,12 @@ pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type e
                               const void *data, uint64_t count)
 {
     size_t es = gguf_value_type_size(elem_type);
-    if (es == 0 || (count && !data))
-        return PN_ERR_USAGE;
+    if (!key || es == 0 || (count && !data))
+        return refuse(w, PN_ERR_USAGE, "key '%s': an array of %s needs elements of a fixed size",
+                      key ? key : "(null)", gguf_value_type_name(elem_type));
     if (count > UINT64_MAX / es)
-        return PN_ERR_NOMEM;
+        return refuse(w, PN_ERR_NOMEM, "key '%s': an array of %llu elements", key,
+                      (unsigned long long)count);
     return put_array(w, key, elem_type, count, data, count * es);
 }
 
@@ -249,18 +438,21 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
                                   uint64_t count)
 {
     if (count && !v)
-        return PN_ERR_USAGE;
+        return refuse(w, PN_ERR_USAGE, "key '%s': %llu strings from NULL", key ? key : "(null)",
+                      (unsigned long long)count);
     uint64_t bytes = 0;
     for (uint64_t i = 0; i < count; i++) {
         if (!v[i])
-            return PN_ERR_USAGE;
+            return refuse(w, PN_ERR_USAGE, "key '%s': string %llu is NULL",
+                          key ? key : "(null)", (unsigned long long)i);
         bytes += 8 + strlen(v[i]);
     }
     if (bytes > SIZE_MAX - 12)
-        return PN_ERR_NOMEM;
+        return refuse(w, PN_ERR_NOMEM, "key '%s': an array of %llu bytes", key ? key : "(null)",
+                      (unsigned long long)bytes);
     uint8_t *val = malloc(12 + bytes);
     if (!val)
-        return PN_ERR_NOMEM;
+        return put_kv(w, key, GGUF_TYPE_ARRAY, NULL, 0);
     store_le(val, GGUF_TYPE_STRING, 4);
     store_le(val + 4, count, 8);
     uint8_t *p = val + 12;
@@ -275,13 +467,22 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
 
 pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
 {
-    if (!w || !kv || !kv->key.data || kv->key.len == 0 || memchr(kv->key.data, 0, kv->key.len))
-        return PN_ERR_USAGE;
+    if (!w || !kv || (!kv->key.data && kv->key.len))
+        return refuse(w, PN_ERR_USAGE, "copy of a key that is not there");
+    if (kv->key.len > SIZE_MAX - 1)
+        return refuse(w, PN_ERR_NOMEM, "key %zu: %llu bytes", w->n_kv,
+                      (unsigned long long)kv->key.len);
     char *key = malloc(kv->key.len + 1);
     if (!key)
-        return PN_ERR_NOMEM;
-    memcpy(key, kv->key.data, kv->key.len);
+        return refuse(w, PN_ERR_NOMEM, "out of memory for key %zu", w->n_kv);
+    if (kv->key.len)
+        memcpy(key, kv->key.data, kv->key.len);
     key[kv->key.len] = '\0';
+    pn_status kst = check_key(w, key, kv->key.len);
+    if (kst) {
+        free(key);
+        return kst;
+    }
 
     pn_status st;
     size_t n = gguf_value_type_size(kv->type);
@@ -300,16 +501,22 @@ pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
         if ((unsigned)kv->arr_type >= GGUF_TYPE_COUNT_ ||
             (es && kv->arr_bytes / es != kv->arr_count) || (es && kv->arr_bytes % es) ||
             (kv->arr_bytes && !kv->arr_data))
-            st = PN_ERR_USAGE;
+            st = refuse(w, PN_ERR_USAGE, "key '%s': an array whose sizes do not agree", key);
         else
             st = put_array(w, key, kv->arr_type, kv->arr_count, kv->arr_data, kv->arr_bytes);
     } else {
-        st = PN_ERR_USAGE;
+        st = refuse(w, PN_ERR_USAGE, "key '%s': unknown value type %d", key, (int)kv->type);
     }
     free(key);
     return st;
 }
 
+const char *gguf_writer_last_error(const gguf_writer *w)
+{
+    return w && w->last_error.msg[0] ? w->last_error.msg : NULL;
+}
+
+/* The slot stays (as a hole skipped when writing), so removal is O(1). */
 void gguf_writer_remove_kv(gguf_writer *w, const char *key)
 {
     if (!w || !key || w->state != W_COLLECTING)
@@ -317,10 +524,10 @@ void gguf_writer_remove_kv(gguf_writer *w, const char *key)
     writer_kv *kv = find_kv(w, key);
     if (!kv)
         return;
+    index_remove(w, &w->kv_index, kv_name, key);
     free(kv->key);
     free(kv->val);
-    size_t i = (size_t)(kv - w->kvs);
-    memmove(kv, kv + 1, (w->n_kv - i - 1) * sizeof *kv);
+    memset(kv, 0, sizeof *kv);
     w->n_kv--;
 }
 
@@ -343,11 +550,11 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
                             "gguf writer: add_tensor needs a name and a shape, before begin");
     if (!*name)
         return pn_error_set(err, PN_ERR_TENSOR, "gguf writer: a tensor name is empty");
-    for (size_t i = 0; i < w->n_tensors; i++)
-        if (strcmp(w->tensors[i].name, name) == 0)
-            return pn_error_set(err, PN_ERR_TENSOR,
-                                "gguf writer: duplicate tensor name '%s' (tensor %zu and %zu)",
-                                name, i, w->n_tensors);
+    long dup = index_find(w, &w->tensor_index, tensor_name, name);
+    if (dup >= 0)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "gguf writer: duplicate tensor name '%s' (tensor %ld and %zu)", name,
+                            dup, w->n_tensors);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return pn_error_set(err, PN_ERR_TENSOR,
                             "gguf writer: tensor '%s': n_dims is %u, expected 1..%d", name,
@@ -385,9 +592,14 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
     char *copy = strdup(name);
     if (!copy)
         return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
-    writer_tensor *t = &w->tensors[w->n_tensors++];
+    writer_tensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = copy;
+    if (!index_add(w, &w->tensor_index, tensor_name, copy, w->n_tensors)) {
+        free(copy);
+        return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
+    }
+    w->n_tensors++;
     t->n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++)
         t->ne[d] = (uint32_t)d < n_dims ? ne[d] : 1;
@@ -399,31 +611,18 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
 /* ------------------------------------------------------------------ */
 /* Output                                                              */
 
-static void discard_temp(gguf_writer *w)
-{
-    if (w->fd >= 0) {
-        close(w->fd);
-        w->fd = -1;
-    }
-    if (w->tmp) {
-        unlink(w->tmp);
-        free(w->tmp);
-        w->tmp = NULL;
-    }
-    free(w->buf);
-    w->buf = NULL;
-    w->buf_len = 0;
-}
-
 void gguf_writer_abort(gguf_writer *w)
 {
     if (!w || w->state == W_COMMITTED)
         return;
-    discard_temp(w);
+    pn_outfile_abort(w->out);
+    free(w->buf);
+    w->buf = NULL;
+    w->buf_len = 0;
     w->state = W_ABORTED;
 }
 
-/* The error is formatted before the abort, while the temporary path exists. */
+/* The error is formatted before the abort. */
 #define FAIL_ABORT(w, err, code, ...)                                                       \
     do {                                                                                    \
         pn_status fail_code_ = pn_error_set((err), (code), __VA_ARGS__);                    \
@@ -431,26 +630,15 @@ void gguf_writer_abort(gguf_writer *w)
         return fail_code_;                                                                  \
     } while (0)
 
+/* Output errors name the target and the byte offset (common/outfile.c). */
 static pn_status write_all(gguf_writer *w, const uint8_t *p, size_t n, pn_error *err)
 {
-    while (n > 0) {
-        ssize_t r = write(w->fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            pn_status code = (e == ENOSPC || e == EDQUOT) ? PN_ERR_NOSPACE : PN_ERR_IO;
-            FAIL_ABORT(w, err, code, "%s: cannot write %zu bytes at offset %llu: %s", w->tmp, n,
-                       (unsigned long long)w->flushed, strerror(e));
-        }
-        if (r == 0)
-            FAIL_ABORT(w, err, PN_ERR_NOSPACE,
-                       "%s: short write: 0 of %zu bytes written at offset %llu", w->tmp, n,
-                       (unsigned long long)w->flushed);
-        p += r;
-        n -= (size_t)r;
-        w->flushed += (uint64_t)r;
+    pn_status st = pn_outfile_write(w->out, p, n, err);
+    if (st) {
+        gguf_writer_abort(w);
+        return st;
     }
+    w->flushed += n;
     return PN_OK;
 }
 
@@ -559,8 +747,9 @@ static pn_status choose_alignment(gguf_writer *w, pn_error *err)
 static uint64_t header_bytes(const gguf_writer *w)
 {
     uint64_t n = 4 + 4 + 8 + 8;
-    for (size_t i = 0; i < w->n_kv; i++)
-        n += 8 + strlen(w->kvs[i].key) + 4 + w->kvs[i].val_len;
+    for (size_t i = 0; i < w->n_kv_slots; i++)
+        if (w->kvs[i].key)
+            n += 8 + strlen(w->kvs[i].key) + 4 + w->kvs[i].val_len;
     for (size_t i = 0; i < w->n_tensors; i++)
         n += 8 + strlen(w->tensors[i].name) + 4 + 8 * (uint64_t)w->tensors[i].n_dims + 4 + 8;
     return n;
@@ -609,8 +798,10 @@ static pn_status emit_header(gguf_writer *w, pn_error *err)
     if (!st) st = emit_le(w, 3, 4, err);
     if (!st) st = emit_le(w, w->n_tensors, 8, err);
     if (!st) st = emit_le(w, w->n_kv, 8, err);
-    for (size_t i = 0; i < w->n_kv && !st; i++) {
+    for (size_t i = 0; i < w->n_kv_slots && !st; i++) {
         writer_kv *kv = &w->kvs[i];
+        if (!kv->key)
+            continue;   /* removed */
         size_t klen = strlen(kv->key);
         st = emit_le(w, klen, 8, err);
         if (!st) st = emit(w, kv->key, klen, err);
@@ -639,36 +830,17 @@ pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *e
     if (!w || !target_path || !*target_path || w->state != W_COLLECTING)
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: begin needs a target path, once");
     w->target = strdup(target_path);
-    size_t n = strlen(target_path) + sizeof ".tmp.XXXXXX";
-    w->tmp = malloc(n);
     w->buf = malloc(WRITE_BUFFER_BYTES);
-    if (!w->target || !w->tmp || !w->buf) {
-        free(w->tmp);
-        w->tmp = NULL;
+    if (!w->target || !w->buf)
         FAIL_ABORT(w, err, PN_ERR_NOMEM, "%s: out of memory", target_path);
-    }
     pn_status st = choose_alignment(w, err);
     if (!st)
         st = assign_offsets(w, err);
+    if (!st)
+        st = pn_outfile_open(target_path, &w->out_opts, &w->out, err);
     if (st) {
-        free(w->tmp);
-        w->tmp = NULL;
         gguf_writer_abort(w);
         return st;
-    }
-    snprintf(w->tmp, n, "%s.tmp.XXXXXX", target_path);
-    w->fd = mkostemp(w->tmp, O_CLOEXEC);
-    if (w->fd < 0) {
-        int e = errno;
-        free(w->tmp);
-        w->tmp = NULL;
-        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot create a temporary file beside it: %s",
-                   target_path, strerror(e));
-    }
-    /* mkstemp makes the file 0600; a model file is meant to be shared. */
-    if (fchmod(w->fd, 0644) != 0) {
-        int e = errno;
-        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot set permissions: %s", w->tmp, strerror(e));
     }
     w->state = W_OPEN;
     w->flushed = 0;
@@ -683,13 +855,13 @@ pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error
     if (!w || w->state != W_OPEN)
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: write before begin or after close");
     if (n && !data)
-        FAIL_ABORT(w, err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", w->tmp, n);
+        FAIL_ABORT(w, err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", w->target, n);
     const uint8_t *p = data;
     while (n > 0) {
         if (w->cur >= w->n_tensors)
             FAIL_ABORT(w, err, PN_ERR_USAGE,
                        "%s: %zu bytes written past the end of the last tensor (offset %llu)",
-                       w->tmp, n, (unsigned long long)position(w));
+                       w->target, n, (unsigned long long)position(w));
         writer_tensor *t = &w->tensors[w->cur];
         uint64_t left = t->size - w->cur_done;
         size_t take = left < n ? (size_t)left : n;
@@ -747,19 +919,11 @@ pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *dat
     const uint8_t *src = data;
     if (at < w->flushed) {
         uint64_t in_file = w->flushed - at < len ? w->flushed - at : len;
-        uint64_t done = 0;
-        while (done < in_file) {
-            ssize_t r = pwrite(w->fd, src + done, (size_t)(in_file - done), (off_t)(at + done));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                int e = r < 0 ? errno : ENOSPC;
-                FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                           "%s: cannot patch key '%s' (%llu bytes at offset %llu): %s", w->tmp,
-                           key, (unsigned long long)(in_file - done),
-                           (unsigned long long)(at + done), strerror(e));
-            }
-            done += (uint64_t)r;
+        pn_status st = pn_outfile_pwrite(w->out, src, (size_t)in_file, at, err);
+        if (st) {
+            pn_error_prefix(err, "patching key '%s'", key);
+            gguf_writer_abort(w);
+            return st;
         }
         src += in_file;
         at += in_file;
@@ -777,24 +941,15 @@ pn_status gguf_writer_close(gguf_writer *w, pn_error *err)
     if (w->cur < w->n_tensors)
         FAIL_ABORT(w, err, PN_ERR_USAGE,
                    "%s: tensor '%s' (%zu of %zu) got %llu of its %llu bytes before close",
-                   w->tmp, w->tensors[w->cur].name, w->cur, w->n_tensors,
+                   w->target, w->tensors[w->cur].name, w->cur, w->n_tensors,
                    (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].size);
     pn_status st = flush(w, err);
     if (st)
         return st;
-    if (fsync(w->fd) != 0) {
-        int e = errno;
-        FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                   "%s: fsync after %llu bytes failed: %s", w->tmp,
-                   (unsigned long long)w->flushed, strerror(e));
-    }
-    int fd = w->fd;
-    w->fd = -1;
-    if (close(fd) != 0) {
-        int e = errno;
-        FAIL_ABORT(w, err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                   "%s: close after %llu bytes failed: %s", w->tmp,
-                   (unsigned long long)w->flushed, strerror(e));
+    st = pn_outfile_finish(w->out, err);
+    if (st) {
+        gguf_writer_abort(w);
+        return st;
     }
     free(w->buf);
     w->buf = NULL;
@@ -802,34 +957,57 @@ pn_status gguf_writer_close(gguf_writer *w, pn_error *err)
     return PN_OK;
 }
 
-const char *gguf_writer_temp_path(const gguf_writer *w) { return w ? w->tmp : NULL; }
+int gguf_writer_fd(const gguf_writer *w)
+{
+    return w && (w->state == W_OPEN || w->state == W_CLOSED) ? pn_outfile_fd(w->out) : -1;
+}
+
+const char *gguf_writer_note(const gguf_writer *w) { return w ? pn_outfile_note(w->out) : NULL; }
+
+void gguf_writer_set_replace(gguf_writer *w, bool force)
+{
+    if (w)
+        w->out_opts.force = force;
+}
+
+void gguf_writer_set_output_opts(gguf_writer *w, const pn_outfile_opts *opts)
+{
+    if (w && opts)
+        w->out_opts = *opts;
+}
+
+pn_status gguf_writer_commit_set(gguf_writer *const *ws, size_t n, pn_error *err)
+{
+    if (!ws || n == 0)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: commit of no writers");
+    pn_outfile **outs = calloc(n, sizeof *outs);
+    pn_status st = outs ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
+    for (size_t i = 0; i < n && !st; i++) {
+        if (!ws[i] || ws[i]->state != W_CLOSED)
+            st = pn_error_set(err, PN_ERR_USAGE, "%s: commit before close",
+                              ws[i] && ws[i]->target ? ws[i]->target : "gguf writer");
+        else
+            outs[i] = ws[i]->out;
+    }
+    if (!st)
+        st = pn_outfile_commit_set(outs, n, err);
+    free(outs);
+    for (size_t i = 0; i < n; i++) {
+        if (!ws[i])
+            continue;
+        if (st)
+            gguf_writer_abort(ws[i]);
+        else
+            ws[i]->state = W_COMMITTED;
+    }
+    return st;
+}
 
 pn_status gguf_writer_commit(gguf_writer *w, pn_error *err)
 {
     if (!w)
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: commit of NULL");
-    if (w->state != W_CLOSED)
-        FAIL_ABORT(w, err, PN_ERR_USAGE, "%s: commit before close", w->target ? w->target : "?");
-    if (rename(w->tmp, w->target) != 0) {
-        int e = errno;
-        FAIL_ABORT(w, err, PN_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, w->target,
-                   strerror(e));
-    }
-    free(w->tmp);
-    w->tmp = NULL;
-    w->state = W_COMMITTED;
-    /* Makes the rename durable. Best effort: the file is in place already and
-     * cannot be un-renamed, and some filesystems refuse fsync on folders. */
-    char *copy = strdup(w->target);
-    if (copy) {
-        int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(copy);
-    }
-    return PN_OK;
+    return gguf_writer_commit_set(&w, 1, err);
 }
 
 void gguf_writer_free(gguf_writer *w)
@@ -837,7 +1015,8 @@ void gguf_writer_free(gguf_writer *w)
     if (!w)
         return;
     gguf_writer_abort(w);
-    for (size_t i = 0; i < w->n_kv; i++) {
+    pn_outfile_free(w->out);
+    for (size_t i = 0; i < w->n_kv_slots; i++) {
         free(w->kvs[i].key);
         free(w->kvs[i].val);
     }
@@ -845,6 +1024,8 @@ void gguf_writer_free(gguf_writer *w)
     for (size_t i = 0; i < w->n_tensors; i++)
         free(w->tensors[i].name);
     free(w->tensors);
+    free(w->kv_index.slots);
+    free(w->tensor_index.slots);
     free(w->target);
     free(w->buf);
     free(w);

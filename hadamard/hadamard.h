@@ -30,7 +30,8 @@ bool pn_is_pow2(int64_t v);
 
 /* Rotates one row in place. B must be a power of two dividing K, <= MAX_BLOCK. */
 void pn_hadamard_rotate_row_ref(float *x, int64_t K, int B);
-/* Fast path; same bytes as _ref. */
+/* The fastest path this CPU has (pn_cpu_path_best); same bytes as _ref.
+ * pn_hadamard_rotate_row_path (hadamard/hadamard_fast.h) takes a path. */
 void pn_hadamard_rotate_row(float *x, int64_t K, int B);
 
 #endif

@@ -3,7 +3,6 @@
 #include "hadamard/hadamard_fast.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "hadamard/hadamard.h"
@@ -57,24 +56,8 @@ void pn_hadamard_rotate_row_scalar_fast(float *x, int64_t K, int B)
 /* ---- choosing a path -------------------------------------------------- */
 
 /* The path ids, their names and the CPU checks are the quantizer's
- * (quant/pn_fast.h): one PN_CPU_PATH setting picks both. */
+ * (quant/pn_fast.h): one path id picks both. */
 bool pn_hadamard_path_available(int path) { return pn_path_available(path); }
-
-int pn_hadamard_default_path(void)
-{
-    const char *env = getenv(PN_CPU_PATH_ENV);
-    if (env && *env) {
-        int p = pn_path_from_name(env);
-        return p >= 0 && pn_path_available(p) ? p : PN_PATH_REF;
-    }
-    if (pn_path_available(PN_PATH_AVX512))
-        return PN_PATH_AVX512;
-    if (pn_path_available(PN_PATH_AVX2))
-        return PN_PATH_AVX2;
-    return PN_PATH_SCALAR_FAST;
-}
-
-const char *pn_hadamard_path_name(void) { return pn_path_name(pn_hadamard_default_path()); }
 
 static void rotate_on(int path, float *x, int64_t K, int B)
 {
@@ -105,5 +88,5 @@ pn_status pn_hadamard_rotate_row_path(int path, float *x, int64_t K, int B)
 
 void pn_hadamard_rotate_row(float *x, int64_t K, int B)
 {
-    rotate_on(pn_hadamard_default_path(), x, K, B);
+    rotate_on(pn_cpu_path_best(), x, K, B);
 }

@@ -18,11 +18,10 @@
  * weight is refused before the rotation); infinities are exact.
  *
  * Paths use the ids of quant/pn_fast.h: PN_PATH_REF, PN_PATH_SCALAR_FAST,
- * PN_PATH_AVX2, PN_PATH_AVX512. pn_hadamard_rotate_row (hadamard/hadamard.h)
- * runs the default path: PN_CPU_PATH (ref|scalar|avx2|avx512) when it names
- * an available path, the reference when it is set to anything else (the
- * function cannot report an error, and every path gives the same floats),
- * else the best path the CPU supports.
+ * PN_PATH_AVX2, PN_PATH_AVX512; the caller passes the id it chose for the
+ * quantizer (one choice for every row operation; the library reads no
+ * environment). pn_hadamard_rotate_row (hadamard/hadamard.h) runs
+ * pn_cpu_path_best().
  *
  * Nothing here allocates (blocks up to PN_HADAMARD_MAX_BLOCK live on the
  * stack), prints or keeps state; all functions are thread-safe.
@@ -38,12 +37,6 @@
 
 /* True when this build and CPU can run the path (a PN_PATH_* id). */
 bool pn_hadamard_path_available(int path);
-
-/* The path pn_hadamard_rotate_row runs (see above). */
-int pn_hadamard_default_path(void);
-
-/* "ref", "scalar", "avx2" or "avx512": the default path's name. */
-const char *pn_hadamard_path_name(void);
 
 /* pn_hadamard_rotate_row on a chosen path. PN_ERR_USAGE (x untouched) when
  * the path is unknown or unavailable, K < 1, or B is not a power of two

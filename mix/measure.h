@@ -58,9 +58,11 @@ typedef struct pn_measure_acc {
 } pn_measure_acc;
 
 /* The three sums of one rotated row of K weights (K a multiple of 80 and of
- * 64). scratch must hold pn_measure_scratch_bytes(K) bytes (any alignment
- * of 4). On a quantizer error (non-finite weight, scale overflow) the column
- * is in the message. */
+ * 64). scratch must hold pn_measure_scratch_bytes(K) bytes, aligned for a
+ * float. pn_measure_scratch_bytes is a multiple of _Alignof(max_align_t), so
+ * per-thread slices scratch + t * pn_measure_scratch_bytes(K) of one malloc'd
+ * buffer are aligned. On a quantizer error (non-finite weight, scale
+ * overflow) the column is in the message. */
 size_t pn_measure_scratch_bytes(int64_t K);
 pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3,
                          double *err4, double *norm, pn_error *err);
@@ -101,7 +103,8 @@ void pn_measurement_free(pn_measurement *m);
 /* Index of the entry for name, or -1. */
 long pn_measurement_find(const pn_measurement *m, const char *name);
 
-/* Writes the file via a temporary file beside it, renamed into place. Every
+/* Writes the file through common/outfile.h: an earlier file at path is
+ * replaced atomically, a directory or FIFO is refused. Every
  * E must be finite and >= 0 and no name may hold a tab or line break. */
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err);
 /* Reads a file; when expected_identity is not NULL the file's identity must

@@ -1,6 +1,6 @@
 /* promote.h - choosing which pn3t tensors become pn4t, from a measurement.
  *
- * Order (the contract of DECISIONS.md 5): candidates sorted by gain
+ * Order (docs/format.md#promotion): candidates sorted by gain
  * E3 - E4, largest first; equal gains keep tensor order (the earlier tensor
  * first). The measurement must hold exactly the plan's candidates: a
  * candidate without a measurement, or a measured name that is not a

@@ -48,6 +48,41 @@ pn_qwen38_config pn_qwen38_config_scaled(int width_scale, int n_layers, int64_t 
     return c;
 }
 
+/* The largest divisor of n that is at most cap (at least 1). */
+static int64_t divisor_at_most(int64_t n, int64_t cap)
+{
+    for (int64_t d = cap < n ? cap : n; d > 1; d--)
+        if (n % d == 0)
+            return d;
+    return 1;
+}
+
+pn_qwen38_config pn_qwen38_config_narrow(int width_scale, int n_layers, int64_t n_vocab)
+{
+    pn_qwen38_config c = pn_qwen38_config_full();
+    c.weight_type = PN_TYPE_F32;
+    c.norm_type = PN_TYPE_F32;
+    if (width_scale < 1 || width_scale > 16 || n_layers < 1 || n_vocab < 1) {
+        c.n_layers = 0;
+        return c;
+    }
+    c.n_layers = n_layers;
+    c.n_vocab = n_vocab;
+    c.full_attn_interval = n_layers < 4 ? n_layers : 4;
+    const int64_t heads = 24 / width_scale > 0 ? 24 / width_scale : 1;
+    const int64_t kv_heads = divisor_at_most(heads, heads / 6);
+    const int64_t v_heads = 2 * heads;
+    const int64_t groups = divisor_at_most(v_heads, v_heads / 3);
+    c.n_inner = c.head_dim * heads;
+    c.n_q = 2 * c.head_dim * heads;
+    c.n_kv = c.head_dim * kv_heads;
+    c.n_ssm_heads = v_heads;
+    c.n_qkv = 2 * c.ssm_norm * groups + c.ssm_norm * v_heads;
+    c.n_embd = scaled(c.n_embd, width_scale, width_scale <= 4 ? 1280 : 320);
+    c.n_ff = scaled(c.n_ff, width_scale, 64);
+    return c;
+}
+
 static bool config_ok(const pn_qwen38_config *c)
 {
     return c->n_layers >= 1 && c->n_layers <= 100000 && c->full_attn_interval >= 1 &&
@@ -58,6 +93,78 @@ static bool config_ok(const pn_qwen38_config *c)
 }
 
 static bool is_full(const pn_qwen38_config *c, int i) { return (i + 1) % c->full_attn_interval == 0; }
+
+pn_status pn_qwen38_llama_runnable(const pn_qwen38_config *c, pn_error *err)
+{
+    if (!config_ok(c))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: every width, count and the interval must be >= 1");
+    if (c->n_layers < c->full_attn_interval)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%d layers with a full-attention interval of %d have no "
+                            "full-attention block; llama.cpp cannot run such a model (its KV "
+                            "cache would hold no layer)", c->n_layers, c->full_attn_interval);
+    if (c->full_attn_interval == 1)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%d layer%s: all full attention, no linear-attention block; "
+                            "llama.cpp cannot run such a model (its recurrent state would hold "
+                            "no layer): use 2 layers or more", c->n_layers,
+                            c->n_layers == 1 ? "" : "s");
+    return PN_OK;
+}
+
+pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *out,
+                                  pn_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!config_ok(c))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: every width, count and the interval must be >= 1");
+    const int64_t hd = c->head_dim, st = c->ssm_norm;
+    if (hd % 8 != 0)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: head_dim %lld is not a multiple of 8 (rope needs "
+                            "head_dim / 4 even)", (long long)hd);
+    if (c->n_inner % hd != 0 || c->n_q != 2 * c->n_inner)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: attention widths disagree: n_inner %lld must be "
+                            "head_dim %lld times the head count and n_q %lld twice n_inner",
+                            (long long)c->n_inner, (long long)hd, (long long)c->n_q);
+    if (c->n_kv % hd != 0 || (c->n_inner / hd) % (c->n_kv / hd) != 0)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: n_kv %lld must be head_dim %lld times a divisor of "
+                            "the head count %lld", (long long)c->n_kv, (long long)hd,
+                            (long long)(c->n_inner / hd));
+    if (c->n_inner != st * c->n_ssm_heads)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: n_inner %lld must be the ssm state %lld times the "
+                            "ssm heads %lld", (long long)c->n_inner, (long long)st,
+                            (long long)c->n_ssm_heads);
+    const int64_t key2 = c->n_qkv - c->n_inner;
+    if (key2 <= 0 || key2 % (2 * st) != 0 || c->n_ssm_heads % (key2 / (2 * st)) != 0)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "qwen3.8 shapes: n_qkv %lld must be n_inner %lld plus twice the ssm "
+                            "state %lld times a divisor of the ssm heads %lld",
+                            (long long)c->n_qkv, (long long)c->n_inner, (long long)st,
+                            (long long)c->n_ssm_heads);
+    out->head_dim = hd;
+    out->n_head = c->n_inner / hd;
+    out->n_head_kv = c->n_kv / hd;
+    out->rope_dims = hd / 4;
+    /* rope_dims / 2 frequency pairs split into (time, height, width) sections
+     * the way Qwen's mrope_section [11, 11, 10] splits 32 */
+    const int32_t pairs = (int32_t)(hd / 8);
+    out->rope_sections[0] = (pairs + 2) / 3;
+    out->rope_sections[1] = (pairs - out->rope_sections[0] + 1) / 2;
+    out->rope_sections[2] = pairs - out->rope_sections[0] - out->rope_sections[1];
+    out->rope_sections[3] = 0;
+    out->ssm_state = st;
+    out->ssm_groups = key2 / (2 * st);
+    out->ssm_v_heads = c->n_ssm_heads;
+    out->ssm_inner = c->n_inner;
+    out->conv_kernel = c->conv_kernel;
+    return PN_OK;
+}
 
 size_t pn_qwen38_tensor_count(const pn_qwen38_config *c)
 {
@@ -123,6 +230,7 @@ pn_status pn_qwen38_tensors(const pn_qwen38_config *c, pn_tensor_desc **out, siz
             add(&b, i, "attn_qkv.weight", E, c->n_qkv);
             add(&b, i, "attn_gate.weight", E, c->n_inner);
             add(&b, i, "ssm_conv1d.weight", c->conv_kernel, c->n_qkv);
+            b.d[b.n - 1].src_type = c->norm_type;
             add(&b, i, "ssm_alpha.weight", E, c->n_ssm_heads);
             add(&b, i, "ssm_beta.weight", E, c->n_ssm_heads);
             add(&b, i, "ssm_a", c->n_ssm_heads, 0);

@@ -46,18 +46,38 @@ char *pn_check_strdup_gguf(gguf_str s)
     return p;
 }
 
+pn_str_walk pn_str_walk_start(const gguf_kv *kv)
+{
+    return (pn_str_walk){kv->arr_data};
+}
+
+/* The reader checked every length of the array against the file at open. */
+gguf_str pn_str_walk_next(pn_str_walk *w)
+{
+    uint64_t len = 0;
+    for (int i = 0; i < 8; i++)
+        len |= (uint64_t)w->p[i] << (8 * i);
+    gguf_str s = {len, (const char *)w->p + 8};
+    w->p += 8 + len;
+    return s;
+}
+
 pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, const char *tensor,
                          const char *key, int64_t offset, const char *fmt, ...)
 {
     pn_check_report *r = c->rep;
     if (c->nomem)
         return NULL;
-    pn_finding *grown = realloc(r->findings, (r->n_findings + 1) * sizeof *grown);
-    if (!grown) {
-        c->nomem = true;
-        return NULL;
+    if (r->n_findings == c->findings_cap) {
+        size_t cap = c->findings_cap ? 2 * c->findings_cap : 16;
+        pn_finding *grown = realloc(r->findings, cap * sizeof *grown);
+        if (!grown) {
+            c->nomem = true;
+            return NULL;
+        }
+        r->findings = grown;
+        c->findings_cap = cap;
     }
-    r->findings = grown;
     pn_finding *f = &r->findings[r->n_findings];
     memset(f, 0, sizeof *f);
     f->severity = sev;
@@ -171,6 +191,16 @@ static void add_reader_refusal(pn_check_ctx *c, const pn_error *e)
     pn_check_add(c, PN_SEV_ERROR, code, NULL, NULL, offset_in_message(e->msg), "%s", e->msg);
 }
 
+/* One past the last byte of a tensor's data, UINT64_MAX when that
+ * overflows (the lenient reader lets such a tensor through). */
+static uint64_t end_of(const pn_check_tensor *t)
+{
+    uint64_t end;
+    if (t->file_offset == UINT64_MAX || __builtin_add_overflow(t->file_offset, t->bytes, &end))
+        return UINT64_MAX;
+    return end;
+}
+
 static int cmp_by_start(const void *a, const void *b, void *arg)
 {
     const pn_check_tensor *t = arg;
@@ -180,7 +210,87 @@ static int cmp_by_start(const void *a, const void *b, void *arg)
     return i < j ? -1 : (i > j);
 }
 
-/* Alignment, bounds and overlap of every tensor's bytes, each problem named. */
+/* A min-heap of the ends of the tensors met so far in order of start. */
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static void heap_pop(uint64_t *h, size_t *n)
+{
+    uint64_t v = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t k = 2 * i + 1;
+        if (k >= *n)
+            break;
+        if (k + 1 < *n && h[k + 1] < h[k])
+            k++;
+        if (h[k] >= v)
+            break;
+        h[i] = h[k];
+        i = k;
+    }
+    if (*n)
+        h[i] = v;
+}
+
+/* Overlaps, in O(n log n): in order of start, each tensor that starts before
+ * the end of an earlier one is reported once, naming the earlier tensor that
+ * reaches furthest and counting all the earlier tensors it overlaps (those
+ * whose end lies past its start, kept in a heap of ends). Its data is then
+ * not checked: the tensors left are pairwise disjoint, so the data pass reads
+ * no byte twice. */
+static pn_status check_overlaps(pn_check_ctx *c)
+{
+    pn_check_report *rep = c->rep;
+    const size_t n = rep->n_tensors;
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    uint64_t *ends = malloc((n ? n : 1) * sizeof *ends);
+    if (!order || !ends) {
+        free(order);
+        free(ends);
+        return PN_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof *order, cmp_by_start, rep->tensors);
+    size_t reach = SIZE_MAX, n_ends = 0;
+    for (size_t k = 0; k < n; k++) {
+        pn_check_tensor *t = &rep->tensors[order[k]];
+        const uint64_t start = t->file_offset, end = end_of(t);
+        while (n_ends && ends[0] <= start)
+            heap_pop(ends, &n_ends);
+        if (n_ends) {
+            const pn_check_tensor *p = &rep->tensors[reach];
+            t->overlaps = true;
+            char more[64] = "";
+            if (n_ends > 1)
+                snprintf(more, sizeof more, " and %zu other earlier tensors", n_ends - 1);
+            pn_finding *f = pn_check_add(
+                c, PN_SEV_ERROR, "GGUF-TENSOR-OVERLAP", t->name, NULL, (int64_t)start,
+                "bytes [%llu, %llu) overlap tensor '%s' at [%llu, %llu)%s; its data is not checked",
+                (unsigned long long)start, (unsigned long long)end, p->name,
+                (unsigned long long)p->file_offset, (unsigned long long)end_of(p), more);
+            if (f)
+                f->count = (int64_t)n_ends;
+        }
+        heap_push(ends, &n_ends, end);
+        if (reach == SIZE_MAX || end > end_of(&rep->tensors[reach]))
+            reach = order[k];
+    }
+    free(order);
+    free(ends);
+    return PN_OK;
+}
+
+/* Alignment, bounds and overlap of every tensor's bytes, each problem named;
+ * a shape whose weight count does not fit 64 bits. */
 static pn_status check_data_layout(pn_check_ctx *c)
 {
     pn_check_report *rep = c->rep;
@@ -197,6 +307,17 @@ static pn_status check_data_layout(pn_check_ctx *c)
     for (size_t i = 0; i < rep->n_tensors; i++) {
         pn_check_tensor *t = &rep->tensors[i];
         const gguf_tensor_info *ti = gguf_reader_tensor(c->r, i);
+        int64_t weights;
+        if (!pn_weight_count(t->ne, &weights)) {
+            t->too_many_weights = true;
+            pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-TOO-LARGE", t->name, NULL,
+                         (int64_t)ti->info_offset,
+                         "shape %llu x %llu x %llu x %llu holds more than 2^63 - 1 weights "
+                         "(its %llu bytes of %s fit 64 bits); its data is not checked",
+                         (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                         (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                         (unsigned long long)t->bytes, pn_type_traits_get(t->type)->name);
+        }
         if (align && ti->offset % align != 0)
             pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-MISALIGNED", t->name, NULL,
                          (int64_t)t->file_offset,
@@ -204,50 +325,27 @@ static pn_status check_data_layout(pn_check_ctx *c)
                          "alignment %llu",
                          (unsigned long long)ti->offset, (unsigned long long)t->file_offset,
                          (unsigned long long)align);
-        bool overflow = ti->offset > UINT64_MAX - data_off ||
-                        t->bytes > UINT64_MAX - (data_off + ti->offset);
-        if (overflow || t->file_offset + t->bytes > fsize) {
+        const uint64_t end = end_of(t);
+        if (end > fsize) {
             t->in_file = false;
-            pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-PAST-EOF", t->name, NULL,
-                         (int64_t)t->file_offset,
-                         "bytes [%llu, %llu) end past the end of the file (%llu bytes): the "
-                         "file is cut short inside its tensor data",
-                         (unsigned long long)t->file_offset,
-                         (unsigned long long)(t->file_offset + t->bytes),
-                         (unsigned long long)fsize);
+            if (end == UINT64_MAX)
+                pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-PAST-EOF", t->name, NULL, -1,
+                             "data offset %llu + %llu bytes overflows 64 bits: past the end of "
+                             "the file (%llu bytes)",
+                             (unsigned long long)ti->offset, (unsigned long long)t->bytes,
+                             (unsigned long long)fsize);
+            else
+                pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-PAST-EOF", t->name, NULL,
+                             (int64_t)t->file_offset,
+                             "bytes [%llu, %llu) end past the end of the file (%llu bytes): the "
+                             "file is cut short inside its tensor data",
+                             (unsigned long long)t->file_offset, (unsigned long long)end,
+                             (unsigned long long)fsize);
         } else {
             t->in_file = true;
         }
     }
-
-    /* Overlaps: in order of start, each tensor against the furthest-reaching
-     * tensor before it. */
-    size_t *order = malloc((rep->n_tensors ? rep->n_tensors : 1) * sizeof *order);
-    if (!order)
-        return PN_ERR_NOMEM;
-    for (size_t i = 0; i < rep->n_tensors; i++)
-        order[i] = i;
-    qsort_r(order, rep->n_tensors, sizeof *order, cmp_by_start, rep->tensors);
-    size_t reach = SIZE_MAX;
-    for (size_t k = 0; k < rep->n_tensors; k++) {
-        pn_check_tensor *t = &rep->tensors[order[k]];
-        if (reach != SIZE_MAX) {
-            const pn_check_tensor *p = &rep->tensors[reach];
-            if (t->file_offset < p->file_offset + p->bytes)
-                pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-OVERLAP", t->name, NULL,
-                             (int64_t)t->file_offset,
-                             "bytes [%llu, %llu) overlap tensor '%s' at [%llu, %llu)",
-                             (unsigned long long)t->file_offset,
-                             (unsigned long long)(t->file_offset + t->bytes), p->name,
-                             (unsigned long long)p->file_offset,
-                             (unsigned long long)(p->file_offset + p->bytes));
-        }
-        if (reach == SIZE_MAX ||
-            t->file_offset + t->bytes > rep->tensors[reach].file_offset + rep->tensors[reach].bytes)
-            reach = order[k];
-    }
-    free(order);
-    return PN_OK;
+    return check_overlaps(c);
 }
 
 static pn_status fill_tensors(pn_check_ctx *c)
@@ -258,7 +356,6 @@ static pn_status fill_tensors(pn_check_ctx *c)
     if (!rep->tensors)
         return PN_ERR_NOMEM;
     rep->n_tensors = n;
-    const uint64_t data_off = gguf_reader_data_offset(c->r);
     for (size_t i = 0; i < n; i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(c->r, i);
         pn_check_tensor *t = &rep->tensors[i];
@@ -269,7 +366,7 @@ static pn_status fill_tensors(pn_check_ctx *c)
         t->n_dims = ti->n_dims;
         for (int d = 0; d < 4; d++)
             t->ne[d] = ti->ne[d];
-        t->file_offset = data_off + ti->offset;  /* overflow is checked by the layout stage */
+        t->file_offset = gguf_reader_tensor_file_offset(c->r, i);  /* UINT64_MAX: overflow */
         t->bytes = ti->size;
         t->bad_blocks = 0;
         t->rel_error = t->expected_error = t->limit = NAN;
@@ -292,6 +389,22 @@ static pn_status check_options(const pn_check_options *o, pn_error *err)
     if (o->sample_rows < 1 || o->max_locations < 1 || o->chunk_bytes < 1)
         return pn_error_set(err, PN_ERR_USAGE,
                             "check options: sample rows, locations and chunk bytes must be >= 1");
+    return PN_OK;
+}
+
+/* A source is the float model a file was made from: comparing with a
+ * quantized file (or with the file itself) would compare nothing. */
+static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
+{
+    for (size_t i = 0; i < gguf_reader_n_tensors(src); i++) {
+        const gguf_tensor_info *ti = gguf_reader_tensor(src, i);
+        if (!pn_type_is_float(ti->type))
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "source %s: not a float model: tensor '%s' is %s (a source holds "
+                                "only f32, f16 and bf16 tensors)",
+                                gguf_reader_name(src), ti->name,
+                                pn_type_traits_get(ti->type)->name);
+    }
     return PN_OK;
 }
 
@@ -361,6 +474,8 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             pn_error_prefix(err, "source");
             goto fail_msg;
         }
+        if ((st = check_source_is_float(c.src, err)))
+            goto fail_msg;
     }
 
     if ((st = pn_check_metadata(&c, err)) || (st = pn_check_recipe(&c, err)) ||

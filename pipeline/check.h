@@ -4,9 +4,12 @@
  * each with a severity and a stable code, and figures per tensor. It never
  * prints; cmd/pn-check.c formats the report (text or JSON).
  *
- * What is checked (docs/TOOLS-check.md lists every code):
+ * What is checked (docs/format.md#what-a-checker-checks; README's pn-check lists every code):
  *   GGUF-*   structure: what the GGUF reader refuses, and where tensor data
- *            lies (aligned, inside the file, not overlapping);
+ *            lies (aligned, inside the file, not overlapping); a shape of
+ *            more than 2^63 - 1 weights;
+ *   TENSOR-* values that are not finite in any other tensor: f32/f16/bf16
+ *            weights, the fp16 scales of q8_0/q4_K/q3_K blocks;
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
  *            (present, typed, consistent with the tensors), CRC-32 per tensor;
  *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name;
@@ -23,6 +26,11 @@
  * the report (CRCs, counts, first locations, error sums) is the same for any
  * thread count because chunks are fixed by the data, not by the threads, and
  * are combined in file order.
+ *
+ * Bounds: work is O(n log n) in the tensors and linear in the keys and in
+ * pn.mix.promoted; the data pass reads each byte of the file at most once
+ * (a tensor whose bytes overlap an earlier one's is reported, not read), and
+ * its memory is a few segments per thread whatever the row length.
  */
 #ifndef PN_PIPELINE_CHECK_H
 #define PN_PIPELINE_CHECK_H
@@ -60,7 +68,9 @@ typedef struct pn_check_tensor {
     int64_t ne[4];
     uint64_t file_offset;      /* absolute byte offset of the data */
     uint64_t bytes;
-    bool in_file;              /* all bytes lie inside the file (data checked) */
+    bool in_file;              /* all bytes lie inside the file */
+    bool overlaps;             /* its bytes overlap an earlier tensor's: data not checked */
+    bool too_many_weights;     /* more than 2^63 - 1 weights: data not checked */
     bool crc_computed;
     uint32_t crc32;            /* zlib CRC-32 of the data bytes (when computed) */
     bool crc_recorded;
@@ -100,7 +110,7 @@ typedef struct pn_check_report {
 typedef struct pn_check_options {
     const char *recipe_path;   /* NULL: no recipe conformance */
     const char *source_path;   /* NULL: no source comparison */
-    int threads;               /* <= 0: OpenMP's default */
+    int threads;               /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the
      * error of the reference quantizer on sample rows of the source. */
     double source_factor;      /* default 4 */
@@ -109,6 +119,12 @@ typedef struct pn_check_options {
     int sample_rows;           /* source rows re-quantized per PN tensor; default 16 */
     int max_locations;         /* bad blocks located per finding; default 5 */
     size_t chunk_bytes;        /* data-pass work unit; default 8 MiB */
+    /* Progress of the data pass, or NULL: called with done = 0 before the
+     * first byte is read (from the calling thread), then after each work item
+     * with the data bytes checked so far, from whichever thread finished it
+     * but never two calls at once, done never decreasing, up to total. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } pn_check_options;
 
 void pn_check_options_default(pn_check_options *o);
@@ -116,8 +132,11 @@ void pn_check_options_default(pn_check_options *o);
 /* Checks the file. Returns PN_OK with *out set whenever the file itself was
  * examined, including when it is invalid or unreadable (report->readable is
  * then false and a finding says why). Returns an error (and *out NULL) only
- * for what is not the file's fault: out of memory, an unreadable recipe or
- * source file, bad options. */
+ * for what is not a finding about the file: out of memory, an unreadable
+ * recipe or source file, a source that is not a float model (PN_ERR_USAGE:
+ * one of its tensors is not f32, f16 or bf16), bad options, and a file or
+ * source that changed or shrank while it was read (PN_ERR_TRUNCATED, naming
+ * it). */
 pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_report **out,
                         pn_error *err);
 

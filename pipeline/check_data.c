@@ -3,10 +3,14 @@
  * Each tensor's elements are cut into work items (about chunk_bytes of file
  * data each, on boundaries of both the type's block and the rotation block),
  * and each item, in one walk over its bytes, updates the CRC-32, validates the
- * PN blocks and, with a source, decodes, un-rotates and compares with the
- * source. Items run in parallel; their results are combined in file order
- * (crc32_combine, sums in item order), so the report does not depend on the
- * thread count.
+ * PN blocks, looks for values that are not finite (the fp16 scales of q8_0,
+ * q4_K and q3_K blocks, the weights of f32, f16 and bf16 tensors) and, with a
+ * source, decodes, un-rotates and compares with the source. Tensors whose
+ * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
+ * An item is read one segment (SEG_TARGET elements) at a time, so memory is
+ * a few segments per thread whatever the row length. Items run in parallel;
+ * their results are combined in file order (crc32_combine, sums in item
+ * order), so the report does not depend on the thread count.
  *
  * The expected error of a PN tensor comes from re-quantizing a fixed sample
  * of source rows (rows i*rows/S, i = 0..S-1), rotated like the file says,
@@ -19,7 +23,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +30,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "pipeline/tensor_job.h"
+#include "common/threads.h"
 #include "hadamard/hadamard.h"
 #include "pipeline/check_internal.h"
 #include "quant/fp16.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/scales.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 
@@ -49,6 +53,7 @@ typedef struct tplan {
     int64_t seg;                    /* elements per step, a multiple of unit */
     int64_t item_len;               /* elements per work item, a multiple of unit */
     const pn_params *pn;            /* pn3t/pn4t, else NULL */
+    int scan;                       /* what else is checked for finiteness (SCAN_*) */
     bool compare;
     int B;                          /* rotation block undone, 0 none */
     const gguf_reader *src;         /* the source, and the tensor's index there */
@@ -59,9 +64,16 @@ typedef struct tplan {
     size_t first_sample, n_samples;
 } tplan;
 
+enum {
+    SCAN_NONE,
+    SCAN_SCALES,                    /* q8_0, q4_K, q3_K: the fp16 scale fields */
+    SCAN_VALUES,                    /* f32, f16, bf16: every weight */
+};
+
 typedef struct loc {
-    int64_t block;                  /* block index in the tensor */
-    uint16_t d;
+    int64_t block;                  /* block index in the tensor (a weight for SCAN_VALUES) */
+    uint32_t bits;                  /* the value found: a scale's fp16, a weight's bits */
+    int field;                      /* the scale field (pn_scale_fields), 0 otherwise */
 } loc;
 
 /* A read that failed: the file (or the source) changed or shrank during the
@@ -106,21 +118,12 @@ static bool read_bytes(const gguf_reader *r, size_t index, bool in_source, uint6
     return false;
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-static void record(loc *list, int *n, int max, int64_t block, uint16_t d)
+static void record(loc *list, int *n, int max, int64_t block, uint32_t bits, int field)
 {
     if (*n < max) {
         list[*n].block = block;
-        list[*n].d = d;
+        list[*n].bits = bits;
+        list[*n].field = field;
         (*n)++;
     }
 }
@@ -144,7 +147,7 @@ static void validate_blocks(const tplan *tp, const uint8_t *p, int64_t gb0, int6
                 it->n_nan++;
             else
                 it->n_inf++;
-            record(nf, &it->n_loc_nf, maxloc, gb0 + k, d);
+            record(nf, &it->n_loc_nf, maxloc, gb0 + k, d, 0);
         }
         if (tp->pn->type == PN_TYPE_PN3T) {
             bool set = false;
@@ -152,10 +155,49 @@ static void validate_blocks(const tplan *tp, const uint8_t *p, int64_t gb0, int6
                 set |= (pn_load_u32le(b + 2 + 4 * w) & 0x80008000u) != 0;
             if (set) {
                 it->n_res++;
-                record(res, &it->n_loc_res, maxloc, gb0 + k, d);
+                record(res, &it->n_loc_res, maxloc, gb0 + k, d, 0);
             }
         }
         start = k + 1;
+    }
+}
+
+/* The scales of nblk q8_0/q4_K/q3_K blocks starting at tensor block gb0. */
+static void scan_scales(int type, const uint8_t *p, int64_t bb, int64_t gb0, int64_t nblk,
+                        item *it, loc *nf, int maxloc)
+{
+    int64_t start = 0;
+    while (start < nblk) {
+        int field = 0;
+        uint16_t bits = 0;
+        int64_t bad = pn_find_nonfinite_scale(type, p + start * bb, nblk - start, &field, &bits);
+        if (bad < 0)
+            break;
+        if (pn_nonfinite_is_nan(PN_TYPE_F16, bits))
+            it->n_nan++;
+        else
+            it->n_inf++;
+        record(nf, &it->n_loc_nf, maxloc, gb0 + start + bad, bits, field);
+        start += bad + 1;
+    }
+}
+
+/* The weights of m f32/f16/bf16 elements starting at tensor element e0. */
+static void scan_values(int type, const uint8_t *p, int64_t es, int64_t e0, int64_t m, item *it,
+                        loc *nf, int maxloc)
+{
+    int64_t start = 0;
+    while (start < m) {
+        uint32_t bits = 0;
+        int64_t bad = pn_find_nonfinite_value(type, p + start * es, m - start, &bits);
+        if (bad < 0)
+            break;
+        if (pn_nonfinite_is_nan(type, bits))
+            it->n_nan++;
+        else
+            it->n_inf++;
+        record(nf, &it->n_loc_nf, maxloc, e0 + start + bad, bits, 0);
+        start += bad + 1;
     }
 }
 
@@ -193,6 +235,10 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
         crc = crc32_z(crc, p, (size_t)(m / tp->bw * tp->bb));
         if (tp->pn)
             validate_blocks(tp, p, e / tp->bw, m / tp->bw, it, nf, res, maxloc);
+        else if (tp->scan == SCAN_SCALES)
+            scan_scales(type, p, tp->bb, e / tp->bw, m / tp->bw, it, nf, maxloc);
+        else if (tp->scan == SCAN_VALUES)
+            scan_values(type, p, tp->bb, e, m, it, nf, maxloc);
         if (!tp->compare || it->st)
             continue;
         pn_status st = decode(tp, type, p, a, m);
@@ -287,12 +333,20 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
     tp->bw = tt->block_weights;
     tp->bb = tt->block_bytes;
     tp->K = t->ne[0];
-    tp->rows = t->ne[1] * t->ne[2] * t->ne[3];
-    tp->n = tp->K * tp->rows;
     tp->pn = pn_params_get(t->type);
-    tp->in_file = t->in_file;
+    /* the shape was checked not to overflow unless too_many_weights */
+    tp->in_file = t->in_file && !t->overlaps && !t->too_many_weights;
+    if (!t->too_many_weights) {
+        tp->rows = t->ne[1] * t->ne[2] * t->ne[3];
+        tp->n = tp->K * tp->rows;
+    }
     tp->r = c->r;
     tp->index = i;
+    const pn_scale_field *fields;
+    if (!tp->pn && pn_scale_fields(t->type, &fields) > 0)
+        tp->scan = SCAN_SCALES;
+    else if (pn_type_is_float(t->type))
+        tp->scan = SCAN_VALUES;
     if (tp->pn && c->rotation_known && c->rotation_hadamard)
         tp->B = pn_hadamard_block_size(tp->K, c->rotation_cap);
     if (tp->pn)
@@ -318,12 +372,13 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
         set_note(c, t, "shape differs from the source");
         return;
     }
-    if (!pn_type_is_float(s->type)) {
-        set_note(c, t, "the source tensor is %s, not a float type", type_name(s->type));
-        return;
-    }
     if (!t->in_file) {
         set_note(c, t, "its data is not inside the file");
+        return;
+    }
+    if (t->overlaps || t->too_many_weights) {
+        set_note(c, t, t->overlaps ? "its bytes overlap another tensor's"
+                                   : "its shape holds more than 2^63 - 1 weights");
         return;
     }
     if (tp->pn && !c->rotation_known) {
@@ -351,22 +406,35 @@ static void report_source_only_tensors(pn_check_ctx *c)
     }
 }
 
+/* How a location is shown: a PN block (with or without its scale), a q8_0,
+ * q4_K or q3_K block with the scale field found, a weight. */
+enum { LOC_BLOCK, LOC_SCALE, LOC_WEIGHT };
+
 static void format_locations(char *buf, size_t size, const loc *l, int n, const tplan *tp,
-                             const pn_check_tensor *t, bool with_d)
+                             const pn_check_tensor *t, int how)
 {
     size_t len = 0;
     buf[0] = '\0';
     const int64_t per_row = tp->K / tp->bw;
+    const pn_scale_field *fields = NULL;
+    pn_scale_fields(t->type, &fields);
     for (int k = 0; k < n && len < size; k++) {
         int64_t row = l[k].block / per_row, blk = l[k].block % per_row;
-        int w = with_d ? snprintf(buf + len, size - len,
-                                  "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ", d 0x%04x)",
-                                  k ? "; " : "", row, blk,
-                                  t->file_offset + (uint64_t)(l[k].block * tp->bb), l[k].d)
-                       : snprintf(buf + len, size - len,
-                                  "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ")",
-                                  k ? "; " : "", row, blk,
-                                  t->file_offset + (uint64_t)(l[k].block * tp->bb));
+        uint64_t byte = t->file_offset + (uint64_t)(l[k].block * tp->bb);
+        const char *sep = k ? "; " : "";
+        int w;
+        if (how == LOC_WEIGHT)
+            w = snprintf(buf + len, size - len,
+                         "%srow %" PRId64 " column %" PRId64 " (byte %" PRIu64 ", 0x%0*x)", sep,
+                         row, blk, byte, (int)(2 * tp->bb), (unsigned)l[k].bits);
+        else if (how == LOC_SCALE && fields)
+            w = snprintf(buf + len, size - len,
+                         "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ", %s 0x%04x)", sep,
+                         row, blk, byte, fields[l[k].field].name, (unsigned)l[k].bits);
+        else
+            w = snprintf(buf + len, size - len,
+                         "%srow %" PRId64 " block %" PRId64 " (byte %" PRIu64 ")", sep, row, blk,
+                         byte);
         if (w < 0)
             break;
         len += (size_t)w;
@@ -414,9 +482,10 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
         n_res += it->n_res;
         const loc *il = &locs[k * 2 * (size_t)maxloc];
         for (int q = 0; q < it->n_loc_nf; q++)
-            record(nf, &n_nf, maxloc, il[q].block, il[q].d);
+            record(nf, &n_nf, maxloc, il[q].block, il[q].bits, il[q].field);
         for (int q = 0; q < it->n_loc_res; q++)
-            record(res, &n_rs, maxloc, il[maxloc + q].block, il[maxloc + q].d);
+            record(res, &n_rs, maxloc, il[maxloc + q].block, il[maxloc + q].bits,
+                   il[maxloc + q].field);
         num += it->num;
         den += it->den;
         if (!st)
@@ -433,19 +502,38 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
                      "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
                      "records 0x%08x",
                      t->bytes, t->crc32, i, t->crc32_recorded);
-    if (n_nan + n_inf > 0) {
+    if (n_nan + n_inf > 0 && tp->pn) {
         t->bad_blocks += n_nan + n_inf;
-        format_locations(where, sizeof where, nf, n_nf, tp, t, true);
+        format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_SCALE);
         pn_finding *f = pn_check_add(
             c, PN_SEV_ERROR, "PN-NONFINITE-SCALE", t->name, NULL, -1,
             "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale d (%" PRId64
             " NaN, %" PRId64 " infinite); first: %s",
             n_nan + n_inf, nblocks, type_name(t->type), n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
+    } else if (n_nan + n_inf > 0 && tp->scan == SCAN_SCALES) {
+        const pn_scale_field *fields;
+        const int nfields = pn_scale_fields(t->type, &fields);
+        format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_SCALE);
+        pn_finding *f = pn_check_add(
+            c, PN_SEV_ERROR, "TENSOR-NONFINITE-SCALE", t->name, NULL, -1,
+            "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale %s%s%s (%" PRId64
+            " NaN, %" PRId64 " infinite); first: %s",
+            n_nan + n_inf, nblocks, type_name(t->type), fields[0].name,
+            nfields > 1 ? " or " : "", nfields > 1 ? fields[1].name : "", n_nan, n_inf, where);
+        set_location(f, &nf[0], tp, t, n_nan + n_inf);
+    } else if (n_nan + n_inf > 0 && tp->scan == SCAN_VALUES) {
+        format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_WEIGHT);
+        pn_finding *f = pn_check_add(
+            c, PN_SEV_ERROR, "TENSOR-NONFINITE-WEIGHT", t->name, NULL, -1,
+            "%" PRId64 " of %" PRId64 " %s weights are not finite (%" PRId64 " NaN, %" PRId64
+            " infinite); first: %s",
+            n_nan + n_inf, tp->n, type_name(t->type), n_nan, n_inf, where);
+        set_location(f, &nf[0], tp, t, n_nan + n_inf);
     }
     if (n_res > 0) {
         t->bad_blocks += n_res;
-        format_locations(where, sizeof where, res, n_rs, tp, t, false);
+        format_locations(where, sizeof where, res, n_rs, tp, t, LOC_BLOCK);
         pn_finding *f = pn_check_add(
             c, PN_SEV_ERROR, "PN-RESERVED-BITS", t->name, NULL, -1,
             "%" PRId64 " of %" PRId64 " pn3t blocks have reserved bit 15 or 31 of a word set; "
@@ -516,7 +604,7 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         tplan *tp = &plans[i];
         plan_tensor(c, i, tp);
         int64_t rb = tp->B > 1 ? tp->B : 1;
-        tp->unit = tp->bw / gcd64(tp->bw, rb) * rb;
+        tp->unit = pn_lcm_i64(tp->bw, rb);
         tp->seg = tp->unit * (SEG_TARGET / tp->unit > 1 ? SEG_TARGET / tp->unit : 1);
         if (tp->seg > seg_max)
             seg_max = tp->seg;
@@ -563,10 +651,15 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         }
     }
 
-    const int nthreads = c->opt.threads > 0 ? c->opt.threads : omp_get_max_threads();
+    const int nthreads = pn_threads_resolve(c->opt.threads);
     int alloc_failed = 0;
-    uint64_t bytes = 0;
-#pragma omp parallel num_threads(nthreads) reduction(+ : bytes)
+    uint64_t bytes = 0, total = 0;
+    for (size_t k = 0; k < n_items; k++)
+        total += (uint64_t)((items[k].e1 - items[k].e0) / plans[items[k].t].bw *
+                            plans[items[k].t].bb);
+    if (c->opt.progress)
+        c->opt.progress(c->opt.progress_ctx, 0, total);
+#pragma omp parallel num_threads(nthreads)
     {
         float *a = malloc((size_t)seg_max * sizeof *a);
         float *b = malloc((size_t)seg_max * sizeof *b);
@@ -591,7 +684,12 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
                 run_item(tp, rep->tensors[items[k].t].type, &items[k],
                          &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc],
                          maxloc, a, b, raw, sraw);
-                bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
+#pragma omp critical(pn_check_progress)
+                {
+                    bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
+                    if (c->opt.progress)
+                        c->opt.progress(c->opt.progress_ctx, bytes, total);
+                }
             }
         }
         free(a);
@@ -625,7 +723,7 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         if (st == PN_OK)
             st = pn_error_set(err, rf->st,
                               "%s: tensor %s: reading %llu bytes at byte %llu of its data failed "
-                              "(%s): the file changed during the check",
+                              "(%s): the file changed or shrank during the check",
                               gguf_reader_name(r), rf_tensor, (unsigned long long)rf->n,
                               (unsigned long long)rf->at, pn_strerror(rf->st));
     } else {

@@ -21,6 +21,7 @@ typedef struct pn_check_ctx {
     gguf_reader *r;            /* the file checked */
     gguf_reader *src;          /* --source, or NULL */
     bool nomem;                /* a finding could not be recorded */
+    size_t findings_cap;       /* allocated entries of rep->findings */
     /* From the metadata stage, used by the data pass. */
     bool rotation_hadamard;    /* PN tensors are rotated (pn.rotation.type) */
     bool rotation_known;       /* false: the rotation keys are unusable */
@@ -36,6 +37,14 @@ pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, con
 
 /* A NUL-terminated copy of a GGUF string (NULL when out of memory). */
 char *pn_check_strdup_gguf(gguf_str s);
+
+/* Walks the elements of an array of strings in order, each step O(1)
+ * (gguf_kv_arr_str walks from the first element on every call). */
+typedef struct pn_str_walk {
+    const uint8_t *p;
+} pn_str_walk;
+pn_str_walk pn_str_walk_start(const gguf_kv *kv);
+gguf_str pn_str_walk_next(pn_str_walk *w);
 
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);

@@ -1,4 +1,4 @@
-/* check_meta.c - pn-check: the pn.* keys (DECISIONS section 4).
+/* check_meta.c - pn-check: the pn.* keys (docs/format.md#the-output-file).
  *
  * A key that is absent is a warning (a file made by another tool may lack
  * it); a key that is present with another type, or whose value contradicts
@@ -174,8 +174,23 @@ static void check_crc_key(pn_check_ctx *c)
     }
 }
 
+/* Compares the digits m[0..n) with v exactly, whatever their number: a
+ * count too large for 64 bits is a mismatch. */
+static bool digits_equal(const char *m, uint64_t n, uint64_t v)
+{
+    uint64_t x = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (__builtin_mul_overflow(x, 10, &x) ||
+            __builtin_add_overflow(x, (uint64_t)(m[i] - '0'), &x))
+            return false;
+    return x == v;
+}
+
 /* pn.mix.promoted: names that exist, are pn4t, once each; and the "+N" of
- * pn.mix, when it has one, equal to their number. */
+ * pn.mix, when it has one, equal to their number. One walk over the array
+ * (each name looked up by binary search): a tensor named twice or more gets
+ * one finding with the count, as does a tensor that is not pn4t; each name
+ * the file does not hold gets its own. */
 static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
 {
     const gguf_kv *raw;
@@ -183,36 +198,53 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
     if (!kv)
         return;
     const size_t nt = c->rep->n_tensors;
-    bool *seen = calloc(nt ? nt : 1, sizeof *seen);
-    if (!seen) {
+    uint64_t *times = calloc(nt ? nt : 1, sizeof *times);
+    uint64_t *first = calloc(nt ? nt : 1, sizeof *first);
+    if (!times || !first) {
+        free(times);
+        free(first);
         c->nomem = true;
         return;
     }
-    for (uint64_t i = 0; i < kv->arr_count; i++) {
-        char *name = pn_check_strdup_gguf(gguf_kv_arr_str(kv, i));
+    pn_str_walk walk = pn_str_walk_start(kv);
+    for (uint64_t i = 0; i < kv->arr_count && !c->nomem; i++) {
+        gguf_str s = pn_str_walk_next(&walk);
+        char *name = pn_check_strdup_gguf(s);
         if (!name) {
             c->nomem = true;
             break;
         }
-        long ti = gguf_reader_find_tensor(c->r, name);
-        if (ti < 0)
+        /* a name holding a NUL is no tensor name (the reader refuses those) */
+        long ti = strlen(name) == s.len ? gguf_reader_find_tensor(c->r, name) : -1;
+        if (ti < 0) {
             pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
                          "pn.mix.promoted entry %" PRIu64 " names tensor '%s', which the file "
                          "does not hold", i, name);
-        else if (seen[ti])
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
-                         "pn.mix.promoted names tensor '%s' twice", name);
-        else if (c->rep->tensors[ti].type != PN_TYPE_PN4T) {
-            const pn_type_traits *tt = pn_type_traits_get(c->rep->tensors[ti].type);
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
-                         "pn.mix.promoted names tensor '%s', whose type is %s, not pn4t", name,
-                         tt ? tt->name : "?");
+        } else {
+            if (times[ti]++ == 0)
+                first[ti] = i;
         }
-        if (ti >= 0)
-            seen[ti] = true;
         free(name);
     }
-    free(seen);
+    for (size_t ti = 0; ti < nt && !c->nomem; ti++) {
+        const pn_check_tensor *t = &c->rep->tensors[ti];
+        if (times[ti] > 1) {
+            pn_finding *f = pn_check_add(
+                c, PN_SEV_ERROR, "PN-META-VALUE", t->name, "pn.mix.promoted", -1,
+                "pn.mix.promoted names tensor '%s' %" PRIu64 " times (first at entry %" PRIu64
+                "), not once", t->name, times[ti], first[ti]);
+            if (f)
+                f->count = (int64_t)times[ti];
+        }
+        if (times[ti] > 0 && t->type != PN_TYPE_PN4T) {
+            const pn_type_traits *tt = pn_type_traits_get(t->type);
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", t->name, "pn.mix.promoted", -1,
+                         "pn.mix.promoted names tensor '%s', whose type is %s, not pn4t", t->name,
+                         tt ? tt->name : "?");
+        }
+    }
+    free(times);
+    free(first);
 
     if (!mix)
         return;
@@ -224,18 +256,17 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
             plus = i;
             break;
         }
-    if (plus >= len || plus + 1 == len || len - plus > 10)
+    if (plus >= len || plus + 1 == len)
         return;
-    uint64_t n = 0;
-    for (uint64_t i = plus + 1; i < len; i++) {
+    for (uint64_t i = plus + 1; i < len; i++)
         if (m[i] < '0' || m[i] > '9')
             return;
-        n = n * 10 + (uint64_t)(m[i] - '0');
-    }
-    if (n != kv->arr_count)
+    if (!digits_equal(m + plus + 1, len - plus - 1, kv->arr_count))
         pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.mix", -1,
-                     "pn.mix \"%.*s\" says %" PRIu64 " promotions but pn.mix.promoted lists %" PRIu64,
-                     (int)(len > 64 ? 64 : len), m, n, kv->arr_count);
+                     "pn.mix \"%.*s\" says %.*s promotions but pn.mix.promoted lists %" PRIu64,
+                     (int)(len > 64 ? 64 : len), m,
+                     (int)(len - plus - 1 > 40 ? 40 : len - plus - 1), m + plus + 1,
+                     kv->arr_count);
 }
 
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)

@@ -22,12 +22,27 @@ static const char *type_name(int type)
     return tt ? tt->name : "?";
 }
 
-static bool listed_as_promoted(const gguf_kv *kv, const char *name)
+/* Which tensors pn.mix.promoted lists, in one walk over it (a name the file
+ * does not hold is the metadata stage's finding). NULL when out of memory. */
+static bool *listed_as_promoted(const pn_check_ctx *c, const gguf_kv *kv)
 {
-    for (uint64_t i = 0; kv && i < kv->arr_count; i++)
-        if (gguf_str_eq(gguf_kv_arr_str(kv, i), name))
-            return true;
-    return false;
+    bool *listed = calloc(c->rep->n_tensors ? c->rep->n_tensors : 1, sizeof *listed);
+    if (!listed || !kv)
+        return listed;
+    pn_str_walk walk = pn_str_walk_start(kv);
+    for (uint64_t i = 0; i < kv->arr_count; i++) {
+        gguf_str s = pn_str_walk_next(&walk);
+        char *name = pn_check_strdup_gguf(s);
+        if (!name) {
+            free(listed);
+            return NULL;
+        }
+        long ti = strlen(name) == s.len ? gguf_reader_find_tensor(c->r, name) : -1;
+        if (ti >= 0)
+            listed[ti] = true;
+        free(name);
+    }
+    return listed;
 }
 
 static void check_rotation(pn_check_ctx *c, const pn_recipe *rc)
@@ -93,9 +108,16 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
     if (promoted_kv && !(promoted_kv->type == GGUF_TYPE_ARRAY &&
                          promoted_kv->arr_type == GGUF_TYPE_STRING))
         promoted_kv = NULL;
+    bool *listed = listed_as_promoted(c, promoted_kv);
+    if (!listed) {
+        pn_recipe_free(rc);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", rep->path);
+    }
 
     for (size_t i = 0; i < rep->n_tensors; i++) {
         const pn_check_tensor *t = &rep->tensors[i];
+        if (t->too_many_weights)
+            continue;   /* already an error; a rule's row count would overflow */
         const pn_recipe_rule *rule = pn_recipe_match(rc, t->name, t->n_dims, t->ne);
         if (!rule) {
             pn_check_add(c, PN_SEV_WARNING, "RECIPE-UNMATCHED", t->name, NULL, -1,
@@ -119,7 +141,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
                 break;
             }
             rep->n_promoted++;
-            if (!listed_as_promoted(promoted_kv, t->name))
+            if (!listed[i])
                 pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, "pn.mix.promoted", -1,
                              "stored as pn4t where the recipe gives pn3t (a promotion), but "
                              "pn.mix.promoted does not list it");
@@ -144,6 +166,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
                      rep->n_promoted, expected);
     check_rotation(c, rc);
     check_file_type(c, rc);
+    free(listed);
     pn_recipe_free(rc);
     return PN_OK;
 }

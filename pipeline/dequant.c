@@ -3,10 +3,11 @@
  * Each tensor is streamed in chunks of about chunk_bytes of output; a chunk
  * is cut into segments that are decoded in parallel (a segment holds whole
  * type blocks and whole rotation blocks, so a 1-D tensor of any length needs
- * no row-sized buffer), then written in order. PN blocks are validated as
- * they are decoded: an invalid block (non-finite scale, pn3t reserved bit)
- * stops the run with its tensor, row and block named, since its decode would
- * be meaningless.
+ * no row-sized buffer), then written in order. Input is checked as it is
+ * decoded or copied: an invalid PN block (non-finite scale, pn3t reserved
+ * bit), a non-finite scale of a q8_0/q4_K/q3_K block or a non-finite f32,
+ * f16 or bf16 weight stops the run with its tensor, row and block or column
+ * named, since its decode would be meaningless.
  */
 #include "pipeline/dequant.h"
 
@@ -18,10 +19,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/scales.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 
@@ -39,16 +42,6 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
 }
 
 static const char *type_name(int type)
@@ -157,31 +150,64 @@ typedef struct tjob {
     int64_t bw, bb;       /* input block weights / bytes */
     int64_t out_es;       /* output bytes per element */
     int64_t unit;         /* elements: blocks and rotation blocks divide it */
+    int64_t seg;          /* elements per segment, a multiple of unit */
     int B;                /* rotation block undone, 0 none */
 } tjob;
+
+/* What went wrong first in a segment, and where. */
+enum { AT_ELEM, AT_PN_BLOCK, AT_SCALE, AT_WEIGHT };
 
 typedef struct seg_err {
     pn_status st;
     int64_t elem;         /* element where it happened (tensor-wide index) */
-    int64_t block;        /* for PN validation */
+    int where;            /* AT_*: which of the fields below say more */
+    int64_t block;        /* tensor-wide block index (AT_PN_BLOCK, AT_SCALE) */
+    int field;            /* the scale field (AT_SCALE) */
+    uint32_t bits;        /* the value found (AT_SCALE, AT_WEIGHT) */
 } seg_err;
+
+/* The first non-finite f32/f16/bf16 weight among m stored ones that start at
+ * tensor element e, into *r; false when there is none. */
+static bool find_bad_weight(int type, const uint8_t *p, int64_t e, int64_t m, seg_err *r)
+{
+    uint32_t bits = 0;
+    int64_t bad = pn_find_nonfinite_value(type, p, m, &bits);
+    if (bad < 0)
+        return false;
+    *r = (seg_err){PN_ERR_NONFINITE, e + bad, AT_WEIGHT, -1, 0, bits};
+    return true;
+}
 
 /* Decodes elements [e, e+m) of the tensor into out (m * out_es bytes). */
 static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uint8_t *out)
 {
-    seg_err r = {PN_OK, -1, -1};
+    seg_err r = {PN_OK, -1, AT_ELEM, -1, 0, 0};
     const uint8_t *p = j->data + (e - j->data_e0) / j->bw * j->bb;
+    const pn_scale_field *fields;
     if (pn_type_is_pn(j->in_type)) {
         int64_t bad = -1;
         pn_status st = pn_validate_row(j->in_type, p, m, &bad);
         if (st) {
             r.st = st;
+            r.where = AT_PN_BLOCK;
             r.block = e / j->bw + bad;
             r.elem = r.block * j->bw;
             return r;
         }
         pn_dequantize_row(j->in_type, p, y, m);
     } else {
+        if (pn_type_is_float(j->in_type) && find_bad_weight(j->in_type, p, e, m, &r))
+            return r;
+        if (pn_scale_fields(j->in_type, &fields) > 0) {
+            int field = 0;
+            uint16_t bits = 0;
+            int64_t bad = pn_find_nonfinite_scale(j->in_type, p, m / j->bw, &field, &bits);
+            if (bad >= 0) {
+                r = (seg_err){PN_ERR_NONFINITE, e + bad * j->bw, AT_SCALE, e / j->bw + bad,
+                              field, bits};
+                return r;
+            }
+        }
         pn_status st = pn_dequantize_row_stock(j->in_type, p, y, m);
         if (st) {
             r.st = st;
@@ -189,8 +215,8 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
             return r;
         }
     }
-    /* Only a corrupt scale decodes to NaN or infinity; refused whatever the
-     * output type, so that f32 output does not carry it silently. */
+    /* With finite inputs and scales every decoder gives finite values; this
+     * is the last guard, so that no output ever carries a NaN silently. */
     int64_t bad = pn_find_nonfinite(y, m);
     if (bad >= 0) {
         r.st = PN_ERR_NONFINITE;
@@ -212,111 +238,157 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
     return r;
 }
 
-static pn_status describe_failure(const tjob *j, seg_err e, pn_error *err)
+static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn_error *err)
 {
     const char *name = j->ti->name;
-    int64_t row = e.elem / j->K, col = e.elem % j->K;
+    const char *tn = type_name(j->in_type);
+    const int64_t per_row = j->K / j->bw;
+    const long long row = (long long)(e.elem / j->K), col = (long long)(e.elem % j->K);
+    const bool nan = pn_nonfinite_is_nan(e.where == AT_WEIGHT ? j->in_type : PN_TYPE_F16, e.bits);
+    const pn_scale_field *fields;
+    switch (e.where) {
+    case AT_WEIGHT:
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' (%s) row %lld column %lld: the weight is %s (0x%0*x); "
+                            "the file is invalid (pn-check tells more)",
+                            path, name, tn, row, col, nan ? "NaN" : "infinite",
+                            (int)(2 * j->bb), (unsigned)e.bits);
+    case AT_SCALE:
+        pn_scale_fields(j->in_type, &fields);
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' (%s) row %lld block %lld: the scale %s is %s "
+                            "(0x%04x); the file is invalid (pn-check tells more)",
+                            path, name, tn, (long long)(e.block / per_row),
+                            (long long)(e.block % per_row), fields[e.field].name,
+                            nan ? "NaN" : "infinite", (unsigned)e.bits);
+    case AT_PN_BLOCK:
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' row %lld block %lld: %s; the file is invalid "
+                            "(pn-check tells more)",
+                            path, name, (long long)(e.block / per_row),
+                            (long long)(e.block % per_row),
+                            e.st == PN_ERR_RESERVED_BITS ? "a pn3t reserved bit is set"
+                                                         : "the scale d is not finite");
+    default:
+        break;
+    }
     switch (e.st) {
     case PN_ERR_NONFINITE:
-        if (pn_type_is_pn(j->in_type))
-            return pn_error_set(err, e.st,
-                                "tensor '%s' row %lld block %lld: the scale d is not finite; "
-                                "the file is invalid (pn-check tells more)",
-                                name, (long long)row, (long long)(e.block % (j->K / j->bw)));
         return pn_error_set(err, e.st,
-                            "tensor '%s' (%s) row %lld column %lld decodes to a non-finite value: "
-                            "a block's scale is NaN or infinite",
-                            name, type_name(j->in_type), (long long)row, (long long)col);
-    case PN_ERR_RESERVED_BITS:
-        return pn_error_set(err, e.st,
-                            "tensor '%s' row %lld block %lld: a pn3t reserved bit is set; the "
-                            "file is invalid (pn-check tells more)",
-                            name, (long long)row, (long long)(e.block % (j->K / j->bw)));
+                            "%s: tensor '%s' (%s) row %lld column %lld decodes to a non-finite "
+                            "value",
+                            path, name, tn, row, col);
     case PN_ERR_SCALE_OVERFLOW:
-        return pn_error_set(err, e.st, "tensor '%s' row %lld column %lld: the value does not fit %s",
-                            name, (long long)row, (long long)col, type_name(j->out_type));
+        return pn_error_set(err, e.st,
+                            "%s: tensor '%s' row %lld column %lld: the value does not fit %s", path,
+                            name, row, col, type_name(j->out_type));
     default:
-        return pn_error_set(err, e.st, "tensor '%s' (%s) row %lld: cannot decode: %s", name,
-                            type_name(j->in_type), (long long)row, pn_strerror(e.st));
+        return pn_error_set(err, e.st, "%s: tensor '%s' (%s) row %lld: cannot decode: %s", path,
+                            name, tn, row, pn_strerror(e.st));
     }
 }
 
-/* Streams one decoded tensor into the writer. The input of each chunk is
- * read into `in` (at most in_bytes) first. */
-static pn_status write_decoded(gguf_writer *w, tjob *j, const pn_dequant_opts *o, int nthreads,
-                               uint8_t *buf, size_t buf_bytes, uint8_t *in, size_t in_bytes,
-                               pn_error *err)
+/* What every tensor's streaming shares: the options, the threads and their
+ * segment buffers (one per thread, allocated once), the chunk buffers, and
+ * the progress made. */
+typedef struct stream {
+    const char *path;
+    const pn_dequant_opts *o;
+    int nthreads;
+    float *y;                       /* nthreads x seg_max floats */
+    int64_t seg_max;
+    uint8_t *buf;                   /* output chunk */
+    size_t buf_bytes;
+    uint8_t *in;                    /* input chunk */
+    size_t in_bytes;
+    uint64_t done, total;           /* tensor data bytes written / to write */
+} stream;
+
+static pn_status written(gguf_writer *w, stream *s, const void *p, size_t n, pn_error *err)
 {
-    const int64_t seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
-    int64_t chunk = (int64_t)(buf_bytes / (size_t)j->out_es) / seg * seg;
-    int64_t in_chunk = (int64_t)(in_bytes / (size_t)j->bb) * j->bw / seg * seg;
+    pn_status st = gguf_writer_write(w, p, n, err);
+    if (st)
+        return st;
+    s->done += n;
+    if (s->o->progress)
+        s->o->progress(s->o->progress_ctx, s->done, s->total);
+    return PN_OK;
+}
+
+/* Streams one decoded tensor into the writer. The input of each chunk is
+ * read into s->in first. */
+static pn_status write_decoded(gguf_writer *w, tjob *j, stream *s, pn_error *err)
+{
+    const int64_t seg = j->seg;
+    int64_t chunk = (int64_t)(s->buf_bytes / (size_t)j->out_es) / seg * seg;
+    int64_t in_chunk = (int64_t)(s->in_bytes / (size_t)j->bb) * j->bw / seg * seg;
     if (in_chunk < chunk)
         chunk = in_chunk;
     if (chunk < seg)
         chunk = seg;
     for (int64_t c0 = 0; c0 < j->n; c0 += chunk) {
-        if (o->cancel && *o->cancel)
+        if (s->o->cancel && *s->o->cancel)
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while decoding tensor '%s'",
                                 j->ti->name);
         const int64_t cn = j->n - c0 < chunk ? j->n - c0 : chunk;
-        pn_status rs = gguf_reader_read_tensor(j->r, j->index, (uint64_t)(c0 / j->bw * j->bb), in,
-                                               (size_t)((cn + j->bw - 1) / j->bw * j->bb), err);
+        pn_status rs = gguf_reader_read_tensor(j->r, j->index, (uint64_t)(c0 / j->bw * j->bb),
+                                               s->in, (size_t)((cn + j->bw - 1) / j->bw * j->bb),
+                                               err);
         if (rs)
             return rs;
-        j->data = in;
+        j->data = s->in;
         j->data_e0 = c0;
         const int64_t nseg = (cn + seg - 1) / seg;
-        seg_err first = {PN_OK, INT64_MAX, -1};
-        int nomem = 0;
-#pragma omp parallel num_threads(nthreads)
-        {
-            float *y = malloc((size_t)seg * sizeof *y);
-            if (!y) {
-#pragma omp atomic write
-                nomem = 1;
-            }
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t s = 0; s < nseg; s++) {
-                if (!y)
-                    continue;
-                int64_t e = c0 + s * seg;
+        seg_err first = {PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0};
+        if (nseg == 1) {
+            /* a small tensor: starting threads would cost more than the work */
+            first = decode_segment(j, c0, cn, s->y, s->buf);
+        } else {
+#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 1)
+            for (int64_t k = 0; k < nseg; k++) {
+                float *y = s->y + (size_t)omp_get_thread_num() * (size_t)s->seg_max;
+                int64_t e = c0 + k * seg;
                 int64_t m = c0 + cn - e < seg ? c0 + cn - e : seg;
-                seg_err r = decode_segment(j, e, m, y, buf + (size_t)((e - c0) * j->out_es));
+                seg_err r = decode_segment(j, e, m, y, s->buf + (size_t)((e - c0) * j->out_es));
                 if (r.st) {
                     /* The lowest failing element wins, so the message does
                      * not depend on the thread count. */
 #pragma omp critical(pn_dequant_err)
-                    if (r.elem < first.elem)
+                    if (!first.st || r.elem < first.elem)
                         first = r;
                 }
             }
-            free(y);
         }
-        if (nomem)
-            return pn_error_set(err, PN_ERR_NOMEM, "out of memory decoding tensor '%s'", j->ti->name);
         if (first.st)
-            return describe_failure(j, first, err);
-        pn_status st = gguf_writer_write(w, buf, (size_t)(cn * j->out_es), err);
+            return describe_failure(s->path, j, first, err);
+        pn_status st = written(w, s, s->buf, (size_t)(cn * j->out_es), err);
         if (st)
             return st;
     }
     return PN_OK;
 }
 
-static pn_status write_copied(gguf_writer *w, const tjob *j, const pn_dequant_opts *o,
-                              uint8_t *buf, size_t chunk_bytes, pn_error *err)
+/* Streams a tensor of the output type as it is, checking float weights. */
+static pn_status write_copied(gguf_writer *w, const tjob *j, stream *s, pn_error *err)
 {
     const uint64_t total = j->ti->size;
-    for (uint64_t off = 0; off < total; off += chunk_bytes) {
-        if (o->cancel && *o->cancel)
+    /* whole elements per chunk, so a value is never split between two */
+    size_t step = s->buf_bytes / (size_t)j->bb * (size_t)j->bb;
+    if (step == 0)
+        step = (size_t)j->bb;   /* the buffer has a segment's slack past buf_bytes */
+    for (uint64_t off = 0; off < total; off += step) {
+        if (s->o->cancel && *s->o->cancel)
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while copying tensor '%s'",
                                 j->ti->name);
-        size_t n = total - off < chunk_bytes ? (size_t)(total - off) : chunk_bytes;
-        pn_status st = gguf_reader_read_tensor(j->r, j->index, off, buf, n, err);
+        size_t n = total - off < step ? (size_t)(total - off) : step;
+        pn_status st = gguf_reader_read_tensor(j->r, j->index, off, s->buf, n, err);
         if (st)
             return st;
-        st = gguf_writer_write(w, buf, n, err);
-        if (st)
+        seg_err e;
+        if (find_bad_weight(j->in_type, s->buf, (int64_t)(off / (uint64_t)j->bb),
+                            (int64_t)(n / (size_t)j->bb), &e))
+            return describe_failure(s->path, j, e, err);
+        if ((st = written(w, s, s->buf, n, err)))
             return st;
     }
     return PN_OK;
@@ -328,7 +400,7 @@ static pn_status verify_output(const char *tmp, const gguf_writer *w, const gguf
 {
     (void)w;
     gguf_reader *r = NULL;
-    pn_status st = gguf_reader_open(tmp, &r, err);
+    pn_status st = gguf_reader_open_fd(gguf_writer_fd(w), tmp, &r, err);
     if (st) {
         pn_error_prefix(err, "re-reading the output");
         return st;
@@ -393,6 +465,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     tjob *jobs = calloc(nt ? nt : 1, sizeof *jobs);
     int *out_types = calloc(nt ? nt : 1, sizeof *out_types);
     uint8_t *buf = NULL;
+    stream sm = {0};
     gguf_writer *w = gguf_writer_new();
     if (!jobs || !out_types || !w) {
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", in_path);
@@ -407,6 +480,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     stats->rotation_cap = use_cap;
 
     bool has_pn = false;
+    int64_t seg_max = 1;
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         tjob *j = &jobs[i];
@@ -417,10 +491,17 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         j->in_type = ti->type;
         j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : o.out_type;
         j->K = ti->ne[0];
-        j->n = ti->ne[0] * ti->ne[1] * ti->ne[2] * ti->ne[3];
         j->bw = tt->block_weights;
         j->bb = tt->block_bytes;
         j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
+        if (!pn_weight_count(ti->ne, &j->n) || j->n > INT64_MAX / j->out_es) {
+            st = pn_error_set(err, PN_ERR_TENSOR,
+                              "%s: tensor '%s': shape %lld x %lld x %lld x %lld holds too many "
+                              "weights to decode (more than 2^63 - 1 output bytes)",
+                              in_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1],
+                              (long long)ti->ne[2], (long long)ti->ne[3]);
+            goto done;
+        }
         if (pn_type_is_pn(ti->type)) {
             has_pn = true;
             stats->n_pn++;
@@ -438,8 +519,10 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
                               in_path, ti->name, type_name(ti->type));
             goto done;
         }
-        int64_t rb = j->B > 1 ? j->B : 1;
-        j->unit = j->bw / gcd64(j->bw, rb) * rb;
+        j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
+        j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+        if (j->seg > seg_max)
+            seg_max = j->seg;
         out_types[i] = j->out_type;
         if ((st = gguf_writer_add_tensor(w, ti->name, ti->n_dims, ti->ne, j->out_type, err)))
             goto done;
@@ -451,31 +534,38 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if ((st = copy_metadata(w, r, o.out_type, has_pn, stats->rotation_undone, err)))
         goto done;
 
-    /* output chunk, then the input bytes of a chunk (at most 4 bytes a weight
-     * against at least 2 out: twice the output chunk) */
-    const size_t in_bytes = 2 * o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4;
-    buf = malloc(o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4 + in_bytes);
-    if (!buf) {
+    /* output chunk with a segment's slack (a chunk holds at least one
+     * segment), then the input bytes of a chunk (at most 4 bytes a weight
+     * against at least 2 out: twice the output chunk), then one segment
+     * of floats per thread */
+    const size_t slack = (size_t)seg_max * 4;
+    const size_t in_bytes = 2 * o.chunk_bytes + slack;
+    sm = (stream){in_path, &o, pn_threads_resolve(o.threads), NULL, seg_max, NULL, o.chunk_bytes,
+                  NULL, in_bytes, 0, stats->bytes_out};
+    buf = malloc(o.chunk_bytes + slack + in_bytes);
+    sm.y = malloc((size_t)sm.nthreads * (size_t)seg_max * sizeof(float));
+    if (!buf || !sm.y) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for a %zu-byte chunk", o.chunk_bytes);
         goto done;
     }
+    gguf_writer_set_replace(w, o.force);
+    sm.buf = buf;
+    sm.in = buf + o.chunk_bytes + slack;
     if ((st = gguf_writer_begin(w, out_path, err)))
         goto done;
-    const int nthreads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    if (o.progress)
+        o.progress(o.progress_ctx, 0, sm.total);
     for (size_t i = 0; i < nt && !st; i++) {
         tjob *j = &jobs[i];
-        uint8_t *in = buf + o.chunk_bytes + (size_t)SEG_TARGET * 4 + 20480 * 4;
         if (j->in_type == j->out_type)
-            st = write_copied(w, j, &o, buf, o.chunk_bytes, err);
+            st = write_copied(w, j, &sm, err);
         else
-            st = write_decoded(w, j, &o, nthreads, buf, o.chunk_bytes, in, in_bytes, err);
-        if (st)
-            pn_error_prefix(err, "%s", in_path);
+            st = write_decoded(w, j, &sm, err);
     }
     if (!st)
         st = gguf_writer_close(w, err);
     if (!st)
-        st = verify_output(gguf_writer_temp_path(w), w, r, out_types, err);
+        st = verify_output(out_path, w, r, out_types, err);
     if (!st)
         st = gguf_writer_commit(w, err);
 
@@ -483,6 +573,7 @@ done:
     if (st && w)
         gguf_writer_abort(w);
     gguf_writer_free(w);
+    free(sm.y);
     free(buf);
     free(out_types);
     free(jobs);

@@ -17,12 +17,18 @@
  * means none) and pn.rotation.block_size (the cap, default 1024): each PN
  * tensor's block is the largest power of two dividing K, at most the cap.
  *
+ * Values: a NaN or infinite input value is refused whatever the output type:
+ * a weight of an f32/f16/bf16 tensor (named by tensor, row and column), an
+ * fp16 scale of a q8_0/q4_K/q3_K/PN block (tensor, row, block and field).
+ *
  * Writing: streamed through the GGUF writer into a temporary file beside OUT,
- * in chunks of rows decoded in parallel (memory stays near chunk_bytes plus
- * one row per thread), re-opened and checked, then renamed onto OUT. An
- * existing OUT is refused unless force; OUT may not be IN. On any error or
- * cancellation nothing is left at OUT and the input is untouched.
- * Output bytes do not depend on the thread count.
+ * in chunks decoded in parallel, one segment (SEG_TARGET elements, whole
+ * blocks) per step, so memory stays near 3 x chunk_bytes plus a segment per
+ * thread whatever the row length; re-opened and checked, then renamed onto
+ * OUT. An existing OUT is refused unless force; OUT may not be IN. On any
+ * error or cancellation nothing is left at OUT and the input is untouched.
+ * Output bytes do not depend on the thread count. Work is linear in the
+ * tensors: a chunk of one segment is decoded without starting threads.
  */
 #ifndef PN_PIPELINE_DEQUANT_H
 #define PN_PIPELINE_DEQUANT_H
@@ -45,9 +51,14 @@ typedef struct pn_dequant_opts {
     int out_type;                   /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
     bool keep_rotation;             /* leave PN tensors in the rotated domain */
     bool force;                     /* replace an existing OUT */
-    int threads;                    /* <= 0: OpenMP's default */
+    int threads;                    /* <= 0: all cores (pn_threads_resolve) */
     size_t chunk_bytes;             /* output bytes per step; 0: 64 MiB */
     volatile sig_atomic_t *cancel;  /* checked between chunks; may be NULL */
+    /* Progress, or NULL: called from the calling thread with done = 0 before
+     * the first tensor byte is read, then after each chunk written, with the
+     * tensor data bytes written so far out of total (stats.bytes_out). */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
 } pn_dequant_opts;
 
 void pn_dequant_opts_init(pn_dequant_opts *o);
@@ -65,9 +76,12 @@ typedef struct pn_dequant_stats {
 } pn_dequant_stats;
 
 /* Decodes in_path into out_path. Errors: PN_ERR_EXISTS (OUT exists, no
- * force), PN_ERR_USAGE (bad options, OUT is IN), the reader's errors for IN,
- * PN_ERR_TYPE (a tensor type this build cannot decode, named), PN_ERR_FORMAT
- * (unusable pn.rotation keys), PN_ERR_INTERRUPTED, the writer's errors. */
+ * force), PN_ERR_USAGE (bad options, OUT is IN), the reader's errors for IN
+ * (PN_ERR_TRUNCATED when it changed or shrank during the run),
+ * PN_ERR_TYPE (a tensor type this build cannot decode, named), PN_ERR_TENSOR
+ * (a shape of more than 2^63 - 1 weights), PN_ERR_FORMAT (unusable
+ * pn.rotation keys), PN_ERR_NONFINITE, PN_ERR_RESERVED_BITS,
+ * PN_ERR_INTERRUPTED, the writer's errors. */
 pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_dequant_opts *opts,
                           pn_dequant_stats *stats, pn_error *err);
 

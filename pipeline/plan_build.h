@@ -40,7 +40,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                            pn_job_plan **out, pn_quantize_stats *stats, pn_error *err);
 void pn_job_plan_free(pn_job_plan *p);
 
-/* A writer holding the output's keys and tensor infos (DECISIONS 4). The
+/* A writer holding the output's keys and tensor infos (docs/format.md#the-output-file). The
  * pn.tensor_crc32 array is zeros, to be patched after the data. */
 pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
                              volatile sig_atomic_t *cancel, gguf_writer **out, pn_error *err);

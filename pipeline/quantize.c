@@ -11,10 +11,8 @@
  */
 #include "pipeline/quantize.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -102,51 +100,6 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
     return PN_OK;
 }
 
-/* Names, in a note, the temporary files an earlier run that was killed left
- * beside DST ("<name>.tmp.XXXXXX", where the filesystem has no O_TMPFILE),
- * so the user can remove them. At most a few are named. */
-static void note_stale_temporaries(const pn_quantize_opts *o)
-{
-    if (!o->note || !o->dst_path)
-        return;
-    char *d = strdup(o->dst_path), *b = strdup(o->dst_path);
-    if (!d || !b) {
-        free(d);
-        free(b);
-        return;
-    }
-    const char *dir = dirname(d), *base = basename(b);
-    size_t bl = strlen(base);
-    DIR *dp = opendir(dir);
-    int shown = 0, more = 0;
-    char list[768] = "";
-    size_t ll = 0;
-    for (struct dirent *e; dp && (e = readdir(dp));) {
-        /* exactly "<base>.tmp." and six more characters */
-        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0 ||
-            strlen(e->d_name + bl + 5) != 6)
-            continue;
-        if (shown < 4) {
-            int k = snprintf(list + ll, sizeof list - ll, "%s%s/%s", shown ? ", " : "", dir,
-                             e->d_name);
-            if (k > 0 && ll + (size_t)k < sizeof list)
-                ll += (size_t)k;
-            shown++;
-        } else {
-            more++;
-        }
-    }
-    if (dp)
-        closedir(dp);
-    if (shown)
-        note(o,
-             "a temporary file of another run, or of one that was killed, is beside the "
-             "output: %s%s%.0d%s; remove it when no run is writing %s",
-             list, more ? " and " : "", more, more ? " more" : "", o->dst_path);
-    free(d);
-    free(b);
-}
-
 /* ---- the run ------------------------------------------------------------ */
 
 typedef struct run_ctx {
@@ -171,31 +124,22 @@ static void progress(run_ctx *c, int phase, size_t i, const char *name)
 }
 
 /* ---- where the writer's output file is reached ------------------------
- * The three helpers below are the only places that know how the writer
- * holds its temporary output. With the atomic-output writer (common/
- * outfile.h: possibly an unnamed O_TMPFILE file) they become:
- *   written_name:    return c->o->dst_path;
- *   open_written:    gguf_reader_open_fd(gguf_writer_fd(c->w), c->o->dst_path, r, err)
- *   writeback_fd:    dup(gguf_writer_fd(c->w))
- * (and gguf_writer_set_replace(c.w, o->force) goes before begin, the
- * stale-file note comes from gguf_writer_note(c.w) after begin). */
+ * The output is an atomic output file (common/outfile.h): possibly unnamed
+ * (O_TMPFILE) until it is committed, so it is reached through the writer's
+ * descriptor and named by its target in messages. */
 
 /* The name messages about the written file use. */
-static const char *written_name(const run_ctx *c) { return gguf_writer_temp_path(c->w); }
+static const char *written_name(const run_ctx *c) { return c->o->dst_path; }
 
 /* The written file, for reading it back. */
 static pn_status open_written(run_ctx *c, gguf_reader **r, pn_error *err)
 {
-    return gguf_reader_open(gguf_writer_temp_path(c->w), r, err);
+    return gguf_reader_open_fd(gguf_writer_fd(c->w), c->o->dst_path, r, err);
 }
 
 /* A descriptor of the written file for early writeback (closed by the
  * caller), or -1. */
-static int writeback_fd(const run_ctx *c)
-{
-    const char *tmp = gguf_writer_temp_path(c->w);
-    return tmp ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
-}
+static int writeback_fd(const run_ctx *c) { return dup(gguf_writer_fd(c->w)); }
 
 /* The streaming pass: the state of the three stages. */
 typedef struct quant_job {
@@ -694,8 +638,6 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             goto out;
         }
     }
-    if (!o->dry_run)
-        note_stale_temporaries(o);
 
     /* plan */
     double t0 = pn_now_seconds();
@@ -731,9 +673,13 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = pn_job_plan_writer(c.plan, c.src, o->cancel, &c.w, err);
     if (st != PN_OK)
         goto out;
+    gguf_writer_set_replace(c.w, o->force);
+    gguf_writer_set_replace(c.w, o->force);
     st = gguf_writer_begin(c.w, o->dst_path, err);
     if (st != PN_OK)
         goto out;
+    if (gguf_writer_note(c.w))
+        note(o, "%s", gguf_writer_note(c.w));
     c.weights_total = c.plan->weights;
     st = stream_tensors(&c, stats, err);
     if (st != PN_OK)
@@ -771,16 +717,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = hand_result(&c, stats, err);
     if (st != PN_OK)
         goto out;
-    /* The writer refuses to replace a file that appeared meanwhile (without
-     * --force); until every writer does it atomically, say so here too. */
-    struct stat ds;
-    if (!o->force && stat(o->dst_path, &ds) == 0) {
-        st = pn_error_set(err, PN_ERR_EXISTS,
-                          "%s: the output appeared during the run (another program wrote it); "
-                          "it was left as it is; use --force to replace it",
-                          o->dst_path);
-        goto out;
-    }
+    /* without --force, an output that appeared meanwhile is refused and left
+     * as it is (the writer commits by linking, never by replacing) */
     st = gguf_writer_commit(c.w, err);
     stats->t_total = pn_now_seconds() - t_begin;
 

@@ -10,7 +10,7 @@
 
 pn_qwen38_config pn_synth_default_config(void)
 {
-    pn_qwen38_config c = pn_qwen38_config_scaled(4, 6, 8192);
+    pn_qwen38_config c = pn_qwen38_config_narrow(4, 6, 8192);
     c.weight_type = PN_TYPE_BF16;
     return c;
 }
@@ -93,17 +93,148 @@ static void encode_row(int type, const float *x, int64_t K, uint8_t *out)
     }
 }
 
+/* ---- the tokenizer ---- */
+
+/* GPT-2's byte-to-unicode map: the printable bytes '!'..'~', 0xA1..0xAC and
+ * 0xAE..0xFF stand for themselves; the other 68, in byte order, for
+ * U+0100, U+0101, ... (so ' ' is U+0120 'Ġ' and '\n' U+010A 'Ċ'). */
+static unsigned gpt2_char(unsigned b)
+{
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
+        return b;
+    unsigned n = 0;
+    for (unsigned x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174))
+            n++;
+    return 256 + n;
+}
+
+/* UTF-8 of a code point below U+0800; returns the byte count. */
+static size_t put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+static const char *const special_text[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+
+typedef struct synth_vocab {
+    uint64_t n_tokens, n_merges, n_bytes, n_special;
+    char **tokens;            /* n_tokens texts, into blob */
+    char **merges;            /* n_merges "left right" texts, into blob */
+    int32_t *types;           /* llama.cpp token types: 1 normal, 3 control */
+    char *blob;
+    uint32_t bos, eos, pad;
+} synth_vocab;
+
+static void vocab_free(synth_vocab *v)
+{
+    free(v->tokens);
+    free(v->merges);
+    free(v->types);
+    free(v->blob);
+    memset(v, 0, sizeof *v);
+}
+
+/* The vocabulary: byte tokens first (id = byte value), then merged tokens,
+ * then the special tokens. With at least 259 entries: the 256 bytes, the 3
+ * specials last, merges between. A merged token is an earlier token followed
+ * by a lowercase letter, in breadth-first order from the seeds 'Ġ' and
+ * 'a'..'z' ("Ġa".."Ġz", "aa".."zz", "Ġaa", ...), each with its merge
+ * "<earlier> <letter>", so every merge joins two tokens and every text is
+ * unique. Smaller vocabularies hold bytes 0..V-2 and <|endoftext|>. */
+static pn_status vocab_build(uint64_t V, synth_vocab *v, pn_error *err)
+{
+    memset(v, 0, sizeof *v);
+    v->n_tokens = V;
+    v->n_special = V >= 259 ? 3 : 1;
+    v->n_bytes = V - v->n_special < 256 ? V - v->n_special : 256;
+    v->n_merges = V - v->n_special - v->n_bytes;
+    /* a merged token is at most 1 + 2 * depth bytes; depth grows as log26 */
+    size_t max_len = 2;
+    for (uint64_t level = 27; level < v->n_merges + 27; level *= 26)
+        max_len += 2;
+    size_t blob_bytes = (size_t)(v->n_bytes * 3 + v->n_merges * (max_len + 1) +
+                                 v->n_merges * (2 * max_len + 2) + 64);
+    v->tokens = malloc((size_t)V * sizeof *v->tokens);
+    v->merges = malloc((size_t)(v->n_merges ? v->n_merges : 1) * sizeof *v->merges);
+    v->types = malloc((size_t)V * sizeof *v->types);
+    v->blob = malloc(blob_bytes);
+    if (!v->tokens || !v->merges || !v->types || !v->blob) {
+        vocab_free(v);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for a vocabulary of %llu tokens",
+                            (unsigned long long)V);
+    }
+    char *o = v->blob;
+    for (uint64_t b = 0; b < v->n_bytes; b++) {
+        v->tokens[b] = o;
+        o += put_utf8(o, gpt2_char((unsigned)b));
+        *o++ = 0;
+        v->types[b] = 1;
+    }
+    /* breadth-first: the queue is the token ids themselves (seeds, then
+     * every merged token in creation order) */
+    uint64_t next = v->n_bytes, head = 0;
+    uint64_t seed_ids[27];
+    seed_ids[0] = ' ';
+    for (int k = 0; k < 26; k++)
+        seed_ids[k + 1] = (uint64_t)('a' + k);
+    for (uint64_t m = 0; m < v->n_merges; m++) {
+        uint64_t q = head / 26, letter = head % 26;
+        uint64_t left = q < 27 ? seed_ids[q] : v->n_bytes + (q - 27);
+        const char *lt = v->tokens[left], *rt = v->tokens['a' + letter];
+        size_t ll = strlen(lt);
+        v->tokens[next] = o;
+        memcpy(o, lt, ll);
+        o[ll] = rt[0];
+        o[ll + 1] = 0;
+        o += ll + 2;
+        v->merges[m] = o;
+        memcpy(o, lt, ll);
+        o[ll] = ' ';
+        o[ll + 1] = rt[0];
+        o[ll + 2] = 0;
+        o += ll + 3;
+        v->types[next] = 1;
+        next++;
+        head++;
+    }
+    for (uint64_t k = 0; k < v->n_special; k++) {
+        v->tokens[next + k] = (char *)special_text[k];
+        v->types[next + k] = 3;
+    }
+    v->bos = (uint32_t)next;
+    v->pad = (uint32_t)next;
+    v->eos = (uint32_t)(next + v->n_special - 1);
+    return PN_OK;
+}
+
 static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, size_t n,
                               gguf_writer **out, pn_error *err)
 {
     const pn_qwen38_config *c = &o->config;
+    pn_qwen38_hparams h;
+    pn_status st = pn_qwen38_llama_hparams(c, &h, err);
+    if (st != PN_OK)
+        return st;
+    if (c->n_vocab > UINT32_MAX - 1)
+        return pn_error_set(err, PN_ERR_USAGE, "vocabulary of %lld tokens: at most %u",
+                            (long long)c->n_vocab, UINT32_MAX - 1);
+    synth_vocab v;
+    st = vocab_build((uint64_t)c->n_vocab, &v, err);
+    if (st != PN_OK)
+        return st;
     gguf_writer *w = gguf_writer_new();
-    if (!w)
+    if (!w) {
+        vocab_free(&v);
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
     uint32_t file_type = c->weight_type == PN_TYPE_F32 ? 0 : c->weight_type == PN_TYPE_F16 ? 1 : 32;
-    int64_t heads = c->n_q / (2 * c->head_dim) > 0 ? c->n_q / (2 * c->head_dim) : 1;
-    int64_t kv_heads = c->n_kv / c->head_dim > 0 ? c->n_kv / c->head_dim : 1;
-    pn_status st = PN_OK;
 #define SET(call) do { if (st == PN_OK) st = (call); } while (0)
     SET(gguf_writer_set_str(w, "general.architecture", "qwen35"));
     SET(gguf_writer_set_str(w, "general.name", "pn-synth Qwen3.8-shaped test model"));
@@ -112,21 +243,37 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
     SET(gguf_writer_set_u32(w, "qwen35.context_length", 262144));
     SET(gguf_writer_set_u32(w, "qwen35.embedding_length", (uint32_t)c->n_embd));
     SET(gguf_writer_set_u32(w, "qwen35.feed_forward_length", (uint32_t)c->n_ff));
-    SET(gguf_writer_set_u32(w, "qwen35.attention.head_count", (uint32_t)heads));
-    SET(gguf_writer_set_u32(w, "qwen35.attention.head_count_kv", (uint32_t)kv_heads));
-    SET(gguf_writer_set_u32(w, "qwen35.attention.key_length", (uint32_t)c->head_dim));
-    SET(gguf_writer_set_u32(w, "qwen35.attention.value_length", (uint32_t)c->head_dim));
+    SET(gguf_writer_set_u32(w, "qwen35.attention.head_count", (uint32_t)h.n_head));
+    SET(gguf_writer_set_u32(w, "qwen35.attention.head_count_kv", (uint32_t)h.n_head_kv));
+    SET(gguf_writer_set_u32(w, "qwen35.attention.key_length", (uint32_t)h.head_dim));
+    SET(gguf_writer_set_u32(w, "qwen35.attention.value_length", (uint32_t)h.head_dim));
     SET(gguf_writer_set_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f));
     SET(gguf_writer_set_f32(w, "qwen35.rope.freq_base", 10000000.0f));
+    SET(gguf_writer_set_u32(w, "qwen35.rope.dimension_count", (uint32_t)h.rope_dims));
+    SET(gguf_writer_set_arr(w, "qwen35.rope.dimension_sections", GGUF_TYPE_INT32,
+                            h.rope_sections, 4));
     SET(gguf_writer_set_u32(w, "qwen35.full_attention_interval", (uint32_t)c->full_attn_interval));
-    SET(gguf_writer_set_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)c->conv_kernel));
-    SET(gguf_writer_set_u32(w, "qwen35.ssm.state_size", (uint32_t)c->ssm_norm));
-    SET(gguf_writer_set_u32(w, "qwen35.ssm.group_count", 16));
-    SET(gguf_writer_set_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)c->n_ssm_heads));
-    SET(gguf_writer_set_u32(w, "qwen35.ssm.inner_size", (uint32_t)c->n_inner));
+    SET(gguf_writer_set_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)h.conv_kernel));
+    SET(gguf_writer_set_u32(w, "qwen35.ssm.state_size", (uint32_t)h.ssm_state));
+    SET(gguf_writer_set_u32(w, "qwen35.ssm.group_count", (uint32_t)h.ssm_groups));
+    SET(gguf_writer_set_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)h.ssm_v_heads));
+    SET(gguf_writer_set_u32(w, "qwen35.ssm.inner_size", (uint32_t)h.ssm_inner));
     SET(gguf_writer_set_u32(w, "qwen35.vocab_size", (uint32_t)c->n_vocab));
+    SET(gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    SET(gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2"));
+    SET(gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens,
+                                v.n_tokens));
+    SET(gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v.types,
+                            v.n_tokens));
+    SET(gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+                                v.n_merges));
+    SET(gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", v.bos));
+    SET(gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", v.eos));
+    SET(gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", v.pad));
+    SET(gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false));
     SET(gguf_writer_set_u64(w, "pn_synth.seed", o->seed));
 #undef SET
+    vocab_free(&v);
     if (st != PN_OK) {
         gguf_writer_free(w);
         return pn_error_set(err, st, "setting keys: %s", pn_strerror(st));
@@ -178,6 +325,7 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
         total += (uint64_t)(t[i].ne[0] * t[i].ne[1] * t[i].ne[2] * t[i].ne[3]);
     float *x = NULL;
     uint8_t *buf = NULL;
+    gguf_writer_set_replace(w, o->force);
     st = gguf_writer_begin(w, o->path, err);
     for (size_t ti = 0; ti < n && st == PN_OK; ti++) {
         const int64_t K = t[ti].ne[0];

@@ -6,7 +6,7 @@
 #include <zlib.h>
 
 #include "hadamard/hadamard_fast.h"
-#include "pipeline/quant_row_standin.h"
+#include "quant/quant_row.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
@@ -14,55 +14,6 @@
 
 /* An item of work: about this many weights (a few rows or a column range). */
 #define ITEM_WEIGHTS ((int64_t)1 << 16)
-
-/* ---- stand-in for quant/quant_row.h (see quant_row_standin.h) ------------ */
-#ifndef PN_HAVE_QUANT_ROW_H
-int64_t pn_sum_block_weights(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    if (!tt)
-        return 0;
-    return tt->block_weights > 1 ? tt->block_weights : 256;
-}
-
-void pn_row_sums_ref(int type, const float *x, const uint8_t *q, int64_t n, double *blk_err,
-                     double *blk_norm)
-{
-    const int64_t sb = pn_sum_block_weights(type);
-    const int64_t bb = pn_type_row_bytes(type, sb); /* bytes of a whole sum block */
-    const bool pn = pn_type_is_pn(type);
-    float y[256];
-    const uint8_t *in = q;
-    for (int64_t b = 0, e0 = 0; e0 < n; b++, e0 += sb, in += bb) {
-        const int64_t len = n - e0 < sb ? n - e0 : sb;
-        if (pn)
-            pn_dequantize_row(type, in, y, len);
-        else
-            pn_dequantize_row_stock(type, in, y, len);
-        double err = 0.0, norm = 0.0;
-        const float *xb = x + e0;
-        for (int64_t j = 0; j < len; j++) {
-            double d = (double)xb[j] - (double)y[j];
-            err = err + d * d;
-            norm = norm + (double)xb[j] * (double)xb[j];
-        }
-        if (blk_err)
-            blk_err[b] = err;
-        if (blk_norm)
-            blk_norm[b] = norm;
-    }
-}
-
-pn_status pn_quantize_row_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
-                               int64_t *bad_col, double *blk_err, double *blk_norm)
-{
-    pn_status st = pn_type_is_pn(type) ? pn_quantize_row_path(path, type, x, n, out, bad_col)
-                                       : pn_quantize_row_stock(type, x, n, out, bad_col);
-    if (st == PN_OK && (blk_err || blk_norm))
-        pn_row_sums_ref(type, x, out, n, blk_err, blk_norm);
-    return st;
-}
-#endif
 
 /* ---- chunking --------------------------------------------------------- */
 
@@ -78,14 +29,7 @@ static int64_t gcd64(int64_t a, int64_t b)
 
 static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
 
-int pn_job_best_cpu_path(void)
-{
-    static const int order[] = {PN_PATH_AVX512, PN_PATH_AVX2, PN_PATH_SCALAR_FAST};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        if (pn_path_available(order[i]) && pn_hadamard_path_available(order[i]))
-            return order[i];
-    return PN_PATH_REF;
-}
+int pn_job_best_cpu_path(void) { return pn_cpu_path_best(); }
 
 pn_status pn_job_tensor_init(pn_job_tensor *t, size_t index, const char *name, int64_t K,
                              int64_t rows, int src_type, int type, int rot_block,

@@ -33,6 +33,13 @@
  * function of the row, the same bytes on every machine and thread count
  * (float/double arithmetic without FMA, no libm beyond sqrt and fabs).
  *
+ * q4_K and q3_K have a reference encoder (pn_quantize_row_*_ref, q4_K.c and
+ * q3_K.c: the definition) and fast paths (kquants_simd.h: portable,
+ * AVX2, AVX-512) chosen by the path ids of quant/pn_fast.h. Every path
+ * writes the reference's bytes and returns its status and *bad_col for
+ * every input; pn_quantize_row_q4_K / _q3_K run pn_cpu_path_best().
+ * q8_0 has one encoder, the same on every path.
+ *
  * Row calls: x holds n floats, n a multiple of the type's block (32 for q8_0,
  * 256 for the K types). out receives n/block blocks; the caller owns both
  * buffers; nothing allocates, prints or keeps state. Errors:
@@ -67,9 +74,17 @@ pn_status pn_quantize_row_q8_0(const float *x, int64_t n, uint8_t *out, int64_t 
 void pn_dequantize_row_q8_0(const uint8_t *in, float *y, int64_t n);
 
 pn_status pn_quantize_row_q4_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
+pn_status pn_quantize_row_q4_K_ref(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
+/* On a chosen path (PN_PATH_*): PN_ERR_USAGE (*bad_col = -1) when the path is
+ * unknown or unavailable, else exactly what the reference returns. */
+pn_status pn_quantize_row_q4_K_path(int path, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col);
 void pn_dequantize_row_q4_K(const uint8_t *in, float *y, int64_t n);
 
 pn_status pn_quantize_row_q3_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
+pn_status pn_quantize_row_q3_K_ref(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
+pn_status pn_quantize_row_q3_K_path(int path, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col);
 void pn_dequantize_row_q3_K(const uint8_t *in, float *y, int64_t n);
 
 /* Field access for the K types (tests and checkers): the 6-bit scale and min
@@ -84,8 +99,9 @@ void pn_q3_K_set_scale(uint8_t scales[12], int j, int u);
  * (round to nearest even), q8_0, q3_K, q4_K. */
 bool pn_stock_type_supported(int type);
 
-/* Quantizes a row to `type` (a ggml type id); same contract as the row calls
- * above, PN_ERR_TYPE for an unsupported type. */
+/* Quantizes a row to `type` (a ggml type id) on pn_cpu_path_best(); same
+ * contract as the row calls above, PN_ERR_TYPE for an unsupported type.
+ * quant/quant_row.h has the path-taking entry point for every type. */
 pn_status pn_quantize_row_stock(int type, const float *x, int64_t n, uint8_t *out,
                                 int64_t *bad_col);
 

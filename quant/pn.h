@@ -1,7 +1,7 @@
 /* pn.h - the PN block types pn3t and pn4t: quantize, dequantize, validate.
  *
  * Layout: see quant/blocks.h. The reference quantizer is the scalar
- * definition of the contract (docs: README "The PN contract"):
+ * definition of the contract (docs/format.md#the-reference-quantizer):
  *   per group of G weights (pn3t G=80, bits 3, z 4; pn4t G=64, bits 4, z 8):
  *   amax, max, min in double; amax == 0 -> d = +0.0, every code z.
  *   sigma = (|min| > max) ? +1 : -1.
@@ -25,7 +25,10 @@
 #include "common/pn_error.h"
 #include "quant/blocks.h"
 
-#define PN_BLOCK_BYTES 34
+/* Bytes of a pn3t/pn4t block: the struct's size (quant/blocks.h). */
+#define PN_BLOCK_BYTES ((int)sizeof(block_pnt))
+/* Offset of a block's first code word. */
+#define PN_BLOCK_WORDS_AT offsetof(block_pnt, qs)
 #define PN_N_CANDIDATES 36
 
 typedef struct pn_params {
@@ -46,13 +49,27 @@ const pn_params *pn_params_get(int type);
 pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block,
                                 int *winner, int *bad_index);
 
+/* The same, and (win_err not NULL) the winning candidate's error sum,
+ * sum ((double)w - s*(n - z))^2 in element order from +0.0 (infinity when
+ * every candidate was skipped). */
+pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block,
+                                    int *winner, int *bad_index, double *win_err);
+
 /* Reference row quantizer: n/G groups in order. On error *bad_col (may be
  * NULL) is the column of the offending weight (NaN/Inf) or the first column
  * of the group whose scale overflows; the output is then unspecified. */
 pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out,
                               int64_t *bad_col);
+/* The reference with the per-group sums of quant/quant_row.h (blk_err and
+ * blk_norm both NULL or both n/G doubles): the error is the search's own
+ * sum for the winner, which is the decoder's error exactly (s*(n - z) is
+ * the decoded float: s has 11 significant bits, n - z at most 4), and the
+ * norm for a zero group (it decodes to zeros). */
+pn_status pn_quantize_row_ref_sums(int type, const float *x, int64_t n, uint8_t *out,
+                                   int64_t *bad_col, double *blk_err, double *blk_norm);
 
-/* The fastest exact implementation this CPU supports (same bytes as _ref). */
+/* The fastest exact implementation this CPU supports (same bytes as _ref):
+ * pn_quantize_row_path(pn_cpu_path_best(), ...), quant/pn_fast.h. */
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out,
                           int64_t *bad_col);
 

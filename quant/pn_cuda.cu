@@ -117,7 +117,13 @@ constexpr int kGroupMax = 80;
 /* Row stride of the weights in shared memory, in doubles: odd, so that the
  * two groups a warp straddles read from different banks. */
 constexpr int kWStride = kGroupMax + 1;
-constexpr int kBlockBytes = PN_BLOCK_BYTES; /* 34 */
+/* The pn3t/pn4t frame from quant/blocks.h (the one source of the layout):
+ * the kernel stages and packs blocks byte by byte with these. */
+constexpr int kBlockBytes = (int)sizeof(block_pnt);
+constexpr int kScaleAt = (int)offsetof(block_pnt, d);
+constexpr int kWordsAt = (int)offsetof(block_pnt, qs);
+static_assert(kBlockBytes == PN_BLOCK_BYTES && kBlockBytes == 34 && kScaleAt == 0 && kWordsAt == 2,
+              "the kernel's STORE and PACK phases assume quant/blocks.h's block_pnt");
 
 static_assert(kThreads >= kGroupsPerBlock * kBlockBytes, "STORE writes one byte per thread");
 static_assert(kGroupsPerBlock * 8 <= kThreads, "PACK takes one thread per word");
@@ -283,8 +289,16 @@ PN_HD double pn_widen_float(float f)
     return pn_bits_double(sign | ((uint64_t)(exp - 127u + 1023u) << 52) | ((uint64_t)mant << 29));
 }
 
-/* fp16(x): one rounding of the exact double, ties to even; the algorithm of
- * pn_fp16_from_double (quant/fp16.c) with frexp/ldexp done on the bits. */
+/* fp16(x): one rounding of the exact double, ties to even: the rounding
+ * pn_fp16_from_double (quant/fp16.h) defines, computed another way. Why a
+ * rounder of its own (the project's third; see quant/fp16.h for the list):
+ * the host's is a plain static inline C function, which device code cannot
+ * call, and it rounds by shifting a 64-bit significand; here the value is
+ * scaled by an exact power of two so that its last kept bit weighs 1 and
+ * rounded once with rint, every step an explicit round-to-nearest double
+ * operation, so one __host__ __device__ body serves the GPU and the host
+ * emulator alike. Tests: test_pn_cuda's fp16 backend tests compare it with
+ * pn_fp16_from_double on every golden input and on every half-way point. */
 PN_HD unsigned short pn_hd_fp16_from_double(double x)
 {
     const uint64_t u = pn_double_bits(x);
@@ -515,13 +529,13 @@ PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
             d = sm.win_bits[gg];
     }
     unsigned char *b = sm.staging + gg * kBlockBytes;
-    b[2 + 4 * wi + 0] = (unsigned char)word;
-    b[2 + 4 * wi + 1] = (unsigned char)(word >> 8);
-    b[2 + 4 * wi + 2] = (unsigned char)(word >> 16);
-    b[2 + 4 * wi + 3] = (unsigned char)(word >> 24);
+    b[kWordsAt + 4 * wi + 0] = (unsigned char)word;
+    b[kWordsAt + 4 * wi + 1] = (unsigned char)(word >> 8);
+    b[kWordsAt + 4 * wi + 2] = (unsigned char)(word >> 16);
+    b[kWordsAt + 4 * wi + 3] = (unsigned char)(word >> 24);
     if (wi == 0) {
-        b[0] = (unsigned char)d;
-        b[1] = (unsigned char)(d >> 8);
+        b[kScaleAt] = (unsigned char)d;
+        b[kScaleAt + 1] = (unsigned char)(d >> 8);
     }
 }
 

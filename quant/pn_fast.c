@@ -1,7 +1,6 @@
 /* The portable fast PN quantizer, the pieces every fast path shares, and the
  * run-time choice among the paths. Exactness argument: pn_fast_internal.h. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "quant/pn.h"
@@ -13,8 +12,8 @@
 void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
                         uint8_t *block)
 {
-    block[0] = (uint8_t)d_bits;
-    block[1] = (uint8_t)(d_bits >> 8);
+    block[offsetof(block_pnt, d)] = (uint8_t)d_bits;
+    block[offsetof(block_pnt, d) + 1] = (uint8_t)(d_bits >> 8);
     const int per_word = p->per_word, bits = p->bits;
     for (int wi = 0; wi < 8; wi++) {
         const uint8_t *c = codes + wi * per_word;
@@ -24,7 +23,7 @@ void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *code
             hi |= (uint32_t)c[2 * j + 1] << (bits * j);
         }
         uint32_t word = lo | (hi << 16);
-        uint8_t *wp = block + 2 + 4 * wi;
+        uint8_t *wp = block + PN_BLOCK_WORDS_AT + 4 * wi;
         wp[0] = (uint8_t)word;
         wp[1] = (uint8_t)(word >> 8);
         wp[2] = (uint8_t)(word >> 16);
@@ -57,9 +56,10 @@ uint16_t pn_fp16_bits_of_half_value(double h) { return pn_fast_half_bits(h); }
 
 /* One group; the candidates that survive fp16 rounding are compacted into
  * s[]/r[]/idx[] in ascending order, and each candidate's error is summed in
- * element order. */
+ * element order. With sums (err, norm not NULL): the winner's error, which is
+ * scored to the end (see below), and the norm in element order. */
 static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, uint8_t *block,
-                                            int *bad_index)
+                                            int *bad_index, double *err_out, double *norm_out)
 {
     const int G = p->group, z = p->z;
     double wd[80];
@@ -74,6 +74,13 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         fmax = v > fmax ? v : fmax;
         fmin = v < fmin ? v : fmin;
         wd[e] = (double)v;
+    }
+    if (norm_out) {
+        double norm = 0.0;
+        for (int e = 0; e < G; e++)
+            norm = norm + wd[e] * wd[e];
+        *norm_out = norm;
+        *err_out = norm; /* a zero group's; a search below replaces it */
     }
     const double amax = famax, max = fmax, min = fmin;
     if (amax == 0.0) {
@@ -145,6 +152,8 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
         }
     }
     const double sb = s[best_c];
+    if (err_out)
+        *err_out = best;
     uint8_t codes[80];
     for (int e = 0; e < G; e++) {
         double q = wd[e] / sb;
@@ -158,12 +167,15 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
 }
 
 pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col)
+                                      uint8_t *out, int64_t *bad_col, double *blk_err,
+                                      double *blk_norm)
 {
+    const bool sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
         pn_status st = quantize_group_scalar_fast(p, x + g * p->group, out + g * PN_BLOCK_BYTES,
-                                                  &bad);
+                                                  &bad, sums ? blk_err + g : NULL,
+                                                  sums ? blk_norm + g : NULL);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
@@ -183,9 +195,10 @@ bool pn_path_available(int path)
     case PN_PATH_REF:
     case PN_PATH_SCALAR_FAST:
         return true;
-    case PN_PATH_AVX2:
+    case PN_PATH_AVX2: /* the files are built with -mavx2 -mf16c, kquants_avx2.c with FMA */
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+               __builtin_cpu_supports("fma");
     case PN_PATH_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -210,13 +223,8 @@ int pn_path_from_name(const char *name)
     return -1;
 }
 
-int pn_quantize_default_path(void)
+int pn_cpu_path_best(void)
 {
-    const char *env = getenv(PN_CPU_PATH_ENV);
-    if (env && *env) {
-        int path = pn_path_from_name(env);
-        return pn_path_available(path) ? path : -1;
-    }
     if (pn_path_available(PN_PATH_AVX512))
         return PN_PATH_AVX512;
     if (pn_path_available(PN_PATH_AVX2))
@@ -224,27 +232,29 @@ int pn_quantize_default_path(void)
     return PN_PATH_SCALAR_FAST;
 }
 
-const char *pn_quantize_path_name(void)
-{
-    int path = pn_quantize_default_path();
-    return path < 0 ? "invalid " PN_CPU_PATH_ENV : pn_path_name(path);
-}
-
 pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col)
+{
+    return pn_quantize_row_path_sums(path, type, x, n, out, bad_col, NULL, NULL);
+}
+
+pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm)
 {
     const pn_params *p = pn_params_get(type);
     if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
         return PN_ERR_USAGE;
+    if (!blk_err || !blk_norm)
+        blk_err = blk_norm = NULL;
     switch (path) {
     case PN_PATH_REF:
-        return pn_quantize_row_ref(type, x, n, out, bad_col);
+        return pn_quantize_row_ref_sums(type, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_SCALAR_FAST:
-        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col);
+        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_AVX2:
-        return pn_quantize_row_avx2(p, x, n, out, bad_col);
+        return pn_quantize_row_avx2(p, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_AVX512:
-        return pn_quantize_row_avx512(p, x, n, out, bad_col);
+        return pn_quantize_row_avx512(p, x, n, out, bad_col, blk_err, blk_norm);
     default:
         return PN_ERR_USAGE;
     }
@@ -252,8 +262,5 @@ pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, ui
 
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
-    int path = pn_quantize_default_path();
-    if (path < 0)
-        return PN_ERR_USAGE;
-    return pn_quantize_row_path(path, type, x, n, out, bad_col);
+    return pn_quantize_row_path(pn_cpu_path_best(), type, x, n, out, bad_col);
 }

@@ -5,14 +5,18 @@
  * the same *bad_col. They differ only in speed:
  *   PN_PATH_REF          the scalar reference itself;
  *   PN_PATH_SCALAR_FAST  portable C (no SIMD flags), always available;
- *   PN_PATH_AVX2         AVX2 + F16C, chosen when the CPU has them;
+ *   PN_PATH_AVX2         AVX2 + F16C + FMA, chosen when the CPU has them;
  *   PN_PATH_AVX512       AVX-512 F/BW/DQ/VL, chosen when the CPU has them.
- * pn_quantize_row (quant/pn.h) uses the default path: the environment
- * variable PN_CPU_PATH (ref|scalar|avx2|avx512) when it is set, else the
- * best path the CPU supports. The same variable picks the rotation path
- * (hadamard/hadamard_fast.h). A PN_CPU_PATH that names no path, or a path
- * the CPU lacks, makes pn_quantize_row return PN_ERR_USAGE rather than
- * silently run something else.
+ * One path id picks the path of every row operation: the PN quantizers
+ * here, the k-quant encoders (quant/kquants.h), the fused quantize-and-sum
+ * entry point (quant/quant_row.h) and the rotation
+ * (hadamard/hadamard_fast.h). Callers pass the id down; nothing in the
+ * library reads the environment. pn_quantize_row (quant/pn.h) runs
+ * pn_cpu_path_best(). The programs (cmd/, bench/) let the user force a path
+ * with the environment variable named PN_CPU_PATH_ENV, read once and parsed
+ * with pn_path_from_name; a name that is unknown, or a path the CPU lacks
+ * (pn_path_available), is the program's error to report, naming the
+ * variable.
  *
  * Why the fast paths are exact (the argument is in quant/pn_fast_internal.h):
  * they score candidates with w * (1/s) in place of w / s, which can change a
@@ -40,6 +44,7 @@ typedef enum pn_cpu_path {
 } pn_cpu_path;
 
 #define PN_PATH_COUNT 4
+/* The variable the programs read to force a path (never the library). */
 #define PN_CPU_PATH_ENV "PN_CPU_PATH"
 
 /* True when this build and CPU can run the path. */
@@ -51,17 +56,23 @@ const char *pn_path_name(int path);
 /* The path named (as pn_path_name spells it), or -1. */
 int pn_path_from_name(const char *name);
 
-/* The path pn_quantize_row runs: PN_CPU_PATH if set, else the best
- * available; -1 when PN_CPU_PATH is set to an unknown or unavailable path. */
-int pn_quantize_default_path(void);
-
-/* pn_path_name(pn_quantize_default_path()), or "invalid PN_CPU_PATH". */
-const char *pn_quantize_path_name(void);
+/* The fastest path this build and CPU can run: PN_PATH_AVX512, else
+ * PN_PATH_AVX2, else PN_PATH_SCALAR_FAST. Asks the CPU on every call (cheap:
+ * a read of what the runtime detected at start-up); reads no environment. */
+int pn_cpu_path_best(void);
 
 /* pn_quantize_row on a chosen path. PN_ERR_USAGE when the path is unknown or
  * unavailable, or for the reasons pn_quantize_row_ref gives. */
 pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col);
+
+/* The same with the per-group sums of quant/quant_row.h (blk_err, blk_norm:
+ * both NULL or both n/G doubles): every path takes the winner's error from
+ * its own search (the reference's sum, bit for bit; a zero group's error is
+ * its norm) and sums the norm in element order. pn_quantize_row_sums is the
+ * entry point callers use. */
+pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm);
 
 /* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
  * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every

@@ -63,10 +63,15 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
     } while (0)
 
 /* err[i] = the reference's error sum of candidate i (garbage where invalid):
- * lane i adds element e's term before element e+1's, as the reference does. */
-static inline void candidate_errors(const double *wd, int G, int z, const cands512 *c,
-                                    double *err)
+ * lane i adds element e's term before element e+1's, as the reference does.
+ * With_norm (a constant at each call): *norm = sum wd[e]^2 in element order,
+ * a scalar chain hidden in the loop's latency. */
+static inline __attribute__((always_inline)) void candidate_errors(const double *wd, int G, int z,
+                                                                   const cands512 *c, double *err,
+                                                                   const int with_norm,
+                                                                   double *norm)
 {
+    double nrm = 0.0;
     const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
     const __m256d lo4 = _mm256_set1_pd((double)-z), hi4 = _mm256_set1_pd((double)(z - 1));
     const __m512d S0 = _mm512_load_pd(c->s), S1 = _mm512_load_pd(c->s + 8);
@@ -89,16 +94,29 @@ static inline void candidate_errors(const double *wd, int G, int z, const cands5
         __m256d k = _mm256_roundscale_pd(q, ROUND_NEAREST);
         __m256d d = _mm256_sub_pd(wy, _mm256_mul_pd(S4, k));
         E4 = _mm256_add_pd(E4, _mm256_mul_pd(d, d));
+        if (with_norm)
+            nrm = nrm + wd[e] * wd[e];
     }
     _mm512_storeu_pd(err, E0);
     _mm512_storeu_pd(err + 8, E1);
     _mm512_storeu_pd(err + 16, E2);
     _mm512_storeu_pd(err + 24, E3);
     _mm256_storeu_pd(err + 32, E4);
+    if (with_norm)
+        *norm = nrm;
+}
+
+/* sum wd[e]^2 in element order (groups that are not searched). */
+static double group_norm(const double *wd, int G)
+{
+    double nrm = 0.0;
+    for (int e = 0; e < G; e++)
+        nrm = nrm + wd[e] * wd[e];
+    return nrm;
 }
 
 static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block,
-                                       int *bad_index)
+                                       int *bad_index, double *err_out, double *norm_out)
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
@@ -121,6 +139,8 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
     const double amax = _mm512_reduce_max_ps(vamax);
     const double max = _mm512_reduce_max_ps(vmax), min = _mm512_reduce_min_ps(vmin);
     if (amax == 0.0) {
+        if (norm_out)
+            *norm_out = *err_out = group_norm(wd, G);
         pn_fast_zero_block(p, block);
         return PN_OK;
     }
@@ -133,13 +153,20 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
             *bad_index = 0;
             return PN_ERR_SCALE_OVERFLOW;
         }
+        if (norm_out) /* every scale underflowed: decodes to zeros */
+            *norm_out = *err_out = group_norm(wd, G);
         pn_fast_zero_block(p, block);
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    candidate_errors(wd, G, z, &c, err);
+    if (norm_out)
+        candidate_errors(wd, G, z, &c, err, 1, norm_out);
+    else
+        candidate_errors(wd, G, z, &c, err, 0, NULL);
     const int best = pn_fast_pick(err, c.valid);
     const double sb = c.s[best];
+    if (err_out)
+        *err_out = err[best];
 
     /* The winner's codes with the reference's exact division. */
     const __m512d vs = _mm512_set1_pd(sb), vzd = _mm512_set1_pd((double)z);
@@ -157,11 +184,13 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
 }
 
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                 int64_t *bad_col)
+                                 int64_t *bad_col, double *blk_err, double *blk_norm)
 {
+    const int sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
-        pn_status st = quantize_group_avx512(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad);
+        pn_status st = quantize_group_avx512(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
+                                             sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;

@@ -83,7 +83,14 @@ static inline double pn_fast_double_of(uint64_t u)
     return x;
 }
 
-/* fp16(t) as a double: +-0 when it underflows, +-inf when it overflows. */
+/* fp16(t) as a double: +-0 when it underflows, +-inf when it overflows.
+ * The second of the project's three fp16 rounders (the list is in
+ * quant/fp16.h): pn_fp16_from_double's rounding, but producing the value by
+ * one addition and one subtraction (argument 1 above), so that
+ * make_candidates in pn_fast_avx2.c / pn_fast_avx512.c can round the 36
+ * candidate scales in vector lanes without per-lane branches; this scalar
+ * form is what the portable path uses and what the tests pin against the
+ * reference (tests/test_pn_fast.c, fast_fp16_rounding_*). */
 static inline double pn_fast_fp16_value(double t)
 {
     uint64_t tb = pn_fast_bits_of(t);
@@ -140,12 +147,15 @@ void pn_fast_zero_block(const pn_params *p, uint8_t *block);
  * infinity): status and *bad_index exactly as pn_quantize_group_ref. */
 pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_index);
 
-/* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G. */
+/* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G;
+ * blk_err and blk_norm both NULL, or both n/G doubles for the per-group sums
+ * of pn_quantize_row_path_sums. */
 pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col);
+                                      uint8_t *out, int64_t *bad_col, double *blk_err,
+                                      double *blk_norm);
 pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                               int64_t *bad_col);
+                               int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                 int64_t *bad_col);
+                                 int64_t *bad_col, double *blk_err, double *blk_norm);
 
 #endif

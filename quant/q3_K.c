@@ -2,6 +2,9 @@
  * w = (d*k)*c with 3-bit codes c in -4..3 (stored as c+4: a high bit in
  * hmask, two low bits in qs) and a signed 6-bit k in -32..31 (stored k+32).
  *
+ * This is the reference encoder (pn_quantize_row_q3_K_ref): plain code, the
+ * definition the fast paths (kquants_simd.h) reproduce byte for byte.
+ *
  * Encoder, per super-block (plain squared error throughout):
  * 1. Each sub-block gets a continuous signed scale s: its largest-magnitude
  *    weight is tried on a few real positions around code -4 (and, with the
@@ -24,8 +27,8 @@
 #include "quant/kquants.h"
 #include "quant/kquants_impl.h"
 
-#define Q3K_SUB 16
-#define Q3K_NSUB 16
+#define Q3K_SUB KQ_Q3K_SUB
+#define Q3K_NSUB KQ_Q3K_NSUB
 
 /* Stage 1 trials: the real code position of the largest-magnitude weight. */
 static const float q3k_trial[] = {-4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f, -3.2f, -3.0f,
@@ -143,31 +146,6 @@ static void q3k_integers(const float *x, const float *s, q3k_state *st)
     }
 }
 
-static void q3k_pack(const q3k_state *st, uint8_t *blk)
-{
-    uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-    memset(scales, 0, 12);
-    /* Weight e = 32p + l: high bit in bit p of hmask[l], low bits at
-     * 2*(p%4) in qs[32*(p/4) + l]. */
-    for (int l = 0; l < 32; l++) {
-        unsigned hm = 0, lo0 = 0, lo1 = 0;
-        for (int p = 0; p < 8; p++) {
-            unsigned L = (unsigned)(st->q[32 * p + l] + 4);
-            hm |= (L >> 2) << p;
-            if (p < 4)
-                lo0 |= (L & 3) << (2 * p);
-            else
-                lo1 |= (L & 3) << (2 * (p - 4));
-        }
-        hmask[l] = (uint8_t)hm;
-        qs[l] = (uint8_t)lo0;
-        qs[32 + l] = (uint8_t)lo1;
-    }
-    for (int j = 0; j < Q3K_NSUB; j++)
-        pn_q3_K_set_scale(scales, j, st->k[j] + 32);
-    pn_store_u16le(blk + 108, st->hd);
-}
-
 static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
 {
     if ((*bad = kq_first_nonfinite(x, PN_QK_K)) >= 0)
@@ -179,26 +157,17 @@ static pn_status q3k_block(const float *x, uint8_t *blk, int *bad)
             smax = s[j];
     }
     q3k_state st;
-    /* An all-zero block gets d = +0.0, not the -0.0 that 0 / -32 gives.
-     * Among fp16's subnormals one unit is a large step: if rounding went
-     * down far enough that S would clip (or to zero), take the next half
-     * away from zero (the magnitude is the low 15 bits). */
-    st.hd = 0;
-    if (smax != 0.0f) {
-        st.hd = pn_fp16_from_double((double)smax / -32.0);
-        if (fabs((double)smax) > 32.5 * fabs((double)pn_fp16_to_float(st.hd)))
-            st.hd++;
-    }
+    st.hd = kq_q3k_super_scale(smax);
     if ((st.hd & 0x7c00u) == 0x7c00u) {
         *bad = 0;
         return PN_ERR_SCALE_OVERFLOW;
     }
     q3k_integers(x, s, &st);
-    q3k_pack(&st, blk);
+    kq_q3k_pack(st.hd, st.k, st.q, blk);
     return PN_OK;
 }
 
-pn_status pn_quantize_row_q3_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
+pn_status pn_quantize_row_q3_K_ref(const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
     if (n < 0 || n % PN_QK_K != 0) {
         if (bad_col)
@@ -221,8 +190,9 @@ void pn_dequantize_row_q3_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q3_K);
-        const uint8_t *hmask = blk, *qs = blk + 32, *scales = blk + 96;
-        const float d = pn_fp16_to_float(pn_load_u16le(blk + 108));
+        const uint8_t *hmask = blk + offsetof(block_q3_K, hmask), *qs = blk + offsetof(block_q3_K, qs);
+        const uint8_t *scales = blk + offsetof(block_q3_K, scales);
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q3_K, d)));
         float *yb = y + b * PN_QK_K;
         for (int p = 0; p < 8; p++) {           /* 32 weights share a bit plane */
             const uint8_t *q = qs + 32 * (p / 4);

@@ -1,6 +1,9 @@
 /* q4_K.c - ggml's q4_K: 256 weights as eight sub-blocks of 32, each
  * w = (d*sc)*q - dmin*m with 4-bit codes q and 6-bit sc, m.
  *
+ * This is the reference encoder (pn_quantize_row_q4_K_ref): plain code, the
+ * definition the fast paths (kquants_simd.h) reproduce byte for byte.
+ *
  * Encoder, per super-block (all errors are plain squared errors, the
  * quantity the project measures):
  * 1. Each sub-block gets a continuous fit w ~ a*q - b (a, b >= 0): for a few
@@ -24,8 +27,8 @@
 #include "quant/kquants.h"
 #include "quant/kquants_impl.h"
 
-#define Q4K_SUB 32
-#define Q4K_NSUB 8
+#define Q4K_SUB KQ_Q4K_SUB
+#define Q4K_NSUB KQ_Q4K_NSUB
 #define Q4K_ROUNDS 3
 
 /* Trial steps for stage 1: range / (15 + f). */
@@ -242,52 +245,7 @@ static int q4k_refit(const float *x, const q4k_state *s, uint16_t *hd, uint16_t 
         sxa += sc * txa;
         sxb += m * tx;
     }
-    double d, dm;
-    if (sbb == 0.0) {
-        if (saa <= 0.0)
-            return 0;
-        d = sxa / saa;
-        dm = (double)pn_fp16_to_float(s->hm);
-    } else {
-        double det = saa * sbb - sab * sab;
-        if (!(det > 0.0))
-            return 0;
-        d = (sxa * sbb - sab * sxb) / det;
-        dm = (sab * sxa - saa * sxb) / det;
-    }
-    if (!(d >= 0.0) || !(dm >= 0.0))
-        return 0;
-    *hd = pn_fp16_from_double(d);
-    *hm = pn_fp16_from_double(dm);
-    if ((*hd & 0x7c00u) == 0x7c00u || (*hm & 0x7c00u) == 0x7c00u)
-        return 0;
-    return 1;
-}
-
-static void q4k_pack(const q4k_state *s, uint8_t *blk)
-{
-    pn_store_u16le(blk, s->hd);
-    pn_store_u16le(blk + 2, s->hm);
-    uint8_t *scales = blk + 4, *qs = blk + 16;
-    memset(scales, 0, 12);
-    for (int j = 0; j < Q4K_NSUB; j++)
-        pn_q4_K_set_scale_min(scales, j, s->sc[j], s->m[j]);
-    for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            qs[32 * c + l] = (uint8_t)(s->q[64 * c + l] | (s->q[64 * c + 32 + l] << 4));
-}
-
-/* fp16 of v/63, so that v lands on the largest 6-bit value. Among fp16's
- * subnormals one unit is a large step: if rounding went down far enough
- * that v/63 would clip (or to zero), take the next half up. */
-static uint16_t q4k_super_scale(float v)
-{
-    if (v == 0.0f)
-        return 0;
-    uint16_t h = pn_fp16_from_double((double)v / 63.0);
-    if ((double)v > 63.5 * (double)pn_fp16_to_float(h))
-        h++;
-    return h;
+    return kq_q4k_solve(saa, sab, sbb, sxa, sxb, s->hm, hd, hm);
 }
 
 static pn_status q4k_block(const float *x, uint8_t *blk, int *bad)
@@ -301,8 +259,8 @@ static pn_status q4k_block(const float *x, uint8_t *blk, int *bad)
         bmax = b[j] > bmax ? b[j] : bmax;
     }
     q4k_state cur, best;
-    cur.hd = q4k_super_scale(amax);
-    cur.hm = q4k_super_scale(bmax);
+    cur.hd = kq_q4k_super_scale(amax);
+    cur.hm = kq_q4k_super_scale(bmax);
     if ((cur.hd & 0x7c00u) == 0x7c00u || (cur.hm & 0x7c00u) == 0x7c00u) {
         *bad = 0;
         return PN_ERR_SCALE_OVERFLOW;
@@ -320,11 +278,11 @@ static pn_status q4k_block(const float *x, uint8_t *blk, int *bad)
             break;
         best = cur;
     }
-    q4k_pack(&best, blk);
+    kq_q4k_pack(best.hd, best.hm, best.sc, best.m, best.q, blk);
     return PN_OK;
 }
 
-pn_status pn_quantize_row_q4_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
+pn_status pn_quantize_row_q4_K_ref(const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
     if (n < 0 || n % PN_QK_K != 0) {
         if (bad_col)
@@ -347,9 +305,10 @@ void pn_dequantize_row_q4_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q4_K);
-        const float d = pn_fp16_to_float(pn_load_u16le(blk));
-        const float dmin = pn_fp16_to_float(pn_load_u16le(blk + 2));
-        const uint8_t *scales = blk + 4, *qs = blk + 16;
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q4_K, d)));
+        const float dmin = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q4_K, dmin)));
+        const uint8_t *scales = blk + offsetof(block_q4_K, scales);
+        const uint8_t *qs = blk + offsetof(block_q4_K, qs);
         float *yb = y + b * PN_QK_K;
         for (int c = 0; c < 4; c++) {
             int sc, m;

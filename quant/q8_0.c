@@ -13,6 +13,7 @@
 
 #include "quant/fp16.h"
 #include "quant/kquants.h"
+#include "quant/kquants_fast.h"
 #include "quant/kquants_impl.h"
 
 /* Squared error of scale d (d > 0), and the sums sum(x c), sum(c c) of its
@@ -86,8 +87,8 @@ static pn_status q8_0_block(const float *x, uint8_t *blk, int *bad)
     }
     int8_t q[PN_QK8_0];
     q8_0_codes(x, d, q);
-    pn_store_u16le(blk, h);
-    memcpy(blk + 2, q, sizeof q);
+    pn_store_u16le(blk + offsetof(block_q8_0, d), h);
+    memcpy(blk + offsetof(block_q8_0, qs), q, sizeof q);
     return PN_OK;
 }
 
@@ -98,13 +99,35 @@ pn_status pn_quantize_row_q8_0(const float *x, int64_t n, uint8_t *out, int64_t 
             *bad_col = -1;
         return PN_ERR_USAGE;
     }
+    return pn_q8_0_row_sums(x, n, out, bad_col, NULL, NULL);
+}
+
+pn_status pn_q8_0_row_sums(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+                           double *blk_err, double *blk_norm)
+{
     for (int64_t b = 0; b < n / PN_QK8_0; b++) {
         int bad = 0;
-        pn_status st = q8_0_block(x + b * PN_QK8_0, out + b * sizeof(block_q8_0), &bad);
+        uint8_t *blk = out + b * sizeof(block_q8_0);
+        const float *xb = x + b * PN_QK8_0;
+        pn_status st = q8_0_block(xb, blk, &bad);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = b * PN_QK8_0 + bad;
             return st;
+        }
+        if (blk_err && blk_norm) {
+            /* dq exactly as pn_dequantize_row_q8_0 computes it */
+            const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q8_0, d)));
+            const int8_t *qs = (const int8_t *)(blk + offsetof(block_q8_0, qs));
+            double err = 0.0, norm = 0.0;
+            for (int i = 0; i < PN_QK8_0; i++) {
+                const float dq = (float)qs[i] * d;
+                const double diff = (double)xb[i] - (double)dq;
+                err = err + diff * diff;
+                norm = norm + (double)xb[i] * (double)xb[i];
+            }
+            blk_err[b] = err;
+            blk_norm[b] = norm;
         }
     }
     return PN_OK;
@@ -114,8 +137,9 @@ void pn_dequantize_row_q8_0(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK8_0; b++) {
         const uint8_t *blk = in + b * sizeof(block_q8_0);
-        const float d = pn_fp16_to_float(pn_load_u16le(blk));
+        const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q8_0, d)));
+        const uint8_t *qs = blk + offsetof(block_q8_0, qs);
         for (int i = 0; i < PN_QK8_0; i++)
-            y[b * PN_QK8_0 + i] = (float)(int8_t)blk[2 + i] * d;
+            y[b * PN_QK8_0 + i] = (float)(int8_t)qs[i] * d;
     }
 }

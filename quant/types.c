@@ -56,3 +56,28 @@ int64_t pn_type_row_bytes(int id, int64_t n)
         return -1;
     return n / t->block_weights * t->block_bytes;
 }
+
+int64_t pn_gcd_i64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t pn_lcm_i64(int64_t a, int64_t b)
+{
+    return a / pn_gcd_i64(a, b) * b;
+}
+
+bool pn_weight_count(const int64_t ne[4], int64_t *n)
+{
+    int64_t c = 1;
+    for (int d = 0; d < 4; d++)
+        if (ne[d] < 0 || __builtin_mul_overflow(c, ne[d], &c))
+            return false;
+    *n = c;
+    return true;
+}

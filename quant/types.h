@@ -39,4 +39,15 @@ bool pn_type_is_float(int id);  /* f32, f16 or bf16: a valid quantizer source */
 /* Bytes of a row of n weights; -1 if n is not a multiple of the block. */
 int64_t pn_type_row_bytes(int id, int64_t n);
 
+/* Greatest common divisor and least common multiple of positive a and b
+ * (lcm: the smallest run of elements that whole blocks of two block sizes,
+ * a type's and a rotation's, both divide). */
+int64_t pn_gcd_i64(int64_t a, int64_t b);
+int64_t pn_lcm_i64(int64_t a, int64_t b);
+
+/* The number of elements of a tensor of shape ne[0..3] (unused dims 1) into
+ * *n; false when it exceeds INT64_MAX (a hostile shape whose byte size may
+ * still fit 64 bits, for types of less than a byte per weight). */
+bool pn_weight_count(const int64_t ne[4], int64_t *n);
+
 #endif

@@ -115,6 +115,7 @@ static FX_UNUSED void fx_write_file(gguf_writer *w, const char *path, uint8_t *c
                                     const size_t *bytes, int n)
 {
     pn_error err = {0};
+    gguf_writer_set_replace(w, true);   /* tests remake a model under one name */
     cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
     for (int i = 0; i < n; i++)
         cr_assert_eq(gguf_writer_write(w, data[i], bytes[i], &err), PN_OK, "%s", err.msg);

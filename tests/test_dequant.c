@@ -4,14 +4,18 @@
  * is a GGUF that an independent parser reads. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "gguf_bytes.h"
+#include "long_row_fixture.h"
 #include "pipeline/dequant.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
@@ -356,4 +360,307 @@ Test(pn_dequant, output_is_read_by_an_independent_gguf_parser)
               "%s", out);
     free(out);
     free(err);
+}
+
+/* ---- hostile inputs (issue 11) ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
+{
+    const char *p = path_in("out.gguf");
+    char *out, *err;
+    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s' >/dev/full", g_good, p);
+    cr_assert_eq(rc, 1, "rc %d\n%s", rc, err);
+    cr_assert_str_empty(out);
+    char want[4300];
+    snprintf(want, sizeof want,
+             "pn-dequant: %s was written, but the summary could not be written to standard "
+             "output: No space left on device\n", p);
+    cr_assert_str_eq(err, want);
+    free(out);
+    free(err);
+    rc = run_tool(&out, &err, "pn-dequant", "--help >/dev/full");
+    cr_assert_eq(rc, 1, "rc %d\n%s", rc, err);
+    cr_assert_str_eq(err, "pn-dequant: cannot write to standard output: No space left on device\n");
+    free(out);
+    free(err);
+}
+
+static int count_entries(const char *dir);
+
+/* A progress callback that truncates a file the first time it is called. */
+static void truncate_on_first_call(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)total;
+    int *calls = (int *)((char **)ctx)[1];
+    if ((*calls)++ == 0) {
+        cr_assert_eq(done, 0);
+        cr_assert_eq(truncate(((char **)ctx)[0], 0), 0, "%s", strerror(errno));
+    }
+}
+
+Test(pn_dequant, an_input_that_shrinks_during_the_run_is_an_error_leaving_nothing)
+{
+    const char *in = path_in("shrinks.gguf"), *outp = path_in("never.gguf");
+    fx_copy_edit(g_good, in, NULL, NULL);
+    int before = count_entries(g_dir);
+    int calls = 0;
+    char *ctx[2] = {(char *)in, (char *)&calls};
+    pn_dequant_opts o;
+    pn_dequant_opts_init(&o);
+    o.threads = 2;
+    o.progress = truncate_on_first_call;
+    o.progress_ctx = ctx;
+    pn_error err = {0};
+    pn_status st = pn_dequant_file(in, outp, &o, NULL, &err);
+    cr_assert_eq(st, PN_ERR_TRUNCATED, "status %d: %s", st, err.msg);
+    cr_assert_eq(calls, 1);
+    cr_assert(strstr(err.msg, in) && strstr(err.msg, "changed or shrank"), "%s", err.msg);
+    cr_assert_eq(access(outp, F_OK), -1, "nothing at OUT");
+    cr_assert_eq(count_entries(g_dir), before, "no temporary file is left");
+}
+
+Test(pn_dequant, a_file_size_limit_is_a_clean_error_leaving_nothing)
+{
+    const char *p = path_in("limited.gguf");
+    int before = count_entries(g_dir);
+    char cmd[9000], *out, *err;
+    /* 8 blocks: 4 KiB under dash, 8 KiB under bash; the output is ~60 KB */
+    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -f 8; exec %s/pn-dequant \"$0\" \"$1\"' '%s' '%s'",
+             PN_BIN_DIR, g_good, p);
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 1, "rc %d (153 is SIGXFSZ)\n%s%s", rc, out, err);
+    cr_assert(strncmp(err, "pn-dequant: ", 12) == 0 && strstr(err, p), "names the output: %s", err);
+    cr_assert(strstr(err, "file size limit"), "%s", err);
+    cr_assert_str_empty(out);
+    cr_assert_eq(access(p, F_OK), -1, "nothing at OUT");
+    cr_assert_eq(count_entries(g_dir), before, "no temporary file is left");
+    free(out);
+    free(err);
+}
+
+Test(pn_dequant, refuses_a_fifo_as_input_at_once)
+{
+    const char *fifo = path_in("fifo"), *p = path_in("never.gguf");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    char cmd[9000], *out, *err;
+    snprintf(cmd, sizeof cmd, "timeout 20 %s/pn-dequant '%s' '%s'", PN_BIN_DIR, fifo, p);
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 1, "rc %d (124: it hung)\n%s%s", rc, out, err);
+    cr_assert(strstr(err, fifo) && strstr(err, "FIFO"), "%s", err);
+    cr_assert_eq(access(p, F_OK), -1);
+    free(out);
+    free(err);
+}
+
+Test(pn_dequant, refuses_an_empty_key_or_one_holding_a_nul_naming_its_offset)
+{
+    static const struct { const char *key; size_t len; const char *says; } cases[] = {
+        {"", 0, "has an empty key"}, {"a\0b", 3, "holds a NUL byte"},
+    };
+    for (int k = 0; k < 2; k++) {
+        gb b = {0};
+        gb_header(&b, 0, 1);
+        gb_kv_str(&b, cases[k].key, cases[k].len, "v", 1);
+        const char *in = path_in("key.gguf"), *p = path_in("never.gguf");
+        gb_save(&b, in);
+        char *out, *err;
+        int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", in, p);
+        cr_assert_eq(rc, 1, "%s%s", out, err);
+        char want[4200];
+        snprintf(want, sizeof want, "pn-dequant: %s: at byte 24: ", in);
+        cr_assert(strncmp(err, want, strlen(want)) == 0, "%s", err);
+        cr_assert(strstr(err, cases[k].says), "%s", err);
+        cr_assert_eq(access(p, F_OK), -1);
+        free(out);
+        free(err);
+    }
+}
+
+/* The good file with `bits` stored (n bytes) at byte `at`; CRCs left. */
+static const char *with_bits(const char *from, const char *name, uint64_t at, uint32_t bits, int n)
+{
+    size_t size;
+    uint8_t *buf = tu_read_file(from, &size);
+    for (int i = 0; i < n; i++)
+        buf[at + i] = (uint8_t)(bits >> (8 * i));
+    const char *p = path_in(name);
+    cr_assert_eq(tu_write_file(p, buf, size), 0);
+    free(buf);
+    return p;
+}
+
+static uint64_t block_at(const char *path, int t, int64_t row, int64_t block, int field)
+{
+    const pn_type_traits *tt = pn_type_traits_get(fx_specs[t].type);
+    return fx_data_offset(path, fx_specs[t].name, NULL) +
+           (uint64_t)(row * pn_type_row_bytes(fx_specs[t].type, fx_specs[t].K) +
+                      block * tt->block_bytes + field);
+}
+
+static void expect_refused(const char *in, const char *options, const char *says)
+{
+    const char *p = path_in("never.gguf");
+    int before = count_entries(g_dir);
+    char *out, *err;
+    int rc = run_tool(&out, &err, "pn-dequant", "%s '%s' '%s'", options, in, p);
+    cr_assert_eq(rc, 1, "%s: rc %d\n%s%s", options, rc, out, err);
+    char want[4400];
+    snprintf(want, sizeof want, "pn-dequant: %s: %s; the file is invalid (pn-check tells more)\n", in,
+             says);
+    cr_assert_str_eq(err, want, "%s", options);
+    cr_assert_eq(count_entries(g_dir), before, "nothing left behind");
+    free(out);
+    free(err);
+}
+
+Test(pn_dequant, refuses_non_finite_weights_whatever_the_output_type)
+{
+    /* ssm_alpha stored as f16 and bf16: copied when the output type is its
+     * own, widened otherwise; the norm is f32, always copied. */
+    static const struct { int type; uint16_t bits; const char *says; } cases[] = {
+        {PN_TYPE_F16, 0x7e00, "tensor 'blk.0.ssm_alpha.weight' (f16) row 2 column 7: the weight is "
+                              "NaN (0x7e00)"},
+        {PN_TYPE_BF16, 0xff80, "tensor 'blk.0.ssm_alpha.weight' (bf16) row 2 column 7: the weight is "
+                               "infinite (0xff80)"},
+    };
+    static const char *const types[] = {"--type f32", "--type f16", "--type bf16"};
+    for (size_t k = 0; k < 2; k++) {
+        fx_pn_opts o = {.tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type};
+        const char *made = path_in("float.gguf");
+        fx_write_pn(made, &g_model, &o);
+        uint64_t at = fx_data_offset(made, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2;
+        const char *bad = with_bits(made, "bad.gguf", at, cases[k].bits, 2);
+        for (int t = 0; t < 3; t++)
+            expect_refused(bad, types[t], cases[k].says);
+    }
+    uint64_t at = fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4;
+    const char *bad = with_bits(g_good, "norm.gguf", at, 0x7fc00000, 4);
+    for (int t = 0; t < 3; t++)
+        expect_refused(bad, types[t], "tensor 'blk.0.attn_norm.weight' (f32) row 0 column 17: the "
+                                      "weight is NaN (0x7fc00000)");
+}
+
+Test(pn_dequant, refuses_non_finite_scales_naming_the_block_and_field)
+{
+    static const struct { int t; int64_t row, block; int field; uint16_t bits; const char *says; }
+        cases[] = {
+            {FX_ALPHA, 1, 3, 0, 0x7e00,
+             "tensor 'blk.0.ssm_alpha.weight' (q8_0) row 1 block 3: the scale d is NaN (0x7e00)"},
+            {FX_OUTPUT, 2, 0, 2, 0xfc00,
+             "tensor 'output.weight' (q4_K) row 2 block 0: the scale dmin is infinite (0xfc00)"},
+            {FX_EMBD, 4, 0, 108, 0x7c01,
+             "tensor 'token_embd.weight' (q3_K) row 4 block 0: the scale d is NaN (0x7c01)"},
+        };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint64_t at = block_at(g_good, cases[k].t, cases[k].row, cases[k].block, cases[k].field);
+        const char *bad = with_bits(g_good, "scale.gguf", at, cases[k].bits, 2);
+        expect_refused(bad, "--type f32", cases[k].says);
+        expect_refused(bad, "--type bf16 --threads 3", cases[k].says);
+    }
+}
+
+Test(pn_dequant, prints_hostile_names_in_errors_safely)
+{
+    /* A NaN weight in a tensor whose name holds terminal escapes, a newline
+     * and invalid UTF-8: the error names it, in its \xNN form. */
+    const char *name = "x\x1b]0;x\x07\x1b[2J\ny\xff\xc3z";
+    gb b = {0};
+    gb_header(&b, 1, 0);
+    gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){8}, PN_TYPE_F32, 0);
+    gb_pad(&b, 32);
+    float w[8] = {1, 2, 3, NAN, 5, 6, 7, 8};
+    gb_put(&b, w, sizeof w);
+    const char *in = path_in("hostile.gguf");
+    gb_save(&b, in);
+    char *out, *err;
+    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", in, path_in("never.gguf"));
+    cr_assert_eq(rc, 1, "%s%s", out, err);
+    cr_assert(strstr(err, "tensor 'x\\x1b]0;x\\x07\\x1b[2J\\x0ay\\xff\\xc3z' (f32) row 0 column 3"),
+              "%s", err);
+    for (const unsigned char *q = (const unsigned char *)err; *q; q++)
+        cr_assert(*q == '\n' || (*q >= 0x20 && *q < 0x7f), "raw byte 0x%02x in %s", *q, err);
+    cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "one line: %s", err);
+    free(out);
+    free(err);
+}
+
+Test(pn_dequant, decodes_20k_small_tensors_in_linear_time_even_with_64_threads)
+{
+    /* One pn4t block per tensor. Starting 64 threads per tensor on a small
+     * machine took minutes; the tensors are decoded without starting any. */
+    enum { N = 20000 };
+    gb b = {0};
+    gb_header(&b, N, 1);
+    gb_kv_str(&b, "pn.rotation.type", 16, "hadamard", 8);
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "t.%05d", i);
+        gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){64}, PN_TYPE_PN4T, (uint64_t)i * 64);
+    }
+    gb_pad(&b, 32);
+    uint8_t block[64] = {0x00, 0x3c, 0x12, 0x34};
+    for (int i = 0; i < N; i++)
+        gb_put(&b, block, i + 1 < N ? 64 : PN_BLOCK_BYTES);
+    const char *in = path_in("20k.gguf"), *p = path_in("20k-out.gguf");
+    gb_save(&b, in);
+    char *out, *err;
+    double t0 = now_s();
+    int rc = run_tool(&out, &err, "pn-dequant", "--threads 64 '%s' '%s'", in, p);
+    double dt = now_s() - t0;
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    cr_assert(strstr(out, "20000 tensors (20000 PN, rotation undone"), "%s", out);
+    cr_log_info("pn-dequant, 20k tensors, 64 threads: %.2f s", dt);
+    /* The writer's check of each new name against the earlier ones is still
+     * quadratic: about 1 s here, 12 s under the sanitizers' strcmp. */
+#if defined(__SANITIZE_ADDRESS__)
+    const double bound = 45;
+#else
+    const double bound = 20;
+#endif
+    cr_assert_lt(dt, bound, "%.1f s", dt);
+    free(out);
+    free(err);
+}
+
+typedef struct dequant_job {
+    const char *in, *out;
+} dequant_job;
+
+/* In the child: a run with a 1 MiB chunk; 0 when it wrote the output. */
+static int run_dequant_job(void *arg)
+{
+    const dequant_job *j = arg;
+    pn_dequant_opts o;
+    pn_dequant_opts_init(&o);
+    o.out_type = PN_TYPE_BF16;
+    o.chunk_bytes = (size_t)1 << 20;
+    o.threads = 2;
+    pn_error err = {0};
+    return pn_dequant_file(j->in, j->out, &o, NULL, &err) == PN_OK ? 0 : 10;
+}
+
+Test(pn_dequant, decodes_a_row_of_2_24_weights_in_memory_far_below_the_row)
+{
+    const int64_t n = (int64_t)1 << 24;   /* a row of 64 MiB as floats */
+    const char *src = path_in("long-src.gguf"), *pn = path_in("long-pn.gguf");
+    lr_write(src, pn, n);
+    int st;
+    dequant_job small = {g_good, path_in("small-out.gguf")}, big = {pn, path_in("long-out.gguf")};
+    long base = lr_peak_rss_kb(run_dequant_job, &small, &st);
+    cr_assert_eq(st, 0);
+    long peak = lr_peak_rss_kb(run_dequant_job, &big, &st);
+    cr_assert_eq(st, 0, "the long row decodes");
+    /* the reader keeps its header buffer of the input, and of the output
+     * while it is checked */
+    lr_expect_far_below_row(base, peak, lr_reader_kb(pn) + lr_reader_kb(big.out), n);
+    gguf_reader *r = open_or_fail(big.out);
+    cr_assert_eq(gguf_reader_tensor(r, 0)->ne[0], n);
+    gguf_reader_close(r);
 }

@@ -1,7 +1,7 @@
 /* Pins quant/fp16: binary16 from the exact double with ONE rounding (nearest,
  * ties to even, subnormals kept, |x| >= 65520 -> inf), exact widening, and
  * bfloat16 both ways. Golden data: tests/data/golden/fp16.* (documented in
- * shared/golden/README.md). */
+ * tests/data/golden/SOURCE.md; the rule: docs/format.md#numbers). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <float.h>

@@ -1,7 +1,7 @@
 /* Pins hadamard/: the block size rule, the golden rotations byte for byte
  * (reference and dispatching fast path), agreement with an explicit Sylvester
  * matrix product, and that the rotation is its own inverse. Golden data:
- * tests/data/golden/hadamard.* (documented in shared/golden/README.md). */
+ * tests/data/golden/hadamard.* (documented in tests/data/golden/SOURCE.md). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>

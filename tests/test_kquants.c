@@ -7,6 +7,15 @@
  * - Encoding: round trips within error bounds on Gaussian, heavy-tailed and
  *   outlier data; zero, constant and tiny rows; refusals (NaN/Inf, bad n,
  *   scale overflow) with the column they name; independence from alignment.
+ * - The fast paths of q4_K and q3_K (portable, AVX2, AVX-512): the
+ *   reference's bytes, status and column on every path this CPU runs, for
+ *   random, heavy-tailed and edge rows of 1..8 super-blocks, two failing
+ *   blocks in one row, and inside OpenMP loops at 1 and 2 threads; and the
+ *   16-lane logic of the AVX-512 build, compiled here with generic vectors.
+ * - Independent decodings (tests/data/kquants/, the .blocks.bin and
+ *   .decoded.f32 files,
+ *   see SOURCE.md there): 1024 random blocks of each type decode to the
+ *   independent decoder's floats bit for bit.
  * - Golden file tests/data/kquants/golden.bin: the encoded bytes of a fixed
  *   input, so that any change in the encoders' output is noticed. The input
  *   is built from tu_rng's integer stream with exact double arithmetic only
@@ -20,6 +29,7 @@
 #include <criterion/parameterized.h>
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +39,10 @@
 #include "quant/fp16.h"
 #include "quant/kquants.h"
 #include "quant/kquants_impl.h"
+#include "quant/pn_fast.h"
+#include "quant/quant_row.h"
 #include "quant/types.h"
+#include "row_kinds.h"
 #include "test_util.h"
 
 /* --- the three block types, their constants written out here --------------- */
@@ -709,6 +722,371 @@ Test(kquants_stock, refuses_nonfinite_weights_and_f16_overflow_by_column)
     w[4] = 3.4e38f; /* rounds past bf16's largest finite value */
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_BF16, w, 6, q, &bad), PN_ERR_SCALE_OVERFLOW);
     cr_assert_eq(bad, 4);
+}
+
+/* --- the fast paths (quant/kquants_fast.h) ------------------------------------ */
+
+/* The 16-lane instantiation of the fast encoders, compiled into this test
+ * without AVX-512 (GCC's generic vectors, the generic max/min/select/convert
+ * forms): the logic kquants_avx512.c runs, one vector per unit holding both
+ * super-blocks, checked here on a machine that may lack AVX-512. Only the
+ * ISA's spelling of max, min, blend and conversions differs from it. */
+#define KQ_W 16
+#define KQ_SUFFIX w16_generic
+#include "quant/kquants_simd.h"
+#undef KQ_W
+#undef KQ_SUFFIX
+
+/* q4_K and q3_K have a reference and three fast paths; every path that runs
+ * here must give the reference's bytes, status and column. A path this CPU
+ * lacks is said with cr_log_info and not run (the others still are). */
+static const int KQ_K_TYPES[2] = {PN_TYPE_Q4_K, PN_TYPE_Q3_K};
+static const int KQ_FAST_PATHS[3] = {PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+
+static pn_status quantize_ref(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad)
+{
+    return type == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_ref(x, n, out, bad)
+                                : pn_quantize_row_q3_K_ref(x, n, out, bad);
+}
+
+/* PN_PATH_COUNT stands for the 16-lane logic built above. */
+#define W16_GENERIC PN_PATH_COUNT
+
+static pn_status quantize_path(int path, int type, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad)
+{
+    if (path == W16_GENERIC)
+        return type == PN_TYPE_Q4_K ? pn_kq_q4_K_row_w16_generic(x, n, out, bad, NULL, NULL)
+                                    : pn_kq_q3_K_row_w16_generic(x, n, out, bad, NULL, NULL);
+    return type == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_path(path, x, n, out, bad)
+                                : pn_quantize_row_q3_K_path(path, x, n, out, bad);
+}
+
+static const char *path_label(int path) { return path == W16_GENERIC ? "16-lane generic" : pn_path_name(path); }
+
+static const char *kname(int type) { return type == PN_TYPE_Q4_K ? "q4_K" : "q3_K"; }
+
+/* How many of the fast paths run here; logs the ones that do not. */
+static int paths_available(void)
+{
+    int n = 0;
+    for (int k = 0; k < 3; k++) {
+        if (pn_path_available(KQ_FAST_PATHS[k]))
+            n++;
+        else
+            cr_log_info("path %s is not supported by this CPU: not run here",
+                        pn_path_name(KQ_FAST_PATHS[k]));
+    }
+    return n;
+}
+
+/* Quantizes `rows` rows of n weights with the reference and with every
+ * available fast path; returns the number of rows whose status, column or
+ * bytes differ (the first few are logged). The fast path writes at an odd
+ * address, inside guard bytes. */
+static int compare_paths(int type, const float *x, int rows, int64_t n, const char *what)
+{
+    const int64_t rb = pn_type_row_bytes(type, n);
+    uint8_t *ref = xmalloc((size_t)rb), *got = xmalloc((size_t)rb + 8);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        int64_t col_ref = -7;
+        const pn_status st_ref = quantize_ref(type, x + r * n, n, ref, &col_ref);
+        for (int k = 0; k < 4; k++) {
+            const int path = k < 3 ? KQ_FAST_PATHS[k] : W16_GENERIC;
+            if (k < 3 && !pn_path_available(path))
+                continue;
+            int64_t col = -9;
+            memset(got, 0x5a, (size_t)rb + 8);
+            const pn_status st = quantize_path(path, type, x + r * n, n, got + 3, &col);
+            bool same = st == st_ref && (st == PN_OK ? memcmp(ref, got + 3, (size_t)rb) == 0 : col == col_ref);
+            same = same && got[2] == 0x5a && got[3 + rb] == 0x5a;
+            if (!same && bad++ < 5) {
+                int64_t at = -1;
+                for (int64_t i = 0; st == PN_OK && i < rb && at < 0; i++)
+                    if (ref[i] != got[3 + i])
+                        at = i;
+                cr_log_error("%s %s path %s, row %d of %lld weights: status %d column %lld, reference %d "
+                             "column %lld, first differing byte %lld (block %lld)",
+                             what, kname(type), path_label(path), r, (long long)n, (int)st, (long long)col,
+                             (int)st_ref, (long long)col_ref, (long long)at,
+                             at < 0 ? -1LL : (long long)(at / (rb / (n / 256))));
+            }
+        }
+    }
+    free(ref);
+    free(got);
+    return bad;
+}
+
+ParameterizedTestParameters(kquants_paths, every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
+{
+    paths_available();
+    int bad = 0;
+    for (int nb = 1; nb <= 8; nb++) {
+        const int rows = 24;
+        const int64_t n = (int64_t)nb * 256;
+        float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
+        /* random and heavy-tailed rows at every scale */
+        tu_rng r = {4000 + (uint64_t)nb + ((uint64_t)*type << 32)};
+        for (int row = 0; row < rows; row++) {
+            const int kind = row % 3 == 0 ? RK_HEAVY : row % 3 == 1 ? RK_GAUSS : RK_OUTLIERS;
+            for (int b = 0; b < nb; b++)
+                rk_fill_block(&r, kind, x + row * n + b * 256, 256);
+        }
+        bad += compare_paths(*type, x, rows, n, "random row");
+        /* rows whose blocks mix every kind, including NaN and infinities */
+        for (int row = 0; row < rows; row++)
+            rk_fill_row(&r, x + row * n, nb, 256, row % 4 == 3);
+        bad += compare_paths(*type, x, rows, n, "mixed-kind row");
+        free(x);
+    }
+    cr_expect_eq(bad, 0, "%s: %d rows differ from the reference", kname(*type), bad);
+}
+
+ParameterizedTestParameters(kquants_paths, every_path_matches_the_reference_on_each_edge_kind)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, every_path_matches_the_reference_on_each_edge_kind)
+{
+    paths_available();
+    static const char *const names[RK_COUNT] = {
+        "Gaussian", "heavy-tailed", "outliers", "signed zeros", "constant", "one outlier", "subnormal",
+        "largest finite", "few-bit", "one-sided", "mixed sub-block scales", "fp16 edges", "NaN/Inf"};
+    const int rows = 40, nb = 3;
+    const int64_t n = nb * 256;
+    float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
+    int bad = 0, refused[RK_COUNT] = {0};
+    for (int kind = 0; kind < RK_COUNT; kind++) {
+        tu_rng r = {77 + (uint64_t)kind * 1000 + (uint64_t)*type};
+        /* the kind in one of the row's blocks (every position), the others
+         * ordinary, and rows that are all of the kind */
+        for (int row = 0; row < rows; row++) {
+            for (int b = 0; b < nb; b++)
+                rk_fill_block(&r, row >= rows / 2 || b == row % nb ? kind : RK_GAUSS, x + row * n + b * 256,
+                              256);
+            int64_t col = 0;
+            uint8_t scratch[3 * 144];
+            refused[kind] += quantize_ref(*type, x + row * n, n, scratch, &col) != PN_OK;
+        }
+        int d = compare_paths(*type, x, rows, n, names[kind]);
+        cr_expect_eq(d, 0, "%s %s rows: %d differ", kname(*type), names[kind], d);
+        bad += d;
+    }
+    /* the refusals are there to be compared: NaN/Inf rows always, the
+     * largest finite floats (scale overflow) often */
+    cr_expect_eq(refused[RK_NONFINITE], rows, "every NaN/Inf row is refused");
+    cr_expect_gt(refused[RK_HUGE], 0, "some largest-finite rows overflow the fp16 scale");
+    cr_expect_eq(refused[RK_GAUSS], 0);
+    free(x);
+}
+
+ParameterizedTestParameters(kquants_paths, every_path_names_the_first_bad_block_when_two_blocks_fail)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, every_path_names_the_first_bad_block_when_two_blocks_fail)
+{
+    /* The fast paths work on two super-blocks at once: an overflow in one
+     * and a NaN in the other, in both orders and in every pair position,
+     * must give the reference's status and column. */
+    paths_available();
+    const int nb = 5;
+    const int64_t n = nb * 256;
+    float *x = (float *)xmalloc((size_t)n * sizeof(float));
+    tu_rng r = {555};
+    int bad = 0;
+    for (int a = 0; a < nb; a++) {
+        for (int b = 0; b < nb; b++) {
+            for (int order = 0; order < 2; order++) {
+                for (int i = 0; i < n; i++)
+                    x[i] = (float)(0.02 * tu_rng_gauss(&r));
+                x[a * 256 + rk_pick(&r, 256)] = order ? 3e9f : NAN;      /* overflow or NaN */
+                x[b * 256 + rk_pick(&r, 256)] = order ? -INFINITY : 3e9f;
+                bad += compare_paths(*type, x, 1, n, "two failing blocks");
+            }
+        }
+    }
+    cr_expect_eq(bad, 0, "%s: %d rows differ", kname(*type), bad);
+    free(x);
+}
+
+ParameterizedTestParameters(kquants_paths, every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
+{
+    paths_available();
+    const int rows = 48;
+    const int64_t n = 5 * 256;
+    const int64_t rb = pn_type_row_bytes(*type, n);
+    float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
+    uint8_t *ref = xmalloc((size_t)(rows * rb)), *got = xmalloc((size_t)(rows * rb));
+    tu_rng r = {9090};
+    for (int row = 0; row < rows; row++)
+        rk_fill_row(&r, x + row * n, 5, 256, 0);
+    for (int row = 0; row < rows; row++)
+        cr_assert_eq(quantize_ref(*type, x + row * n, n, ref + row * rb, NULL), PN_OK);
+    for (int k = 0; k < 4; k++) {
+        const int path = k == 0 ? PN_PATH_REF : KQ_FAST_PATHS[k - 1];
+        if (!pn_path_available(path))
+            continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            memset(got, 0, (size_t)(rows * rb));
+            int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : failed)
+            for (int row = 0; row < rows; row++)
+                failed += quantize_path(path, *type, x + row * n, n, got + row * rb, NULL) != PN_OK;
+            cr_expect_eq(failed, 0);
+            cr_expect(memcmp(ref, got, (size_t)(rows * rb)) == 0, "%s path %s at %d thread(s) differs",
+                      kname(*type), pn_path_name(path), threads);
+        }
+    }
+    free(x);
+    free(ref);
+    free(got);
+}
+
+ParameterizedTestParameters(kquants_paths, the_16_lane_logic_gives_the_sums_of_the_separate_pass)
+{
+    return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
+}
+
+ParameterizedTest(int *type, kquants_paths, the_16_lane_logic_gives_the_sums_of_the_separate_pass)
+{
+    /* quant_row.h's fused sums on the 16-lane build (quant_row tests the
+     * widths this CPU runs): rows of 1..11 blocks (a partial batch of
+     * eight and an odd unit), against pn_row_sums_ref bit for bit */
+    int bad = 0;
+    for (int nb = 1; nb <= 11; nb++) {
+        const int64_t n = (int64_t)nb * 256;
+        float *x = (float *)xmalloc((size_t)n * sizeof(float));
+        uint8_t *q = xmalloc((size_t)pn_type_row_bytes(*type, n));
+        double e[11], w[11], er[11], wr[11];
+        tu_rng r = {600 + (uint64_t)nb};
+        rk_fill_row(&r, x, nb, 256, 0);
+        pn_status st = *type == PN_TYPE_Q4_K ? pn_kq_q4_K_row_w16_generic(x, n, q, NULL, e, w)
+                                             : pn_kq_q3_K_row_w16_generic(x, n, q, NULL, e, w);
+        cr_assert_eq(st, PN_OK);
+        cr_assert_eq(pn_row_sums_ref(*type, x, q, n, er, wr), PN_OK);
+        bad += memcmp(e, er, (size_t)nb * sizeof(double)) != 0 || memcmp(w, wr, (size_t)nb * sizeof(double)) != 0;
+        free(x);
+        free(q);
+    }
+    cr_expect_eq(bad, 0, "%s: %d rows' sums differ", kname(*type), bad);
+}
+
+Test(kquants_paths, a_path_that_is_unknown_or_missing_and_a_bad_length_are_usage_errors)
+{
+    float w[512] = {0};
+    uint8_t q[2 * 144];
+    for (int t = 0; t < 2; t++) {
+        int64_t bad = 5;
+        cr_expect_eq(KQ_K_TYPES[t] == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_path(PN_PATH_COUNT, w, 256, q, &bad)
+                                                   : pn_quantize_row_q3_K_path(PN_PATH_COUNT, w, 256, q, &bad),
+                     PN_ERR_USAGE);
+        cr_expect_eq(bad, -1);
+        cr_expect_eq(quantize_path(-1, KQ_K_TYPES[t], w, 256, q, &bad), PN_ERR_USAGE);
+        for (int p = 0; p < PN_PATH_COUNT; p++) {
+            if (!pn_path_available(p)) {
+                cr_expect_eq(quantize_path(p, KQ_K_TYPES[t], w, 256, q, &bad), PN_ERR_USAGE,
+                             "a path this CPU lacks is refused, not run");
+                continue;
+            }
+            cr_expect_eq(quantize_path(p, KQ_K_TYPES[t], w, 255, q, &bad), PN_ERR_USAGE);
+            cr_expect_eq(bad, -1);
+            cr_expect_eq(quantize_path(p, KQ_K_TYPES[t], w, -256, q, &bad), PN_ERR_USAGE);
+            cr_expect_eq(quantize_path(p, KQ_K_TYPES[t], w, 0, q, &bad), PN_OK);
+        }
+    }
+}
+
+Test(kquants_paths, the_row_calls_run_the_best_path_and_match_the_reference)
+{
+    const int64_t n = 4 * 256;
+    float *x = (float *)xmalloc((size_t)n * sizeof(float));
+    tu_rng r = {31};
+    rk_fill_row(&r, x, 4, 256, 0);
+    uint8_t a[4 * 144], b[4 * 144];
+    cr_assert_eq(pn_quantize_row_q4_K(x, n, a, NULL), PN_OK);
+    cr_assert_eq(pn_quantize_row_q4_K_ref(x, n, b, NULL), PN_OK);
+    cr_expect(memcmp(a, b, (size_t)pn_type_row_bytes(PN_TYPE_Q4_K, n)) == 0);
+    cr_assert_eq(pn_quantize_row_q3_K(x, n, a, NULL), PN_OK);
+    cr_assert_eq(pn_quantize_row_q3_K_ref(x, n, b, NULL), PN_OK);
+    cr_expect(memcmp(a, b, (size_t)pn_type_row_bytes(PN_TYPE_Q3_K, n)) == 0);
+    free(x);
+}
+
+/* --- independent decodings (tests/data/kquants/SOURCE.md) -------------------- */
+
+#define STOCK_GOLDEN_BLOCKS 1024
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+ParameterizedTestParameters(kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+{
+    return cr_make_param_array(int, KQ_INDEX, N_KQ_CASES);
+}
+
+ParameterizedTest(int *ci, kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+{
+    const kq_case *tc = &KQ_CASES[*ci];
+    char path[512];
+    size_t nb = 0, nf = 0;
+    snprintf(path, sizeof path, PN_TEST_DATA "/kquants/%s.blocks.bin", tc->name);
+    uint8_t *blocks = tu_read_file(path, &nb);
+    snprintf(path, sizeof path, PN_TEST_DATA "/kquants/%s.decoded.f32", tc->name);
+    float *want = tu_read_file(path, &nf);
+    const int64_t n = (int64_t)STOCK_GOLDEN_BLOCKS * tc->block;
+    cr_assert_eq(nb, (size_t)STOCK_GOLDEN_BLOCKS * tc->bytes, "%s: %zu block bytes", tc->name, nb);
+    cr_assert_eq(nf, (size_t)n * sizeof(float), "%s: %zu decoded bytes", tc->name, nf);
+    float *y = (float *)xmalloc((size_t)n * sizeof(float));
+    /* the whole file as one row, by the type's decoder and by the dispatcher */
+    for (int how = 0; how < 2; how++) {
+        memset(y, 0xa5, (size_t)n * sizeof(float));
+        if (how == 0)
+            dequantize(tc->type, blocks, y, n);
+        else
+            cr_assert_eq(pn_dequantize_row_stock(tc->type, blocks, y, n), PN_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (memcmp(&y[i], &want[i], sizeof(float)) != 0 && bad++ < 5)
+                cr_log_error("%s block %lld weight %lld: %a (0x%08x), independent decoder %a (0x%08x)",
+                             tc->name, (long long)(i / tc->block), (long long)(i % tc->block),
+                             (double)y[i], (unsigned)f32_bits(y[i]), (double)want[i],
+                             (unsigned)f32_bits(want[i]));
+        }
+        cr_expect_eq(bad, 0, "%s: %lld of %lld floats differ (%s)", tc->name, (long long)bad, (long long)n,
+                     how == 0 ? "row decoder" : "stock dispatcher");
+    }
+    /* each block alone at an odd address */
+    uint8_t *one = xmalloc((size_t)tc->bytes + 1);
+    int64_t bad = 0;
+    for (int b = 0; b < STOCK_GOLDEN_BLOCKS; b++) {
+        memcpy(one + 1, blocks + (size_t)b * tc->bytes, (size_t)tc->bytes);
+        dequantize(tc->type, one + 1, y, tc->block);
+        bad += memcmp(y, want + (size_t)b * tc->block, (size_t)tc->block * sizeof(float)) != 0;
+    }
+    cr_expect_eq(bad, 0, "%s: %lld blocks decode differently alone at an odd address", tc->name, (long long)bad);
+    free(one);
+    free(y);
+    free(blocks);
+    free(want);
 }
 
 /* --- golden file ------------------------------------------------------------- */

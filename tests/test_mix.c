@@ -114,7 +114,7 @@ Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard
     cr_assert_eq(r->rotation, PN_ROTATION_HADAMARD);
     cr_assert_eq(r->rotation_cap, 1024);
     cr_assert_eq(r->promote, 19);
-    cr_assert(!r->has_file_type, "DECISIONS 4: no general.file_type unless a recipe sets it");
+    cr_assert(!r->has_file_type, "the output file: no general.file_type unless a recipe sets it");
     cr_assert_eq(r->n_rules, 9);
     for (size_t i = 0; i < r->n_rules; i++)
         cr_assert_eq(r->rules[i].n_types, 1, "line %d: the main recipe names no fallback",
@@ -482,7 +482,7 @@ Test(plan, refuses_bad_descriptions_duplicate_names_and_non_float_sources)
 
 /* ---- Qwen3.8-27B at full size ---- */
 
-/* DECISIONS.md 5 as the seed states it, by K, written independently of the
+/* Mix P0k by K, as the format's text states it (docs/format.md#mix-p0k19), written apart from the
  * recipe. */
 static int k_table_type(const pn_tensor_desc *t)
 {
@@ -518,7 +518,7 @@ static pn_plan *full_plan(const char *recipe_path, pn_tensor_desc **descs, size_
     return p;
 }
 
-Test(qwen38, the_full_size_shapes_are_those_of_decisions_6)
+Test(qwen38, the_full_size_shapes_are_those_of_qwen3_8_27b)
 {
     pn_qwen38_config c = pn_qwen38_config_full();
     pn_tensor_desc *d;

@@ -18,7 +18,7 @@
 #include "hadamard/hadamard.h"
 #include "mix/measure.h"
 #include "pipeline/measure.h"
-#include "pipeline/quant_row_standin.h"
+#include "quant/quant_row.h"
 #include "pipeline/quantize.h"
 #include "pipeline/tensor_job.h"
 #include "quant/fp16.h"

@@ -1,18 +1,23 @@
 /* Pins the PN core (quant/pn.h): the reference quantizer and the dispatching
  * fast path against the golden blocks, the refusals, the bit layout, row
- * validation, decoding, and the error the quantizer may make.
+ * validation, decoding, and the error the quantizer may make; and the
+ * promotion measurement's per-thread scratch, which runs the PN quantizer
+ * (pn_measure_scratch).
  * Golden data: tests/data/golden/pn3t.*, pn4t.* (documented in
- * shared/golden/README.md; rules in shared/spec/DECISIONS.md 1-2). */
+ * tests/data/golden/SOURCE.md; rules in docs/format.md). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mix/measure.h"
 #include "quant/fp16.h"
 #include "quant/pn.h"
 #include "quant/types.h"
@@ -1283,4 +1288,56 @@ Test(pn_quality, the_relative_rmse_on_gaussian_weights_is_what_each_type_allows)
     cr_assert_gt(e3, 0.1, "pn3t relative RMSE %.4f is implausibly small for 3 bits", e3);
     cr_assert_gt(e4, 0.04, "pn4t relative RMSE %.4f is implausibly small for 4 bits", e4);
     cr_assert_lt(e4, 0.6 * e3, "pn4t (%.4f) must be clearly better than pn3t (%.4f)", e4, e3);
+}
+
+/* ---- the measurement's per-thread scratch (mix/measure.h) ------------- */
+
+Test(pn_measure_scratch, every_thread_s_slice_is_aligned_for_floats_and_doubles)
+{
+    /* K = 1280 once gave 5834 bytes: thread 1's floats sat at an odd
+     * multiple of 2 (issue 11, item 7) */
+    for (int64_t K = 320; K <= 17408 * 2; K += 320) {
+        size_t b = pn_measure_scratch_bytes(K);
+        cr_expect_eq(b % alignof(max_align_t), 0, "K = %lld: %zu bytes", (long long)K, b);
+        cr_expect_geq(b, (size_t)K * sizeof(float) + (size_t)(K / 64) * PN_BLOCK_BYTES,
+                      "K = %lld: %zu bytes is too small", (long long)K, b);
+    }
+}
+
+Test(pn_measure_scratch, two_threads_measure_k_1280_in_slices_of_one_buffer_as_one_thread_does)
+{
+    /* the pattern of pipeline/measure.c: one buffer, slice per thread; the
+     * sanitizer build checks every float store for alignment */
+    const int64_t K = 1280, rows = 16;
+    const size_t slice = pn_measure_scratch_bytes(K);
+    float *x = malloc((size_t)(rows * K) * sizeof(float));
+    uint8_t *scratch = malloc(2 * slice);
+    double *got = malloc((size_t)rows * 3 * sizeof(double));
+    int *status = malloc((size_t)rows * sizeof(int));
+    cr_assert(x && scratch && got && status);
+    tu_rng r = {1280};
+    for (int64_t i = 0; i < rows * K; i++)
+        x[i] = (float)(0.02 * tu_rng_gauss(&r));
+    int threads_seen[2] = {0, 0};
+#pragma omp parallel for schedule(static, 1) num_threads(2)
+    for (int64_t i = 0; i < rows; i++) {
+        int t = omp_get_thread_num();
+        threads_seen[t] = 1;
+        status[i] = pn_measure_row(x + i * K, K, scratch + slice * (size_t)t, &got[3 * i],
+                                   &got[3 * i + 1], &got[3 * i + 2], NULL);
+    }
+    cr_expect(threads_seen[0] && threads_seen[1], "both threads ran rows");
+    pn_measure_acc two = {0}, one = {0};
+    for (int64_t i = 0; i < rows; i++) {
+        cr_assert_eq(status[i], PN_OK, "row %lld", (long long)i);
+        pn_measure_acc_add(&two, got[3 * i], got[3 * i + 1], got[3 * i + 2]);
+    }
+    pn_error e;
+    cr_assert_eq(pn_measure_rows(&one, x, rows, K, &e), PN_OK, "%s", e.msg);
+    cr_expect(memcmp(&one, &two, sizeof one) == 0, "two threads' sums differ from one thread's");
+    cr_expect_gt(two.err3, two.err4, "pn3t errs more than pn4t");
+    free(x);
+    free(scratch);
+    free(got);
+    free(status);
 }

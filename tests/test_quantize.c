@@ -716,7 +716,7 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     memset(&so, 0, sizeof so);
     char *src = path_in("big.gguf");
     so.path = src;
-    so.config = pn_qwen38_config_scaled(4, 1, 256); /* ~25 M weights */
+    so.config = pn_qwen38_config_narrow(4, 1, 256); /* ~24 M weights */
     so.seed = 1;
     pn_error e;
     cr_assert_eq(pn_synth_write(&so, &e), PN_OK, "%s", e.msg);
@@ -734,11 +734,14 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
               "--threads", "1", src, dst, (char *)NULL);
         _exit(127);
     }
-    /* wait until the temporary output exists, i.e. the run is writing */
+    /* wait until the run holds its temporary output open, i.e. is writing
+     * (unnamed: "DIR/#INODE (deleted)"; the fallback: "DIR/.dst.gguf.pn-*") */
     for (int i = 0; i < 600; i++) {
         char *out = NULL;
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.' || true", g_dir);
+        snprintf(cmd, sizeof cmd,
+                 "ls -l /proc/%d/fd 2>/dev/null | grep -c '%s/\\(#\\|\\.dst\\.gguf\\.pn-\\)' || true",
+                 (int)pid, g_dir);
         tu_run(cmd, &out, NULL);
         int n = atoi(out);
         free(out);
@@ -907,7 +910,7 @@ Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_
     memset(&so, 0, sizeof so);
     char *src = path_in("big.gguf");
     so.path = src;
-    so.config = pn_qwen38_config_scaled(4, 1, 256); /* ~25 M weights: seconds on one thread */
+    so.config = pn_qwen38_config_narrow(4, 1, 256); /* ~24 M weights: seconds on one thread */
     so.seed = 1;
     pn_error e;
     cr_assert_eq(pn_synth_write(&so, &e), PN_OK, "%s", e.msg);

@@ -1,6 +1,8 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,50 @@ char *tu_mkdtemp(void)
     char *d = mkdtemp(buf);
     cr_assert_not_null(d, "mkdtemp failed");
     return strdup(d);
+}
+
+/* True when an unnamed file can be made in dir. */
+static int has_tmpfile(const char *dir)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR, 0600);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
+char *tu_mkdtemp_tmpfile(void)
+{
+    char *d = tu_mkdtemp();
+    if (has_tmpfile(d))
+        return d;
+    tu_rm_rf(d);
+    free(d);
+    char buf[] = "/dev/shm/pn-test-XXXXXX";
+    char *s = mkdtemp(buf);
+    cr_assert_not_null(s, "TMPDIR has no O_TMPFILE and /dev/shm cannot be used");
+    cr_assert(has_tmpfile(s), "neither TMPDIR nor /dev/shm supports O_TMPFILE");
+    return strdup(s);
+}
+
+char *tu_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+int tu_count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
 }
 
 void tu_rm_rf(const char *path)

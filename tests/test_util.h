@@ -12,6 +12,13 @@ void *tu_read_file(const char *path, size_t *size);
 int tu_write_file(const char *path, const void *data, size_t size);
 /* A fresh empty directory under /tmp (or $TMPDIR); caller frees the string. */
 char *tu_mkdtemp(void);
+/* The same on a filesystem with O_TMPFILE (TMPDIR, else /dev/shm), for
+ * tests of unnamed output files; the test fails when there is none. */
+char *tu_mkdtemp_tmpfile(void);
+/* "dir/name"; caller frees. */
+char *tu_join(const char *dir, const char *name);
+/* Entries of a folder, hidden ones included ("." and ".." not). */
+int tu_count_files(const char *dir);
 /* Removes a directory tree made by tu_mkdtemp. */
 void tu_rm_rf(const char *path);
 

@@ -65,6 +65,7 @@ static uint8_t *read_bytes(const char *path, size_t *n)
 static void finish(gguf_writer *w, const char *name, uint64_t total)
 {
     pn_error e;
+    gguf_writer_set_replace(w, true);   /* regenerating the corpus replaces it */
     check(gguf_writer_begin(w, out_path(name), &e), &e, name);
     uint8_t buf[256];
     for (uint64_t done = 0; done < total;) {

@@ -1,0 +1,63 @@
+/* cli.h - what every program does the same way at its edges: a progress
+ * line on stderr, and the check that what it wrote to stdout arrived.
+ *
+ * Header-only (each cmd/<name>.c is a program of its own). Text that comes
+ * from the user or a file is printed in the terminal-safe form
+ * (common/text.h).
+ */
+#ifndef PN_CMD_CLI_H
+#define PN_CMD_CLI_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/text.h"
+
+/* A job's progress as lines on stderr: "<prog>: <path>: N% of B <what>",
+ * at the start and at each further percent. */
+typedef struct pn_cli_progress {
+    const char *prog, *path, *what;
+    int last_percent;
+} pn_cli_progress;
+
+static inline void pn_cli_show_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    pn_cli_progress *p = ctx;
+    int percent = total ? (int)(done * 100 / total) : 100;
+    if (done != 0 && percent == p->last_percent)
+        return;
+    p->last_percent = percent;
+    fprintf(stderr, "%s: ", p->prog);
+    pn_fput_safe(stderr, p->path);
+    fprintf(stderr, ": %3d%% of %llu %s\n", percent, (unsigned long long)total, p->what);
+}
+
+/* Flushes and closes stdout. Returns 0 when everything written to it
+ * arrived; otherwise -1 with the reason in *why (a full disk, a file size
+ * limit: output that is lost is an error, not a success). */
+static inline int pn_cli_finish_stdout(const char **why)
+{
+    errno = 0;
+    int bad = fflush(stdout) != 0;
+    int e = errno;
+    bad |= ferror(stdout) != 0;
+    if (fclose(stdout) != 0) {
+        bad = 1;
+        if (!e)
+            e = errno;
+    }
+    *why = e ? strerror(e) : "write error";
+    return bad ? -1 : 0;
+}
+
+/* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */
+static inline void pn_cli_error(const char *prog, const char *msg)
+{
+    fprintf(stderr, "%s: ", prog);
+    pn_fput_safe(stderr, msg);
+    fputc('\n', stderr);
+}
+
+#endif

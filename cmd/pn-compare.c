@@ -1,0 +1,290 @@
+/* pn-compare: how far PN mixes are from their float source in stock
+ * llama.cpp (KL divergence of next-token distributions, top-1 agreement,
+ * size). Parses options, finds the llama.cpp harness and prints; the work is
+ * pn_compare_run (pipeline/compare.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/text.h"
+#include "pipeline/compare.h"
+#include "quant/types.h"
+
+extern char **environ;
+
+static volatile sig_atomic_t g_cancel = 0;
+static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+
+static const char usage[] =
+    "usage: pn-compare [options] SOURCE.gguf PN.gguf [PN.gguf ...]\n"
+    "\n"
+    "Decodes each PN file (as pn-dequant does) into a temporary float GGUF, runs\n"
+    "stock llama.cpp (node-llama-cpp's prebuilt CPU build) on the source and on each\n"
+    "decoded model over the same token sequences, and reports per PN file the KL\n"
+    "divergence of its next-token distributions from the source's (mean, 99th\n"
+    "percentile, max), the share of positions with the same top-1 token, the file\n"
+    "size and bits per weight. Temporary files are always removed.\n"
+    "\n"
+    "options:\n"
+    "  --text FILE         tokens from this UTF-8 text, cut by the source's tokenizer\n"
+    "                      (default: the fixed set, 4 sequences of 64 token ids)\n"
+    "  --seq-len N         with --text: tokens per sequence (default 512)\n"
+    "  --max-seqs N        with --text: at most N sequences (default 16)\n"
+    "  --threads N         llama.cpp threads, the same for every model (default: all\n"
+    "                      cores); also the decoder's\n"
+    "  --decode-type f32|f16|bf16  type of the decoded models (default f32)\n"
+    "  --keep-rotation     decode PN tensors without undoing the rotation (an\n"
+    "                      experiment: llama.cpp does not rotate activations)\n"
+    "  --tmpdir DIR        folder for the temporary files (default $TMPDIR, or /tmp);\n"
+    "                      needs one decoded model (4 bytes per weight in f32) plus\n"
+    "                      positions x vocabulary x 4 bytes\n"
+    "  --json              print JSON instead of the table\n"
+    "  --node PROG         the Node.js program (default: node, looked up in PATH)\n"
+    "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
+    "                      pn-llama-logits.mjs beside this program)\n"
+    "  --quiet             no progress on stderr\n"
+    "  -h, --help          this text\n"
+    "  --version           the version\n"
+    "\n"
+    "exit status: 0 compared, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+
+static int finish_stdout(void)
+{
+    if (ferror(stdout) | (fclose(stdout) != 0)) {
+        fprintf(stderr, "pn-compare: error: writing to standard output: %s\n", strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "pn-compare: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+
+static void on_progress(const char *step, const char *path, void *user)
+{
+    if (!*(int *)user)
+        return;
+    fprintf(stderr, "pn-compare: %s ", step);
+    pn_fput_safe(stderr, path);
+    fputs("\n", stderr);
+}
+
+/* The harness beside the program: <dir of the executable>/../share/pn-quantize/llama/. */
+static char *default_script(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = 0;
+    const char *dir = dirname(exe);
+    const char *rel = "/../share/pn-quantize/llama/pn-llama-logits.mjs";
+    char *s = malloc(strlen(dir) + strlen(rel) + 1);
+    if (s)
+        sprintf(s, "%s%s", dir, rel);
+    return s;
+}
+
+static void print_table(const pn_compare_report *r, const char *decode)
+{
+    printf("source ");
+    pn_fput_safe(stdout, r->source.path);
+    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
+           "positions, vocabulary %u; decoded as %s\n\n",
+           r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
+           r->from_text ? "tokens of the text" :
+           "the fixed token set", r->n_seqs, r->n_positions, r->n_vocab, decode);
+    printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
+           "KL p99", "KL max", "top-1", "mix", "file");
+    printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
+           r->source.bpw, "-", "-", "-", "-", "-", "(source)");
+    pn_fput_safe(stdout, r->source.path);
+    putchar('\n');
+    for (size_t i = 0; i < r->n_files; i++) {
+        const pn_compare_file *f = &r->files[i];
+        char bpw_pn[16];
+        snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
+        printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
+               (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99,
+               f->kl_max, 100.0 * f->top1, f->mix ? f->mix : "?");
+        pn_fput_safe(stdout, f->path);
+        putchar('\n');
+    }
+    printf("\n%.1f s\n", r->seconds);
+}
+
+static void put_file_json(const pn_compare_file *f, bool source)
+{
+    printf("{\"path\": ");
+    pn_json_put_str(stdout, f->path);
+    if (!source) {
+        printf(", \"mix\": ");
+        if (f->mix)
+            pn_json_put_str(stdout, f->mix);
+        else
+            printf("null");
+    }
+    printf(", \"bytes\": %llu, \"weights\": %llu, \"tensor_bytes\": %llu, "
+           "\"bits_per_weight\": %.6f",
+           (unsigned long long)f->file_bytes, (unsigned long long)f->weights,
+           (unsigned long long)f->tensor_bytes, f->bpw);
+    if (!source)
+        printf(", \"pn_weights\": %llu, \"bits_per_weight_pn\": %.6f, \"kl_mean\": %.9g, "
+               "\"kl_p99\": %.9g, \"kl_max\": %.9g, \"kl_max_at\": {\"sequence\": %zu, "
+               "\"position\": %zu}, \"top1\": %.6f, \"seconds\": %.3f",
+               (unsigned long long)f->pn_weights, f->bpw_pn, f->kl_mean, f->kl_p99, f->kl_max,
+               f->kl_max_seq, f->kl_max_pos, f->top1, f->seconds);
+    printf("}");
+}
+
+static void print_json(const pn_compare_report *r, const char *decode, bool keep_rotation)
+{
+    printf("{\"source\": ");
+    put_file_json(&r->source, true);
+    printf(",\n \"llama_cpp\": {\"release\": ");
+    pn_json_put_str(stdout, r->llama_cpp);
+    printf(", \"node_llama_cpp\": ");
+    pn_json_put_str(stdout, r->node_llama_cpp);
+    printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
+    printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
+           "\"vocabulary\": %u},\n", r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions,
+           r->n_vocab);
+    printf(" \"decode_type\": \"%s\", \"keep_rotation\": %s,\n \"files\": [", decode,
+           keep_rotation ? "true" : "false");
+    for (size_t i = 0; i < r->n_files; i++) {
+        printf(i ? ",\n  " : "\n  ");
+        put_file_json(&r->files[i], false);
+    }
+    printf("\n ],\n \"seconds\": %.3f}\n", r->seconds);
+}
+
+int main(int argc, char **argv)
+{
+    pn_compare_opts o;
+    pn_compare_opts_init(&o);
+    o.threads = 0;
+    int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
+    char *script = NULL;
+    const char *decode = "f32";
+    enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
+           O_NODE, O_SCRIPT, O_QUIET, O_VERSION };
+    static const struct option lopts[] = {
+        {"text", required_argument, 0, O_TEXT},         {"seq-len", required_argument, 0, O_SEQ_LEN},
+        {"max-seqs", required_argument, 0, O_MAX_SEQS}, {"threads", required_argument, 0, O_THREADS},
+        {"decode-type", required_argument, 0, O_DECODE}, {"keep-rotation", no_argument, 0, O_KEEP},
+        {"tmpdir", required_argument, 0, O_TMPDIR},     {"json", no_argument, 0, O_JSON},
+        {"node", required_argument, 0, O_NODE},         {"llama-script", required_argument, 0, O_SCRIPT},
+        {"quiet", no_argument, 0, O_QUIET},             {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, O_VERSION},         {0, 0, 0, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+        switch (c) {
+        case O_TEXT: o.text_path = optarg; break;
+        case O_SEQ_LEN: if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len)) return 2; text_opts = 1; break;
+        case O_MAX_SEQS: if (parse_int("--max-seqs", optarg, 1, 1 << 20, &o.max_seqs)) return 2; text_opts = 1; break;
+        case O_THREADS: if (parse_int("--threads", optarg, 1, 4096, &o.threads)) return 2; break;
+        case O_DECODE:
+            if (strcmp(optarg, "f32") == 0) o.decode_type = PN_TYPE_F32;
+            else if (strcmp(optarg, "f16") == 0) o.decode_type = PN_TYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0) o.decode_type = PN_TYPE_BF16;
+            else {
+                fprintf(stderr, "pn-compare: --decode-type: expected f32, f16 or bf16, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            decode = optarg;
+            break;
+        case O_KEEP: o.keep_rotation = true; break;
+        case O_TMPDIR: o.tmp_dir = optarg; tmp_given = 1; break;
+        case O_JSON: json = 1; break;
+        case O_NODE: o.node = optarg; break;
+        case O_SCRIPT: free(script); script = strdup(optarg); break;
+        case O_QUIET: quiet = 1; break;
+        case 'h': fputs(usage, stdout); return finish_stdout();
+        case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return finish_stdout();
+        default:
+            fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "
+                            "--help'.\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (argc - optind < 2) {
+        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
+                        "'pn-compare --help'.\n");
+        return 2;
+    }
+    if (!o.text_path && text_opts) {
+        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
+                        "4 sequences of 64\n");
+        return 2;
+    }
+    if (o.threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n > 0 && n <= 4096 ? (int)n : 1;
+    }
+    o.dequant_threads = o.threads;
+    if (!tmp_given) {
+        const char *t = getenv("TMPDIR");
+        o.tmp_dir = t && *t ? t : "/tmp";
+    }
+    if (!script)
+        script = default_script();
+    if (!script) {
+        fprintf(stderr, "pn-compare: error: cannot tell where this program is (/proc/self/exe); "
+                        "give --llama-script\n");
+        return 1;
+    }
+    o.script = script;
+    o.envp = environ;
+    o.source_path = argv[optind];
+    o.pn_paths = (const char *const *)&argv[optind + 1];
+    o.n_pn = (size_t)(argc - optind - 1);
+    o.cancel = &g_cancel;
+    int show = !quiet && isatty(2);
+    o.progress = on_progress;
+    o.user = &show;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;   /* no SA_RESTART: a blocked read returns and sees the flag */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
+
+    pn_compare_report rep;
+    pn_error err;
+    pn_error_clear(&err);
+    pn_status st = pn_compare_run(&o, &rep, &err);
+    free(script);
+    if (st != PN_OK) {
+        fputs("pn-compare: error: ", stderr);
+        pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
+        fputc('\n', stderr);
+        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+    }
+    if (json)
+        print_json(&rep, decode, o.keep_rotation);
+    else
+        print_table(&rep, decode);
+    pn_compare_report_free(&rep);
+    return finish_stdout();
+}

@@ -1,0 +1,248 @@
+/* `cmake --install` of this build: every program of cmd/ lands in bin/ (and
+ * nothing else does), the recipes and their README in
+ * share/pn-quantize/recipes, the pages of docs/ in share/doc/pn-quantize; each
+ * installed program answers --version with "<program> <version>" on stdout,
+ * nothing on stderr and exit 0; and the installed pn-quantize records that
+ * same line in pn.quantizer. Each test installs into its own temporary
+ * prefix and removes it. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "test_util.h"
+
+#define MAX_NAMES 64
+
+static char *g_prefix;
+
+/* The prefix's path joined with rel. Caller frees. */
+static char *under_prefix(const char *rel)
+{
+    size_t n = strlen(g_prefix) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", g_prefix, rel);
+    return p;
+}
+
+static void install_into_prefix(void)
+{
+    g_prefix = tu_mkdtemp();
+    /* cmake --install rewrites install_manifest.txt in the build folder:
+     * tests that run at the same time take turns. */
+    int lock = open(PN_BUILD_DIR, O_RDONLY | O_DIRECTORY);
+    cr_assert(lock >= 0, "cannot open the build folder %s", PN_BUILD_DIR);
+    cr_assert_eq(flock(lock, LOCK_EX), 0);
+    char cmd[4096], *out, *err;
+    snprintf(cmd, sizeof cmd, "'%s' --install '%s' --prefix '%s'", PN_CMAKE_COMMAND,
+             PN_BUILD_DIR, g_prefix);
+    int rc = tu_run(cmd, &out, &err);
+    flock(lock, LOCK_UN);
+    close(lock);
+    cr_assert_eq(rc, 0, "%s: exit %d\n%s%s", cmd, rc, out, err);
+    free(out);
+    free(err);
+}
+
+static void remove_prefix(void)
+{
+    tu_rm_rf(g_prefix);
+    free(g_prefix);
+}
+
+/* The names in dir ending in suffix (with the suffix removed when strip),
+ * sorted; returns how many. */
+static int names_in(const char *dir, const char *suffix, bool strip, char *names[MAX_NAMES])
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    int n = 0;
+    struct dirent *e;
+    size_t ls = strlen(suffix);
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (e->d_name[0] == '.' || l < ls || strcmp(e->d_name + l - ls, suffix) != 0)
+            continue;
+        cr_assert_lt(n, MAX_NAMES);
+        names[n++] = strip ? strndup(e->d_name, l - ls) : strdup(e->d_name);
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    return n;
+}
+
+static bool listed(char *names[], int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return true;
+    return false;
+}
+
+static void free_names(char *names[], int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+}
+
+/* The programs the build makes: one per cmd/<name>.c. */
+static int programs(char *names[MAX_NAMES])
+{
+    int n = names_in(PN_SOURCE_DIR "/cmd", ".c", true, names);
+    const char *four[] = {"pn-quantize", "pn-check", "pn-dequant", "pn-synth"};
+    for (size_t i = 0; i < sizeof four / sizeof four[0]; i++)
+        cr_assert(listed(names, n, four[i]), "cmd/%s.c is missing", four[i]);
+    return n;
+}
+
+/* The file at installed has the bytes of the file at source. */
+static void assert_installed_copy(const char *source, const char *installed)
+{
+    struct stat sb;
+    cr_assert(stat(installed, &sb) == 0 && S_ISREG(sb.st_mode), "%s was not installed", installed);
+    size_t na, nb;
+    void *a = tu_read_file(source, &na), *b = tu_read_file(installed, &nb);
+    cr_assert(na == nb && memcmp(a, b, na) == 0, "%s differs from %s", installed, source);
+    free(a);
+    free(b);
+}
+
+/* Every file of source_dir ending in suffix is in installed_dir; returns how
+ * many there were. */
+static int assert_folder_installed(const char *source_dir, const char *suffix,
+                                   const char *installed_dir)
+{
+    char *names[MAX_NAMES];
+    int n = names_in(source_dir, suffix, false, names);
+    for (int i = 0; i < n; i++) {
+        char src[4096], dst[4096];
+        snprintf(src, sizeof src, "%s/%s", source_dir, names[i]);
+        snprintf(dst, sizeof dst, "%s/%s", installed_dir, names[i]);
+        assert_installed_copy(src, dst);
+    }
+    free_names(names, n);
+    return n;
+}
+
+Test(install, puts_every_program_in_bin_and_nothing_else, .init = install_into_prefix,
+     .fini = remove_prefix)
+{
+    char *progs[MAX_NAMES];
+    int n = programs(progs);
+    char *bin = under_prefix("bin");
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", bin, progs[i]);
+        struct stat sb;
+        cr_assert(stat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s was not installed", path);
+        cr_assert_eq(access(path, X_OK), 0, "%s is not executable", path);
+    }
+    char *there[MAX_NAMES];
+    int m = names_in(bin, "", false, there);
+    for (int i = 0; i < m; i++)
+        cr_assert(listed(progs, n, there[i]), "%s/%s is not a program of cmd/ (benchmarks and "
+                                              "tests are not installed)", bin, there[i]);
+    cr_assert_eq(m, n);
+    free_names(there, m);
+    free_names(progs, n);
+    free(bin);
+}
+
+Test(install, puts_the_recipes_with_their_readme_and_the_docs_under_share,
+     .init = install_into_prefix, .fini = remove_prefix)
+{
+    char *recipes = under_prefix("share/pn-quantize/recipes");
+    cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/recipes", ".mix", recipes), 2);
+    char readme[4096];
+    snprintf(readme, sizeof readme, "%s/README.md", recipes);
+    assert_installed_copy(PN_SOURCE_DIR "/recipes/README.md", readme);
+    char *recipe = under_prefix("share/pn-quantize/recipes/qwen3.8-27b-pn3.mix");
+    assert_installed_copy(PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix", recipe);
+
+    char *docs = under_prefix("share/doc/pn-quantize");
+    cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/docs", ".md", docs), 1);
+    char *format = under_prefix("share/doc/pn-quantize/format.md");
+    assert_installed_copy(PN_SOURCE_DIR "/docs/format.md", format);
+
+    char *top[MAX_NAMES];
+    int m = names_in(g_prefix, "", false, top);
+    cr_assert(m == 2 && strcmp(top[0], "bin") == 0 && strcmp(top[1], "share") == 0,
+              "the prefix holds more than bin/ and share/");
+    free_names(top, m);
+    free(recipes);
+    free(recipe);
+    free(docs);
+    free(format);
+}
+
+Test(install, every_installed_program_prints_its_name_and_version, .init = install_into_prefix,
+     .fini = remove_prefix)
+{
+    cr_assert_gt(strlen(PN_VERSION), 0);
+    char *progs[MAX_NAMES];
+    int n = programs(progs);
+    for (int i = 0; i < n; i++) {
+        char cmd[4096], want[256], *out, *err;
+        snprintf(cmd, sizeof cmd, "'%s/bin/%s' --version", g_prefix, progs[i]);
+        snprintf(want, sizeof want, "%s %s\n", progs[i], PN_VERSION);
+        int rc = tu_run(cmd, &out, &err);
+        /* expect, not assert: one report names every program that fails */
+        cr_expect_eq(rc, 0, "%s: exit %d", cmd, rc);
+        cr_expect_str_eq(out, want, "%s printed \"%s\"", cmd, out);
+        cr_expect_str_empty(err, "%s wrote to stderr: %s", cmd, err);
+        free(out);
+        free(err);
+    }
+    free_names(progs, n);
+}
+
+Test(install, the_installed_pn_quantize_records_its_version_line_in_pn_quantizer,
+     .init = install_into_prefix, .fini = remove_prefix)
+{
+    char cmd[8192], *out, *err;
+    snprintf(cmd, sizeof cmd, "'%s/bin/pn-quantize' --version", g_prefix);
+    cr_assert_eq(tu_run(cmd, &out, &err), 0, "%s: %s", cmd, err);
+    size_t len = strlen(out);
+    cr_assert(len > 1 && out[len - 1] == '\n', "%s printed \"%s\"", cmd, out);
+    out[len - 1] = '\0';
+    cr_assert_str_eq(out, "pn-quantize " PN_VERSION);
+    free(err);
+
+    char *dst = under_prefix("tiny.pn.gguf");
+    char *qout, *qerr;
+    snprintf(cmd, sizeof cmd,
+             "'%s/bin/pn-quantize' --quiet --backend cpu --promote 0 "
+             "--recipe '%s/share/pn-quantize/recipes/test-fallback.mix' '%s' '%s'",
+             g_prefix, g_prefix, PN_TEST_DATA "/golden/tiny.f32.gguf", dst);
+    int rc = tu_run(cmd, &qout, &qerr);
+    cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, qerr);
+    cr_assert_str_empty(qout);
+    cr_assert_str_empty(qerr);
+
+    gguf_reader *r;
+    pn_error e;
+    cr_assert_eq(gguf_reader_open(dst, &r, &e), PN_OK, "%s", e.msg);
+    const gguf_kv *kv = gguf_reader_find_kv(r, "pn.quantizer");
+    cr_assert_not_null(kv, "%s has no pn.quantizer", dst);
+    cr_assert_eq(kv->type, GGUF_TYPE_STRING);
+    cr_assert(kv->v.str.len == strlen(out) && memcmp(kv->v.str.data, out, kv->v.str.len) == 0,
+              "pn.quantizer is \"%.*s\", --version printed \"%s\"", (int)kv->v.str.len,
+              kv->v.str.data, out);
+    gguf_reader_close(r);
+    free(out);
+    free(qout);
+    free(qerr);
+    free(dst);
+}

@@ -1,0 +1,691 @@
+/* test_outfile.c - atomic output files (common/outfile.h): nothing is
+ * replaced that was not meant to be, nothing half-written is ever at the
+ * target, nothing is left behind by an abort or a SIGKILL, and the fallback
+ * for filesystems without O_TMPFILE keeps the same promises.
+ *
+ * Tests that need O_TMPFILE make their folder with tu_mkdtemp_tmpfile and
+ * check that the unnamed mode was used; every test of a promise runs in both
+ * modes.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/outfile.h"
+#include "mix/measure.h"
+#include "test_util.h"
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+
+/* The three ways a file is committed without force. */
+typedef enum mode { UNNAMED, NAMED, NAMED_LINK, MODES_ } mode;
+static const char *const mode_names[MODES_] = {"O_TMPFILE", "named temporary",
+                                               "named temporary + link()"};
+
+static pn_outfile_opts opts_of(mode m, bool force)
+{
+    pn_outfile_opts o = {.force = force, .named_temp = m != UNNAMED, .link_commit = m == NAMED_LINK};
+    return o;
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* The file's bytes equal s. */
+static bool has_bytes(const char *path, const char *s)
+{
+    size_t n = 0;
+    char *b = tu_read_file(path, &n);
+    bool same = n == strlen(s) && memcmp(b, s, n) == 0;
+    free(b);
+    return same;
+}
+
+static pn_outfile *open_ok(const char *path, mode m, bool force)
+{
+    pn_outfile_opts o = opts_of(m, force);
+    pn_outfile *f = NULL;
+    pn_error e;
+    cr_assert_eq(pn_outfile_open(path, &o, &f, &e), PN_OK, "%s: %s", mode_names[m], e.msg);
+    cr_assert_eq(pn_outfile_unnamed(f), m == UNNAMED, "%s", mode_names[m]);
+    return f;
+}
+
+static void write_ok(pn_outfile *f, const char *s)
+{
+    pn_error e;
+    cr_assert_eq(pn_outfile_write(f, s, strlen(s), &e), PN_OK, "%s", e.msg);
+}
+
+/* A folder for mode m: one with O_TMPFILE for the unnamed mode. */
+static char *dir_for(mode m)
+{
+    return m == UNNAMED ? tu_mkdtemp_tmpfile() : tu_mkdtemp();
+}
+
+/* ------------------------------------------------------------------ */
+/* Creating, refusing, replacing                                       */
+
+Test(outfile, commit_creates_the_file_with_the_written_bytes_and_mode_0644_less_the_umask)
+{
+    for (mode m = 0; m < MODES_; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "out.json");
+        mode_t old = umask(027);
+        pn_outfile *f = open_ok(path, m, false);
+        umask(old);
+        write_ok(f, "hello ");
+        write_ok(f, "world\n");
+        cr_assert(!exists(path), "%s: nothing at the target before the commit", mode_names[m]);
+        if (m == UNNAMED) {
+            cr_assert_eq(tu_count_files(dir), 0, "the unnamed file has no name in the folder");
+            cr_assert_null(pn_outfile_temp_path(f));
+        } else {
+            const char *tmp = pn_outfile_temp_path(f);
+            cr_assert_not_null(tmp);
+            cr_assert(exists(tmp));
+            const char *base = strrchr(tmp, '/') + 1;
+            cr_assert(strncmp(base, ".out.json.pn-", 13) == 0 && strlen(base) == 19, "%s", tmp);
+        }
+        pn_error e;
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s: %s", mode_names[m], e.msg);
+        cr_assert_eq(pn_outfile_fd(f), -1, "the descriptor is closed after the commit");
+        pn_outfile_free(f);
+        cr_assert(has_bytes(path, "hello world\n"), "%s", mode_names[m]);
+        struct stat sb;
+        cr_assert_eq(stat(path, &sb), 0);
+        cr_assert_eq(sb.st_mode & 07777, 0640, "%s: mode %o", mode_names[m],
+                     (unsigned)(sb.st_mode & 07777));
+        cr_assert_eq(tu_count_files(dir), 1, "%s: only the target", mode_names[m]);
+
+        char *p2 = tu_join(dir, "out2.json");
+        old = umask(022);
+        f = open_ok(p2, m, false);
+        umask(old);
+        write_ok(f, "x");
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s", e.msg);
+        pn_outfile_free(f);
+        cr_assert_eq(stat(p2, &sb), 0);
+        cr_assert_eq(sb.st_mode & 07777, 0644, "%s: mode %o", mode_names[m],
+                     (unsigned)(sb.st_mode & 07777));
+        free(p2);
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+Test(outfile, an_existing_target_is_refused_at_open_without_force)
+{
+    for (mode m = 0; m < MODES_; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "report.json");
+        cr_assert_eq(tu_write_file(path, "theirs", 6), 0);
+        pn_outfile_opts o = opts_of(m, false);
+        pn_outfile *f = (pn_outfile *)1;
+        pn_error e;
+        cr_assert_eq(pn_outfile_open(path, &o, &f, &e), PN_ERR_EXISTS);
+        cr_assert_null(f);
+        cr_assert(strncmp(e.msg, path, strlen(path)) == 0, "%s", e.msg);
+        cr_assert(strstr(e.msg, "use --force"), "%s", e.msg);
+        cr_assert(has_bytes(path, "theirs"));
+        cr_assert_eq(tu_count_files(dir), 1);
+
+        /* A dangling symbolic link is something at the target too. */
+        char *link = tu_join(dir, "dangling");
+        cr_assert_eq(symlink("/nonexistent/pn-target", link), 0);
+        cr_assert_eq(pn_outfile_open(link, &o, &f, &e), PN_ERR_EXISTS, "%s", e.msg);
+        free(link);
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+Test(outfile, a_target_created_between_open_and_commit_is_refused_and_left_intact)
+{
+    for (mode m = 0; m < MODES_; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "out.gguf");
+        pn_outfile *f = open_ok(path, m, false);
+        write_ok(f, "ours");
+        /* another run finished first */
+        cr_assert_eq(tu_write_file(path, "the other run's", 15), 0);
+        pn_error e;
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_ERR_EXISTS, "%s: %s", mode_names[m], e.msg);
+        cr_assert(strncmp(e.msg, path, strlen(path)) == 0, "%s", e.msg);
+        cr_assert(strstr(e.msg, "nothing was replaced"), "%s", e.msg);
+        cr_assert(has_bytes(path, "the other run's"), "%s", mode_names[m]);
+        cr_assert_eq(pn_outfile_fd(f), -1, "a failed commit discards the file");
+        pn_outfile_free(f);
+        cr_assert_eq(tu_count_files(dir), 1, "%s: no temporary file is left", mode_names[m]);
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+Test(outfile, force_replaces_an_existing_target_in_one_rename)
+{
+    for (mode m = 0; m < NAMED_LINK; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "out.gguf");
+        cr_assert_eq(tu_write_file(path, "old", 3), 0);
+        /* A reader of the old file keeps its bytes: the new file is a new
+         * inode, never the old one rewritten. */
+        int old_fd = open(path, O_RDONLY);
+        cr_assert_geq(old_fd, 0);
+        pn_outfile *f = open_ok(path, m, true);
+        write_ok(f, "new bytes");
+        cr_assert(has_bytes(path, "old"), "the old file stays until the commit");
+        pn_error e;
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s: %s", mode_names[m], e.msg);
+        pn_outfile_free(f);
+        cr_assert(has_bytes(path, "new bytes"), "%s", mode_names[m]);
+        char b[4] = {0};
+        cr_assert_eq(pread(old_fd, b, 3, 0), 3);
+        cr_assert_str_eq(b, "old");
+        close(old_fd);
+        cr_assert_eq(tu_count_files(dir), 1, "%s: no temporary name is left", mode_names[m]);
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+Test(outfile, a_directory_a_fifo_or_a_trailing_slash_is_refused_even_with_force)
+{
+    char *dir = tu_mkdtemp();
+    char *sub = tu_join(dir, "sub");
+    char *fifo = tu_join(dir, "fifo");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    char slash[4200];
+    snprintf(slash, sizeof slash, "%s/new/", dir);
+    const struct {
+        const char *path, *kind;
+    } cases[] = {{sub, "a directory"}, {fifo, "a FIFO"}, {slash, "names a directory"}};
+    for (int force = 0; force < 2; force++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            pn_outfile_opts o = {.force = force};
+            pn_outfile *f = NULL;
+            pn_error e;
+            cr_assert_eq(pn_outfile_open(cases[i].path, &o, &f, &e), PN_ERR_IO, "%s",
+                         cases[i].path);
+            cr_assert_null(f);
+            cr_assert(strncmp(e.msg, cases[i].path, strlen(cases[i].path)) == 0, "%s", e.msg);
+            cr_assert(strstr(e.msg, cases[i].kind), "%s", e.msg);
+        }
+    cr_assert_eq(tu_count_files(dir), 2, "only the folder and the FIFO");
+    struct stat sb;
+    cr_assert_eq(stat(fifo, &sb), 0);
+    cr_assert(S_ISFIFO(sb.st_mode));
+    free(sub);
+    free(fifo);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+Test(outfile, a_missing_folder_is_refused_naming_the_target_and_the_folder)
+{
+    pn_outfile *f = NULL;
+    pn_error e;
+    cr_assert_eq(pn_outfile_open("/nonexistent-pn-dir/out.gguf", NULL, &f, &e), PN_ERR_IO);
+    cr_assert(strstr(e.msg, "/nonexistent-pn-dir/out.gguf: cannot create a temporary file in "
+                            "its folder /nonexistent-pn-dir"),
+              "%s", e.msg);
+    cr_assert_eq(pn_outfile_open("", NULL, &f, &e), PN_ERR_USAGE);
+}
+
+Test(outfile, a_target_name_of_exactly_name_max_bytes_works_in_both_modes)
+{
+    /* The name ends in a multi-byte character, so a cut of it for the
+     * temporary name must not split the character. */
+    char name[NAME_MAX + 1];
+    memset(name, 'n', NAME_MAX);
+    memcpy(name + 243, "\xc3\xa9", 2);   /* bytes 243-244: a cut at 244 falls inside it */
+    name[NAME_MAX] = '\0';
+    cr_assert_eq(strlen(name), NAME_MAX);
+    for (mode m = 0; m < MODES_; m++)
+        for (int force = 0; force < 2; force++) {
+            char *dir = dir_for(m);
+            char *path = tu_join(dir, name);
+            if (force)
+                cr_assert_eq(tu_write_file(path, "old", 3), 0);
+            pn_outfile *f = open_ok(path, m, force);
+            if (m != UNNAMED) {
+                const char *base = strrchr(pn_outfile_temp_path(f), '/') + 1;
+                cr_assert_leq(strlen(base), NAME_MAX, "%s", base);
+                cr_assert_eq(strlen(base), 1 + 243 + 10, "cut before the character: %zu",
+                             strlen(base));
+            }
+            write_ok(f, "long");
+            pn_error e;
+            cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s force %d: %s", mode_names[m],
+                         force, e.msg);
+            pn_outfile_free(f);
+            cr_assert(has_bytes(path, "long"));
+            cr_assert_eq(tu_count_files(dir), 1);
+            tu_rm_rf(dir);
+            free(path);
+            free(dir);
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* Nothing left behind                                                 */
+
+Test(outfile, abort_and_free_leave_nothing_in_either_mode)
+{
+    for (mode m = 0; m < MODES_; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "out.gguf");
+        pn_outfile *f = open_ok(path, m, false);
+        write_ok(f, "partial");
+        pn_outfile_abort(f);
+        pn_outfile_abort(f);
+        cr_assert_eq(pn_outfile_fd(f), -1);
+        pn_error e;
+        cr_assert_eq(pn_outfile_write(f, "x", 1, &e), PN_ERR_USAGE);
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_ERR_USAGE);
+        cr_assert(strstr(e.msg, "discarded"), "%s", e.msg);
+        pn_outfile_free(f);
+        cr_assert_eq(tu_count_files(dir), 0, "%s", mode_names[m]);
+
+        f = open_ok(path, m, false);
+        FILE *s = pn_outfile_stream(f, &e);
+        cr_assert_not_null(s, "%s", e.msg);
+        fprintf(s, "buffered text");
+        cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "%s", e.msg);
+        pn_outfile_free(f);   /* finished, never committed */
+        cr_assert_eq(tu_count_files(dir), 0, "%s", mode_names[m]);
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+/* Forks a child that opens path in mode m, writes 1 MiB and waits; kills it
+ * with SIGKILL once it has written. */
+static void kill_a_writer(const char *path, mode m)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        pn_outfile_opts o = opts_of(m, false);
+        pn_outfile *f = NULL;
+        pn_error e;
+        if (pn_outfile_open(path, &o, &f, &e) != PN_OK || pn_outfile_unnamed(f) != (m == UNNAMED))
+            _exit(3);
+        static char buf[1 << 20];
+        memset(buf, 'k', sizeof buf);
+        if (pn_outfile_write(f, buf, sizeof buf, &e) != PN_OK)
+            _exit(4);
+        if (write(p[1], "w", 1) != 1)
+            _exit(5);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    char c = 0;
+    cr_assert_eq(read(p[0], &c, 1), 1, "the child did not get to write");
+    close(p[0]);
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+Test(outfile, a_writer_killed_by_sigkill_leaves_nothing_with_o_tmpfile)
+{
+    char *dir = tu_mkdtemp_tmpfile();
+    char *path = tu_join(dir, "out.gguf");
+    kill_a_writer(path, UNNAMED);
+    cr_assert_eq(tu_count_files(dir), 0, "a killed run leaves no file");
+    pn_outfile *f = open_ok(path, UNNAMED, false);
+    cr_assert_null(pn_outfile_note(f));
+    pn_outfile_free(f);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}
+
+Test(outfile, a_killed_fallback_writers_temp_file_is_reported_as_stale_by_the_next_open)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "out.gguf");
+    kill_a_writer(path, NAMED);
+    cr_assert_eq(tu_count_files(dir), 1, "the named temporary file outlives the kill");
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char stale[NAME_MAX + 1] = "";
+    while ((de = readdir(d)))
+        if (de->d_name[0] == '.' && strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            snprintf(stale, sizeof stale, "%s", de->d_name);
+    closedir(d);
+    cr_assert(strncmp(stale, ".out.gguf.pn-", 13) == 0, "%s", stale);
+    /* Also one of the versions before this module, and temporary files of
+     * other targets, which are not this target's. */
+    char *legacy = tu_join(dir, "out.gguf.tmp.Ab12Cd");
+    char *other = tu_join(dir, ".other.gguf.pn-Ab12Cd");
+    char *lookalike = tu_join(dir, ".out.gguf.pn-Ab12Cd.bak");
+    cr_assert_eq(tu_write_file(legacy, "", 0), 0);
+    cr_assert_eq(tu_write_file(other, "", 0), 0);
+    cr_assert_eq(tu_write_file(lookalike, "", 0), 0);
+
+    for (mode m = 0; m < MODES_; m++) {
+        pn_outfile *f = open_ok(path, m, false);
+        const char *note = pn_outfile_note(f);
+        cr_assert_not_null(note, "%s", mode_names[m]);
+        char *stale_path = tu_join(dir, stale);
+        cr_assert(strncmp(note, path, strlen(path)) == 0, "%s", note);
+        cr_assert(strstr(note, "stale temporary files from an earlier run"), "%s", note);
+        cr_assert(strstr(note, stale_path), "%s", note);
+        cr_assert(strstr(note, legacy), "%s", note);
+        cr_assert(!strstr(note, "other.gguf"), "%s", note);
+        cr_assert(!strstr(note, ".bak"), "%s", note);
+        cr_assert(strstr(note, "remove them"), "%s", note);
+        cr_assert(exists(stale_path), "stale files are reported, never removed");
+        free(stale_path);
+        pn_outfile_free(f);
+    }
+    cr_assert_eq(tu_count_files(dir), 4);
+    free(legacy);
+    free(other);
+    free(lookalike);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+
+Test(outfile, a_file_size_limit_is_reported_as_a_full_disk_naming_the_file_and_offset)
+{
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    static char chunk[1 << 19];
+    for (mode m = 0; m < NAMED_LINK; m++)
+        for (int stream = 0; stream < 2; stream++) {
+            char *dir = dir_for(m);
+            char *path = tu_join(dir, "big.gguf");
+            pn_outfile *f = open_ok(path, m, false);
+            lim = old;
+            lim.rlim_cur = 1 << 20;
+            cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+            pn_error e;
+            pn_status st = PN_OK;
+            if (stream) {
+                FILE *s = pn_outfile_stream(f, &e);
+                cr_assert_not_null(s, "%s", e.msg);
+                for (int i = 0; i < 3; i++)
+                    fwrite(chunk, 1, sizeof chunk, s);
+                st = pn_outfile_finish(f, &e);
+            } else {
+                for (int i = 0; i < 3 && st == PN_OK; i++)
+                    st = pn_outfile_write(f, chunk, sizeof chunk, &e);
+            }
+            setrlimit(RLIMIT_FSIZE, &old);
+            cr_assert_eq(st, PN_ERR_NOSPACE, "%s stream %d: %s", mode_names[m], stream, e.msg);
+            cr_assert(strncmp(e.msg, path, strlen(path)) == 0, "%s", e.msg);
+            cr_assert(strstr(e.msg, "at byte offset 1048576"), "%s", e.msg);
+            cr_assert(strstr(e.msg, "file size limit (ulimit -f)"), "%s", e.msg);
+            pn_outfile_free(f);
+            cr_assert_eq(tu_count_files(dir), 0);
+            tu_rm_rf(dir);
+            free(path);
+            free(dir);
+        }
+}
+
+Test(outfile, the_data_can_be_patched_and_read_back_through_the_descriptor_before_the_commit)
+{
+    for (mode m = 0; m < NAMED_LINK; m++) {
+        char *dir = dir_for(m);
+        char *path = tu_join(dir, "v.bin");
+        pn_outfile *f = open_ok(path, m, false);
+        write_ok(f, "header:????;data");
+        pn_error e;
+        cr_assert_eq(pn_outfile_pwrite(f, "CRC!", 4, 7, &e), PN_OK, "%s", e.msg);
+        write_ok(f, ";tail");
+        cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "%s", e.msg);
+        cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "finish is idempotent");
+        cr_assert_eq(pn_outfile_write(f, "x", 1, &e), PN_ERR_USAGE, "no writes after finish");
+        char b[32] = {0};
+        cr_assert_eq(pread(pn_outfile_fd(f), b, sizeof b - 1, 0), 21);
+        cr_assert_str_eq(b, "header:CRC!;data;tail");
+        cr_assert(!exists(path));
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s", e.msg);
+        cr_assert_eq(pn_outfile_commit(f, &e), PN_ERR_USAGE, "one commit");
+        pn_outfile_free(f);
+        cr_assert(has_bytes(path, "header:CRC!;data;tail"));
+        tu_rm_rf(dir);
+        free(path);
+        free(dir);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Sets                                                                */
+
+#define SET_N 3
+
+typedef struct set {
+    char *dir;
+    char *path[SET_N];
+    pn_outfile *f[SET_N];
+} set;
+
+static set open_set(mode m)
+{
+    set s;
+    s.dir = dir_for(m);
+    for (int i = 0; i < SET_N; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.gguf", i + 1, SET_N);
+        s.path[i] = tu_join(s.dir, name);
+    }
+    return s;
+}
+
+static void set_write(set *s, mode m, bool force, const char *what)
+{
+    for (int i = 0; i < SET_N; i++) {
+        s->f[i] = open_ok(s->path[i], m, force);
+        char text[64];
+        snprintf(text, sizeof text, "%s %d", what, i);
+        write_ok(s->f[i], text);
+    }
+}
+
+static void set_free(set *s)
+{
+    for (int i = 0; i < SET_N; i++) {
+        pn_outfile_free(s->f[i]);
+        free(s->path[i]);
+    }
+    tu_rm_rf(s->dir);
+    free(s->dir);
+}
+
+/* The names that appeared in the watched folder (created or moved in), in
+ * order, as indices of the set (-1 for other names), and how many of the
+ * set's names were deleted. */
+static int read_events(int ino, const set *s, int *order, int max, int *deleted)
+{
+    char buf[1 << 16] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int n = 0;
+    *deleted = 0;
+    for (;;) {
+        ssize_t len = read(ino, buf, sizeof buf);
+        if (len <= 0)
+            break;
+        for (char *p = buf; p < buf + len;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            int idx = -1;
+            for (int i = 0; i < SET_N && ev->len; i++)
+                if (strcmp(strrchr(s->path[i], '/') + 1, ev->name) == 0)
+                    idx = i;
+            if (idx >= 0 && (ev->mask & (IN_CREATE | IN_MOVED_TO)) && n < max)
+                order[n++] = idx;
+            if (idx >= 0 && (ev->mask & IN_DELETE))
+                (*deleted)++;
+            p += sizeof *ev + ev->len;
+        }
+    }
+    return n;
+}
+
+Test(outfile, a_set_commit_puts_the_first_file_in_place_last)
+{
+    for (mode m = 0; m < MODES_; m++)
+        for (int force = 0; force < 2; force++) {
+            set s = open_set(m);
+            if (force)
+                for (int i = 0; i < SET_N; i++)
+                    cr_assert_eq(tu_write_file(s.path[i], "old", 3), 0);
+            set_write(&s, m, force, "new");
+            int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+            cr_assert_geq(ino, 0);
+            cr_assert_geq(inotify_add_watch(ino, s.dir, IN_CREATE | IN_MOVED_TO | IN_DELETE), 0);
+            pn_error e;
+            cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_OK, "%s: %s", mode_names[m],
+                         e.msg);
+            int order[8], deleted = 0;
+            int n = read_events(ino, &s, order, 8, &deleted);
+            close(ino);
+            cr_assert_eq(n, SET_N, "%s force %d: %d names appeared", mode_names[m], force, n);
+            for (int i = 0; i < SET_N; i++)
+                cr_assert_eq(order[i], SET_N - 1 - i, "%s force %d: step %d put file %d",
+                             mode_names[m], force, i, order[i]);
+            /* With force, the old first file goes before any new file comes,
+             * so an old first file never meets new shards. */
+            cr_assert_eq(deleted, force ? 1 : 0);
+            for (int i = 0; i < SET_N; i++) {
+                char text[64];
+                snprintf(text, sizeof text, "new %d", i);
+                cr_assert(has_bytes(s.path[i], text));
+            }
+            cr_assert_eq(tu_count_files(s.dir), SET_N, "no temporary names are left");
+            set_free(&s);
+        }
+}
+
+Test(outfile, a_set_commit_with_a_target_existing_midway_leaves_nothing_of_the_set)
+{
+    for (mode m = 0; m < MODES_; m++) {
+        set s = open_set(m);
+        set_write(&s, m, false, "ours");
+        /* Another run made the second file meanwhile: the third is put in
+         * place first, then the second is refused. */
+        cr_assert_eq(tu_write_file(s.path[1], "theirs", 6), 0);
+        int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        cr_assert_geq(ino, 0);
+        cr_assert_geq(inotify_add_watch(ino, s.dir, IN_CREATE | IN_MOVED_TO | IN_DELETE), 0);
+        pn_error e;
+        cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_ERR_EXISTS, "%s: %s",
+                     mode_names[m], e.msg);
+        cr_assert(strncmp(e.msg, s.path[1], strlen(s.path[1])) == 0, "%s", e.msg);
+        int order[8], deleted = 0;
+        int n = read_events(ino, &s, order, 8, &deleted);
+        close(ino);
+        cr_assert_eq(n, 1, "%s: only the third file was put in place", mode_names[m]);
+        cr_assert_eq(order[0], 2);
+        cr_assert_eq(deleted, 1, "%s: and taken away again", mode_names[m]);
+        cr_assert(!exists(s.path[0]) && !exists(s.path[2]), "%s", mode_names[m]);
+        cr_assert(has_bytes(s.path[1], "theirs"));
+        cr_assert_eq(tu_count_files(s.dir), 1, "%s: no temporary file is left", mode_names[m]);
+        for (int i = 0; i < SET_N; i++)
+            cr_assert_eq(pn_outfile_fd(s.f[i]), -1, "every file of the set is discarded");
+        set_free(&s);
+    }
+}
+
+Test(outfile, a_set_whose_files_disagree_on_force_is_refused_before_anything_moves)
+{
+    set s = open_set(NAMED);
+    for (int i = 0; i < SET_N; i++) {
+        s.f[i] = open_ok(s.path[i], NAMED, i == 1);
+        write_ok(s.f[i], "x");
+    }
+    pn_error e;
+    cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_ERR_USAGE);
+    cr_assert(strstr(e.msg, "must all replace or all not replace"), "%s", e.msg);
+    cr_assert_eq(tu_count_files(s.dir), 0);
+    set_free(&s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Users of the module                                                 */
+
+Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a_fifo)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "m.txt");
+    char name[] = "blk.0.ffn_down.weight";
+    pn_measure_entry entry = {name, 0.25, 0.125};
+    pn_measurement m = {.identity = "bytes=1 tensors=1 fnv1a64=0", .sample_max_rows = 8, .n = 1,
+                        .entries = &entry};
+    pn_error e;
+    cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "%s", e.msg);
+    int old_fd = open(path, O_RDONLY);
+    cr_assert_geq(old_fd, 0);
+    entry.e3 = 0.5;
+    cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "saving again replaces: %s", e.msg);
+    cr_assert_eq(tu_count_files(dir), 1, "no temporary file is left");
+    pn_measurement *l = NULL;
+    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(l->entries[0].e3, 0.5);
+    pn_measurement_free(l);
+    char b[16] = {0};
+    cr_assert_eq(pread(old_fd, b, 10, 0), 10);
+    cr_assert_str_eq(b, "pn-measure", "the old file was replaced, not rewritten in place");
+    close(old_fd);
+
+    /* the file size limit: refused as a full disk, the saved file kept */
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 16;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    entry.e3 = 0.75;
+    pn_status st = pn_measurement_save(&m, path, &e);
+    setrlimit(RLIMIT_FSIZE, &old);
+    cr_assert_eq(st, PN_ERR_NOSPACE, "%s", e.msg);
+    cr_assert(strstr(e.msg, path) && strstr(e.msg, "ulimit -f"), "%s", e.msg);
+    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(l->entries[0].e3, 0.5);
+    pn_measurement_free(l);
+    cr_assert_eq(tu_count_files(dir), 1);
+
+    char *fifo = tu_join(dir, "fifo.txt");
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_assert_eq(pn_measurement_save(&m, fifo, &e), PN_ERR_IO);
+    cr_assert(strstr(e.msg, fifo) && strstr(e.msg, "a FIFO"), "%s", e.msg);
+    free(fifo);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}

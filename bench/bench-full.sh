@@ -105,9 +105,11 @@ cat_src=$(secs "$t0" "$t1")
 echo "cat source (cold): $cat_src s ($(awk -v b="$src_bytes" -v s="$cat_src" 'BEGIN{printf "%.0f", b/s/1e6}') MB/s)"
 
 # ---- the search's own speed ---------------------------------------------
+# the pn3t line of the best path ("pn3t  avx2  <1 thread>  <all threads> ...")
 bp=$(OMP_NUM_THREADS=2 "$bin/bench_pn" --seconds 2)
-bp1=$(echo "$bp" | awk '/^pn3t fast /{print $3}')
-bp2=$(echo "$bp" | awk '/^pn3t fast /{print $4}')
+read -r bp1 bp2 < <(echo "$bp" | awk 'NR == 1 { for (i = 1; i < NF; i++) if ($i == "best" && $(i+1) == "path") best = $(i+2); sub(/,$/, "", best) }
+           $1 == "pn3t" && $2 == best { print $3, $4 }\')
+[ -n "${bp2:-}" ] || { echo "bench-full: cannot read bench_pn's pn3t line:" >&2; echo "$bp" >&2; exit 1; }
 echo "bench_pn pn3t fast: 1 thread $bp1 w/s, 2 threads $bp2 w/s ($(echo "$bp" | head -1 | sed 's/^bench_pn: //'))"
 
 # ---- pn-quantize -----------------------------------------------------------

@@ -22,7 +22,8 @@ layers=("$@")
 [ ${#layers[@]} -gt 0 ] || layers=(2 4)
 [ -x /usr/bin/time ] || { echo "bench: /usr/bin/time is missing (apt-get install time)" >&2; exit 2; }
 cmake --build "$build" -j"$(nproc)" --target pn_programs bench_pn >/dev/null
-bp2=$(OMP_NUM_THREADS=2 "$build/bin/bench_pn" --seconds 2 | awk '/^pn3t fast /{print $4}')
+bp2=$(OMP_NUM_THREADS=2 "$build/bin/bench_pn" --seconds 2 | awk 'NR == 1 { for (i = 1; i < NF; i++) if ($i == "best" && $(i+1) == "path") best = $(i+2); sub(/,$/, "", best) }
+           $1 == "pn3t" && $2 == best { print $4 }\')
 echo "bench_pn pn3t fast, 2 threads: $bp2 weights/s"
 printf '%-7s %12s %14s %9s %10s %12s %7s %11s %9s  %s\n' layers weights src_bytes cat_s wall_s weights/s ratio peak_rss_MB search% stages
 for L in "${layers[@]}"; do

@@ -115,6 +115,22 @@ static void advise_ahead(stream *s, uint64_t at, uint64_t end)
     s->advised_end = end + ra;
 }
 
+/* Widens n source elements: bf16 here with a loop the compiler vectorizes
+ * (a bf16 is the high half of its float, exactly as pn_widen_row does it),
+ * the other types with pn_widen_row. */
+static pn_status widen(int type, const uint8_t *src, float *dst, int64_t n)
+{
+    if (type != PN_TYPE_BF16)
+        return pn_widen_row(type, src, dst, n);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, sizeof h);   /* the host is little-endian */
+        uint32_t u = (uint32_t)h << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+    return PN_OK;
+}
+
 /* Reads n elements of tensor c->tensor from element `at` into dst (widened
  * and checked). first_row/first_col locate dst[0] for messages; a range
  * that spans rows (whole rows) has first_col 0 and n_cols == K. */
@@ -138,7 +154,7 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
                 return pn_error_prefix(err, "%s", s->cfg->src_path);
             return st;
         }
-        st = pn_widen_row(c->src_type, s->raw, dst + done, k);
+        st = widen(c->src_type, s->raw, dst + done, k);
         int64_t bad = st == PN_OK ? first_nonfinite(dst + done, k) : -1;
         s->t.widen += pn_now_seconds() - t1;
         if (st != PN_OK)

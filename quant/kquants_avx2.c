@@ -1,9 +1,9 @@
 /* The AVX2 q4_K and q3_K encoders: kquants_simd.h at 8 lanes. Compiled with
- * -mavx2 -mf16c and, for this file, FMA: used only where kquants_simd.h
- * proves fused == unfused (KQ_FMA_EXACT, sums of code squares); the build's
- * -ffp-contract=off keeps the compiler from fusing anything else. Called
- * only when pn_path_available(PN_PATH_AVX2), which requires FMA too. */
-#pragma GCC target("fma")
+ * -mavx2 -mf16c -mfma (cmake/pn_module.cmake); FMA is used only where
+ * kquants_simd.h proves fused == unfused (KQ_FMA_EXACT, sums of code
+ * squares); the build's -ffp-contract=off keeps the compiler from fusing
+ * anything else. Called only when pn_path_available(PN_PATH_AVX2), which
+ * requires FMA too. */
 #include <immintrin.h>
 
 #define KQ_W 8

@@ -316,6 +316,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.slot_out_bytes = (size_t)slot_out;
     cfg.slot_blocks = slot_blocks;
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
+    cfg.cpu_path = c->env.cpu_path;
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;

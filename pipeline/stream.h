@@ -4,7 +4,8 @@
  * whatever the consumer computes) that pass through three stages:
  *   reader   a helper thread: describes chunk k (ops.next), reads its source
  *            bytes with pread (file order, read-ahead advice), widens them to
- *            float and checks that every weight is finite;
+ *            float and checks that every weight is finite, in one pass on
+ *            cfg.cpu_path (pn_widen_row_checked);
  *   compute  the calling thread, with its OpenMP team: ops.compute (the
  *            parallel work), then ops.finish (the in-order part: sums, CRCs,
  *            progress), always in chunk order;
@@ -95,6 +96,7 @@ typedef struct pn_stream_cfg {
     size_t slot_out_bytes;
     int64_t slot_blocks;
     uint64_t readahead_bytes; /* advice ahead of contiguous reads; 0: none */
+    int cpu_path;             /* PN_PATH_* of the widening (quant/widen.h) */
     const char *src_path;     /* for messages */
     const char *const *tensor_names;   /* for messages (source order) */
     volatile sig_atomic_t *cancel;

@@ -317,6 +317,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.slot_blocks = slot_blocks;
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
     cfg.cpu_path = c->env.cpu_path;
+    cfg.direct_io = true;          /* read once, in order: around the page cache */
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;

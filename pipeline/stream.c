@@ -42,7 +42,8 @@ typedef struct stream {
     int64_t err_seq;
     pn_error err;
 
-    uint8_t *raw;              /* the reader's */
+    uint8_t *raw;              /* the reader's (buffered reads) */
+    gguf_direct *direct;       /* the reader's (cfg.direct_io), or NULL */
     uint64_t advised_end;      /* read-ahead advice given up to this file offset */
     pn_stream_times t;
 } stream;
@@ -88,7 +89,8 @@ static void wait_a_little(stream *s)
 static void advise_ahead(stream *s, uint64_t at, uint64_t end)
 {
     uint64_t ra = s->cfg->readahead_bytes;
-    if (!ra || end + ra / 2 <= s->advised_end)
+    /* direct reads bypass the page cache: advice would only fill it */
+    if (!ra || gguf_direct_is_direct(s->direct) || end + ra / 2 <= s->advised_end)
         return;
     uint64_t from = s->advised_end > at ? s->advised_end : at;
     gguf_reader_advise(s->cfg->src, from, end + ra - from, true);
@@ -108,9 +110,13 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
     for (int64_t done = 0; done < n;) {
         int64_t k = n - done < per ? n - done : per;
         double t0 = pn_now_seconds();
-        pn_status st = gguf_reader_read_tensor(s->cfg->src, c->tensor,
-                                               (uint64_t)((at + done) * elem), s->raw,
-                                               (size_t)(k * elem), err);
+        const uint8_t *raw = s->raw;
+        pn_status st = s->direct ? gguf_direct_read_tensor(s->direct, c->tensor,
+                                                           (uint64_t)((at + done) * elem),
+                                                           (size_t)(k * elem), &raw, err)
+                                 : gguf_reader_read_tensor(s->cfg->src, c->tensor,
+                                                           (uint64_t)((at + done) * elem),
+                                                           s->raw, (size_t)(k * elem), err);
         double t1 = pn_now_seconds();
         s->t.read += t1 - t0;
         if (st != PN_OK) {
@@ -120,7 +126,7 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
         }
         /* widened and checked in one pass (quant/widen.h) */
         int64_t bad = -1;
-        st = pn_widen_row_checked(s->cfg->cpu_path, c->src_type, s->raw, dst + done, k, &bad);
+        st = pn_widen_row_checked(s->cfg->cpu_path, c->src_type, raw, dst + done, k, &bad);
         s->t.widen += pn_now_seconds() - t1;
         if (st != PN_OK && st != PN_ERR_NONFINITE)
             return pn_error_set(err, st, "%s: tensor %s: source type %d cannot be widened",
@@ -354,8 +360,14 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
         return pn_error_set(err, PN_ERR_INTERNAL, "the stream's CPU path %s is not available",
                             pn_path_name(cfg->cpu_path));
     s.slots = calloc((size_t)s.n_slots, sizeof *s.slots);
-    s.raw = malloc(RAW_BYTES);
-    if (!s.slots || !s.raw) {
+    if (cfg->direct_io) {
+        st = gguf_direct_open(cfg->src, RAW_BYTES, &s.direct, err);
+        if (st != PN_OK)
+            goto done;
+    } else {
+        s.raw = malloc(RAW_BYTES);
+    }
+    if (!s.slots || (!s.raw && !s.direct)) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the chunk buffers");
         goto done;
     }
@@ -419,6 +431,7 @@ done:
         }
     free(s.slots);
     free(s.raw);
+    gguf_direct_close(s.direct);
     if (t)
         *t = s.t;
     return st;

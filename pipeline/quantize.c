@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
@@ -438,7 +439,7 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
             stop = 1;
             continue;
         }
-        p->crc = (uint32_t)crc32_z(0, buf, (size_t)p->len);
+        p->crc = pn_crc32(0, buf, (size_t)p->len);
         int type = c->plan->t[p->tensor].type;
         if (pn_type_is_pn(type)) {
             int64_t bb = 0;

@@ -180,6 +180,34 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
 /* Advice for the kernel about file bytes [at, at+n): willneed starts reading
  * them ahead; otherwise their page cache may be dropped. Never fails. */
 void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed);
+/* Direct reads: a reader's tensor data read around the page cache
+ * (O_DIRECT), for one thread reading a large file once in order (the
+ * quantizer's stream): the kernel copies nothing out of its cache, and the
+ * file does not push other files' pages out of it. A read fills the
+ * handle's whole buffer from the aligned offset at or below the bytes asked
+ * for (so small tensors read in order cost one read for many) and hands back
+ * a pointer into it; a request inside what the last read brought is served
+ * from the buffer. Where the file system refuses O_DIRECT (at open, or a
+ * read with EINVAL: from then on), /proc is not mounted, or r is a memory
+ * reader, the handle reads with pread into its buffer instead: same bytes,
+ * same errors. A direct read that fails or ends early is done again with
+ * pread, so errors are gguf_reader_read_tensor's, word for word (a file that
+ * shrank during the run is PN_ERR_TRUNCATED naming it). A direct read still
+ * sees data that was written and not yet flushed (the kernel writes the
+ * range back first). There is no read-ahead: the caller reads ahead itself
+ * if it needs to. One handle per thread; r must outlive it. */
+typedef struct gguf_direct gguf_direct;
+/* A handle for reads of at most max_bytes; PN_ERR_NOMEM only. */
+pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
+                           pn_error *err);
+void gguf_direct_close(gguf_direct *d);
+/* True while reads go around the page cache (false after a fallback). */
+bool gguf_direct_is_direct(const gguf_direct *d);
+/* Tensor i's bytes [off, off + n), n <= max_bytes: *data points at them,
+ * inside the handle's buffer, until the next call. The errors of
+ * gguf_reader_read_tensor; PN_ERR_USAGE when n > max_bytes. */
+pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
+                                  const uint8_t **data, pn_error *err);
 /* File offset of tensor i's data (data section + its offset; UINT64_MAX on
  * overflow, possible only for a lenient reader). */
 uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i);

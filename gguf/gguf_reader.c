@@ -1011,8 +1011,10 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
     return PN_OK;
 }
 
-pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
-                                  size_t n, pn_error *err)
+/* The file offset of tensor i's bytes [off, off + n), checked to lie in the
+ * tensor (PN_ERR_USAGE) and not to overflow (PN_ERR_TRUNCATED). */
+static pn_status tensor_range(const gguf_reader *r, size_t i, uint64_t off, size_t n,
+                              uint64_t *at_out, pn_error *err)
 {
     if (i >= r->n_tensors)
         return pn_error_set(err, PN_ERR_USAGE, "%s: no tensor %zu", r->name, i);
@@ -1028,9 +1030,20 @@ pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, 
         __builtin_add_overflow(at, off, &at))
         return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
                             r->name, ti->name);
-    pn_status st = gguf_reader_read_at(r, at, dst, n, err);
+    *at_out = at;
+    return PN_OK;
+}
+
+pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
+                                  size_t n, pn_error *err)
+{
+    uint64_t at = 0;
+    pn_status st = tensor_range(r, i, off, n, &at, err);
     if (st != PN_OK)
-        pn_error_prefix(err, "tensor %s", ti->name);
+        return st;
+    st = gguf_reader_read_at(r, at, dst, n, err);
+    if (st != PN_OK)
+        pn_error_prefix(err, "tensor %s", r->tensors[i].name);
     return st;
 }
 
@@ -1052,6 +1065,138 @@ uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
     if (__builtin_add_overflow(r->data_offset, r->tensors[i].offset, &at))
         return UINT64_MAX;
     return at;
+}
+
+/* ------------------------------------------------------------------ */
+/* Direct reads (O_DIRECT)                                             */
+
+/* Offsets, lengths and the buffer of a direct read are multiples of this:
+ * the logical block size of every common device (512 or 4096). A device
+ * that wants more refuses the read (EINVAL), and the handle falls back. */
+#define DIRECT_ALIGN ((uint64_t)4096)
+
+struct gguf_direct {
+    const gguf_reader *r;
+    int fd;                     /* the file opened with O_DIRECT, or -1: buffered */
+    uint8_t *buf;               /* DIRECT_ALIGN-aligned, cap bytes */
+    size_t cap, max_bytes;
+    /* direct reads: buf holds file bytes [win_at, win_at + win_len) */
+    uint64_t win_at, win_len;
+};
+
+pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
+                           pn_error *err)
+{
+    *out = NULL;
+    gguf_direct *d = calloc(1, sizeof *d);
+    size_t cap = (max_bytes + 2 * DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN + DIRECT_ALIGN;
+    void *buf = NULL;
+    if (!d || max_bytes > SIZE_MAX / 2 || posix_memalign(&buf, DIRECT_ALIGN, cap) != 0) {
+        free(d);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for a read buffer of %zu bytes",
+                            r->name, max_bytes);
+    }
+    d->r = r;
+    d->buf = buf;
+    d->cap = cap;
+    d->max_bytes = max_bytes;
+    d->fd = -1;
+    if (r->fd >= 0) {
+        /* The same open file again, by its descriptor's /proc link (a new
+         * open file description: O_DIRECT must not reach the reader's own
+         * descriptor); checked to be the same inode. Where /proc or
+         * O_DIRECT is missing, reads stay buffered. */
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", r->fd);
+        int fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        struct stat a, b;
+        if (fd >= 0 && fstat(fd, &a) == 0 && fstat(r->fd, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino && S_ISREG(a.st_mode))
+            d->fd = fd;
+        else if (fd >= 0)
+            close(fd);
+    }
+    *out = d;
+    return PN_OK;
+}
+
+void gguf_direct_close(gguf_direct *d)
+{
+    if (!d)
+        return;
+    if (d->fd >= 0)
+        close(d->fd);
+    free(d->buf);
+    free(d);
+}
+
+bool gguf_direct_is_direct(const gguf_direct *d) { return d && d->fd >= 0; }
+
+/* Reads bytes [a0, a0 + len) with O_DIRECT into d->buf until at least
+ * `need` are in, and makes them the window; false when it could not (an
+ * error, EINVAL included, or the file ends first; the window is then
+ * empty), errno set where there was one. */
+static bool direct_pread(gguf_direct *d, uint64_t a0, size_t len, size_t need)
+{
+    d->win_len = 0;
+    size_t done = 0;
+    errno = 0;
+    while (done < need) {
+        ssize_t k = pread(d->fd, d->buf + done, len - done, (off_t)(a0 + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        done += (size_t)k;
+        if (done < need && done % DIRECT_ALIGN != 0)
+            return false; /* a short read inside the file: the next would be unaligned */
+    }
+    d->win_at = a0;
+    d->win_len = done;
+    return true;
+}
+
+pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
+                                  const uint8_t **data, pn_error *err)
+{
+    const gguf_reader *r = d->r;
+    if (n > d->max_bytes)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: a direct read of %zu bytes, at most %zu",
+                            r->name, n, d->max_bytes);
+    uint64_t at = 0;
+    pn_status st = tensor_range(r, i, off, n, &at, err);
+    if (st != PN_OK)
+        return st;
+    if (d->fd >= 0 && n > 0 && at + n <= r->size) {
+        if (at >= d->win_at && at + n <= d->win_at + d->win_len) {
+            *data = d->buf + (at - d->win_at); /* read with an earlier request */
+            return PN_OK;
+        }
+        /* a whole buffer from the aligned offset at or below `at` (small
+         * tensors read in order then take one read for many), its end
+         * past the end of the file when that is not aligned (the read
+         * stops there) */
+        const uint64_t a0 = at / DIRECT_ALIGN * DIRECT_ALIGN;
+        const uint64_t file_end = (r->size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+        const size_t len = file_end - a0 < d->cap ? (size_t)(file_end - a0) : d->cap;
+        if (direct_pread(d, a0, len, (size_t)(at + n - a0))) {
+            *data = d->buf + (at - a0);
+            return PN_OK;
+        }
+        if (errno == EINVAL) {
+            /* the file system (or this range) refuses O_DIRECT: buffered from now on */
+            close(d->fd);
+            d->fd = -1;
+        }
+        /* otherwise (an error, or the file ended early) the buffered read
+         * below says what happened, in the reader's words */
+    }
+    d->win_len = 0;
+    st = gguf_reader_read_at(r, at, d->buf, n, err);
+    if (st != PN_OK)
+        return pn_error_prefix(err, "tensor %s", r->tensors[i].name);
+    *data = d->buf;
+    return PN_OK;
 }
 
 /* ------------------------------------------------------------------ */

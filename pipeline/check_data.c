@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
 #include "common/threads.h"
 #include "hadamard/hadamard.h"
 #include "pipeline/check_internal.h"
@@ -232,7 +233,7 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
         if (!read_bytes(tp->r, tp->index, false, (uint64_t)(e / tp->bw * tp->bb), raw,
                         (size_t)(m / tp->bw * tp->bb), &it->rf))
             return;
-        crc = crc32_z(crc, p, (size_t)(m / tp->bw * tp->bb));
+        crc = pn_crc32((uint32_t)crc, p, (size_t)(m / tp->bw * tp->bb));
         if (tp->pn)
             validate_blocks(tp, p, e / tp->bw, m / tp->bw, it, nf, res, maxloc);
         else if (tp->scan == SCAN_SCALES)

@@ -342,6 +342,7 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     cfg.slot_out_bytes = 1;
     cfg.slot_blocks = 3 * slot_rows;
     cfg.readahead_bytes = 0;     /* scattered rows: advice per candidate instead */
+    cfg.cpu_path = env->cpu_path;
     cfg.src_path = o->src_path;
     cfg.tensor_names = names;
     cfg.cancel = o->cancel;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
@@ -316,6 +317,8 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.slot_out_bytes = (size_t)slot_out;
     cfg.slot_blocks = slot_blocks;
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
+    cfg.cpu_path = c->env.cpu_path;
+    cfg.direct_io = true;          /* read once, in order: around the page cache */
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
@@ -436,7 +439,7 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
             stop = 1;
             continue;
         }
-        p->crc = (uint32_t)crc32_z(0, buf, (size_t)p->len);
+        p->crc = pn_crc32(0, buf, (size_t)p->len);
         int type = c->plan->t[p->tensor].type;
         if (pn_type_is_pn(type)) {
             int64_t bb = 0;

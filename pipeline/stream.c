@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "quant/pn_fast.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 
@@ -41,7 +42,8 @@ typedef struct stream {
     int64_t err_seq;
     pn_error err;
 
-    uint8_t *raw;              /* the reader's */
+    uint8_t *raw;              /* the reader's (buffered reads) */
+    gguf_direct *direct;       /* the reader's (cfg.direct_io), or NULL */
     uint64_t advised_end;      /* read-ahead advice given up to this file offset */
     pn_stream_times t;
 } stream;
@@ -84,51 +86,15 @@ static void wait_a_little(stream *s)
 
 /* ---- the reader ------------------------------------------------------- */
 
-/* Index of the first NaN or infinity in x[0..n), or -1: pn_find_nonfinite's
- * answer, found block by block with a loop the compiler vectorizes (an
- * exponent of all ones, tested on the bits), the exact index only for a
- * block that has one. */
-static int64_t first_nonfinite(const float *x, int64_t n)
-{
-    enum { BLOCK = 1024 };
-    for (int64_t b = 0; b < n; b += BLOCK) {
-        int64_t m = n - b < BLOCK ? n - b : BLOCK;
-        uint32_t any = 0;
-        for (int64_t i = 0; i < m; i++) {
-            uint32_t u;
-            memcpy(&u, &x[b + i], sizeof u);
-            any |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-        }
-        if (any)
-            return b + pn_find_nonfinite(x + b, m);
-    }
-    return -1;
-}
-
 static void advise_ahead(stream *s, uint64_t at, uint64_t end)
 {
     uint64_t ra = s->cfg->readahead_bytes;
-    if (!ra || end + ra / 2 <= s->advised_end)
+    /* direct reads bypass the page cache: advice would only fill it */
+    if (!ra || gguf_direct_is_direct(s->direct) || end + ra / 2 <= s->advised_end)
         return;
     uint64_t from = s->advised_end > at ? s->advised_end : at;
     gguf_reader_advise(s->cfg->src, from, end + ra - from, true);
     s->advised_end = end + ra;
-}
-
-/* Widens n source elements: bf16 here with a loop the compiler vectorizes
- * (a bf16 is the high half of its float, exactly as pn_widen_row does it),
- * the other types with pn_widen_row. */
-static pn_status widen(int type, const uint8_t *src, float *dst, int64_t n)
-{
-    if (type != PN_TYPE_BF16)
-        return pn_widen_row(type, src, dst, n);
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, sizeof h);   /* the host is little-endian */
-        uint32_t u = (uint32_t)h << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
-    return PN_OK;
 }
 
 /* Reads n elements of tensor c->tensor from element `at` into dst (widened
@@ -144,9 +110,13 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
     for (int64_t done = 0; done < n;) {
         int64_t k = n - done < per ? n - done : per;
         double t0 = pn_now_seconds();
-        pn_status st = gguf_reader_read_tensor(s->cfg->src, c->tensor,
-                                               (uint64_t)((at + done) * elem), s->raw,
-                                               (size_t)(k * elem), err);
+        const uint8_t *raw = s->raw;
+        pn_status st = s->direct ? gguf_direct_read_tensor(s->direct, c->tensor,
+                                                           (uint64_t)((at + done) * elem),
+                                                           (size_t)(k * elem), &raw, err)
+                                 : gguf_reader_read_tensor(s->cfg->src, c->tensor,
+                                                           (uint64_t)((at + done) * elem),
+                                                           s->raw, (size_t)(k * elem), err);
         double t1 = pn_now_seconds();
         s->t.read += t1 - t0;
         if (st != PN_OK) {
@@ -154,14 +124,15 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
                 return pn_error_prefix(err, "%s", s->cfg->src_path);
             return st;
         }
-        st = widen(c->src_type, s->raw, dst + done, k);
-        int64_t bad = st == PN_OK ? first_nonfinite(dst + done, k) : -1;
+        /* widened and checked in one pass (quant/widen.h) */
+        int64_t bad = -1;
+        st = pn_widen_row_checked(s->cfg->cpu_path, c->src_type, raw, dst + done, k, &bad);
         s->t.widen += pn_now_seconds() - t1;
-        if (st != PN_OK)
+        if (st != PN_OK && st != PN_ERR_NONFINITE)
             return pn_error_set(err, st, "%s: tensor %s: source type %d cannot be widened",
                                 s->cfg->src_path, s->cfg->tensor_names[c->tensor],
                                 c->src_type);
-        if (bad >= 0) {
+        if (st == PN_ERR_NONFINITE) {
             int64_t e = done + bad;        /* element of this range */
             int64_t row, col;
             if (c->n_cols == c->K && c->col0 == 0 && !c->use_rows) {
@@ -385,9 +356,18 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
     s.end_seq = -1;
     s.err_seq = INT64_MAX;
     pn_status st = PN_OK;
+    if (!pn_path_available(cfg->cpu_path))
+        return pn_error_set(err, PN_ERR_INTERNAL, "the stream's CPU path %s is not available",
+                            pn_path_name(cfg->cpu_path));
     s.slots = calloc((size_t)s.n_slots, sizeof *s.slots);
-    s.raw = malloc(RAW_BYTES);
-    if (!s.slots || !s.raw) {
+    if (cfg->direct_io) {
+        st = gguf_direct_open(cfg->src, RAW_BYTES, &s.direct, err);
+        if (st != PN_OK)
+            goto done;
+    } else {
+        s.raw = malloc(RAW_BYTES);
+    }
+    if (!s.slots || (!s.raw && !s.direct)) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the chunk buffers");
         goto done;
     }
@@ -451,6 +431,7 @@ done:
         }
     free(s.slots);
     free(s.raw);
+    gguf_direct_close(s.direct);
     if (t)
         *t = s.t;
     return st;

@@ -3,8 +3,11 @@
  * A stream is a sequence of chunks (pieces of source tensors, whole blocks of
  * whatever the consumer computes) that pass through three stages:
  *   reader   a helper thread: describes chunk k (ops.next), reads its source
- *            bytes with pread (file order, read-ahead advice), widens them to
- *            float and checks that every weight is finite;
+ *            bytes with pread (file order, read-ahead advice) or, with
+ *            cfg.direct_io, around the page cache (gguf/gguf.h, direct
+ *            reads: the ring of slots is the read-ahead), widens them to
+ *            float and checks that every weight is finite, in one pass on
+ *            cfg.cpu_path (pn_widen_row_checked);
  *   compute  the calling thread, with its OpenMP team: ops.compute (the
  *            parallel work), then ops.finish (the in-order part: sums, CRCs,
  *            progress), always in chunk order;
@@ -95,6 +98,9 @@ typedef struct pn_stream_cfg {
     size_t slot_out_bytes;
     int64_t slot_blocks;
     uint64_t readahead_bytes; /* advice ahead of contiguous reads; 0: none */
+    int cpu_path;             /* PN_PATH_* of the widening (quant/widen.h) */
+    bool direct_io;           /* read around the page cache (gguf_direct_*; for a
+                               * file read once in order); then no advice */
     const char *src_path;     /* for messages */
     const char *const *tensor_names;   /* for messages (source order) */
     volatile sig_atomic_t *cancel;

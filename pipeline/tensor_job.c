@@ -5,6 +5,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
 #include "hadamard/hadamard_fast.h"
 #include "quant/quant_row.h"
 #include "quant/kquants.h"
@@ -279,7 +280,7 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
             uint64_t out1 = whole_rows ? (uint64_t)(b * out_row)
                                        : (uint64_t)pn_type_row_bytes(t->type, b);
             k->item_len[it] = out1 - out0;
-            k->item_crc[it] = (uint32_t)crc32_z(0, c->out + out0, (size_t)(out1 - out0));
+            k->item_crc[it] = pn_crc32(0, c->out + out0, (size_t)(out1 - out0));
             tt[3] += omp_get_wtime() - t0;
         }
     }

@@ -4,7 +4,21 @@
 #include <string.h>
 
 #include "quant/fp16.h"
+#include "quant/pn_fast.h"
 #include "quant/types.h"
+
+/* The portable path: widen_simd.h at 4 lanes, the f16 conversion in
+ * integer lanes. */
+#define WD_W 4
+#define WD_SUFFIX scalar
+#include "quant/widen_simd.h"
+#undef WD_W
+#undef WD_SUFFIX
+
+/* widen_avx2.c, widen_avx512.c: the same at 8 and 16 lanes, vcvtph2ps for
+ * f16. Called only where pn_path_available says so. */
+int64_t pn_widen_check_avx2(int type, const uint8_t *src, float *dst, int64_t n);
+int64_t pn_widen_check_avx512(int type, const uint8_t *src, float *dst, int64_t n);
 
 pn_status pn_widen_row(int src_type, const uint8_t *src, float *dst, int64_t n)
 {
@@ -31,4 +45,36 @@ int64_t pn_find_nonfinite(const float *x, int64_t n)
         if (!isfinite(x[i]))
             return i;
     return -1;
+}
+
+pn_status pn_widen_row_checked(int path, int src_type, const uint8_t *src, float *dst, int64_t n,
+                               int64_t *bad_col)
+{
+    if (bad_col)
+        *bad_col = -1;
+    if (src_type != PN_TYPE_F32 && src_type != PN_TYPE_F16 && src_type != PN_TYPE_BF16)
+        return PN_ERR_TYPE;
+    if (!pn_path_available(path))
+        return PN_ERR_USAGE;
+    int64_t bad;
+    switch (path) {
+    case PN_PATH_REF:
+        pn_widen_row(src_type, src, dst, n);
+        bad = pn_find_nonfinite(dst, n);
+        break;
+    case PN_PATH_AVX2:
+        bad = pn_widen_check_avx2(src_type, src, dst, n);
+        break;
+    case PN_PATH_AVX512:
+        bad = pn_widen_check_avx512(src_type, src, dst, n);
+        break;
+    default:
+        bad = pn_widen_check_scalar(src_type, src, dst, n);
+        break;
+    }
+    if (bad < 0)
+        return PN_OK;
+    if (bad_col)
+        *bad_col = bad;
+    return PN_ERR_NONFINITE;
 }

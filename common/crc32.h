@@ -1,0 +1,38 @@
+/* crc32.h - CRC-32 of the zlib/gzip polynomial, faster than zlib's where the
+ * CPU multiplies without carries.
+ *
+ * Contract: pn_crc32(crc, buf, len) == zlib's crc32_z(crc, buf, len) for
+ * every crc, buffer, length and alignment (the reflected polynomial
+ * 0xEDB88320, complemented before and after; crc is the CRC of what came
+ * before, 0 to start). Pieces computed apart are joined with zlib's
+ * crc32_combine, as before.
+ *
+ * The fast path (crc32_pclmul.c) folds the data 64 bytes at a time with
+ * PCLMULQDQ, the method of Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ Instruction" (Intel, 2009), derived for this
+ * polynomial there; lengths under 64 and machines without the instruction
+ * use zlib. Which one runs never changes a result.
+ */
+#ifndef PN_COMMON_CRC32_H
+#define PN_COMMON_CRC32_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+uint32_t pn_crc32(uint32_t crc, const void *buf, size_t len);
+
+/* True when this build and CPU run pn_crc32_pclmul. */
+bool pn_crc32_pclmul_available(void);
+/* The folding path itself (for tests and benchmarks); call it only where
+ * pn_crc32_pclmul_available(). */
+uint32_t pn_crc32_pclmul(uint32_t crc, const void *buf, size_t len);
+
+/* For the tests of the folding constants: x^n mod P(x), bit-reflected
+ * (bit 31 - j holds the coefficient of x^j), computed one multiplication
+ * by x at a time; and the four constants the folding uses, in the order
+ * fold-by-4 high, fold-by-4 low, fold-by-1 high, fold-by-1 low. */
+uint32_t pn_crc32_xpow_mod(unsigned n);
+void pn_crc32_fold_constants(uint32_t out[4]);
+
+#endif

@@ -1,0 +1,238 @@
+/* Pins the direct reads of gguf/gguf.h (gguf_direct_*): every range of every
+ * tensor gives pread's bytes, whether the range is aligned or not, read in
+ * order (from the window of an earlier read) or anywhere; a file that shrank
+ * is the reader's own PN_ERR_TRUNCATED message; bad ranges are refused with
+ * its messages; a memory reader falls back to copying; data written and not
+ * yet flushed is read. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "pn_source_fixture.h"
+#include "test_util.h"
+
+static char *g_dir;
+
+static void setup(void) { g_dir = tu_mkdtemp(); }
+static void teardown(void)
+{
+    tu_rm_rf(g_dir);
+    free(g_dir);
+}
+
+/* Tensor sizes that are not multiples of 4096 (f16 rows of 1000 bytes, a
+ * bf16 vector of 6 bytes, ...), so tensors start anywhere in a block. */
+static const sf_spec g_specs[] = {
+    {"a.weight", 2, 500, 37, PN_TYPE_F16},     /* 37000 bytes */
+    {"b.weight", 1, 3, 1, PN_TYPE_BF16},       /* 6 */
+    {"c.weight", 2, 1000, 9, PN_TYPE_F32},     /* 36000 */
+    {"d.weight", 2, 4096, 5, PN_TYPE_BF16},    /* 40960 */
+    {"e.weight", 1, 77, 1, PN_TYPE_F32},       /* 308, the last: the file ends unaligned */
+};
+#define N_SPECS (sizeof g_specs / sizeof g_specs[0])
+
+static void open_both(const char *path, gguf_reader **r, gguf_direct **d, size_t max_bytes)
+{
+    pn_error err;
+    cr_assert_eq(gguf_reader_open(path, r, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_direct_open(*r, max_bytes, d, &err), PN_OK, "%s", err.msg);
+    if (!gguf_direct_is_direct(*d))
+        cr_log_info("%s: this file system refuses O_DIRECT: the reads below are the "
+                    "fallback's",
+                    path);
+}
+
+/* Tensor i's bytes [off, off + n) through both, compared. */
+static void same_bytes(const gguf_reader *r, gguf_direct *d, size_t i, uint64_t off, size_t n)
+{
+    uint8_t *want = malloc(n + 1);
+    pn_error err;
+    cr_assert_eq(gguf_reader_read_tensor(r, i, off, want, n, &err), PN_OK, "%s", err.msg);
+    const uint8_t *got = NULL;
+    cr_assert_eq(gguf_direct_read_tensor(d, i, off, n, &got, &err), PN_OK, "%s", err.msg);
+    cr_assert(n == 0 || memcmp(got, want, n) == 0,
+              "tensor %zu, bytes [%llu, %llu): the direct read differs", i,
+              (unsigned long long)off, (unsigned long long)(off + n));
+    free(want);
+}
+
+Test(gguf_direct, every_range_read_in_order_or_anywhere_gives_preads_bytes, .init = setup,
+     .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 5);
+    gguf_reader *r;
+    gguf_direct *d;
+    const size_t max_bytes = 10000;
+    open_both(path, &r, &d, max_bytes);
+    cr_assert_eq(gguf_reader_n_tensors(r), N_SPECS);
+    /* in order, in pieces of several sizes (window hits and misses) */
+    const size_t pieces[] = {1, 6, 333, 4096, 4097, max_bytes};
+    for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
+        for (size_t i = 0; i < N_SPECS; i++) {
+            const uint64_t size = gguf_reader_tensor(r, i)->size;
+            for (uint64_t off = 0; off < size; off += pieces[p]) {
+                size_t n = size - off < pieces[p] ? (size_t)(size - off) : pieces[p];
+                same_bytes(r, d, i, off, n);
+            }
+        }
+    /* anywhere: random tensors, offsets and lengths, backwards too */
+    tu_rng rng = {11};
+    for (int k = 0; k < 3000; k++) {
+        size_t i = (size_t)(tu_rng_u64(&rng) % N_SPECS);
+        const uint64_t size = gguf_reader_tensor(r, i)->size;
+        uint64_t off = tu_rng_u64(&rng) % (size + 1);
+        uint64_t left = size - off;
+        size_t n = (size_t)(tu_rng_u64(&rng) % ((left < max_bytes ? left : max_bytes) + 1));
+        same_bytes(r, d, i, off, n);
+    }
+    /* the last bytes of the file, whose block ends past its end */
+    const size_t last = N_SPECS - 1;
+    same_bytes(r, d, last, gguf_reader_tensor(r, last)->size - 1, 1);
+    same_bytes(r, d, last, 0, (size_t)gguf_reader_tensor(r, last)->size);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_file_that_shrank_is_the_readers_truncated_error_naming_it, .init = setup,
+     .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 6);
+    gguf_reader *r;
+    gguf_direct *d;
+    open_both(path, &r, &d, 1 << 16);
+    const size_t i = 3; /* d.weight */
+    const uint64_t at = gguf_reader_tensor_file_offset(r, i);
+    cr_assert_eq(truncate(path, (off_t)(at + 1000)), 0);
+    pn_error want, got;
+    uint8_t *buf = malloc(8192);
+    cr_assert_eq(gguf_reader_read_tensor(r, i, 500, buf, 8000, &want), PN_ERR_TRUNCATED);
+    const uint8_t *data = NULL;
+    cr_assert_eq(gguf_direct_read_tensor(d, i, 500, 8000, &data, &got), PN_ERR_TRUNCATED,
+                 "%s", got.msg);
+    cr_assert_str_eq(got.msg, want.msg);
+    cr_assert(strstr(got.msg, path) && strstr(got.msg, "changed or shrank") &&
+                  strstr(got.msg, "d.weight"),
+              "%s", got.msg);
+    /* what is still in the file is still read */
+    same_bytes(r, d, i, 0, 1000);
+    free(buf);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_range_outside_the_tensor_or_longer_than_the_buffer_is_refused, .init = setup,
+     .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 7);
+    gguf_reader *r;
+    gguf_direct *d;
+    open_both(path, &r, &d, 4000);
+    pn_error want, got;
+    uint8_t buf[16];
+    const uint8_t *data = NULL;
+    /* b.weight has 6 bytes */
+    cr_assert_eq(gguf_reader_read_tensor(r, 1, 2, buf, 5, &want), PN_ERR_USAGE);
+    cr_assert_eq(gguf_direct_read_tensor(d, 1, 2, 5, &data, &got), PN_ERR_USAGE);
+    cr_assert_str_eq(got.msg, want.msg);
+    cr_assert_eq(gguf_reader_read_tensor(r, 99, 0, buf, 1, &want), PN_ERR_USAGE);
+    cr_assert_eq(gguf_direct_read_tensor(d, 99, 0, 1, &data, &got), PN_ERR_USAGE);
+    cr_assert_str_eq(got.msg, want.msg);
+    cr_assert_eq(gguf_direct_read_tensor(d, 0, 0, 4001, &data, &got), PN_ERR_USAGE);
+    cr_assert(strstr(got.msg, path) && strstr(got.msg, "4001"), "%s", got.msg);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_memory_reader_is_read_by_copying)
+{
+    /* a GGUF in memory: the header of a file written by the fixture */
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 8);
+    size_t size;
+    void *bytes = tu_read_file(path, &size);
+    gguf_reader *r;
+    gguf_direct *d;
+    pn_error err;
+    cr_assert_eq(gguf_reader_open_memory(bytes, size, "mem", &r, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_direct_open(r, 50000, &d, &err), PN_OK, "%s", err.msg);
+    cr_assert(!gguf_direct_is_direct(d), "a memory reader has no file to read directly");
+    for (size_t i = 0; i < N_SPECS; i++)
+        same_bytes(r, d, i, 0, (size_t)gguf_reader_tensor(r, i)->size);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(bytes);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}
+
+Test(gguf_direct, bytes_written_and_not_yet_flushed_are_read, .init = setup, .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 9);
+    gguf_reader *r;
+    gguf_direct *d;
+    open_both(path, &r, &d, 1 << 16);
+    same_bytes(r, d, 3, 0, 40960);
+    /* overwrite d.weight's bytes in place (no fsync): the direct read sees them */
+    const uint64_t at = gguf_reader_tensor_file_offset(r, 3);
+    uint8_t *pat = malloc(40960);
+    for (int k = 0; k < 40960; k++)
+        pat[k] = (uint8_t)(k * 7 + 3);
+    int fd = open(path, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, pat, 40960, (off_t)at), 40960);
+    close(fd);
+    gguf_direct *d2;
+    pn_error err;
+    cr_assert_eq(gguf_direct_open(r, 1 << 16, &d2, &err), PN_OK);
+    const uint8_t *data = NULL;
+    cr_assert_eq(gguf_direct_read_tensor(d2, 3, 0, 40960, &data, &err), PN_OK, "%s", err.msg);
+    cr_assert(memcmp(data, pat, 40960) == 0, "the direct read missed unflushed data");
+    free(pat);
+    gguf_direct_close(d2);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, where_the_file_system_takes_o_direct_the_reads_use_it, .init = setup,
+     .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 10);
+    /* does this file system take an aligned O_DIRECT read? asked here directly */
+    bool takes = false;
+    int fd = open(path, O_RDONLY | O_DIRECT);
+    if (fd >= 0) {
+        void *buf = NULL;
+        cr_assert_eq(posix_memalign(&buf, 4096, 4096), 0);
+        takes = pread(fd, buf, 4096, 0) > 0;
+        free(buf);
+        close(fd);
+    }
+    gguf_reader *r;
+    gguf_direct *d;
+    pn_error err;
+    cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_direct_open(r, 1 << 16, &d, &err), PN_OK);
+    const uint8_t *data = NULL;
+    cr_assert_eq(gguf_direct_read_tensor(d, 0, 0, 1000, &data, &err), PN_OK);
+    cr_assert_eq(gguf_direct_is_direct(d), takes, "O_DIRECT %s by %s, but the handle %s it",
+                 takes ? "is taken" : "is refused", g_dir, takes ? "does not use" : "uses");
+    cr_log_info("%s: direct reads %s", g_dir, takes ? "used" : "refused (pread instead)");
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}

@@ -1,5 +1,6 @@
 # pn_module(NAME DEPS...): a static library from every .c file of the current
-# folder. Files named *_avx2.c / *_avx512.c get their instruction-set flags
+# folder. Files named *_avx2.c / *_avx512.c / *_pclmul.c get their
+# instruction-set flags
 # (and only they do: the choice between them is made at run time); .cu files
 # are added when the CUDA backend is built. The flags are given here, not by
 # `#pragma GCC target`, which clang (the fuzz build) ignores. AVX2 files get
@@ -15,6 +16,8 @@ function(pn_module name)
   foreach(_f ${_srcs})
     if(_f MATCHES "_avx2\\.c$")
       set_source_files_properties(${_f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c;-mfma")
+    elseif(_f MATCHES "_pclmul\\.c$")
+      set_source_files_properties(${_f} PROPERTIES COMPILE_OPTIONS "-mpclmul;-msse2")
     elseif(_f MATCHES "_avx512\\.c$")
       set_source_files_properties(${_f} PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx2;-mf16c;-mfma")
     endif()

@@ -1,6 +1,9 @@
 #include "common/crc32.h"
 
 #include <zlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 uint32_t pn_crc32(uint32_t crc, const void *buf, size_t len)
 {
@@ -12,8 +15,12 @@ uint32_t pn_crc32(uint32_t crc, const void *buf, size_t len)
 bool pn_crc32_pclmul_available(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
+    /* CPUID leaf 1: EDX bit 26 SSE2, ECX bit 1 PCLMULQDQ (by CPUID rather
+     * than __builtin_cpu_supports, whose feature names differ by compiler) */
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return false;
+    return (edx & (1u << 26)) && (ecx & (1u << 1));
 #else
     return false;
 #endif

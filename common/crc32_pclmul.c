@@ -51,7 +51,6 @@ void pn_crc32_fold_constants(uint32_t out[4])
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-#pragma GCC target("pclmul,sse2")
 #include <immintrin.h>
 
 /* x = H (low quadword) and L (high): H * k.low + L * k.high */

@@ -28,6 +28,11 @@ foreach(_l IN LISTS _lines)
     string(REPLACE \"/\" \"::\" _shown \"\${_name}\")
     set_tests_properties(\"\${_name}\" PROPERTIES WORKING_DIRECTORY \"${CMAKE_CURRENT_BINARY_DIR}\" TIMEOUT 900
       SKIP_REGULAR_EXPRESSION \"\\\\[SKIP\\\\] \${_shown}: ([^T]|T[^e])\")
+    # The *_scale suites bound time on large inputs (linear, not quadratic):
+    # they run alone, so that the other tests do not take their cores.
+    if(_suite MATCHES \"_scale\$\")
+      set_tests_properties(\"\${_name}\" PROPERTIES RUN_SERIAL TRUE)
+    endif()
   endif()
 endforeach()
 ")

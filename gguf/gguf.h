@@ -229,7 +229,8 @@ void gguf_reader_advise_tensor(const gguf_reader *r, size_t i, uint64_t off, uin
 uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i);
 /* Pointer to the tensor's bytes when they lie in the reader's buffer: always
  * for a memory reader; for a file, only within its first
- * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB).
+ * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB;
+ * of a set's splits other than the named one, all of a file under 4 KiB).
  * NULL otherwise, for an index out of range, and, opened leniently, for bytes
  * not in the file. For tests and small inputs: tools read with
  * gguf_reader_read_tensor. */

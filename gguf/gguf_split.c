@@ -145,8 +145,7 @@ static pn_status check_set_of_one(const gguf_reader *r, const gguf_split_keys *k
     return PN_OK;
 }
 
-/* What the given file's keys say about its set, before any other is opened. */
-static pn_status check_given(const gguf_reader *r, const gguf_split_keys *k, pn_error *err)
+pn_status gguf_split_check_named(const gguf_reader *r, const gguf_split_keys *k, pn_error *err)
 {
     const char *name = gguf_reader_name(r);
     if (!k->has_no)
@@ -192,12 +191,24 @@ static pn_status open_member(const gguf_reader *given, const gguf_split_keys *gk
     }
     gguf_reader *r;
     pn_status st = gguf_reader_open_one_(path, lenient, GGUF_READ_FIRST_SPLIT, &r, err);
+    free(path);
+    if (st)
+        return st;
+    st = gguf_split_check_member(given, gk, r, s, err);
     if (st) {
-        free(path);
+        gguf_reader_close(r);
         return st;
     }
+    *out = r;
+    return PN_OK;
+}
+
+pn_status gguf_split_check_member(const gguf_reader *given, const gguf_split_keys *gk,
+                                  const gguf_reader *r, uint32_t s, pn_error *err)
+{
+    const char *gname = gguf_reader_name(given), *path = gguf_reader_name(r);
     gguf_split_keys k;
-    st = gguf_split_read_keys(r, &k, err);
+    pn_status st = gguf_split_read_keys(r, &k, err);
     if (!st && !k.has_count)
         st = pn_error_set(err, PN_ERR_FORMAT,
                           "%s: no split.count key, but %s says its set has %u splits: this "
@@ -227,13 +238,7 @@ static pn_status open_member(const gguf_reader *given, const gguf_split_keys *gk
                           "%s: split.no is %u (split %u of %u), but by its name this is split "
                           "%u of %u (split.no %u)",
                           path, k.no, k.no + 1u, gk->count, s + 1, gk->count, s);
-    free(path);
-    if (st) {
-        gguf_reader_close(r);
-        return st;
-    }
-    *out = r;
-    return PN_OK;
+    return st;
 }
 
 static int cmp_info_by_name(const void *a, const void *b)
@@ -314,7 +319,7 @@ pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **o
         return PN_OK;
     }
     const char *gname = given->name;
-    st = check_given(given, &gk, err);
+    st = gguf_split_check_named(given, &gk, err);
     char *prefix = NULL;
     if (!st && !(prefix = gguf_split_prefix(gname, gk.no, gk.count))) {
         char post[POSTFIX_MAX];

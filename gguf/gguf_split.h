@@ -72,6 +72,19 @@ pn_status gguf_split_read_keys(const gguf_reader *r, gguf_split_keys *keys, pn_e
 /* True when the keys make the file one split of a set of two or more. */
 bool gguf_split_keys_in_set(const gguf_split_keys *keys);
 
+/* The checks gguf_reader_open makes of a set, one file at a time, for a
+ * checker that names every bad split rather than the first (pn-check; each
+ * file opened with GGUF_OPEN_ONE_FILE). check_named: what the named file's
+ * keys (in a set) say before any other split is opened: split.no and
+ * split.tensors.count present, split.no below split.count, split.tensors.count
+ * not negative. check_member: `member`, opened as split `index` of the set
+ * of `given`, has that set's split.count and split.tensors.count and says it
+ * is split `index`. PN_ERR_FORMAT naming the file that is wrong. */
+pn_status gguf_split_check_named(const gguf_reader *given, const gguf_split_keys *keys,
+                                 pn_error *err);
+pn_status gguf_split_check_member(const gguf_reader *given, const gguf_split_keys *given_keys,
+                                  const gguf_reader *member, uint32_t index, pn_error *err);
+
 /* ---- the plan ---- */
 
 typedef enum gguf_split_mode {

@@ -126,7 +126,7 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
                     (unsigned long long)sp->file_size);
     }
     for (size_t i = 0; i < r->n_findings; i++)
-        print_finding_text(f, &r->findings[i], set);
+        print_finding_text(f, &r->findings[i], set || r->set_unopened);
     if (r->source_path) {
         fputs("source ", f);
         pn_fput_safe(f, r->source_path);

@@ -122,8 +122,8 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
         else if (r->set_unopened)
             fprintf(f, ": %llu bytes\n", (unsigned long long)sp->file_size);
         else
-            fprintf(f, ": %zu tensors, %llu bytes\n", sp->n_tensors,
-                    (unsigned long long)sp->file_size);
+            fprintf(f, ": %zu tensor%s, %llu bytes\n", sp->n_tensors,
+                    sp->n_tensors == 1 ? "" : "s", (unsigned long long)sp->file_size);
     }
     for (size_t i = 0; i < r->n_findings; i++)
         print_finding_text(f, &r->findings[i], set || r->set_unopened);

@@ -389,6 +389,15 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
     }
     if (!s->report_path)
         return PN_OK;
+    /* DST was checked before the run; the files of a split output are known
+     * only now */
+    for (size_t k = 0; k < r->n_splits; k++)
+        if (r->split_paths[k] && (strcmp(r->split_paths[k], s->report_path) == 0 ||
+                                  pn_same_file(r->split_paths[k], s->report_path)))
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--report %s: that is split %zu of the output; choose another "
+                                "report path",
+                                s->report_path, k + 1);
     return write_report_tmp(s, r, err);
 }
 

@@ -48,7 +48,10 @@ const char *pn_outset_path(const pn_outset *os, size_t s)
 {
     return s < os->n && os->path ? os->path[s] : NULL;
 }
-uint64_t pn_outset_split_bytes(const pn_outset *os, size_t s) { return s < os->n ? os->bytes[s] : 0; }
+uint64_t pn_outset_split_bytes(const pn_outset *os, size_t s)
+{
+    return s < os->n ? os->bytes[s] : 0;
+}
 bool pn_outset_writes(const pn_outset *os, size_t s)
 {
     return s < os->n && (os->only < 0 || (size_t)os->only == s);
@@ -159,8 +162,8 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
     os->n = os->plan.n_splits;
     if (os->only >= 0 && (size_t)os->only >= os->n) {
         st = pn_error_set(err, PN_ERR_USAGE,
-                          "--split-index %ld: the plan has %zu split%s, numbered 0 to %zu", os->only,
-                          os->n, os->n == 1 ? "" : "s", os->n - 1);
+                          "--split-index %ld: the plan has %zu split%s, numbered 0 to %zu",
+                          os->only, os->n, os->n == 1 ? "" : "s", os->n - 1);
         goto fail;
     }
     st = check_open_files(os->only >= 0 ? 1 : os->n, err);

@@ -28,6 +28,7 @@
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
+#include "gguf/gguf_split.h"
 #include "pipeline/outset.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/stream.h"
@@ -351,7 +352,8 @@ typedef struct vpiece {
 static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
 {
     const char *path = pn_outset_path(c->out, s);
-    const size_t lo = pn_outset_plan(c->out)->first[s], n = pn_outset_plan(c->out)->first[s + 1] - lo;
+    const gguf_split_plan *sp = pn_outset_plan(c->out);
+    const size_t lo = sp->first[s], n = sp->first[s + 1] - lo;
     const pn_plan_tensor *pt = c->plan->t + lo;
     const uint32_t *crcs = c->crcs + lo;
     gguf_reader *r = NULL;

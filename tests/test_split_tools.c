@@ -460,8 +460,11 @@ Test(split_output, split_index_runs_0_1_and_2_made_separately_equal_one_run_byte
      .init = setup, .fini = teardown)
 {
     synth("src.gguf", MODEL, "");
-    cr_assert_eq(mkdir(at("one"), 0755), 0);
-    cr_assert_eq(mkdir(at("tasks"), 0755), 0);
+    char *one = at("one"), *tasks = at("tasks");
+    cr_assert_eq(mkdir(one, 0755), 0);
+    cr_assert_eq(mkdir(tasks, 0755), 0);
+    free(one);
+    free(tasks);
     /* the measurement first, as a cluster does it once (docs/split.md) */
     SH_OK("'%s/pn-quantize' " QUANT " --dry-run --measurement m.txt src.gguf > /dev/null",
           PN_BIN_DIR);
@@ -501,7 +504,8 @@ Test(split_output, split_index_runs_0_1_and_2_made_separately_equal_one_run_byte
     free(json);
     free(rep);
     /* the tasks' files read as one model: the one run's */
-    char *a = at("tasks/out-00001-of-%05zu.gguf", n_splits), *b = at("one/out-00002-of-%05zu.gguf", n_splits);
+    char *a = at("tasks/out-00001-of-%05zu.gguf", n_splits);
+    char *b = at("one/out-00002-of-%05zu.gguf", n_splits);
     gguf_reader *x = open_ok(a, 0), *y = open_ok(b, 0);
     assert_same_tensors(x, y);
     gguf_reader_close(x);
@@ -569,6 +573,42 @@ Test(split_output, an_existing_split_is_refused_without_force_and_replaced_with_
     assert_same_model(p2, plain);
     free(plain);
     free(p2);
+    free(before);
+    free(after);
+}
+
+Test(split_output, a_split_that_would_be_a_file_of_the_source_or_the_report_is_refused,
+     .init = setup, .fini = teardown)
+{
+    synth("set.gguf", MODEL, "--split-max-tensors 20");
+    char *before = listing(g_dir);
+    char *out = NULL, *err = NULL;
+    /* --keep-split into the source's own name: its files are the targets */
+    int rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --keep-split --force "
+                            "set-00001-of-00003.gguf set.gguf",
+                PN_BIN_DIR);
+    cr_assert_eq(rc, 2, "%s", err);
+    cr_assert(strstr(err, "set-00001-of-00003.gguf: the output is a file of the input"), "%s",
+              err);
+    free(out);
+    free(err);
+    rc = sh(&out, &err, "'%s/pn-dequant' --keep-split --force set-00002-of-00003.gguf set.gguf",
+            PN_BIN_DIR);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert(strstr(err, "the output is a file of the input"), "%s", err);
+    free(out);
+    free(err);
+    /* a report that would be one of the output's files */
+    rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --split-max-tensors 20 --report "
+                        "out-00002-of-00003.gguf set-00001-of-00003.gguf out.gguf",
+            PN_BIN_DIR);
+    cr_assert_eq(rc, 2, "%s", err);
+    cr_assert(strstr(err, "--report out-00002-of-00003.gguf: that is split 2 of the output"),
+              "%s", err);
+    free(out);
+    free(err);
+    char *after = listing(g_dir);
+    cr_assert_str_eq(after, before, "nothing written, the source untouched");
     free(before);
     free(after);
 }

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "common/text.h"
+#include "gguf/gguf_split.h"
+#include "mix/size.h"
 
 /* A job's progress as lines on stderr: "<prog>: <path>: N% of B <what>",
  * at the start and at each further percent. */
@@ -50,6 +52,22 @@ static inline int pn_cli_finish_stdout(const char **why)
     }
     *why = e ? strerror(e) : "write error";
     return bad ? -1 : 0;
+}
+
+/* The argument of --split-max-size: gguf-split's form (a whole number and
+ * M or G: 500M, 50G, powers of 10) or the project's sizes (mix/size.h:
+ * 48GiB, 2.5GB, 4096). 0 with *why set when it is neither or is zero. */
+static inline uint64_t pn_cli_split_size(const char *text, const char **why)
+{
+    uint64_t v = 0;
+    pn_error e;
+    if (gguf_split_parse_size(text, &v, &e) == PN_OK)
+        return v;
+    if (pn_parse_size(text, &v, &e) == PN_OK && v > 0)
+        return v;
+    *why = "expected a size: 50G or 500M as gguf-split takes it (powers of 10), or 48GiB, "
+           "2.5GB, 4096 (bytes)";
+    return 0;
 }
 
 /* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */

@@ -35,6 +35,10 @@ static const char usage[] =
     "  -h, --help        this text\n"
     "  --version         the version\n"
     "\n"
+    "A file of a split set (NAME-00001-of-00003.gguf ...) is checked as the whole\n"
+    "set, every finding naming its file; a set that does not open is invalid, with\n"
+    "a finding per bad split (missing, unreadable, another set's).\n"
+    "\n"
     "Names, keys and messages from the file are printed with control bytes and\n"
     "invalid UTF-8 shown as \\xNN (in JSON, as valid JSON strings).\n"
     "\n"
@@ -49,9 +53,13 @@ static const char usage[] =
 /* Text from the file (names, keys, messages) is printed in the terminal-safe
  * form: no control byte, escape sequence or invalid UTF-8 reaches the
  * terminal, and a name cannot start a line of its own. */
-static void print_finding_text(FILE *f, const pn_finding *x)
+static void print_finding_text(FILE *f, const pn_finding *x, bool name_file)
 {
     fprintf(f, "%-7s %s", pn_severity_name(x->severity), x->code);
+    if (name_file && x->file) {
+        fputs(" file ", f);
+        pn_fput_safe(f, x->file);
+    }
     if (x->tensor) {
         fputs(" tensor ", f);
         pn_fput_safe(f, x->tensor);
@@ -94,15 +102,31 @@ static const char *verdict(const pn_check_report *r, int code)
 static void print_text(FILE *f, const pn_check_report *r, bool strict)
 {
     int code = pn_check_exit_code(r, strict);
+    const bool set = r->n_splits > 1;
     pn_fput_safe(f, r->path);
     fputs(": ", f);
+    if (set)
+        fprintf(f, "a split set of %zu files%s, ", r->n_splits,
+                r->set_unopened ? " that does not open (its tensors are not checked)" : "");
     if (r->readable && r->n_tensors)
         fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
                 (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
     else
         fprintf(f, "%llu bytes\n", (unsigned long long)r->file_size);
+    for (size_t s = 0; set && s < r->n_splits; s++) {
+        const pn_check_split *sp = &r->splits[s];
+        fprintf(f, "  split %zu/%zu ", s + 1, r->n_splits);
+        pn_fput_safe(f, sp->path);
+        if (!sp->present)
+            fputs(": not read\n", f);
+        else if (r->set_unopened)
+            fprintf(f, ": %llu bytes\n", (unsigned long long)sp->file_size);
+        else
+            fprintf(f, ": %zu tensor%s, %llu bytes\n", sp->n_tensors,
+                    sp->n_tensors == 1 ? "" : "s", (unsigned long long)sp->file_size);
+    }
     for (size_t i = 0; i < r->n_findings; i++)
-        print_finding_text(f, &r->findings[i]);
+        print_finding_text(f, &r->findings[i], set || r->set_unopened);
     if (r->source_path) {
         fputs("source ", f);
         pn_fput_safe(f, r->source_path);
@@ -201,9 +225,24 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         json_int_or_null(f, x->count);
         fputs(", \"message\": ", f);
         json_str_or_null(f, x->message);
+        fputs(", \"file\": ", f);
+        json_str_or_null(f, x->file);
         fputc('}', f);
     }
     fputs(r->n_findings ? "\n  ],\n" : "],\n", f);
+
+    /* the files: the file itself, or every split of a set */
+    fprintf(f, "  \"set_opened\": %s,\n  \"splits\": [", r->set_unopened ? "false" : "true");
+    for (size_t s = 0; s < r->n_splits; s++) {
+        const pn_check_split *sp = &r->splits[s];
+        fprintf(f, "%s\n    {\"file\": ", s ? "," : "");
+        json_str_or_null(f, sp->path);
+        fprintf(f, ", \"present\": %s, \"bytes\": %llu, \"first_tensor\": %zu, "
+                   "\"tensors\": %zu}",
+                sp->present ? "true" : "false", (unsigned long long)sp->file_size,
+                sp->first_tensor, sp->n_tensors);
+    }
+    fputs(r->n_splits ? "\n  ],\n" : "],\n", f);
 
     fputs("  \"tensors\": [", f);
     for (size_t i = 0; i < r->n_tensors; i++) {
@@ -213,8 +252,9 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         fprintf(f, ", \"type\": \"%s\", \"ne\": [", type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
-        fprintf(f, "], \"offset\": %llu, \"bytes\": %llu, \"in_file\": %s, \"crc32\": ",
-                (unsigned long long)t->file_offset, (unsigned long long)t->bytes,
+        fprintf(f, "], \"split\": %u, \"offset\": %llu, \"bytes\": %llu, \"in_file\": %s, "
+                   "\"crc32\": ",
+                t->split, (unsigned long long)t->file_offset, (unsigned long long)t->bytes,
                 t->in_file ? "true" : "false");
         if (t->crc_computed)
             fprintf(f, "\"0x%08x\"", t->crc32);

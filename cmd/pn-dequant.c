@@ -34,6 +34,14 @@ static const char usage[] =
     "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n"
     "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
     "                       a model run on them needs rotated activations)\n"
+    "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+    "                       does (a decoded 27 B model is over the hubs' 50 GB per\n"
+    "                       file): NAME.gguf becomes NAME-00001-of-0000N.gguf ...\n"
+    "                       beside it, each split at most SIZE of tensor data (50G,\n"
+    "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"
+    "  --split-max-tensors N  the same, at most N tensors per split\n"
+    "  --keep-split         split OUT the way IN is split (IN may be any file of a\n"
+    "                       split set, with or without this option)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --progress           print the progress on standard error\n"
     "  --force              replace an existing OUT\n"
@@ -50,7 +58,7 @@ int main(int argc, char **argv)
     bool quiet = false, progress = false;
     const char *why;
     enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
-           OPT_PROGRESS };
+           OPT_PROGRESS, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS, OPT_KEEP_SPLIT };
     static const struct option longopts[] = {
         {"type", required_argument, NULL, OPT_TYPE},
         {"keep-rotation", no_argument, NULL, OPT_KEEP},
@@ -60,6 +68,9 @@ int main(int argc, char **argv)
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
+        {"split-max-size", required_argument, NULL, OPT_SPLIT_SIZE},
+        {"split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS},
+        {"keep-split", no_argument, NULL, OPT_KEEP_SPLIT},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -79,6 +90,34 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_KEEP: o.keep_rotation = true; break;
+        case OPT_KEEP_SPLIT: o.keep_split = true; break;
+        case OPT_SPLIT_SIZE:
+        case OPT_SPLIT_TENSORS: {
+            gguf_split_mode mode = c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+            if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != mode) {
+                fprintf(stderr, "pn-dequant: give --split-max-size or --split-max-tensors, not both\n");
+                return 2;
+            }
+            o.split.mode = mode;
+            const char *bad = "";
+            if (c == OPT_SPLIT_SIZE) {
+                o.split.max = pn_cli_split_size(optarg, &bad);
+            } else {
+                char *end;
+                errno = 0;
+                long long v = strtoll(optarg, &end, 10);
+                o.split.max = errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
+                bad = "expected an integer in [1, 2147483648]";
+            }
+            if (!o.split.max) {
+                fprintf(stderr, "pn-dequant: %s: '", c == OPT_SPLIT_SIZE ? "--split-max-size"
+                                                                         : "--split-max-tensors");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "': %s\n", bad);
+                return 2;
+            }
+            break;
+        }
         case OPT_FORCE: o.force = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: progress = true; break;
@@ -111,6 +150,11 @@ int main(int argc, char **argv)
             fputs(usage, stderr);
             return 2;
         }
+    }
+    if (o.keep_split && o.split.mode != GGUF_SPLIT_NONE) {
+        fprintf(stderr, "pn-dequant: --keep-split follows IN's splits; do not give "
+                        "--split-max-size or --split-max-tensors too\n");
+        return 2;
     }
     if (argc - optind != 2) {
         fprintf(stderr, "pn-dequant: expected IN.gguf and OUT.gguf, got %d arguments\n",
@@ -158,6 +202,9 @@ int main(int argc, char **argv)
                                       : ", no rotation",
                s.n_stock, s.n_copied, (unsigned long long)s.bytes_in,
                (unsigned long long)s.bytes_out, s.seconds);
+        if (s.n_files > 1)
+            printf("  written as %zu splits beside it, %llu bytes in all\n", s.n_files,
+                   (unsigned long long)s.file_bytes);
     }
     if (pn_cli_finish_stdout(&why) != 0) {
         /* OUT is complete and in place: say so rather than pretend it is not */

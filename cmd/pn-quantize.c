@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd/cli.h"
 #include "common/file.h"
 #include "common/text.h"
 #include "mix/plan.h"
@@ -54,8 +55,20 @@ static const char usage[] =
     "  --backend auto|cpu|cuda scale search on the CPU or a CUDA GPU (default auto:\n"
     "                          the GPU when one is usable, else the CPU)\n"
     "  --device N              CUDA device index (default 0)\n"
-    "  --dry-run               print the plan (tensor, shape, types, bytes, totals) and\n"
-    "                          exit without writing; DST may be omitted\n"
+    "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
+    "                          files of a split output) and exit without writing; DST\n"
+    "                          may be omitted\n"
+    "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
+    "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"
+    "                          each split at most SIZE of tensor data (50G, 500M as\n"
+    "                          gguf-split takes them, or 48GiB, 2.5GB); SRC may be any\n"
+    "                          file of a split set too\n"
+    "  --split-max-tensors N   the same, at most N tensors per split\n"
+    "  --keep-split            split DST the way the split source is split\n"
+    "  --split-index I         write only split I (from 0) of that plan, under its name\n"
+    "                          in a full run and byte for byte that file, given the same\n"
+    "                          options and --measurement: one task per split of a batch\n"
+    "                          scheduler (docs/split.md)\n"
     "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
     "                          relative error, seconds; and the per-phase times\n"
     "                          (written before DST is committed, in place right after)\n"
@@ -86,6 +99,10 @@ typedef struct cli_state {
     bool have_report_tmp;
     char *totals;              /* the plan totals, printed after a successful run */
     size_t totals_len;
+    char *files;               /* the files of a split output, printed after it */
+    size_t files_len;
+    size_t n_splits;           /* of the output */
+    long split_index;
 } cli_state;
 
 /* ---- the plan table, the totals and the report (from the job's data) ---- */
@@ -143,6 +160,30 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
             (double)r->file_bytes / 1e9, tot.bpw_pn, tot.bpw_all);
 }
 
+/* The files of a split output: one line each (nothing for one file). */
+static void print_files(FILE *f, const pn_quantize_result *r)
+{
+    if (r->n_splits < 2 && r->split_index < 0)
+        return;
+    for (size_t s = 0; s < r->n_splits; s++) {
+        const size_t lo = r->split_first[s], n = r->split_first[s + 1] - lo;
+        fprintf(f, "split %zu/%zu ", s + 1, r->n_splits);
+        pn_fput_safe(f, r->split_paths[s] ? r->split_paths[s] : "(no DST given)");
+        fprintf(f, ": %zu tensor%s", n, n == 1 ? "" : "s");
+        if (n)
+            fprintf(f, " (%zu to %zu)", lo, lo + n - 1);
+        fprintf(f, ", %llu bytes (%.3f GB)%s\n", (unsigned long long)r->split_bytes[s],
+                (double)r->split_bytes[s] / 1e9,
+                r->split_index >= 0 && (size_t)r->split_index == s ? "  <- --split-index" : "");
+    }
+}
+
+static bool tensor_written(const pn_quantize_result *r, size_t i)
+{
+    return r->split_index < 0 || (i >= r->split_first[r->split_index] &&
+                                  i < r->split_first[r->split_index + 1]);
+}
+
 static void write_report_json(FILE *f, const pn_quantize_result *r)
 {
     const pn_quantize_stats *s = r->stats;
@@ -189,12 +230,32 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
                 type_name(t->src_type), type_name(t->type), (unsigned long long)t->bytes);
         fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
                 t->promoted ? "true" : "false");
-        if (r->dry_run)
+        if (r->dry_run || !tensor_written(r, i))
             fprintf(f, "\"relative_error\": null, \"crc32\": null, \"seconds\": null}");
         else
             fprintf(f, "\"relative_error\": %.6e, \"crc32\": \"%08x\", \"seconds\": %.3f}",
                     r->rel_error[i], r->crc32[i], r->seconds[i]);
         fprintf(f, "%s\n", i + 1 < r->plan->n_tensors ? "," : "");
+    }
+    /* the files: one, or the splits of a set (split_index: the one this run writes) */
+    fprintf(f, "  ],\n  \"split_index\": ");
+    if (r->split_index >= 0)
+        fprintf(f, "%ld", r->split_index);
+    else
+        fputs("null", f);
+    fprintf(f, ",\n  \"files\": [\n");
+    for (size_t s = 0; s < r->n_splits; s++) {
+        fprintf(f, "    {\"path\": ");
+        if (r->split_paths[s])
+            pn_json_put_str(f, r->split_paths[s]);
+        else
+            fputs("null", f);
+        fprintf(f, ", \"first_tensor\": %zu, \"tensors\": %zu, \"bytes\": %llu, \"written\": %s}%s\n",
+                r->split_first[s], r->split_first[s + 1] - r->split_first[s],
+                (unsigned long long)r->split_bytes[s],
+                !r->dry_run && (r->split_index < 0 || (size_t)r->split_index == s) ? "true"
+                                                                                     : "false",
+                s + 1 < r->n_splits ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
 }
@@ -308,18 +369,35 @@ static int commit_report(cli_state *s)
 static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *err)
 {
     cli_state *s = user;
+    s->n_splits = r->n_splits;
+    s->split_index = r->split_index;
     if (r->dry_run) {
         print_plan_table(stdout, r);
         print_totals(stdout, r);
+        print_files(stdout, r);
     } else if (!s->quiet) {
         FILE *m = open_memstream(&s->totals, &s->totals_len);
         if (m) {
             print_totals(m, r);
             fclose(m);
         }
+        m = open_memstream(&s->files, &s->files_len);
+        if (m) {
+            print_files(m, r);
+            fclose(m);
+        }
     }
     if (!s->report_path)
         return PN_OK;
+    /* DST was checked before the run; the files of a split output are known
+     * only now */
+    for (size_t k = 0; k < r->n_splits; k++)
+        if (r->split_paths[k] && (strcmp(r->split_paths[k], s->report_path) == 0 ||
+                                  pn_same_file(r->split_paths[k], s->report_path)))
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--report %s: that is split %zu of the output; choose another "
+                                "report path",
+                                s->report_path, k + 1);
     return write_report_tmp(s, r, err);
 }
 
@@ -474,7 +552,8 @@ static int run(int argc, char **argv)
     cs.last = -1e9;
     int quiet = 0, force_progress = 0;
     enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
-           O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION };
+           O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
+           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX };
     static const struct option lopts[] = {
         {"recipe", required_argument, 0, O_RECIPE},
         {"promote", required_argument, 0, O_PROMOTE},
@@ -491,6 +570,10 @@ static int run(int argc, char **argv)
         {"force", no_argument, 0, O_FORCE},
         {"quiet", no_argument, 0, O_QUIET},
         {"progress", no_argument, 0, O_PROGRESS},
+        {"split-max-size", required_argument, 0, O_SPLIT_SIZE},
+        {"split-max-tensors", required_argument, 0, O_SPLIT_TENSORS},
+        {"keep-split", no_argument, 0, O_KEEP_SPLIT},
+        {"split-index", required_argument, 0, O_SPLIT_INDEX},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0},
@@ -565,6 +648,35 @@ static int run(int argc, char **argv)
         case O_FORCE: o.force = true; break;
         case O_QUIET: quiet = 1; break;
         case O_PROGRESS: force_progress = 1; break;
+        case O_SPLIT_SIZE: {
+            const char *why = "";
+            if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != GGUF_SPLIT_MAX_SIZE) {
+                fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                return 2;
+            }
+            o.split.mode = GGUF_SPLIT_MAX_SIZE;
+            if (!(o.split.max = pn_cli_split_size(optarg, &why))) {
+                fprintf(stderr, "pn-quantize: --split-max-size: '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "': %s\n", why);
+                return 2;
+            }
+            break;
+        }
+        case O_SPLIT_TENSORS:
+            if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != GGUF_SPLIT_MAX_TENSORS) {
+                fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                return 2;
+            }
+            if (parse_int("--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+            o.split.mode = GGUF_SPLIT_MAX_TENSORS;
+            o.split.max = (uint64_t)v;
+            break;
+        case O_KEEP_SPLIT: o.keep_split = true; break;
+        case O_SPLIT_INDEX:
+            if (parse_int("--split-index", optarg, 0, 65534, &v)) return 2;
+            o.split_index = v;
+            break;
         case 'h': fputs(usage, stdout); return 0;
         case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
         default:
@@ -591,6 +703,16 @@ static int run(int argc, char **argv)
     }
     if (o.target_size && o.promote >= 0) {
         fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give --promote too\n");
+        return 2;
+    }
+    if (o.keep_split && o.split.mode != GGUF_SPLIT_NONE) {
+        fprintf(stderr, "pn-quantize: --keep-split follows the source's splits; do not give "
+                        "--split-max-size or --split-max-tensors too\n");
+        return 2;
+    }
+    if (o.split_index >= 0 && o.split.mode == GGUF_SPLIT_NONE && !o.keep_split) {
+        fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
+                        "--split-max-tensors or --keep-split\n");
         return 2;
     }
     if (read_environment(&o) != 0)
@@ -638,14 +760,18 @@ static int run(int argc, char **argv)
         if (o.dst_path && !o.dry_run) {
             fprintf(stderr, "pn-quantize: nothing was written to ");
             pn_fput_safe(stderr, o.dst_path);
+            if (o.split.mode != GGUF_SPLIT_NONE || o.keep_split)
+                fprintf(stderr, " (nor to any split of it)");
             fputc('\n', stderr);
         }
+        free(cs.files);
         return st == PN_ERR_INTERRUPTED ? 130 : (st == PN_ERR_USAGE ? 2 : 1);
     }
     if (cs.report_path) {
         int e = commit_report(&cs);
         if (e) {
             free(cs.totals);
+            free(cs.files);
             if (o.dry_run) {
                 fprintf(stderr, "pn-quantize: error: ");
             } else {
@@ -663,8 +789,15 @@ static int run(int argc, char **argv)
     if (cs.totals)
         fputs(cs.totals, stdout);
     free(cs.totals);
+    if (cs.files)
+        fputs(cs.files, stdout);
+    free(cs.files);
     if (!o.dry_run && !quiet) {
         printf("wrote ");
+        if (cs.split_index >= 0)
+            printf("split %ld of %zu of ", cs.split_index + 1, cs.n_splits);
+        else if (cs.n_splits > 1)
+            printf("%zu splits of ", cs.n_splits);
         pn_fput_safe(stdout, o.dst_path);
         printf(": ");
         pn_fput_safe(stdout, stats.mix_name);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmd/cli.h"
 #include "pipeline/synth.h"
 #include "quant/types.h"
 
@@ -43,6 +44,11 @@ static const char usage[] =
     "  --seed N            generator seed (default 1)\n"
     "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
     "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"
+    "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+    "                      does: OUT NAME.gguf becomes NAME-00001-of-0000N.gguf ...,\n"
+    "                      each split at most SIZE of tensor data (50G, 500M as\n"
+    "                      gguf-split takes them, or 48GiB, 2.5GB)\n"
+    "  --split-max-tensors N  the same, at most N tensors per split\n"
     "  --threads N         worker threads (default: all cores)\n"
     "  --force             replace an existing OUT\n"
     "  --quiet             no progress\n"
@@ -102,14 +108,18 @@ int main(int argc, char **argv)
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0;
     enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-           O_VERSION };
+           O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS };
+    gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
     static const struct option lopts[] = {
         {"layers", required_argument, 0, O_LAYERS}, {"width-scale", required_argument, 0, O_WS},
         {"vocab", required_argument, 0, O_VOCAB},   {"dtype", required_argument, 0, O_DTYPE},
         {"seed", required_argument, 0, O_SEED},     {"full", no_argument, 0, O_FULL},
         {"threads", required_argument, 0, O_THREADS}, {"force", no_argument, 0, O_FORCE},
         {"quiet", no_argument, 0, O_QUIET},         {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, O_VERSION},     {0, 0, 0, 0},
+        {"version", no_argument, 0, O_VERSION},
+        {"split-max-size", required_argument, 0, O_SPLIT_SIZE},
+        {"split-max-tensors", required_argument, 0, O_SPLIT_TENSORS},
+        {0, 0, 0, 0},
     };
     int c;
     opterr = 0;
@@ -129,6 +139,29 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_SPLIT_SIZE:
+        case O_SPLIT_TENSORS: {
+            gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+            if (split.mode != GGUF_SPLIT_NONE && split.mode != mode) {
+                fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
+                return 2;
+            }
+            split.mode = mode;
+            if (c == O_SPLIT_SIZE) {
+                const char *why = "";
+                if (!(split.max = pn_cli_split_size(optarg, &why))) {
+                    fprintf(stderr, "pn-synth: --split-max-size: '");
+                    pn_fput_safe(stderr, optarg);
+                    fprintf(stderr, "': %s\n", why);
+                    return 2;
+                }
+            } else {
+                long v;
+                if (parse_long("--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+                split.max = (uint64_t)v;
+            }
+            break;
+        }
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
@@ -168,6 +201,7 @@ int main(int argc, char **argv)
     }
     o.seed = (uint64_t)seed;
     o.force = force;
+    o.split = split;
     o.threads = (int)threads;
     o.cancel = &g_cancel;
     prog pg = {!quiet && isatty(2), isatty(2), now_s(), -1e9};
@@ -175,14 +209,16 @@ int main(int argc, char **argv)
     o.user = &pg;
 
     struct stat sb;
-    if (stat(o.path, &sb) == 0 && !force) {
+    if (split.mode == GGUF_SPLIT_NONE && stat(o.path, &sb) == 0 && !force) {
         fprintf(stderr, "pn-synth: %s exists; use --force to replace it\n", o.path);
         return 1;
     }
     uint64_t bytes = 0;
-    if (pn_synth_file_bytes(&o, &bytes, &err) != PN_OK) {
+    size_t n_files = 1;
+    pn_status pst = pn_synth_files(&o, &bytes, &n_files, &err);
+    if (pst != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
-        return 1;
+        return pst == PN_ERR_USAGE ? 2 : 1;
     }
     char *dup = strdup(o.path);
     struct statvfs vfs;
@@ -218,9 +254,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
         return st == PN_ERR_INTERRUPTED ? 130 : 1;
     }
-    if (!quiet)
-        printf("wrote %s: %d layers, n_embd %lld, vocab %lld, %llu bytes in %.1f s\n", o.path,
+    if (!quiet) {
+        printf("wrote ");
+        if (n_files > 1)
+            printf("%zu splits of ", n_files);
+        printf("%s: %d layers, n_embd %lld, vocab %lld, %llu bytes in %.1f s\n", o.path,
                o.config.n_layers, (long long)o.config.n_embd, (long long)o.config.n_vocab,
                (unsigned long long)bytes, now_s() - t0);
+    }
     return finish_stdout();
 }

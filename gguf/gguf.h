@@ -30,6 +30,14 @@
  * an existing target is refused unless gguf_writer_set_replace) or
  * gguf_writer_abort. Every failure path of the writer discards the file.
  *
+ * Split models (docs/split.md): a model written as several files by
+ * llama.cpp's gguf-split or llama-quantize --keep-split, or by our own
+ * writer with gguf/gguf_split.h, is opened from any of its files by
+ * gguf_reader_open and read as one model: the tensors of every split in
+ * order, the keys of the first split. File-level accessors (name, version,
+ * file size, alignment, data offset, bytes, read_at, advise) of such a set
+ * answer for its first split; the tensor accessors span the set.
+ *
  * Error codes of the reader: PN_ERR_TRUNCATED whenever the file ends before
  * something it declares (a count of keys, tensors or array elements that the
  * remaining bytes cannot hold, a string, the padding before the data, a
@@ -124,6 +132,9 @@ typedef struct gguf_tensor_info {
     uint64_t offset;             /* relative to the data section */
     uint64_t size;               /* bytes, from type and shape */
     uint64_t info_offset;        /* file offset of this tensor info (for messages) */
+    uint32_t split;              /* the split of a set holding it (gguf_reader_split); 0
+                                  * in a reader of one file. `offset` and `info_offset`
+                                  * are in that split's file. */
 } gguf_tensor_info;
 
 /* ---- reader ---- */
@@ -131,10 +142,38 @@ typedef struct gguf_tensor_info {
 typedef struct gguf_reader gguf_reader;
 
 /* Opens and fully validates the header (not the tensor data). On error *out is
- * NULL and err names the file, offset and what was expected. */
+ * NULL and err names the file, offset and what was expected.
+ *
+ * A file whose split.count is 2 or more is one split of a set: the other
+ * splits are found beside it by llama.cpp's naming rule (PREFIX-%05d-of-
+ * %05d.gguf, the prefix taken from this file's name and its split.no), all
+ * are opened and validated, and the reader is the whole set. Refused
+ * (PN_ERR_FORMAT unless an open error says more), naming the file and what
+ * is wrong: a split key of another type than llama.cpp writes (split.no and
+ * split.count uint16, split.tensors.count int32), split.no or
+ * split.tensors.count missing, split.no not below split.count, a name that
+ * is not the one split.no and split.count give, a missing split, a split
+ * whose split.count or split.tensors.count differs from the given file's
+ * (another set's), a split whose split.no is not its place, tensors of all
+ * splits that do not add up to split.tensors.count, and a tensor name in
+ * two splits (PN_ERR_TENSOR). A file without split.count, or with
+ * split.count 0 (gguf-split --merge writes that) or 1, is a set of one: a
+ * plain reader (split.count 1 needs split.no 0 and split.tensors.count, when
+ * present, equal to its tensor count). Only regular files are opened, none
+ * is waited on; memory is linear in the headers' total size. */
 pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
+/* Flags of gguf_reader_open_flags. */
+enum {
+    GGUF_OPEN_LENIENT = 1u << 0,   /* as gguf_reader_open_lenient, for every split */
+    GGUF_OPEN_ONE_FILE = 1u << 1,  /* this file alone, even a split of a set; its split
+                                    * keys are not checked (gguf_split_read_keys does) */
+};
+/* gguf_reader_open with flags; 0 is gguf_reader_open itself. */
+pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out,
+                                 pn_error *err);
 /* The same on an open descriptor (duplicated: the caller keeps fd), e.g. a
- * temporary file that has no name yet; `name` is used in messages. */
+ * temporary file that has no name yet; `name` is used in messages. Always
+ * that one file, never a set (like the memory readers). */
 pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err);
 /* Same on a caller-owned buffer (for fuzzing and tests); the buffer must
  * outlive the reader. `name` is used in messages. */
@@ -180,6 +219,10 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
 /* Advice for the kernel about file bytes [at, at+n): willneed starts reading
  * them ahead; otherwise their page cache may be dropped. Never fails. */
 void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed);
+/* The same for bytes [off, off+n) of tensor i's data (cut at its end), in
+ * whichever split's file holds it. */
+void gguf_reader_advise_tensor(const gguf_reader *r, size_t i, uint64_t off, uint64_t n,
+                               bool willneed);
 /* Direct reads: a reader's tensor data read around the page cache
  * (O_DIRECT), for one thread reading a large file once in order (the
  * quantizer's stream): the kernel copies nothing out of its cache, and the
@@ -188,14 +231,16 @@ void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool will
  * for (so small tensors read in order cost one read for many) and hands back
  * a pointer into it; a request inside what the last read brought is served
  * from the buffer. Where the file system refuses O_DIRECT (at open, or a
- * read with EINVAL: from then on), /proc is not mounted, or r is a memory
- * reader, the handle reads with pread into its buffer instead: same bytes,
+ * read with EINVAL: from then on, for that file), /proc is not mounted, or
+ * r is a memory reader, the handle reads with pread into its buffer instead: same bytes,
  * same errors. A direct read that fails or ends early is done again with
  * pread, so errors are gguf_reader_read_tensor's, word for word (a file that
  * shrank during the run is PN_ERR_TRUNCATED naming it). A direct read still
  * sees data that was written and not yet flushed (the kernel writes the
  * range back first). There is no read-ahead: the caller reads ahead itself
- * if it needs to. One handle per thread; r must outlive it. */
+ * if it needs to. A split set's reader reads each tensor in its split's
+ * file (the handle moves to the next file when a tensor lies there). One
+ * handle per thread; r must outlive it. */
 typedef struct gguf_direct gguf_direct;
 /* A handle for reads of at most max_bytes; PN_ERR_NOMEM only. */
 pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
@@ -209,15 +254,37 @@ bool gguf_direct_is_direct(const gguf_direct *d);
 pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
                                   const uint8_t **data, pn_error *err);
 /* File offset of tensor i's data (data section + its offset; UINT64_MAX on
- * overflow, possible only for a lenient reader). */
+ * overflow, possible only for a lenient reader), in the file of its split
+ * (gguf_reader_tensor(r, i)->split): use it with that split's reader. */
 uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i);
 /* Pointer to the tensor's bytes when they lie in the reader's buffer: always
  * for a memory reader; for a file, only within its first
- * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB).
+ * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB;
+ * of a set's splits other than the named one, all of a file under 4 KiB).
  * NULL otherwise, for an index out of range, and, opened leniently, for bytes
  * not in the file. For tests and small inputs: tools read with
  * gguf_reader_read_tensor. */
 const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
+
+/* The splits of a set: 1 for a plain file. gguf_reader_split(r, s) is split
+ * s's own reader (for a plain file, s = 0: r itself), owned by r: its path
+ * (gguf_reader_name), size, keys and tensors are that file's, for findings
+ * per split; NULL when s is out of range. gguf_reader_split_first(r, s) is
+ * the index in r of split s's first tensor (s = n_splits: n_tensors); split
+ * s holds tensors [first(s), first(s + 1)). gguf_reader_tensor_index_in_split
+ * is tensor i's index in its split's reader (SIZE_MAX when out of range). */
+size_t gguf_reader_n_splits(const gguf_reader *r);
+const gguf_reader *gguf_reader_split(const gguf_reader *r, size_t s);
+size_t gguf_reader_split_first(const gguf_reader *r, size_t s);
+size_t gguf_reader_tensor_index_in_split(const gguf_reader *r, size_t i);
+/* A per-tensor array key that each split records for its own tensors (as
+ * pn.tensor_crc32): fills out[0..n_tensors) with the set's values in tensor
+ * order, taken from every split's key. Plain files: the file's key. Refused
+ * (PN_ERR_FORMAT, naming the split's file and the key) when a split lacks
+ * the key, or it is not an array of uint32 with one element per tensor of
+ * that split. */
+pn_status gguf_reader_per_tensor_u32(const gguf_reader *r, const char *key, uint32_t *out,
+                                     pn_error *err);
 
 /* Array element access (bounds are the caller's: i < kv->arr_count). */
 uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i);  /* unsigned ints and bool */

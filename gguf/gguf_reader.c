@@ -18,6 +18,11 @@
  * overlap) are skipped; gguf_reader_tensor_data then answers NULL for a
  * tensor not wholly inside the file.
  *
+ * A path names one file or one split of a set (gguf_split.c opens the rest
+ * and checks them); a set's reader keeps one reader per split and answers
+ * tensor questions from the split that holds the tensor, file-level ones
+ * from its first split (gguf_internal.h).
+ *
  * Hostile input is the normal case here (the fuzzer feeds it), so:
  *   - every read goes through `need`, which compares against the bytes left;
  *   - a count is compared with the bytes left before anything is sized from
@@ -27,6 +32,7 @@
  *   - nesting of arrays is bounded, so recursion depth is too.
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_internal.h"
 
 #include "quant/types.h"
 
@@ -40,27 +46,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct gguf_reader {
-    char *name;
-    const uint8_t *base;        /* bytes [0, avail) of the file */
-    uint64_t size;              /* the file's size when it was opened */
-    uint64_t avail;             /* bytes in base: size for a memory reader */
-    uint8_t *owned;             /* base when it is our buffer (a file), else NULL */
-    int fd;                     /* the open file, or -1 for a memory reader */
-
-    bool lenient;
-    uint32_t version;
-    uint64_t alignment;
-    uint64_t data_offset;
-
-    size_t n_kv;
-    gguf_kv *kvs;
-    const gguf_kv **kv_by_key;
-
-    size_t n_tensors;
-    gguf_tensor_info *tensors;
-    const gguf_tensor_info **tensor_by_name;
-};
 
 /* Smallest possible encodings, used to bound counts by the bytes left. */
 enum {
@@ -830,8 +815,6 @@ static ssize_t pread_full(int fd, void *dst, size_t n, uint64_t at)
     return (ssize_t)done;
 }
 
-#define HEADER_READ_FIRST ((uint64_t)16 << 20)
-
 static const char *file_kind(mode_t m)
 {
     if (S_ISDIR(m))
@@ -848,8 +831,8 @@ static const char *file_kind(mode_t m)
 }
 
 /* Reads and parses the header of the open file fd (which the reader takes). */
-static pn_status open_fd_owned(int fd, const char *name, bool lenient, gguf_reader **out,
-                               pn_error *err)
+static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t first_read,
+                               gguf_reader **out, pn_error *err)
 {
     *out = NULL;
     struct stat sb;
@@ -870,7 +853,7 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, gguf_read
     }
     r->fd = fd;
     r->size = (uint64_t)sb.st_size;
-    uint64_t want = r->size < HEADER_READ_FIRST ? r->size : HEADER_READ_FIRST;
+    uint64_t want = r->size < first_read ? r->size : first_read;
     for (;;) {
         if (want > SIZE_MAX) {
             gguf_reader_close(r);
@@ -919,7 +902,8 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, gguf_read
     return PN_OK;
 }
 
-static pn_status open_path(const char *path, bool lenient, gguf_reader **out, pn_error *err)
+pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_read,
+                                gguf_reader **out, pn_error *err)
 {
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO with no writer must not hang; what is not
@@ -930,7 +914,25 @@ static pn_status open_path(const char *path, bool lenient, gguf_reader **out, pn
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    return open_fd_owned(fd, path, lenient, out, err);
+    return open_fd_owned(fd, path, lenient, first_read, out, err);
+}
+
+pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out,
+                                 pn_error *err)
+{
+    *out = NULL;
+    if (!path)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf reader: open of no path");
+    bool lenient = (flags & GGUF_OPEN_LENIENT) != 0;
+    gguf_reader *r;
+    pn_status st = gguf_reader_open_one_(path, lenient, GGUF_READ_FIRST_FILE, &r, err);
+    if (st)
+        return st;
+    if (flags & GGUF_OPEN_ONE_FILE) {
+        *out = r;
+        return PN_OK;
+    }
+    return gguf_split_open_set_(r, lenient, out, err);
 }
 
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
@@ -947,12 +949,12 @@ pn_status gguf_reader_open_memory_lenient(const void *data, size_t size, const c
 
 pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err)
 {
-    return open_path(path, false, out, err);
+    return gguf_reader_open_flags(path, 0, out, err);
 }
 
 pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err)
 {
-    return open_path(path, true, out, err);
+    return gguf_reader_open_flags(path, GGUF_OPEN_LENIENT, out, err);
 }
 
 pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err)
@@ -962,13 +964,24 @@ pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_er
     if (own < 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot duplicate its descriptor: %s",
                             name ? name : "(fd)", strerror(errno));
-    return open_fd_owned(own, name ? name : "(fd)", false, out, err);
+    return open_fd_owned(own, name ? name : "(fd)", false, GGUF_READ_FIRST_FILE, out, err);
 }
 
 void gguf_reader_close(gguf_reader *r)
 {
     if (!r)
         return;
+    if (r->splits) {
+        /* The tensor infos and names belong to the splits' readers. */
+        for (size_t s = 0; s < r->n_splits; s++)
+            gguf_reader_close(r->splits[s]);
+        free(r->splits);
+        free(r->split_first);
+        free(r->set_by_name);
+        free(r->name);
+        free(r);
+        return;
+    }
     reset_parsed(r);
     free(r->owned);
     if (r->fd >= 0)
@@ -980,9 +993,20 @@ void gguf_reader_close(gguf_reader *r)
 /* ------------------------------------------------------------------ */
 /* Reading tensor data                                                 */
 
+/* The reader whose file holds the set's file-level data: the first split of
+ * a set, else the reader itself. */
+static const gguf_reader *file_of(const gguf_reader *r) { return r->splits ? r->splits[0] : r; }
+
+/* The reader of the file that holds tensor info ti (of reader r). */
+static const gguf_reader *file_of_tensor(const gguf_reader *r, const gguf_tensor_info *ti)
+{
+    return r->splits ? r->splits[ti->split] : r;
+}
+
 pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
                               pn_error *err)
 {
+    r = file_of(r);
     uint64_t end;
     if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > r->size)
         return pn_error_set(err, PN_ERR_TRUNCATED,
@@ -1012,25 +1036,28 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
 }
 
 /* The file offset of tensor i's bytes [off, off + n), checked to lie in the
- * tensor (PN_ERR_USAGE) and not to overflow (PN_ERR_TRUNCATED). */
+ * tensor (PN_ERR_USAGE) and not to overflow (PN_ERR_TRUNCATED), and the
+ * reader of the file (the split) that holds them. */
 static pn_status tensor_range(const gguf_reader *r, size_t i, uint64_t off, size_t n,
-                              uint64_t *at_out, pn_error *err)
+                              uint64_t *at_out, const gguf_reader **file_out, pn_error *err)
 {
-    if (i >= r->n_tensors)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: no tensor %zu", r->name, i);
-    const gguf_tensor_info *ti = &r->tensors[i];
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    if (!ti)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: no tensor %zu", file_of(r)->name, i);
+    const gguf_reader *f = file_of_tensor(r, ti);
     uint64_t end;
     if (__builtin_add_overflow(off, (uint64_t)n, &end) || end > ti->size)
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: tensor %s: bytes [%llu, %llu) are outside its %llu bytes",
-                            r->name, ti->name, (unsigned long long)off,
+                            f->name, ti->name, (unsigned long long)off,
                             (unsigned long long)off + n, (unsigned long long)ti->size);
     uint64_t at;
-    if (__builtin_add_overflow(r->data_offset, ti->offset, &at) ||
+    if (__builtin_add_overflow(f->data_offset, ti->offset, &at) ||
         __builtin_add_overflow(at, off, &at))
         return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
-                            r->name, ti->name);
+                            f->name, ti->name);
     *at_out = at;
+    *file_out = f;
     return PN_OK;
 }
 
@@ -1038,17 +1065,19 @@ pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, 
                                   size_t n, pn_error *err)
 {
     uint64_t at = 0;
-    pn_status st = tensor_range(r, i, off, n, &at, err);
+    const gguf_reader *f = NULL;
+    pn_status st = tensor_range(r, i, off, n, &at, &f, err);
     if (st != PN_OK)
         return st;
-    st = gguf_reader_read_at(r, at, dst, n, err);
+    st = gguf_reader_read_at(f, at, dst, n, err);
     if (st != PN_OK)
-        pn_error_prefix(err, "tensor %s", r->tensors[i].name);
+        pn_error_prefix(err, "tensor %s", gguf_reader_tensor(r, i)->name);
     return st;
 }
 
 void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed)
 {
+    r = file_of(r);
     if (r->fd < 0 || at >= r->size)
         return;
     if (n > r->size - at)
@@ -1057,12 +1086,29 @@ void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool will
                         willneed ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
 }
 
+void gguf_reader_advise_tensor(const gguf_reader *r, size_t i, uint64_t off, uint64_t n,
+                               bool willneed)
+{
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    if (!ti || off >= ti->size)
+        return;
+    const gguf_reader *f = file_of_tensor(r, ti);
+    uint64_t at;
+    if (n > ti->size - off)
+        n = ti->size - off;
+    if (__builtin_add_overflow(f->data_offset, ti->offset, &at) ||
+        __builtin_add_overflow(at, off, &at))
+        return;
+    gguf_reader_advise(f, at, n, willneed);
+}
+
 uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
 {
-    if (i >= r->n_tensors)
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    if (!ti)
         return 0;
     uint64_t at;
-    if (__builtin_add_overflow(r->data_offset, r->tensors[i].offset, &at))
+    if (__builtin_add_overflow(file_of_tensor(r, ti)->data_offset, ti->offset, &at))
         return UINT64_MAX;
     return at;
 }
@@ -1076,13 +1122,34 @@ uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
 #define DIRECT_ALIGN ((uint64_t)4096)
 
 struct gguf_direct {
-    const gguf_reader *r;
-    int fd;                     /* the file opened with O_DIRECT, or -1: buffered */
+    const gguf_reader *r;       /* the reader (a set's, or one file's) */
+    const gguf_reader *file;    /* the file the descriptor and window are of */
+    int fd;                     /* that file opened with O_DIRECT, or -1: buffered */
     uint8_t *buf;               /* DIRECT_ALIGN-aligned, cap bytes */
     size_t cap, max_bytes;
-    /* direct reads: buf holds file bytes [win_at, win_at + win_len) */
+    /* direct reads: buf holds bytes [win_at, win_at + win_len) of `file` */
     uint64_t win_at, win_len;
 };
+
+/* File f opened again with O_DIRECT, by its descriptor's /proc link (a new
+ * open file description: O_DIRECT must not reach the reader's own
+ * descriptor), checked to be the same inode; -1 where /proc or O_DIRECT is
+ * missing, or f is a memory reader (reads then stay buffered). */
+static int open_direct(const gguf_reader *f)
+{
+    if (f->fd < 0)
+        return -1;
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
+    int fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    struct stat a, b;
+    if (fd >= 0 && fstat(fd, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino && S_ISREG(a.st_mode))
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
 
 pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
                            pn_error *err)
@@ -1094,28 +1161,14 @@ pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct *
     if (!d || max_bytes > SIZE_MAX / 2 || posix_memalign(&buf, DIRECT_ALIGN, cap) != 0) {
         free(d);
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for a read buffer of %zu bytes",
-                            r->name, max_bytes);
+                            file_of(r)->name, max_bytes);
     }
     d->r = r;
     d->buf = buf;
     d->cap = cap;
     d->max_bytes = max_bytes;
-    d->fd = -1;
-    if (r->fd >= 0) {
-        /* The same open file again, by its descriptor's /proc link (a new
-         * open file description: O_DIRECT must not reach the reader's own
-         * descriptor); checked to be the same inode. Where /proc or
-         * O_DIRECT is missing, reads stay buffered. */
-        char link[64];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", r->fd);
-        int fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
-        struct stat a, b;
-        if (fd >= 0 && fstat(fd, &a) == 0 && fstat(r->fd, &b) == 0 && a.st_dev == b.st_dev &&
-            a.st_ino == b.st_ino && S_ISREG(a.st_mode))
-            d->fd = fd;
-        else if (fd >= 0)
-            close(fd);
-    }
+    d->file = file_of(r); /* a set's reads start in its first file */
+    d->fd = open_direct(d->file);
     *out = d;
     return PN_OK;
 }
@@ -1159,15 +1212,25 @@ static bool direct_pread(gguf_direct *d, uint64_t a0, size_t len, size_t need)
 pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
                                   const uint8_t **data, pn_error *err)
 {
-    const gguf_reader *r = d->r;
     if (n > d->max_bytes)
         return pn_error_set(err, PN_ERR_USAGE, "%s: a direct read of %zu bytes, at most %zu",
-                            r->name, n, d->max_bytes);
+                            file_of(d->r)->name, n, d->max_bytes);
     uint64_t at = 0;
-    pn_status st = tensor_range(r, i, off, n, &at, err);
+    const gguf_reader *f = NULL;
+    pn_status st = tensor_range(d->r, i, off, n, &at, &f, err);
     if (st != PN_OK)
         return st;
-    if (d->fd >= 0 && n > 0 && at + n <= r->size) {
+    if (f != d->file) {
+        /* the next split's file of a set: its own descriptor and window
+         * (reads in order change files once per split). A file system that
+         * refused O_DIRECT for the last file is asked again for this one. */
+        if (d->fd >= 0)
+            close(d->fd);
+        d->file = f;
+        d->fd = open_direct(f);
+        d->win_len = 0;
+    }
+    if (d->fd >= 0 && n > 0 && at + n <= f->size) {
         if (at >= d->win_at && at + n <= d->win_at + d->win_len) {
             *data = d->buf + (at - d->win_at); /* read with an earlier request */
             return PN_OK;
@@ -1177,14 +1240,14 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
          * past the end of the file when that is not aligned (the read
          * stops there) */
         const uint64_t a0 = at / DIRECT_ALIGN * DIRECT_ALIGN;
-        const uint64_t file_end = (r->size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+        const uint64_t file_end = (f->size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
         const size_t len = file_end - a0 < d->cap ? (size_t)(file_end - a0) : d->cap;
         if (direct_pread(d, a0, len, (size_t)(at + n - a0))) {
             *data = d->buf + (at - a0);
             return PN_OK;
         }
         if (errno == EINVAL) {
-            /* the file system (or this range) refuses O_DIRECT: buffered from now on */
+            /* the file system (or this range) refuses O_DIRECT: buffered for the rest of this file */
             close(d->fd);
             d->fd = -1;
         }
@@ -1192,9 +1255,9 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
          * below says what happened, in the reader's words */
     }
     d->win_len = 0;
-    st = gguf_reader_read_at(r, at, d->buf, n, err);
+    st = gguf_reader_read_at(f, at, d->buf, n, err);
     if (st != PN_OK)
-        return pn_error_prefix(err, "tensor %s", r->tensors[i].name);
+        return pn_error_prefix(err, "tensor %s", gguf_reader_tensor(d->r, i)->name);
     *data = d->buf;
     return PN_OK;
 }
@@ -1202,22 +1265,30 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
 /* ------------------------------------------------------------------ */
 /* Accessors                                                           */
 
-const char *gguf_reader_name(const gguf_reader *r) { return r->name; }
-const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return r->base; }
-uint32_t gguf_reader_version(const gguf_reader *r) { return r->version; }
-uint64_t gguf_reader_file_size(const gguf_reader *r) { return r->size; }
-uint64_t gguf_reader_alignment(const gguf_reader *r) { return r->alignment; }
-uint64_t gguf_reader_data_offset(const gguf_reader *r) { return r->data_offset; }
-size_t gguf_reader_n_kv(const gguf_reader *r) { return r->n_kv; }
+const char *gguf_reader_name(const gguf_reader *r) { return file_of(r)->name; }
+const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return file_of(r)->base; }
+uint32_t gguf_reader_version(const gguf_reader *r) { return file_of(r)->version; }
+uint64_t gguf_reader_file_size(const gguf_reader *r) { return file_of(r)->size; }
+uint64_t gguf_reader_alignment(const gguf_reader *r) { return file_of(r)->alignment; }
+uint64_t gguf_reader_data_offset(const gguf_reader *r) { return file_of(r)->data_offset; }
+size_t gguf_reader_n_kv(const gguf_reader *r) { return file_of(r)->n_kv; }
 size_t gguf_reader_n_tensors(const gguf_reader *r) { return r->n_tensors; }
+uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return file_of(r)->avail; }
+
+uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv)
+{
+    return key_offset(file_of(r), kv);
+}
 
 const gguf_kv *gguf_reader_kv(const gguf_reader *r, size_t i)
 {
+    r = file_of(r);
     return i < r->n_kv ? &r->kvs[i] : NULL;
 }
 
 const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key)
 {
+    r = file_of(r);
     if (!key)
         return NULL;
     gguf_str want = {strlen(key), key};
@@ -1235,21 +1306,53 @@ const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key)
     return NULL;
 }
 
+/* ------------------------------------------------------------------ */
+/* Tensors, of one file or of a set                                    */
+
+/* The split holding tensor i of a set (i < n_tensors): the last split whose
+ * first tensor is at or before i (a split may hold no tensor). */
+static size_t split_of(const gguf_reader *r, size_t i)
+{
+    size_t lo = 0, hi = r->n_splits;   /* split_first[lo] <= i < split_first[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->split_first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 const gguf_tensor_info *gguf_reader_tensor(const gguf_reader *r, size_t i)
 {
-    return i < r->n_tensors ? &r->tensors[i] : NULL;
+    if (i >= r->n_tensors)
+        return NULL;
+    if (!r->splits)
+        return &r->tensors[i];
+    size_t s = split_of(r, i);
+    return &r->splits[s]->tensors[i - r->split_first[s]];
+}
+
+/* The index of tensor info ti (one of r's) in r's tensor order. */
+static size_t index_of(const gguf_reader *r, const gguf_tensor_info *ti)
+{
+    if (!r->splits)
+        return (size_t)(ti - r->tensors);
+    return r->split_first[ti->split] + (size_t)(ti - r->splits[ti->split]->tensors);
 }
 
 long gguf_reader_find_tensor(const gguf_reader *r, const char *name)
 {
-    if (!name || !r->tensor_by_name)
+    const gguf_tensor_info *const *by_name = r->splits ? r->set_by_name : r->tensor_by_name;
+    if (!name || !by_name)
         return -1;
     size_t lo = 0, hi = r->n_tensors;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(r->tensor_by_name[mid]->name, name);
+        int c = strcmp(by_name[mid]->name, name);
         if (c == 0)
-            return (long)(r->tensor_by_name[mid] - r->tensors);
+            return (long)index_of(r, by_name[mid]);
         if (c < 0)
             lo = mid + 1;
         else
@@ -1260,14 +1363,40 @@ long gguf_reader_find_tensor(const gguf_reader *r, const char *name)
 
 const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i)
 {
-    if (i >= r->n_tensors)
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    if (!ti)
         return NULL;
-    const gguf_tensor_info *ti = &r->tensors[i];
+    const gguf_reader *f = file_of_tensor(r, ti);
     uint64_t start, end;
-    if (__builtin_add_overflow(r->data_offset, ti->offset, &start) ||
-        __builtin_add_overflow(start, ti->size, &end) || end > r->avail)
+    if (__builtin_add_overflow(f->data_offset, ti->offset, &start) ||
+        __builtin_add_overflow(start, ti->size, &end) || end > f->avail)
         return NULL;   /* outside the file (lenient), or not in the buffer */
-    return r->base + start;
+    return f->base + start;
 }
 
-uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return r->avail; }
+/* ------------------------------------------------------------------ */
+/* The splits of a set                                                 */
+
+size_t gguf_reader_n_splits(const gguf_reader *r) { return r->splits ? r->n_splits : 1; }
+
+const gguf_reader *gguf_reader_split(const gguf_reader *r, size_t s)
+{
+    if (!r->splits)
+        return s == 0 ? r : NULL;
+    return s < r->n_splits ? r->splits[s] : NULL;
+}
+
+size_t gguf_reader_split_first(const gguf_reader *r, size_t s)
+{
+    if (!r->splits)
+        return s == 0 ? 0 : r->n_tensors;
+    return r->split_first[s < r->n_splits ? s : r->n_splits];
+}
+
+size_t gguf_reader_tensor_index_in_split(const gguf_reader *r, size_t i)
+{
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    if (!ti)
+        return SIZE_MAX;
+    return r->splits ? i - r->split_first[ti->split] : i;
+}

@@ -8,6 +8,7 @@
  */
 #include "pipeline/check.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "gguf/gguf_split.h"
 #include "pipeline/check_internal.h"
 #include "quant/types.h"
 
@@ -62,6 +64,18 @@ gguf_str pn_str_walk_next(pn_str_walk *w)
     return s;
 }
 
+/* The file a finding about `tensor` (or about no tensor of the file) names. */
+static const char *file_of(const pn_check_ctx *c, const char *tensor)
+{
+    if (!c->r)
+        return c->finding_file ? c->finding_file : c->rep->path;
+    long i = tensor ? gguf_reader_find_tensor(c->r, tensor) : -1;
+    if (i >= 0)
+        return gguf_reader_name(
+            gguf_reader_split(c->r, gguf_reader_tensor(c->r, (size_t)i)->split));
+    return c->finding_file ? c->finding_file : gguf_reader_name(gguf_reader_split(c->r, 0));
+}
+
 pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, const char *tensor,
                          const char *key, int64_t offset, const char *fmt, ...)
 {
@@ -92,10 +106,13 @@ pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, con
     f->message = strdup(buf);
     f->tensor = tensor ? strdup(tensor) : NULL;
     f->key = key ? strdup(key) : NULL;
-    if (!f->message || (tensor && !f->tensor) || (key && !f->key)) {
+    const char *file = file_of(c, tensor);
+    f->file = file ? strdup(file) : NULL;
+    if (!f->message || (tensor && !f->tensor) || (key && !f->key) || (file && !f->file)) {
         free(f->message);
         free(f->tensor);
         free(f->key);
+        free(f->file);
         c->nomem = true;
         return NULL;
     }
@@ -115,8 +132,12 @@ void pn_check_report_free(pn_check_report *r)
         free(r->findings[i].tensor);
         free(r->findings[i].key);
         free(r->findings[i].message);
+        free(r->findings[i].file);
     }
     free(r->findings);
+    for (size_t i = 0; i < r->n_splits; i++)
+        free(r->splits[i].path);
+    free(r->splits);
     for (size_t i = 0; i < r->n_tensors; i++) {
         free(r->tensors[i].name);
         free(r->tensors[i].note);
@@ -246,10 +267,10 @@ static void heap_pop(uint64_t *h, size_t *n)
  * whose end lies past its start, kept in a heap of ends). Its data is then
  * not checked: the tensors left are pairwise disjoint, so the data pass reads
  * no byte twice. */
-static pn_status check_overlaps(pn_check_ctx *c)
+static pn_status check_overlaps(pn_check_ctx *c, size_t lo, size_t hi)
 {
     pn_check_report *rep = c->rep;
-    const size_t n = rep->n_tensors;
+    const size_t n = hi - lo;
     size_t *order = malloc((n ? n : 1) * sizeof *order);
     uint64_t *ends = malloc((n ? n : 1) * sizeof *ends);
     if (!order || !ends) {
@@ -258,7 +279,7 @@ static pn_status check_overlaps(pn_check_ctx *c)
         return PN_ERR_NOMEM;
     }
     for (size_t i = 0; i < n; i++)
-        order[i] = i;
+        order[i] = lo + i;
     qsort_r(order, n, sizeof *order, cmp_by_start, rep->tensors);
     size_t reach = SIZE_MAX, n_ends = 0;
     for (size_t k = 0; k < n; k++) {
@@ -289,22 +310,25 @@ static pn_status check_overlaps(pn_check_ctx *c)
     return PN_OK;
 }
 
-/* Alignment, bounds and overlap of every tensor's bytes, each problem named;
- * a shape whose weight count does not fit 64 bits. */
-static pn_status check_data_layout(pn_check_ctx *c)
+/* Alignment, bounds and overlap of the bytes of tensors [lo, hi), those of
+ * file `sr` (one split of a set, or the file), each problem named; a shape
+ * whose weight count does not fit 64 bits. */
+static pn_status check_file_layout(pn_check_ctx *c, const gguf_reader *sr, size_t lo, size_t hi)
 {
     pn_check_report *rep = c->rep;
-    const uint64_t align = gguf_reader_alignment(c->r);
-    const uint64_t data_off = gguf_reader_data_offset(c->r);
-    const uint64_t fsize = rep->file_size;
+    const uint64_t align = gguf_reader_alignment(sr);
+    const uint64_t data_off = gguf_reader_data_offset(sr);
+    const uint64_t fsize = gguf_reader_file_size(sr);
 
-    if (data_off > fsize && rep->n_tensors > 0)
+    c->finding_file = gguf_reader_name(sr);
+    if (data_off > fsize && hi > lo)
         pn_check_add(c, PN_SEV_ERROR, "GGUF-TRUNCATED-DATA", NULL, NULL, (int64_t)fsize,
                      "the file (%llu bytes) ends inside the padding before its data section, "
                      "which starts at offset %llu",
                      (unsigned long long)fsize, (unsigned long long)data_off);
+    c->finding_file = NULL;
 
-    for (size_t i = 0; i < rep->n_tensors; i++) {
+    for (size_t i = lo; i < hi; i++) {
         pn_check_tensor *t = &rep->tensors[i];
         const gguf_tensor_info *ti = gguf_reader_tensor(c->r, i);
         int64_t weights;
@@ -345,7 +369,21 @@ static pn_status check_data_layout(pn_check_ctx *c)
             t->in_file = true;
         }
     }
-    return check_overlaps(c);
+    return check_overlaps(c, lo, hi);
+}
+
+/* Where the data lies is a matter of each file: its header, data section and
+ * size. */
+static pn_status check_data_layout(pn_check_ctx *c)
+{
+    for (size_t s = 0; s < gguf_reader_n_splits(c->r); s++) {
+        pn_status st = check_file_layout(c, gguf_reader_split(c->r, s),
+                                         gguf_reader_split_first(c->r, s),
+                                         gguf_reader_split_first(c->r, s + 1));
+        if (st)
+            return st;
+    }
+    return PN_OK;
 }
 
 static pn_status fill_tensors(pn_check_ctx *c)
@@ -367,9 +405,132 @@ static pn_status fill_tensors(pn_check_ctx *c)
         for (int d = 0; d < 4; d++)
             t->ne[d] = ti->ne[d];
         t->file_offset = gguf_reader_tensor_file_offset(c->r, i);  /* UINT64_MAX: overflow */
+        t->split = ti->split;
         t->bytes = ti->size;
         t->bad_blocks = 0;
         t->rel_error = t->expected_error = t->limit = NAN;
+    }
+    return PN_OK;
+}
+
+/* The files of what is checked: the file, or every split of the set. */
+static pn_status fill_splits(pn_check_ctx *c)
+{
+    pn_check_report *rep = c->rep;
+    const size_t n = gguf_reader_n_splits(c->r);
+    rep->splits = calloc(n, sizeof *rep->splits);
+    if (!rep->splits)
+        return PN_ERR_NOMEM;
+    rep->n_splits = n;
+    rep->file_size = 0;
+    for (size_t s = 0; s < n; s++) {
+        const gguf_reader *sr = gguf_reader_split(c->r, s);
+        pn_check_split *f = &rep->splits[s];
+        if (!(f->path = strdup(gguf_reader_name(sr))))
+            return PN_ERR_NOMEM;
+        f->present = true;
+        f->file_size = gguf_reader_file_size(sr);
+        f->first_tensor = gguf_reader_split_first(c->r, s);
+        f->n_tensors = gguf_reader_split_first(c->r, s + 1) - f->first_tensor;
+        rep->file_size += f->file_size;
+    }
+    return PN_OK;
+}
+
+/* A split finding naming `file` (the message names it too). */
+static void add_split_finding(pn_check_ctx *c, const char *code, const char *file,
+                              const char *msg)
+{
+    c->finding_file = file;
+    pn_check_add(c, PN_SEV_ERROR, code, NULL, NULL, offset_in_message(msg), "%s", msg);
+    c->finding_file = NULL;
+}
+
+/* The named file reads on its own (`given`) but its split set does not open
+ * (set_err says why, for the first problem found). Every file of the set is
+ * looked at, one at a time, so that each bad split gets its finding: missing,
+ * unreadable, or another set's (its split keys); when each split is fine by
+ * itself, the set as a whole is wrong (its tensors do not add up to
+ * split.tensors.count, or a tensor is in two splits). The set is invalid;
+ * its tensors are not checked. */
+static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_error *set_err)
+{
+    pn_check_report *rep = c->rep;
+    const char *name = gguf_reader_name(given);
+    rep->set_unopened = true;
+    rep->file_size = gguf_reader_file_size(given);
+    gguf_split_keys gk;
+    pn_error e = {0};
+    if (gguf_split_read_keys(given, &gk, &e) != PN_OK) {
+        add_split_finding(c, "SPLIT-KEYS", name, e.msg);
+        return PN_OK;
+    }
+    char *prefix = NULL;
+    if (!gguf_split_keys_in_set(&gk) || gguf_split_check_named(given, &gk, &e) != PN_OK ||
+        !(prefix = gguf_split_prefix(name, gk.no, gk.count))) {
+        /* the named file's keys: set_err says what (the name, split.no ...) */
+        add_split_finding(c, "SPLIT-KEYS", name,
+                          gguf_split_keys_in_set(&gk) && e.code ? e.msg : set_err->msg);
+        return PN_OK;
+    }
+    rep->splits = calloc(gk.count, sizeof *rep->splits);
+    if (!rep->splits) {
+        free(prefix);
+        return PN_ERR_NOMEM;
+    }
+    rep->n_splits = gk.count;
+    size_t n_bad = 0;
+    pn_status st = PN_OK;
+    for (uint32_t s = 0; s < gk.count && !st; s++) {
+        pn_check_split *f = &rep->splits[s];
+        f->path = gguf_split_path_of_prefix(prefix, s, gk.count);
+        if (!f->path) {
+            st = PN_ERR_NOMEM;
+            break;
+        }
+        if (s == gk.no) {
+            f->present = true;
+            f->file_size = gguf_reader_file_size(given);
+            continue;
+        }
+        struct stat sb;
+        if (stat(f->path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+            char msg[1024];
+            snprintf(msg, sizeof msg,
+                     "%s: missing: split %u of %u of the set that %s belongs to is not there",
+                     f->path, s + 1, (unsigned)gk.count, name);
+            add_split_finding(c, "SPLIT-MISSING", f->path, msg);
+            n_bad++;
+            continue;
+        }
+        gguf_reader *m = NULL;
+        pn_status ms = gguf_reader_open_flags(f->path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE, &m,
+                                              &e);
+        if (ms == PN_ERR_NOMEM) {
+            st = ms;
+            break;
+        }
+        if (ms != PN_OK) {
+            add_split_finding(c, "SPLIT-UNREADABLE", f->path, e.msg);
+            n_bad++;
+            continue;
+        }
+        f->present = true;
+        f->file_size = gguf_reader_file_size(m);
+        rep->file_size += f->file_size;
+        if (gguf_split_check_member(given, &gk, m, s, &e) != PN_OK) {
+            add_split_finding(c, "SPLIT-FOREIGN", f->path, e.msg);
+            n_bad++;
+        }
+        gguf_reader_close(m);
+    }
+    free(prefix);
+    if (st)
+        return st;
+    if (n_bad == 0) {
+        /* each file is fine alone: the set is not (counts, a tensor twice) */
+        pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL, offset_in_message(set_err->msg),
+                     "%s", set_err->msg);
     }
     return PN_OK;
 }
@@ -447,18 +608,31 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
     if (st == PN_ERR_NOMEM)
         goto fail;
     if (st != PN_OK) {
-        struct stat sb;
-        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-            c.rep->file_size = (uint64_t)sb.st_size;
-        add_reader_refusal(&c, &rerr);
-        st = c.nomem ? PN_ERR_NOMEM : PN_OK;
+        /* the file itself, or the split set it belongs to? */
+        gguf_reader *one = NULL;
+        pn_error oerr = {0};
+        pn_status ost = gguf_reader_open_flags(path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE,
+                                               &one, &oerr);
+        if (ost == PN_OK) {
+            st = survey_set(&c, one, &rerr);
+            gguf_reader_close(one);
+        } else {
+            struct stat sb;
+            if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+                c.rep->file_size = (uint64_t)sb.st_size;
+            add_reader_refusal(&c, &rerr);
+            st = PN_OK;
+        }
+        if (!st && c.nomem)
+            st = PN_ERR_NOMEM;
         if (st)
             goto fail;
         c.rep->seconds = now_seconds() - t0;
         *out = c.rep;
         return PN_OK;
     }
-    c.rep->file_size = gguf_reader_file_size(c.r);
+    if ((st = fill_splits(&c)))
+        goto fail;
 
     if ((st = fill_tensors(&c)) || (st = check_data_layout(&c)))
         goto fail;

@@ -16,8 +16,20 @@
  *   SRC-*    with the source float GGUF: the relative error of each tensor
  *            after decoding (and un-rotating PN tensors) against the source,
  *            compared with what the type gives on that data.
+ *   SPLIT-*  a split set (docs/split.md) that does not open as one model: a
+ *            finding per bad split, naming its file (missing, unreadable,
+ *            another set's), or about the set as a whole.
  * Errors break the format or GGUF; warnings are departures from this
  * project's conventions that another tool may legitimately make.
+ *
+ * Split sets: a file of a set is checked as the whole set (gguf_reader_open
+ * reads it from any of its files). Where tensor data lies is checked file
+ * by file (each split has its own header, data section and size), each
+ * split's pn.tensor_crc32 against its own tensors, the other pn.* keys in
+ * the first split (the set's metadata). Every finding names its file
+ * (pn_finding.file): the split holding its tensor, or the first split for
+ * keys; byte offsets are in that file. A set that does not open is judged
+ * invalid with its SPLIT-* findings, its tensors unchecked.
  *
  * Ownership: the report and everything it points to belong to the caller and
  * are released with pn_check_report_free. Codes are static strings.
@@ -58,6 +70,7 @@ typedef struct pn_finding {
     int64_t block;             /* first bad block within that row, or -1 */
     int64_t count;             /* how many things are bad (blocks...), or -1 */
     char *message;             /* one line, no trailing newline */
+    char *file;                /* the file concerned (a split of a set), or NULL */
 } pn_finding;
 
 /* What the check learned about one tensor (in tensor-info order). */
@@ -66,7 +79,8 @@ typedef struct pn_check_tensor {
     int type;                  /* ggml type id */
     uint32_t n_dims;
     int64_t ne[4];
-    uint64_t file_offset;      /* absolute byte offset of the data */
+    uint64_t file_offset;      /* absolute byte offset of the data, in its split's file */
+    uint32_t split;            /* the split holding it (0 for one file) */
     uint64_t bytes;
     bool in_file;              /* all bytes lie inside the file */
     bool overlaps;             /* its bytes overlap an earlier tensor's: data not checked */
@@ -85,6 +99,14 @@ typedef struct pn_check_tensor {
     char *note;                /* why not compared, or NULL */
 } pn_check_tensor;
 
+/* One file of what was checked: the file itself, or each split of a set. */
+typedef struct pn_check_split {
+    char *path;
+    bool present;              /* opened (a set that does not open: found and readable) */
+    uint64_t file_size;
+    size_t first_tensor, n_tensors;   /* its tensors in the report (0, 0 when not read) */
+} pn_check_split;
+
 typedef struct pn_check_report {
     char *path;
     bool readable;             /* false: not read (not GGUF, cut in its header...) */
@@ -93,8 +115,11 @@ typedef struct pn_check_report {
     size_t n_errors, n_warnings;
     pn_check_tensor *tensors;
     size_t n_tensors;
-    uint64_t file_size;
+    uint64_t file_size;        /* of a set: all its splits' */
     uint64_t data_bytes;       /* tensor bytes read in the data pass */
+    pn_check_split *splits;    /* the files: 1 for a plain file, every split of a set */
+    size_t n_splits;
+    bool set_unopened;         /* a split set that does not open: its tensors are not checked */
     double seconds;            /* wall time of the check */
     /* --recipe */
     bool recipe_checked;

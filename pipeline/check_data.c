@@ -216,9 +216,9 @@ static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, i
  * sequential readahead a single reader gets. Advice only. */
 static void prefetch(const tplan *tp, int64_t e0, int64_t e1)
 {
-    gguf_reader_advise(tp->r, gguf_reader_tensor_file_offset(tp->r, tp->index) +
-                                  (uint64_t)(e0 / tp->bw * tp->bb),
-                       (uint64_t)((e1 - e0) / tp->bw * tp->bb), true);
+    /* in the file of the tensor's split */
+    gguf_reader_advise_tensor(tp->r, tp->index, (uint64_t)(e0 / tp->bw * tp->bb),
+                              (uint64_t)((e1 - e0) / tp->bw * tp->bb), true);
 }
 
 /* raw holds a segment's file bytes, sraw its source bytes. */
@@ -502,7 +502,8 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
                      (int64_t)t->file_offset,
                      "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
                      "records 0x%08x",
-                     t->bytes, t->crc32, i, t->crc32_recorded);
+                     t->bytes, t->crc32, gguf_reader_tensor_index_in_split(c->r, i),
+                     t->crc32_recorded);
     if (n_nan + n_inf > 0 && tp->pn) {
         t->bad_blocks += n_nan + n_inf;
         format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_SCALE);

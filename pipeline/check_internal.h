@@ -27,10 +27,15 @@ typedef struct pn_check_ctx {
     bool rotation_known;       /* false: the rotation keys are unusable */
     int rotation_cap;          /* pn.rotation.block_size, or the default */
     const gguf_kv *crc_kv;     /* pn.tensor_crc32 when well-formed, else NULL */
+    /* The file findings name when pn_check_add is given no tensor of the
+     * file: NULL for the default, the first split's (the keys' file). */
+    const char *finding_file;
 } pn_check_ctx;
 
 /* Records a finding; returns it (so the caller may set row, block, count) or
- * NULL when out of memory (ctx->nomem is then set). */
+ * NULL when out of memory (ctx->nomem is then set). Its file is that of the
+ * split holding `tensor` when the file has it, else c->finding_file, else
+ * the first split's. */
 pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, const char *tensor,
                          const char *key, int64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));

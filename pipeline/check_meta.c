@@ -54,11 +54,12 @@ static bool is_signed_int(gguf_value_type t)
            t == GGUF_TYPE_INT64;
 }
 
-/* The key if present with the rule's type; NULL otherwise (absence is a
- * warning, another type an error; both are recorded here). */
-static const gguf_kv *typed_key(pn_check_ctx *c, const key_rule *k, const gguf_kv **raw)
+/* The key of file r if present with the rule's type; NULL otherwise
+ * (absence is a warning, another type an error; both are recorded here). */
+static const gguf_kv *typed_key_of(pn_check_ctx *c, const gguf_reader *r, const key_rule *k,
+                                   const gguf_kv **raw)
 {
-    const gguf_kv *kv = gguf_reader_find_kv(c->r, k->key);
+    const gguf_kv *kv = gguf_reader_find_kv(r, k->key);
     *raw = kv;
     if (!kv) {
         pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, k->key, -1,
@@ -75,6 +76,12 @@ static const gguf_kv *typed_key(pn_check_ctx *c, const key_rule *k, const gguf_k
         return NULL;
     }
     return kv;
+}
+
+/* The same in the file's keys (a set's: its first split's). */
+static const gguf_kv *typed_key(pn_check_ctx *c, const key_rule *k, const gguf_kv **raw)
+{
+    return typed_key_of(c, c->r, k, raw);
 }
 
 static bool has_pn_keys(const gguf_reader *r)
@@ -154,23 +161,33 @@ static void check_rotation(pn_check_ctx *c)
     }
 }
 
+/* pn.tensor_crc32: one per tensor of the file. In a split set every split
+ * records its own tensors' (docs/split.md), so each split is checked
+ * against its own key, and its findings name that split. */
 static void check_crc_key(pn_check_ctx *c)
 {
-    const gguf_kv *raw;
-    const gguf_kv *kv = typed_key(c, &key_rules[5], &raw);
+    const size_t n_splits = gguf_reader_n_splits(c->r);
     c->crc_kv = NULL;
-    if (!kv)
-        return;
-    if (kv->arr_count != c->rep->n_tensors) {
-        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.tensor_crc32", -1,
-                     "pn.tensor_crc32 has %" PRIu64 " entries for %zu tensors",
-                     kv->arr_count, c->rep->n_tensors);
-        return;
-    }
-    c->crc_kv = kv;
-    for (size_t i = 0; i < c->rep->n_tensors; i++) {
-        c->rep->tensors[i].crc_recorded = true;
-        c->rep->tensors[i].crc32_recorded = (uint32_t)gguf_kv_arr_u64(kv, i);
+    for (size_t s = 0; s < n_splits; s++) {
+        const gguf_reader *sr = gguf_reader_split(c->r, s);
+        const size_t lo = gguf_reader_split_first(c->r, s);
+        const size_t n = gguf_reader_split_first(c->r, s + 1) - lo;
+        const gguf_kv *raw;
+        c->finding_file = gguf_reader_name(sr);
+        const gguf_kv *kv = typed_key_of(c, sr, &key_rules[5], &raw);
+        if (kv && kv->arr_count != n)
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.tensor_crc32", -1,
+                         "pn.tensor_crc32 has %" PRIu64 " entries for %zu tensors%s",
+                         kv->arr_count, n, n_splits > 1 ? " of this split" : "");
+        c->finding_file = NULL;
+        if (!kv || kv->arr_count != n)
+            continue;
+        if (n_splits == 1)
+            c->crc_kv = kv;
+        for (size_t j = 0; j < n; j++) {
+            c->rep->tensors[lo + j].crc_recorded = true;
+            c->rep->tensors[lo + j].crc32_recorded = (uint32_t)gguf_kv_arr_u64(kv, j);
+        }
     }
 }
 

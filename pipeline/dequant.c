@@ -21,7 +21,9 @@
 
 #include "common/threads.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_split.h"
 #include "hadamard/hadamard.h"
+#include "pipeline/outset.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
@@ -100,15 +102,40 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
     return PN_OK;
 }
 
+/* A split input's pn.tensor_crc32 as pn_decoded.tensor_crc32: each split
+ * records its own tensors' CRCs, and the output's key holds them all, as it
+ * does from the unsplit file. A set whose splits do not all record them
+ * gives no key. */
+static pn_status copy_set_crcs(gguf_writer *w, const gguf_reader *r, pn_error *err)
+{
+    const size_t n = gguf_reader_n_tensors(r);
+    uint32_t *crcs = malloc((n ? n : 1) * sizeof *crcs);
+    if (!crcs)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu CRCs", n);
+    pn_status st = PN_OK;
+    if (gguf_reader_per_tensor_u32(r, "pn.tensor_crc32", crcs, NULL) == PN_OK &&
+        (st = gguf_writer_set_arr(w, "pn_decoded.tensor_crc32", GGUF_TYPE_UINT32, crcs, n)))
+        pn_error_set(err, st, "setting pn_decoded.tensor_crc32: %s", pn_strerror(st));
+    free(crcs);
+    return st;
+}
+
 static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_type, bool has_pn,
                                bool undone, pn_error *err)
 {
     pn_status st = PN_OK;
     char key[512];
+    const bool set = gguf_reader_n_splits(r) > 1;
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !st; i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
         if (gguf_str_eq(kv->key, "general.quantization_version"))
             continue;
+        if (set && gguf_str_eq(kv->key, "pn.tensor_crc32")) {
+            st = copy_set_crcs(w, r, err);
+            if (st)
+                return st;
+            continue;
+        }
         if (kv->key.len >= 3 && memcmp(kv->key.data, "pn.", 3) == 0) {
             /* "pn.X" -> "pn_decoded.X" */
             if (kv->key.len + 8 >= sizeof key)
@@ -130,6 +157,8 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
     uint32_t ftype = out_type == PN_TYPE_F16    ? PN_FTYPE_MOSTLY_F16
                      : out_type == PN_TYPE_BF16 ? PN_FTYPE_MOSTLY_BF16
                                                 : PN_FTYPE_ALL_F32;
+    /* a split input's split keys describe its files, not ours */
+    gguf_split_remove_keys(w);
     st = gguf_writer_set_u32(w, "general.file_type", ftype);
     if (!st && has_pn)
         st = gguf_writer_set_bool(w, "pn_decoded.rotation_undone", undone);
@@ -304,9 +333,11 @@ typedef struct stream {
     uint64_t done, total;           /* tensor data bytes written / to write */
 } stream;
 
-static pn_status written(gguf_writer *w, stream *s, const void *p, size_t n, pn_error *err)
+/* Bytes of tensor i, to the file of the output that holds it. */
+static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_t n,
+                         pn_error *err)
 {
-    pn_status st = gguf_writer_write(w, p, n, err);
+    pn_status st = pn_outset_write(w, i, p, n, err);
     if (st)
         return st;
     s->done += n;
@@ -317,7 +348,7 @@ static pn_status written(gguf_writer *w, stream *s, const void *p, size_t n, pn_
 
 /* Streams one decoded tensor into the writer. The input of each chunk is
  * read into s->in first. */
-static pn_status write_decoded(gguf_writer *w, tjob *j, stream *s, pn_error *err)
+static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
 {
     const int64_t seg = j->seg;
     int64_t chunk = (int64_t)(s->buf_bytes / (size_t)j->out_es) / seg * seg;
@@ -361,7 +392,7 @@ static pn_status write_decoded(gguf_writer *w, tjob *j, stream *s, pn_error *err
         }
         if (first.st)
             return describe_failure(s->path, j, first, err);
-        pn_status st = written(w, s, s->buf, (size_t)(cn * j->out_es), err);
+        pn_status st = written(w, j->index, s, s->buf, (size_t)(cn * j->out_es), err);
         if (st)
             return st;
     }
@@ -369,7 +400,7 @@ static pn_status write_decoded(gguf_writer *w, tjob *j, stream *s, pn_error *err
 }
 
 /* Streams a tensor of the output type as it is, checking float weights. */
-static pn_status write_copied(gguf_writer *w, const tjob *j, stream *s, pn_error *err)
+static pn_status write_copied(pn_outset *w, const tjob *j, stream *s, pn_error *err)
 {
     const uint64_t total = j->ti->size;
     /* whole elements per chunk, so a value is never split between two */
@@ -388,36 +419,39 @@ static pn_status write_copied(gguf_writer *w, const tjob *j, stream *s, pn_error
         if (find_bad_weight(j->in_type, s->buf, (int64_t)(off / (uint64_t)j->bb),
                             (int64_t)(n / (size_t)j->bb), &e))
             return describe_failure(s->path, j, e, err);
-        if ((st = written(w, s, s->buf, n, err)))
+        if ((st = written(w, j->index, s, s->buf, n, err)))
             return st;
     }
     return PN_OK;
 }
 
-/* The written file must read back with the planned tensors. */
-static pn_status verify_output(const char *tmp, const gguf_writer *w, const gguf_reader *in,
-                               const int *out_types, pn_error *err)
+/* Every written file must read back with its planned tensors (and its
+ * split keys, pn_outset_open_written). */
+static pn_status verify_output(const pn_outset *os, const gguf_reader *in, const int *out_types,
+                               pn_error *err)
 {
-    (void)w;
-    gguf_reader *r = NULL;
-    pn_status st = gguf_reader_open_fd(gguf_writer_fd(w), tmp, &r, err);
-    if (st) {
-        pn_error_prefix(err, "re-reading the output");
-        return st;
+    pn_status st = PN_OK;
+    for (size_t sp = 0; !st && sp < pn_outset_n_splits(os); sp++) {
+        const char *tmp = pn_outset_path(os, sp);
+        const size_t lo = pn_outset_plan(os)->first[sp], hi = pn_outset_plan(os)->first[sp + 1];
+        gguf_reader *r = NULL;
+        st = pn_outset_open_written(os, sp, &r, err);
+        if (st) {
+            pn_error_prefix(err, "re-reading the output");
+            return st;
+        }
+        for (size_t i = lo; !st && i < hi; i++) {
+            const gguf_tensor_info *a = gguf_reader_tensor(in, i),
+                                   *b = gguf_reader_tensor(r, i - lo);
+            if (strcmp(a->name, b->name) != 0 || a->n_dims != b->n_dims ||
+                memcmp(a->ne, b->ne, sizeof a->ne) != 0 || b->type != out_types[i])
+                st = pn_error_set(err, PN_ERR_INTERNAL,
+                                  "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)",
+                                  tmp, i - lo, b->name, type_name(b->type), a->name,
+                                  type_name(out_types[i]));
+        }
+        gguf_reader_close(r);
     }
-    if (gguf_reader_n_tensors(r) != gguf_reader_n_tensors(in)) {
-        st = pn_error_set(err, PN_ERR_INTERNAL, "%s: %zu tensors written, %zu expected", tmp,
-                          gguf_reader_n_tensors(r), gguf_reader_n_tensors(in));
-    }
-    for (size_t i = 0; !st && i < gguf_reader_n_tensors(in); i++) {
-        const gguf_tensor_info *a = gguf_reader_tensor(in, i), *b = gguf_reader_tensor(r, i);
-        if (strcmp(a->name, b->name) != 0 || a->n_dims != b->n_dims ||
-            memcmp(a->ne, b->ne, sizeof a->ne) != 0 || b->type != out_types[i])
-            st = pn_error_set(err, PN_ERR_INTERNAL,
-                              "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)", tmp, i,
-                              b->name, type_name(b->type), a->name, type_name(out_types[i]));
-    }
-    gguf_reader_close(r);
     return st;
 }
 
@@ -454,7 +488,9 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if (o.out_type != PN_TYPE_F32 && o.out_type != PN_TYPE_F16 && o.out_type != PN_TYPE_BF16)
         return pn_error_set(err, PN_ERR_USAGE, "output type %s: expected f32, f16 or bf16",
                             type_name(o.out_type));
-    pn_status st = check_paths(in_path, out_path, o.force, err);
+    const bool split = o.split.mode != GGUF_SPLIT_NONE || o.keep_split;
+    /* a split output is checked file by file once planned (DST is a name) */
+    pn_status st = split ? PN_OK : check_paths(in_path, out_path, o.force, err);
     if (st)
         return st;
 
@@ -466,6 +502,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     int *out_types = calloc(nt ? nt : 1, sizeof *out_types);
     uint8_t *buf = NULL;
     stream sm = {0};
+    pn_outset *os = NULL;
     gguf_writer *w = gguf_writer_new();
     if (!jobs || !out_types || !w) {
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", in_path);
@@ -548,30 +585,38 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for a %zu-byte chunk", o.chunk_bytes);
         goto done;
     }
-    gguf_writer_set_replace(w, o.force);
     sm.buf = buf;
     sm.in = buf + o.chunk_bytes + slack;
-    if ((st = gguf_writer_begin(w, out_path, err)))
+    /* the files: one, or a split set planned by gguf-split's rules */
+    pn_outset_opts oo;
+    pn_outset_opts_init(&oo);
+    oo.limit = o.split;
+    oo.keep_split = o.keep_split ? r : NULL;
+    oo.force = o.force;
+    if ((st = pn_outset_make(w, out_path, &oo, &os, err)))
+        goto done;
+    stats->n_files = pn_outset_n_splits(os);
+    stats->file_bytes = pn_outset_total_bytes(os);
+    if ((st = pn_outset_check_targets(os, r, err)) || (st = pn_outset_begin(os, err)))
         goto done;
     if (o.progress)
         o.progress(o.progress_ctx, 0, sm.total);
     for (size_t i = 0; i < nt && !st; i++) {
         tjob *j = &jobs[i];
         if (j->in_type == j->out_type)
-            st = write_copied(w, j, &sm, err);
+            st = write_copied(os, j, &sm, err);
         else
-            st = write_decoded(w, j, &sm, err);
+            st = write_decoded(os, j, &sm, err);
     }
     if (!st)
-        st = gguf_writer_close(w, err);
+        st = pn_outset_close(os, err);
     if (!st)
-        st = verify_output(out_path, w, r, out_types, err);
+        st = verify_output(os, r, out_types, err);
     if (!st)
-        st = gguf_writer_commit(w, err);
+        st = pn_outset_commit(os, err);
 
 done:
-    if (st && w)
-        gguf_writer_abort(w);
+    pn_outset_free(os);   /* aborts what is not committed */
     gguf_writer_free(w);
     free(sm.y);
     free(buf);

@@ -29,6 +29,13 @@
  * error or cancellation nothing is left at OUT and the input is untouched.
  * Output bytes do not depend on the thread count. Work is linear in the
  * tensors: a chunk of one segment is decoded without starting threads.
+ *
+ * Split sets (docs/split.md): IN may be any file of a split set, read as one
+ * model (its split keys are not copied; pn.tensor_crc32, which each split
+ * records for its own tensors, becomes pn_decoded.tensor_crc32 for all of
+ * them, as from the unsplit file). With a split limit or keep_split, OUT is
+ * written as a set by gguf-split's rules and names (NAME-00001-of-0000N.gguf
+ * beside OUT), every split validated, the first one put in place last.
  */
 #ifndef PN_PIPELINE_DEQUANT_H
 #define PN_PIPELINE_DEQUANT_H
@@ -39,6 +46,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "gguf/gguf_split.h"
 
 /* llama.cpp's general.file_type ids for all-float models. */
 enum {
@@ -51,6 +59,8 @@ typedef struct pn_dequant_opts {
     int out_type;                   /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
     bool keep_rotation;             /* leave PN tensors in the rotated domain */
     bool force;                     /* replace an existing OUT */
+    gguf_split_limit split;         /* {GGUF_SPLIT_NONE}: one file */
+    bool keep_split;                /* split OUT the way IN is split */
     int threads;                    /* <= 0: all cores (pn_threads_resolve) */
     size_t chunk_bytes;             /* output bytes per step; 0: 64 MiB */
     volatile sig_atomic_t *cancel;  /* checked between chunks; may be NULL */
@@ -72,6 +82,8 @@ typedef struct pn_dequant_stats {
     bool rotation_key_missing;      /* PN tensors but no pn.rotation.type: taken as none */
     int rotation_cap;               /* the cap used (0: no rotation) */
     uint64_t bytes_in, bytes_out;   /* tensor data bytes */
+    size_t n_files;                 /* 1, or the splits of a split output */
+    uint64_t file_bytes;            /* the size of every file written */
     double seconds;
 } pn_dequant_stats;
 

@@ -27,7 +27,12 @@ static void source_identity(const gguf_reader *src, char *buf, size_t size)
         memcpy(d[i].ne, t->ne, sizeof d[i].ne);
         d[i].src_type = t->type;
     }
-    pn_source_identity(d, n, gguf_reader_file_size(src), buf, size);
+    /* a split source: the size of all its files (the first split's alone
+     * would not change when another split does) */
+    uint64_t bytes = 0;
+    for (size_t s = 0; s < gguf_reader_n_splits(src); s++)
+        bytes += gguf_reader_file_size(gguf_reader_split(src, s));
+    pn_source_identity(d, n, bytes, buf, size);
     free(d);
 }
 
@@ -81,17 +86,18 @@ static void advise_candidate(measure_job *j, size_t ci)
     if (ci >= j->n)
         return;
     const cand *c = &j->c[ci];
+    /* in the file of the tensor's split (a split source) */
     const gguf_tensor_info *info = gguf_reader_tensor(j->src, c->index);
-    const uint64_t at = gguf_reader_tensor_file_offset(j->src, c->index);
     const uint64_t row_bytes = (uint64_t)pn_type_row_bytes(info->type, info->ne[0]);
     if (c->n_sample == c->t->rows) {
-        gguf_reader_advise(j->src, at, info->size, true);
+        gguf_reader_advise_tensor(j->src, c->index, 0, info->size, true);
         return;
     }
     for (int64_t s = 0; s < c->n_sample; s++)
-        gguf_reader_advise(j->src, at + (uint64_t)pn_job_sample_row(c->t->rows, j->max_rows, s) *
-                                             row_bytes,
-                           row_bytes, true);
+        gguf_reader_advise_tensor(j->src, c->index,
+                                  (uint64_t)pn_job_sample_row(c->t->rows, j->max_rows, s) *
+                                      row_bytes,
+                                  row_bytes, true);
 }
 
 static bool measure_next(void *ctx, pn_chunk *ch)

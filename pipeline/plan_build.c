@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/file.h"
+#include "gguf/gguf_split.h"
 #include "mix/promote.h"
 #include "pipeline/measure.h"
 #include "pipeline/stream.h"
@@ -377,6 +378,8 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         pn_error_set(err, st, "copying the source's keys: %s", pn_strerror(st));
         goto fail;
     }
+    /* a split source's split keys describe the source's files, not ours */
+    gguf_split_remove_keys(w);
     const pn_plan *plan = p->plan;
     char label[96];
     pn_plan_mix_label(plan, label, sizeof label);

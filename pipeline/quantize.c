@@ -5,9 +5,12 @@
  *      target size), header and file size;
  *   3. stream every tensor in source order into a temporary file: reader
  *      thread, compute team, writer thread at once (pipeline/stream.h);
- *   4. check the source did not change, read the temporary file back in
- *      parallel and validate it, hand the result to the caller's hook, and
- *      commit onto DST.
+ *      the output is one file or a split set (pipeline/outset.h): the
+ *      writer stage writes each chunk to the file of its tensor, and with
+ *      --split-index only the tensors of that split are streamed;
+ *   4. check the source did not change, read the temporary files back in
+ *      parallel and validate them, hand the result to the caller's hook, and
+ *      commit onto DST (a set: its first split last).
  */
 #include "pipeline/quantize.h"
 
@@ -26,6 +29,8 @@
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
+#include "gguf/gguf_split.h"
+#include "pipeline/outset.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
@@ -53,6 +58,7 @@ void pn_quantize_opts_init(pn_quantize_opts *o)
     o->rotation_cap = -1;
     o->backend = PN_BACKEND_AUTO;
     o->cpu_path = -1;
+    o->split_index = -1;
 }
 
 static void note(const pn_quantize_opts *o, const char *fmt, ...)
@@ -76,6 +82,13 @@ static pn_status interrupted(pn_error *err)
     return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
 }
 
+/* The output is planned as a split set (a plan of one split is still DST
+ * itself). */
+static bool split_output(const pn_quantize_opts *o)
+{
+    return o->split.mode != GGUF_SPLIT_NONE || o->keep_split;
+}
+
 static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err)
 {
     struct stat ds;
@@ -84,6 +97,10 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
                             strerror(errno));
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
+    /* a split output is checked file by file once its plan is made
+     * (pn_outset_check_targets): DST itself is only a name then */
+    if (split_output(o))
+        return PN_OK;
     if (strcmp(o->src_path, o->dst_path) == 0 ||
         (stat(o->dst_path, &ds) == 0 && ds.st_dev == ss->st_dev && ds.st_ino == ss->st_ino))
         return pn_error_set(err, PN_ERR_USAGE,
@@ -106,8 +123,10 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
 typedef struct run_ctx {
     const pn_quantize_opts *o;
     gguf_reader *src;
+    struct stat *split_stats;  /* of the source's splits after open (a set), for the end */
     pn_job_plan *plan;
-    gguf_writer *w;
+    gguf_writer *model;      /* the output's keys and tensors, as one file */
+    pn_outset *out;          /* the files written: one, or a split set */
     pn_job_env env;
     pn_cuda_ctx *cuda;       /* NULL: CPU */
     uint32_t *crcs;
@@ -124,24 +143,6 @@ static void progress(run_ctx *c, int phase, size_t i, const char *name)
     c->o->progress(&p, c->o->user);
 }
 
-/* ---- where the writer's output file is reached ------------------------
- * The output is an atomic output file (common/outfile.h): possibly unnamed
- * (O_TMPFILE) until it is committed, so it is reached through the writer's
- * descriptor and named by its target in messages. */
-
-/* The name messages about the written file use. */
-static const char *written_name(const run_ctx *c) { return c->o->dst_path; }
-
-/* The written file, for reading it back. */
-static pn_status open_written(run_ctx *c, gguf_reader **r, pn_error *err)
-{
-    return gguf_reader_open_fd(gguf_writer_fd(c->w), c->o->dst_path, r, err);
-}
-
-/* A descriptor of the written file for early writeback (closed by the
- * caller), or -1. */
-static int writeback_fd(const run_ctx *c) { return dup(gguf_writer_fd(c->w)); }
-
 /* The streaming pass: the state of the three stages. */
 typedef struct quant_job {
     run_ctx *c;
@@ -155,9 +156,6 @@ typedef struct quant_job {
     uint32_t crc;
     int gpu_next;
     double t_gpu;
-    /* writer thread */
-    int sync_fd;
-    uint64_t written, synced;
 } quant_job;
 
 static bool qj_next(void *ctx, pn_chunk *ch)
@@ -244,21 +242,12 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
     return PN_OK;
 }
 
+/* The writer stage: the chunk goes to the file of its tensor (which also
+ * starts the writeback of what is written, pn_outset_opts). */
 static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
-    pn_status st = gguf_writer_write(q->c->w, ch->out, ch->out_len, err);
-    if (st != PN_OK)
-        return st;
-    q->written += ch->out_len;
-    /* start writeback of what is written (the header and padding included:
-     * the range is the file's, approximately) */
-    if (q->sync_fd >= 0 && q->written - q->synced >= PN_WRITEBACK_BYTES) {
-        (void)sync_file_range(q->sync_fd, (off_t)q->synced, (off_t)(q->written - q->synced),
-                              SYNC_FILE_RANGE_WRITE);
-        q->synced = q->written;
-    }
-    return PN_OK;
+    return pn_outset_write(q->c->out, ch->tensor, ch->out, ch->out_len, err);
 }
 
 static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
@@ -266,11 +255,16 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     quant_job q;
     memset(&q, 0, sizeof q);
     q.c = c;
-    q.sync_fd = -1;
-    q.n = c->plan->n;
+    /* the tensors this run writes: all, or one split's (consecutive) */
+    size_t lo = 0, hi = c->plan->n;
+    while (lo < hi && !pn_outset_writes_tensor(c->out, lo))
+        lo++;
+    while (hi > lo && !pn_outset_writes_tensor(c->out, hi - 1))
+        hi--;
+    q.n = hi - lo;
     pn_status st = PN_OK;
     q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
-    q.names = calloc(q.n ? q.n : 1, sizeof *q.names);
+    q.names = calloc(c->plan->n ? c->plan->n : 1, sizeof *q.names);
     if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
@@ -281,10 +275,12 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     const int64_t max_blocks = cw / 16 + 64;
     int64_t slot_w = 1, slot_blocks = 1;
     uint64_t slot_out = 1;
-    for (size_t i = 0; i < q.n; i++) {
+    for (size_t i = 0; i < c->plan->n; i++)
+        q.names[i] = c->plan->t[i].name;
+    for (size_t k = 0; k < q.n; k++) {
+        const size_t i = lo + k;
         const pn_plan_tensor *t = &c->plan->t[i];
-        q.names[i] = t->name;
-        st = pn_job_tensor_init(&q.jt[i], i, t->name, t->ne[0], t->rows, t->src_type, t->type,
+        st = pn_job_tensor_init(&q.jt[k], i, t->name, t->ne[0], t->rows, t->src_type, t->type,
                                 t->rotation_block, cw, max_blocks, err);
         if (st != PN_OK) {
             pn_error_prefix(err, "%s", c->o->src_path);
@@ -292,21 +288,20 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
         }
         int64_t w, b;
         uint64_t ob;
-        pn_job_tensor_needs(&q.jt[i], &w, &ob, &b);
+        pn_job_tensor_needs(&q.jt[k], &w, &ob, &b);
         if (w > slot_w)
             slot_w = w;
         if (ob > slot_out)
             slot_out = ob;
         if (b > slot_blocks)
             slot_blocks = b;
-        if (c->cuda && on_gpu(&q, &q.jt[i]) &&
-            pn_cuda_max_rows(c->cuda, q.jt[i].cols_per_chunk) < q.jt[i].rows_per_chunk) {
+        if (c->cuda && on_gpu(&q, &q.jt[k]) &&
+            pn_cuda_max_rows(c->cuda, q.jt[k].cols_per_chunk) < q.jt[k].rows_per_chunk) {
             st = pn_error_set(err, PN_ERR_INTERNAL, "tensor %s: a chunk does not fit the GPU",
                               t->name);
             goto done;
         }
     }
-    q.sync_fd = writeback_fd(c);
 
     pn_stream_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -335,8 +330,6 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
                          &stats->t_crc);
     stats->t_quantize += q.t_gpu;
 done:
-    if (q.sync_fd >= 0)
-        close(q.sync_fd);
     pn_job_kernels_free(&q.k);
     free(q.jt);
     free(q.names);
@@ -353,27 +346,28 @@ typedef struct vpiece {
     int64_t bad_block;        /* block within the piece */
 } vpiece;
 
-/* Reads the written file once, in pieces, in parallel: CRC-32 per piece
- * (combined in order with crc32_combine) against the CRCs computed while
- * writing, and every PN block checked. The first problem in file order is
- * reported. */
-static pn_status validate_output(run_ctx *c, pn_error *err)
+/* Reads written file s (split s of the set; the file of a plan of one) once,
+ * in pieces, in parallel: CRC-32 per piece (combined in order with
+ * crc32_combine) against the CRCs computed while writing, and every PN block
+ * checked; its tensor count and split keys are checked by
+ * pn_outset_open_written. The first problem in file order is reported. Its
+ * tensor j is tensor lo + j of the plan. */
+static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
 {
-    const char *path = written_name(c);
+    const char *path = pn_outset_path(c->out, s);
+    const gguf_split_plan *sp = pn_outset_plan(c->out);
+    const size_t lo = sp->first[s], n = sp->first[s + 1] - lo;
+    const pn_plan_tensor *pt = c->plan->t + lo;
+    const uint32_t *crcs = c->crcs + lo;
     gguf_reader *r = NULL;
-    pn_status st = open_written(c, &r, err);
+    pn_status st = pn_outset_open_written(c->out, s, &r, err);
     if (st != PN_OK)
         return pn_error_prefix(err, "validating the written file");
     vpiece *pc = NULL;
     uint8_t **bufs = NULL;
     const int threads = c->env.threads;
-    if (gguf_reader_n_tensors(r) != c->plan->n) {
-        st = pn_error_set(err, PN_ERR_MISMATCH, "%s: %zu tensors written, %zu expected", path,
-                          gguf_reader_n_tensors(r), c->plan->n);
-        goto done;
-    }
-    for (size_t i = 0; i < c->plan->n; i++) {
-        const pn_plan_tensor *t = &c->plan->t[i];
+    for (size_t i = 0; i < n; i++) {
+        const pn_plan_tensor *t = &pt[i];
         const gguf_tensor_info *info = gguf_reader_tensor(r, i);
         if (strcmp(info->name, t->name) != 0 || info->type != t->type ||
             info->size != t->bytes) {
@@ -388,8 +382,8 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
     /* pieces of whole PN blocks */
     const uint64_t piece = PN_VALIDATE_PIECE / PN_BLOCK_BYTES * PN_BLOCK_BYTES;
     size_t n_pc = 0;
-    for (size_t i = 0; i < c->plan->n; i++)
-        n_pc += (size_t)((c->plan->t[i].bytes + piece - 1) / piece);
+    for (size_t i = 0; i < n; i++)
+        n_pc += (size_t)((pt[i].bytes + piece - 1) / piece);
     pc = calloc(n_pc ? n_pc : 1, sizeof *pc);
     bufs = calloc((size_t)threads, sizeof *bufs);
     if (!pc || !bufs) {
@@ -397,9 +391,9 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
         goto done;
     }
     size_t k = 0;
-    for (size_t i = 0; i < c->plan->n; i++)
-        for (uint64_t off = 0; off < c->plan->t[i].bytes; off += piece) {
-            uint64_t left = c->plan->t[i].bytes - off;
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t off = 0; off < pt[i].bytes; off += piece) {
+            uint64_t left = pt[i].bytes - off;
             pc[k].tensor = i;
             pc[k].off = off;
             pc[k].len = left < piece ? left : piece;
@@ -440,7 +434,7 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
             continue;
         }
         p->crc = pn_crc32(0, buf, (size_t)p->len);
-        int type = c->plan->t[p->tensor].type;
+        int type = pt[p->tensor].type;
         if (pn_type_is_pn(type)) {
             int64_t bb = 0;
             pn_status rs = pn_validate_row(type, buf,
@@ -465,8 +459,8 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
         pn_error_prefix(err, "validating the written file");
         goto done;
     }
-    for (size_t j = 0, i = 0; i < c->plan->n; i++) {
-        const pn_plan_tensor *t = &c->plan->t[i];
+    for (size_t j = 0, i = 0; i < n; i++) {
+        const pn_plan_tensor *t = &pt[i];
         uLong crc = 0;
         for (; j < n_pc && pc[j].tensor == i; j++) {
             if (pc[j].st != PN_OK) {
@@ -479,11 +473,11 @@ static pn_status validate_output(run_ctx *c, pn_error *err)
             }
             crc = crc32_combine(crc, pc[j].crc, (z_off_t)pc[j].len);
         }
-        if ((uint32_t)crc != c->crcs[i]) {
+        if ((uint32_t)crc != crcs[i]) {
             st = pn_error_set(err, PN_ERR_CRC,
                               "%s: tensor %s: CRC-32 of the written data is %08x, computed "
                               "%08x while writing",
-                              path, t->name, (unsigned)crc, c->crcs[i]);
+                              path, t->name, (unsigned)crc, crcs[i]);
             goto done;
         }
     }
@@ -495,6 +489,19 @@ done:
     free(pc);
     gguf_reader_close(r);
     return st;
+}
+
+/* Every file this run wrote. */
+static pn_status validate_output(run_ctx *c, pn_error *err)
+{
+    for (size_t s = 0; s < pn_outset_n_splits(c->out); s++) {
+        if (!pn_outset_writes(c->out, s))
+            continue;
+        pn_status st = validate_split(c, s, err);
+        if (st != PN_OK)
+            return st;
+    }
+    return PN_OK;
 }
 
 /* ---- the result ----------------------------------------------------- */
@@ -512,7 +519,7 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
     r.dst_path = o->dst_path;
     r.mix_label = c->plan->mix_label;
     r.header_bytes = c->plan->header_bytes;
-    r.file_bytes = c->plan->file_bytes;
+    r.file_bytes = pn_outset_total_bytes(c->out);
     r.weights = c->plan->weights;
     r.alignment = c->plan->alignment;
     r.dry_run = o->dry_run;
@@ -522,9 +529,29 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         r.crc32 = c->crcs;
     }
     r.stats = stats;
+    /* the files */
+    const size_t ns = pn_outset_n_splits(c->out);
+    const char **paths = calloc(ns, sizeof *paths);
+    uint64_t *bytes = calloc(ns, sizeof *bytes);
+    if (!paths || !bytes) {
+        free(paths);
+        free(bytes);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
+    for (size_t s = 0; s < ns; s++) {
+        paths[s] = pn_outset_path(c->out, s);
+        bytes[s] = pn_outset_split_bytes(c->out, s);
+    }
+    r.n_splits = ns;
+    r.split_paths = paths;
+    r.split_first = pn_outset_plan(c->out)->first;
+    r.split_bytes = bytes;
+    r.split_index = o->split_index;
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);
+    free(paths);
+    free(bytes);
     if (st != PN_OK)
         pn_error_set(err, st, "%s", local.msg[0] ? local.msg : pn_strerror(st));
     return st;
@@ -589,23 +616,67 @@ static pn_status resolve_env(const pn_quantize_opts *o, pn_job_env *env, pn_erro
 /* The source must be the file it was when opened: same file, size and
  * modification time (a file that shrank while it was read is also caught by
  * the reads themselves). */
-static pn_status check_source_unchanged(const pn_quantize_opts *o, const struct stat *before,
+static pn_status check_source_unchanged(const char *path, const struct stat *before,
                                         pn_error *err)
 {
     struct stat now;
-    if (stat(o->src_path, &now) != 0)
+    if (stat(path, &now) != 0)
         return pn_error_set(err, PN_ERR_TRUNCATED,
                             "%s: the file changed or shrank during the run: it is gone (%s)",
-                            o->src_path, strerror(errno));
+                            path, strerror(errno));
     if (now.st_dev != before->st_dev || now.st_ino != before->st_ino ||
         now.st_size != before->st_size || now.st_mtim.tv_sec != before->st_mtim.tv_sec ||
         now.st_mtim.tv_nsec != before->st_mtim.tv_nsec)
         return pn_error_set(err, PN_ERR_TRUNCATED,
                             "%s: the file changed or shrank during the run: it was %lld bytes "
                             "when opened and is now %lld%s",
-                            o->src_path, (long long)before->st_size, (long long)now.st_size,
+                            path, (long long)before->st_size, (long long)now.st_size,
                             now.st_size == before->st_size ? ", modified" : "");
     return PN_OK;
+}
+
+/* A split source: every split's file as it is once the set is open, to be
+ * checked the same way at the end (the named file's is taken before). */
+static pn_status stat_source_splits(run_ctx *c, pn_error *err)
+{
+    const size_t n = gguf_reader_n_splits(c->src);
+    if (n < 2)
+        return PN_OK;
+    c->split_stats = calloc(n, sizeof *c->split_stats);
+    if (!c->split_stats)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t s = 0; s < n; s++) {
+        const char *path = gguf_reader_name(gguf_reader_split(c->src, s));
+        if (stat(path, &c->split_stats[s]) != 0)
+            return pn_error_set(err, PN_ERR_TRUNCATED,
+                                "%s: the file changed or shrank during the run: it is gone (%s)",
+                                path, strerror(errno));
+    }
+    return PN_OK;
+}
+
+/* The output's model writer (keys and tensors as one file) and the set of
+ * files it is written as. */
+static pn_status make_output(run_ctx *c, pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    if (o->split_index >= 0 && !split_output(o))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "--split-index needs a split output: --split-max-size, "
+                            "--split-max-tensors or --keep-split");
+    pn_status st = pn_job_plan_writer(c->plan, c->src, o->cancel, &c->model, err);
+    if (st != PN_OK)
+        return st;
+    pn_outset_opts oo;
+    pn_outset_opts_init(&oo);
+    oo.limit = o->split;
+    oo.keep_split = o->keep_split ? c->src : NULL;
+    oo.only = o->split_index;
+    oo.force = o->force;
+    oo.per_tensor_key = "pn.tensor_crc32";
+    oo.per_tensor_values = c->crcs;
+    oo.writeback_bytes = PN_WRITEBACK_BYTES;
+    return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
 pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, pn_error *err)
@@ -642,6 +713,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         }
     }
 
+    st = stat_source_splits(&c, err);
+    if (st != PN_OK)
+        goto out;
+
     /* plan */
     double t0 = pn_now_seconds();
     st = pn_job_plan_make(o, c.src, &c.env, &c.plan, stats, err);
@@ -649,15 +724,27 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
-    stats->file_bytes = c.plan->file_bytes;
     stats->weights = c.plan->weights;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
+    /* the output: one file or a split set, planned on the dry run too */
+    c.crcs = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.crcs);
+    if (!c.crcs) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    st = make_output(&c, err);
+    if (st != PN_OK)
+        goto out;
+    stats->file_bytes = pn_outset_written_bytes(c.out);
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
         st = hand_result(&c, stats, err);
         goto out;
     }
+    st = pn_outset_check_targets(c.out, c.src, err);
+    if (st != PN_OK)
+        goto out;
     if (cancelled(o)) {
         st = interrupted(err);
         goto out;
@@ -668,37 +755,35 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         goto out;
 
     /* write */
-    c.crcs = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.crcs);
-    if (!c.crcs) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    st = pn_job_plan_writer(c.plan, c.src, o->cancel, &c.w, err);
+    st = pn_outset_begin(c.out, err);
     if (st != PN_OK)
         goto out;
-    gguf_writer_set_replace(c.w, o->force);
-    gguf_writer_set_replace(c.w, o->force);
-    st = gguf_writer_begin(c.w, o->dst_path, err);
-    if (st != PN_OK)
-        goto out;
-    if (gguf_writer_note(c.w))
-        note(o, "%s", gguf_writer_note(c.w));
-    c.weights_total = c.plan->weights;
+    if (pn_outset_notes(c.out))
+        note(o, "%s", pn_outset_notes(c.out));
+    for (size_t i = 0; i < c.plan->n; i++)
+        if (pn_outset_writes_tensor(c.out, i))
+            c.weights_total += (uint64_t)c.plan->t[i].n_weights;
     st = stream_tensors(&c, stats, err);
     if (st != PN_OK)
         goto out;
-    st = gguf_writer_patch_arr(c.w, "pn.tensor_crc32", c.crcs, c.plan->n, err);
+    /* the splits closed during the stream had their CRCs patched then; the
+     * last one here */
     double tf = pn_now_seconds();
-    if (st == PN_OK)
-        st = gguf_writer_close(c.w, err);
+    const char *had_notes = pn_outset_notes(c.out);
+    st = pn_outset_close(c.out, err);
     stats->t_flush = pn_now_seconds() - tf;
     if (st != PN_OK)
         goto out;
+    if (pn_outset_notes(c.out) && pn_outset_notes(c.out) != had_notes)
+        note(o, "%s", pn_outset_notes(c.out));
     if (cancelled(o)) {
         st = interrupted(err);
         goto out;
     }
-    st = check_source_unchanged(o, &src_stat, err);
+    st = check_source_unchanged(o->src_path, &src_stat, err);
+    for (size_t s = 0; st == PN_OK && c.split_stats && s < gguf_reader_n_splits(c.src); s++)
+        st = check_source_unchanged(gguf_reader_name(gguf_reader_split(c.src, s)),
+                                    &c.split_stats[s], err);
     if (st != PN_OK)
         goto out;
     /* the source is read: its buffers go before the output's are made */
@@ -721,15 +806,15 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     /* without --force, an output that appeared meanwhile is refused and left
-     * as it is (the writer commits by linking, never by replacing) */
-    st = gguf_writer_commit(c.w, err);
+     * as it is (the writer commits by linking, never by replacing); a set
+     * is committed whole, its first split last */
+    st = pn_outset_commit(c.out, err);
     stats->t_total = pn_now_seconds() - t_begin;
 
 out:
-    if (c.w) {
-        gguf_writer_abort(c.w);
-        gguf_writer_free(c.w);
-    }
+    pn_outset_free(c.out);   /* aborts what is not committed */
+    gguf_writer_free(c.model);
+    free(c.split_stats);
     if (c.cuda)
         pn_cuda_close(c.cuda);
     free(c.crcs);

@@ -16,6 +16,15 @@
  * nothing is left at DST (nor the temporary file) and the source is never
  * written.
  *
+ * Split sets (docs/split.md): the source may be any file of a split set
+ * (gguf_reader_open reads the set as one model; its split keys are not
+ * copied). The output is one file, or with opts.split / keep_split a set
+ * planned by gguf-split's rules (pipeline/outset.h): each split records the
+ * CRC-32 of its own tensors, every split is validated, and the set is
+ * committed with its first split last. split_index writes one split of that
+ * plan alone, byte for byte the file of a full run given the same options
+ * and measurement, streaming only that split's tensors.
+ *
  * Output bytes and every reported figure (relative errors, CRCs) depend only
  * on the source, the recipe and the options that select types and rotation:
  * never on the thread count, the chunk size, the CPU path or the backend.
@@ -34,6 +43,7 @@
 #include <stdio.h>
 
 #include "common/pn_error.h"
+#include "gguf/gguf_split.h"
 #include "mix/plan.h"
 
 typedef enum pn_backend { PN_BACKEND_AUTO = 0, PN_BACKEND_CPU, PN_BACKEND_CUDA } pn_backend;
@@ -95,6 +105,15 @@ typedef struct pn_quantize_result {
     const double *seconds;        /* per tensor, compute stage; NULL on a dry run */
     const uint32_t *crc32;        /* per tensor; NULL on a dry run */
     const pn_quantize_stats *stats;
+    /* The files: one (n_splits 1, DST itself) or a split set. file_bytes
+     * above is the sum of their sizes. With split_index >= 0 only that split
+     * is written, and the figures of the other splits' tensors (rel_error,
+     * seconds, crc32) are 0. */
+    size_t n_splits;
+    const char *const *split_paths;   /* targets; NULL entries on a dry run without DST */
+    const size_t *split_first;        /* n_splits + 1: split s holds [first[s], first[s + 1]) */
+    const uint64_t *split_bytes;      /* each file's size, header included */
+    long split_index;                 /* -1: every split */
 } pn_quantize_result;
 
 /* Called once the figures are final: for a real run after the written file
@@ -122,6 +141,11 @@ typedef struct pn_quantize_opts {
     bool dry_run;
     bool force;
     uint64_t measure_rows;          /* rows sampled per tensor; 0: default */
+    /* A split output (docs/split.md), gguf-split's rules and names: DST
+     * NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it. */
+    gguf_split_limit split;         /* --split-max-size / --split-max-tensors; NONE: one file */
+    bool keep_split;                /* --keep-split: the source's splits */
+    long split_index;               /* --split-index: write only this split (from 0); -1: all */
     pn_progress_fn progress;
     pn_note_fn note;
     pn_result_fn result;            /* may be NULL */
@@ -129,6 +153,8 @@ typedef struct pn_quantize_opts {
     volatile sig_atomic_t *cancel;  /* checked between chunks and in every long loop */
 } pn_quantize_opts;
 
+/* Defaults: promote -1, rotation_cap -1, cpu_path -1, split_index -1, the
+ * rest 0. */
 void pn_quantize_opts_init(pn_quantize_opts *o);
 
 pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, pn_error *err);

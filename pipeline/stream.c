@@ -45,6 +45,7 @@ typedef struct stream {
     uint8_t *raw;              /* the reader's (buffered reads) */
     gguf_direct *direct;       /* the reader's (cfg.direct_io), or NULL */
     uint64_t advised_end;      /* read-ahead advice given up to this file offset */
+    uint32_t advised_split;    /* ... of this split's file (a split source) */
     pn_stream_times t;
 } stream;
 
@@ -86,14 +87,20 @@ static void wait_a_little(stream *s)
 
 /* ---- the reader ------------------------------------------------------- */
 
-static void advise_ahead(stream *s, uint64_t at, uint64_t end)
+/* File offsets [at, end) are those of the file of `split` (a split source
+ * is several files: the advice follows the one being read). */
+static void advise_ahead(stream *s, uint32_t split, uint64_t at, uint64_t end)
 {
     uint64_t ra = s->cfg->readahead_bytes;
+    if (split != s->advised_split) {
+        s->advised_split = split;
+        s->advised_end = 0;
+    }
     /* direct reads bypass the page cache: advice would only fill it */
     if (!ra || gguf_direct_is_direct(s->direct) || end + ra / 2 <= s->advised_end)
         return;
     uint64_t from = s->advised_end > at ? s->advised_end : at;
-    gguf_reader_advise(s->cfg->src, from, end + ra - from, true);
+    gguf_reader_advise(gguf_reader_split(s->cfg->src, split), from, end + ra - from, true);
     s->advised_end = end + ra;
 }
 
@@ -105,7 +112,8 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
 {
     const int64_t elem = pn_type_row_bytes(c->src_type, 1);
     const uint64_t file_at = gguf_reader_tensor_file_offset(s->cfg->src, c->tensor);
-    advise_ahead(s, file_at + (uint64_t)(at * elem), file_at + (uint64_t)((at + n) * elem));
+    advise_ahead(s, gguf_reader_tensor(s->cfg->src, c->tensor)->split,
+                 file_at + (uint64_t)(at * elem), file_at + (uint64_t)((at + n) * elem));
     const int64_t per = (int64_t)(RAW_BYTES / (size_t)elem);
     for (int64_t done = 0; done < n;) {
         int64_t k = n - done < per ? n - done : per;

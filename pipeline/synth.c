@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "pipeline/outset.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
 
@@ -288,7 +289,33 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
     return PN_OK;
 }
 
+/* The model writer and the files it is written as. */
+static pn_status build_output(const pn_synth_opts *o, const pn_tensor_desc *t, size_t n,
+                              gguf_writer **w, pn_outset **os, pn_error *err)
+{
+    *os = NULL;
+    pn_status st = build_writer(o, t, n, w, err);
+    if (st != PN_OK)
+        return st;
+    pn_outset_opts oo;
+    pn_outset_opts_init(&oo);
+    oo.limit = o->split;
+    oo.force = o->force;
+    st = pn_outset_make(*w, o->path, &oo, os, err);
+    if (st != PN_OK) {
+        gguf_writer_free(*w);
+        *w = NULL;
+    }
+    return st;
+}
+
 pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err)
+{
+    return pn_synth_files(o, bytes, NULL, err);
+}
+
+pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_splits,
+                         pn_error *err)
 {
     pn_tensor_desc *t = NULL;
     size_t n = 0;
@@ -296,9 +323,13 @@ pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error 
     if (st != PN_OK)
         return st;
     gguf_writer *w = NULL;
-    st = build_writer(o, t, n, &w, err);
+    pn_outset *os = NULL;
+    st = build_output(o, t, n, &w, &os, err);
     if (st == PN_OK) {
-        *bytes = gguf_writer_file_bytes(w);
+        *bytes = pn_outset_total_bytes(os);
+        if (n_splits)
+            *n_splits = pn_outset_n_splits(os);
+        pn_outset_free(os);
         gguf_writer_free(w);
     }
     free(t);
@@ -313,7 +344,8 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
     if (st != PN_OK)
         return st;
     gguf_writer *w = NULL;
-    st = build_writer(o, t, n, &w, err);
+    pn_outset *os = NULL;
+    st = build_output(o, t, n, &w, &os, err);
     if (st != PN_OK) {
         free(t);
         return st;
@@ -325,8 +357,9 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
         total += (uint64_t)(t[i].ne[0] * t[i].ne[1] * t[i].ne[2] * t[i].ne[3]);
     float *x = NULL;
     uint8_t *buf = NULL;
-    gguf_writer_set_replace(w, o->force);
-    st = gguf_writer_begin(w, o->path, err);
+    st = pn_outset_check_targets(os, NULL, err);
+    if (st == PN_OK)
+        st = pn_outset_begin(os, err);
     for (size_t ti = 0; ti < n && st == PN_OK; ti++) {
         const int64_t K = t[ti].ne[0];
         const int64_t rows = t[ti].ne[1] * t[ti].ne[2] * t[ti].ne[3];
@@ -357,7 +390,7 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
                 fill_row(x + r * K, K, ro, row_seed(o->seed, ti, r0 + r), cols);
                 encode_row(type, x + r * K, K, buf + r * row_bytes);
             }
-            st = gguf_writer_write(w, buf, (size_t)(m * row_bytes), err);
+            st = pn_outset_write(os, ti, buf, (size_t)(m * row_bytes), err);
             done += (uint64_t)(m * K);
             if (o->progress)
                 o->progress(done, total, o->user);
@@ -367,11 +400,10 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
     free(buf);
     free(t);
     if (st == PN_OK)
-        st = gguf_writer_close(w, err);
+        st = pn_outset_close(os, err);
     if (st == PN_OK)
-        st = gguf_writer_commit(w, err);
-    if (st != PN_OK)
-        gguf_writer_abort(w);
+        st = pn_outset_commit(os, err);
+    pn_outset_free(os);   /* aborts what is not committed */
     gguf_writer_free(w);
     return st;
 }

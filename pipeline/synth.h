@@ -9,6 +9,12 @@
  * Every row is a function of (seed, tensor index, row) alone, so the file is
  * the same whatever the thread count. 1-D tensors are F32; the rest use the
  * chosen dtype. Written through the GGUF writer: temporary file, rename.
+ *
+ * With a split limit the model is written as a split set, as llama.cpp's
+ * gguf-split writes one (pipeline/outset.h, docs/split.md): PATH NAME.gguf
+ * becomes NAME-00001-of-0000N.gguf ..., the first split holding every key,
+ * committed with the first split last. A set reads back as the same model,
+ * byte for byte the same keys (but the split keys) and tensor data.
  */
 #ifndef PN_PIPELINE_SYNTH_H
 #define PN_PIPELINE_SYNTH_H
@@ -18,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "gguf/gguf_split.h"
 #include "mix/qwen38_shapes.h"
 
 typedef struct pn_synth_opts {
@@ -25,6 +32,7 @@ typedef struct pn_synth_opts {
     pn_qwen38_config config;       /* shapes and the weight dtype */
     uint64_t seed;
     bool force;                    /* replace an existing file */
+    gguf_split_limit split;        /* {GGUF_SPLIT_NONE}: one file */
     int threads;                   /* 0: all cores */
     void (*progress)(uint64_t done, uint64_t total, void *user);
     void *user;
@@ -36,8 +44,11 @@ typedef struct pn_synth_opts {
  * tensors so P0k+19 applies. */
 pn_qwen38_config pn_synth_default_config(void);
 
-/* Exact size of the file pn_synth_write would write. */
+/* Exact size of what pn_synth_write would write (all splits of a set). */
 pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err);
+/* The same, and the number of files (1, or the splits of the set). */
+pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_files,
+                         pn_error *err);
 
 pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err);
 

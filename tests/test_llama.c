@@ -433,6 +433,68 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
     free(f32);
 }
 
+/* A split pn-dequant output (docs/split.md), as a decoded 27 B model is
+ * written for the model hubs: llama.cpp loads the set from its first file,
+ * finds the others by name, and computes what the unsplit file gives. */
+Test(llama_split, a_split_pn_dequant_output_loads_and_gives_the_logits_of_the_unsplit_one,
+     .init = setup, .fini = teardown)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *pn = path_in("pn.gguf"), *plain = path_in("plain.gguf"),
+         *set = path_in("set.gguf"), *first = path_in("set-00001-of-00003.gguf");
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    quantize(src, pn, "--recipe " FALLBACK_RECIPE " --split-max-tensors 10");
+    char cmd[8192];
+    /* the PN input is itself a split set (pn-00001-of-00003.gguf ...) */
+    char *pn1 = path_in("pn-00001-of-00003.gguf");
+    snprintf(cmd, sizeof cmd, "%s/pn-dequant --quiet '%s' '%s'", PN_BIN_DIR, pn1, plain);
+    run_ok(cmd);
+    free(pn1);
+    char *pn2 = path_in("pn-00002-of-00003.gguf");
+    snprintf(cmd, sizeof cmd, "%s/pn-dequant --quiet --split-max-tensors 10 '%s' '%s'",
+             PN_BIN_DIR, pn2, set);
+    run_ok(cmd);
+    free(pn2);
+    for (int s = 2; s <= 3; s++) {
+        char name[64];
+        snprintf(name, sizeof name, "set-%05d-of-00003.gguf", s);
+        char *p = path_in(name);
+        struct stat sb;
+        cr_assert_eq(stat(p, &sb), 0, "%s", p);
+        free(p);
+    }
+    uint32_t ids[2 * 12];
+    seq_ids(ids, 2, 12, 300);
+    ids[12 + 1] = ids[1];
+    logits a = eval_model(plain, 2, 12, ids), b = eval_model(first, 2, 12, ids);
+    assert_context_matters(&b, 12);
+    cr_assert_eq(a.n_vocab, 300);
+    cr_assert_eq(b.n_vocab, 300);
+    /* the same weights, the same arithmetic (one thread): the same floats */
+    cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
+              "the split set's logits differ from the unsplit file's (mean KL %g)",
+              mean_kl(&a, &b));
+    /* with a split missing llama.cpp refuses the set (nothing half-loaded) */
+    char *third = path_in("set-00003-of-00003.gguf"), *tok = path_in("tokens.bin");
+    cr_assert_eq(unlink(third), 0);
+    snprintf(cmd, sizeof cmd, "node '" SCRIPT "' '%s' --threads 1 < '%s' 3> /dev/null", first,
+             tok);
+    free(tok);
+    char *o, *e;
+    int rc = tu_run(cmd, &o, &e);
+    cr_assert_neq(rc, 0, "llama.cpp loaded a set without its last split:\n%s", e);
+    free(o);
+    free(e);
+    free(third);
+    free(a.rows);
+    free(b.rows);
+    free(src);
+    free(pn);
+    free(plain);
+    free(set);
+    free(first);
+}
+
 /* The shipped recipe (q3_K token_embd, q4_K output, q8_0 ssm_alpha/beta,
  * P0k+19's promotion count capped by the candidates) at the default width:
  * every stock type decodes into something llama.cpp runs. */

@@ -1,0 +1,66 @@
+/* gguf_internal.h - what gguf_reader.c and gguf_split.c share; not for
+ * callers outside gguf/.
+ *
+ * A reader is either one file (splits == NULL) or a split set: then it owns
+ * one single-file reader per split (splits[0] the first, whose keys are the
+ * set's) and only the set-wide tensor view is its own: n_tensors over all
+ * splits, split_first (where each split's tensors start in the set's order)
+ * and set_by_name (every tensor info of every split, sorted by name). The
+ * tensor infos stay in their split's reader; their `split` field is their
+ * split's index. File-level accessors of a set answer for splits[0].
+ */
+#ifndef PN_GGUF_INTERNAL_H
+#define PN_GGUF_INTERNAL_H
+
+#include "gguf/gguf.h"
+
+struct gguf_reader {
+    char *name;
+    const uint8_t *base;        /* bytes [0, avail) of the file */
+    uint64_t size;              /* the file's size when it was opened */
+    uint64_t avail;             /* bytes in base: size for a memory reader */
+    uint8_t *owned;             /* base when it is our buffer (a file), else NULL */
+    int fd;                     /* the open file, or -1 for a memory reader or a set */
+
+    bool lenient;
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t data_offset;
+
+    size_t n_kv;
+    gguf_kv *kvs;
+    const gguf_kv **kv_by_key;
+
+    size_t n_tensors;           /* of a set: over all its splits */
+    gguf_tensor_info *tensors;  /* NULL for a set */
+    const gguf_tensor_info **tensor_by_name;
+
+    /* A split set (see above); NULL / 0 for one file. */
+    gguf_reader **splits;
+    size_t n_splits;
+    size_t *split_first;        /* n_splits + 1 entries */
+    const gguf_tensor_info **set_by_name;
+};
+
+/* How many bytes a reader reads first: the whole header of most files in one
+ * read for a file opened alone; little for the other splits of a set, so
+ * that memory follows the headers' size however many splits there are (the
+ * buffer grows to what the header needs). */
+#define GGUF_READ_FIRST_FILE ((uint64_t)16 << 20)
+#define GGUF_READ_FIRST_SPLIT ((uint64_t)4 << 10)
+
+/* Opens exactly one file (never a set), reading first_read bytes first. */
+pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_read,
+                                gguf_reader **out, pn_error *err);
+
+/* Takes the reader of the file a caller named: returns it as it is when its
+ * keys make it no split of a set of several, else opens the rest of its set
+ * and returns the set (see gguf_reader_open). On failure `given` is closed
+ * and *out is NULL. */
+pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out,
+                               pn_error *err);
+
+/* The file offset of key kv's length field in r's file. */
+uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv);
+
+#endif

@@ -1,0 +1,389 @@
+/* outset.c - a job's output as one file or a split set (see outset.h).
+ *
+ * Each split goes through NEW -> OPEN (begun, being written) -> CLOSED
+ * (flushed, fsynced; its descriptor stays open for validation, an unnamed
+ * file exists only through it) -> committed. Splits are written in order, so
+ * at most one is OPEN and holds a write buffer; the CLOSED ones hold only a
+ * descriptor each until the commit, which is why the number of splits one
+ * run writes is checked against the open-file limit.
+ */
+#include "pipeline/outset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+enum { SPLIT_NEW, SPLIT_OPEN, SPLIT_CLOSED };
+
+struct pn_outset {
+    gguf_split_plan plan;
+    size_t n;                  /* plan.n_splits */
+    size_t n_tensors;
+    gguf_writer **w;           /* n split writers */
+    char **path;               /* n targets, or NULL without a dst */
+    int *state;                /* n SPLIT_* */
+    uint64_t *bytes;           /* n file sizes */
+    long only;
+    bool force;
+    const char *per_tensor_key;
+    const uint32_t *per_tensor_values;
+    uint64_t writeback_bytes;
+    size_t cur;                /* the split being written (state OPEN), or SIZE_MAX */
+    uint64_t cur_written, cur_synced;
+    char *notes;
+};
+
+void pn_outset_opts_init(pn_outset_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->only = -1;
+}
+
+size_t pn_outset_n_splits(const pn_outset *os) { return os->n; }
+const gguf_split_plan *pn_outset_plan(const pn_outset *os) { return &os->plan; }
+const char *pn_outset_path(const pn_outset *os, size_t s)
+{
+    return s < os->n && os->path ? os->path[s] : NULL;
+}
+uint64_t pn_outset_split_bytes(const pn_outset *os, size_t s)
+{
+    return s < os->n ? os->bytes[s] : 0;
+}
+bool pn_outset_writes(const pn_outset *os, size_t s)
+{
+    return s < os->n && (os->only < 0 || (size_t)os->only == s);
+}
+size_t pn_outset_split_of(const pn_outset *os, size_t i)
+{
+    return gguf_split_plan_split_of(&os->plan, i);
+}
+bool pn_outset_writes_tensor(const pn_outset *os, size_t i)
+{
+    return i < os->n_tensors && pn_outset_writes(os, pn_outset_split_of(os, i));
+}
+
+uint64_t pn_outset_total_bytes(const pn_outset *os)
+{
+    uint64_t t = 0;
+    for (size_t s = 0; s < os->n; s++)
+        t += os->bytes[s];
+    return t;
+}
+
+uint64_t pn_outset_written_bytes(const pn_outset *os)
+{
+    uint64_t t = 0;
+    for (size_t s = 0; s < os->n; s++)
+        if (pn_outset_writes(os, s))
+            t += os->bytes[s];
+    return t;
+}
+
+const char *pn_outset_notes(const pn_outset *os) { return os->notes; }
+
+void pn_outset_free(pn_outset *os)
+{
+    if (!os)
+        return;
+    for (size_t s = 0; s < os->n; s++) {
+        if (os->w)
+            gguf_writer_free(os->w[s]);   /* aborts what is not committed */
+        if (os->path)
+            free(os->path[s]);
+    }
+    free(os->w);
+    free(os->path);
+    free(os->state);
+    free(os->bytes);
+    free(os->notes);
+    gguf_split_plan_free(&os->plan);
+    free(os);
+}
+
+/* Each split this run writes keeps a descriptor from its begin to the
+ * commit: refuse a set that the open-file limit cannot hold, before any
+ * work, rather than fail after hours. */
+static pn_status check_open_files(size_t n_written, pn_error *err)
+{
+    struct rlimit rl;
+    const size_t spare = 64;   /* the source's splits, the standard streams, ... */
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        n_written + spare <= rl.rlim_cur)
+        return PN_OK;
+    return pn_error_set(err, PN_ERR_USAGE,
+                        "the plan has %zu splits, each open until the set is committed, but "
+                        "this process may open %llu files: raise the limit (ulimit -n) or the "
+                        "split size",
+                        n_written, (unsigned long long)rl.rlim_cur);
+}
+
+static pn_status make_plan(const gguf_writer *model, const pn_outset_opts *o,
+                           gguf_split_plan *plan, pn_error *err)
+{
+    if (!o->keep_split)
+        return gguf_split_plan_of_writer(model, o->limit, plan, err);
+    size_t n = gguf_writer_n_tensors(model);
+    if (n != gguf_reader_n_tensors(o->keep_split))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "--keep-split: the output has %zu tensors, the source %zu", n,
+                            gguf_reader_n_tensors(o->keep_split));
+    uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
+    if (!bytes)
+        return pn_error_set(err, PN_ERR_NOMEM, "split plan: out of memory for %zu tensors", n);
+    for (size_t i = 0; i < n; i++)
+        bytes[i] = gguf_writer_tensor_bytes(model, i);
+    pn_status st = gguf_split_plan_of_reader(o->keep_split, bytes, plan, err);
+    free(bytes);
+    return st;
+}
+
+pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_outset_opts *o,
+                         pn_outset **out, pn_error *err)
+{
+    *out = NULL;
+    pn_outset *os = calloc(1, sizeof *os);
+    if (!os)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    os->only = o->only;
+    os->force = o->force;
+    os->per_tensor_key = o->per_tensor_key;
+    os->per_tensor_values = o->per_tensor_values;
+    os->writeback_bytes = o->writeback_bytes;
+    os->cur = SIZE_MAX;
+    os->n_tensors = gguf_writer_n_tensors(model);
+    pn_status st = make_plan(model, o, &os->plan, err);
+    if (st) {
+        free(os);
+        return st;
+    }
+    os->n = os->plan.n_splits;
+    if (os->only >= 0 && (size_t)os->only >= os->n) {
+        st = pn_error_set(err, PN_ERR_USAGE,
+                          "--split-index %ld: the plan has %zu split%s, numbered 0 to %zu",
+                          os->only, os->n, os->n == 1 ? "" : "s", os->n - 1);
+        goto fail;
+    }
+    st = check_open_files(os->only >= 0 ? 1 : os->n, err);
+    if (st)
+        goto fail;
+    os->w = calloc(os->n, sizeof *os->w);
+    os->state = calloc(os->n, sizeof *os->state);
+    os->bytes = calloc(os->n, sizeof *os->bytes);
+    if (dst)
+        os->path = calloc(os->n, sizeof *os->path);
+    if (!os->w || !os->state || !os->bytes || (dst && !os->path)) {
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu splits", os->n);
+        goto fail;
+    }
+    const char *keys[1] = {o->per_tensor_key};
+    for (size_t s = 0; s < os->n; s++) {
+        st = gguf_writer_new_split(model, &os->plan, s, keys, o->per_tensor_key ? 1 : 0,
+                                   &os->w[s], err);
+        if (st)
+            goto fail;
+        gguf_writer_set_replace(os->w[s], o->force);
+        os->bytes[s] = gguf_writer_file_bytes(os->w[s]);
+        if (dst) {
+            os->path[s] = os->n == 1 ? strdup(dst) : gguf_split_path(dst, (uint32_t)s,
+                                                                     (uint32_t)os->n);
+            if (!os->path[s]) {
+                st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for split names", dst);
+                goto fail;
+            }
+        }
+    }
+    *out = os;
+    return PN_OK;
+fail:
+    pn_outset_free(os);
+    return st;
+}
+
+pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input, pn_error *err)
+{
+    if (!os->path)
+        return pn_error_set(err, PN_ERR_USAGE, "no output file given");
+    for (size_t s = 0; s < os->n; s++) {
+        if (!pn_outset_writes(os, s))
+            continue;
+        const char *p = os->path[s];
+        struct stat ts;
+        if (stat(p, &ts) != 0)
+            continue;
+        for (size_t k = 0; input && k < gguf_reader_n_splits(input); k++) {
+            const char *in = gguf_reader_name(gguf_reader_split(input, k));
+            struct stat is;
+            if (strcmp(in, p) == 0 ||
+                (stat(in, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino))
+                return pn_error_set(err, PN_ERR_USAGE,
+                                    "%s: the output is a file of the input (%s); choose another "
+                                    "output path",
+                                    p, in);
+        }
+        if (S_ISDIR(ts.st_mode))
+            return pn_error_set(err, PN_ERR_IO, "%s: output is a directory", p);
+        if (!os->force)
+            return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
+                                p);
+    }
+    return PN_OK;
+}
+
+static void add_note(pn_outset *os, const char *note)
+{
+    size_t had = os->notes ? strlen(os->notes) : 0, n = strlen(note);
+    char *grown = realloc(os->notes, had + n + 2);
+    if (!grown)
+        return;   /* a note is advice: losing it is not an error */
+    if (had)
+        grown[had++] = '\n';
+    memcpy(grown + had, note, n + 1);
+    os->notes = grown;
+}
+
+static pn_status begin_split(pn_outset *os, size_t s, pn_error *err)
+{
+    if (!os->path)
+        return pn_error_set(err, PN_ERR_USAGE, "no output file given");
+    pn_status st = gguf_writer_begin(os->w[s], os->path[s], err);
+    if (st)
+        return st;
+    if (gguf_writer_note(os->w[s]))
+        add_note(os, gguf_writer_note(os->w[s]));
+    os->state[s] = SPLIT_OPEN;
+    os->cur = s;
+    os->cur_written = os->cur_synced = 0;
+    return PN_OK;
+}
+
+/* Patches split s's own cut of the per-tensor key, then closes it. */
+static pn_status close_split(pn_outset *os, size_t s, pn_error *err)
+{
+    const size_t lo = os->plan.first[s], hi = os->plan.first[s + 1];
+    pn_status st = PN_OK;
+    if (os->per_tensor_key && os->per_tensor_values &&
+        gguf_writer_has_kv(os->w[s], os->per_tensor_key))
+        st = gguf_writer_patch_arr(os->w[s], os->per_tensor_key, os->per_tensor_values + lo,
+                                   hi - lo, err);
+    if (!st)
+        st = gguf_writer_close(os->w[s], err);
+    if (st)
+        return st;
+    os->state[s] = SPLIT_CLOSED;
+    os->cur = SIZE_MAX;
+    return PN_OK;
+}
+
+pn_status pn_outset_begin(pn_outset *os, pn_error *err)
+{
+    for (size_t s = 0; s < os->n; s++)
+        if (pn_outset_writes(os, s))
+            return os->state[s] == SPLIT_NEW ? begin_split(os, s, err) : PN_OK;
+    return PN_OK;
+}
+
+pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)
+{
+    size_t s = os->cur != SIZE_MAX && i >= os->plan.first[os->cur] &&
+                       i < os->plan.first[os->cur + 1]
+                   ? os->cur
+                   : pn_outset_split_of(os, i);
+    if (i >= os->n_tensors || !pn_outset_writes(os, s))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "output set: tensor %zu is in split %zu, which this run does not "
+                            "write",
+                            i, s);
+    if (os->state[s] != SPLIT_OPEN) {
+        if (os->state[s] == SPLIT_CLOSED)
+            return pn_error_set(err, PN_ERR_USAGE, "%s: tensor %zu after the split was closed",
+                                os->path ? os->path[s] : "output set", i);
+        pn_status st = os->cur != SIZE_MAX ? close_split(os, os->cur, err) : PN_OK;
+        if (!st)
+            st = begin_split(os, s, err);
+        if (st)
+            return st;
+    }
+    gguf_writer *w = os->w[s];
+    pn_status st = gguf_writer_write(w, data, n, err);
+    if (st)
+        return st;
+    os->cur_written += n;
+    if (os->writeback_bytes && os->cur_written - os->cur_synced >= os->writeback_bytes) {
+        /* the range is the data's, shifted by the header: approximately the file's */
+        uint64_t at = gguf_writer_data_offset(w) + os->cur_synced;
+        (void)sync_file_range(gguf_writer_fd(w), (off_t)at,
+                              (off_t)(os->cur_written - os->cur_synced), SYNC_FILE_RANGE_WRITE);
+        os->cur_synced = os->cur_written;
+    }
+    return PN_OK;
+}
+
+pn_status pn_outset_close(pn_outset *os, pn_error *err)
+{
+    for (size_t s = 0; s < os->n; s++) {
+        if (!pn_outset_writes(os, s) || os->state[s] == SPLIT_CLOSED)
+            continue;
+        pn_status st = os->state[s] == SPLIT_NEW ? begin_split(os, s, err) : PN_OK;
+        if (!st)
+            st = close_split(os, s, err);
+        if (st)
+            return st;
+    }
+    return PN_OK;
+}
+
+pn_status pn_outset_open_written(const pn_outset *os, size_t s, gguf_reader **out, pn_error *err)
+{
+    *out = NULL;
+    if (s >= os->n || os->state[s] != SPLIT_CLOSED)
+        return pn_error_set(err, PN_ERR_USAGE, "output set: split %zu is not written", s);
+    const char *path = os->path[s];
+    gguf_reader *r = NULL;
+    pn_status st = gguf_reader_open_fd(gguf_writer_fd(os->w[s]), path, &r, err);
+    if (st)
+        return st;
+    const size_t want = os->plan.first[s + 1] - os->plan.first[s];
+    gguf_split_keys k;
+    st = gguf_split_read_keys(r, &k, err);
+    if (!st && gguf_reader_n_tensors(r) != want)
+        st = pn_error_set(err, PN_ERR_MISMATCH, "%s: %zu tensors written, %zu expected", path,
+                          gguf_reader_n_tensors(r), want);
+    if (!st && os->n == 1 && (k.has_no || k.has_count || k.has_tensors_count))
+        st = pn_error_set(err, PN_ERR_MISMATCH, "%s: a file of one has split keys", path);
+    if (!st && os->n > 1 &&
+        (!k.has_no || !k.has_count || !k.has_tensors_count || k.no != s || k.count != os->n ||
+         (uint64_t)(int64_t)k.tensors_count != os->n_tensors))
+        st = pn_error_set(err, PN_ERR_MISMATCH,
+                          "%s: its split keys do not say split %zu of %zu of a set of %zu tensors",
+                          path, s, os->n, os->n_tensors);
+    if (st) {
+        gguf_reader_close(r);
+        return st;
+    }
+    *out = r;
+    return PN_OK;
+}
+
+pn_status pn_outset_commit(pn_outset *os, pn_error *err)
+{
+    gguf_writer **ws = calloc(os->n, sizeof *ws);
+    if (!ws)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t s = 0; s < os->n; s++)
+        if (pn_outset_writes(os, s))
+            ws[k++] = os->w[s];
+    /* ws[0] is the first split written: put in place last */
+    pn_status st = gguf_writer_commit_set(ws, k, err);
+    free(ws);
+    return st;
+}
+
+void pn_outset_abort(pn_outset *os)
+{
+    for (size_t s = 0; os && s < os->n; s++)
+        gguf_writer_abort(os->w[s]);
+}

@@ -1,0 +1,119 @@
+/* outset.h - a job's output: one GGUF file or a split set (docs/split.md).
+ *
+ * A job builds one *model* writer, holding every key and tensor of its
+ * output as for one file, and makes the output set from it: the plan (which
+ * tensors go to which file, gguf-split's rules, gguf/gguf_split.h), one
+ * writer per split (gguf_writer_new_split: split 0 has every key, each split
+ * its own cut of the per-tensor key, the split keys when there are two or
+ * more) and their targets: DST itself for a plan of one, else
+ * NAME-0000K-of-0000N.gguf beside DST. Then:
+ *
+ *   pn_outset_check_targets   before any work: no target is a file of the
+ *                             input, none exists without force;
+ *   pn_outset_begin           begins the first split written (its errors and
+ *                             its note come before the work);
+ *   pn_outset_write           the bytes of tensor i, in tensor order: each
+ *                             split is begun when its first tensor arrives and
+ *                             closed after its last (its per-tensor key patched
+ *                             from the caller's values first), so one write
+ *                             buffer is live at a time, whatever the number of
+ *                             splits;
+ *   pn_outset_close           closes what is left;
+ *   pn_outset_open_written    a reader of a written split (for validation),
+ *                             whose split keys are checked against the plan;
+ *   pn_outset_commit          every written split at once, the first split
+ *                             last (gguf_writer_commit_set): an interrupted
+ *                             run never leaves a loadable partial set;
+ *   pn_outset_free            aborts whatever is not committed.
+ *
+ * One split per process (`only`): the whole set is planned, with every
+ * split's keys, but only split `only` is begun, written and committed, under
+ * the name it has in a full run; its bytes are those of the full run.
+ *
+ * All calls on one set come from one thread at a time (the write calls may
+ * come from a writer thread while the caller waits). No printing, no global
+ * state.
+ */
+#ifndef PN_PIPELINE_OUTSET_H
+#define PN_PIPELINE_OUTSET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_split.h"
+
+typedef struct pn_outset_opts {
+    gguf_split_limit limit;          /* GGUF_SPLIT_NONE: one file (unless keep_split) */
+    const gguf_reader *keep_split;   /* not NULL: the splits of this source (--keep-split) */
+    long only;                       /* -1: every split; else write this split alone */
+    bool force;                      /* replace existing targets */
+    /* A per-tensor array key of the model (pn.tensor_crc32) that each split
+     * records for its own tensors, and the values it is patched with when a
+     * split is closed: per_tensor_values[i] for model tensor i, final by the
+     * time the last byte of tensor i is written. NULL: none. */
+    const char *per_tensor_key;
+    const uint32_t *per_tensor_values;
+    /* Ask the kernel to start writing back every this many bytes written
+     * (so that the final fsync has little left to do); 0: never. */
+    uint64_t writeback_bytes;
+} pn_outset_opts;
+
+void pn_outset_opts_init(pn_outset_opts *o);
+
+typedef struct pn_outset pn_outset;
+
+/* Plans the set for `model` (not begun; it is only read and must outlive
+ * the set) and makes its split writers (the model's output options, force
+ * from o). dst may be NULL for a plan that is only shown (no paths then).
+ * PN_ERR_USAGE for a limit the plan refuses (naming the option), and for
+ * `only` outside the plan ("--split-index 3: the plan has 3 splits, 0 to
+ * 2"). */
+pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_outset_opts *o,
+                         pn_outset **out, pn_error *err);
+void pn_outset_free(pn_outset *os);
+
+size_t pn_outset_n_splits(const pn_outset *os);
+const gguf_split_plan *pn_outset_plan(const pn_outset *os);
+/* Split s's target (NULL without a dst), its file size (header and padded
+ * data: exact), whether this run writes it. */
+const char *pn_outset_path(const pn_outset *os, size_t s);
+uint64_t pn_outset_split_bytes(const pn_outset *os, size_t s);
+bool pn_outset_writes(const pn_outset *os, size_t s);
+/* The split holding tensor i; whether this run writes tensor i. */
+size_t pn_outset_split_of(const pn_outset *os, size_t i);
+bool pn_outset_writes_tensor(const pn_outset *os, size_t i);
+/* The file sizes of every split of the set, and of those this run writes. */
+uint64_t pn_outset_total_bytes(const pn_outset *os);
+uint64_t pn_outset_written_bytes(const pn_outset *os);
+
+/* Refuses, before anything is written: a target that is a file of `input`
+ * (any split of it; PN_ERR_USAGE), a directory (PN_ERR_IO), an existing
+ * target without force (PN_ERR_EXISTS, "use --force"). Each message starts
+ * with the target. input may be NULL. */
+pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input, pn_error *err);
+
+pn_status pn_outset_begin(pn_outset *os, pn_error *err);
+/* Stale temporary files of the targets begun so far ("TARGET: stale
+ * temporary files from an earlier run: ..."), one line per target that has
+ * some; NULL if none. Raw bytes: print with pn_fput_safe. Lives until the
+ * next begin or free. */
+const char *pn_outset_notes(const pn_outset *os);
+
+/* Appends n bytes of tensor i (tensors in order, each in one or more calls).
+ * PN_ERR_USAGE for a tensor this run does not write or out of order; the
+ * writer's errors. */
+pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err);
+pn_status pn_outset_close(pn_outset *os, pn_error *err);
+
+/* A reader of written split s (closed, not committed), for validation; its
+ * tensor count and split keys are checked against the plan (PN_ERR_MISMATCH
+ * naming the target). Its tensor j is model tensor first[s] + j. */
+pn_status pn_outset_open_written(const pn_outset *os, size_t s, gguf_reader **r, pn_error *err);
+
+pn_status pn_outset_commit(pn_outset *os, pn_error *err);
+void pn_outset_abort(pn_outset *os);
+
+#endif

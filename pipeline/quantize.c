@@ -1,10 +1,15 @@
 /* The pn-quantize job. Order of work:
  *   1. open the source, refuse what cannot be quantized (already quantized
- *      tensors, DST == SRC, DST present without --force);
+ *      tensors, DST == SRC, DST present without --force); with --reuse,
+ *      open PREV (refused unless it is a PN file) and read the sampled rows
+ *      of every source tensor;
  *   2. plan: recipe -> types, rotation, promotions (measurement, list or
- *      target size), header and file size;
+ *      target size), header and file size; with --reuse, which tensors are
+ *      copied from PREV (pipeline/reuse.h);
  *   3. stream every tensor in source order into a temporary file: reader
- *      thread, compute team, writer thread at once (pipeline/stream.h);
+ *      thread, compute team, writer thread at once (pipeline/stream.h); a
+ *      copied tensor is one chunk that reads nothing and that the writer
+ *      copies from PREV;
  *   4. check the source did not change, read the temporary file back in
  *      parallel and validate it, hand the result to the caller's hook, and
  *      commit onto DST.
@@ -14,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,6 +32,8 @@
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/plan_build.h"
+#include "pipeline/reuse.h"
+#include "pipeline/source_id.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/pn.h"
@@ -112,7 +120,13 @@ typedef struct run_ctx {
     uint32_t *crcs;
     uint64_t weights_done, weights_total;
     double t_start;
+    pn_source_id sid;        /* the source's identity, for pn.source.* */
+    pn_reuse *ru;            /* --reuse PREV, or NULL */
+    bool *reused;            /* per tensor, with --reuse */
 } run_ctx;
+
+/* Tensor i is copied from PREV. */
+static bool copied(const run_ctx *c, size_t i) { return c->ru && c->ru->from[i] >= 0; }
 
 static void progress(run_ctx *c, int phase, size_t i, const char *name)
 {
@@ -157,12 +171,41 @@ typedef struct quant_job {
     /* writer thread */
     int sync_fd;
     uint64_t written, synced;
+    /* reader thread: the CRC-32 of each tensor's source bytes and of its
+     * sampled rows (source_id.h), as they are read */
+    uint32_t *rd_whole, *rd_sample;
 } quant_job;
 
 static bool qj_next(void *ctx, pn_chunk *ch)
 {
     quant_job *q = ctx;
+    if (q->cur.i < q->n && copied(q->c, q->cur.i)) {
+        /* a copied tensor: one chunk of no rows, its bytes from PREV */
+        const pn_job_tensor *t = &q->jt[q->cur.i];
+        ch->tensor = t->index;
+        ch->K = t->K;
+        ch->src_type = t->src_type;
+        ch->tag = (int64_t)q->cur.i;
+        ch->n_rows = 0;
+        ch->n_cols = t->K;
+        ch->first_of_tensor = ch->last_of_tensor = true;
+        q->cur.i++;
+        q->cur.row = q->cur.col = 0;
+        return true;
+    }
     return pn_job_cursor_next(&q->cur, q->jt, q->n, ch);
+}
+
+static void qj_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
+                            int64_t n_elems)
+{
+    quant_job *q = ctx;
+    const pn_job_tensor *t = &q->jt[ch->tag];
+    const int64_t es = pn_type_row_bytes(t->src_type, 1);
+    q->rd_whole[ch->tag] = (uint32_t)crc32_z(q->rd_whole[ch->tag], bytes, (size_t)(n_elems * es));
+    q->rd_sample[ch->tag] = pn_sample_crc_update(q->rd_sample[ch->tag], t->rows,
+                                                 PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at, bytes,
+                                                 n_elems);
 }
 
 static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
@@ -176,6 +219,12 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
     const pn_job_tensor *t = &q->jt[ch->tag];
     const char *file = q->c->o->src_path;
     ch->t0 = pn_now_seconds();
+    if (copied(q->c, t->index)) {
+        /* checked against PREV's pn.tensor_crc32 before the run */
+        ch->out_len = (size_t)q->c->plan->t[t->index].bytes;
+        ch->crc = q->c->ru->crc32[t->index];
+        return PN_OK;
+    }
     if (!on_gpu(q, t))
         return pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC,
                                  &ch->crc, file, err);
@@ -233,12 +282,14 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
     }
     q->crc = (uint32_t)crc32_combine(q->crc, ch->crc, (z_off_t)ch->out_len);
     if (ch->last_of_tensor) {
-        c->plan->rel_error[t->index] = q->den > 0.0 ? q->num / q->den : 0.0;
+        c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
+                                       : q->den > 0.0 ? q->num / q->den : 0.0;
         c->plan->seconds[t->index] = pn_now_seconds() - q->t_first;
         c->crcs[t->index] = q->crc;
         q->num = q->den = 0.0;
     }
-    c->weights_done += (uint64_t)(ch->n_rows * ch->n_cols);
+    c->weights_done += copied(c, t->index) ? (uint64_t)c->plan->t[t->index].n_weights
+                                           : (uint64_t)(ch->n_rows * ch->n_cols);
     progress(c, PN_PHASE_QUANTIZE, t->index, t->name);
     return PN_OK;
 }
@@ -246,7 +297,11 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
-    pn_status st = gguf_writer_write(q->c->w, ch->out, ch->out_len, err);
+    const pn_reuse *ru = q->c->ru;
+    pn_status st = copied(q->c, (size_t)ch->tag)
+                       ? gguf_writer_copy_from(q->c->w, ru->fd, ru->offset[ch->tag], ch->out_len,
+                                               ru->path, err)
+                       : gguf_writer_write(q->c->w, ch->out, ch->out_len, err);
     if (st != PN_OK)
         return st;
     q->written += ch->out_len;
@@ -256,6 +311,30 @@ static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
         (void)sync_file_range(q->sync_fd, (off_t)q->synced, (off_t)(q->written - q->synced),
                               SYNC_FILE_RANGE_WRITE);
         q->synced = q->written;
+    }
+    return PN_OK;
+}
+
+/* The identity of every tensor once the stream has read the source: what
+ * the reader computed for the quantized tensors; for a copied one PREV's
+ * record of its source bytes (read again only with --reuse-verify). With
+ * --reuse the sampled rows were read before the run: they must not have
+ * changed since. */
+static pn_status merge_identity(run_ctx *c, const uint32_t *whole, const uint32_t *sample,
+                                pn_error *err)
+{
+    for (size_t i = 0; i < c->plan->n; i++) {
+        if (copied(c, i)) {
+            c->sid.tensor_crc[i] = c->ru->source_crc32[i];
+            continue;
+        }
+        if (c->sid.samples_known && c->sid.sample_crc[i] != sample[i])
+            return pn_error_set(err, PN_ERR_TRUNCATED,
+                                "%s: the file changed during the run: the sampled rows of tensor "
+                                "%s are not the ones read before it",
+                                c->o->src_path, c->plan->t[i].name);
+        c->sid.sample_crc[i] = sample[i];
+        c->sid.tensor_crc[i] = whole[i];
     }
     return PN_OK;
 }
@@ -270,7 +349,10 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     pn_status st = PN_OK;
     q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
     q.names = calloc(q.n ? q.n : 1, sizeof *q.names);
-    if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
+    q.rd_whole = calloc(q.n ? q.n : 1, sizeof *q.rd_whole);
+    q.rd_sample = calloc(q.n ? q.n : 1, sizeof *q.rd_sample);
+    if (!q.jt || !q.names || !q.rd_whole || !q.rd_sample ||
+        pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -319,10 +401,13 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write};
+    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_bytes};
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
+    stats->t_source_crc = t.source_bytes;
+    if (st == PN_OK)
+        st = merge_identity(c, q.rd_whole, q.rd_sample, err);
     stats->t_read = t.read;
     stats->t_widen = t.widen;
     stats->t_wait_input = t.wait_input;
@@ -337,6 +422,8 @@ done:
     pn_job_kernels_free(&q.k);
     free(q.jt);
     free(q.names);
+    free(q.rd_whole);
+    free(q.rd_sample);
     return st;
 }
 
@@ -519,12 +606,63 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         r.crc32 = c->crcs;
     }
     r.stats = stats;
+    if (c->ru) {
+        r.reuse_path = c->ru->path;
+        r.reused = c->reused;
+        r.reuse_why = c->ru->why;
+        r.reuse_none_why = c->ru->none_why[0] ? c->ru->none_why : NULL;
+    }
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);
     if (st != PN_OK)
         pn_error_set(err, st, "%s", local.msg[0] ? local.msg : pn_strerror(st));
     return st;
+}
+
+/* ---- --reuse ------------------------------------------------------------ */
+
+/* A phase that is one step (reading, checking): said once at its start. */
+static void progress_phase(run_ctx *c, int phase, const char *what)
+{
+    if (!c->o->progress)
+        return;
+    pn_progress p = {phase, 0, c->plan ? c->plan->n : 0, what, 0, 0, 0.0};
+    c->o->progress(&p, c->o->user);
+}
+
+/* Which tensors are copied from PREV: matched on the keys and the sampled
+ * rows, with --reuse-verify on the whole source tensors, then PREV's bytes
+ * checked (not on a dry run, which says what would be copied). */
+static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    pn_status st = pn_reuse_match(c->ru, c->plan->plan, &c->sid, c->plan->quantizer, o, err);
+    if (st == PN_OK && o->reuse_verify && !o->dry_run) {
+        double t0 = pn_now_seconds();
+        progress_phase(c, PN_PHASE_REUSE_CHECK, "reading the source tensors to copy");
+        st = pn_reuse_verify(c->ru, c->plan->plan, c->src, &c->sid, c->env.threads, o, err);
+        stats->t_verify = pn_now_seconds() - t0;
+    }
+    if (st == PN_OK && !o->dry_run) {
+        double t0 = pn_now_seconds();
+        progress_phase(c, PN_PHASE_REUSE_CHECK, "checking PREV's bytes");
+        st = pn_reuse_check_prev(c->ru, c->plan->plan, c->env.threads, o, err);
+        stats->t_reuse_check = pn_now_seconds() - t0;
+    }
+    if (st != PN_OK)
+        return st;
+    c->reused = calloc(c->plan->n ? c->plan->n : 1, sizeof *c->reused);
+    if (!c->reused)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < c->plan->n; i++) {
+        c->reused[i] = copied(c, i);
+        if (c->reused[i])
+            c->plan->rel_error[i] = NAN;    /* not computed: the bytes were not made here */
+    }
+    stats->n_reused = c->ru->n_copy;
+    stats->reused_bytes = c->ru->copy_bytes;
+    return PN_OK;
 }
 
 /* ---- the job ------------------------------------------------------------ */
@@ -624,9 +762,17 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
+    if (o->reuse_verify && !o->reuse_path)
+        return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+    if (o->reuse_path) {
+        /* PREV is refused at once when it cannot be one */
+        st = pn_reuse_open(o->reuse_path, &c.ru, err);
+        if (st != PN_OK)
+            return st;
+    }
     st = gguf_reader_open(o->src_path, &c.src, err);
     if (st != PN_OK)
-        return st;
+        goto out;
     for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {
         const gguf_tensor_info *info = gguf_reader_tensor(c.src, i);
         if (!pn_type_is_float(info->type)) {
@@ -638,10 +784,22 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             goto out;
         }
     }
+    st = pn_source_id_init(&c.sid, c.src, err);
+    if (st != PN_OK)
+        goto out;
+    if (c.ru) {
+        /* what to copy is decided on the sampled rows: read them first */
+        double ti = pn_now_seconds();
+        progress_phase(&c, PN_PHASE_IDENTITY, "reading the sampled rows");
+        st = pn_source_id_read_samples(&c.sid, c.src, c.env.threads, o->cancel, err);
+        stats->t_identity = pn_now_seconds() - ti;
+        if (st != PN_OK)
+            goto out;
+    }
 
     /* plan */
     double t0 = pn_now_seconds();
-    st = pn_job_plan_make(o, c.src, &c.env, &c.plan, stats, err);
+    st = pn_job_plan_make(o, c.src, &c.env, &c.sid, &c.plan, stats, err);
     stats->t_plan = pn_now_seconds() - t0 - stats->t_measure;
     if (st != PN_OK)
         goto out;
@@ -649,6 +807,11 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     stats->file_bytes = c.plan->file_bytes;
     stats->weights = c.plan->weights;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
+    if (c.ru) {
+        st = decide_reuse(&c, stats, err);
+        if (st != PN_OK)
+            goto out;
+    }
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
@@ -685,6 +848,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     st = gguf_writer_patch_arr(c.w, "pn.tensor_crc32", c.crcs, c.plan->n, err);
+    if (st == PN_OK)
+        st = gguf_writer_patch_arr(c.w, PN_KEY_SOURCE_SAMPLE_CRC, c.sid.sample_crc, c.plan->n, err);
+    if (st == PN_OK)
+        st = gguf_writer_patch_arr(c.w, PN_KEY_SOURCE_TENSOR_CRC, c.sid.tensor_crc, c.plan->n, err);
     double tf = pn_now_seconds();
     if (st == PN_OK)
         st = gguf_writer_close(c.w, err);
@@ -730,7 +897,11 @@ out:
     if (c.cuda)
         pn_cuda_close(c.cuda);
     free(c.crcs);
+    free(c.reused);
     pn_job_plan_free(c.plan);
     gguf_reader_close(c.src);
+    pn_source_id_free(&c.sid);
+    /* PREV is read until the output is committed (it may be DST) */
+    pn_reuse_free(c.ru);
     return st;
 }

@@ -145,8 +145,8 @@ static void print_reuse(FILE *f, const pn_quantize_result *r)
     const size_t n = r->plan->n_tensors, max_names = 12;
     fprintf(f, "reuse ");
     pn_fput_safe(f, r->reuse_path);
-    fprintf(f, ": %s %zu of %zu tensors, %llu bytes (%.3f GB)", r->dry_run ? "would copy" : "copied",
-            s->n_reused, n, (unsigned long long)s->reused_bytes, (double)s->reused_bytes / 1e9);
+    fprintf(f, ": %s %zu of %zu tensors, %llu bytes (%.3f GB)",
+            r->dry_run ? "would copy" : "copied", s->n_reused, n, (unsigned long long)s->reused_bytes, (double)s->reused_bytes / 1e9);
     if (r->dry_run)
         fprintf(f, " (PREV's bytes are checked in a real run)");
     fprintf(f, "; %s %zu", r->dry_run ? "would quantize" : "quantized", n - s->n_reused);

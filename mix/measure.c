@@ -393,8 +393,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         !((nf == 2 && strcmp(fl[1], "none") == 0) ||
           (nf == 3 && strcmp(fl[1], "hadamard") == 0 && parse_i64(fl[2], &cap) && cap >= 1 &&
            cap <= 1 << 20)))
-        LFAIL(PN_ERR_FORMAT, "%s:4: expected 'rotation<TAB>none' or 'rotation<TAB>hadamard<TAB><cap>'",
-              path);
+        LFAIL(PN_ERR_FORMAT,
+              "%s:4: expected 'rotation<TAB>none' or 'rotation<TAB>hadamard<TAB><cap>'", path);
     m->params.rotation_cap = (int)cap;
 
     s = next_line(&lr);
@@ -410,8 +410,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
     int64_t count;
     if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "candidates") != 0 ||
         !parse_i64(fl[1], &count) || count < 0 || (uint64_t)count > len / 4)
-        LFAIL(PN_ERR_FORMAT, "%s:6: expected 'candidates<TAB><count>' with a count the file can hold",
-              path);
+        LFAIL(PN_ERR_FORMAT,
+              "%s:6: expected 'candidates<TAB><count>' with a count the file can hold", path);
     m->entries = calloc(count ? (size_t)count : 1, sizeof *m->entries);
     seen = pn_name_index_new((size_t)count);
     if (!m->entries || !seen)
@@ -432,8 +432,9 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
                   path, line, fl[0], fl[1], fl[2]);
         uint64_t crc;
         if (!parse_hex(fl[3], 8, &crc))
-            LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s': expected a CRC-32 of 8 hex digits, found '%s'",
-                  path, line, fl[0], fl[3]);
+            LFAIL(PN_ERR_FORMAT,
+                  "%s:%d: tensor '%s': expected a CRC-32 of 8 hex digits, found '%s'", path,
+                  line, fl[0], fl[3]);
         e->rows_crc32 = (uint32_t)crc;
         if (pn_name_index_get(seen, fl[0]) >= 0)
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s' is listed twice", path, line, fl[0]);

@@ -105,8 +105,8 @@ pn_status pn_reuse_open(const char *path, pn_reuse **out, pn_error *err)
     pn_error rerr;
     pn_error_clear(&rerr);
     if (pn_recorded_source_read(ru->prev, &ru->rec, &rerr) != PN_OK)
-        snprintf(ru->rec_problem, sizeof ru->rec_problem, "its source identity is unusable (%.600s)",
-                 rerr.msg);
+        snprintf(ru->rec_problem, sizeof ru->rec_problem,
+                 "its source identity is unusable (%.600s)", rerr.msg);
     else if (!ru->rec.present)
         snprintf(ru->rec_problem, sizeof ru->rec_problem,
                  "it records no source identity (no pn.source.* keys: an older pn-quantize "

@@ -330,7 +330,7 @@ Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring
     free(m);
 }
 
-Test(reuse_measure, a_source_with_the_same_header_and_one_weight_changed_in_a_sampled_row_is_measured_again,
+Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is_measured_again,
      .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 4), *m = in_dir("m.txt");
@@ -483,7 +483,7 @@ static char *make_prev(const char *src, const char *name, const char *m)
     return prev;
 }
 
-Test(reuse, a_mix_change_copies_the_rest_and_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads,
+Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads,
      .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 10), *m = in_dir("m.txt");
@@ -521,7 +521,7 @@ Test(reuse, a_mix_change_copies_the_rest_and_writes_the_bytes_of_a_run_from_scra
     free(re);
 }
 
-Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_of_a_run_from_scratch,
+Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 11), *m = in_dir("m.txt");
@@ -555,7 +555,7 @@ Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_of_a_
     free(re);
 }
 
-Test(reuse, a_recipe_change_copies_the_tensors_it_leaves_alone_and_writes_the_bytes_of_a_run_from_scratch,
+Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 12), *m = in_dir("m.txt");

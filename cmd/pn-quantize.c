@@ -47,6 +47,12 @@ static const char usage[] =
     "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
     "                          else measure and save it there\n"
     "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"
+    "  --reuse PREV.gguf       copy from PREV, an earlier output of this source, every\n"
+    "                          tensor it holds with the same type, rotation and quantizer\n"
+    "                          whose sampled source rows are unchanged; quantize the rest\n"
+    "                          (the output is the same bytes; PREV may be DST, with --force)\n"
+    "  --reuse-verify          with --reuse: copy only tensors whose whole source bytes\n"
+    "                          match PREV's record (reads them, quantizes nothing more)\n"
     "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
     "                          order) whose file still fits SIZE (e.g. 12.5GiB, 13e9)\n"
     "  --rotation none|hadamard[:CAP]\n"
@@ -137,8 +143,44 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
             snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "",
                      t->rotation_block);
         }
+        if (r->reused && r->reused[i]) {
+            size_t l = strlen(note);
+            snprintf(note + l, sizeof note - l, "%sfrom PREV", l ? ", " : "");
+        }
         fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, type_name(t->src_type),
                 type_name(t->type), (unsigned long long)t->bytes, note);
+    }
+}
+
+/* How many tensors and bytes come from --reuse PREV, and which tensors were
+ * quantized (the first ones; the report has them all, with the reasons). */
+static void print_reuse(FILE *f, const pn_quantize_result *r)
+{
+    if (!r->reused)
+        return;
+    const pn_quantize_stats *s = r->stats;
+    const size_t n = r->plan->n_tensors, max_names = 12;
+    fprintf(f, "reuse ");
+    pn_fput_safe(f, r->reuse_path);
+    fprintf(f, ": %s %zu of %zu tensors, %llu bytes (%.3f GB)",
+            r->dry_run ? "would copy" : "copied", s->n_reused, n, (unsigned long long)s->reused_bytes, (double)s->reused_bytes / 1e9);
+    if (r->dry_run)
+        fprintf(f, " (PREV's bytes are checked in a real run)");
+    fprintf(f, "; %s %zu", r->dry_run ? "would quantize" : "quantized", n - s->n_reused);
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < max_names; i++)
+        if (!r->reused[i]) {
+            fprintf(f, "%s", k++ ? ", " : ": ");
+            pn_fput_safe(f, r->plan->tensors[i].name);
+        }
+    if (n - s->n_reused > max_names)
+        fprintf(f, " and %zu more%s", n - s->n_reused - max_names,
+                r->dry_run ? "" : " (all in --report)");
+    fputc('\n', f);
+    if (r->reuse_none_why) {
+        fprintf(f, "reuse: nothing copied: ");
+        pn_fput_safe(f, r->reuse_none_why);
+        fputc('\n', f);
     }
 }
 
@@ -158,6 +200,34 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
             "%.4f over all weights\n",
             (unsigned long long)r->file_bytes, (double)r->file_bytes / 1073741824.0,
             (double)r->file_bytes / 1e9, tot.bpw_pn, tot.bpw_all);
+    print_reuse(f, r);
+}
+
+/* --reuse: what was copied and what was quantized, and why (docs/reuse.md). */
+static void write_report_reuse(FILE *f, const pn_quantize_result *r)
+{
+    if (!r->reused)
+        return;
+    const pn_quantize_stats *s = r->stats;
+    fprintf(f, "  \"reuse\": {\"from\": ");
+    pn_json_put_str(f, r->reuse_path);
+    fprintf(f, ", \"tensors\": %zu, \"bytes\": %llu, \"nothing_because\": ", s->n_reused,
+            (unsigned long long)s->reused_bytes);
+    if (r->reuse_none_why)
+        pn_json_put_str(f, r->reuse_none_why);
+    else
+        fprintf(f, "null");
+    fprintf(f, ",\n    \"quantized\": [");
+    int k = 0;
+    for (size_t i = 0; i < r->plan->n_tensors; i++)
+        if (!r->reused[i]) {
+            fprintf(f, "%s\n      {\"name\": ", k++ ? "," : "");
+            pn_json_put_str(f, r->plan->tensors[i].name);
+            fprintf(f, ", \"because\": ");
+            pn_json_put_str(f, r->reuse_why[i] ? r->reuse_why[i] : "");
+            fprintf(f, "}");
+        }
+    fprintf(f, "%s]},\n", k ? "\n    " : "");
 }
 
 /* The files of a split output: one line each (nothing for one file). */
@@ -206,11 +276,13 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
             "\"measure_read\": %.3f, \"measure_compute\": %.3f, \"measure_wait_input\": %.3f, "
             "\"read\": %.3f, \"widen\": %.3f, \"rotate\": %.3f, \"quantize\": %.3f, "
             "\"error\": %.3f, \"crc\": %.3f, \"write\": %.3f, \"flush\": %.3f, "
-            "\"wait_input\": %.3f, \"wait_output\": %.3f, \"validate\": %.3f},\n",
+            "\"wait_input\": %.3f, \"wait_output\": %.3f, \"validate\": %.3f, "
+            "\"source_crc\": %.3f, \"identity\": %.3f, \"verify\": %.3f, \"reuse_check\": %.3f},\n",
             s->t_total, s->t_plan, s->t_measure, s->t_measure_read, s->t_measure_compute,
             s->t_measure_wait_input, s->t_read, s->t_widen, s->t_rotate, s->t_quantize,
             s->t_error, s->t_crc, s->t_write, s->t_flush, s->t_wait_input, s->t_wait_output,
-            s->t_validate);
+            s->t_validate, s->t_source_crc, s->t_identity, s->t_verify, s->t_reuse_check);
+    write_report_reuse(f, r);
     fprintf(f, "  \"promoted\": [");
     int k = 0;
     for (size_t i = 0; i < r->plan->n_tensors; i++)
@@ -230,8 +302,13 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
                 type_name(t->src_type), type_name(t->type), (unsigned long long)t->bytes);
         fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
                 t->promoted ? "true" : "false");
+        if (r->reused)
+            fprintf(f, "\"reused\": %s, ", r->reused[i] ? "true" : "false");
         if (r->dry_run || !tensor_written(r, i))
             fprintf(f, "\"relative_error\": null, \"crc32\": null, \"seconds\": null}");
+        else if (r->reused && r->reused[i])
+            fprintf(f, "\"relative_error\": null, \"crc32\": \"%08x\", \"seconds\": null}",
+                    r->crc32[i]);
         else
             fprintf(f, "\"relative_error\": %.6e, \"crc32\": \"%08x\", \"seconds\": %.3f}",
                     r->rel_error[i], r->crc32[i], r->seconds[i]);
@@ -276,9 +353,10 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
 {
     const char *rp = s->report_path;
     const char *inputs[] = {o->src_path, o->recipe_path, o->promote_list_path,
-                            o->measurement_path};
-    const char *what[] = {"the source", "the recipe", "the promote list", "the measurement"};
-    for (int i = 0; i < 4; i++)
+                            o->measurement_path, o->reuse_path};
+    const char *what[] = {"the source", "the recipe", "the promote list", "the measurement",
+                          "the --reuse file"};
+    for (int i = 0; i < 5; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
             fprintf(stderr, "pn-quantize: --report ");
             pn_fput_safe(stderr, rp);
@@ -408,6 +486,8 @@ static const char *phase_name(int phase)
     switch (phase) {
     case PN_PHASE_MEASURE: return "measuring";
     case PN_PHASE_VALIDATE: return "validating";
+    case PN_PHASE_IDENTITY: return "reading sampled rows";
+    case PN_PHASE_REUSE_CHECK: return "checking for --reuse";
     default: return "quantizing";
     }
 }
@@ -553,7 +633,7 @@ static int run(int argc, char **argv)
     int quiet = 0, force_progress = 0;
     enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
            O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
-           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX };
+           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY };
     static const struct option lopts[] = {
         {"recipe", required_argument, 0, O_RECIPE},
         {"promote", required_argument, 0, O_PROMOTE},
@@ -576,6 +656,8 @@ static int run(int argc, char **argv)
         {"split-index", required_argument, 0, O_SPLIT_INDEX},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, O_VERSION},
+        {"reuse", required_argument, 0, O_REUSE},
+        {"reuse-verify", no_argument, 0, O_REUSE_VERIFY},
         {0, 0, 0, 0},
     };
     int c;
@@ -679,6 +761,8 @@ static int run(int argc, char **argv)
             break;
         case 'h': fputs(usage, stdout); return 0;
         case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
+        case O_REUSE: o.reuse_path = optarg; break;
+        case O_REUSE_VERIFY: o.reuse_verify = true; break;
         default:
             if (optopt && optopt < 256)
                 fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
@@ -713,6 +797,10 @@ static int run(int argc, char **argv)
     if (o.split_index >= 0 && o.split.mode == GGUF_SPLIT_NONE && !o.keep_split) {
         fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
                         "--split-max-tensors or --keep-split\n");
+        return 2;
+    }
+    if (o.reuse_verify && !o.reuse_path) {
+        fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
         return 2;
     }
     if (read_environment(&o) != 0)
@@ -806,12 +894,15 @@ static int run(int argc, char **argv)
                stats.t_total > 0 ? (double)stats.weights / stats.t_total : 0.0, stats.backend);
         printf("stage seconds (they overlap): plan %.1f, measure %.1f (read %.1f, compute %.1f, "
                "waiting %.1f), read %.1f, widen %.1f, rotate %.1f, quantize %.1f, error %.1f, "
-               "crc %.1f, write %.1f, flush %.1f, validate %.1f; compute waited %.1f for "
-               "input, reader %.1f for buffers\n",
+               "crc %.1f, write %.1f, flush %.1f, validate %.1f, source crc %.1f; compute "
+               "waited %.1f for input, reader %.1f for buffers\n",
                stats.t_plan, stats.t_measure, stats.t_measure_read, stats.t_measure_compute,
                stats.t_measure_wait_input, stats.t_read, stats.t_widen, stats.t_rotate,
                stats.t_quantize, stats.t_error, stats.t_crc, stats.t_write, stats.t_flush,
-               stats.t_validate, stats.t_wait_input, stats.t_wait_output);
+               stats.t_validate, stats.t_source_crc, stats.t_wait_input, stats.t_wait_output);
+        if (o.reuse_path)
+            printf("reuse seconds: sampled rows %.1f, --reuse-verify %.1f, PREV checked %.1f\n",
+                   stats.t_identity, stats.t_verify, stats.t_reuse_check);
     }
     return 0;
 }

@@ -465,6 +465,71 @@ pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t 
     return write_loop(f, data, n, false, at, err);
 }
 
+/* Bytes per pread/write step of pn_outfile_copy_from's fallback, and the
+ * most copy_file_range is asked for at once (so a signal is seen soon). */
+#define COPY_STEP ((size_t)1 << 20)
+#define COPY_KERNEL_STEP ((uint64_t)64 << 20)
+
+static pn_status copy_by_read(pn_outfile *f, int fd, uint64_t off, uint64_t n,
+                              const char *src_name, pn_error *err)
+{
+    uint8_t *buf = malloc(n < COPY_STEP ? (size_t)(n ? n : 1) : COPY_STEP);
+    if (!buf)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory copying from %s", f->target,
+                            src_name);
+    pn_status st = PN_OK;
+    while (n > 0 && st == PN_OK) {
+        size_t want = n < COPY_STEP ? (size_t)n : COPY_STEP;
+        ssize_t r = pread(fd, buf, want, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            st = pn_error_set(err, PN_ERR_IO, "%s: cannot read at byte offset %llu: %s",
+                              src_name, (unsigned long long)off, strerror(errno));
+            break;
+        }
+        if (r == 0) {
+            st = pn_error_set(err, PN_ERR_TRUNCATED,
+                              "%s: the file ends at byte offset %llu, %llu bytes before what "
+                              "was to be copied (it changed or shrank)",
+                              src_name, (unsigned long long)off, (unsigned long long)n);
+            break;
+        }
+        st = write_loop(f, buf, (size_t)r, true, 0, err);
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
+    }
+    free(buf);
+    return st;
+}
+
+pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
+                               const char *src_name, pn_error *err)
+{
+    if (!f || f->state != OF_OPEN)
+        return not_open(f, err);
+    if (!src_name)
+        src_name = "(input)";
+    if (off > (uint64_t)INT64_MAX - n)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: copy from byte offset %llu overflows",
+                            src_name, (unsigned long long)off);
+    while (n > 0 && !f->opts.copy_by_read) {
+        loff_t in = (loff_t)off;
+        size_t want = n < COPY_KERNEL_STEP ? (size_t)n : (size_t)COPY_KERNEL_STEP;
+        ssize_t r = copy_file_range(fd, &in, f->fd, NULL, want, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
+            return io_fail(f, err, errno, "cannot copy into the file", f->pos);
+        if (r <= 0)
+            break;     /* the kernel cannot (or the input ended): the reads say which */
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
+        f->pos += (uint64_t)r;
+    }
+    return n > 0 ? copy_by_read(f, fd, off, n, src_name, err) : PN_OK;
+}
+
 /* The stream writes through here, so that its first error (ENOSPC, EFBIG)
  * and offset are known at finish, whatever stdio made of them. */
 static ssize_t stream_write(void *cookie, const char *buf, size_t n)

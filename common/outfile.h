@@ -49,6 +49,9 @@ typedef struct pn_outfile_opts {
      * unlink() as where renameat2(RENAME_NOREPLACE) is unavailable. */
     bool named_temp;
     bool link_commit;
+    /* For tests of pn_outfile_copy_from's fallback: copy with pread and
+     * write, never copy_file_range. */
+    bool copy_by_read;
 } pn_outfile_opts;
 
 typedef struct pn_outfile pn_outfile;
@@ -77,6 +80,17 @@ pn_status pn_outfile_write(pn_outfile *f, const void *data, size_t n, pn_error *
  * data); the current position does not move. */
 pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at,
                             pn_error *err);
+/* Appends n bytes that lie in another file: descriptor fd (opened for
+ * reading; its position does not move) from byte offset `off`. They go
+ * with copy_file_range, which lets the kernel copy them without passing
+ * through this process (or the filesystem share the blocks, a reflink,
+ * where it can), and with pread and write where the kernel refuses
+ * (EXDEV, EINVAL, ENOSYS, EOPNOTSUPP, ...). src_name names fd in messages;
+ * PN_ERR_TRUNCATED when fd ends before off + n, PN_ERR_IO for a read
+ * error of fd (both naming src_name and the offset), write errors as for
+ * pn_outfile_write. */
+pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
+                               const char *src_name, pn_error *err);
 /* A stdio stream on the file, for text output (fprintf); owned by the
  * outfile, flushed and closed by pn_outfile_finish; its errors (ferror,
  * fflush) are reported there. Do not mix with pn_outfile_write. NULL (err

@@ -274,6 +274,9 @@ const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
  * s holds tensors [first(s), first(s + 1)). gguf_reader_tensor_index_in_split
  * is tensor i's index in its split's reader (SIZE_MAX when out of range). */
 size_t gguf_reader_n_splits(const gguf_reader *r);
+/* The descriptor a file reader reads (read-only; the reader's: do not close
+ * it); -1 for a memory reader; a set's: its first file's. */
+int gguf_reader_fd(const gguf_reader *r);
 const gguf_reader *gguf_reader_split(const gguf_reader *r, size_t s);
 size_t gguf_reader_split_first(const gguf_reader *r, size_t s);
 size_t gguf_reader_tensor_index_in_split(const gguf_reader *r, size_t i);
@@ -380,6 +383,14 @@ const char *gguf_writer_note(const gguf_writer *w);
 /* Streams bytes of tensors in order; a tensor may be written in several
  * calls. Padding between tensors is inserted automatically. */
 pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error *err);
+/* Like gguf_writer_write for n bytes of tensor data that lie in another
+ * file: descriptor fd from byte offset off (pn_outfile_copy_from:
+ * copy_file_range, else pread and write), padding inserted the same way.
+ * The bytes are not looked at here: the caller checks them before (e.g. a
+ * CRC) and validates the written file after. src_name names fd in
+ * messages. */
+pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n,
+                                const char *src_name, pn_error *err);
 /* Overwrites the elements of an existing fixed-size array key in the already
  * written header (e.g. CRCs known only after the data); count must match. */
 pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,

@@ -1266,6 +1266,7 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
 /* Accessors                                                           */
 
 const char *gguf_reader_name(const gguf_reader *r) { return file_of(r)->name; }
+int gguf_reader_fd(const gguf_reader *r) { return file_of(r)->fd; }
 const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return file_of(r)->base; }
 uint32_t gguf_reader_version(const gguf_reader *r) { return file_of(r)->version; }
 uint64_t gguf_reader_file_size(const gguf_reader *r) { return file_of(r)->size; }

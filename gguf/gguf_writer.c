@@ -884,6 +884,42 @@ pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error
     return PN_OK;
 }
 
+pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n,
+                                const char *src_name, pn_error *err)
+{
+    if (!w || w->state != W_OPEN)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: copy before begin or after close");
+    while (n > 0) {
+        if (w->cur >= w->n_tensors)
+            FAIL_ABORT(w, err, PN_ERR_USAGE,
+                       "%s: %llu bytes copied past the end of the last tensor (offset %llu)",
+                       w->target, (unsigned long long)n, (unsigned long long)position(w));
+        writer_tensor *t = &w->tensors[w->cur];
+        uint64_t left = t->size - w->cur_done;
+        uint64_t take = left < n ? left : n;
+        /* what is buffered goes first, then the copy lands after it */
+        pn_status st = flush(w, err);
+        if (st)
+            return st;
+        st = pn_outfile_copy_from(w->out, fd, off, take, src_name, err);
+        if (st) {
+            gguf_writer_abort(w);
+            return st;
+        }
+        w->flushed += take;
+        off += take;
+        n -= take;
+        w->cur_done += take;
+        if (w->cur_done == t->size) {
+            if ((st = emit_zeros(w, padding(position(w), w->alignment), err)))
+                return st;
+            w->cur++;
+            w->cur_done = 0;
+        }
+    }
+    return PN_OK;
+}
+
 pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
                                 uint64_t count, pn_error *err)
 {

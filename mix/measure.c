@@ -16,7 +16,7 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 
-#define MEASURE_FORMAT_VERSION 1
+#define MEASURE_FORMAT_VERSION PN_MEASURE_FORMAT_VERSION
 #define MEASURE_MAX_FILE_BYTES (64u << 20)
 
 int64_t pn_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out)
@@ -134,67 +134,37 @@ void pn_measure_acc_result(const pn_measure_acc *acc, double *e3, double *e4)
     }
 }
 
-/* ---- identity ---- */
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static uint64_t fnv1a_le(uint64_t h, uint64_t v, int bytes)
-{
-    uint8_t b[8];
-    for (int i = 0; i < bytes; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    return fnv1a(h, b, (size_t)bytes);
-}
-
-void pn_source_identity(const pn_tensor_desc *tensors, size_t n, uint64_t file_size,
-                        char *buf, size_t size)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        const pn_tensor_desc *t = &tensors[i];
-        h = fnv1a(h, t->name, strlen(t->name) + 1);   /* the NUL separates names */
-        h = fnv1a_le(h, t->n_dims, 4);
-        for (int k = 0; k < 4; k++)
-            h = fnv1a_le(h, (uint64_t)t->ne[k], 8);
-        h = fnv1a_le(h, (uint32_t)t->src_type, 4);
-    }
-    snprintf(buf, size, "bytes=%" PRIu64 " tensors=%zu fnv1a64=%016" PRIx64, file_size, n, h);
-}
-
 /* ---- the measurement ---- */
 
-static bool identity_ok(const char *s)
+static bool text_ok(const char *s)
 {
-    return s && *s && strlen(s) < PN_MEASURE_IDENTITY_MAX && !strpbrk(s, "\t\r\n");
+    return s && *s && strlen(s) < PN_MEASURE_TEXT_MAX && !strpbrk(s, "\t\r\n");
 }
 
-pn_status pn_measurement_new(const pn_plan *plan, const char *identity, int64_t sample_max_rows,
+static bool params_ok(const pn_measure_params *p)
+{
+    return text_ok(p->quantizer) && p->sample_max_rows >= 1 && p->rotation_cap >= 0;
+}
+
+pn_status pn_measurement_new(const pn_plan *plan, const pn_measure_params *params,
                              pn_measurement **out, pn_error *err)
 {
     *out = NULL;
-    if (!identity_ok(identity))
+    if (!text_ok(params->quantizer))
         return pn_error_set(err, PN_ERR_USAGE,
-                            "measurement: expected a one-line source identity of 1 to %d bytes",
-                            PN_MEASURE_IDENTITY_MAX - 1);
-    if (sample_max_rows < 1)
+                            "measurement: expected a one-line quantizer name of 1 to %d bytes",
+                            PN_MEASURE_TEXT_MAX - 1);
+    if (params->sample_max_rows < 1 || params->rotation_cap < 0)
         return pn_error_set(err, PN_ERR_USAGE,
                             "measurement: expected a sample of at least 1 row, found %lld",
-                            (long long)sample_max_rows);
+                            (long long)params->sample_max_rows);
     pn_measurement *m = calloc(1, sizeof *m);
-    if (!m || !(m->identity = strdup(identity)) ||
+    if (!m ||
         !(m->entries = calloc(plan->n_candidates ? plan->n_candidates : 1, sizeof *m->entries))) {
         pn_measurement_free(m);
         return pn_error_set(err, PN_ERR_NOMEM, "measurement: out of memory");
     }
-    m->sample_max_rows = sample_max_rows;
+    m->params = *params;
     for (size_t i = 0; i < plan->n_tensors; i++) {
         if (!plan->tensors[i].candidate)
             continue;
@@ -215,7 +185,6 @@ void pn_measurement_free(pn_measurement *m)
     for (size_t i = 0; i < m->n; i++)
         free(m->entries[i].name);
     free(m->entries);
-    free(m->identity);
     free(m);
 }
 
@@ -231,8 +200,10 @@ static bool e_ok(double e) { return isfinite(e) && e >= 0.0; }
 
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err)
 {
-    if (!identity_ok(m->identity))
-        return pn_error_set(err, PN_ERR_USAGE, "%s: the source identity is not one line", path);
+    if (!params_ok(&m->params))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: the quantizer name is not one line, or the sample is empty",
+                            path);
     for (size_t i = 0; i < m->n; i++) {
         const pn_measure_entry *e = &m->entries[i];
         if (!*e->name || strpbrk(e->name, "\t\r\n"))
@@ -253,12 +224,17 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
     FILE *f = pn_outfile_stream(out, err);
     if (f) {
         fprintf(f, "pn-measure\t%d\n", MEASURE_FORMAT_VERSION);
-        fprintf(f, "source\t%s\n", m->identity);
-        fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->sample_max_rows);
+        fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", m->params.source_header_hash);
+        fprintf(f, "quantizer\t%s\n", m->params.quantizer);
+        if (m->params.rotation_cap > 0)
+            fprintf(f, "rotation\thadamard\t%d\n", m->params.rotation_cap);
+        else
+            fprintf(f, "rotation\tnone\n");
+        fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
         fprintf(f, "candidates\t%zu\n", m->n);
         for (size_t i = 0; i < m->n; i++)
-            fprintf(f, "%s\t%.17g\t%.17g\n", m->entries[i].name, m->entries[i].e3,
-                    m->entries[i].e4);
+            fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name,
+                    m->entries[i].e3, m->entries[i].e4, m->entries[i].rows_crc32);
         fprintf(f, "end\n");
         st = pn_outfile_commit(out, err);
     } else {
@@ -337,10 +313,29 @@ static bool parse_e(const char *s, double *v)
 
 #define LFAIL(code, ...) do { st = pn_error_set(err, code, __VA_ARGS__); goto done; } while (0)
 
-pn_status pn_measurement_load(const char *path, const char *expected_identity,
-                              pn_measurement **out, pn_error *err)
+/* A hexadecimal number of exactly `digits` digits. */
+static bool parse_hex(const char *s, int digits, uint64_t *v)
+{
+    if ((int)strlen(s) != digits)
+        return false;
+    uint64_t x = 0;
+    for (int i = 0; i < digits; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return false;
+        x = x << 4 | (uint64_t)d;
+    }
+    *v = x;
+    return true;
+}
+
+pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version,
+                              pn_error *err)
 {
     *out = NULL;
+    if (version)
+        *version = 0;
     char *buf = NULL;
     size_t len = 0;
     pn_status st = pn_read_small_file(path, MEASURE_MAX_FILE_BYTES, "measurement", &buf, &len,
@@ -361,36 +356,62 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
     if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "pn-measure") != 0)
         LFAIL(PN_ERR_FORMAT, "%s:1: expected 'pn-measure<TAB>%d' (a measurement file)", path,
               MEASURE_FORMAT_VERSION);
+    if (parse_i64(fl[1], &v) && v >= 1 && v < MEASURE_FORMAT_VERSION) {
+        if (version)
+            *version = (int)v;
+        LFAIL(PN_ERR_VERSION,
+              "%s: a measurement of format %lld, from an older pn-quantize: it does not record "
+              "the rows it measured or the rotation, rows and quantizer its figures depend on; "
+              "measure again", path, (long long)v);
+    }
     if (!parse_i64(fl[1], &v) || v != MEASURE_FORMAT_VERSION)
         LFAIL(PN_ERR_VERSION, "%s:1: expected measurement format version %d, found '%s'", path,
               MEASURE_FORMAT_VERSION, fl[1]);
+    if (version)
+        *version = (int)v;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
+
+    uint64_t h;
+    s = next_line(&lr);
+    if (!s || split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "source") != 0 ||
+        strcmp(fl[1], "header-fnv1a64") != 0 || !parse_hex(fl[2], 16, &h))
+        LFAIL(PN_ERR_FORMAT, "%s:2: expected 'source<TAB>header-fnv1a64<TAB><16 hex digits>'",
+              path);
+    m->params.source_header_hash = h;
 
     s = next_line(&lr);
-    if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "source") != 0 || !identity_ok(fl[1]))
-        LFAIL(PN_ERR_FORMAT, "%s:2: expected 'source<TAB><identity>'", path);
-    if (expected_identity && strcmp(fl[1], expected_identity) != 0)
-        LFAIL(PN_ERR_MISMATCH,
-              "%s: measured on another source: the file says '%s', this source is '%s'; "
-              "measure again", path, fl[1], expected_identity);
-    m = calloc(1, sizeof *m);
-    if (!m || !(m->identity = strdup(fl[1])))
-        LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
+    if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "quantizer") != 0 || !text_ok(fl[1]))
+        LFAIL(PN_ERR_FORMAT, "%s:3: expected 'quantizer<TAB><name and version>'", path);
+    snprintf(m->params.quantizer, sizeof m->params.quantizer, "%s", fl[1]);
+
+    s = next_line(&lr);
+    int nf = s ? split_tabs(s, fl, 4) : 0;
+    int64_t cap = 0;
+    if (!s || strcmp(fl[0], "rotation") != 0 ||
+        !((nf == 2 && strcmp(fl[1], "none") == 0) ||
+          (nf == 3 && strcmp(fl[1], "hadamard") == 0 && parse_i64(fl[2], &cap) && cap >= 1 &&
+           cap <= 1 << 20)))
+        LFAIL(PN_ERR_FORMAT,
+              "%s:4: expected 'rotation<TAB>none' or 'rotation<TAB>hadamard<TAB><cap>'", path);
+    m->params.rotation_cap = (int)cap;
 
     s = next_line(&lr);
     if (!s || split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "sample") != 0)
-        LFAIL(PN_ERR_FORMAT, "%s:3: expected 'sample<TAB>evenly-spaced<TAB><max rows>'", path);
+        LFAIL(PN_ERR_FORMAT, "%s:5: expected 'sample<TAB>evenly-spaced<TAB><max rows>'", path);
     if (strcmp(fl[1], "evenly-spaced") != 0)
-        LFAIL(PN_ERR_FORMAT, "%s:3: expected the sampling rule 'evenly-spaced', found '%s'", path,
+        LFAIL(PN_ERR_FORMAT, "%s:5: expected the sampling rule 'evenly-spaced', found '%s'", path,
               fl[1]);
-    if (!parse_i64(fl[2], &m->sample_max_rows) || m->sample_max_rows < 1)
-        LFAIL(PN_ERR_FORMAT, "%s:3: expected a maximum row count >= 1, found '%s'", path, fl[2]);
+    if (!parse_i64(fl[2], &m->params.sample_max_rows) || m->params.sample_max_rows < 1)
+        LFAIL(PN_ERR_FORMAT, "%s:5: expected a maximum row count >= 1, found '%s'", path, fl[2]);
 
     s = next_line(&lr);
     int64_t count;
     if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "candidates") != 0 ||
         !parse_i64(fl[1], &count) || count < 0 || (uint64_t)count > len / 4)
-        LFAIL(PN_ERR_FORMAT, "%s:4: expected 'candidates<TAB><count>' with a count the file can hold",
-              path);
+        LFAIL(PN_ERR_FORMAT,
+              "%s:6: expected 'candidates<TAB><count>' with a count the file can hold", path);
     m->entries = calloc(count ? (size_t)count : 1, sizeof *m->entries);
     seen = pn_name_index_new((size_t)count);
     if (!m->entries || !seen)
@@ -402,12 +423,19 @@ pn_status pn_measurement_load(const char *path, const char *expected_identity,
             LFAIL(PN_ERR_TRUNCATED, "%s: expected %lld candidate lines, found %lld", path,
                   (long long)count, (long long)i);
         int line = lr.line;
-        if (split_tabs(s, fl, 4) != 3 || !*fl[0])
-            LFAIL(PN_ERR_FORMAT, "%s:%d: expected '<tensor name><TAB><E3><TAB><E4>'", path, line);
+        if (split_tabs(s, fl, 5) != 4 || !*fl[0])
+            LFAIL(PN_ERR_FORMAT, "%s:%d: expected '<tensor name><TAB><E3><TAB><E4><TAB><CRC-32>'",
+                  path, line);
         pn_measure_entry *e = &m->entries[m->n];
         if (!parse_e(fl[1], &e->e3) || !parse_e(fl[2], &e->e4))
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s': expected two finite errors >= 0, found '%s' '%s'",
                   path, line, fl[0], fl[1], fl[2]);
+        uint64_t crc;
+        if (!parse_hex(fl[3], 8, &crc))
+            LFAIL(PN_ERR_FORMAT,
+                  "%s:%d: tensor '%s': expected a CRC-32 of 8 hex digits, found '%s'", path,
+                  line, fl[0], fl[3]);
+        e->rows_crc32 = (uint32_t)crc;
         if (pn_name_index_get(seen, fl[0]) >= 0)
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s' is listed twice", path, line, fl[0]);
         if (!(e->name = strdup(fl[0])) || !pn_name_index_put(seen, e->name, m->n, NULL))
@@ -428,5 +456,90 @@ done:
         return st;
     }
     *out = m;
+    return PN_OK;
+}
+
+/* ---- is it the measurement this run would make? ---- */
+
+static void rotation_text(int cap, char *buf, size_t size)
+{
+    if (cap > 0)
+        snprintf(buf, size, "hadamard:%d", cap);
+    else
+        snprintf(buf, size, "none");
+}
+
+pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
+                                      const pn_measure_params *want, const pn_plan *plan,
+                                      pn_error *err)
+{
+    const pn_measure_params *got = &m->params;
+    if (got->source_header_hash != want->source_header_hash)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: measured on another source: its header hash (FNV-1a 64) is "
+                            "%016" PRIx64 ", this source's is %016" PRIx64,
+                            path, got->source_header_hash, want->source_header_hash);
+    if (strcmp(got->quantizer, want->quantizer) != 0)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: measured by another quantizer version: '%s', this run is '%s'",
+                            path, got->quantizer, want->quantizer);
+    if (got->rotation_cap != want->rotation_cap) {
+        char a[32], b[32];
+        rotation_text(got->rotation_cap, a, sizeof a);
+        rotation_text(want->rotation_cap, b, sizeof b);
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: measured with another rotation: %s, this run uses %s", path, a,
+                            b);
+    }
+    if (got->sample_max_rows != want->sample_max_rows)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: measured on another number of rows: %lld per tensor, this run "
+                            "samples %lld (--measure-rows)",
+                            path, (long long)got->sample_max_rows,
+                            (long long)want->sample_max_rows);
+    /* the same candidates in the same (tensor) order */
+    size_t k = 0;
+    for (size_t i = 0; i < plan->n_tensors; i++) {
+        const pn_plan_tensor *t = &plan->tensors[i];
+        if (!t->candidate)
+            continue;
+        if (k >= m->n || strcmp(m->entries[k].name, t->name) != 0) {
+            long at = pn_measurement_find(m, t->name);
+            if (at < 0)
+                return pn_error_set(err, PN_ERR_MISMATCH,
+                                    "%s: tensor %s, a promotion candidate of this run, was not "
+                                    "measured",
+                                    path, t->name);
+            return pn_error_set(err, PN_ERR_MISMATCH,
+                                "%s: tensor %s was measured but is not a promotion candidate of "
+                                "this run",
+                                path, k < m->n ? m->entries[k].name : t->name);
+        }
+        k++;
+    }
+    if (k < m->n)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: tensor %s was measured but is not a promotion candidate of this "
+                            "run",
+                            path, m->entries[k].name);
+    return PN_OK;
+}
+
+pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path,
+                                    const pn_plan *plan, const uint32_t *rows_crc,
+                                    pn_error *err)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < plan->n_tensors && k < m->n; i++) {
+        if (!plan->tensors[i].candidate)
+            continue;
+        const pn_measure_entry *e = &m->entries[k++];
+        if (e->rows_crc32 != rows_crc[i])
+            return pn_error_set(err, PN_ERR_MISMATCH,
+                                "%s: tensor %s: its sampled rows are not the ones measured "
+                                "(CRC-32 %08" PRIx32 " when measured, %08" PRIx32 " now): the "
+                                "source changed",
+                                path, e->name, e->rows_crc32, rows_crc[i]);
+    }
     return PN_OK;
 }

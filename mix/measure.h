@@ -21,15 +21,25 @@
  * with pn_measure_row and adds them in row order with pn_measure_acc_add.
  * A tensor whose sampled rows are all zero has E3 = E4 = 0.
  *
- * Measurement file (text, UTF-8, '\n' line ends, fields separated by one tab):
- *   pn-measure	1
- *   source	<identity>             who was measured (pn_source_identity)
- *   sample	evenly-spaced	<M>        the sampling rule and its maximum
+ * Measurement file, format 2 (text, UTF-8, '\n' line ends, fields
+ * separated by one tab):
+ *   pn-measure	2
+ *   source	header-fnv1a64	<16 hex digits>   the source's header hash
+ *   quantizer	<text>                  pn.quantizer of the run that measured
+ *   rotation	hadamard	<cap>            or: rotation	none
+ *   sample	evenly-spaced	<M>           the sampling rule and its maximum
  *   candidates	<count>
- *   <name>	<E3>	<E4>               count lines, tensor order, %.17g
+ *   <name>	<E3>	<E4>	<crc>              count lines, tensor order, %.17g;
+ *                                      crc: 8 hex digits, the CRC-32 of the
+ *                                      source bytes of the rows measured,
+ *                                      concatenated in row order
  *   end
- * Loading checks every line and refuses, with the expected and found
- * identity, a file measured on another source (PN_ERR_MISMATCH).
+ * The figures depend on exactly these: the rows' bytes, the rotation, M and
+ * the quantizer (pn3t/pn4t). pn_measurement_check_params and
+ * pn_measurement_check_rows say, naming the part (and the tensor), when a
+ * measurement is not the one a run would make; the run then measures
+ * again. A file of format 1 (which records none of this) is refused by
+ * pn_measurement_load with PN_ERR_VERSION and a message to measure again.
  *
  * Ownership: a pn_measurement owns its strings; free with pn_measurement_free.
  */
@@ -43,7 +53,8 @@
 #include "mix/plan.h"
 
 #define PN_SAMPLE_ROWS_DEFAULT 256
-#define PN_MEASURE_IDENTITY_MAX 512   /* bytes, with the terminator */
+#define PN_MEASURE_FORMAT_VERSION 2
+#define PN_MEASURE_TEXT_MAX 256       /* bytes of the quantizer text, with the terminator */
 
 /* Writes the sampled row numbers (ascending) to out, which must hold
  * min(n_rows, max_rows) entries; returns how many. 0 if n_rows < 1 or
@@ -76,28 +87,29 @@ pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_
 /* E3 and E4 from an accumulator (0 when the norm is 0). */
 void pn_measure_acc_result(const pn_measure_acc *acc, double *e3, double *e4);
 
-/* One line of identity for a source: its file size, tensor count and a
- * 64-bit FNV-1a hash of every tensor's name, n_dims, ne and source type, e.g.
- * "bytes=53805120512 tensors=851 fnv1a64=0123456789abcdef". */
-void pn_source_identity(const pn_tensor_desc *tensors, size_t n, uint64_t file_size,
-                        char *buf, size_t size);
+/* What a measurement's figures depend on besides its rows' bytes. */
+typedef struct pn_measure_params {
+    uint64_t source_header_hash;             /* pipeline/source_id.h */
+    char quantizer[PN_MEASURE_TEXT_MAX];     /* pn.quantizer: one line, no tab */
+    int rotation_cap;                        /* 0: none; else the Hadamard cap */
+    int64_t sample_max_rows;                 /* M, >= 1 */
+} pn_measure_params;
 
 typedef struct pn_measure_entry {
     char *name;
     double e3, e4;
+    uint32_t rows_crc32;         /* of the source bytes of the rows measured */
 } pn_measure_entry;
 
 typedef struct pn_measurement {
-    char *identity;
-    int64_t sample_max_rows;
+    pn_measure_params params;
     size_t n;
     pn_measure_entry *entries;   /* the plan's candidates, in tensor order */
 } pn_measurement;
 
-/* A measurement with one entry per candidate of the plan (E3 = E4 = 0 until
- * set). identity must be one line (no '\n', '\r' or tab) shorter than
- * PN_MEASURE_IDENTITY_MAX. */
-pn_status pn_measurement_new(const pn_plan *plan, const char *identity, int64_t sample_max_rows,
+/* A measurement with one entry per candidate of the plan (E3 = E4 = 0 and
+ * CRC 0 until set). params->quantizer must be one line without a tab. */
+pn_status pn_measurement_new(const pn_plan *plan, const pn_measure_params *params,
                              pn_measurement **out, pn_error *err);
 void pn_measurement_free(pn_measurement *m);
 /* Index of the entry for name, or -1. */
@@ -107,9 +119,27 @@ long pn_measurement_find(const pn_measurement *m, const char *name);
  * replaced atomically, a directory or FIFO is refused. Every
  * E must be finite and >= 0 and no name may hold a tab or line break. */
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err);
-/* Reads a file; when expected_identity is not NULL the file's identity must
- * equal it. */
-pn_status pn_measurement_load(const char *path, const char *expected_identity,
-                              pn_measurement **out, pn_error *err);
+/* Reads a file. *version (may be NULL) receives the format version of its
+ * first line (0 when it has none); a version other than
+ * PN_MEASURE_FORMAT_VERSION is PN_ERR_VERSION, whose message for an older
+ * one says to measure again. */
+pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version,
+                              pn_error *err);
+
+/* Whether m was measured with `want` on the candidates of `plan`: the
+ * source's header, the quantizer, the rotation, the rows sampled, then the
+ * candidate set (every candidate measured, nothing else). PN_ERR_MISMATCH
+ * with a message naming the part that differs, both values, and for the
+ * candidate set the first tensor. path names m in the message. */
+pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
+                                      const pn_measure_params *want, const pn_plan *plan,
+                                      pn_error *err);
+/* Whether the rows m measured hold the bytes they held: rows_crc[i] is the
+ * CRC-32 of the sampled rows (m's rule) of plan tensor i, read for every
+ * candidate. PN_ERR_MISMATCH naming the first candidate that differs and
+ * both CRCs. Call after pn_measurement_check_params. */
+pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path,
+                                    const pn_plan *plan, const uint32_t *rows_crc,
+                                    pn_error *err);
 
 #endif

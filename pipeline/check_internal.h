@@ -52,6 +52,10 @@ pn_str_walk pn_str_walk_start(const gguf_kv *kv);
 gguf_str pn_str_walk_next(pn_str_walk *w);
 
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
+/* check_source.c: the pn.source.* keys' form (from pn_check_metadata), and
+ * with --source whether it is the source the file was made from. */
+void pn_check_source_keys(pn_check_ctx *c);
+pn_status pn_check_source_identity(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_data(pn_check_ctx *c, pn_error *err);
 

@@ -30,6 +30,12 @@ static const key_rule key_rules[] = {
     {"pn.rotation.block_size", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
     {"pn.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {"pn.quantizer", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    /* optional, checked by check_source.c */
+    {"pn.source.header_fnv1a64", GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
+    {"pn.source.sample_rows", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    {"pn.source.sample_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {"pn.source.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {"pn.source.type", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 
@@ -313,6 +319,7 @@ pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)
     check_rotation(c);
     check_crc_key(c);
     typed_key(c, &key_rules[6], &raw);
+    pn_check_source_keys(c);
     check_unknown_keys(c);
     return PN_OK;
 }

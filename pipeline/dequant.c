@@ -102,21 +102,32 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
     return PN_OK;
 }
 
-/* A split input's pn.tensor_crc32 as pn_decoded.tensor_crc32: each split
- * records its own tensors' CRCs, and the output's key holds them all, as it
- * does from the unsplit file. A set whose splits do not all record them
- * gives no key. */
-static pn_status copy_set_crcs(gguf_writer *w, const gguf_reader *r, pn_error *err)
+/* The per-tensor keys of a PN file: in a split set each split records its
+ * own tensors' entries. */
+static bool is_per_tensor_key(gguf_str k)
+{
+    return gguf_str_eq(k, "pn.tensor_crc32") || gguf_str_eq(k, "pn.source.sample_crc32") ||
+           gguf_str_eq(k, "pn.source.tensor_crc32") || gguf_str_eq(k, "pn.source.type");
+}
+
+/* A split input's per-tensor key `pn.X` as `pn_decoded.X`: the output's key
+ * holds every split's entries, as it does from the unsplit file. A set whose
+ * splits do not all record it gives no key. */
+static pn_status copy_set_array(gguf_writer *w, const gguf_reader *r, gguf_str key,
+                                pn_error *err)
 {
     const size_t n = gguf_reader_n_tensors(r);
-    uint32_t *crcs = malloc((n ? n : 1) * sizeof *crcs);
-    if (!crcs)
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu CRCs", n);
+    uint32_t *v = malloc((n ? n : 1) * sizeof *v);
+    char in[64], out[80];
+    if (!v)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu values", n);
+    snprintf(in, sizeof in, "%.*s", (int)key.len, key.data);
+    snprintf(out, sizeof out, "pn_decoded.%s", in + 3);
     pn_status st = PN_OK;
-    if (gguf_reader_per_tensor_u32(r, "pn.tensor_crc32", crcs, NULL) == PN_OK &&
-        (st = gguf_writer_set_arr(w, "pn_decoded.tensor_crc32", GGUF_TYPE_UINT32, crcs, n)))
-        pn_error_set(err, st, "setting pn_decoded.tensor_crc32: %s", pn_strerror(st));
-    free(crcs);
+    if (gguf_reader_per_tensor_u32(r, in, v, NULL) == PN_OK &&
+        (st = gguf_writer_set_arr(w, out, GGUF_TYPE_UINT32, v, n)))
+        pn_error_set(err, st, "setting %s: %s", out, pn_strerror(st));
+    free(v);
     return st;
 }
 
@@ -130,8 +141,8 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
         const gguf_kv *kv = gguf_reader_kv(r, i);
         if (gguf_str_eq(kv->key, "general.quantization_version"))
             continue;
-        if (set && gguf_str_eq(kv->key, "pn.tensor_crc32")) {
-            st = copy_set_crcs(w, r, err);
+        if (set && is_per_tensor_key(kv->key)) {
+            st = copy_set_array(w, r, kv->key, err);
             if (st)
                 return st;
             continue;

@@ -1,9 +1,11 @@
 #include "pipeline/measure.h"
 
+#include <inttypes.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/stream.h"
@@ -11,30 +13,6 @@
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
 #include "quant/types.h"
-
-static void source_identity(const gguf_reader *src, char *buf, size_t size)
-{
-    size_t n = gguf_reader_n_tensors(src);
-    pn_tensor_desc *d = calloc(n ? n : 1, sizeof *d);
-    if (!d) {
-        snprintf(buf, size, "unknown");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const gguf_tensor_info *t = gguf_reader_tensor(src, i);
-        d[i].name = t->name;
-        d[i].n_dims = t->n_dims;
-        memcpy(d[i].ne, t->ne, sizeof d[i].ne);
-        d[i].src_type = t->type;
-    }
-    /* a split source: the size of all its files (the first split's alone
-     * would not change when another split does) */
-    uint64_t bytes = 0;
-    for (size_t s = 0; s < gguf_reader_n_splits(src); s++)
-        bytes += gguf_reader_file_size(gguf_reader_split(src, s));
-    pn_source_identity(d, n, bytes, buf, size);
-    free(d);
-}
 
 int64_t pn_job_sample_row(int64_t n_rows, int64_t max_rows, int64_t i)
 {
@@ -70,6 +48,7 @@ typedef struct measure_job {
     size_t cur_i;
     int64_t cur_s, cur_col;
     size_t advised;            /* candidates whose rows were advised */
+    uint32_t *rows_crc;        /* per candidate, reader thread: the rows read */
     /* per-thread scratch: decoded floats then blocks */
     uint8_t **scratch;
     /* in-order state */
@@ -144,6 +123,18 @@ static bool measure_next(void *ctx, pn_chunk *ch)
         j->cur_col = 0;
     }
     return true;
+}
+
+/* The bytes of the rows measured, in the order they are read (rows in
+ * order, a row's pieces in order): their CRC-32 identifies what was
+ * measured. */
+static void measure_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at,
+                                 const uint8_t *bytes, int64_t n_elems)
+{
+    (void)elem_at;
+    measure_job *j = ctx;
+    uint32_t *crc = &j->rows_crc[ch->tag];
+    *crc = (uint32_t)crc32_z(*crc, bytes, (size_t)(n_elems * pn_type_row_bytes(ch->src_type, 1)));
 }
 
 /* The sums pn_measure_row gives (mix/measure.h), continued from *err and
@@ -260,12 +251,13 @@ static pn_status measure_finish(void *ctx, pn_chunk *ch, pn_error *err)
 }
 
 static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
-                             const pn_plan *plan, const pn_job_env *env, const char *identity,
-                             pn_measurement **out, pn_measure_times *times, pn_error *err)
+                             const pn_plan *plan, const pn_job_env *env,
+                             const pn_measure_params *params, pn_measurement **out,
+                             pn_measure_times *times, pn_error *err)
 {
-    int64_t max_rows = o->measure_rows ? (int64_t)o->measure_rows : PN_SAMPLE_ROWS_DEFAULT;
+    const int64_t max_rows = params->sample_max_rows;
     pn_measurement *m = NULL;
-    pn_status st = pn_measurement_new(plan, identity, max_rows, &m, err);
+    pn_status st = pn_measurement_new(plan, params, &m, err);
     if (st != PN_OK)
         return st;
     measure_job j;
@@ -277,8 +269,9 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     j.threads = env->threads;
     j.path = env->cpu_path;
     j.c = calloc(m->n ? m->n : 1, sizeof *j.c);
+    j.rows_crc = calloc(m->n ? m->n : 1, sizeof *j.rows_crc);
     const char **names = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *names);
-    if (!j.c || !names) {
+    if (!j.c || !j.rows_crc || !names) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -352,10 +345,13 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     cfg.src_path = o->src_path;
     cfg.tensor_names = names;
     cfg.cancel = o->cancel;
-    pn_stream_ops ops = {&j, measure_next, measure_compute, measure_finish, NULL};
+    pn_stream_ops ops = {&j, measure_next, measure_compute, measure_finish, NULL,
+                         measure_source_bytes};
     pn_stream_times t;
     j.t0 = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
+    for (size_t i = 0; i < m->n; i++)
+        m->entries[i].rows_crc32 = j.rows_crc[i];
     if (times) {
         times->read = t.read + t.widen;
         times->compute = j.t_compute;
@@ -367,6 +363,7 @@ done:
             free(j.scratch[i]);
     free(j.scratch);
     free(j.c);
+    free(j.rows_crc);
     free(names);
     if (st != PN_OK) {
         if (st != PN_ERR_INTERRUPTED)
@@ -378,32 +375,116 @@ done:
     return PN_OK;
 }
 
+/* The CRC-32 of the rows m's rule samples, for every candidate of the plan
+ * (per plan tensor): the source identity's when the rule is its own and
+ * they are known, else read now. */
+static pn_status candidate_rows_crc(const pn_quantize_opts *o, const gguf_reader *src,
+                                    const pn_plan *plan, const pn_job_env *env,
+                                    const pn_source_id *sid, int64_t max_rows, uint32_t *crc,
+                                    pn_error *err)
+{
+    if (sid && sid->samples_known && max_rows == PN_SOURCE_SAMPLE_ROWS) {
+        memcpy(crc, sid->sample_crc, plan->n_tensors * sizeof *crc);
+        return PN_OK;
+    }
+    size_t *idx = malloc((plan->n_candidates ? plan->n_candidates : 1) * sizeof *idx);
+    uint32_t *got = malloc((plan->n_candidates ? plan->n_candidates : 1) * sizeof *got);
+    if (!idx || !got) {
+        free(idx);
+        free(got);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < plan->n_tensors; i++)
+        if (plan->tensors[i].candidate)
+            idx[n++] = i;
+    pn_status st = pn_tensor_crcs(src, idx, n, max_rows, env->threads, o->cancel, got, err);
+    for (size_t k = 0; k < n && st == PN_OK; k++)
+        crc[idx[k]] = got[k];
+    free(idx);
+    free(got);
+    return st;
+}
+
+static void note_msg(const pn_quantize_opts *o, const char *msg)
+{
+    if (o->note)
+        o->note(msg, o->user);
+}
+
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
                                 const pn_plan *plan, const pn_job_env *env,
+                                const pn_source_id *sid, const char *quantizer,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err)
 {
     *out = NULL;
-    char identity[PN_MEASURE_IDENTITY_MAX];
-    source_identity(src, identity, sizeof identity);
+    pn_measure_params want;
+    memset(&want, 0, sizeof want);
+    want.source_header_hash = sid->header_hash;
+    snprintf(want.quantizer, sizeof want.quantizer, "%s", quantizer);
+    want.rotation_cap = plan->rotation == PN_ROTATION_HADAMARD ? plan->rotation_cap : 0;
+    want.sample_max_rows = o->measure_rows ? (int64_t)o->measure_rows : PN_SAMPLE_ROWS_DEFAULT;
     struct stat sb;
     const char *path = o->measurement_path;
-    char msg[1024];
+    char msg[PN_ERROR_MSG_MAX + 128];
     pn_status st;
+    bool stale = false, old_format = false;
     if (path && stat(path, &sb) == 0) {
-        st = pn_measurement_load(path, identity, out, err);
-        if (st == PN_OK && o->note) {
-            snprintf(msg, sizeof msg, "promotion measurement read from %s (%zu candidates)",
-                     path, (*out)->n);
-            o->note(msg, o->user);
+        pn_measurement *m = NULL;
+        int version = 0;
+        pn_error why;
+        pn_error_clear(&why);
+        st = pn_measurement_load(path, &m, &version, &why);
+        if (st == PN_ERR_VERSION && version >= 1 && version < PN_MEASURE_FORMAT_VERSION) {
+            stale = old_format = true;  /* a measurement file of ours: rewriting it is its use */
+        } else if (st != PN_OK) {
+            if (err)
+                *err = why;
+            return st;
+        } else {
+            st = pn_measurement_check_params(m, path, &want, plan, &why);
+            if (st == PN_OK) {
+                uint32_t *crc = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *crc);
+                if (!crc) {
+                    pn_measurement_free(m);
+                    return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+                }
+                st = candidate_rows_crc(o, src, plan, env, sid, want.sample_max_rows, crc, err);
+                if (st != PN_OK) {
+                    free(crc);
+                    pn_measurement_free(m);
+                    return st;
+                }
+                st = pn_measurement_check_rows(m, path, plan, crc, &why);
+                free(crc);
+            }
+            if (st == PN_OK) {
+                snprintf(msg, sizeof msg, "promotion measurement read from %s (%zu candidates)",
+                         path, m->n);
+                note_msg(o, msg);
+                *out = m;
+                return PN_OK;
+            }
+            pn_measurement_free(m);
+            if (st != PN_ERR_MISMATCH) {
+                if (err)
+                    *err = why;
+                return st;
+            }
+            stale = true;
         }
-        return st;
+        snprintf(msg, sizeof msg, old_format ? "%s (measuring again now)"
+                                             : "%s; it is not used: measuring again",
+                 why.msg);
+        note_msg(o, msg);
     }
-    st = measure_all(o, src, plan, env, identity, out, times, err);
+    st = measure_all(o, src, plan, env, &want, out, times, err);
     if (st == PN_OK && path) {
         st = pn_measurement_save(*out, path, err);
-        if (st == PN_OK && o->note) {
-            snprintf(msg, sizeof msg, "promotion measurement saved to %s", path);
-            o->note(msg, o->user);
+        if (st == PN_OK) {
+            snprintf(msg, sizeof msg, "promotion measurement saved to %s%s", path,
+                     stale ? " (replacing the one that was not used)" : "");
+            note_msg(o, msg);
         }
     }
     if (st != PN_OK) {

@@ -17,6 +17,7 @@
 #include "mix/measure.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
+#include "pipeline/source_id.h"
 #include "pipeline/tensor_job.h"
 
 /* Seconds of the measurement's stages: reading and widening (reader
@@ -25,12 +26,20 @@ typedef struct pn_measure_times {
     double read, compute, wait_input;
 } pn_measure_times;
 
-/* Loads o->measurement_path when it exists (it must be of this source),
- * else measures every candidate of the plan, and saves to
- * o->measurement_path when one is given. The caller frees *out with
- * pn_measurement_free. times (may be NULL) is filled when measured. */
+/* Loads o->measurement_path when it exists and is the measurement this run
+ * would make (pn_measurement_check_params, then the CRC-32 of the rows it
+ * measured: sid's sampled rows when they are known and the rule is the
+ * same, else read now); otherwise, or when there is no file, measures
+ * every candidate of the plan, recording the CRC-32 of the rows it reads,
+ * and saves to o->measurement_path when one is given. A stale file (of
+ * another source, rotation, row count, quantizer or candidate set, or of
+ * format 1) is not used: a note names what differs, and the new
+ * measurement replaces it. Any other unreadable file is an error. The
+ * caller frees *out with pn_measurement_free. times (may be NULL) is
+ * filled when measured. */
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
                                 const pn_plan *plan, const pn_job_env *env,
+                                const pn_source_id *sid, const char *quantizer,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err);
 
 /* Row i of the sample of a tensor of n_rows rows (pn_sample_rows' rule,

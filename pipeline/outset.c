@@ -28,8 +28,9 @@ struct pn_outset {
     uint64_t *bytes;           /* n file sizes */
     long only;
     bool force;
-    const char *per_tensor_key;
-    const uint32_t *per_tensor_values;
+    size_t n_per_tensor;
+    const char *per_tensor_key[PN_OUTSET_MAX_PER_TENSOR];
+    const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
     uint64_t writeback_bytes;
     size_t cur;                /* the split being written (state OPEN), or SIZE_MAX */
     uint64_t cur_written, cur_synced;
@@ -149,8 +150,16 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     os->only = o->only;
     os->force = o->force;
-    os->per_tensor_key = o->per_tensor_key;
-    os->per_tensor_values = o->per_tensor_values;
+    if (o->n_per_tensor > PN_OUTSET_MAX_PER_TENSOR) {
+        free(os);
+        return pn_error_set(err, PN_ERR_USAGE, "output set: %zu per-tensor keys, at most %d",
+                            o->n_per_tensor, PN_OUTSET_MAX_PER_TENSOR);
+    }
+    os->n_per_tensor = o->n_per_tensor;
+    for (size_t k = 0; k < o->n_per_tensor; k++) {
+        os->per_tensor_key[k] = o->per_tensor_key[k];
+        os->per_tensor_values[k] = o->per_tensor_values[k];
+    }
     os->writeback_bytes = o->writeback_bytes;
     os->cur = SIZE_MAX;
     os->n_tensors = gguf_writer_n_tensors(model);
@@ -178,10 +187,14 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu splits", os->n);
         goto fail;
     }
-    const char *keys[1] = {o->per_tensor_key};
+    /* the keys the model has (gguf_writer_new_split wants each of them) */
+    const char *keys[PN_OUTSET_MAX_PER_TENSOR];
+    size_t n_keys = 0;
+    for (size_t k = 0; k < os->n_per_tensor; k++)
+        if (os->per_tensor_key[k] && gguf_writer_has_kv(model, os->per_tensor_key[k]))
+            keys[n_keys++] = os->per_tensor_key[k];
     for (size_t s = 0; s < os->n; s++) {
-        st = gguf_writer_new_split(model, &os->plan, s, keys, o->per_tensor_key ? 1 : 0,
-                                   &os->w[s], err);
+        st = gguf_writer_new_split(model, &os->plan, s, keys, n_keys, &os->w[s], err);
         if (st)
             goto fail;
         gguf_writer_set_replace(os->w[s], o->force);
@@ -259,15 +272,16 @@ static pn_status begin_split(pn_outset *os, size_t s, pn_error *err)
     return PN_OK;
 }
 
-/* Patches split s's own cut of the per-tensor key, then closes it. */
+/* Patches split s's own cut of the per-tensor keys, then closes it. */
 static pn_status close_split(pn_outset *os, size_t s, pn_error *err)
 {
     const size_t lo = os->plan.first[s], hi = os->plan.first[s + 1];
     pn_status st = PN_OK;
-    if (os->per_tensor_key && os->per_tensor_values &&
-        gguf_writer_has_kv(os->w[s], os->per_tensor_key))
-        st = gguf_writer_patch_arr(os->w[s], os->per_tensor_key, os->per_tensor_values + lo,
-                                   hi - lo, err);
+    for (size_t k = 0; k < os->n_per_tensor && !st; k++)
+        if (os->per_tensor_key[k] && os->per_tensor_values[k] &&
+            gguf_writer_has_kv(os->w[s], os->per_tensor_key[k]))
+            st = gguf_writer_patch_arr(os->w[s], os->per_tensor_key[k],
+                                       os->per_tensor_values[k] + lo, hi - lo, err);
     if (!st)
         st = gguf_writer_close(os->w[s], err);
     if (st)
@@ -285,7 +299,9 @@ pn_status pn_outset_begin(pn_outset *os, pn_error *err)
     return PN_OK;
 }
 
-pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)
+/* The writer of tensor i's split, begun (the split before it closed) when
+ * i is its first tensor. */
+static pn_status writer_of(pn_outset *os, size_t i, gguf_writer **w, pn_error *err)
 {
     size_t s = os->cur != SIZE_MAX && i >= os->plan.first[os->cur] &&
                        i < os->plan.first[os->cur + 1]
@@ -306,19 +322,44 @@ pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, p
         if (st)
             return st;
     }
-    gguf_writer *w = os->w[s];
-    pn_status st = gguf_writer_write(w, data, n, err);
-    if (st)
-        return st;
+    *w = os->w[s];
+    return PN_OK;
+}
+
+/* Starts the writeback of what the open split has written (the range is
+ * the data's, shifted by the header: approximately the file's). */
+static void written(pn_outset *os, gguf_writer *w, size_t n)
+{
     os->cur_written += n;
     if (os->writeback_bytes && os->cur_written - os->cur_synced >= os->writeback_bytes) {
-        /* the range is the data's, shifted by the header: approximately the file's */
         uint64_t at = gguf_writer_data_offset(w) + os->cur_synced;
         (void)sync_file_range(gguf_writer_fd(w), (off_t)at,
                               (off_t)(os->cur_written - os->cur_synced), SYNC_FILE_RANGE_WRITE);
         os->cur_synced = os->cur_written;
     }
-    return PN_OK;
+}
+
+pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)
+{
+    gguf_writer *w = NULL;
+    pn_status st = writer_of(os, i, &w, err);
+    if (!st)
+        st = gguf_writer_write(w, data, n, err);
+    if (!st)
+        written(os, w, n);
+    return st;
+}
+
+pn_status pn_outset_copy_from(pn_outset *os, size_t i, int fd, uint64_t at, size_t n,
+                              const char *from, pn_error *err)
+{
+    gguf_writer *w = NULL;
+    pn_status st = writer_of(os, i, &w, err);
+    if (!st)
+        st = gguf_writer_copy_from(w, fd, at, n, from, err);
+    if (!st)
+        written(os, w, n);
+    return st;
 }
 
 pn_status pn_outset_close(pn_outset *os, pn_error *err)

@@ -4,7 +4,7 @@
  * output as for one file, and makes the output set from it: the plan (which
  * tensors go to which file, gguf-split's rules, gguf/gguf_split.h), one
  * writer per split (gguf_writer_new_split: split 0 has every key, each split
- * its own cut of the per-tensor key, the split keys when there are two or
+ * its own cut of the per-tensor keys, the split keys when there are two or
  * more) and their targets: DST itself for a plan of one, else
  * NAME-0000K-of-0000N.gguf beside DST. Then:
  *
@@ -14,7 +14,7 @@
  *                             its note come before the work);
  *   pn_outset_write           the bytes of tensor i, in tensor order: each
  *                             split is begun when its first tensor arrives and
- *                             closed after its last (its per-tensor key patched
+ *                             closed after its last (its per-tensor keys patched
  *                             from the caller's values first), so one write
  *                             buffer is live at a time, whatever the number of
  *                             splits;
@@ -45,17 +45,22 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
 
+#define PN_OUTSET_MAX_PER_TENSOR 4
+
 typedef struct pn_outset_opts {
     gguf_split_limit limit;          /* GGUF_SPLIT_NONE: one file (unless keep_split) */
     const gguf_reader *keep_split;   /* not NULL: the splits of this source (--keep-split) */
     long only;                       /* -1: every split; else write this split alone */
     bool force;                      /* replace existing targets */
-    /* A per-tensor array key of the model (pn.tensor_crc32) that each split
-     * records for its own tensors, and the values it is patched with when a
-     * split is closed: per_tensor_values[i] for model tensor i, final by the
-     * time the last byte of tensor i is written. NULL: none. */
-    const char *per_tensor_key;
-    const uint32_t *per_tensor_values;
+    /* Per-tensor array keys of the model (pn.tensor_crc32, pn.source.*)
+     * that each split records for its own tensors, and for each the values
+     * it is patched with when a split is closed: per_tensor_values[k][i]
+     * for model tensor i, final by the time the last byte of tensor i is
+     * written; a NULL values pointer keeps the model's own values (cut).
+     * Keys the model lacks are left out. */
+    size_t n_per_tensor;
+    const char *per_tensor_key[PN_OUTSET_MAX_PER_TENSOR];
+    const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
     /* Ask the kernel to start writing back every this many bytes written
      * (so that the final fsync has little left to do); 0: never. */
     uint64_t writeback_bytes;
@@ -106,6 +111,10 @@ const char *pn_outset_notes(const pn_outset *os);
  * PN_ERR_USAGE for a tensor this run does not write or out of order; the
  * writer's errors. */
 pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err);
+/* The same with n bytes copied from file descriptor fd at offset `at`
+ * (gguf_writer_copy_from; `from` names that file in errors). */
+pn_status pn_outset_copy_from(pn_outset *os, size_t i, int fd, uint64_t at, size_t n,
+                              const char *from, pn_error *err);
 pn_status pn_outset_close(pn_outset *os, pn_error *err);
 
 /* A reader of written split s (closed, not committed), for validation; its

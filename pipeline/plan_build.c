@@ -15,6 +15,11 @@
 
 #define PN_QUANTIZER_NAME "pn-quantize " PN_VERSION
 
+const char *pn_job_quantizer_name(const pn_quantize_opts *o)
+{
+    return o->quantizer_name ? o->quantizer_name : PN_QUANTIZER_NAME;
+}
+
 void pn_job_plan_free(pn_job_plan *p)
 {
     if (!p)
@@ -215,12 +220,15 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
 }
 
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
-                           pn_job_plan **out, pn_quantize_stats *stats, pn_error *err)
+                           const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
+                           pn_error *err)
 {
     *out = NULL;
     pn_job_plan *p = calloc(1, sizeof *p);
     if (!p)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    p->source_header_hash = sid->header_hash;
+    p->quantizer = pn_job_quantizer_name(o);
     pn_status st = load_recipe(o, &p->recipe, err);
     if (st != PN_OK)
         goto fail;
@@ -318,7 +326,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
             pn_measurement *m = NULL;
             pn_measure_times mt = {0, 0, 0};
             double t0 = pn_now_seconds();
-            st = pn_job_measure_obtain(o, src, p->plan, env, &m, &mt, err);
+            st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, &m, &mt, err);
             stats->t_measure += pn_now_seconds() - t0;
             stats->t_measure_read += mt.read;
             stats->t_measure_compute += mt.compute;
@@ -385,9 +393,11 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     pn_plan_mix_label(plan, label, sizeof label);
     const char **promoted = calloc(plan->n_promoted ? plan->n_promoted : 1, sizeof *promoted);
     uint32_t *zeros = calloc(p->n ? p->n : 1, sizeof *zeros);
-    if (!promoted || !zeros) {
+    uint32_t *types = calloc(p->n ? p->n : 1, sizeof *types);
+    if (!promoted || !zeros || !types) {
         free(promoted);
         free(zeros);
+        free(types);
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -408,9 +418,21 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     }
     if (st == PN_OK)
         st = gguf_writer_set_arr(w, "pn.tensor_crc32", GGUF_TYPE_UINT32, zeros, p->n);
-    if (st == PN_OK) st = gguf_writer_set_str(w, "pn.quantizer", PN_QUANTIZER_NAME);
+    if (st == PN_OK) st = gguf_writer_set_str(w, "pn.quantizer", p->quantizer);
+    /* who the source is (docs/reuse.md#the-keys) */
+    for (size_t i = 0; i < p->n; i++)
+        types[i] = (uint32_t)p->t[i].src_type;
+    if (st == PN_OK) st = gguf_writer_set_u64(w, PN_KEY_SOURCE_HEADER, p->source_header_hash);
+    if (st == PN_OK) st = gguf_writer_set_u32(w, PN_KEY_SOURCE_SAMPLE_ROWS, PN_SOURCE_SAMPLE_ROWS);
+    if (st == PN_OK)
+        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+    if (st == PN_OK)
+        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+    if (st == PN_OK)
+        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->n);
     free(promoted);
     free(zeros);
+    free(types);
     if (st != PN_OK) {
         pn_error_set(err, st, "setting the output's keys: %s", pn_strerror(st));
         goto fail;

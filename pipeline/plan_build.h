@@ -18,6 +18,7 @@
 #include "gguf/gguf.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
+#include "pipeline/source_id.h"
 #include "pipeline/tensor_job.h"
 
 typedef struct pn_job_plan {
@@ -32,16 +33,26 @@ typedef struct pn_job_plan {
     uint64_t alignment;       /* of the output */
     double *rel_error;        /* per tensor, filled by the run */
     double *seconds;          /* per tensor, filled by the run */
+    uint64_t source_header_hash;   /* pn.source.header_fnv1a64 */
+    const char *quantizer;    /* pn.quantizer (pn_job_quantizer_name) */
 } pn_job_plan;
 
+/* pn.quantizer of a run: o->quantizer_name when set (tests), else
+ * "pn-quantize <version>". */
+const char *pn_job_quantizer_name(const pn_quantize_opts *o);
+
 /* Recipe, types, rotation override, promotions (list, measurement, count or
- * target size) and sizes. Adds the measuring time to stats->t_measure. */
+ * target size) and sizes. sid is the source's identity so far (its header
+ * hash at least; a saved measurement is checked against it). Adds the
+ * measuring time to stats->t_measure. */
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
-                           pn_job_plan **out, pn_quantize_stats *stats, pn_error *err);
+                           const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
+                           pn_error *err);
 void pn_job_plan_free(pn_job_plan *p);
 
-/* A writer holding the output's keys and tensor infos (docs/format.md#the-output-file). The
- * pn.tensor_crc32 array is zeros, to be patched after the data. */
+/* A writer holding the output's keys and tensor infos (docs/format.md#the-output-file,
+ * docs/reuse.md#the-keys). The pn.tensor_crc32, pn.source.sample_crc32 and
+ * pn.source.tensor_crc32 arrays are zeros, to be patched after the data. */
 pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
                              volatile sig_atomic_t *cancel, gguf_writer **out, pn_error *err);
 

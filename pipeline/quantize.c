@@ -1,13 +1,18 @@
 /* The pn-quantize job. Order of work:
  *   1. open the source, refuse what cannot be quantized (already quantized
- *      tensors, DST == SRC, DST present without --force);
+ *      tensors, DST == SRC, DST present without --force); with --reuse,
+ *      open PREV (refused unless it is a PN file) and read the sampled rows
+ *      of every source tensor;
  *   2. plan: recipe -> types, rotation, promotions (measurement, list or
- *      target size), header and file size;
+ *      target size), header and file size; with --reuse, which tensors are
+ *      copied from PREV (pipeline/reuse.h);
  *   3. stream every tensor in source order into a temporary file: reader
  *      thread, compute team, writer thread at once (pipeline/stream.h);
  *      the output is one file or a split set (pipeline/outset.h): the
  *      writer stage writes each chunk to the file of its tensor, and with
- *      --split-index only the tensors of that split are streamed;
+ *      --split-index only the tensors of that split are streamed; a copied
+ *      tensor (--reuse) is one chunk that reads nothing and that the writer
+ *      copies from PREV;
  *   4. check the source did not change, read the temporary files back in
  *      parallel and validate them, hand the result to the caller's hook, and
  *      commit onto DST (a set: its first split last).
@@ -17,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -32,6 +38,8 @@
 #include "gguf/gguf_split.h"
 #include "pipeline/outset.h"
 #include "pipeline/plan_build.h"
+#include "pipeline/reuse.h"
+#include "pipeline/source_id.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/pn.h"
@@ -132,7 +140,16 @@ typedef struct run_ctx {
     uint32_t *crcs;
     uint64_t weights_done, weights_total;
     double t_start;
+    pn_source_id sid;        /* the source's identity, for pn.source.*: its tensor_crc
+                              * filled by the stream's reader */
+    uint32_t *rd_sample;     /* per tensor: the sampled rows' CRC-32 as the stream read
+                              * them (compared with sid's when read before the run) */
+    pn_reuse *ru;            /* --reuse PREV, or NULL */
+    bool *reused;            /* per tensor, with --reuse */
 } run_ctx;
+
+/* Tensor i is copied from PREV. */
+static bool copied(const run_ctx *c, size_t i) { return c->ru && c->ru->from[i] >= 0; }
 
 static void progress(run_ctx *c, int phase, size_t i, const char *name)
 {
@@ -161,7 +178,35 @@ typedef struct quant_job {
 static bool qj_next(void *ctx, pn_chunk *ch)
 {
     quant_job *q = ctx;
+    if (q->cur.i < q->n && copied(q->c, q->jt[q->cur.i].index)) {
+        /* a copied tensor: one chunk of no rows, its bytes from PREV */
+        const pn_job_tensor *t = &q->jt[q->cur.i];
+        ch->tensor = t->index;
+        ch->K = t->K;
+        ch->src_type = t->src_type;
+        ch->tag = (int64_t)q->cur.i;
+        ch->n_rows = 0;
+        ch->n_cols = t->K;
+        ch->first_of_tensor = ch->last_of_tensor = true;
+        q->cur.i++;
+        q->cur.row = q->cur.col = 0;
+        return true;
+    }
     return pn_job_cursor_next(&q->cur, q->jt, q->n, ch);
+}
+
+static void qj_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
+                            int64_t n_elems)
+{
+    quant_job *q = ctx;
+    const pn_job_tensor *t = &q->jt[ch->tag];
+    const int64_t es = pn_type_row_bytes(t->src_type, 1);
+    /* in plan-indexed arrays, final once the reader is past the tensor: a
+     * split of the output patches them in when it closes (pipeline/outset.h) */
+    uint32_t *whole = &q->c->sid.tensor_crc[t->index], *sample = &q->c->rd_sample[t->index];
+    *whole = pn_crc32(*whole, bytes, (size_t)(n_elems * es));
+    *sample = pn_sample_crc_update(*sample, t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at,
+                                   bytes, n_elems);
 }
 
 static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
@@ -175,6 +220,12 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
     const pn_job_tensor *t = &q->jt[ch->tag];
     const char *file = q->c->o->src_path;
     ch->t0 = pn_now_seconds();
+    if (copied(q->c, t->index)) {
+        /* checked against PREV's pn.tensor_crc32 before the run */
+        ch->out_len = (size_t)q->c->plan->t[t->index].bytes;
+        ch->crc = q->c->ru->crc32[t->index];
+        return PN_OK;
+    }
     if (!on_gpu(q, t))
         return pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC,
                                  &ch->crc, file, err);
@@ -232,12 +283,14 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
     }
     q->crc = (uint32_t)crc32_combine(q->crc, ch->crc, (z_off_t)ch->out_len);
     if (ch->last_of_tensor) {
-        c->plan->rel_error[t->index] = q->den > 0.0 ? q->num / q->den : 0.0;
+        c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
+                                       : q->den > 0.0 ? q->num / q->den : 0.0;
         c->plan->seconds[t->index] = pn_now_seconds() - q->t_first;
         c->crcs[t->index] = q->crc;
         q->num = q->den = 0.0;
     }
-    c->weights_done += (uint64_t)(ch->n_rows * ch->n_cols);
+    c->weights_done += copied(c, t->index) ? (uint64_t)c->plan->t[t->index].n_weights
+                                           : (uint64_t)(ch->n_rows * ch->n_cols);
     progress(c, PN_PHASE_QUANTIZE, t->index, t->name);
     return PN_OK;
 }
@@ -247,7 +300,33 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
-    return pn_outset_write(q->c->out, ch->tensor, ch->out, ch->out_len, err);
+    const pn_reuse *ru = q->c->ru;
+    const size_t i = ch->tensor;
+    if (copied(q->c, i))
+        return pn_outset_copy_from(q->c->out, i, ru->fd[i], ru->offset[i], ch->out_len, ru->path,
+                                   err);
+    return pn_outset_write(q->c->out, i, ch->out, ch->out_len, err);
+}
+
+/* The identity of every streamed tensor, from the sampled rows the reader
+ * read: with --reuse they were read before the run, and must not have
+ * changed since. (With --split-index the other splits' tensors are not
+ * streamed, and their entries, which this run does not write, stay as they
+ * are.) */
+static pn_status check_identity(run_ctx *c, const pn_job_tensor *jt, size_t n, pn_error *err)
+{
+    for (size_t k = 0; k < n; k++) {
+        const size_t i = jt[k].index;
+        if (copied(c, i))
+            continue;
+        if (c->sid.samples_known && c->sid.sample_crc[i] != c->rd_sample[i])
+            return pn_error_set(err, PN_ERR_TRUNCATED,
+                                "%s: the file changed during the run: the sampled rows of tensor "
+                                "%s are not the ones read before it",
+                                c->o->src_path, c->plan->t[i].name);
+        c->sid.sample_crc[i] = c->rd_sample[i];
+    }
+    return PN_OK;
 }
 
 static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
@@ -265,7 +344,8 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     pn_status st = PN_OK;
     q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
     q.names = calloc(c->plan->n ? c->plan->n : 1, sizeof *q.names);
-    if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
+    if (!q.jt || !q.names ||
+        pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -280,6 +360,10 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     for (size_t k = 0; k < q.n; k++) {
         const size_t i = lo + k;
         const pn_plan_tensor *t = &c->plan->t[i];
+        /* the reader accumulates these CRCs of what it reads; a copied
+         * tensor reads nothing and takes PREV's record of its source */
+        c->sid.tensor_crc[i] = copied(c, i) ? c->ru->source_crc32[i] : 0;
+        c->rd_sample[i] = 0;
         st = pn_job_tensor_init(&q.jt[k], i, t->name, t->ne[0], t->rows, t->src_type, t->type,
                                 t->rotation_block, cw, max_blocks, err);
         if (st != PN_OK) {
@@ -317,10 +401,13 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write};
+    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_bytes};
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
+    stats->t_source_crc = t.source_bytes;
+    if (st == PN_OK)
+        st = check_identity(c, q.jt, q.n, err);
     stats->t_read = t.read;
     stats->t_widen = t.widen;
     stats->t_wait_input = t.wait_input;
@@ -547,6 +634,12 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
     r.split_first = pn_outset_plan(c->out)->first;
     r.split_bytes = bytes;
     r.split_index = o->split_index;
+    if (c->ru) {
+        r.reuse_path = c->ru->path;
+        r.reused = c->reused;
+        r.reuse_why = c->ru->why;
+        r.reuse_none_why = c->ru->none_why[0] ? c->ru->none_why : NULL;
+    }
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);
@@ -555,6 +648,51 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
     if (st != PN_OK)
         pn_error_set(err, st, "%s", local.msg[0] ? local.msg : pn_strerror(st));
     return st;
+}
+
+/* ---- --reuse ------------------------------------------------------------ */
+
+/* A phase that is one step (reading, checking): said once at its start. */
+static void progress_phase(run_ctx *c, int phase, const char *what)
+{
+    if (!c->o->progress)
+        return;
+    pn_progress p = {phase, 0, c->plan ? c->plan->n : 0, what, 0, 0, 0.0};
+    c->o->progress(&p, c->o->user);
+}
+
+/* Which tensors are copied from PREV: matched on the keys and the sampled
+ * rows, with --reuse-verify on the whole source tensors, then PREV's bytes
+ * checked (not on a dry run, which says what would be copied). */
+static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    pn_status st = pn_reuse_match(c->ru, c->plan->plan, &c->sid, c->plan->quantizer, o, err);
+    if (st == PN_OK && o->reuse_verify && !o->dry_run) {
+        double t0 = pn_now_seconds();
+        progress_phase(c, PN_PHASE_REUSE_CHECK, "reading the source tensors to copy");
+        st = pn_reuse_verify(c->ru, c->plan->plan, c->src, &c->sid, c->env.threads, o, err);
+        stats->t_verify = pn_now_seconds() - t0;
+    }
+    if (st == PN_OK && !o->dry_run) {
+        double t0 = pn_now_seconds();
+        progress_phase(c, PN_PHASE_REUSE_CHECK, "checking PREV's bytes");
+        st = pn_reuse_check_prev(c->ru, c->plan->plan, c->env.threads, o, err);
+        stats->t_reuse_check = pn_now_seconds() - t0;
+    }
+    if (st != PN_OK)
+        return st;
+    c->reused = calloc(c->plan->n ? c->plan->n : 1, sizeof *c->reused);
+    if (!c->reused)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < c->plan->n; i++) {
+        c->reused[i] = copied(c, i);
+        if (c->reused[i])
+            c->plan->rel_error[i] = NAN;    /* not computed: the bytes were not made here */
+    }
+    stats->n_reused = c->ru->n_copy;
+    stats->reused_bytes = c->ru->copy_bytes;
+    return PN_OK;
 }
 
 /* ---- the job ------------------------------------------------------------ */
@@ -673,8 +811,17 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     oo.keep_split = o->keep_split ? c->src : NULL;
     oo.only = o->split_index;
     oo.force = o->force;
-    oo.per_tensor_key = "pn.tensor_crc32";
-    oo.per_tensor_values = c->crcs;
+    /* every split records its own tensors' entries: the CRCs of what is
+     * written, and of the source (patched as each split closes) */
+    oo.n_per_tensor = 4;
+    oo.per_tensor_key[0] = "pn.tensor_crc32";
+    oo.per_tensor_values[0] = c->crcs;
+    oo.per_tensor_key[1] = PN_KEY_SOURCE_SAMPLE_CRC;
+    oo.per_tensor_values[1] = c->sid.samples_known ? c->sid.sample_crc : c->rd_sample;
+    oo.per_tensor_key[2] = PN_KEY_SOURCE_TENSOR_CRC;
+    oo.per_tensor_values[2] = c->sid.tensor_crc;
+    oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE;   /* known from the start: the model's values */
+    oo.per_tensor_values[3] = NULL;
     oo.writeback_bytes = PN_WRITEBACK_BYTES;
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
@@ -698,9 +845,17 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
+    if (o->reuse_verify && !o->reuse_path)
+        return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+    if (o->reuse_path) {
+        /* PREV is refused at once when it cannot be one */
+        st = pn_reuse_open(o->reuse_path, &c.ru, err);
+        if (st != PN_OK)
+            return st;
+    }
     st = gguf_reader_open(o->src_path, &c.src, err);
     if (st != PN_OK)
-        return st;
+        goto out;
     for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {
         const gguf_tensor_info *info = gguf_reader_tensor(c.src, i);
         if (!pn_type_is_float(info->type)) {
@@ -712,6 +867,18 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             goto out;
         }
     }
+    st = pn_source_id_init(&c.sid, c.src, err);
+    if (st != PN_OK)
+        goto out;
+    if (c.ru) {
+        /* what to copy is decided on the sampled rows: read them first */
+        double ti = pn_now_seconds();
+        progress_phase(&c, PN_PHASE_IDENTITY, "reading the sampled rows");
+        st = pn_source_id_read_samples(&c.sid, c.src, c.env.threads, o->cancel, err);
+        stats->t_identity = pn_now_seconds() - ti;
+        if (st != PN_OK)
+            goto out;
+    }
 
     st = stat_source_splits(&c, err);
     if (st != PN_OK)
@@ -719,7 +886,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
 
     /* plan */
     double t0 = pn_now_seconds();
-    st = pn_job_plan_make(o, c.src, &c.env, &c.plan, stats, err);
+    st = pn_job_plan_make(o, c.src, &c.env, &c.sid, &c.plan, stats, err);
     stats->t_plan = pn_now_seconds() - t0 - stats->t_measure;
     if (st != PN_OK)
         goto out;
@@ -728,7 +895,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     stats->n_promoted = (int)c.plan->plan->n_promoted;
     /* the output: one file or a split set, planned on the dry run too */
     c.crcs = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.crcs);
-    if (!c.crcs) {
+    c.rd_sample = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.rd_sample);
+    if (!c.crcs || !c.rd_sample) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -736,6 +904,11 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     stats->file_bytes = pn_outset_written_bytes(c.out);
+    if (c.ru) {
+        st = decide_reuse(&c, stats, err);
+        if (st != PN_OK)
+            goto out;
+    }
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
@@ -766,8 +939,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = stream_tensors(&c, stats, err);
     if (st != PN_OK)
         goto out;
-    /* the splits closed during the stream had their CRCs patched then; the
-     * last one here */
+    /* the splits closed during the stream had their per-tensor keys patched
+     * then; the last one here */
     double tf = pn_now_seconds();
     const char *had_notes = pn_outset_notes(c.out);
     st = pn_outset_close(c.out, err);
@@ -818,7 +991,12 @@ out:
     if (c.cuda)
         pn_cuda_close(c.cuda);
     free(c.crcs);
+    free(c.rd_sample);
+    free(c.reused);
     pn_job_plan_free(c.plan);
     gguf_reader_close(c.src);
+    pn_source_id_free(&c.sid);
+    /* PREV is read until the output is committed (it may be DST) */
+    pn_reuse_free(c.ru);
     return st;
 }

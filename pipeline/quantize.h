@@ -29,6 +29,17 @@
  * on the source, the recipe and the options that select types and rotation:
  * never on the thread count, the chunk size, the CPU path or the backend.
  *
+ * Every output records who its source is (pn.source.*, pipeline/source_id.h;
+ * the CRCs of each tensor's sampled rows and of all its bytes are computed
+ * from the bytes the reader reads anyway). With opts.reuse_path (--reuse
+ * PREV, pipeline/reuse.h, docs/reuse.md) the sampled rows of every source
+ * tensor are read first, and a tensor PREV holds from the same source, type,
+ * rotation and quantizer is copied from PREV (after its bytes are checked
+ * against PREV's pn.tensor_crc32) instead of being quantized: the output is
+ * byte for byte the one a run without reuse writes, and is validated the
+ * same way. PREV may be DST (with force): it is read until the new file is
+ * committed over it.
+ *
  * The library reads no environment variable and prints nothing: cmd/
  * resolves PN_CPU_PATH, PN_CHUNK_WEIGHTS and PN_CUDA_EMULATE into the
  * options, and formats the plan, the totals and the report from the result
@@ -57,7 +68,13 @@ typedef struct pn_progress {
     double elapsed_s;           /* since the start of the phase */
 } pn_progress;
 
-enum { PN_PHASE_MEASURE = 1, PN_PHASE_QUANTIZE = 2, PN_PHASE_VALIDATE = 3 };
+enum {
+    PN_PHASE_MEASURE = 1,
+    PN_PHASE_QUANTIZE = 2,
+    PN_PHASE_VALIDATE = 3,
+    PN_PHASE_IDENTITY = 4,      /* --reuse: reading every tensor's sampled rows */
+    PN_PHASE_REUSE_CHECK = 5,   /* --reuse: checking PREV's bytes (and the source's with verify) */
+};
 
 /* Both callbacks run on the calling thread (never on a helper thread), so a
  * test may use them as hooks into a running job. */
@@ -86,6 +103,13 @@ typedef struct pn_quantize_stats {
         t_crc, t_flush, t_validate, t_wait_input, t_wait_output;
     /* of the measurement, the same way (its share of t_measure) */
     double t_measure_read, t_measure_compute, t_measure_wait_input;
+    /* the source identity: the reader's CRC-32 of the source bytes (part of
+     * the stream); with --reuse the sampled rows read before the plan
+     * (wall), the source tensors read for --reuse-verify and PREV's bytes
+     * checked (wall) */
+    double t_source_crc, t_identity, t_verify, t_reuse_check;
+    size_t n_reused;                /* tensors copied from --reuse PREV */
+    uint64_t reused_bytes;
     uint64_t weights, file_bytes;
     int n_promoted;
     int threads;
@@ -114,6 +138,14 @@ typedef struct pn_quantize_result {
     const size_t *split_first;        /* n_splits + 1: split s holds [first[s], first[s + 1]) */
     const uint64_t *split_bytes;      /* each file's size, header included */
     long split_index;                 /* -1: every split */
+    /* --reuse: per tensor, copied from PREV (its relative error and seconds
+     * are then not computed: NaN and 0), and when not copied why not (a
+     * short phrase); NULL without --reuse. On a dry run they say what
+     * would be copied before PREV's bytes are checked. */
+    const char *reuse_path;
+    const bool *reused;
+    const char *const *reuse_why;
+    const char *reuse_none_why;   /* why nothing is reused, or NULL */
 } pn_quantize_result;
 
 /* Called once the figures are final: for a real run after the written file
@@ -146,6 +178,9 @@ typedef struct pn_quantize_opts {
     gguf_split_limit split;         /* --split-max-size / --split-max-tensors; NONE: one file */
     bool keep_split;                /* --keep-split: the source's splits */
     long split_index;               /* --split-index: write only this split (from 0); -1: all */
+    const char *reuse_path;         /* --reuse PREV: copy what PREV holds; NULL: none */
+    bool reuse_verify;              /* --reuse-verify: the whole source tensor must match too */
+    const char *quantizer_name;     /* tests only: pn.quantizer instead of "pn-quantize <v>" */
     pn_progress_fn progress;
     pn_note_fn note;
     pn_result_fn result;            /* may be NULL */

@@ -132,6 +132,12 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
                 return pn_error_prefix(err, "%s", s->cfg->src_path);
             return st;
         }
+        if (s->ops->source_bytes) {
+            s->ops->source_bytes(s->ops->ctx, c, at + done, raw, k);
+            double t2 = pn_now_seconds();
+            s->t.source_bytes += t2 - t1;
+            t1 = t2;
+        }
         /* widened and checked in one pass (quant/widen.h) */
         int64_t bad = -1;
         st = pn_widen_row_checked(s->cfg->cpu_path, c->src_type, raw, dst + done, k, &bad);
@@ -162,6 +168,8 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
 
 static pn_status read_chunk(stream *s, pn_chunk *c, pn_error *err)
 {
+    if (c->n_rows == 0)
+        return PN_OK;           /* bytes from elsewhere: nothing to read, no advice */
     if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K)
         return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, c->x, c->row0, err);
     for (int64_t r = 0; r < c->n_rows; r++) {

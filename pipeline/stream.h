@@ -34,8 +34,13 @@
  * with c->abandoned set.
  *
  * Only the calling thread calls compute and finish, so those may call the
- * caller's callbacks (progress) and use OpenMP. next runs on the reader
- * thread and write on the writer thread, each always on the same one.
+ * caller's callbacks (progress) and use OpenMP. next and source_bytes run
+ * on the reader thread and write on the writer thread, each always on the
+ * same one.
+ *
+ * A chunk of no rows (n_rows 0) reads nothing: its bytes come from
+ * elsewhere (a tensor copied from another file), and compute, finish and
+ * write are called for it as for any chunk.
  */
 #ifndef PN_PIPELINE_STREAM_H
 #define PN_PIPELINE_STREAM_H
@@ -88,6 +93,12 @@ typedef struct pn_stream_ops {
     pn_status (*finish)(void *ctx, pn_chunk *c, pn_error *err);
     /* Writer thread; NULL: no writer stage. */
     pn_status (*write)(void *ctx, pn_chunk *c, pn_error *err);
+    /* The source bytes the reader read for chunk c, before they are
+     * widened: elements [elem_at, elem_at + n_elems) of its tensor
+     * (row-major), in the order they are read (a chunk's rows in order,
+     * each row's columns in order). Reader thread; may be NULL. */
+    void (*source_bytes)(void *ctx, const pn_chunk *c, int64_t elem_at, const uint8_t *bytes,
+                         int64_t n_elems);
 } pn_stream_ops;
 
 typedef struct pn_stream_cfg {
@@ -111,6 +122,7 @@ typedef struct pn_stream_cfg {
  * (calling thread); writing and waiting for a chunk to write (writer). */
 typedef struct pn_stream_times {
     double read, widen, wait_output, wait_input, write, wait_write;
+    double source_bytes;      /* in ops.source_bytes (reader thread) */
 } pn_stream_times;
 
 pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_stream_times *t,

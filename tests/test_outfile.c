@@ -644,8 +644,8 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "m.txt");
     char name[] = "blk.0.ffn_down.weight";
-    pn_measure_entry entry = {name, 0.25, 0.125};
-    pn_measurement m = {.identity = "bytes=1 tensors=1 fnv1a64=0", .sample_max_rows = 8, .n = 1,
+    pn_measure_entry entry = {name, 0.25, 0.125, 0x1234abcdu};
+    pn_measurement m = {.params = {.quantizer = "pn-quantize test", .sample_max_rows = 8}, .n = 1,
                         .entries = &entry};
     pn_error e;
     cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "%s", e.msg);
@@ -655,7 +655,7 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "saving again replaces: %s", e.msg);
     cr_assert_eq(tu_count_files(dir), 1, "no temporary file is left");
     pn_measurement *l = NULL;
-    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(pn_measurement_load(path, &l, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(l->entries[0].e3, 0.5);
     pn_measurement_free(l);
     char b[16] = {0};
@@ -675,7 +675,7 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     setrlimit(RLIMIT_FSIZE, &old);
     cr_assert_eq(st, PN_ERR_NOSPACE, "%s", e.msg);
     cr_assert(strstr(e.msg, path) && strstr(e.msg, "ulimit -f"), "%s", e.msg);
-    cr_assert_eq(pn_measurement_load(path, m.identity, &l, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(pn_measurement_load(path, &l, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(l->entries[0].e3, 0.5);
     pn_measurement_free(l);
     cr_assert_eq(tu_count_files(dir), 1);

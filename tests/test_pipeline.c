@@ -377,7 +377,7 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
             pn_error err;
             cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
             pn_measurement *m;
-            cr_assert_eq(pn_measurement_load(mpath, NULL, &m, &err), PN_OK, "%s", err.msg);
+            cr_assert_eq(pn_measurement_load(mpath, &m, NULL, &err), PN_OK, "%s", err.msg);
             cr_assert_eq(m->n, 3);
             for (size_t i = 0; i < 3; i++) {
                 cr_assert_str_eq(m->entries[i].name, cands[i].name);

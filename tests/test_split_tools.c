@@ -143,9 +143,23 @@ static bool same_kv(const gguf_kv *a, const gguf_kv *b)
     return memcmp(&a->v, &b->v, sizeof a->v.u64) == 0;
 }
 
+/* The per-tensor keys: one array per split in a set, each of its own
+ * tensors' entries. */
+static const char *const k_per_tensor[] = {"pn.tensor_crc32", "pn.source.sample_crc32",
+                                           "pn.source.tensor_crc32", "pn.source.type"};
+#define N_PER_TENSOR (sizeof k_per_tensor / sizeof k_per_tensor[0])
+
+static bool is_per_tensor_key(gguf_str k)
+{
+    for (size_t i = 0; i < N_PER_TENSOR; i++)
+        if (gguf_str_eq(k, k_per_tensor[i]))
+            return true;
+    return false;
+}
+
 /* The keys of `set` (a split set or a file) but the split keys, in order,
- * against those of the plain file `plain`; pn.tensor_crc32 (one array per
- * split in a set) is compared gathered, tensor by tensor. */
+ * against those of the plain file `plain`; the per-tensor keys (one array
+ * per split in a set) are compared gathered, tensor by tensor. */
 static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
 {
     size_t j = 0;
@@ -157,8 +171,9 @@ static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
                      gguf_reader_name(set), gguf_reader_name(plain));
         const gguf_kv *b = gguf_reader_kv(plain, j++);
         cr_assert(!is_split_key(b->key), "%s has split keys", gguf_reader_name(plain));
-        if (gguf_str_eq(a->key, "pn.tensor_crc32") && gguf_reader_n_splits(set) > 1) {
-            cr_assert(gguf_str_eq(b->key, "pn.tensor_crc32"), "key %zu", i);
+        if (is_per_tensor_key(a->key) && gguf_reader_n_splits(set) > 1) {
+            cr_assert(a->key.len == b->key.len && memcmp(a->key.data, b->key.data, a->key.len) == 0,
+                      "key %zu", i);
             continue;
         }
         cr_assert(same_kv(a, b), "key %.*s differs between %s and %s", (int)a->key.len,
@@ -167,16 +182,19 @@ static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
     cr_assert_eq(j, gguf_reader_n_kv(plain), "%s lacks keys of %s", gguf_reader_name(set),
                  gguf_reader_name(plain));
     const size_t n = gguf_reader_n_tensors(plain);
-    if (!gguf_reader_find_kv(plain, "pn.tensor_crc32"))
-        return;
-    uint32_t *x = calloc(n, 4), *y = calloc(n, 4);
-    pn_error e;
-    cr_assert_eq(gguf_reader_per_tensor_u32(set, "pn.tensor_crc32", x, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_reader_per_tensor_u32(plain, "pn.tensor_crc32", y, &e), PN_OK, "%s", e.msg);
-    cr_assert(memcmp(x, y, n * 4) == 0, "the CRCs of %s differ from %s's",
-              gguf_reader_name(set), gguf_reader_name(plain));
-    free(x);
-    free(y);
+    for (size_t k = 0; k < N_PER_TENSOR; k++) {
+        if (!gguf_reader_find_kv(plain, k_per_tensor[k]))
+            continue;
+        uint32_t *x = calloc(n ? n : 1, 4), *y = calloc(n ? n : 1, 4);
+        pn_error e;
+        cr_assert_eq(gguf_reader_per_tensor_u32(set, k_per_tensor[k], x, &e), PN_OK, "%s", e.msg);
+        cr_assert_eq(gguf_reader_per_tensor_u32(plain, k_per_tensor[k], y, &e), PN_OK, "%s",
+                     e.msg);
+        cr_assert(memcmp(x, y, n * 4) == 0, "the %s of %s differ from %s's", k_per_tensor[k],
+                  gguf_reader_name(set), gguf_reader_name(plain));
+        free(x);
+        free(y);
+    }
 }
 
 static uint8_t *tensor_bytes(const gguf_reader *r, size_t i)
@@ -382,12 +400,16 @@ Test(split_output, split_max_size_plans_as_gguf_split_and_names_the_files_as_lla
         cr_assert(gguf_str_eq(gguf_reader_kv(r, nk - 1)->key, GGUF_SPLIT_KEY_TENSORS_COUNT) &&
                   gguf_reader_kv(r, nk - 1)->type == GGUF_TYPE_INT32 &&
                   gguf_reader_kv(r, nk - 1)->v.i64 == MODEL_TENSORS, "%s", name);
-        /* the metadata is the first split's; the others hold their CRCs */
-        if (s == 0)
+        /* the metadata is the first split's; the others hold their own
+         * cuts of the per-tensor keys, in the model's order */
+        if (s == 0) {
             cr_assert_eq(nk, gguf_reader_n_kv(plain) + 3, "%s", name);
-        else
-            cr_assert(nk == 4 && gguf_str_eq(gguf_reader_kv(r, 0)->key, "pn.tensor_crc32"),
-                      "%s: %zu keys", name, nk);
+        } else {
+            cr_assert(nk == N_PER_TENSOR + 3, "%s: %zu keys", name, nk);
+            for (size_t k = 0; k < N_PER_TENSOR; k++)
+                cr_assert(is_per_tensor_key(gguf_reader_kv(r, k)->key), "%s: key %zu", name, k);
+            cr_assert(gguf_str_eq(gguf_reader_kv(r, 0)->key, "pn.tensor_crc32"), "%s", name);
+        }
         for (size_t j = 0; j < gguf_reader_n_tensors(r); j++, t++) {
             cr_assert_eq(split_of[t], s, "tensor %zu is in split %zu", t, s);
             cr_assert_str_eq(gguf_reader_tensor(r, j)->name, gguf_reader_tensor(plain, t)->name);
@@ -1085,4 +1107,57 @@ Test(split_check, a_set_with_one_split_damaged_is_invalid_naming_that_file, .ini
     free(err);
     free(p2);
     free(p3);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reuse with split files                                              */
+
+static size_t count_in(const char *path, const char *needle)
+{
+    size_t n = 0, len = 0;
+    char *text = (char *)tu_read_file(path, &len);
+    cr_assert_not_null(text, "%s", path);
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
+Test(split_reuse, a_split_prev_named_by_any_file_is_copied_from_into_a_split_output_byte_for_byte,
+     .init = setup, .fini = teardown)
+{
+    synth("set.gguf", MODEL, "--split-max-tensors 20");
+    /* the measurement once, so that the runs differ only in the mix */
+    SH_OK("'%s/pn-quantize' " QUANT " --dry-run --measurement m.txt set-00001-of-00003.gguf "
+          "> /dev/null",
+          PN_BIN_DIR);
+    quantize("set-00001-of-00003.gguf", "prev.gguf",
+             "--measurement m.txt --promote 1 --split-max-tensors 20");
+    quantize("set-00001-of-00003.gguf", "scratch.gguf",
+             "--measurement m.txt --promote 3 --split-max-tensors 20");
+    quantize("set-00002-of-00003.gguf", "reused.gguf",
+             "--measurement m.txt --promote 3 --split-max-tensors 20 --report r.json "
+             "--reuse prev-00003-of-00003.gguf");
+    char *rep = at("r.json");
+    size_t copied = count_in(rep, "\"reused\": true"), redone = count_in(rep, "\"reused\": false");
+    cr_assert(copied > 0 && redone > 0 && copied + redone == MODEL_TENSORS,
+              "copied %zu, quantized %zu", copied, redone);
+    for (int s = 1; s <= 3; s++) {
+        char *a = at("reused-%05d-of-00003.gguf", s), *b = at("scratch-%05d-of-00003.gguf", s);
+        assert_same_file(a, b);
+        free(a);
+        free(b);
+    }
+    /* and the split output records the identity pn-check compares with the
+     * source, split or not */
+    char *out = NULL, *err = NULL;
+    int rc = sh(&out, &err,
+                "'%s/pn-check' --threads 1 --source set-00003-of-00003.gguf "
+                "reused-00001-of-00003.gguf",
+                PN_BIN_DIR);
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    cr_assert(strstr(out, "valid (0 errors"), "%s", out);
+    free(out);
+    free(err);
+    free(rep);
 }

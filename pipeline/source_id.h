@@ -1,0 +1,109 @@
+/* source_id.h - who a source is: the identity pn-quantize records in every
+ * output (the pn.source.* keys) and checks before it uses a saved
+ * measurement (pipeline/measure.h) or copies an earlier output's tensors
+ * (pipeline/reuse.h); pn-check --source compares it with a source.
+ *
+ * The parts (docs/reuse.md):
+ *   header hash    FNV-1a 64 (offset basis 0xcbf29ce484222325, prime
+ *                  0x100000001b3, one byte at a time) of the source file's
+ *                  bytes [0, data section): magic, version, counts, every
+ *                  key and value, every tensor info and the padding after
+ *                  them, exactly as they are in the file;
+ *   sampled rows   per tensor, the CRC-32 (zlib's crc32) of the bytes of
+ *                  rows floor(i * R / M), i = 0..M-1, of its R rows (every
+ *                  row when R <= M), concatenated in row order. Outputs use
+ *                  M = PN_SOURCE_SAMPLE_ROWS; a measurement uses its own M
+ *                  (--measure-rows), the rows it measured;
+ *   whole tensor   per tensor, the CRC-32 of all its bytes;
+ *   source type    per tensor, the ggml type id of its source data.
+ *
+ * Everything here reads with pread (gguf_reader_read_tensor), in file
+ * order, and computes figures that depend only on the bytes: never on the
+ * thread count.
+ */
+#ifndef PN_PIPELINE_SOURCE_ID_H
+#define PN_PIPELINE_SOURCE_ID_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "gguf/gguf.h"
+
+/* Rows of the sampled-rows identity an output records. */
+#define PN_SOURCE_SAMPLE_ROWS 256
+
+/* The keys (docs/reuse.md#the-keys). Arrays are in tensor order: element i
+ * is the source tensor of output tensor i (same name, same position). */
+#define PN_KEY_SOURCE_HEADER "pn.source.header_fnv1a64"   /* u64 */
+#define PN_KEY_SOURCE_SAMPLE_ROWS "pn.source.sample_rows" /* u32: M of the rule */
+#define PN_KEY_SOURCE_SAMPLE_CRC "pn.source.sample_crc32" /* array of u32 */
+#define PN_KEY_SOURCE_TENSOR_CRC "pn.source.tensor_crc32" /* array of u32 */
+#define PN_KEY_SOURCE_TYPE "pn.source.type"               /* array of u32 */
+
+/* FNV-1a 64 of data, continued from h. */
+uint64_t pn_fnv1a64(uint64_t h, const void *data, size_t n);
+#define PN_FNV1A64_BASIS 0xcbf29ce484222325ull
+
+/* The header hash of the model r reads (source_id.c: its keys but the
+ * split.* keys, its tensors' names, shapes and types; not the layout, so a
+ * split set and the same model unsplit hash alike). Never fails today. */
+pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *err);
+
+/* Continues crc over the bytes of elements [elem_at, elem_at + n_elems) of a
+ * tensor of n_rows rows of K elements of elem_bytes each (row-major; bytes
+ * holds exactly those elements) that belong to the rows sampled with M
+ * rows. Pieces given in increasing element order give the sampled-rows
+ * CRC-32 of the whole tensor. */
+uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K,
+                              int64_t elem_bytes, int64_t elem_at, const uint8_t *bytes,
+                              int64_t n_elems);
+
+/* The CRC-32 of tensors idx[0..n) of r into crcs[0..n): of their sampled
+ * rows (sample_rows = M > 0) or of all their bytes (sample_rows = 0).
+ * Reads in parallel (threads >= 1) but in file order: whole tensors in
+ * pieces of a few MiB combined in order, sampled rows one tensor per
+ * thread with read-ahead advice for its rows. An error names the file and
+ * the tensor (the first in idx order that failed). */
+pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int64_t sample_rows,
+                         int threads, volatile sig_atomic_t *cancel, uint32_t *crcs,
+                         pn_error *err);
+
+/* This run's source identity, filled as it becomes known. */
+typedef struct pn_source_id {
+    uint64_t header_hash;
+    size_t n;                 /* tensors */
+    uint32_t *sample_crc;     /* per tensor (PN_SOURCE_SAMPLE_ROWS rule) */
+    uint32_t *tensor_crc;     /* per tensor */
+    bool samples_known;       /* sample_crc holds every tensor's */
+} pn_source_id;
+
+/* The header hash and zeroed arrays for r's tensors. */
+pn_status pn_source_id_init(pn_source_id *id, const gguf_reader *r, pn_error *err);
+void pn_source_id_free(pn_source_id *id);
+/* Reads the sampled rows of every tensor (samples_known afterwards). */
+pn_status pn_source_id_read_samples(pn_source_id *id, const gguf_reader *r, int threads,
+                                    volatile sig_atomic_t *cancel, pn_error *err);
+
+/* The identity a PN file records. */
+typedef struct pn_recorded_source {
+    bool present;             /* some pn.source.* key is there */
+    uint64_t header_hash;
+    int64_t sample_rows;
+    /* n_tensors values each, in tensor order (owned; pn_recorded_source_free).
+     * A split set records each split's own cut of these arrays, as it does
+     * pn.tensor_crc32; they are read from every split and joined. */
+    uint32_t *sample_crc, *tensor_crc, *type;
+} pn_recorded_source;
+
+/* Reads the pn.source.* keys of r. PN_OK with present == false when the
+ * file has none (made before they existed, or by another tool); PN_OK with
+ * everything set when all are there and well-formed; PN_ERR_FORMAT naming
+ * the key when one is absent, of another type or of another length. */
+pn_status pn_recorded_source_read(const gguf_reader *r, pn_recorded_source *out, pn_error *err);
+
+void pn_recorded_source_free(pn_recorded_source *rec);
+
+#endif

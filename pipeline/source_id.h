@@ -5,10 +5,10 @@
  *
  * The parts (docs/reuse.md):
  *   header hash    FNV-1a 64 (offset basis 0xcbf29ce484222325, prime
- *                  0x100000001b3, one byte at a time) of the source file's
- *                  bytes [0, data section): magic, version, counts, every
- *                  key and value, every tensor info and the padding after
- *                  them, exactly as they are in the file;
+ *                  0x100000001b3) of the model the header describes: its
+ *                  keys but split.*, its tensors' names, shapes and types,
+ *                  in order (pn_source_header_hash); not its layout, so a
+ *                  split set and the same model unsplit are one source;
  *   sampled rows   per tensor, the CRC-32 (zlib's crc32) of the bytes of
  *                  rows floor(i * R / M), i = 0..M-1, of its R rows (every
  *                  row when R <= M), concatenated in row order. Outputs use

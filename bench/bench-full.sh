@@ -90,7 +90,7 @@ fi
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
     rm -f "$out" "$dir"/report-T*.json "$dir"/time-T*.txt "$dir"/run-T*.txt "$dir"/check.txt
-    [ "$generated" = 1 ] && rm -f "$src"
+    if [ "$generated" = 1 ]; then rm -f "$src"; fi
   fi
 }
 trap cleanup EXIT

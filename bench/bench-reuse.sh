@@ -105,7 +105,7 @@ cleanup() {
   rm -f "$dir"/check*.gguf
   if [ "${KEEP:-0}" != 1 ]; then
     rm -f "$out1" "$out2" "$meas" "$dir"/report-*.json "$dir"/time-*.txt "$dir"/run-*.txt
-    [ "$generated" = 1 ] && rm -f "$src"
+    if [ "$generated" = 1 ]; then rm -f "$src"; fi
   fi
 }
 trap cleanup EXIT

@@ -69,20 +69,6 @@ void pn_quantize_opts_init(pn_quantize_opts *o)
     o->split_index = -1;
 }
 
-static void note(const pn_quantize_opts *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(const pn_quantize_opts *o, const char *fmt, ...)
-{
-    if (!o->note)
-        return;
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    o->note(buf, o->user);
-}
-
 static bool cancelled(const pn_quantize_opts *o) { return o->cancel && *o->cancel; }
 
 static pn_status interrupted(pn_error *err)
@@ -730,7 +716,7 @@ static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *e
     if (pn_cuda_build_enabled()) {
         char why[256];
         short_reason(cerr.msg, why, sizeof why);
-        note(o, "no usable GPU: %s; using the CPU, %d thread%s", why, c->env.threads,
+        pn_quantize_note(o, "no usable GPU: %s; using the CPU, %d thread%s", why, c->env.threads,
              c->env.threads == 1 ? "" : "s");
     }
     return PN_OK;
@@ -932,7 +918,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     if (pn_outset_notes(c.out))
-        note(o, "%s", pn_outset_notes(c.out));
+        pn_quantize_note(o, "%s", pn_outset_notes(c.out));
     for (size_t i = 0; i < c.plan->n; i++)
         if (pn_outset_writes_tensor(c.out, i))
             c.weights_total += (uint64_t)c.plan->t[i].n_weights;
@@ -948,7 +934,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     if (pn_outset_notes(c.out) && pn_outset_notes(c.out) != had_notes)
-        note(o, "%s", pn_outset_notes(c.out));
+        pn_quantize_note(o, "%s", pn_outset_notes(c.out));
     if (cancelled(o)) {
         st = interrupted(err);
         goto out;

@@ -19,9 +19,7 @@
 /* Tensors named in one note; the rest are counted. */
 #define NOTE_NAMES_MAX 8
 
-static void note(const pn_quantize_opts *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(const pn_quantize_opts *o, const char *fmt, ...)
+void pn_quantize_note(const pn_quantize_opts *o, const char *fmt, ...)
 {
     if (!o || !o->note)
         return;
@@ -225,7 +223,7 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
                  ru->rec.sample_rows, PN_SOURCE_SAMPLE_ROWS);
     }
     if (ru->none_why[0]) {
-        note(o, "--reuse %s: nothing reused: %s", ru->path, ru->none_why);
+        pn_quantize_note(o, "--reuse %s: nothing reused: %s", ru->path, ru->none_why);
         return PN_OK;
     }
 
@@ -281,13 +279,13 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
         snprintf(ru->none_why, sizeof ru->none_why,
                  "it was made from another source: the sampled rows of every tensor differ "
                  "(the headers are the same)");
-        note(o, "--reuse %s: nothing reused: %s", ru->path, ru->none_why);
+        pn_quantize_note(o, "--reuse %s: nothing reused: %s", ru->path, ru->none_why);
         for (size_t i = 0; i < n; i++)
             if (ru->why[i] && strncmp(ru->why[i], "its sampled", 11) == 0)
                 ru->why[i] = "PREV was made from another source (every tensor's sampled rows "
                              "differ)";
     } else if (differ.n > 0) {
-        note(o,
+        pn_quantize_note(o,
              "--reuse %s: %zu tensor%s changed in the rows sampled for the source identity "
              "since PREV was made: quantizing %s again (%s)",
              ru->path, differ.n, differ.n == 1 ? "" : "s", differ.n == 1 ? "it" : "them",
@@ -310,20 +308,30 @@ static size_t copied_indices(const pn_reuse *ru, bool source, size_t *idx, size_
     return k;
 }
 
+/* Three arrays of n_copy entries (free all three); false when out of memory. */
+static bool copied_arrays(const pn_reuse *ru, size_t **idx, size_t **which, uint32_t **got)
+{
+    *idx = calloc(ru->n_copy, sizeof **idx);
+    *which = calloc(ru->n_copy, sizeof **which);
+    *got = calloc(ru->n_copy, sizeof **got);
+    if (*idx && *which && *got)
+        return true;
+    free(*idx);
+    free(*which);
+    free(*got);
+    return false;
+}
+
 pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *src,
                           pn_source_id *sid, int threads, const pn_quantize_opts *o,
                           pn_error *err)
 {
     if (ru->n_copy == 0)
         return PN_OK;
-    size_t *idx = calloc(ru->n_copy, sizeof *idx), *which = calloc(ru->n_copy, sizeof *which);
-    uint32_t *got = calloc(ru->n_copy, sizeof *got);
-    if (!idx || !which || !got) {
-        free(idx);
-        free(which);
-        free(got);
+    size_t *idx, *which;
+    uint32_t *got;
+    if (!copied_arrays(ru, &idx, &which, &got))
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    }
     size_t k = copied_indices(ru, true, idx, which);
     pn_status st = pn_tensor_crcs(src, idx, k, 0, threads, o->cancel, got, err);
     name_list differ = {{0}, 0};
@@ -338,7 +346,7 @@ pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *
         }
     }
     if (st == PN_OK && differ.n > 0)
-        note(o,
+        pn_quantize_note(o,
              "--reuse-verify: %zu tensor%s of %s differ%s from the source PREV was made from "
              "(whole-tensor CRC-32): quantizing %s again (%s)",
              differ.n, differ.n == 1 ? "" : "s", o->src_path, differ.n == 1 ? "s" : "",
@@ -354,14 +362,10 @@ pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
 {
     if (ru->n_copy == 0)
         return PN_OK;
-    size_t *idx = calloc(ru->n_copy, sizeof *idx), *which = calloc(ru->n_copy, sizeof *which);
-    uint32_t *got = calloc(ru->n_copy, sizeof *got);
-    if (!idx || !which || !got) {
-        free(idx);
-        free(which);
-        free(got);
+    size_t *idx, *which;
+    uint32_t *got;
+    if (!copied_arrays(ru, &idx, &which, &got))
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    }
     size_t k = copied_indices(ru, false, idx, which);
     pn_status st = pn_tensor_crcs(ru->prev, idx, k, 0, threads, o->cancel, got, err);
     size_t bad = 0;
@@ -370,14 +374,14 @@ pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
         if (got[m] == ru->crc32[i])
             continue;
         if (bad++ < 2 * NOTE_NAMES_MAX)
-            note(o,
+            pn_quantize_note(o,
                  "--reuse %s: tensor %s: its bytes do not match PREV's pn.tensor_crc32 (CRC-32 "
                  "%08" PRIx32 ", recorded %08" PRIx32 "): quantizing it again",
                  ru->path, plan->tensors[i].name, got[m], ru->crc32[i]);
         pn_reuse_drop(ru, plan, i, "its bytes in PREV do not match PREV's pn.tensor_crc32");
     }
     if (st == PN_OK && bad > 2 * NOTE_NAMES_MAX)
-        note(o, "--reuse %s: %zu more tensors do not match PREV's pn.tensor_crc32: quantizing "
+        pn_quantize_note(o, "--reuse %s: %zu more tensors do not match PREV's pn.tensor_crc32: quantizing "
                 "them again",
              ru->path, bad - 2 * NOTE_NAMES_MAX);
     if (st != PN_OK)

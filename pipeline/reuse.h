@@ -78,6 +78,11 @@ pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *
 pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
                               const pn_quantize_opts *o, pn_error *err);
 
+/* A note of the quantize job (o->note, when set): printf-formatted, at most
+ * 2047 bytes. Shared by the job and its reuse steps. */
+void pn_quantize_note(const pn_quantize_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Stops copying tensor i (it is quantized), recording why. */
 void pn_reuse_drop(pn_reuse *ru, const pn_plan *plan, size_t i, const char *why);
 

@@ -1115,8 +1115,7 @@ Test(split_check, a_set_with_one_split_damaged_is_invalid_naming_that_file, .ini
 static size_t count_in(const char *path, const char *needle)
 {
     size_t n = 0, len = 0;
-    char *text = (char *)tu_read_file(path, &len);
-    cr_assert_not_null(text, "%s", path);
+    char *text = tu_read_file(path, &len);   /* NUL-terminated */
     for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
         n++;
     free(text);

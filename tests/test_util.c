@@ -18,11 +18,12 @@ void *tu_read_file(const char *path, size_t *size)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    char *buf = malloc(n > 0 ? (size_t)n + 1 : 1);
     cr_assert_not_null(buf);
     if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)
         cr_assert_fail("short read of %s", path);
     fclose(f);
+    buf[n > 0 ? n : 0] = '\0';   /* a NUL after the bytes: text files read as C strings */
     if (size)
         *size = (size_t)n;
     return buf;

@@ -7,6 +7,7 @@
 
 /* Reads a whole file (test data: PN_TEST_DATA "/golden/..."); aborts the test
  * with a message when it cannot. Caller frees. */
+/* The whole file, with a NUL after its *size bytes (text reads as a C string). */
 void *tu_read_file(const char *path, size_t *size);
 /* Writes a buffer to a file; returns 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t size);

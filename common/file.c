@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *kind_of(mode_t m)
+const char *pn_file_kind(mode_t m)
 {
     if (S_ISREG(m))
         return NULL;
@@ -30,7 +30,7 @@ const char *pn_not_regular_kind(const char *path)
     struct stat sb;
     if (!path || stat(path, &sb) != 0)
         return NULL;
-    return kind_of(sb.st_mode);
+    return pn_file_kind(sb.st_mode);
 }
 
 bool pn_same_file(const char *a, const char *b)
@@ -60,7 +60,7 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
         return pn_error_set(err, PN_ERR_IO, "%s: cannot stat the %s: %s", path, what,
                             strerror(e));
     }
-    const char *kind = kind_of(sb.st_mode);
+    const char *kind = pn_file_kind(sb.st_mode);
     if (kind) {
         close(fd);
         return pn_error_set(err, PN_ERR_IO, "%s: the %s is %s, not a regular file", path, what,

@@ -11,6 +11,7 @@
 #define PN_COMMON_FILE_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stddef.h>
 
 #include "common/pn_error.h"
@@ -21,6 +22,10 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
 /* True when both paths name one existing file (same device and inode), or
  * are the same string. */
 bool pn_same_file(const char *a, const char *b);
+
+/* What a file of mode m is when it is not a regular file ("a FIFO (named
+ * pipe)", "a directory", ..., "not a regular file"); NULL for a regular file. */
+const char *pn_file_kind(mode_t m);
 
 /* A description of what a path is when it is not a regular file ("a FIFO
  * (named pipe)", "a directory", ...), or NULL for a regular file or a path

@@ -32,6 +32,7 @@
  *   - nesting of arrays is bounded, so recursion depth is too.
  */
 #include "gguf/gguf.h"
+#include "common/file.h"
 #include "gguf/gguf_internal.h"
 
 #include "quant/types.h"
@@ -815,21 +816,6 @@ static ssize_t pread_full(int fd, void *dst, size_t n, uint64_t at)
     return (ssize_t)done;
 }
 
-static const char *file_kind(mode_t m)
-{
-    if (S_ISDIR(m))
-        return "a directory";
-    if (S_ISFIFO(m))
-        return "a FIFO (named pipe)";
-    if (S_ISCHR(m))
-        return "a character device";
-    if (S_ISBLK(m))
-        return "a block device";
-    if (S_ISSOCK(m))
-        return "a socket";
-    return "not a regular file";
-}
-
 /* Reads and parses the header of the open file fd (which the reader takes). */
 static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t first_read,
                                gguf_reader **out, pn_error *err)
@@ -844,7 +830,7 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t 
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
         return pn_error_set(err, PN_ERR_IO, "%s: %s, not a regular file", name,
-                            file_kind(sb.st_mode));
+                            pn_file_kind(sb.st_mode));
     }
     gguf_reader *r = new_reader(name, lenient);
     if (!r) {

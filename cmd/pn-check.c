@@ -1,6 +1,6 @@
 /* pn-check: checks a GGUF file holding PN tensors. Parses options and prints
  * the report (text or JSON); the checking is pn_check_file
- * (pipeline/check.h). */
+ * (check/check.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 
 #include "cmd/cli.h"
 #include "common/text.h"
-#include "pipeline/check.h"
+#include "check/check.h"
 #include "quant/types.h"
 
 static const char usage[] =

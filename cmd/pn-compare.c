@@ -1,7 +1,7 @@
 /* pn-compare: how far PN mixes are from their float source in stock
  * llama.cpp (KL divergence of next-token distributions, top-1 agreement,
  * size). Parses options, finds the llama.cpp harness and prints; the work is
- * pn_compare_run (pipeline/compare.h). */
+ * pn_compare_run (compare/compare.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/text.h"
-#include "pipeline/compare.h"
+#include "compare/compare.h"
 #include "quant/types.h"
 
 extern char **environ;

@@ -1,5 +1,5 @@
 /* pn-dequant: PN GGUF -> float GGUF that stock llama.cpp loads. Parses
- * options and prints; the work is pn_dequant_file (pipeline/dequant.h). */
+ * options and prints; the work is pn_dequant_file (dequant/dequant.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include "cmd/cli.h"
 #include "common/text.h"
-#include "pipeline/dequant.h"
+#include "dequant/dequant.h"
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
-#include "pipeline/synth.h"
+#include "synth/synth.h"
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
-#include "mix/measure.h"
+#include "mix/measurement.h"
 #include "mix/plan.h"
 
 /* Plan tensor indices of the candidates in promotion order; order must hold

@@ -8,7 +8,7 @@
 #include "common/file.h"
 #include "gguf/gguf_split.h"
 #include "mix/promote.h"
-#include "pipeline/measure.h"
+#include "pipeline/measure_job.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/types.h"

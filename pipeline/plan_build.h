@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
-#include "pipeline/source_id.h"
+#include "io/source_id.h"
 #include "pipeline/tensor_job.h"
 
 typedef struct pn_job_plan {

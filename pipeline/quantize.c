@@ -8,7 +8,7 @@
  *      copied from PREV (pipeline/reuse.h);
  *   3. stream every tensor in source order into a temporary file: reader
  *      thread, compute team, writer thread at once (pipeline/stream.h);
- *      the output is one file or a split set (pipeline/outset.h): the
+ *      the output is one file or a split set (io/outset.h): the
  *      writer stage writes each chunk to the file of its tensor, and with
  *      --split-index only the tensors of that split are streamed; a copied
  *      tensor (--reuse) is one chunk that reads nothing and that the writer
@@ -36,10 +36,10 @@
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "gguf/gguf_split.h"
-#include "pipeline/outset.h"
+#include "io/outset.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/reuse.h"
-#include "pipeline/source_id.h"
+#include "io/source_id.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/pn.h"
@@ -188,7 +188,7 @@ static void qj_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at, cons
     const pn_job_tensor *t = &q->jt[ch->tag];
     const int64_t es = pn_type_row_bytes(t->src_type, 1);
     /* in plan-indexed arrays, final once the reader is past the tensor: a
-     * split of the output patches them in when it closes (pipeline/outset.h) */
+     * split of the output patches them in when it closes (io/outset.h) */
     uint32_t *whole = &q->c->sid.tensor_crc[t->index], *sample = &q->c->rd_sample[t->index];
     *whole = pn_crc32(*whole, bytes, (size_t)(n_elems * es));
     *sample = pn_sample_crc_update(*sample, t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at,

@@ -19,7 +19,7 @@
  * Split sets (docs/split.md): the source may be any file of a split set
  * (gguf_reader_open reads the set as one model; its split keys are not
  * copied). The output is one file, or with opts.split / keep_split a set
- * planned by gguf-split's rules (pipeline/outset.h): each split records the
+ * planned by gguf-split's rules (io/outset.h): each split records the
  * CRC-32 of its own tensors, every split is validated, and the set is
  * committed with its first split last. split_index writes one split of that
  * plan alone, byte for byte the file of a full run given the same options
@@ -29,7 +29,7 @@
  * on the source, the recipe and the options that select types and rotation:
  * never on the thread count, the chunk size, the CPU path or the backend.
  *
- * Every output records who its source is (pn.source.*, pipeline/source_id.h;
+ * Every output records who its source is (pn.source.*, io/source_id.h;
  * the CRCs of each tensor's sampled rows and of all its bytes are computed
  * from the bytes the reader reads anyway). With opts.reuse_path (--reuse
  * PREV, pipeline/reuse.h, docs/reuse.md) the sampled rows of every source

@@ -40,7 +40,7 @@
 #include "gguf/gguf.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
-#include "pipeline/source_id.h"
+#include "io/source_id.h"
 
 typedef struct pn_reuse {
     char *path;

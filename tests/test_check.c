@@ -19,7 +19,7 @@
 
 #include "gguf_bytes.h"
 #include "long_row_fixture.h"
-#include "pipeline/check.h"
+#include "check/check.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
 

@@ -16,7 +16,7 @@
 
 #include "gguf_bytes.h"
 #include "long_row_fixture.h"
-#include "pipeline/dequant.h"
+#include "dequant/dequant.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
 

@@ -9,10 +9,10 @@
 
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
-#include "mix/measure.h"
+#include "mix/measurement.h"
 #include "mix/plan.h"
 #include "mix/promote.h"
-#include "mix/qwen38_shapes.h"
+#include "synth/qwen38_shapes.h"
 #include "mix/recipe.h"
 #include "mix/size.h"
 #include "quant/pn.h"
@@ -941,15 +941,24 @@ Test(plan, a_pn3t_tensor_is_a_candidate_only_when_64_divides_k)
 
 /* ---- measurement ---- */
 
+/* The sample of R rows at most M, as a list, from the one-row rule. */
+static int64_t sample_list(int64_t R, int64_t M, int64_t *out)
+{
+    int64_t n = pn_sample_count(R, M);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = pn_sample_row(R, M, i);
+    return n;
+}
+
 Test(measure, sample_rows_are_all_rows_up_to_the_maximum_then_evenly_spaced)
 {
     int64_t out[300];
-    cr_assert_eq(pn_sample_rows(5, 256, out), 5);
+    cr_assert_eq(sample_list(5, 256, out), 5);
     for (int i = 0; i < 5; i++)
         cr_assert_eq(out[i], i);
-    cr_assert_eq(pn_sample_rows(256, 256, out), 256);
+    cr_assert_eq(sample_list(256, 256, out), 256);
     cr_assert_eq(out[255], 255);
-    cr_assert_eq(pn_sample_rows(1000, 256, out), 256);
+    cr_assert_eq(sample_list(1000, 256, out), 256);
     for (int i = 0; i < 256; i++) {
         cr_assert_eq(out[i], (int64_t)i * 1000 / 256);
         if (i)
@@ -957,17 +966,32 @@ Test(measure, sample_rows_are_all_rows_up_to_the_maximum_then_evenly_spaced)
     }
     cr_assert_eq(out[0], 0);
     cr_assert_eq(out[255], 996);
-    cr_assert_eq(pn_sample_rows(248320, 256, out), 256);
+    cr_assert_eq(sample_list(248320, 256, out), 256);
     cr_assert_eq(out[1], 970);
     cr_assert_eq(out[255], 255 * 970);
     /* no overflow where i * R would not fit in 64 bits */
     int64_t big = INT64_MAX / 3;
-    cr_assert_eq(pn_sample_rows(big, 256, out), 256);
+    cr_assert_eq(sample_list(big, 256, out), 256);
     __extension__ typedef __int128 i128;
     for (int i = 0; i < 256; i++)
         cr_assert_eq(out[i], (int64_t)((i128)i * big / 256));
-    cr_assert_eq(pn_sample_rows(0, 256, out), 0);
-    cr_assert_eq(pn_sample_rows(10, 0, out), 0);
+    cr_assert_eq(sample_list(0, 256, out), 0);
+    cr_assert_eq(sample_list(10, 0, out), 0);
+}
+
+Test(measure, the_sample_rule_matches_the_formats_statement_for_every_row_count)
+{
+    const int64_t R[] = {1, 5, 255, 256, 257, 1000, 248320, 17408};
+    const int64_t M[] = {1, 3, 256, 1000};
+    int64_t want[1000];
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
+        for (size_t j = 0; j < sizeof M / sizeof M[0]; j++) {
+            int64_t n = tu_sample_rows(R[i], M[j], want);
+            cr_assert_eq(pn_sample_count(R[i], M[j]), n);
+            for (int64_t k = 0; k < n; k++)
+                cr_assert_eq(pn_sample_row(R[i], M[j], k), want[k], "R %lld M %lld i %lld",
+                             (long long)R[i], (long long)M[j], (long long)k);
+        }
 }
 
 static float *gauss_rows(int64_t rows, int64_t K, uint64_t seed, double scale)

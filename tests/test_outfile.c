@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "common/outfile.h"
-#include "mix/measure.h"
+#include "mix/measurement.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------------ */

@@ -16,8 +16,8 @@
 
 #include "gguf/gguf.h"
 #include "hadamard/hadamard.h"
-#include "mix/measure.h"
-#include "pipeline/measure.h"
+#include "mix/measurement.h"
+#include "pipeline/measure_job.h"
 #include "quant/quant_row.h"
 #include "pipeline/quantize.h"
 #include "pipeline/tensor_job.h"
@@ -291,22 +291,8 @@ Test(pipeline, chunks_are_whole_blocks_and_split_long_rows_at_units)
     cr_assert(strstr(err.msg, "bad.weight"), "%s", err.msg);
 }
 
-Test(pipeline, the_sample_rule_one_row_at_a_time_equals_pn_sample_rows)
-{
-    const int64_t R[] = {1, 5, 255, 256, 257, 1000, 248320, 17408};
-    const int64_t M[] = {1, 3, 256, 1000};
-    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
-        for (size_t j = 0; j < sizeof M / sizeof M[0]; j++) {
-            int64_t *rows = malloc((size_t)(R[i] < M[j] ? R[i] : M[j]) * sizeof *rows);
-            int64_t n = pn_sample_rows(R[i], M[j], rows);
-            for (int64_t k = 0; k < n; k++)
-                cr_assert_eq(pn_job_sample_row(R[i], M[j], k), rows[k], "R %lld M %lld i %lld",
-                             (long long)R[i], (long long)M[j], (long long)k);
-            free(rows);
-        }
-}
 
-/* E3, E4 of every candidate as mix/measure.h defines them, computed here on
+/* E3, E4 of every candidate as mix/measurement.h defines them, computed here on
  * the whole sampled rows with pn_measure_row. */
 static void reference_measurement(const char *src, const sf_spec *specs, size_t n, int64_t max_rows,
                                   double *e3, double *e4)
@@ -319,7 +305,7 @@ static void reference_measurement(const char *src, const sf_spec *specs, size_t 
         const int64_t K = t->ne[0], rows = t->ne[1];
         const int64_t src_row = pn_type_row_bytes(t->type, K);
         int64_t *sample = malloc((size_t)rows * sizeof *sample);
-        int64_t ns = pn_sample_rows(rows, max_rows, sample);
+        int64_t ns = tu_sample_rows(rows, max_rows, sample);
         uint8_t *raw = malloc((size_t)src_row);
         float *x = malloc((size_t)K * sizeof(float));
         void *scratch = malloc(pn_measure_scratch_bytes(K));

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mix/measure.h"
+#include "mix/measurement.h"
 #include "quant/fp16.h"
 #include "quant/pn.h"
 #include "quant/types.h"
@@ -1290,7 +1290,7 @@ Test(pn_quality, the_relative_rmse_on_gaussian_weights_is_what_each_type_allows)
     cr_assert_lt(e4, 0.6 * e3, "pn4t (%.4f) must be clearly better than pn3t (%.4f)", e4, e3);
 }
 
-/* ---- the measurement's per-thread scratch (mix/measure.h) ------------- */
+/* ---- the measurement's per-thread scratch (mix/measurement.h) ------------- */
 
 Test(pn_measure_scratch, every_thread_s_slice_is_aligned_for_floats_and_doubles)
 {
@@ -1306,7 +1306,7 @@ Test(pn_measure_scratch, every_thread_s_slice_is_aligned_for_floats_and_doubles)
 
 Test(pn_measure_scratch, two_threads_measure_k_1280_in_slices_of_one_buffer_as_one_thread_does)
 {
-    /* the pattern of pipeline/measure.c: one buffer, slice per thread; the
+    /* the pattern of pipeline/measure_job.c: one buffer, slice per thread; the
      * sanitizer build checks every float store for alignment */
     const int64_t K = 1280, rows = 16;
     const size_t slice = pn_measure_scratch_bytes(K);

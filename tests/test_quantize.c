@@ -15,9 +15,9 @@
 
 #include "gguf/gguf.h"
 #include "hadamard/hadamard.h"
-#include "mix/qwen38_shapes.h"
+#include "synth/qwen38_shapes.h"
 #include "pipeline/quantize.h"
-#include "pipeline/synth.h"
+#include "synth/synth.h"
 #include "quant/pn_cuda.h"
 #include "quant/pn.h"
 #include "quant/types.h"

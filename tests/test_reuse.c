@@ -14,11 +14,11 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
-#include "mix/measure.h"
-#include "pipeline/check.h"
+#include "mix/measurement.h"
+#include "check/check.h"
 #include "pipeline/quantize.h"
-#include "pipeline/source_id.h"
-#include "pipeline/synth.h"
+#include "io/source_id.h"
+#include "synth/synth.h"
 #include "quant/types.h"
 #include "test_util.h"
 
@@ -247,7 +247,7 @@ static uint64_t model_hash(const gguf_reader *r)
 
 /* The recorded identity equals what this test computes from the source
  * itself: the model hash above, CRC-32 of rows floor(i*R/256)
- * (pn_sample_rows) and of the whole tensor, the type. */
+ * (the sampling rule) and of the whole tensor, the type. */
 static void assert_identity_of(const char *out, const char *src)
 {
     gguf_reader *o, *s;
@@ -270,7 +270,7 @@ static void assert_identity_of(const char *out, const char *src)
         const int64_t R = t->ne[1] * t->ne[2] * t->ne[3];
         const uint64_t rb = t->size / (uint64_t)R;
         uLong crc = 0;
-        int64_t k = pn_sample_rows(R, 256, rows_buf);
+        int64_t k = tu_sample_rows(R, 256, rows_buf);
         for (int64_t j = 0; j < k; j++)
             crc = crc32(crc, data + (uint64_t)rows_buf[j] * rb, (uInt)rb);
         cr_assert_eq((uint32_t)gguf_kv_arr_u64(sc, i), (uint32_t)crc, "%s sampled rows", t->name);
@@ -323,7 +323,7 @@ Test(reuse_identity, sampled_rows_crc_over_any_pieces_is_the_crc_of_the_sampled_
     for (int i = 0; i < R * K * 2; i++)
         x[i] = (uint8_t)tu_rng_u64(&rng);
     int64_t rows[M];
-    int64_t k = pn_sample_rows(R, M, rows);
+    int64_t k = tu_sample_rows(R, M, rows);
     uLong want = 0;
     for (int64_t j = 0; j < k; j++)
         want = crc32(want, x + rows[j] * K * 2, K * 2);

@@ -25,7 +25,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
-#include "pipeline/dequant.h"
+#include "dequant/dequant.h"
 #include "pipeline/quantize.h"
 #include "test_util.h"
 

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 #include "gguf/gguf.h"
-#include "mix/qwen38_shapes.h"
-#include "pipeline/synth.h"
+#include "synth/qwen38_shapes.h"
+#include "synth/synth.h"
 #include "quant/types.h"
 #include "test_util.h"
 

@@ -164,3 +164,14 @@ double tu_rng_gauss(tu_rng *r)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+int64_t tu_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out)
+{
+    if (n_rows < 1 || max_rows < 1)
+        return 0;
+    int64_t n = n_rows < max_rows ? n_rows : max_rows;
+    __extension__ typedef __int128 i128;
+    for (int64_t i = 0; i < n; i++)
+        out[i] = n_rows <= max_rows ? i : (int64_t)((i128)i * n_rows / max_rows);
+    return n;
+}

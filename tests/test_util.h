@@ -34,4 +34,10 @@ uint64_t tu_rng_u64(tu_rng *r);
 double tu_rng_uniform(tu_rng *r);     /* [0, 1) */
 double tu_rng_gauss(tu_rng *r);       /* N(0, 1) */
 
+/* The measurement's sampled rows, computed here as the format states them
+ * (every row when n_rows <= max_rows, else floor(i * n_rows / max_rows) in
+ * 128-bit arithmetic), independently of mix/measurement.c. out holds
+ * min(n_rows, max_rows) entries; returns how many. */
+int64_t tu_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out);
+
 #endif

@@ -1,4 +1,4 @@
-#include "pipeline/compare.h"
+#include "compare/compare.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-#include "pipeline/dequant.h"
+#include "dequant/dequant.h"
 #include "quant/types.h"
 
 /* Bounds on what the harness may announce (it is ours, but its output is

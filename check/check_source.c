@@ -1,4 +1,4 @@
-/* check_source.c - pn-check: the pn.source.* keys (pipeline/source_id.h,
+/* check_source.c - pn-check: the pn.source.* keys (io/source_id.h,
  * docs/reuse.md#the-keys), and with --source whether that source is the one
  * the file was made from.
  *
@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "common/threads.h"
-#include "pipeline/check_internal.h"
-#include "pipeline/source_id.h"
+#include "check/check_internal.h"
+#include "io/source_id.h"
 #include "quant/types.h"
 
 /* Reads the keys into *rec; false when absent or unusable (reported). */

@@ -1,7 +1,7 @@
-/* measure.h - pn-quantize's promotion measurement: obtained from a saved
+/* measure_job.h - pn-quantize's promotion measurement: obtained from a saved
  * file or measured on the source, then turned into promotions.
  *
- * The measurement itself (sampling rule, sums, file format) is mix/measure.h;
+ * The measurement itself (sampling rule, sums, file format) is mix/measurement.h;
  * this adds the reading of the sampled rows from the source, their widening
  * and rotation, the threads, and the saved file's reuse. The rows are read
  * as a stream (pipeline/stream.h): a reader thread reads them in file order,
@@ -14,10 +14,10 @@
 #define PN_PIPELINE_MEASURE_H
 
 #include "gguf/gguf.h"
-#include "mix/measure.h"
+#include "mix/measurement.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
-#include "pipeline/source_id.h"
+#include "io/source_id.h"
 #include "pipeline/tensor_job.h"
 
 /* Seconds of the measurement's stages: reading and widening (reader
@@ -41,9 +41,5 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
                                 const pn_plan *plan, const pn_job_env *env,
                                 const pn_source_id *sid, const char *quantizer,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err);
-
-/* Row i of the sample of a tensor of n_rows rows (pn_sample_rows' rule,
- * one row at a time, so no array of the sample's size is needed). */
-int64_t pn_job_sample_row(int64_t n_rows, int64_t max_rows, int64_t i);
 
 #endif

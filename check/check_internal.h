@@ -1,4 +1,4 @@
-/* check_internal.h - shared by the pipeline/check*.c files only.
+/* check_internal.h - shared by the check/check*.c files only.
  *
  * The check runs in stages over one context: structure (check.c), pn.*
  * metadata (check_meta.c), recipe conformance (check_recipe.c), then one data
@@ -13,7 +13,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
-#include "pipeline/check.h"
+#include "check/check.h"
 
 typedef struct pn_check_ctx {
     pn_check_report *rep;

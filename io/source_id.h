@@ -1,6 +1,6 @@
 /* source_id.h - who a source is: the identity pn-quantize records in every
  * output (the pn.source.* keys) and checks before it uses a saved
- * measurement (pipeline/measure.h) or copies an earlier output's tensors
+ * measurement (pipeline/measure_job.h) or copies an earlier output's tensors
  * (pipeline/reuse.h); pn-check --source compares it with a source.
  *
  * The parts (docs/reuse.md):

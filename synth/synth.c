@@ -1,11 +1,11 @@
-#include "pipeline/synth.h"
+#include "synth/synth.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "pipeline/outset.h"
+#include "io/outset.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
 

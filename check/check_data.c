@@ -33,7 +33,7 @@
 #include "common/crc32.h"
 #include "common/threads.h"
 #include "hadamard/hadamard.h"
-#include "pipeline/check_internal.h"
+#include "check/check_internal.h"
 #include "quant/fp16.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"

@@ -1,5 +1,5 @@
 /* synth.h - pn-synth: a float GGUF with the Qwen3.8 tensor names and shapes
- * (mix/qwen38_shapes.h) and plausible qwen35.* keys, filled with generated
+ * (synth/qwen38_shapes.h) and plausible qwen35.* keys, filled with generated
  * weights, for tests, demos and benchmarks.
  *
  * Weights: 2-D tensors are near-Gaussian with standard deviation 0.02, with
@@ -11,7 +11,7 @@
  * chosen dtype. Written through the GGUF writer: temporary file, rename.
  *
  * With a split limit the model is written as a split set, as llama.cpp's
- * gguf-split writes one (pipeline/outset.h, docs/split.md): PATH NAME.gguf
+ * gguf-split writes one (io/outset.h, docs/split.md): PATH NAME.gguf
  * becomes NAME-00001-of-0000N.gguf ..., the first split holding every key,
  * committed with the first split last. A set reads back as the same model,
  * byte for byte the same keys (but the split keys) and tensor data.
@@ -25,7 +25,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf_split.h"
-#include "mix/qwen38_shapes.h"
+#include "synth/qwen38_shapes.h"
 
 typedef struct pn_synth_opts {
     const char *path;

@@ -7,7 +7,7 @@
  * descriptor each until the commit, which is why the number of splits one
  * run writes is checked against the open-file limit.
  */
-#include "pipeline/outset.h"
+#include "io/outset.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "mix/qwen38_shapes.h"
+#include "synth/qwen38_shapes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

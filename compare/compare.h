@@ -2,7 +2,7 @@
  * stock llama.cpp sees it.
  *
  * For a float source GGUF and one or more PN files of it, each PN file is
- * decoded (pipeline/dequant.h) into a temporary float GGUF, stock llama.cpp
+ * decoded (dequant/dequant.h) into a temporary float GGUF, stock llama.cpp
  * runs the forward pass on the source and on each decoded file over the same
  * token sequences, and the next-token distributions are compared position by
  * position:

@@ -1,4 +1,4 @@
-/* measure.h - measuring what promotion to pn4t buys, and keeping the result.
+/* measurement.h - measuring what promotion to pn4t buys, and keeping the result.
  *
  * For every promotion candidate (mix/plan.h) the pipeline reads a sample of
  * rows, rotates them as they will be stored, and hands them to
@@ -8,7 +8,7 @@
  * decode with pn_quantize_row / pn_dequantize_row (quant/pn.h). E3 is the
  * pn3t error, E4 the pn4t error; promoting a tensor gains E3 - E4.
  *
- * Sampling rule "evenly-spaced" (pn_sample_rows): with R rows and a maximum
+ * Sampling rule "evenly-spaced" (pn_sample_row): with R rows and a maximum
  * of M (default 256), when R <= M every row 0..R-1 is taken; otherwise the
  * rows floor(i * R / M) for i = 0..M-1 (exact integer arithmetic), which are
  * distinct, ascending, start at row 0 and spread over the whole tensor.
@@ -56,10 +56,14 @@
 #define PN_MEASURE_FORMAT_VERSION 2
 #define PN_MEASURE_TEXT_MAX 256       /* bytes of the quantizer text, with the terminator */
 
-/* Writes the sampled row numbers (ascending) to out, which must hold
- * min(n_rows, max_rows) entries; returns how many. 0 if n_rows < 1 or
- * max_rows < 1. */
-int64_t pn_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out);
+/* How many rows the sample of a tensor of n_rows rows holds:
+ * min(n_rows, max_rows); 0 if n_rows < 1 or max_rows < 1. */
+int64_t pn_sample_count(int64_t n_rows, int64_t max_rows);
+
+/* Row i (0 <= i < pn_sample_count) of that sample, ascending in i. One row
+ * at a time, so that no array of the sample's size is ever needed; the one
+ * definition of the rule, used by the measurement and the source identity. */
+int64_t pn_sample_row(int64_t n_rows, int64_t max_rows, int64_t i);
 
 typedef struct pn_measure_acc {
     double err3;     /* sum (w - dq3(w))^2 */
@@ -89,7 +93,7 @@ void pn_measure_acc_result(const pn_measure_acc *acc, double *e3, double *e4);
 
 /* What a measurement's figures depend on besides its rows' bytes. */
 typedef struct pn_measure_params {
-    uint64_t source_header_hash;             /* pipeline/source_id.h */
+    uint64_t source_header_hash;             /* io/source_id.h */
     char quantizer[PN_MEASURE_TEXT_MAX];     /* pn.quantizer: one line, no tab */
     int rotation_cap;                        /* 0: none; else the Hadamard cap */
     int64_t sample_max_rows;                 /* M, >= 1 */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "mix/recipe.h"
-#include "pipeline/check_internal.h"
+#include "check/check_internal.h"
 #include "quant/types.h"
 
 static const char *type_name(int type)

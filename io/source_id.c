@@ -1,12 +1,12 @@
 /* The source identity (see source_id.h). */
-#include "pipeline/source_id.h"
+#include "io/source_id.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
-#include "pipeline/measure.h"
+#include "mix/measurement.h"
 #include "quant/types.h"
 
 /* Bytes read per pread (and per piece of a whole-tensor CRC). */
@@ -103,7 +103,7 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
     const int64_t a = elem_at, b = elem_at + n_elems;
     const int64_t last_row = (b - 1) / K;
     for (int64_t i = first_sample_from(n_rows, M, a / K); i < M; i++) {
-        int64_t row = pn_job_sample_row(n_rows, M, i);
+        int64_t row = pn_sample_row(n_rows, M, i);
         if (row > last_row)
             break;
         int64_t s = row * K > a ? row * K : a;
@@ -152,10 +152,10 @@ static pn_status sample_crc_one(const gguf_reader *r, size_t i, int64_t M, uint8
     } else {
         /* scattered rows: the kernel fetches them all while they are read */
         for (int64_t s = 0; s < M; s++)
-            gguf_reader_advise(r, at + (uint64_t)pn_job_sample_row(R, M, s) * row_bytes,
+            gguf_reader_advise(r, at + (uint64_t)pn_sample_row(R, M, s) * row_bytes,
                                row_bytes, true);
         for (int64_t s = 0; s < M && st == PN_OK; s++)
-            st = crc_range(r, i, (uint64_t)pn_job_sample_row(R, M, s) * row_bytes, row_bytes, buf,
+            st = crc_range(r, i, (uint64_t)pn_sample_row(R, M, s) * row_bytes, row_bytes, buf,
                            cancel, &crc, err);
     }
     *out = crc;

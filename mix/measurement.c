@@ -1,4 +1,4 @@
-#include "mix/measure.h"
+#include "mix/measurement.h"
 
 #include "common/file.h"
 #include "common/outfile.h"
@@ -19,21 +19,21 @@
 #define MEASURE_FORMAT_VERSION PN_MEASURE_FORMAT_VERSION
 #define MEASURE_MAX_FILE_BYTES (64u << 20)
 
-int64_t pn_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out)
+int64_t pn_sample_count(int64_t n_rows, int64_t max_rows)
 {
     if (n_rows < 1 || max_rows < 1)
         return 0;
-    if (n_rows <= max_rows) {
-        for (int64_t i = 0; i < n_rows; i++)
-            out[i] = i;
-        return n_rows;
-    }
+    return n_rows < max_rows ? n_rows : max_rows;
+}
+
+int64_t pn_sample_row(int64_t n_rows, int64_t max_rows, int64_t i)
+{
+    if (n_rows <= max_rows)
+        return i;
     /* floor(i*R/M) without overflowing i*R: i*(R/M) + floor(i*(R%M)/M),
      * where i*(R%M) < M*M. */
     int64_t q = n_rows / max_rows, r = n_rows % max_rows;
-    for (int64_t i = 0; i < max_rows; i++)
-        out[i] = i * q + (int64_t)((uint64_t)i * (uint64_t)r / (uint64_t)max_rows);
-    return max_rows;
+    return i * q + (int64_t)((uint64_t)i * (uint64_t)r / (uint64_t)max_rows);
 }
 
 size_t pn_measure_scratch_bytes(int64_t K)

@@ -9,7 +9,7 @@
  * f16 or bf16 weight stops the run with its tensor, row and block or column
  * named, since its decode would be meaningless.
  */
-#include "pipeline/dequant.h"
+#include "dequant/dequant.h"
 
 #include <math.h>
 #include <omp.h>
@@ -23,7 +23,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
 #include "hadamard/hadamard.h"
-#include "pipeline/outset.h"
+#include "io/outset.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
 #include "quant/scales.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "hadamard/hadamard.h"
-#include "pipeline/check_internal.h"
+#include "check/check_internal.h"
 #include "quant/types.h"
 
 #define PN_FORMAT_NAME "PNX-FORMAT-v0"

@@ -6,7 +6,7 @@
  * its tensor data names every tensor past the end instead of being refused as
  * a whole.
  */
-#include "pipeline/check.h"
+#include "check/check.h"
 
 #include <errno.h>
 #include <math.h>
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "gguf/gguf_split.h"
-#include "pipeline/check_internal.h"
+#include "check/check_internal.h"
 #include "quant/types.h"
 
 const char *pn_severity_name(pn_severity s)

@@ -1,4 +1,4 @@
-#include "pipeline/measure.h"
+#include "pipeline/measure_job.h"
 
 #include <inttypes.h>
 #include <omp.h>
@@ -13,14 +13,6 @@
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
 #include "quant/types.h"
-
-int64_t pn_job_sample_row(int64_t n_rows, int64_t max_rows, int64_t i)
-{
-    if (n_rows <= max_rows)
-        return i;
-    int64_t q = n_rows / max_rows, r = n_rows % max_rows;
-    return i * q + (int64_t)((uint64_t)i * (uint64_t)r / (uint64_t)max_rows);
-}
 
 /* ---- the measurement as a stream --------------------------------------- */
 
@@ -74,7 +66,7 @@ static void advise_candidate(measure_job *j, size_t ci)
     }
     for (int64_t s = 0; s < c->n_sample; s++)
         gguf_reader_advise_tensor(j->src, c->index,
-                                  (uint64_t)pn_job_sample_row(c->t->rows, j->max_rows, s) *
+                                  (uint64_t)pn_sample_row(c->t->rows, j->max_rows, s) *
                                       row_bytes,
                                   row_bytes, true);
 }
@@ -99,14 +91,14 @@ static bool measure_next(void *ctx, pn_chunk *ch)
         int64_t k = c->n_sample - j->cur_s < c->rows_per_chunk ? c->n_sample - j->cur_s
                                                                 : c->rows_per_chunk;
         for (int64_t r = 0; r < k; r++)
-            ch->rows[r] = pn_job_sample_row(c->t->rows, j->max_rows, j->cur_s + r);
+            ch->rows[r] = pn_sample_row(c->t->rows, j->max_rows, j->cur_s + r);
         ch->n_rows = k;
         ch->col0 = 0;
         ch->n_cols = K;
         j->cur_s += k;
     } else {
         int64_t k = K - j->cur_col < c->piece ? K - j->cur_col : c->piece;
-        ch->rows[0] = pn_job_sample_row(c->t->rows, j->max_rows, j->cur_s);
+        ch->rows[0] = pn_sample_row(c->t->rows, j->max_rows, j->cur_s);
         ch->n_rows = 1;
         ch->col0 = j->cur_col;
         ch->n_cols = k;
@@ -137,7 +129,7 @@ static void measure_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at,
     *crc = (uint32_t)crc32_z(*crc, bytes, (size_t)(n_elems * pn_type_row_bytes(ch->src_type, 1)));
 }
 
-/* The sums pn_measure_row gives (mix/measure.h), continued from *err and
+/* The sums pn_measure_row gives (mix/measurement.h), continued from *err and
  * *norm: quantize, decode, then (w - dq)^2 and w^2 in element order. */
 static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8_t *scratch,
                             double *err, double *norm, int64_t *bad_col)

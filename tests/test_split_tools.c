@@ -27,6 +27,7 @@
 #include "gguf/gguf_split.h"
 #include "dequant/dequant.h"
 #include "pipeline/quantize.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
 
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
@@ -34,14 +35,6 @@
 #define OTHER_MODEL "--width-scale 16 --layers 2 --vocab 2048"
 #define QUANT "--quiet --backend cpu --threads 1 --recipe '" FALLBACK_RECIPE "'"
 #define MODEL_TENSORS 56
-
-static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -79,12 +72,6 @@ static int sh(char **out, char **err, const char *fmt, ...)
         free(o_);                                                                              \
         free(e_);                                                                              \
     } while (0)
-
-static bool exists(const char *p)
-{
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
 
 /* The folder's entries, hidden ones too, one per line in order. */
 static char *listing(const char *dir)

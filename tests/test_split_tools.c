@@ -603,7 +603,7 @@ Test(split_output, a_split_that_would_be_a_file_of_the_source_or_the_report_is_r
     free(err);
     rc = sh(&out, &err, "'%s/pn-dequant' --keep-split --force set-00002-of-00003.gguf set.gguf",
             PN_BIN_DIR);
-    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert_eq(rc, 2, "a usage error, as in pn-quantize: %s", err);
     cr_assert(strstr(err, "the output is a file of the input"), "%s", err);
     free(out);
     free(err);

@@ -6,18 +6,21 @@
  * done, 1 an error while doing it (a file that cannot be read, a full
  * disk), 2 a usage error: an option, or a path refused before anything is
  * done (the output is the input or one of its files), 130 interrupted.
- * pn-check's 1 means an invalid file, so its errors are 2; pn-synth and
- * pn-compare take their settings from options only, so every failure of
- * their job is 1.
+ * pn-check's 1 means an invalid file, so its errors are 2.
  *
- * Header-only (each cmd/<name>.c is a program of its own). Text that comes
- * from the user or a file is printed in the terminal-safe form
- * (common/text.h).
+ * Options: each program has one table (pn_cli_option) that getopt_long
+ * parses with and that the usage's option list is printed from, so the
+ * usage names exactly the options a program takes. cli.c is linked into
+ * every program (cmd/CMakeLists.txt).
+ *
+ * Text that comes from the user or a file is printed in the terminal-safe
+ * form (common/text.h).
  */
 #ifndef PN_CMD_CLI_H
 #define PN_CMD_CLI_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,5 +95,42 @@ static inline void pn_cli_error(const char *prog, const char *msg)
     pn_fput_safe(stderr, msg);
     fputc('\n', stderr);
 }
+
+/* One option of a program: its getopt_long entry and its lines of the
+ * usage text. */
+typedef struct pn_cli_option {
+    const char *name;   /* the long name, without "--"; NULL ends a table */
+    int has_arg;        /* no_argument or required_argument */
+    int id;             /* what pn_cli_next returns for it: 'h' (also -h), or 256 and up */
+    const char *help;   /* its lines of the usage: "  --name ARG   what it does\n" ... */
+} pn_cli_option;
+
+/* A program's usage: head (down to "options:\n"), the lines of each option
+ * of the table in its order, then tail. */
+typedef struct pn_cli_program {
+    const char *name;
+    const char *head;
+    const pn_cli_option *options;
+    const char *tail;
+} pn_cli_program;
+
+/* Prints the usage to f. */
+void pn_cli_usage(FILE *f, const pn_cli_program *p);
+
+/* The next option of argv, as getopt_long finds it with the program's
+ * table (-h the one short option; GNU order: options may follow the
+ * positional arguments, "--" ends them; no message of getopt's own).
+ * Returns the option's id, '?' for an unknown option or a missing or
+ * unexpected value (optopt and argv[optind - 1] tell which), -1 at the end;
+ * the positional arguments are then argv[optind ...]. */
+int pn_cli_next(const pn_cli_program *p, int argc, char **argv);
+
+/* --help: the usage on stdout, flushed and closed. Returns 0, or
+ * fail_status after "<prog>: cannot write to standard output: <why>". */
+int pn_cli_help(const pn_cli_program *p, int fail_status);
+
+/* An option's integer value in [lo, hi]. false after "<prog>: <opt>: '<v>'
+ * is not an integer in [lo, hi]" on stderr (v terminal-safe). */
+bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long hi, long *out);
 
 #endif

@@ -14,7 +14,34 @@
 #include "check/check.h"
 #include "quant/types.h"
 
-static const char usage[] =
+/* What pn_cli_next returns for each option. */
+enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
+       OPT_PROGRESS };
+
+static const pn_cli_option options[] = {
+    {"recipe", required_argument, OPT_RECIPE,
+     "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
+     "                    this mix recipe\n"},
+    {"source", required_argument, OPT_SOURCE,
+     "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
+     "                    source; flag errors far above what the type gives\n"},
+    {"json", no_argument, OPT_JSON,
+     "  --json            print the report as JSON instead of text\n"},
+    {"threads", required_argument, OPT_THREADS,
+     "  --threads N       worker threads (default: all cores)\n"},
+    {"progress", no_argument, OPT_PROGRESS,
+     "  --progress        print the progress of the data pass on standard error\n"},
+    {"strict", no_argument, OPT_STRICT,
+     "  --strict          warnings make the file invalid too\n"},
+    {"help", no_argument, 'h',
+     "  -h, --help        this text\n"},
+    {"version", no_argument, OPT_VERSION,
+     "  --version         the version\n"},
+    {NULL, 0, 0, NULL},
+};
+
+static const pn_cli_program program = {
+    "pn-check",
     "usage: pn-check [options] FILE.gguf\n"
     "\n"
     "Checks a GGUF file that may hold PN tensors (pn3t, pn4t): the GGUF structure,\n"
@@ -23,17 +50,8 @@ static const char usage[] =
     "each tensor; with --source, the error of each tensor against the float model it\n"
     "was made from. Prints one line per finding and a final verdict.\n"
     "\n"
-    "options:\n"
-    "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
-    "                    this mix recipe\n"
-    "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
-    "                    source; flag errors far above what the type gives\n"
-    "  --json            print the report as JSON instead of text\n"
-    "  --threads N       worker threads (default: all cores)\n"
-    "  --progress        print the progress of the data pass on standard error\n"
-    "  --strict          warnings make the file invalid too\n"
-    "  -h, --help        this text\n"
-    "  --version         the version\n"
+    "options:\n",
+    options,
     "\n"
     "A file of a split set (NAME-00001-of-00003.gguf ...) is checked as the whole\n"
     "set, every finding naming its file; a set that does not open is invalid, with\n"
@@ -46,7 +64,8 @@ static const char usage[] =
     "read (not GGUF, cut short inside its header, missing, changed during the\n"
     "check), bad usage, a --recipe or --source that cannot be read, a --source\n"
     "that is not a float model (f32, f16, bf16 tensors only), or the report could\n"
-    "not be written\n";
+    "not be written\n",
+};
 
 /* ---- text ---- */
 
@@ -315,22 +334,8 @@ int main(int argc, char **argv)
     /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
      * like any write error, instead of the signal killing the program. */
     signal(SIGXFSZ, SIG_IGN);
-    enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-           OPT_PROGRESS };
-    static const struct option longopts[] = {
-        {"recipe", required_argument, NULL, OPT_RECIPE},
-        {"source", required_argument, NULL, OPT_SOURCE},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"strict", no_argument, NULL, OPT_STRICT},
-        {"progress", no_argument, NULL, OPT_PROGRESS},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
         case OPT_RECIPE: o.recipe_path = optarg; break;
         case OPT_SOURCE: o.source_path = optarg; break;
@@ -338,24 +343,13 @@ int main(int argc, char **argv)
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS: {
-            char *end;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 1 || v > 4096) {
-                fprintf(stderr, "pn-check: --threads: '%s' is not an integer in [1, 4096]\n",
-                        optarg);
+            long v;
+            if (!pn_cli_long("pn-check", "--threads", optarg, 1, 4096, &v))
                 return 2;
-            }
             o.threads = (int)v;
             break;
         }
-        case 'h':
-            fputs(usage, stdout);
-            if (pn_cli_finish_stdout(&why) != 0) {
-                fprintf(stderr, "pn-check: cannot write to standard output: %s\n", why);
-                return 2;
-            }
-            return 0;
+        case 'h': return pn_cli_help(&program, 2);
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
         default:
             if (optopt >= OPT_RECIPE || (optopt == 0 && optind > 0))
@@ -363,13 +357,13 @@ int main(int argc, char **argv)
                         argv[optind - 1]);
             else
                 fprintf(stderr, "pn-check: unknown option '-%c'\n", optopt);
-            fputs(usage, stderr);
+            pn_cli_usage(stderr, &program);
             return 2;
         }
     }
     if (argc - optind != 1) {
         fprintf(stderr, "pn-check: expected one FILE.gguf, got %d arguments\n", argc - optind);
-        fputs(usage, stderr);
+        pn_cli_usage(stderr, &program);
         return 2;
     }
     const char *path = argv[optind];

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmd/cli.h"
 #include "common/text.h"
 #include "compare/compare.h"
 #include "quant/types.h"
@@ -21,7 +22,48 @@ extern char **environ;
 static volatile sig_atomic_t g_cancel = 0;
 static void on_signal(int sig) { (void)sig; g_cancel = 1; }
 
-static const char usage[] =
+/* What pn_cli_next returns for each option. */
+enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
+       O_NODE, O_SCRIPT, O_QUIET, O_VERSION };
+
+static const pn_cli_option options[] = {
+    {"text", required_argument, O_TEXT,
+     "  --text FILE         tokens from this UTF-8 text, cut by the source's tokenizer\n"
+     "                      (default: the fixed set, 4 sequences of 64 token ids)\n"},
+    {"seq-len", required_argument, O_SEQ_LEN,
+     "  --seq-len N         with --text: tokens per sequence (default 512)\n"},
+    {"max-seqs", required_argument, O_MAX_SEQS,
+     "  --max-seqs N        with --text: at most N sequences (default 16)\n"},
+    {"threads", required_argument, O_THREADS,
+     "  --threads N         llama.cpp threads, the same for every model (default: all\n"
+     "                      cores); also the decoder's\n"},
+    {"decode-type", required_argument, O_DECODE,
+     "  --decode-type f32|f16|bf16  type of the decoded models (default f32)\n"},
+    {"keep-rotation", no_argument, O_KEEP,
+     "  --keep-rotation     decode PN tensors without undoing the rotation (an\n"
+     "                      experiment: llama.cpp does not rotate activations)\n"},
+    {"tmpdir", required_argument, O_TMPDIR,
+     "  --tmpdir DIR        folder for the temporary files (default $TMPDIR, or /tmp);\n"
+     "                      needs one decoded model (4 bytes per weight in f32) plus\n"
+     "                      positions x vocabulary x 4 bytes\n"},
+    {"json", no_argument, O_JSON,
+     "  --json              print JSON instead of the table\n"},
+    {"node", required_argument, O_NODE,
+     "  --node PROG         the Node.js program (default: node, looked up in PATH)\n"},
+    {"llama-script", required_argument, O_SCRIPT,
+     "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
+     "                      pn-llama-logits.mjs beside this program)\n"},
+    {"quiet", no_argument, O_QUIET,
+     "  --quiet             no progress on stderr\n"},
+    {"help", no_argument, 'h',
+     "  -h, --help          this text\n"},
+    {"version", no_argument, O_VERSION,
+     "  --version           the version\n"},
+    {NULL, 0, 0, NULL},
+};
+
+static const pn_cli_program program = {
+    "pn-compare",
     "usage: pn-compare [options] SOURCE.gguf PN.gguf [PN.gguf ...]\n"
     "\n"
     "Decodes each PN file (as pn-dequant does) into a temporary float GGUF, runs\n"
@@ -31,28 +73,11 @@ static const char usage[] =
     "percentile, max), the share of positions with the same top-1 token, the file\n"
     "size and bits per weight. Temporary files are always removed.\n"
     "\n"
-    "options:\n"
-    "  --text FILE         tokens from this UTF-8 text, cut by the source's tokenizer\n"
-    "                      (default: the fixed set, 4 sequences of 64 token ids)\n"
-    "  --seq-len N         with --text: tokens per sequence (default 512)\n"
-    "  --max-seqs N        with --text: at most N sequences (default 16)\n"
-    "  --threads N         llama.cpp threads, the same for every model (default: all\n"
-    "                      cores); also the decoder's\n"
-    "  --decode-type f32|f16|bf16  type of the decoded models (default f32)\n"
-    "  --keep-rotation     decode PN tensors without undoing the rotation (an\n"
-    "                      experiment: llama.cpp does not rotate activations)\n"
-    "  --tmpdir DIR        folder for the temporary files (default $TMPDIR, or /tmp);\n"
-    "                      needs one decoded model (4 bytes per weight in f32) plus\n"
-    "                      positions x vocabulary x 4 bytes\n"
-    "  --json              print JSON instead of the table\n"
-    "  --node PROG         the Node.js program (default: node, looked up in PATH)\n"
-    "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
-    "                      pn-llama-logits.mjs beside this program)\n"
-    "  --quiet             no progress on stderr\n"
-    "  -h, --help          this text\n"
-    "  --version           the version\n"
+    "options:\n",
+    options,
     "\n"
-    "exit status: 0 compared, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+    "exit status: 0 compared, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+};
 
 static int finish_stdout(void)
 {
@@ -63,15 +88,12 @@ static int finish_stdout(void)
     return 0;
 }
 
+/* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
 static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "pn-compare: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
+    long x;
+    if (!pn_cli_long("pn-compare", opt, v, lo, hi, &x))
         return -1;
-    }
     *out = (int)x;
     return 0;
 }
@@ -183,20 +205,8 @@ int main(int argc, char **argv)
     int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
-    enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
-           O_NODE, O_SCRIPT, O_QUIET, O_VERSION };
-    static const struct option lopts[] = {
-        {"text", required_argument, 0, O_TEXT},         {"seq-len", required_argument, 0, O_SEQ_LEN},
-        {"max-seqs", required_argument, 0, O_MAX_SEQS}, {"threads", required_argument, 0, O_THREADS},
-        {"decode-type", required_argument, 0, O_DECODE}, {"keep-rotation", no_argument, 0, O_KEEP},
-        {"tmpdir", required_argument, 0, O_TMPDIR},     {"json", no_argument, 0, O_JSON},
-        {"node", required_argument, 0, O_NODE},         {"llama-script", required_argument, 0, O_SCRIPT},
-        {"quiet", no_argument, 0, O_QUIET},             {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, O_VERSION},         {0, 0, 0, 0},
-    };
-    opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+    while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
         case O_TEXT: o.text_path = optarg; break;
         case O_SEQ_LEN: if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len)) return 2; text_opts = 1; break;
@@ -219,7 +229,7 @@ int main(int argc, char **argv)
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
         case O_QUIET: quiet = 1; break;
-        case 'h': fputs(usage, stdout); return finish_stdout();
+        case 'h': pn_cli_usage(stdout, &program); return finish_stdout();
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return finish_stdout();
         default:
             fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "

@@ -20,7 +20,44 @@ static void on_signal(int sig)
     g_cancel = 1;
 }
 
-static const char usage[] =
+/* What pn_cli_next returns for each option. */
+enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
+       OPT_PROGRESS, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS, OPT_KEEP_SPLIT };
+
+static const pn_cli_option options[] = {
+    {"type", required_argument, OPT_TYPE,
+     "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n"},
+    {"keep-rotation", no_argument, OPT_KEEP,
+     "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
+     "                       a model run on them needs rotated activations)\n"},
+    {"split-max-size", required_argument, OPT_SPLIT_SIZE,
+     "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+     "                       does (a decoded 27 B model is over the hubs' 50 GB per\n"
+     "                       file): NAME.gguf becomes NAME-00001-of-0000N.gguf ...\n"
+     "                       beside it, each split at most SIZE of tensor data (50G,\n"
+     "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"},
+    {"split-max-tensors", required_argument, OPT_SPLIT_TENSORS,
+     "  --split-max-tensors N  the same, at most N tensors per split\n"},
+    {"keep-split", no_argument, OPT_KEEP_SPLIT,
+     "  --keep-split         split OUT the way IN is split (IN may be any file of a\n"
+     "                       split set, with or without this option)\n"},
+    {"threads", required_argument, OPT_THREADS,
+     "  --threads N          worker threads (default: all cores)\n"},
+    {"progress", no_argument, OPT_PROGRESS,
+     "  --progress           print the progress on standard error\n"},
+    {"force", no_argument, OPT_FORCE,
+     "  --force              replace an existing OUT\n"},
+    {"quiet", no_argument, OPT_QUIET,
+     "  --quiet              print nothing on success\n"},
+    {"help", no_argument, 'h',
+     "  -h, --help           this text\n"},
+    {"version", no_argument, OPT_VERSION,
+     "  --version            the version\n"},
+    {NULL, 0, 0, NULL},
+};
+
+static const pn_cli_program program = {
+    "pn-dequant",
     "usage: pn-dequant [options] IN.gguf OUT.gguf\n"
     "\n"
     "Decodes every quantized tensor of IN (pn3t/pn4t with the Hadamard rotation\n"
@@ -30,26 +67,11 @@ static const char usage[] =
     "names the float type. OUT is written under a temporary name beside itself,\n"
     "re-read, then renamed into place; on any error or signal nothing is left there.\n"
     "\n"
-    "options:\n"
-    "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n"
-    "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
-    "                       a model run on them needs rotated activations)\n"
-    "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
-    "                       does (a decoded 27 B model is over the hubs' 50 GB per\n"
-    "                       file): NAME.gguf becomes NAME-00001-of-0000N.gguf ...\n"
-    "                       beside it, each split at most SIZE of tensor data (50G,\n"
-    "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"
-    "  --split-max-tensors N  the same, at most N tensors per split\n"
-    "  --keep-split         split OUT the way IN is split (IN may be any file of a\n"
-    "                       split set, with or without this option)\n"
-    "  --threads N          worker threads (default: all cores)\n"
-    "  --progress           print the progress on standard error\n"
-    "  --force              replace an existing OUT\n"
-    "  --quiet              print nothing on success\n"
-    "  -h, --help           this text\n"
-    "  --version            the version\n"
+    "options:\n",
+    options,
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+};
 
 int main(int argc, char **argv)
 {
@@ -57,25 +79,8 @@ int main(int argc, char **argv)
     pn_dequant_opts_init(&o);
     bool quiet = false, progress = false;
     const char *why;
-    enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
-           OPT_PROGRESS, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS, OPT_KEEP_SPLIT };
-    static const struct option longopts[] = {
-        {"type", required_argument, NULL, OPT_TYPE},
-        {"keep-rotation", no_argument, NULL, OPT_KEEP},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"progress", no_argument, NULL, OPT_PROGRESS},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"quiet", no_argument, NULL, OPT_QUIET},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {"split-max-size", required_argument, NULL, OPT_SPLIT_SIZE},
-        {"split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS},
-        {"keep-split", no_argument, NULL, OPT_KEEP_SPLIT},
-        {NULL, 0, NULL, 0},
-    };
-    opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
         case OPT_TYPE:
             if (strcmp(optarg, "f32") == 0)
@@ -122,24 +127,13 @@ int main(int argc, char **argv)
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS: {
-            char *end;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 1 || v > 4096) {
-                fprintf(stderr, "pn-dequant: --threads: '%s' is not an integer in [1, 4096]\n",
-                        optarg);
+            long v;
+            if (!pn_cli_long("pn-dequant", "--threads", optarg, 1, 4096, &v))
                 return 2;
-            }
             o.threads = (int)v;
             break;
         }
-        case 'h':
-            fputs(usage, stdout);
-            if (pn_cli_finish_stdout(&why) != 0) {
-                fprintf(stderr, "pn-dequant: cannot write to standard output: %s\n", why);
-                return 1;
-            }
-            return 0;
+        case 'h': return pn_cli_help(&program, 1);
         case OPT_VERSION: printf("pn-dequant %s\n", PN_VERSION); return 0;
         default:
             if (optopt >= OPT_TYPE || optopt == 0)
@@ -147,7 +141,7 @@ int main(int argc, char **argv)
                         argv[optind - 1]);
             else
                 fprintf(stderr, "pn-dequant: unknown option '-%c'\n", optopt);
-            fputs(usage, stderr);
+            pn_cli_usage(stderr, &program);
             return 2;
         }
     }
@@ -159,7 +153,7 @@ int main(int argc, char **argv)
     if (argc - optind != 2) {
         fprintf(stderr, "pn-dequant: expected IN.gguf and OUT.gguf, got %d arguments\n",
                 argc - optind);
-        fputs(usage, stderr);
+        pn_cli_usage(stderr, &program);
         return 2;
     }
 

@@ -30,7 +30,83 @@ static void on_signal(int sig)
     g_cancel = 1;
 }
 
-static const char usage[] =
+/* What pn_cli_next returns for each option. */
+enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
+       O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
+       O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY };
+
+static const pn_cli_option options[] = {
+    {"recipe", required_argument, O_RECIPE,
+     "  --recipe FILE           mix recipe (default: the built-in P0k+19,\n"
+     "                          recipes/qwen3.8-27b-pn3.mix)\n"},
+    {"promote", required_argument, O_PROMOTE,
+     "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n"},
+    {"promote-list", required_argument, O_PLIST,
+     "  --promote-list FILE     promote exactly these tensor names, one per line\n"},
+    {"measurement", required_argument, O_MEAS,
+     "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
+     "                          else measure and save it there\n"},
+    {"measure-rows", required_argument, O_MROWS,
+     "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"},
+    {"reuse", required_argument, O_REUSE,
+     "  --reuse PREV.gguf       copy from PREV, an earlier output of this source, every\n"
+     "                          tensor it holds with the same type, rotation and quantizer\n"
+     "                          whose sampled source rows are unchanged; quantize the rest\n"
+     "                          (the output is the same bytes; PREV may be DST, with --force)\n"},
+    {"reuse-verify", no_argument, O_REUSE_VERIFY,
+     "  --reuse-verify          with --reuse: copy only tensors whose whole source bytes\n"
+     "                          match PREV's record (reads them, quantizes nothing more)\n"},
+    {"target-size", required_argument, O_TARGET,
+     "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
+     "                          order) whose file still fits SIZE (e.g. 12.5GiB, 13e9)\n"},
+    {"rotation", required_argument, O_ROT,
+     "  --rotation none|hadamard[:CAP]\n"
+     "                          override the recipe's rotation (none is for experiments)\n"},
+    {"threads", required_argument, O_THREADS,
+     "  --threads N             worker threads (default: all cores)\n"},
+    {"backend", required_argument, O_BACKEND,
+     "  --backend auto|cpu|cuda scale search on the CPU or a CUDA GPU (default auto:\n"
+     "                          the GPU when one is usable, else the CPU)\n"},
+    {"device", required_argument, O_DEVICE,
+     "  --device N              CUDA device index (default 0)\n"},
+    {"dry-run", no_argument, O_DRY,
+     "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
+     "                          files of a split output) and exit without writing; DST\n"
+     "                          may be omitted\n"},
+    {"split-max-size", required_argument, O_SPLIT_SIZE,
+     "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
+     "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"
+     "                          each split at most SIZE of tensor data (50G, 500M as\n"
+     "                          gguf-split takes them, or 48GiB, 2.5GB); SRC may be any\n"
+     "                          file of a split set too\n"},
+    {"split-max-tensors", required_argument, O_SPLIT_TENSORS,
+     "  --split-max-tensors N   the same, at most N tensors per split\n"},
+    {"keep-split", no_argument, O_KEEP_SPLIT,
+     "  --keep-split            split DST the way the split source is split\n"},
+    {"split-index", required_argument, O_SPLIT_INDEX,
+     "  --split-index I         write only split I (from 0) of that plan, under its name\n"
+     "                          in a full run and byte for byte that file, given the same\n"
+     "                          options and --measurement: one task per split of a batch\n"
+     "                          scheduler (docs/split.md)\n"},
+    {"report", required_argument, O_REPORT,
+     "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
+     "                          relative error, seconds; and the per-phase times\n"
+     "                          (written before DST is committed, in place right after)\n"},
+    {"force", no_argument, O_FORCE,
+     "  --force                 allow replacing an existing DST (and report)\n"},
+    {"quiet", no_argument, O_QUIET,
+     "  --quiet                 no progress and no plan totals\n"},
+    {"progress", no_argument, O_PROGRESS,
+     "  --progress              progress on stderr even when it is not a terminal\n"},
+    {"help", no_argument, 'h',
+     "  -h, --help              this text\n"},
+    {"version", no_argument, O_VERSION,
+     "  --version               the version\n"},
+    {NULL, 0, 0, NULL},
+};
+
+static const pn_cli_program program = {
+    "pn-quantize",
     "usage: pn-quantize [options] SRC.gguf DST.gguf\n"
     "\n"
     "Quantizes a float GGUF (F32/F16/BF16) to a PN GGUF: rotates the weights that\n"
@@ -39,50 +115,8 @@ static const char usage[] =
     "re-reads and validates it, then renames it into place. On any error or signal\n"
     "nothing is left at DST; SRC is never modified.\n"
     "\n"
-    "options:\n"
-    "  --recipe FILE           mix recipe (default: the built-in P0k+19,\n"
-    "                          recipes/qwen3.8-27b-pn3.mix)\n"
-    "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n"
-    "  --promote-list FILE     promote exactly these tensor names, one per line\n"
-    "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
-    "                          else measure and save it there\n"
-    "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"
-    "  --reuse PREV.gguf       copy from PREV, an earlier output of this source, every\n"
-    "                          tensor it holds with the same type, rotation and quantizer\n"
-    "                          whose sampled source rows are unchanged; quantize the rest\n"
-    "                          (the output is the same bytes; PREV may be DST, with --force)\n"
-    "  --reuse-verify          with --reuse: copy only tensors whose whole source bytes\n"
-    "                          match PREV's record (reads them, quantizes nothing more)\n"
-    "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
-    "                          order) whose file still fits SIZE (e.g. 12.5GiB, 13e9)\n"
-    "  --rotation none|hadamard[:CAP]\n"
-    "                          override the recipe's rotation (none is for experiments)\n"
-    "  --threads N             worker threads (default: all cores)\n"
-    "  --backend auto|cpu|cuda scale search on the CPU or a CUDA GPU (default auto:\n"
-    "                          the GPU when one is usable, else the CPU)\n"
-    "  --device N              CUDA device index (default 0)\n"
-    "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
-    "                          files of a split output) and exit without writing; DST\n"
-    "                          may be omitted\n"
-    "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
-    "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"
-    "                          each split at most SIZE of tensor data (50G, 500M as\n"
-    "                          gguf-split takes them, or 48GiB, 2.5GB); SRC may be any\n"
-    "                          file of a split set too\n"
-    "  --split-max-tensors N   the same, at most N tensors per split\n"
-    "  --keep-split            split DST the way the split source is split\n"
-    "  --split-index I         write only split I (from 0) of that plan, under its name\n"
-    "                          in a full run and byte for byte that file, given the same\n"
-    "                          options and --measurement: one task per split of a batch\n"
-    "                          scheduler (docs/split.md)\n"
-    "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
-    "                          relative error, seconds; and the per-phase times\n"
-    "                          (written before DST is committed, in place right after)\n"
-    "  --force                 allow replacing an existing DST (and report)\n"
-    "  --quiet                 no progress and no plan totals\n"
-    "  --progress              progress on stderr even when it is not a terminal\n"
-    "  -h, --help              this text\n"
-    "  --version               the version\n"
+    "options:\n",
+    options,
     "\n"
     "environment:\n"
     "  PN_CPU_PATH=ref|scalar|avx2|avx512   the CPU path (default: the best this CPU\n"
@@ -92,13 +126,15 @@ static const char usage[] =
     "  PN_CUDA_EMULATE=1       run the CUDA backend's kernel on the host (tests)\n"
     "\n"
     "exit status: 0 written and validated, 1 error (message on stderr), 2 usage,\n"
-    "130 interrupted\n";
+    "130 interrupted\n",
+};
 
 typedef struct cli_state {
     int show_progress;
     int tty;
     double last;
     int quiet;
+    int force_progress;        /* --progress: even when stderr is no terminal */
     int force;
     const char *report_path;
     char report_tmp[4096];     /* the report, written before the output's commit */
@@ -549,21 +585,6 @@ static void on_note(const char *msg, void *user)
 
 /* ---- options and the environment --------------------------------------- */
 
-static int parse_int(const char *opt, const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "pn-quantize: %s: '", opt);
-        pn_fput_safe(stderr, v);
-        fprintf(stderr, "' is not an integer in [%ld, %ld]\n", lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* The environment variables the program honours, read once here (the
  * library reads none): a bad value is a usage error naming the variable. */
 static int read_environment(pn_quantize_opts *o)
@@ -630,6 +651,173 @@ static int finish_stdout(int status)
     return status;
 }
 
+/* One option (c, with optarg) into o and cs. Returns -1 to go on, else
+ * the exit status: 0 after --help or --version, 2 for a bad value. */
+static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
+{
+    long v;
+    switch (c) {
+    case O_RECIPE: o->recipe_path = optarg; break;
+    case O_PROMOTE:
+        if (!pn_cli_long("pn-quantize", "--promote", optarg, 0, 1000000, &v)) return 2;
+        o->promote = (int)v;
+        break;
+    case O_PLIST: o->promote_list_path = optarg; break;
+    case O_MEAS: o->measurement_path = optarg; break;
+    case O_MROWS:
+        if (!pn_cli_long("pn-quantize", "--measure-rows", optarg, 1, 1L << 30, &v)) return 2;
+        o->measure_rows = (uint64_t)v;
+        break;
+    case O_TARGET: {
+        pn_error e;
+        if (pn_parse_size(optarg, &o->target_size, &e) != PN_OK || o->target_size == 0) {
+            fprintf(stderr, "pn-quantize: --target-size: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "' is not a size (examples: 12.5GiB, 13000MB, 13e9)\n");
+            return 2;
+        }
+        break;
+    }
+    case O_ROT:
+        if (strcmp(optarg, "none") == 0)
+            o->rotation_cap = 0;
+        else if (strcmp(optarg, "hadamard") == 0)
+            o->rotation_cap = 1024;
+        else if (strncmp(optarg, "hadamard:", 9) == 0) {
+            if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", optarg + 9, 1, 4096, &v)) return 2;
+            if (v & (v - 1)) {
+                fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
+                return 2;
+            }
+            o->rotation_cap = (int)v;
+        } else {
+            fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
+                            "hadamard:CAP, got '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "'\n");
+            return 2;
+        }
+        break;
+    case O_THREADS:
+        if (!pn_cli_long("pn-quantize", "--threads", optarg, 1, 4096, &v)) return 2;
+        o->threads = (int)v;
+        break;
+    case O_BACKEND:
+        if (strcmp(optarg, "auto") == 0) o->backend = PN_BACKEND_AUTO;
+        else if (strcmp(optarg, "cpu") == 0) o->backend = PN_BACKEND_CPU;
+        else if (strcmp(optarg, "cuda") == 0) o->backend = PN_BACKEND_CUDA;
+        else {
+            fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "'\n");
+            return 2;
+        }
+        break;
+    case O_DEVICE:
+        if (!pn_cli_long("pn-quantize", "--device", optarg, 0, 1024, &v)) return 2;
+        o->device = (int)v;
+        break;
+    case O_DRY: o->dry_run = true; break;
+    case O_REPORT: cs->report_path = optarg; break;
+    case O_FORCE: o->force = true; break;
+    case O_QUIET: cs->quiet = 1; break;
+    case O_PROGRESS: cs->force_progress = 1; break;
+    case O_SPLIT_SIZE: {
+        const char *why = "";
+        if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_SIZE) {
+            fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+            return 2;
+        }
+        o->split.mode = GGUF_SPLIT_MAX_SIZE;
+        if (!(o->split.max = pn_cli_split_size(optarg, &why))) {
+            fprintf(stderr, "pn-quantize: --split-max-size: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "': %s\n", why);
+            return 2;
+        }
+        break;
+    }
+    case O_SPLIT_TENSORS:
+        if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_TENSORS) {
+            fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+            return 2;
+        }
+        if (!pn_cli_long("pn-quantize", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+        o->split.mode = GGUF_SPLIT_MAX_TENSORS;
+        o->split.max = (uint64_t)v;
+        break;
+    case O_KEEP_SPLIT: o->keep_split = true; break;
+    case O_SPLIT_INDEX:
+        if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v)) return 2;
+        o->split_index = v;
+        break;
+    case 'h': pn_cli_usage(stdout, &program); return 0;
+    case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
+    case O_REUSE: o->reuse_path = optarg; break;
+    case O_REUSE_VERIFY: o->reuse_verify = true; break;
+    default:
+        if (optopt && optopt < 256)
+            fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
+        else {
+            fprintf(stderr, "pn-quantize: unknown option or missing value: ");
+            pn_fput_safe(stderr, argv[optind - 1]);
+            fputc('\n', stderr);
+        }
+        fprintf(stderr, "Try 'pn-quantize --help'.\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* The options that cannot go together. Returns 0, or 2 after the message. */
+static int check_combinations(const pn_quantize_opts *o)
+{
+    if (o->promote_list_path && (o->promote >= 0 || o->target_size)) {
+        fprintf(stderr, "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
+        return 2;
+    }
+    if (o->target_size && o->promote >= 0) {
+        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give --promote too\n");
+        return 2;
+    }
+    if (o->keep_split && o->split.mode != GGUF_SPLIT_NONE) {
+        fprintf(stderr, "pn-quantize: --keep-split follows the source's splits; do not give "
+                        "--split-max-size or --split-max-tensors too\n");
+        return 2;
+    }
+    if (o->split_index >= 0 && o->split.mode == GGUF_SPLIT_NONE && !o->keep_split) {
+        fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
+                        "--split-max-tensors or --keep-split\n");
+        return 2;
+    }
+    if (o->reuse_verify && !o->reuse_path) {
+        fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The options, the environment and SRC [DST] into o and cs. Returns -1 to
+ * go on, else the exit status. */
+static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state *cs)
+{
+    int c, rc;
+    while ((c = pn_cli_next(&program, argc, argv)) != -1)
+        if ((rc = take_option(c, o, cs, argv)) >= 0)
+            return rc;
+    int npos = argc - optind;
+    if (npos < 1 || npos > 2 || (npos == 1 && !o->dry_run)) {
+        fprintf(stderr, "pn-quantize: expected SRC.gguf DST.gguf%s\nTry 'pn-quantize --help'.\n",
+                o->dry_run ? " (DST is optional with --dry-run)" : "");
+        return 2;
+    }
+    if (check_combinations(o) != 0 || read_environment(o) != 0)
+        return 2;
+    o->src_path = argv[optind];
+    o->dst_path = npos == 2 ? argv[optind + 1] : NULL;
+    return -1;
+}
+
 static int run(int argc, char **argv)
 {
     pn_quantize_opts o;
@@ -638,196 +826,18 @@ static int run(int argc, char **argv)
     memset(&cs, 0, sizeof cs);
     cs.tty = isatty(2);
     cs.last = -1e9;
-    int quiet = 0, force_progress = 0;
-    enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
-           O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
-           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY };
-    static const struct option lopts[] = {
-        {"recipe", required_argument, 0, O_RECIPE},
-        {"promote", required_argument, 0, O_PROMOTE},
-        {"promote-list", required_argument, 0, O_PLIST},
-        {"measurement", required_argument, 0, O_MEAS},
-        {"measure-rows", required_argument, 0, O_MROWS},
-        {"target-size", required_argument, 0, O_TARGET},
-        {"rotation", required_argument, 0, O_ROT},
-        {"threads", required_argument, 0, O_THREADS},
-        {"backend", required_argument, 0, O_BACKEND},
-        {"device", required_argument, 0, O_DEVICE},
-        {"dry-run", no_argument, 0, O_DRY},
-        {"report", required_argument, 0, O_REPORT},
-        {"force", no_argument, 0, O_FORCE},
-        {"quiet", no_argument, 0, O_QUIET},
-        {"progress", no_argument, 0, O_PROGRESS},
-        {"split-max-size", required_argument, 0, O_SPLIT_SIZE},
-        {"split-max-tensors", required_argument, 0, O_SPLIT_TENSORS},
-        {"keep-split", no_argument, 0, O_KEEP_SPLIT},
-        {"split-index", required_argument, 0, O_SPLIT_INDEX},
-        {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, O_VERSION},
-        {"reuse", required_argument, 0, O_REUSE},
-        {"reuse-verify", no_argument, 0, O_REUSE_VERIFY},
-        {0, 0, 0, 0},
-    };
-    int c;
-    long v;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-        switch (c) {
-        case O_RECIPE: o.recipe_path = optarg; break;
-        case O_PROMOTE:
-            if (parse_int("--promote", optarg, 0, 1000000, &v)) return 2;
-            o.promote = (int)v;
-            break;
-        case O_PLIST: o.promote_list_path = optarg; break;
-        case O_MEAS: o.measurement_path = optarg; break;
-        case O_MROWS:
-            if (parse_int("--measure-rows", optarg, 1, 1L << 30, &v)) return 2;
-            o.measure_rows = (uint64_t)v;
-            break;
-        case O_TARGET: {
-            pn_error e;
-            if (pn_parse_size(optarg, &o.target_size, &e) != PN_OK || o.target_size == 0) {
-                fprintf(stderr, "pn-quantize: --target-size: '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "' is not a size (examples: 12.5GiB, 13000MB, 13e9)\n");
-                return 2;
-            }
-            break;
-        }
-        case O_ROT:
-            if (strcmp(optarg, "none") == 0)
-                o.rotation_cap = 0;
-            else if (strcmp(optarg, "hadamard") == 0)
-                o.rotation_cap = 1024;
-            else if (strncmp(optarg, "hadamard:", 9) == 0) {
-                if (parse_int("--rotation hadamard:CAP", optarg + 9, 1, 4096, &v)) return 2;
-                if (v & (v - 1)) {
-                    fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
-                    return 2;
-                }
-                o.rotation_cap = (int)v;
-            } else {
-                fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
-                                "hadamard:CAP, got '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "'\n");
-                return 2;
-            }
-            break;
-        case O_THREADS:
-            if (parse_int("--threads", optarg, 1, 4096, &v)) return 2;
-            o.threads = (int)v;
-            break;
-        case O_BACKEND:
-            if (strcmp(optarg, "auto") == 0) o.backend = PN_BACKEND_AUTO;
-            else if (strcmp(optarg, "cpu") == 0) o.backend = PN_BACKEND_CPU;
-            else if (strcmp(optarg, "cuda") == 0) o.backend = PN_BACKEND_CUDA;
-            else {
-                fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "'\n");
-                return 2;
-            }
-            break;
-        case O_DEVICE:
-            if (parse_int("--device", optarg, 0, 1024, &v)) return 2;
-            o.device = (int)v;
-            break;
-        case O_DRY: o.dry_run = true; break;
-        case O_REPORT: cs.report_path = optarg; break;
-        case O_FORCE: o.force = true; break;
-        case O_QUIET: quiet = 1; break;
-        case O_PROGRESS: force_progress = 1; break;
-        case O_SPLIT_SIZE: {
-            const char *why = "";
-            if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != GGUF_SPLIT_MAX_SIZE) {
-                fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
-                return 2;
-            }
-            o.split.mode = GGUF_SPLIT_MAX_SIZE;
-            if (!(o.split.max = pn_cli_split_size(optarg, &why))) {
-                fprintf(stderr, "pn-quantize: --split-max-size: '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "': %s\n", why);
-                return 2;
-            }
-            break;
-        }
-        case O_SPLIT_TENSORS:
-            if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != GGUF_SPLIT_MAX_TENSORS) {
-                fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
-                return 2;
-            }
-            if (parse_int("--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
-            o.split.mode = GGUF_SPLIT_MAX_TENSORS;
-            o.split.max = (uint64_t)v;
-            break;
-        case O_KEEP_SPLIT: o.keep_split = true; break;
-        case O_SPLIT_INDEX:
-            if (parse_int("--split-index", optarg, 0, 65534, &v)) return 2;
-            o.split_index = v;
-            break;
-        case 'h': fputs(usage, stdout); return 0;
-        case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
-        case O_REUSE: o.reuse_path = optarg; break;
-        case O_REUSE_VERIFY: o.reuse_verify = true; break;
-        default:
-            if (optopt && optopt < 256)
-                fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
-            else {
-                fprintf(stderr, "pn-quantize: unknown option or missing value: ");
-                pn_fput_safe(stderr, argv[optind - 1]);
-                fputc('\n', stderr);
-            }
-            fprintf(stderr, "Try 'pn-quantize --help'.\n");
-            return 2;
-        }
-    }
-    int npos = argc - optind;
-    if (npos < 1 || npos > 2 || (npos == 1 && !o.dry_run)) {
-        fprintf(stderr, "pn-quantize: expected SRC.gguf DST.gguf%s\nTry 'pn-quantize --help'.\n",
-                o.dry_run ? " (DST is optional with --dry-run)" : "");
-        return 2;
-    }
-    if (o.promote_list_path && (o.promote >= 0 || o.target_size)) {
-        fprintf(stderr, "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
-        return 2;
-    }
-    if (o.target_size && o.promote >= 0) {
-        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give --promote too\n");
-        return 2;
-    }
-    if (o.keep_split && o.split.mode != GGUF_SPLIT_NONE) {
-        fprintf(stderr, "pn-quantize: --keep-split follows the source's splits; do not give "
-                        "--split-max-size or --split-max-tensors too\n");
-        return 2;
-    }
-    if (o.split_index >= 0 && o.split.mode == GGUF_SPLIT_NONE && !o.keep_split) {
-        fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
-                        "--split-max-tensors or --keep-split\n");
-        return 2;
-    }
-    if (o.reuse_verify && !o.reuse_path) {
-        fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
-        return 2;
-    }
-    if (read_environment(&o) != 0)
-        return 2;
-    o.src_path = argv[optind];
-    o.dst_path = npos == 2 ? argv[optind + 1] : NULL;
+    int rc = parse_arguments(argc, argv, &o, &cs);
+    if (rc >= 0)
+        return rc;
     cs.force = o.force;
-    if (cs.report_path) {
-        int rc = check_report_path(&cs, &o);
-        if (rc)
-            return rc;
-    }
-    cs.show_progress = !quiet && (cs.tty || force_progress);
+    if (cs.report_path && (rc = check_report_path(&cs, &o)) != 0)
+        return rc;
+    cs.show_progress = !cs.quiet && (cs.tty || cs.force_progress);
     o.progress = on_progress;
     o.note = on_note;
     o.result = on_result;
     o.user = &cs;
     o.cancel = &g_cancel;
-    cs.quiet = quiet;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -888,7 +898,7 @@ static int run(int argc, char **argv)
     if (cs.files)
         fputs(cs.files, stdout);
     free(cs.files);
-    if (!o.dry_run && !quiet) {
+    if (!o.dry_run && !cs.quiet) {
         printf("wrote ");
         if (cs.split_index >= 0)
             printf("split %ld of %zu of ", cs.split_index + 1, cs.n_splits);

@@ -18,7 +18,52 @@
 static volatile sig_atomic_t g_cancel = 0;
 static void on_signal(int sig) { (void)sig; g_cancel = 1; }
 
-static const char usage[] =
+/* What pn_cli_next returns for each option. */
+enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
+       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS };
+
+static const pn_cli_option options[] = {
+    {"layers", required_argument, O_LAYERS,
+     "  --layers N          blocks (default 6; every 4th block is full attention; with\n"
+     "                      fewer than 4 blocks the last one is)\n"},
+    {"width-scale", required_argument, O_WS,
+     "  --width-scale S     1..16: divide the widths of the 27 B model by S in whole\n"
+     "                      heads (default 4); n_embd is a multiple of 1280 up to S 4\n"
+     "                      (1280 at 3 and 4), of 320 above (320 at 16: the shipped\n"
+     "                      recipe's q3_K/q4_K need a fallback there)\n"},
+    {"vocab", required_argument, O_VOCAB,
+     "  --vocab N           tokens (rows of token_embd and output; default 8192;\n"
+     "                      at least 259 for all 256 byte tokens and 3 special ones)\n"},
+    {"dtype", required_argument, O_DTYPE,
+     "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms, every\n"
+     "                      1-D tensor and ssm_conv1d are f32)\n"},
+    {"seed", required_argument, O_SEED,
+     "  --seed N            generator seed (default 1)\n"},
+    {"full", no_argument, O_FULL,
+     "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
+     "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"},
+    {"split-max-size", required_argument, O_SPLIT_SIZE,
+     "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+     "                      does: OUT NAME.gguf becomes NAME-00001-of-0000N.gguf ...,\n"
+     "                      each split at most SIZE of tensor data (50G, 500M as\n"
+     "                      gguf-split takes them, or 48GiB, 2.5GB)\n"},
+    {"split-max-tensors", required_argument, O_SPLIT_TENSORS,
+     "  --split-max-tensors N  the same, at most N tensors per split\n"},
+    {"threads", required_argument, O_THREADS,
+     "  --threads N         worker threads (default: all cores)\n"},
+    {"force", no_argument, O_FORCE,
+     "  --force             replace an existing OUT\n"},
+    {"quiet", no_argument, O_QUIET,
+     "  --quiet             no progress\n"},
+    {"help", no_argument, 'h',
+     "  -h, --help          this text\n"},
+    {"version", no_argument, O_VERSION,
+     "  --version           the version\n"},
+    {NULL, 0, 0, NULL},
+};
+
+static const pn_cli_program program = {
+    "pn-synth",
     "usage: pn-synth [options] OUT.gguf\n"
     "\n"
     "Writes a float GGUF with the Qwen3.8-27B tensor names and shapes (llama.cpp\n"
@@ -30,32 +75,11 @@ static const char usage[] =
     "model that quantizes in seconds: 6 layers, width scale 4 (n_embd 1280),\n"
     "vocab 8192, BF16 (about 150 M weights).\n"
     "\n"
-    "options:\n"
-    "  --layers N          blocks (default 6; every 4th block is full attention; with\n"
-    "                      fewer than 4 blocks the last one is)\n"
-    "  --width-scale S     1..16: divide the widths of the 27 B model by S in whole\n"
-    "                      heads (default 4); n_embd is a multiple of 1280 up to S 4\n"
-    "                      (1280 at 3 and 4), of 320 above (320 at 16: the shipped\n"
-    "                      recipe's q3_K/q4_K need a fallback there)\n"
-    "  --vocab N           tokens (rows of token_embd and output; default 8192;\n"
-    "                      at least 259 for all 256 byte tokens and 3 special ones)\n"
-    "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms, every\n"
-    "                      1-D tensor and ssm_conv1d are f32)\n"
-    "  --seed N            generator seed (default 1)\n"
-    "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
-    "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"
-    "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
-    "                      does: OUT NAME.gguf becomes NAME-00001-of-0000N.gguf ...,\n"
-    "                      each split at most SIZE of tensor data (50G, 500M as\n"
-    "                      gguf-split takes them, or 48GiB, 2.5GB)\n"
-    "  --split-max-tensors N  the same, at most N tensors per split\n"
-    "  --threads N         worker threads (default: all cores)\n"
-    "  --force             replace an existing OUT\n"
-    "  --quiet             no progress\n"
-    "  -h, --help          this text\n"
-    "  --version           the version\n"
+    "options:\n",
+    options,
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n";
+    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+};
 
 /* stdout was written in full (a closed pipe or a full disk is an error). */
 static int finish_stdout(void)
@@ -64,19 +88,6 @@ static int finish_stdout(void)
         fprintf(stderr, "pn-synth: error: writing to standard output: %s\n", strerror(errno));
         return 1;
     }
-    return 0;
-}
-
-static int parse_long(const char *opt, const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "pn-synth: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
-        return -1;
-    }
-    *out = x;
     return 0;
 }
 
@@ -107,29 +118,15 @@ int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0;
-    enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-           O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS };
     gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
-    static const struct option lopts[] = {
-        {"layers", required_argument, 0, O_LAYERS}, {"width-scale", required_argument, 0, O_WS},
-        {"vocab", required_argument, 0, O_VOCAB},   {"dtype", required_argument, 0, O_DTYPE},
-        {"seed", required_argument, 0, O_SEED},     {"full", no_argument, 0, O_FULL},
-        {"threads", required_argument, 0, O_THREADS}, {"force", no_argument, 0, O_FORCE},
-        {"quiet", no_argument, 0, O_QUIET},         {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, O_VERSION},
-        {"split-max-size", required_argument, 0, O_SPLIT_SIZE},
-        {"split-max-tensors", required_argument, 0, O_SPLIT_TENSORS},
-        {0, 0, 0, 0},
-    };
     int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+    while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
-        case O_LAYERS: if (parse_long("--layers", optarg, 1, 4096, &layers)) return 2; break;
-        case O_WS: if (parse_long("--width-scale", optarg, 1, 16, &wscale)) return 2; break;
-        case O_VOCAB: if (parse_long("--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
-        case O_SEED: if (parse_long("--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
-        case O_THREADS: if (parse_long("--threads", optarg, 1, 4096, &threads)) return 2; break;
+        case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
+        case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
+        case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
+        case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
+        case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_DTYPE:
             if (strcmp(optarg, "bf16") == 0) dtype = PN_TYPE_BF16;
             else if (strcmp(optarg, "f16") == 0) dtype = PN_TYPE_F16;
@@ -157,7 +154,7 @@ int main(int argc, char **argv)
                 }
             } else {
                 long v;
-                if (parse_long("--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+                if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
                 split.max = (uint64_t)v;
             }
             break;
@@ -165,7 +162,7 @@ int main(int argc, char **argv)
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
-        case 'h': fputs(usage, stdout); return finish_stdout();
+        case 'h': pn_cli_usage(stdout, &program); return finish_stdout();
         case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return finish_stdout();
         default:
             fprintf(stderr, "pn-synth: unknown option or missing value: %s\nTry 'pn-synth --help'.\n",

@@ -1,0 +1,75 @@
+/* cli.c - the option table of a program: parsing with getopt_long and the
+ * usage printed from the same table (cli.h). */
+#include "cmd/cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+
+/* The longest table of any program, with room to grow. */
+#define PN_CLI_MAX_OPTIONS 64
+
+/* The entry names its own option: it starts "  --name" ("  -h, --help" for
+ * -h), so that a table whose text and name disagree is caught on the first
+ * --help of the tests rather than shipped. */
+static bool help_names_option(const pn_cli_option *o)
+{
+    const char *at = o->help;
+    if (strncmp(at, "  -h, ", 6) == 0 && o->id == 'h')
+        at += 6;
+    else if (strncmp(at, "  ", 2) == 0)
+        at += 2;
+    size_t n = strlen(o->name);
+    return strncmp(at, "--", 2) == 0 && strncmp(at + 2, o->name, n) == 0 &&
+           (at[2 + n] == ' ' || at[2 + n] == '\n');
+}
+
+void pn_cli_usage(FILE *f, const pn_cli_program *p)
+{
+    fputs(p->head, f);
+    for (const pn_cli_option *o = p->options; o->name; o++) {
+        if (!help_names_option(o)) {
+            fprintf(stderr, "%s: internal error: the usage of --%s does not name it\n", p->name,
+                    o->name);
+            abort();
+        }
+        fputs(o->help, f);
+    }
+    fputs(p->tail, f);
+}
+
+int pn_cli_next(const pn_cli_program *p, int argc, char **argv)
+{
+    struct option longopts[PN_CLI_MAX_OPTIONS + 1];
+    size_t n = 0;
+    for (const pn_cli_option *o = p->options; o->name && n < PN_CLI_MAX_OPTIONS; o++, n++)
+        longopts[n] = (struct option){o->name, o->has_arg, NULL, o->id};
+    longopts[n] = (struct option){NULL, 0, NULL, 0};
+    opterr = 0;
+    return getopt_long(argc, argv, "h", longopts, NULL);
+}
+
+int pn_cli_help(const pn_cli_program *p, int fail_status)
+{
+    const char *why;
+    pn_cli_usage(stdout, p);
+    if (pn_cli_finish_stdout(&why) != 0) {
+        fprintf(stderr, "%s: cannot write to standard output: %s\n", p->name, why);
+        return fail_status;
+    }
+    return 0;
+}
+
+bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "%s: %s: '", prog, opt);
+        pn_fput_safe(stderr, v);
+        fprintf(stderr, "' is not an integer in [%ld, %ld]\n", lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}

@@ -73,3 +73,35 @@ bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long
     *out = x;
     return true;
 }
+
+bool pn_cli_threads(const char *prog, const char *v, int *threads)
+{
+    long n;
+    if (!pn_cli_long(prog, "--threads", v, 1, 4096, &n))
+        return false;
+    *threads = (int)n;
+    return true;
+}
+
+int pn_cli_refuse_option(const pn_cli_program *p, char **argv)
+{
+    /* optopt is the short option's letter, 0 or an id (256 and up) for a long one */
+    if (optopt >= 256 || optopt == 0) {
+        fprintf(stderr, "%s: option '", p->name);
+        pn_fput_safe(stderr, argv[optind - 1]);
+        fputs("' needs a value or is unknown\n", stderr);
+    } else {
+        fprintf(stderr, "%s: unknown option '-%c'\n", p->name, optopt);
+    }
+    pn_cli_usage(stderr, p);
+    return 2;
+}
+
+int pn_cli_close_stdout(const char *prog)
+{
+    if (ferror(stdout) | (fclose(stdout) != 0)) {
+        fprintf(stderr, "%s: error: writing to standard output: %s\n", prog, strerror(errno));
+        return 1;
+    }
+    return 0;
+}

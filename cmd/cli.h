@@ -133,4 +133,16 @@ int pn_cli_help(const pn_cli_program *p, int fail_status);
  * is not an integer in [lo, hi]" on stderr (v terminal-safe). */
 bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long hi, long *out);
 
+/* --threads N: N in [1, 4096] into *threads; false after the message. */
+bool pn_cli_threads(const char *prog, const char *v, int *threads);
+
+/* An option pn_cli_next returned '?' for, refused: "<prog>: option '--x'
+ * needs a value or is unknown" (or "unknown option '-x'") and the usage,
+ * on stderr. Returns 2, the exit status. */
+int pn_cli_refuse_option(const pn_cli_program *p, char **argv);
+
+/* Flushes and closes stdout. Returns 0, or 1 after "<prog>: error: writing
+ * to standard output: <why>" (a closed pipe, a full disk). */
+int pn_cli_close_stdout(const char *prog);
+
 #endif

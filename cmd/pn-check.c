@@ -342,23 +342,13 @@ int main(int argc, char **argv)
         case OPT_JSON: json = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;
-        case OPT_THREADS: {
-            long v;
-            if (!pn_cli_long("pn-check", "--threads", optarg, 1, 4096, &v))
+        case OPT_THREADS:
+            if (!pn_cli_threads("pn-check", optarg, &o.threads))
                 return 2;
-            o.threads = (int)v;
             break;
-        }
         case 'h': return pn_cli_help(&program, 2);
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
-        default:
-            if (optopt >= OPT_RECIPE || (optopt == 0 && optind > 0))
-                fprintf(stderr, "pn-check: option '%s' needs a value or is unknown\n",
-                        argv[optind - 1]);
-            else
-                fprintf(stderr, "pn-check: unknown option '-%c'\n", optopt);
-            pn_cli_usage(stderr, &program);
-            return 2;
+        default: return pn_cli_refuse_option(&program, argv);
         }
     }
     if (argc - optind != 1) {

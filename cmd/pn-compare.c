@@ -79,15 +79,6 @@ static const pn_cli_program program = {
     "exit status: 0 compared, 1 error (message on stderr), 2 usage, 130 interrupted\n",
 };
 
-static int finish_stdout(void)
-{
-    if (ferror(stdout) | (fclose(stdout) != 0)) {
-        fprintf(stderr, "pn-compare: error: writing to standard output: %s\n", strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
 static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
 {
@@ -229,8 +220,8 @@ int main(int argc, char **argv)
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
         case O_QUIET: quiet = 1; break;
-        case 'h': pn_cli_usage(stdout, &program); return finish_stdout();
-        case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return finish_stdout();
+        case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
+        case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
             fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "
                             "--help'.\n", argv[optind - 1]);
@@ -296,5 +287,5 @@ int main(int argc, char **argv)
     else
         print_table(&rep, decode);
     pn_compare_report_free(&rep);
-    return finish_stdout();
+    return pn_cli_close_stdout("pn-compare");
 }

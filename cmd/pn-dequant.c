@@ -126,23 +126,13 @@ int main(int argc, char **argv)
         case OPT_FORCE: o.force = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: progress = true; break;
-        case OPT_THREADS: {
-            long v;
-            if (!pn_cli_long("pn-dequant", "--threads", optarg, 1, 4096, &v))
+        case OPT_THREADS:
+            if (!pn_cli_threads("pn-dequant", optarg, &o.threads))
                 return 2;
-            o.threads = (int)v;
             break;
-        }
         case 'h': return pn_cli_help(&program, 1);
         case OPT_VERSION: printf("pn-dequant %s\n", PN_VERSION); return 0;
-        default:
-            if (optopt >= OPT_TYPE || optopt == 0)
-                fprintf(stderr, "pn-dequant: option '%s' needs a value or is unknown\n",
-                        argv[optind - 1]);
-            else
-                fprintf(stderr, "pn-dequant: unknown option '-%c'\n", optopt);
-            pn_cli_usage(stderr, &program);
-            return 2;
+        default: return pn_cli_refuse_option(&program, argv);
         }
     }
     if (o.keep_split && o.split.mode != GGUF_SPLIT_NONE) {

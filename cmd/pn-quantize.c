@@ -699,8 +699,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         }
         break;
     case O_THREADS:
-        if (!pn_cli_long("pn-quantize", "--threads", optarg, 1, 4096, &v)) return 2;
-        o->threads = (int)v;
+        if (!pn_cli_threads("pn-quantize", optarg, &o->threads)) return 2;
         break;
     case O_BACKEND:
         if (strcmp(optarg, "auto") == 0) o->backend = PN_BACKEND_AUTO;

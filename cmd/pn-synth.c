@@ -81,16 +81,6 @@ static const pn_cli_program program = {
     "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
 };
 
-/* stdout was written in full (a closed pipe or a full disk is an error). */
-static int finish_stdout(void)
-{
-    if (ferror(stdout) | (fclose(stdout) != 0)) {
-        fprintf(stderr, "pn-synth: error: writing to standard output: %s\n", strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
 typedef struct prog { int on, tty; double t0, last; } prog;
 
 static double now_s(void)
@@ -162,8 +152,8 @@ int main(int argc, char **argv)
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
-        case 'h': pn_cli_usage(stdout, &program); return finish_stdout();
-        case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return finish_stdout();
+        case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
+        case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return pn_cli_close_stdout("pn-synth");
         default:
             fprintf(stderr, "pn-synth: unknown option or missing value: %s\nTry 'pn-synth --help'.\n",
                     argv[optind - 1]);
@@ -259,5 +249,5 @@ int main(int argc, char **argv)
                o.config.n_layers, (long long)o.config.n_embd, (long long)o.config.n_vocab,
                (unsigned long long)bytes, now_s() - t0);
     }
-    return finish_stdout();
+    return pn_cli_close_stdout("pn-synth");
 }

@@ -33,12 +33,7 @@
 static void assert_nothing_left(const char *dir, const char *p)
 {
     cr_assert(!exists(p), "%s must not exist", p);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.\\|\\.pn-' || true", dir);
-    char *out = NULL;
-    tu_run(cmd, &out, NULL);
-    cr_assert_eq(atoi(out), 0, "temporary files left in %s", dir);
-    free(out);
+    cr_assert_eq(tu_count_temporary_files(dir), 0, "temporary files left in %s", dir);
 }
 
 /* The two files hold the same bytes. */
@@ -935,11 +930,7 @@ Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_
     char *kept = read_text(rep);
     cr_assert_str_eq(kept, "someone else's");
     cr_assert(exists(dst), "the output was committed");
-    char cmd[4096], *o = NULL;
-    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.\\|\\.pn-' || true", g_dir);
-    tu_run(cmd, &o, NULL);
-    cr_assert_eq(atoi(o), 0, "a temporary file is left");
-    free(o);
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left");
     free(kept);
     free(msg);
     free(src);
@@ -987,11 +978,7 @@ Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_for
     char *kept = read_text(dst);
     cr_assert_str_eq(kept, "another run");
     free(kept);
-    char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '\\.tmp\\.\\|\\.pn-' || true", g_dir);
-    tu_run(cmd, &out, NULL);
-    cr_assert_eq(atoi(out), 0, "a temporary file is left");
-    free(out);
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left");
     free(src);
     free(dst);
 }

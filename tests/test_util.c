@@ -110,6 +110,17 @@ int tu_count_files(const char *dir)
     return n;
 }
 
+int tu_count_temporary_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strstr(e->d_name, ".tmp.") != NULL || strstr(e->d_name, ".pn-") != NULL;
+    closedir(d);
+    return n;
+}
+
 void tu_rm_rf(const char *path)
 {
     if (!path || !*path || strcmp(path, "/") == 0)

@@ -26,6 +26,9 @@ const char *tu_join_static(const char *dir, const char *name);
 bool tu_exists(const char *path);
 /* Entries of a folder, hidden ones included ("." and ".." not). */
 int tu_count_files(const char *dir);
+/* Entries of a folder that are an output's temporary files: names holding
+ * ".tmp." (a file beside its target) or ".pn-" (a split set's). */
+int tu_count_temporary_files(const char *dir);
 /* Removes a directory tree made by tu_mkdtemp. */
 void tu_rm_rf(const char *path);
 

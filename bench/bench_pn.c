@@ -66,6 +66,7 @@ typedef enum job_kind { JOB_QUANT, JOB_ROTATE } job_kind;
 typedef struct job {
     job_kind kind;
     int path;
+    int v1;         /* JOB_QUANT: the path's previous search (pn_quantize_row_path_v1) */
     int type;       /* JOB_QUANT */
     int B;          /* JOB_ROTATE */
     const float *src;
@@ -85,8 +86,11 @@ static double run_once(const job *j, int threads)
     for (int64_t r = 0; r < j->rows; r++) {
         if (j->kind == JOB_QUANT) {
             int64_t bad = 0;
-            if (pn_quantize_row_path(j->path, j->type, j->src + r * j->K, j->K,
-                                     j->out + r * row_bytes, &bad) != PN_OK)
+            pn_status st = j->v1 ? pn_quantize_row_path_v1(j->path, j->type, j->src + r * j->K,
+                                                           j->K, j->out + r * row_bytes, &bad)
+                                 : pn_quantize_row_path(j->path, j->type, j->src + r * j->K, j->K,
+                                                        j->out + r * row_bytes, &bad);
+            if (st != PN_OK)
                 failed = 1;
         } else {
             float *row = j->scratch + r * j->K;
@@ -163,10 +167,17 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     const int nfast = chosen_paths(fast_paths);
     if (nfast < 0)
         return 2;
-    int paths[PN_PATH_COUNT + 1] = {PN_PATH_REF};
-    for (int k = 0; k < nfast; k++)
-        paths[1 + k] = fast_paths[k];
-    const int npaths = 1 + nfast;
+    /* the SIMD paths twice: their previous search (v1) first, then today's */
+    int paths[2 * PN_PATH_COUNT + 1] = {PN_PATH_REF}, v1[2 * PN_PATH_COUNT + 1] = {0};
+    int npaths = 1;
+    for (int k = 0; k < nfast; k++) {
+        if (fast_paths[k] == PN_PATH_AVX2 || fast_paths[k] == PN_PATH_AVX512) {
+            paths[npaths] = fast_paths[k];
+            v1[npaths++] = 1;
+        }
+        paths[npaths] = fast_paths[k];
+        v1[npaths++] = 0;
+    }
     const int B = pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP);
     float *src = malloc((size_t)(rows * K) * sizeof(float));
     float *scratch = malloc((size_t)(rows * K) * sizeof(float));
@@ -191,7 +202,7 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     printf("bench_pn: %lld rows x %lld weights, %d thread(s) available, best path %s, "
            "rotation block B = %d\n",
            (long long)rows, (long long)K, threads, pn_path_name(pn_cpu_path_best()), B);
-    printf("%-8s %-7s %14s %14s %9s %9s %9s\n", "kernel", "path", "1 thread w/s", "all threads",
+    printf("%-8s %-9s %14s %14s %9s %9s %9s\n", "kernel", "path", "1 thread w/s", "all threads",
            "scaling", "x ref 1t", "x ref all");
 
     int status = 0;
@@ -200,22 +211,30 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
         const int type = kind == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
         if (kind < 2 && K % pn_params_get(type)->group != 0)
             continue;
-        double rate[PN_PATH_COUNT + 1][2];
+        double rate[2 * PN_PATH_COUNT + 1][2];
         for (int k = 0; k < npaths; k++) {
-            job j = kind < 2 ? (job){JOB_QUANT, paths[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
-                             : (job){JOB_ROTATE, paths[k], 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
+            if (kind == 2 && v1[k])
+                continue; /* the rotation has one implementation per path */
+            job j = kind < 2 ? (job){JOB_QUANT, paths[k], v1[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
+                             : (job){JOB_ROTATE, paths[k], 0, 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
             for (int t = 0; t < 2; t++)
                 rate[k][t] = measure(&j, t == 0 ? 1 : threads, seconds);
             const int same = kind < 2 ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
                                       : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
             if (k > 0 && !same) {
-                fprintf(stderr, "bench_pn: %s: path %s differs from the reference\n", kernel[kind],
-                        pn_path_name(paths[k]));
+                fprintf(stderr, "bench_pn: %s: path %s%s differs from the reference\n", kernel[kind],
+                        pn_path_name(paths[k]), v1[k] ? "-v1" : "");
                 status = 1;
             }
-            printf("%-8s %-7s %14.3e %14.3e %8.2fx %8.2fx %8.2fx\n", kernel[kind], pn_path_name(paths[k]),
-                   rate[k][0], rate[k][1], rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0,
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", pn_path_name(paths[k]), v1[k] ? "-v1" : "");
+            printf("%-8s %-9s %14.3e %14.3e %8.2fx %8.2fx %8.2fx", kernel[kind], name, rate[k][0],
+                   rate[k][1], rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0,
                    rate[k][0] / rate[0][0], rate[k][1] / rate[0][1]);
+            if (k > 0 && v1[k - 1] && paths[k - 1] == paths[k] && kind < 2)
+                printf("   x v1 1t %.2fx, all %.2fx", rate[k][0] / rate[k - 1][0],
+                       rate[k][1] / rate[k - 1][1]);
+            printf("\n");
         }
     }
     double copy = measure_copy(src, scratch, rows * K, seconds / 4);

@@ -272,6 +272,19 @@ pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t 
     }
 }
 
+pn_status pn_quantize_row_path_v1(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col)
+{
+    const pn_params *p = pn_params_get(type);
+    if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
+        return PN_ERR_USAGE;
+    if (path == PN_PATH_AVX2)
+        return pn_quantize_row_avx2_v1(p, x, n, out, bad_col, NULL, NULL);
+    if (path == PN_PATH_AVX512)
+        return pn_quantize_row_avx512_v1(p, x, n, out, bad_col, NULL, NULL);
+    return pn_quantize_row_path(path, type, x, n, out, bad_col);
+}
+
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
     return pn_quantize_row_path(pn_cpu_path_best(), type, x, n, out, bad_col);

@@ -1,8 +1,13 @@
-/* The AVX2 PN quantizer: one lane per candidate scale, the 36 candidates in
- * nine 4-double vectors; for each element in order every lane adds its own
- * error term, so each candidate's error is the reference's sum in the
- * reference's order. Exactness: pn_fast_internal.h. Compiled with -mavx2
- * -mf16c; called only when pn_path_available(PN_PATH_AVX2). */
+/* The AVX2 PN quantizer. The search (pn_quantize_row_avx2): the 36
+ * candidates scored in float, four 8-float vectors and one 4-float one,
+ * then only those the float scores cannot tell from the best summed again in
+ * double, four lanes at a time, exactly as the reference sums them. The
+ * previous search (pn_quantize_row_avx2_v1, the baseline bench_pn times):
+ * one double lane per candidate in nine 4-double vectors; for each element
+ * in order every lane adds its own error term, so each candidate's error is
+ * the reference's sum in the reference's order. Exactness: arguments 1-3
+ * of pn_fast_internal.h. Compiled with -mavx2 -mf16c -mfma; called only when
+ * pn_path_available(PN_PATH_AVX2). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -85,6 +90,105 @@ static inline __attribute__((always_inline)) void candidate_errors(const double 
         *norm = nrm;
 }
 
+/* The exact double errors of the candidates in `set` (bit i: candidate i),
+ * four lanes at a time, into err[i]: candidate_errors' arithmetic, so each is
+ * the reference's sum (argument 2 of pn_fast_internal.h). With norm not
+ * NULL, *norm = sum wd[e]^2 in element order, a chain beside the first
+ * batch. */
+static void rescore(const double *wd, int G, int z, const cands256 *c, uint64_t set, double *err,
+                    double *norm)
+{
+    const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
+    double nrm = 0.0;
+    for (int batch = 0; set; batch++) {
+        double s4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
+        double r4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
+        int idx[4], cnt = 0;
+        for (; set && cnt < 4; cnt++) {
+            idx[cnt] = __builtin_ctzll(set);
+            set &= set - 1;
+            s4[cnt] = c->s[idx[cnt]];
+            r4[cnt] = c->r[idx[cnt]];
+        }
+        const __m256d S = _mm256_load_pd(s4), R = _mm256_load_pd(r4);
+        __m256d E = _mm256_setzero_pd();
+        if (norm && batch == 0) {
+            for (int e = 0; e < G; e++) {
+                const __m256d wv = _mm256_set1_pd(wd[e]);
+                __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);
+                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S, _mm256_round_pd(q, ROUND_NEAREST)));
+                E = _mm256_add_pd(E, _mm256_mul_pd(d, d));
+                nrm = nrm + wd[e] * wd[e];
+            }
+            *norm = nrm;
+        } else {
+            for (int e = 0; e < G; e++) {
+                const __m256d wv = _mm256_set1_pd(wd[e]);
+                __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);
+                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S, _mm256_round_pd(q, ROUND_NEAREST)));
+                E = _mm256_add_pd(E, _mm256_mul_pd(d, d));
+            }
+        }
+        double out4[4] __attribute__((aligned(32)));
+        _mm256_store_pd(out4, E);
+        for (int j = 0; j < cnt; j++)
+            err[idx[j]] = out4[j];
+    }
+}
+
+/* One float step of the search for 8 candidates (argument 3 of
+ * pn_fast_internal.h): the code from w * (1/s) in float, the term fused
+ * into the running float sum. */
+#define PN_FSTEP(T, wv, S, R, E, lo, hi, sfx)                                                  \
+    do {                                                                                       \
+        T q_ = _mm##sfx##_min_ps(_mm##sfx##_max_ps(_mm##sfx##_mul_ps(wv, R), lo), hi);         \
+        T d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_round_ps(q_, ROUND_NEAREST), wv);            \
+        E = _mm##sfx##_fmadd_ps(d_, d_, E);                                                    \
+    } while (0)
+
+/* The winner by the float-scored search (argument 3 of pn_fast_internal.h):
+ * every candidate scored in float, then the candidates the float scores
+ * cannot tell from the best rescored exactly and picked as the reference
+ * does. err receives the exact double sum of every rescored candidate, the
+ * winner among them when err_wanted (the sums of quant_row.h); with norm not
+ * NULL, *norm = sum wd[e]^2 in element order. */
+static inline int float_search(const float *w, const double *wd, int G, int z, const cands256 *c,
+                               double *err, int err_wanted, double *norm)
+{
+    __m256 S[4], R[4], E[4];
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int v = 0; v < 4; v++) {
+        /* s is a half value (or 1.0): exact in float; r = fl32(1/s) */
+        S[v] = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(c->s + 8 * v + 4)),
+                               _mm256_cvtpd_ps(_mm256_load_pd(c->s + 8 * v)));
+        R[v] = _mm256_div_ps(one, S[v]);
+        E[v] = _mm256_setzero_ps();
+    }
+    const __m128 S4 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
+    const __m128 R4 = _mm_div_ps(_mm_set1_ps(1.0f), S4);
+    __m128 E4 = _mm_setzero_ps();
+    const __m256 lo = _mm256_set1_ps((float)-z), hi = _mm256_set1_ps((float)(z - 1));
+    const __m128 lo4 = _mm_set1_ps((float)-z), hi4 = _mm_set1_ps((float)(z - 1));
+    for (int e = 0; e < G; e++) {
+        const __m256 wv = _mm256_broadcast_ss(w + e);
+        const __m128 w4 = _mm256_castps256_ps128(wv);
+        PN_FSTEP(__m256, wv, S[0], R[0], E[0], lo, hi, 256);
+        PN_FSTEP(__m256, wv, S[1], R[1], E[1], lo, hi, 256);
+        PN_FSTEP(__m256, wv, S[2], R[2], E[2], lo, hi, 256);
+        PN_FSTEP(__m256, wv, S[3], R[3], E[3], lo, hi, 256);
+        PN_FSTEP(__m128, w4, S4, R4, E4, lo4, hi4, );
+    }
+    float f[PN_FAST_LANES] __attribute__((aligned(32)));
+    for (int v = 0; v < 4; v++)
+        _mm256_store_ps(f + 8 * v, E[v]);
+    _mm_store_ps(f + 32, E4);
+    const uint64_t set = pn_search_survivors(f, c->valid);
+    if (!err_wanted && !norm && (set & (set - 1)) == 0)
+        return __builtin_ctzll(set);
+    rescore(wd, G, z, c, set, err, norm);
+    return pn_fast_pick(err, set);
+}
+
 /* sum wd[e]^2 in element order (groups that are not searched). */
 static double group_norm(const double *wd, int G)
 {
@@ -94,8 +198,9 @@ static double group_norm(const double *wd, int G)
     return nrm;
 }
 
-static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block,
-                                     int *bad_index, double *err_out, double *norm_out)
+static inline __attribute__((always_inline)) pn_status
+quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
+                    double *err_out, double *norm_out, const int v2)
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
@@ -147,11 +252,16 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    if (norm_out)
-        candidate_errors(wd, G, z, &c, err, 1, norm_out);
-    else
-        candidate_errors(wd, G, z, &c, err, 0, NULL);
-    const int best = pn_fast_pick(err, c.valid);
+    int best;
+    if (v2) {
+        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
+    } else {
+        if (norm_out)
+            candidate_errors(wd, G, z, &c, err, 1, norm_out);
+        else
+            candidate_errors(wd, G, z, &c, err, 0, NULL);
+        best = pn_fast_pick(err, c.valid);
+    }
     const double sb = c.s[best];
     if (err_out)
         *err_out = err[best];
@@ -173,14 +283,17 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
     return PN_OK;
 }
 
-pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                               int64_t *bad_col, double *blk_err, double *blk_norm)
+/* The row loop of both searches; v2 is a constant at each call. */
+static inline __attribute__((always_inline)) pn_status
+quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+             double *blk_err, double *blk_norm, const int v2)
 {
     const int sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
         pn_status st = quantize_group_avx2(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
-                                           sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL);
+                                           sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL,
+                                           v2);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
@@ -188,4 +301,16 @@ pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, ui
         }
     }
     return PN_OK;
+}
+
+pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 1);
+}
+
+pn_status pn_quantize_row_avx2_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 0);
 }

@@ -1,7 +1,12 @@
-/* The AVX-512 PN quantizer: one lane per candidate scale. The 36 candidates
- * fill four 8-double vectors and one 4-double vector; for each element in
- * order, every lane adds its own error term, so each candidate's error is the
- * reference's sum in the reference's order. Exactness: pn_fast_internal.h.
+/* The AVX-512 PN quantizer. The search (pn_quantize_row_avx512): the 36
+ * candidates scored in float, two 16-float vectors and one 4-float one, then
+ * only those the float scores cannot tell from the best summed again in
+ * double, eight lanes at a time, exactly as the reference sums them. The
+ * previous search (pn_quantize_row_avx512_v1, the baseline bench_pn times):
+ * one double lane per candidate, four 8-double vectors and one 4-double
+ * vector; for each element in order, every lane adds its own error term, so
+ * each candidate's error is the reference's sum in the reference's order.
+ * Exactness: arguments 1-3 of pn_fast_internal.h.
  * Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl; called only when
  * pn_path_available(PN_PATH_AVX512). */
 #include <immintrin.h>
@@ -106,6 +111,100 @@ static inline __attribute__((always_inline)) void candidate_errors(const double 
         *norm = nrm;
 }
 
+/* The exact double errors of the candidates in `set` (bit i: candidate i),
+ * eight lanes at a time, into err[i]: candidate_errors' arithmetic, so each
+ * is the reference's sum (argument 2 of pn_fast_internal.h). With norm not
+ * NULL, *norm = sum wd[e]^2 in element order, a chain beside the first
+ * batch. */
+static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t set, double *err,
+                    double *norm)
+{
+    const __m512d lo = _mm512_set1_pd((double)-z), hi = _mm512_set1_pd((double)(z - 1));
+    double nrm = 0.0;
+    for (int batch = 0; set; batch++) {
+        double s8[8] __attribute__((aligned(64))), r8[8] __attribute__((aligned(64)));
+        int idx[8], cnt = 0;
+        for (; set && cnt < 8; cnt++) {
+            idx[cnt] = __builtin_ctzll(set);
+            set &= set - 1;
+            s8[cnt] = c->s[idx[cnt]];
+            r8[cnt] = c->r[idx[cnt]];
+        }
+        for (int j = cnt; j < 8; j++)
+            s8[j] = r8[j] = 1.0;
+        const __m512d S = _mm512_load_pd(s8), R = _mm512_load_pd(r8);
+        __m512d E = _mm512_setzero_pd();
+        if (norm && batch == 0) {
+            for (int e = 0; e < G; e++) {
+                const __m512d wv = _mm512_set1_pd(wd[e]);
+                __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, R), lo), hi);
+                __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
+                E = _mm512_add_pd(E, _mm512_mul_pd(d, d));
+                nrm = nrm + wd[e] * wd[e];
+            }
+            *norm = nrm;
+        } else {
+            for (int e = 0; e < G; e++) {
+                const __m512d wv = _mm512_set1_pd(wd[e]);
+                __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, R), lo), hi);
+                __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
+                E = _mm512_add_pd(E, _mm512_mul_pd(d, d));
+            }
+        }
+        double out8[8] __attribute__((aligned(64)));
+        _mm512_store_pd(out8, E);
+        for (int j = 0; j < cnt; j++)
+            err[idx[j]] = out8[j];
+    }
+}
+
+/* The winner by the float-scored search (argument 3 of pn_fast_internal.h):
+ * candidates 0..31 in two 16-float vectors and 32..35 in a 4-float one,
+ * scored in float; then the candidates the float scores cannot tell from the
+ * best rescored exactly and picked as the reference does. err receives the
+ * exact double sum of every rescored candidate, the winner among them when
+ * err_wanted (the sums of quant_row.h); with norm not NULL, *norm = sum
+ * wd[e]^2 in element order. */
+static inline int float_search(const float *w, const double *wd, int G, int z, const cands512 *c,
+                               double *err, int err_wanted, double *norm)
+{
+    /* s is a half value (or 1.0): exact in float; r = fl32(1/s) */
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 S0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s))),
+                                         _mm512_cvtpd_ps(_mm512_load_pd(c->s + 8)), 1);
+    const __m512 S1 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s + 16))),
+                                         _mm512_cvtpd_ps(_mm512_load_pd(c->s + 24)), 1);
+    const __m512 R0 = _mm512_div_ps(one, S0), R1 = _mm512_div_ps(one, S1);
+    const __m128 S2 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
+    const __m128 R2 = _mm_div_ps(_mm_set1_ps(1.0f), S2);
+    const __m512 lo = _mm512_set1_ps((float)-z), hi = _mm512_set1_ps((float)(z - 1));
+    const __m128 lo4 = _mm_set1_ps((float)-z), hi4 = _mm_set1_ps((float)(z - 1));
+    __m512 E0 = _mm512_setzero_ps(), E1 = E0;
+    __m128 E2 = _mm_setzero_ps();
+    for (int e = 0; e < G; e++) {
+        const __m512 wv = _mm512_set1_ps(w[e]);
+        const __m128 w4 = _mm512_castps512_ps128(wv);
+        __m512 q0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(wv, R0), lo), hi);
+        __m512 q1 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(wv, R1), lo), hi);
+        __m128 q2 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(w4, R2), lo4), hi4);
+        __m512 d0 = _mm512_fnmadd_ps(S0, _mm512_roundscale_ps(q0, ROUND_NEAREST), wv);
+        __m512 d1 = _mm512_fnmadd_ps(S1, _mm512_roundscale_ps(q1, ROUND_NEAREST), wv);
+        __m128 d2 = _mm_fnmadd_ps(S2, _mm_round_ps(q2, ROUND_NEAREST), w4);
+        E0 = _mm512_fmadd_ps(d0, d0, E0);
+        E1 = _mm512_fmadd_ps(d1, d1, E1);
+        E2 = _mm_fmadd_ps(d2, d2, E2);
+    }
+    float f[PN_FAST_LANES] __attribute__((aligned(64)));
+    _mm512_store_ps(f, E0);
+    _mm512_store_ps(f + 16, E1);
+    _mm_store_ps(f + 32, E2);
+    const uint64_t set = pn_search_survivors(f, c->valid);
+    if (!err_wanted && !norm && (set & (set - 1)) == 0)
+        return __builtin_ctzll(set);
+    rescore(wd, G, z, c, set, err, norm);
+    return pn_fast_pick(err, set);
+}
+
 /* sum wd[e]^2 in element order (groups that are not searched). */
 static double group_norm(const double *wd, int G)
 {
@@ -115,8 +214,9 @@ static double group_norm(const double *wd, int G)
     return nrm;
 }
 
-static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block,
-                                       int *bad_index, double *err_out, double *norm_out)
+static inline __attribute__((always_inline)) pn_status
+quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
+                      double *err_out, double *norm_out, const int v2)
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
@@ -159,11 +259,16 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    if (norm_out)
-        candidate_errors(wd, G, z, &c, err, 1, norm_out);
-    else
-        candidate_errors(wd, G, z, &c, err, 0, NULL);
-    const int best = pn_fast_pick(err, c.valid);
+    int best;
+    if (v2) {
+        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
+    } else {
+        if (norm_out)
+            candidate_errors(wd, G, z, &c, err, 1, norm_out);
+        else
+            candidate_errors(wd, G, z, &c, err, 0, NULL);
+        best = pn_fast_pick(err, c.valid);
+    }
     const double sb = c.s[best];
     if (err_out)
         *err_out = err[best];
@@ -183,14 +288,17 @@ static pn_status quantize_group_avx512(const pn_params *p, const float *w, uint8
     return PN_OK;
 }
 
-pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                 int64_t *bad_col, double *blk_err, double *blk_norm)
+/* The row loop of both searches; v2 is a constant at each call. */
+static inline __attribute__((always_inline)) pn_status
+quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+             double *blk_err, double *blk_norm, const int v2)
 {
     const int sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
         pn_status st = quantize_group_avx512(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
-                                             sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL);
+                                             sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL,
+                                             v2);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
@@ -198,4 +306,16 @@ pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, 
         }
     }
     return PN_OK;
+}
+
+pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                 int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 1);
+}
+
+pn_status pn_quantize_row_avx512_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 0);
 }

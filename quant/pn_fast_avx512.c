@@ -15,6 +15,7 @@
 #include "quant/pn_fast_internal.h"
 
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define ROUND_DOWN (_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 
 /* The per-group candidate table: s (1.0 where skipped), r = 1/s, and which
  * lanes are valid / overflowed. */
@@ -25,10 +26,16 @@ typedef struct cands512 {
     bool any_overflow;
 } cands512;
 
-static inline void make_candidates(double sigma, double amax, int z, cands512 *c)
+/* s of every candidate (+inf where skipped, so that a skipped lane's float
+ * score is NaN and no comparison admits it) and, with want_r, r = 1/s (the
+ * previous search's; the float search divides only for the few it
+ * rescores). */
+static inline void make_candidates(double sigma, double amax, int z, cands512 *c, const int want_r)
 {
     const __m512d vsig = _mm512_set1_pd(sigma), vamax = _mm512_set1_pd(amax);
-    const __m512d vz = _mm512_set1_pd((double)z), one = _mm512_set1_pd(1.0);
+    const __m512d inv_z = _mm512_set1_pd(1.0 / (double)z), one = _mm512_set1_pd(1.0);
+    const __m512d vz = _mm512_set1_pd((double)z);
+    const __m512d inf = _mm512_set1_pd(__builtin_inf());
     const __m512d expmask = _mm512_castsi512_pd(_mm512_set1_epi64((long long)PN_FAST_EXP_MASK));
     const __m512d minhalf = _mm512_set1_pd(PN_FAST_MIN_NORMAL_HALF);
     const __m512d split = _mm512_set1_pd(PN_FAST_SPLIT);
@@ -36,8 +43,12 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
     uint64_t valid = 0, overflow = 0;
     for (int v = 0; v < PN_FAST_LANES / 8; v++) {
         __m512d m = _mm512_load_pd(pn_fast_m + 8 * v);
-        /* t = sigma * m * amax / z, left to right as in the reference */
-        __m512d t = _mm512_div_pd(_mm512_mul_pd(_mm512_mul_pd(vsig, m), vamax), vz);
+        /* t = sigma * m * amax / z, left to right as in the reference; z is
+         * 4 or 8 and |sigma * m * amax| >= 2^-150, so dividing by z and
+         * multiplying by 1/z are the same exact scaling (the previous search
+         * keeps its division, to time it as it was) */
+        __m512d x = _mm512_mul_pd(_mm512_mul_pd(vsig, m), vamax);
+        __m512d t = want_r ? _mm512_div_pd(x, vz) : _mm512_mul_pd(x, inv_z);
         __m512d a = _mm512_abs_pd(t);
         __m512d lead = _mm512_max_pd(_mm512_and_pd(a, expmask), minhalf);
         /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
@@ -46,9 +57,10 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
         __m512d y = _mm512_sub_pd(_mm512_add_pd(a, magic), magic);
         __mmask8 ovf = _mm512_cmp_pd_mask(y, halfmax, _CMP_GT_OQ);
         __mmask8 ok = _mm512_cmp_pd_mask(y, zero, _CMP_NEQ_OQ) & (__mmask8)~ovf;
-        __m512d s = _mm512_mask_blend_pd(ok, one, _mm512_mul_pd(y, vsig));
+        __m512d s = _mm512_mask_blend_pd(ok, inf, _mm512_mul_pd(y, vsig));
         _mm512_store_pd(c->s + 8 * v, s);
-        _mm512_store_pd(c->r + 8 * v, _mm512_div_pd(one, s));
+        if (want_r)
+            _mm512_store_pd(c->r + 8 * v, _mm512_div_pd(one, s));
         valid |= (uint64_t)ok << (8 * v);
         overflow |= (uint64_t)ovf << (8 * v);
     }
@@ -128,7 +140,7 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
             idx[cnt] = __builtin_ctzll(set);
             set &= set - 1;
             s8[cnt] = c->s[idx[cnt]];
-            r8[cnt] = c->r[idx[cnt]];
+            r8[cnt] = 1.0 / s8[cnt];
         }
         for (int j = cnt; j < 8; j++)
             s8[j] = r8[j] = 1.0;
@@ -168,7 +180,7 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
 static inline int float_search(const float *w, const double *wd, int G, int z, const cands512 *c,
                                double *err, int err_wanted, double *norm)
 {
-    /* s is a half value (or 1.0): exact in float; r = fl32(1/s) */
+    /* s is a half value (or +inf): exact in float; r = fl32(1/s) */
     const __m512 one = _mm512_set1_ps(1.0f);
     const __m512 S0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s))),
                                          _mm512_cvtpd_ps(_mm512_load_pd(c->s + 8)), 1);
@@ -177,28 +189,40 @@ static inline int float_search(const float *w, const double *wd, int G, int z, c
     const __m512 R0 = _mm512_div_ps(one, S0), R1 = _mm512_div_ps(one, S1);
     const __m128 S2 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
     const __m128 R2 = _mm_div_ps(_mm_set1_ps(1.0f), S2);
-    const __m512 lo = _mm512_set1_ps((float)-z), hi = _mm512_set1_ps((float)(z - 1));
-    const __m128 lo4 = _mm_set1_ps((float)-z), hi4 = _mm_set1_ps((float)(z - 1));
+    /* the code k = floor(clamp(fl(w * r + 1/2), +-(z - 1/2))): vrangeps
+     * with imm 2 is sign(a) * min(|a|, |b|), the symmetric clamp */
+    const __m512 zc = _mm512_set1_ps((float)z - 0.5f), half = _mm512_set1_ps(0.5f);
+    const __m128 zc4 = _mm_set1_ps((float)z - 0.5f), half4 = _mm_set1_ps(0.5f);
     __m512 E0 = _mm512_setzero_ps(), E1 = E0;
     __m128 E2 = _mm_setzero_ps();
     for (int e = 0; e < G; e++) {
         const __m512 wv = _mm512_set1_ps(w[e]);
         const __m128 w4 = _mm512_castps512_ps128(wv);
-        __m512 q0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(wv, R0), lo), hi);
-        __m512 q1 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(wv, R1), lo), hi);
-        __m128 q2 = _mm_min_ps(_mm_max_ps(_mm_mul_ps(w4, R2), lo4), hi4);
-        __m512 d0 = _mm512_fnmadd_ps(S0, _mm512_roundscale_ps(q0, ROUND_NEAREST), wv);
-        __m512 d1 = _mm512_fnmadd_ps(S1, _mm512_roundscale_ps(q1, ROUND_NEAREST), wv);
-        __m128 d2 = _mm_fnmadd_ps(S2, _mm_round_ps(q2, ROUND_NEAREST), w4);
+        __m512 q0 = _mm512_range_ps(_mm512_fmadd_ps(wv, R0, half), zc, 2);
+        __m512 q1 = _mm512_range_ps(_mm512_fmadd_ps(wv, R1, half), zc, 2);
+        __m128 q2 = _mm_range_ps(_mm_fmadd_ps(w4, R2, half4), zc4, 2);
+        __m512 d0 = _mm512_fnmadd_ps(S0, _mm512_roundscale_ps(q0, ROUND_DOWN), wv);
+        __m512 d1 = _mm512_fnmadd_ps(S1, _mm512_roundscale_ps(q1, ROUND_DOWN), wv);
+        __m128 d2 = _mm_fnmadd_ps(S2, _mm_roundscale_ps(q2, ROUND_DOWN), w4);
         E0 = _mm512_fmadd_ps(d0, d0, E0);
         E1 = _mm512_fmadd_ps(d1, d1, E1);
         E2 = _mm_fmadd_ps(d2, d2, E2);
     }
-    float f[PN_FAST_LANES] __attribute__((aligned(64)));
-    _mm512_store_ps(f, E0);
-    _mm512_store_ps(f + 16, E1);
-    _mm_store_ps(f + 32, E2);
-    const uint64_t set = pn_search_survivors(f, c->valid);
+    /* pn_search_survivors: a skipped lane's score is NaN (s = +inf), which
+     * min ignores (it returns its second operand when either is NaN) and no
+     * comparison admits; f_i <= thr in double is f_i <= thr rounded down to
+     * float, f_i being a float */
+    const __m512 mn = _mm512_min_ps(E1, _mm512_min_ps(E0, _mm512_set1_ps(__builtin_inff())));
+    __m128 m4 = _mm_min_ps(E2, _mm512_castps512_ps128(_mm512_set1_ps(_mm512_reduce_min_ps(mn))));
+    m4 = _mm_min_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_min_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const double thr = (double)_mm_cvtss_f32(m4) * PN_SEARCH_REL + PN_SEARCH_ABS;
+    const __m128 thr4 = _mm_cvt_roundsd_ss(_mm_setzero_ps(), _mm_set_sd(thr),
+                                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 t = _mm512_broadcastss_ps(thr4);
+    const uint64_t set = (uint64_t)_mm512_cmp_ps_mask(E0, t, _CMP_LE_OQ) |
+                         (uint64_t)_mm512_cmp_ps_mask(E1, t, _CMP_LE_OQ) << 16 |
+                         (uint64_t)_mm_cmp_ps_mask(E2, _mm512_castps512_ps128(t), _CMP_LE_OQ) << 32;
     if (!err_wanted && !norm && (set & (set - 1)) == 0)
         return __builtin_ctzll(set);
     rescore(wd, G, z, c, set, err, norm);
@@ -247,7 +271,7 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
 
     cands512 c;
-    make_candidates(sigma, amax, z, &c);
+    make_candidates(sigma, amax, z, &c, !v2);
     if (c.valid == 0) {
         if (c.any_overflow) {
             *bad_index = 0;
@@ -273,10 +297,31 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     if (err_out)
         *err_out = err[best];
 
-    /* The winner's codes with the reference's exact division. */
     const __m512d vs = _mm512_set1_pd(sb), vzd = _mm512_set1_pd((double)z);
     const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
     uint8_t codes[80];
+    if (v2) {
+        /* The winner's codes from w * fl(1/s) (argument 2: the reference's
+         * codes unless w/s is exactly a half-way point j + 1/2, that is
+         * 2w == (2k +- 1)s, every product exact); at such a point the
+         * reference's division decides. */
+        const __m512d vr = _mm512_set1_pd(1.0 / sb), vs2 = _mm512_set1_pd(2.0 * sb);
+        __mmask8 halfway = 0;
+        for (int e = 0; e < G; e += 8) {
+            const __m512d wv = _mm512_load_pd(wd + e), w2 = _mm512_add_pd(wv, wv);
+            __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, vr), lo8), hi8);
+            __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);
+            halfway |= _mm512_cmp_pd_mask(w2, _mm512_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ) |
+                       _mm512_cmp_pd_mask(w2, _mm512_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ);
+            __m128i n8 = _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(_mm512_add_pd(k, vzd)));
+            _mm_storel_epi64((__m128i *)(codes + e), n8);
+        }
+        if (!halfway) {
+            pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
+            return PN_OK;
+        }
+    }
+    /* The winner's codes with the reference's exact division. */
     for (int e = 0; e < G; e += 8) {
         __m512d q = _mm512_div_pd(_mm512_load_pd(wd + e), vs);
         q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);

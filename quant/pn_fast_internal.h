@@ -54,23 +54,30 @@
  *    are >= 0 and none is a double subnormal (D_e is 0 or a multiple of
  *    2^-149, so D_e^2 >= 2^-298).
  *
- *    The float score F: r' = fl(1/s), q' = fl(w*r'), k' = rint(clamp(q')),
- *    d' = fl(w - s*k') (one fused rounding), acc = fl(acc + d'*d') (one
- *    fused rounding), element order.
- *    - k' = k_e, except near a half-way point M: when |q'| < 2^-126 both
- *      codes are 0 (|x| = |w/s| < 2^-125); otherwise q' = x(1+a)(1+b),
- *      |a|,|b| <= u, so |q' - x| <= (2u+u^2)|x|. Codes change only at
- *      M = j + 1/2, |M| <= z - 1/2; if the codes differ an M lies between x
- *      and q', so rho = |x - M| <= (2u+u^2)(z - 1/2 + rho), rho < 16u, and
- *      the codes are M's two neighbours. Both then leave a remainder in
+ *    The float score F: r' = fl(1/s), q' = fl(w*r' + 1/2) (one fused
+ *    rounding), k' = floor(clamp(q', -(z - 1/2), z - 1/2)), which is
+ *    clamp(floor(q'), -z, z - 1); d' = fl(w - s*k') (one fused rounding),
+ *    acc = fl(acc + d'*d') (one fused rounding), element order.
+ *    - Let x = w/s and y = x + 1/2 exactly. clamp(floor(y), -z, z-1) is k_e,
+ *      or, where x is exactly a half-way point, its other neighbour, with
+ *      the same |D_e| = |s|/2. floor changes only at the integers
+ *      N = M + 1/2 inside the range, M = j + 1/2 a half-way point,
+ *      |M| <= z - 1/2. q' = (x(1+a) + 1/2)(1+b), |a|,|b| <= u (or, where
+ *      q' is a float subnormal, within 2^-150 of x(1+a) + 1/2), so
+ *      |q' - y| <= u|x| + u(|x| + 1/2)(1 + u) + 2^-150. If k' and k_e
+ *      differ, an N lies between y and q', so rho = |x - M| = |y - N| obeys
+ *      rho <= u(2(z - 1/2 + rho) + 1/2)(1 + u) + 2^-150 < 16u, and the codes
+ *      are M's two neighbours. Both leave a remainder in
  *      [1/2 - rho, 1/2 + rho] * |s|: (w - s*k')^2 = D_e^2 (1 + beta),
  *      |beta| <= ((1 + 32u)/(1 - 32u))^2 - 1 < 129u (beta = 0 when the codes
- *      agree; at x = M exactly both remainders are |s|/2).
+ *      agree).
  *    - Each fl above that lands in float's subnormal range errs by at most
  *      2^-150 absolutely instead of u relatively; the 2G of them, carried
  *      through the later additions, add less than 2^-140 in all. Nothing
  *      overflows: a valid s needs amax < 65520 * 8 / 0.5, so every d'^2 and
- *      sum stays below 2^60 (invalid lanes score with s = 1 and are ignored).
+ *      sum stays below 2^60. A skipped candidate's lane has s = +inf:
+ *      r' = 0, k' = 0, d' = w - inf*0 = NaN, its score is NaN, and NaN is
+ *      neither the minimum taken below nor admitted by any comparison.
  *    - So F = sum D_e^2 (1+beta_e)(1+c_e)^2 prod(1+a_j) + abs, with at most G
  *      factors (1+a_j), |c_e|,|a_j| <= u: |F - E| <= f*E + A, f = 212u,
  *      A = 2^-140 ((1 + 129u)(1 + u)^82 < 1 + 212u).
@@ -79,13 +86,23 @@
  *    F_i > F_j K + A(1 + K), K = (1+g)(1+f)/((1-g)(1-f)) < 1 + 2^-15 - 2^-51,
  *    has R_i >= L_i > U_j >= R_j: its exact sum is larger than another's, so
  *    it is neither the reference's winner nor tied with it. The survivors
- *    test F_i <= fl(fl(F_j * (1 + 2^-15)) + 2^-138) in double: the two
- *    roundings lose at most 2^-52 relatively, still above F_j K + A(1 + K)
- *    (2^-138 (1 - 2^-53) > 2A(1 + f)). Every candidate whose R could be the
- *    smallest survives, j among them; rescored exactly, the last one with
- *    the smallest R (err <= best, ascending) is the reference's winner. When
- *    j is the only survivor it is the winner without rescoring (the sums of
- *    quant_row.h rescore it for its exact error).
+ *    test F_i <= thr, thr = fl(fl(F_j * (1 + 2^-15)) + 2^-138) in double:
+ *    the two roundings lose at most 2^-52 relatively, still above
+ *    F_j K + A(1 + K) (2^-138 (1 - 2^-53) > 2A(1 + f)); F_i being a float,
+ *    F_i <= thr is F_i <= thr rounded down to float, which the vector code
+ *    compares. Every candidate whose R could be the smallest survives, j
+ *    among them; rescored exactly, the last one with the smallest R
+ *    (err <= best, ascending) is the reference's winner. When j is the only
+ *    survivor it is the winner without rescoring (the sums of quant_row.h
+ *    rescore it for its exact error).
+ *    Two smaller exact replacements on these paths: t = sigma*m*amax/z is
+ *    computed as sigma*m*amax * (1/z), the same exact scaling by 2^-2 or
+ *    2^-3 (|sigma*m*amax| >= 2^-150, far from double's subnormals); and the
+ *    winner's codes come from w * fl(1/s) in double (argument 2: the
+ *    reference's codes unless x is exactly a half-way point), checked for
+ *    half-way points by 2w == (2k + 1)s or 2w == (2k - 1)s (every product
+ *    exact: s has 11 significant bits, 2k +- 1 at most 5); a group with one
+ *    takes the reference's division instead.
  *
  * All arithmetic assumes the default floating-point environment: round to
  * nearest, no flush-to-zero (never built with -ffast-math).
@@ -206,6 +223,22 @@ static inline uint64_t pn_search_survivors(const float *f, uint64_t valid)
 /* Packs G codes and the scale bits into a 34-byte block, reserved bits 0. */
 void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
                         uint8_t *block);
+
+/* The same bytes as pn_fast_pack_block, packed with two multiplications a
+ * word (the float search's paths; it reads 8 code bytes from each word's
+ * first, all inside the G codes). */
+void pn_fast_pack_block_mul(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
+                            uint8_t *block);
+
+/* x read as little-endian (the codes are bytes in memory order). */
+static inline uint64_t pn_fast_le64(uint64_t x)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return __builtin_bswap64(x);
+#else
+    return x;
+#endif
+}
 
 /* Writes the canonical zero group (d = +0.0, every code z). */
 void pn_fast_zero_block(const pn_params *p, uint8_t *block);

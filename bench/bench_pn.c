@@ -10,12 +10,16 @@
  *       among threads), and prints weights/s, the scaling and the ratios to
  *       the reference. It also checks that every path's output equals the
  *       reference's on that data (exit 1 if not).
- *   bench_pn --verify M [--seed N]
+ *       The AVX2 and AVX-512 paths are timed twice: their previous search
+ *       (pn_quantize_row_path_v1, "avx2-v1") and today's, with the ratio.
+ *   bench_pn --verify M [--seed N] [--paths P,...]
  *       Quantizes M million random groups of each type (many scales, heavy
- *       tails, few-bit weights that put quotients on half-way points, fp16
- *       subnormal and overflow edges, zeros, NaN/Inf) with the reference and
- *       every available path, compares bytes, status and error column; exits 1
- *       on the first difference, printing the group.
+ *       tails, few-bit weights that put quotients on half-way points, exact
+ *       ties between two scales, fp16 subnormal and overflow edges, zeros,
+ *       NaN/Inf) with the reference and every available path (or the ones
+ *       named, e.g. --paths avx2,avx512), group by group and as rows,
+ *       compares bytes, status and error column; exits 1 on the first
+ *       difference, printing the group. --verify 100 is 10^8 groups a type.
  * Exit status: 0 success, 1 a difference, 2 bad usage.
  */
 #include <math.h>
@@ -384,16 +388,28 @@ static void make_group(rng *r, const pn_params *p, float *w)
     }
 }
 
-static int verify(double millions, uint64_t seed)
+static int verify(double millions, uint64_t seed, const char *only)
 {
     const int64_t total = (int64_t)(millions * 1e6);
     const int64_t chunk = 4096;
     int paths[PN_PATH_COUNT], npaths = 0;
     for (int p = PN_PATH_SCALAR_FAST; p < PN_PATH_COUNT; p++) {
+        if (only) { /* a comma-separated list of names */
+            const char *n = pn_path_name(p), *at = strstr(only, n);
+            size_t len = strlen(n);
+            while (at && !((at == only || at[-1] == ',') && (at[len] == ',' || at[len] == '\0')))
+                at = strstr(at + 1, n);
+            if (!at)
+                continue;
+        }
         if (pn_path_available(p))
             paths[npaths++] = p;
         else
             printf("verify: path %s not available on this CPU: skipped\n", pn_path_name(p));
+    }
+    if (npaths == 0) {
+        fprintf(stderr, "bench_pn: --verify: no path to compare\n");
+        return 2;
     }
     int status = 0;
     for (int type_i = 0; type_i < 2 && status == 0; type_i++) {
@@ -413,11 +429,19 @@ static int verify(double millions, uint64_t seed)
             rng r = {seed ^ ((uint64_t)type << 56) ^ (uint64_t)c0 * 0x2545f4914f6cdd1dull};
             for (int64_t g = 0; g < cn; g++)
                 make_group(&r, p, w + g * G);
+            /* the whole row's expected answer, from the groups': the first
+             * refused group's status and column, else every block */
+            pn_status row_st = PN_OK;
+            int64_t row_bad = -1;
             for (int64_t g = 0; g < cn && !status; g++) {
                 int64_t bad_ref = -1;
                 pn_status st_ref = pn_quantize_row_ref(type, w + g * G, G, ref + g * PN_BLOCK_BYTES,
                                                        &bad_ref);
                 refused += st_ref != PN_OK;
+                if (st_ref != PN_OK && row_st == PN_OK) {
+                    row_st = st_ref;
+                    row_bad = g * G + bad_ref;
+                }
                 for (int k = 0; k < npaths; k++) {
                     int64_t bad = -1;
                     pn_status st = pn_quantize_row_path(paths[k], type, w + g * G, G,
@@ -444,11 +468,10 @@ static int verify(double millions, uint64_t seed)
             /* a whole row through every path as well: the row loop itself */
             if (!status) {
                 for (int k = 0; k < npaths; k++) {
-                    int64_t bad_ref = -1, bad = -1;
-                    pn_status a = pn_quantize_row_ref(type, w, cn * G, ref, &bad_ref);
+                    int64_t bad = -1;
                     pn_status b = pn_quantize_row_path(paths[k], type, w, cn * G, got, &bad);
-                    if (a != b || (a == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
-                                              : bad != bad_ref)) {
+                    if (row_st != b || (b == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
+                                                   : bad != row_bad)) {
 #pragma omp critical
                         fprintf(stderr, "verify: %s path %s differs on the row of chunk %lld\n",
                                 pn_type_traits_get(type)->name, pn_path_name(paths[k]),
@@ -475,7 +498,7 @@ static int verify(double millions, uint64_t seed)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_pn [--rows R] [--cols K] [--seconds S] [--seed N]\n"
-                    "       bench_pn --verify MILLION_GROUPS [--seed N]\n");
+                    "       bench_pn --verify MILLION_GROUPS [--seed N] [--paths P,...]\n");
 }
 
 int main(int argc, char **argv)
@@ -483,6 +506,7 @@ int main(int argc, char **argv)
     int64_t rows = 256, K = 5120;
     double seconds = 0.5, verify_m = -1.0;
     uint64_t seed = 1;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc) {
@@ -501,6 +525,10 @@ int main(int argc, char **argv)
             verify_m = strtod(v, &end);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, &end, 10);
+        else if (strcmp(a, "--paths") == 0) {
+            only = v;
+            end = (char *)v + strlen(v);
+        }
         else {
             usage();
             return 2;
@@ -511,7 +539,7 @@ int main(int argc, char **argv)
         }
     }
     if (verify_m >= 0.0)
-        return verify(verify_m, seed);
+        return verify(verify_m, seed, only);
     if (rows < 1 || K < 1 || seconds < 0.0) {
         usage();
         return 2;

@@ -1,5 +1,14 @@
 /* cli.h - what every program does the same way at its edges: a progress
- * line on stderr, and the check that what it wrote to stdout arrived.
+ * line on stderr, the check that what it wrote to stdout arrived, and the
+ * exit status.
+ *
+ * Exit status of pn-quantize and pn-dequant (as llama.cpp's tools): 0
+ * done, 1 an error while doing it (a file that cannot be read, a full
+ * disk), 2 a usage error: an option, or a path refused before anything is
+ * done (the output is the input or one of its files), 130 interrupted.
+ * pn-check's 1 means an invalid file, so its errors are 2; pn-synth and
+ * pn-compare take their settings from options only, so every failure of
+ * their job is 1.
  *
  * Header-only (each cmd/<name>.c is a program of its own). Text that comes
  * from the user or a file is printed in the terminal-safe form
@@ -68,6 +77,12 @@ static inline uint64_t pn_cli_split_size(const char *text, const char **why)
     *why = "expected a size: 50G or 500M as gguf-split takes it (powers of 10), or 48GiB, "
            "2.5GB, 4096 (bytes)";
     return 0;
+}
+
+/* The exit status of a job that failed with st (see above). */
+static inline int pn_cli_exit_status(pn_status st)
+{
+    return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
 }
 
 /* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */

@@ -183,7 +183,7 @@ int main(int argc, char **argv)
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
     if (st) {
         pn_cli_error("pn-dequant", err.msg);
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status(st);
     }
     if (s.rotation_key_missing) {
         fputs("pn-dequant: warning: ", stderr);

@@ -201,6 +201,14 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
             (unsigned long long)r->file_bytes, (double)r->file_bytes / 1073741824.0,
             (double)r->file_bytes / 1e9, tot.bpw_pn, tot.bpw_all);
     print_reuse(f, r);
+    /* auto found no GPU: a fact of the run, shown with the plan (not a lone
+     * line on stderr that reads like an error) */
+    if (r->stats->no_gpu_why[0]) {
+        fputs("no usable GPU: ", f);
+        pn_fput_safe(f, r->stats->no_gpu_why);
+        fprintf(f, "; using the CPU, %d thread%s\n", r->stats->threads,
+                r->stats->threads == 1 ? "" : "s");
+    }
 }
 
 /* --reuse: what was copied and what was quantized, and why (docs/reuse.md). */
@@ -853,7 +861,7 @@ static int run(int argc, char **argv)
             fputc('\n', stderr);
         }
         free(cs.files);
-        return st == PN_ERR_INTERRUPTED ? 130 : (st == PN_ERR_USAGE ? 2 : 1);
+        return pn_cli_exit_status(st);
     }
     if (cs.report_path) {
         int e = commit_report(&cs);

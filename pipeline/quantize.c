@@ -713,12 +713,8 @@ static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *e
     c->cuda = NULL;
     if (o->backend == PN_BACKEND_CUDA)
         return pn_error_set(err, st, "--backend cuda: %s", cerr.msg);
-    if (pn_cuda_build_enabled()) {
-        char why[256];
-        short_reason(cerr.msg, why, sizeof why);
-        pn_quantize_note(o, "no usable GPU: %s; using the CPU, %d thread%s", why, c->env.threads,
-             c->env.threads == 1 ? "" : "s");
-    }
+    if (pn_cuda_build_enabled())
+        short_reason(cerr.msg, stats->no_gpu_why, sizeof stats->no_gpu_why);
     return PN_OK;
 }
 

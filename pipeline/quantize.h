@@ -79,8 +79,8 @@ enum {
 /* Both callbacks run on the calling thread (never on a helper thread), so a
  * test may use them as hooks into a running job. */
 typedef void (*pn_progress_fn)(const pn_progress *p, void *user);
-/* Free-form notes for the user ("measurement read from X", "no usable GPU:
- * ..."); they may hold names from the file and line breaks. */
+/* Free-form notes for the user ("measurement read from X", a stale
+ * temporary file); they may hold names from the file and line breaks. */
 typedef void (*pn_note_fn)(const char *msg, void *user);
 
 /* Default chunk: 4 M weights (16 MiB of floats per chunk buffer). */
@@ -115,6 +115,10 @@ typedef struct pn_quantize_stats {
     int threads;
     char mix_name[96];
     char backend[160];
+    /* --backend auto in a CUDA build that found no usable GPU: why, in a
+     * short phrase (the run used the CPU); empty otherwise. A figure of the
+     * run for the program to show with the plan, not a note: it is no error. */
+    char no_gpu_why[256];
 } pn_quantize_stats;
 
 /* Everything a program needs to print the plan, the totals and the report:

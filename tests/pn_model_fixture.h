@@ -307,4 +307,25 @@ static FX_UNUSED void fx_fix_crcs(const char *path)
     free(buf);
 }
 
+/* The folder of a test: made fresh (*dir), with the model's source at
+ * src and its PN file at good (paths of 4096 bytes at most). */
+static FX_UNUSED void fx_make_folder(char **dir, fx_model *m, char src[4096], char good[4096])
+{
+    *dir = tu_mkdtemp();
+    fx_make_model(m);
+    snprintf(src, 4096, "%s/source.gguf", *dir);
+    snprintf(good, 4096, "%s/good.gguf", *dir);
+    fx_write_source(src, m);
+    fx_write_pn(good, m, NULL);
+}
+
+/* Removes what fx_make_folder made, and everything the test left there. */
+static FX_UNUSED void fx_remove_folder(char **dir, fx_model *m)
+{
+    fx_free_model(m);
+    tu_rm_rf(*dir);
+    free(*dir);
+    *dir = NULL;
+}
+
 #endif

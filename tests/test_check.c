@@ -29,46 +29,20 @@ static char g_src[4096], g_good[4096], g_recipe[4096];
 
 static void setup(void)
 {
-    g_dir = tu_mkdtemp();
-    fx_make_model(&g_model);
-    snprintf(g_src, sizeof g_src, "%s/source.gguf", g_dir);
-    snprintf(g_good, sizeof g_good, "%s/good.gguf", g_dir);
+    fx_make_folder(&g_dir, &g_model, g_src, g_good);
     snprintf(g_recipe, sizeof g_recipe, "%s/t0.mix", g_dir);
-    fx_write_source(g_src, &g_model);
-    fx_write_pn(g_good, &g_model, NULL);
     cr_assert_eq(tu_write_file(g_recipe, FX_RECIPE, strlen(FX_RECIPE)), 0);
 }
 
-static void teardown(void)
-{
-    fx_free_model(&g_model);
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
+static void teardown(void) { fx_remove_folder(&g_dir, &g_model); }
 
 TestSuite(pn_check, .init = setup, .fini = teardown, .timeout = 60);
 
 /* A path in the test folder (static storage, a few at a time). */
-static const char *path_in(const char *name)
-{
-    static char buf[8][4096];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", g_dir, name);
-    return p;
-}
+static const char *path_in(const char *name) { return tu_join_static(g_dir, name); }
 
-static int check_cli(char **out, char **err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int check_cli(char **out, char **err, const char *fmt, ...)
-{
-    char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s/pn-check %s", PN_BIN_DIR, args);
-    return tu_run(cmd, out, err);
-}
+/* Runs pn-check with the arguments fmt formats. */
+#define check_cli(out, err, ...) tu_run_program(out, err, "pn-check", __VA_ARGS__)
 
 /* A line "<severity> <code> ..." that mentions `what` (tensor or key) if given. */
 static bool has_finding(const char *out, const char *sev, const char *code, const char *what)

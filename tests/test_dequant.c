@@ -24,52 +24,20 @@ static char *g_dir;
 static fx_model g_model;
 static char g_src[4096], g_good[4096];
 
-static void setup(void)
-{
-    g_dir = tu_mkdtemp();
-    fx_make_model(&g_model);
-    snprintf(g_src, sizeof g_src, "%s/source.gguf", g_dir);
-    snprintf(g_good, sizeof g_good, "%s/good.gguf", g_dir);
-    fx_write_source(g_src, &g_model);
-    fx_write_pn(g_good, &g_model, NULL);
-}
+static void setup(void) { fx_make_folder(&g_dir, &g_model, g_src, g_good); }
 
-static void teardown(void)
-{
-    fx_free_model(&g_model);
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
+static void teardown(void) { fx_remove_folder(&g_dir, &g_model); }
 
 TestSuite(pn_dequant, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *path_in(const char *name)
-{
-    static char buf[8][4096];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", g_dir, name);
-    return p;
-}
-
-static int run_tool(char **out, char **err, const char *tool, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int run_tool(char **out, char **err, const char *tool, const char *fmt, ...)
-{
-    char args[8192], cmd[9000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s/%s %s", PN_BIN_DIR, tool, args);
-    return tu_run(cmd, out, err);
-}
+/* A path in the test folder (static storage, a few at a time). */
+static const char *path_in(const char *name) { return tu_join_static(g_dir, name); }
 
 static const char *dequantized(const char *name, const char *options)
 {
     const char *out_path = path_in(name);
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "%s '%s' '%s'", options, g_good, out_path);
+    int rc = tu_run_program(&out, &err, "pn-dequant", "%s '%s' '%s'", options, g_good, out_path);
     cr_assert_eq(rc, 0, "pn-dequant %s: rc %d\n%s%s", options, rc, out, err);
     cr_assert_str_empty(err, "%s", err);
     cr_assert(strstr(out, "7 tensors (3 PN"), "%s", out);
@@ -252,7 +220,7 @@ Test(pn_dequant, refuses_an_existing_output_unless_forced)
     const char *p = path_in("exists.gguf");
     cr_assert_eq(tu_write_file(p, "keep me", 7), 0);
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", g_good, p);
+    int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", g_good, p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(strstr(err, "exists"), "%s", err);
     size_t n;
@@ -261,15 +229,23 @@ Test(pn_dequant, refuses_an_existing_output_unless_forced)
     free(kept);
     free(out);
     free(err);
-    rc = run_tool(&out, &err, "pn-dequant", "--force --quiet '%s' '%s'", g_good, p);
+    rc = tu_run_program(&out, &err, "pn-dequant", "--force --quiet '%s' '%s'", g_good, p);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     cr_assert_str_empty(out);
     gguf_reader_close(open_or_fail(p));
     free(out);
     free(err);
-    rc = run_tool(&out, &err, "pn-dequant", "--force '%s' '%s'", g_good, g_good);
-    cr_assert_eq(rc, 1, "the input is never the output: %s%s", out, err);
+}
+
+/* A path refused before anything is done is a usage error: status 2, as in
+ * pn-quantize (cmd/cli.h), not the 1 of a failure while writing. */
+Test(pn_dequant, an_output_that_is_its_input_is_a_usage_error_even_with_force)
+{
+    char *out, *err;
+    int rc = tu_run_program(&out, &err, "pn-dequant", "--force '%s' '%s'", g_good, g_good);
+    cr_assert_eq(rc, 2, "the input is never the output: %s%s", out, err);
     cr_assert(strstr(err, "is the input"), "%s", err);
+    cr_assert(tu_exists(g_good));
     free(out);
     free(err);
 }
@@ -297,7 +273,7 @@ Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
     free(buf);
     int before = count_entries(g_dir);
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", bad, path_in("never.gguf"));
+    int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", bad, path_in("never.gguf"));
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(strstr(err, "tensor 'blk.0.ffn_down.weight' row 2 block 1"), "%s", err);
     cr_assert_eq(count_entries(g_dir), before, "no output and no temporary file are left");
@@ -311,7 +287,7 @@ Test(pn_dequant, refuses_bad_usage_with_status_2)
                                         "--threads 0 a b"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
-        int rc = run_tool(&out, &err, "pn-dequant", "%s", cases[i]);
+        int rc = tu_run_program(&out, &err, "pn-dequant", "%s", cases[i]);
         cr_assert_eq(rc, 2, "'%s': rc %d", cases[i], rc);
         cr_assert(strstr(err, "pn-dequant: "), "'%s': %s", cases[i], err);
         free(out);
@@ -323,7 +299,7 @@ Test(pn_dequant, output_checks_clean_against_the_source)
 {
     const char *p = dequantized("out.gguf", "");
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-check", "--source '%s' '%s'", g_src, p);
+    int rc = tu_run_program(&out, &err, "pn-check", "--source '%s' '%s'", g_src, p);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     /* No PN tensors and no pn.* keys any more: one warning says so. */
     cr_assert(strstr(out, "warning PN-META-MISSING key pn.*: no pn.* keys and no PN tensors"), "%s", out);
@@ -375,7 +351,7 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
 {
     const char *p = path_in("out.gguf");
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s' >/dev/full", g_good, p);
+    int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s' >/dev/full", g_good, p);
     cr_assert_eq(rc, 1, "rc %d\n%s", rc, err);
     cr_assert_str_empty(out);
     char want[4300];
@@ -385,7 +361,7 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
     cr_assert_str_eq(err, want);
     free(out);
     free(err);
-    rc = run_tool(&out, &err, "pn-dequant", "--help >/dev/full");
+    rc = tu_run_program(&out, &err, "pn-dequant", "--help >/dev/full");
     cr_assert_eq(rc, 1, "rc %d\n%s", rc, err);
     cr_assert_str_eq(err, "pn-dequant: cannot write to standard output: No space left on device\n");
     free(out);
@@ -471,7 +447,7 @@ Test(pn_dequant, refuses_an_empty_key_or_one_holding_a_nul_naming_its_offset)
         const char *in = path_in("key.gguf"), *p = path_in("never.gguf");
         gb_save(&b, in);
         char *out, *err;
-        int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", in, p);
+        int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", in, p);
         cr_assert_eq(rc, 1, "%s%s", out, err);
         char want[4200];
         snprintf(want, sizeof want, "pn-dequant: %s: at byte 24: ", in);
@@ -509,7 +485,7 @@ static void expect_refused(const char *in, const char *options, const char *says
     const char *p = path_in("never.gguf");
     int before = count_entries(g_dir);
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "%s '%s' '%s'", options, in, p);
+    int rc = tu_run_program(&out, &err, "pn-dequant", "%s '%s' '%s'", options, in, p);
     cr_assert_eq(rc, 1, "%s: rc %d\n%s%s", options, rc, out, err);
     char want[4400];
     snprintf(want, sizeof want, "pn-dequant: %s: %s; the file is invalid (pn-check tells more)\n", in,
@@ -580,7 +556,7 @@ Test(pn_dequant, prints_hostile_names_in_errors_safely)
     const char *in = path_in("hostile.gguf");
     gb_save(&b, in);
     char *out, *err;
-    int rc = run_tool(&out, &err, "pn-dequant", "'%s' '%s'", in, path_in("never.gguf"));
+    int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", in, path_in("never.gguf"));
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(strstr(err, "tensor 'x\\x1b]0;x\\x07\\x1b[2J\\x0ay\\xff\\xc3z' (f32) row 0 column 3"),
               "%s", err);
@@ -612,7 +588,7 @@ Test(pn_dequant, decodes_20k_small_tensors_in_linear_time_even_with_64_threads)
     gb_save(&b, in);
     char *out, *err;
     double t0 = now_s();
-    int rc = run_tool(&out, &err, "pn-dequant", "--threads 64 '%s' '%s'", in, p);
+    int rc = tu_run_program(&out, &err, "pn-dequant", "--threads 64 '%s' '%s'", in, p);
     double dt = now_s() - t0;
     cr_assert_eq(rc, 0, "%s%s", out, err);
     cr_assert(strstr(out, "20000 tensors (20000 PN, rotation undone"), "%s", out);

@@ -13,16 +13,8 @@
 
 #include "gguf/gguf.h"
 #include "pn_source_fixture.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
-
-static char *g_dir;
-
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
 
 /* Tensor sizes that are not multiples of 4096 (f16 rows of 1000 bytes, a
  * bf16 vector of 6 bytes, ...), so tensors start anywhere in a block. */

@@ -18,26 +18,11 @@
 #include <unistd.h>
 
 #include "compare/compare.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
 
 #define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-
-static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-
-static char *path_in(const char *name)
-{
-    size_t n = strlen(g_dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    snprintf(p, n, "%s/%s", g_dir, name);
-    return p;
-}
 
 /* ---- is llama.cpp here? ---- */
 

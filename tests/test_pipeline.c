@@ -28,29 +28,8 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "pn_source_fixture.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
-
-static char *g_dir;
-
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-
-static char *path_in(const char *name)
-{
-    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    return p;
-}
-
-static bool exists(const char *p)
-{
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
 
 /* ---- a model with one tensor of each kind of chunking ------------------ */
 

@@ -23,32 +23,11 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "pn_source_fixture.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
 
 #define GOLDEN PN_TEST_DATA "/golden/"
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-
-static char *g_dir;
-
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-
-static char *path_in(const char *name)
-{
-    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    return p;
-}
-
-static bool exists(const char *p)
-{
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
 
 /* No file at p, and no temporary file beside it. */
 static void assert_nothing_left(const char *dir, const char *p)
@@ -1245,27 +1224,16 @@ Test(quantize, the_library_reads_no_environment_variable, .init = setup, .fini =
     free(b);
 }
 
-typedef struct notes {
-    char text[8192];
-} notes;
-
-static void keep_note(const char *msg, void *user)
-{
-    notes *n = user;
-    size_t l = strlen(n->text);
-    snprintf(n->text + l, sizeof n->text - l, "%s\n", msg);
-}
-
 Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .init = setup,
      .fini = teardown)
 {
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *stale = path_in("dst.gguf.tmp.Ab3xYz");
     cr_assert_eq(tu_write_file(stale, "killed run", 10), 0);
-    notes n = {""};
+    tu_notes n = {""};
     pn_quantize_opts o;
     base_opts(&o, src, dst);
-    o.note = keep_note;
+    o.note = tu_keep_note;
     o.user = &n;
     run_ok(&o);
     cr_assert(strstr(n.text, stale) && strstr(n.text, "remove"), "%s", n.text);
@@ -1276,8 +1244,32 @@ Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .ini
     free(stale);
 }
 
-Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_in_one_line, .init = setup,
+/* A path refused before anything is done is a usage error: status 2, as in
+ * pn-dequant (cmd/cli.h). */
+Test(quantize_cli, an_output_that_is_the_source_is_a_usage_error_even_with_force, .init = setup,
      .fini = teardown)
+{
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    size_t n0, n1;
+    void *before = tu_read_file(src, &n0);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--force --threads 1 --recipe %s --promote 0 %s %s",
+             FALLBACK_RECIPE, src, src);
+    cr_assert_eq(run_cli(args, &out, &err), 2, "%s", err);
+    cr_assert(strstr(err, "the output is the source file"), "%s", err);
+    void *after = tu_read_file(src, &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the source is untouched");
+    free(before);
+    free(after);
+    free(out);
+    free(err);
+    free(src);
+}
+
+/* A CUDA build on a machine without a usable GPU: --backend auto falls back
+ * to the CPU. That is a fact of the run, said with the plan's lines on
+ * stdout, and nothing at all with --quiet. */
+static void need_cuda_build_without_gpu(void)
 {
     if (!pn_cuda_build_enabled())
         cr_skip("this build has no CUDA backend, so it never looks for a GPU");
@@ -1286,17 +1278,66 @@ Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_in_one_line, .init 
         pn_cuda_close(ctx);
         cr_skip("this machine has a usable GPU, so there is no fallback to report");
     }
+}
+
+Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_among_the_plan_lines,
+     .init = setup, .fini = teardown)
+{
+    need_cuda_build_without_gpu();
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--threads 2 --recipe %s --promote 0 %s %s", FALLBACK_RECIPE,
+             src, dst);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    cr_assert(!strstr(err, "GPU"), "stderr is for errors and progress: %s", err);
+    const char *line = strstr(out, "\nno usable GPU: ");
+    cr_assert(line, "%s", out);
+    cr_assert(strstr(out, "\nfile size ") < line, "after the plan totals: %s", out);
+    cr_assert(strstr(line, "; using the CPU, 2 threads\n"), "%s", out);
+    cr_assert(strstr(out, "\nwrote ") > line, "before the summary of what was written: %s", out);
+    free(out);
+    free(err);
+    free(src);
+    free(dst);
+}
+
+Test(quantize_cli, without_a_usable_gpu_quiet_prints_nothing, .init = setup, .fini = teardown)
+{
+    need_cuda_build_without_gpu();
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--quiet --threads 2 --recipe %s --promote 0 %s %s",
              FALLBACK_RECIPE, src, dst);
     cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
-    cr_assert(strncmp(err, "pn-quantize: no usable GPU: ", 28) == 0, "%s", err);
-    cr_assert(strstr(err, "; using the CPU, 2 threads\n"), "%s", err);
-    cr_assert_eq(strchr(err, '\n') - err + 1, (long)strlen(err), "more than one line: %s", err);
+    cr_assert_str_empty(out);
+    cr_assert_str_empty(err);
+    cr_assert(exists(dst));
     free(out);
     free(err);
+    free(src);
+    free(dst);
+}
+
+Test(quantize, without_a_usable_gpu_the_reason_is_a_figure_of_the_run_not_a_note,
+     .init = setup, .fini = teardown)
+{
+    need_cuda_build_without_gpu();
+    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *dst = path_in("dst.gguf");
+    tu_notes n = {""};
+    pn_quantize_opts o;
+    base_opts(&o, src, dst);
+    o.backend = PN_BACKEND_AUTO;
+    o.note = tu_keep_note;
+    o.user = &n;
+    pn_quantize_stats s;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, &s, &err), PN_OK, "%s", err.msg);
+    cr_assert_str_empty(n.text);
+    cr_assert(s.no_gpu_why[0] != 0);
+    cr_assert(strncmp(s.backend, "cpu", 3) == 0, "%s", s.backend);
     free(src);
     free(dst);
 }

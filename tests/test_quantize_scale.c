@@ -21,6 +21,7 @@
 
 #include "pipeline/quantize.h"
 #include "quant/types.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
 
 #if defined(__has_include)
@@ -43,22 +44,6 @@ static void need_indexed_writer(void)
     cr_skip("the GGUF writer of this tree compares every key and tensor name with all the "
             "earlier ones (quadratic); these tests need the indexed writer (common/outfile.h)");
 #endif
-}
-
-static char *g_dir;
-
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-
-static char *path_in(const char *name)
-{
-    char *p = malloc(strlen(g_dir) + strlen(name) + 2);
-    sprintf(p, "%s/%s", g_dir, name);
-    return p;
 }
 
 static double now_s(void)

@@ -20,31 +20,15 @@
 #include "io/source_id.h"
 #include "synth/synth.h"
 #include "quant/types.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
 
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
 #define VOCAB 512
 
-static char *g_dir;
-
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-
-static char *in_dir(const char *name) { return tu_join(g_dir, name); }
-
-static bool exists(const char *p)
-{
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
 static char *synth(const char *name, uint64_t seed)
 {
-    char *p = in_dir(name);
+    char *p = path_in(name);
     pn_synth_opts o;
     memset(&o, 0, sizeof o);
     o.path = p;
@@ -57,19 +41,7 @@ static char *synth(const char *name, uint64_t seed)
     return p;
 }
 
-/* Every note of a run, one per line. */
-typedef struct notes {
-    char text[16384];
-} notes;
-
-static void on_note(const char *msg, void *user)
-{
-    notes *n = user;
-    size_t at = strlen(n->text);
-    snprintf(n->text + at, sizeof n->text - at, "%s\n", msg);
-}
-
-static void opts_for(pn_quantize_opts *o, const char *src, const char *dst, notes *n)
+static void opts_for(pn_quantize_opts *o, const char *src, const char *dst, tu_notes *n)
 {
     pn_quantize_opts_init(o);
     o->src_path = src;
@@ -80,7 +52,7 @@ static void opts_for(pn_quantize_opts *o, const char *src, const char *dst, note
     o->backend = PN_BACKEND_CPU;
     if (n) {
         n->text[0] = 0;
-        o->note = on_note;
+        o->note = tu_keep_note;
         o->user = n;
     }
 }
@@ -162,7 +134,7 @@ static void flip_data_bits(const char *path, const char *tensor, uint64_t byte, 
 
 static char *copy_file(const char *from, const char *name)
 {
-    char *to = in_dir(name);
+    char *to = path_in(name);
     size_t n;
     void *d = tu_read_file(from, &n);
     cr_assert_eq(tu_write_file(to, d, n), 0);
@@ -170,7 +142,7 @@ static char *copy_file(const char *from, const char *name)
     return to;
 }
 
-static bool has(const notes *n, const char *phrase) { return strstr(n->text, phrase) != NULL; }
+static bool has(const tu_notes *n, const char *phrase) { return strstr(n->text, phrase) != NULL; }
 
 /* ---- the identity an output records --------------------------------------- */
 
@@ -286,7 +258,7 @@ static void assert_identity_of(const char *out, const char *src)
 Test(reuse_identity, every_output_records_its_sources_header_hash_sampled_rows_crcs_and_types,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 1), *dst = in_dir("dst.gguf");
+    char *src = synth("src.gguf", 1), *dst = path_in("dst.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, dst, NULL);
     o.promote = 2;
@@ -299,7 +271,7 @@ Test(reuse_identity, every_output_records_its_sources_header_hash_sampled_rows_c
 Test(reuse_identity, the_identity_does_not_depend_on_threads_or_chunks_cut_inside_rows,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 2), *a = in_dir("a.gguf"), *b = in_dir("b.gguf");
+    char *src = synth("src.gguf", 2), *a = path_in("a.gguf"), *b = path_in("b.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, a, NULL);
     run_ok(&o, NULL);
@@ -348,7 +320,7 @@ Test(reuse_identity, sampled_rows_crc_over_any_pieces_is_the_crc_of_the_sampled_
 
 /* A run that measures into (or reads) m.txt and promotes 2. */
 static void measure_run(pn_quantize_opts *o, const char *src, const char *dst, const char *m,
-                        notes *n)
+                        tu_notes *n)
 {
     opts_for(o, src, dst, n);
     o->promote = 2;
@@ -368,9 +340,9 @@ static pn_measurement *load_measurement(const char *path)
 Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 3), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 3), *m = path_in("m.txt");
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, &s);
@@ -388,9 +360,9 @@ Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring
 Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is_measured_again,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 4), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 4), *m = path_in("m.txt");
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, NULL);
     pn_measurement *before = load_measurement(m);
@@ -422,9 +394,9 @@ Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is
 Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 5), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 5), *m = path_in("m.txt");
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
@@ -443,9 +415,9 @@ Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again,
 Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 6), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 6), *m = path_in("m.txt");
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
@@ -467,9 +439,9 @@ Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again,
 Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 7), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 7), *m = path_in("m.txt");
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     o.quantizer_name = "pn-quantize 0.0-test";
     run_ok(&o, NULL);
@@ -489,12 +461,12 @@ Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again
 Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replaced,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 8), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 8), *m = path_in("m.txt");
     const char *v1 = "pn-measure\t1\nsource\tbytes=1 tensors=2 fnv1a64=0\n"
                      "sample\tevenly-spaced\t256\ncandidates\t0\nend\n";
     cr_assert_eq(tu_write_file(m, v1, strlen(v1)), 0);
     pn_quantize_opts o;
-    notes n;
+    tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, NULL);
     cr_assert(has(&n, "a measurement of format 1") && has(&n, "measuring again"), "%s", n.text);
@@ -508,7 +480,7 @@ Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replace
 Test(reuse_measure, a_measurement_path_that_holds_something_else_is_an_error_and_kept,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 9), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 9), *m = path_in("m.txt");
     const char *text = "my notes, not a measurement\n";
     cr_assert_eq(tu_write_file(m, text, strlen(text)), 0);
     pn_quantize_opts o;
@@ -529,7 +501,7 @@ Test(reuse_measure, a_measurement_path_that_holds_something_else_is_an_error_and
 /* PREV: promote 2 with a measurement. */
 static char *make_prev(const char *src, const char *name, const char *m)
 {
-    char *prev = in_dir(name);
+    char *prev = path_in(name);
     pn_quantize_opts o;
     opts_for(&o, src, prev, NULL);
     o.promote = 2;
@@ -541,16 +513,16 @@ static char *make_prev(const char *src, const char *name, const char *m)
 Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 10), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 10), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
-    char *scratch = in_dir("scratch.gguf"), *re = in_dir("re.gguf");
+    char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, scratch, NULL);
     o.promote = 5;
     o.measurement_path = m;
     run_ok(&o, NULL);
     for (int th = 1; th <= 2; th++) {
-        notes n;
+        tu_notes n;
         pn_quantize_stats s;
         opts_for(&o, src, re, &n);
         o.promote = 5;
@@ -579,16 +551,16 @@ Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threa
 Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 11), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 11), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
-    char *scratch = in_dir("scratch.gguf"), *re = in_dir("re.gguf");
+    char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, scratch, NULL);
     o.promote = 2;
     o.rotation_cap = 32;
     run_ok(&o, NULL);
     for (int th = 1; th <= 2; th++) {
-        notes n;
+        tu_notes n;
         pn_quantize_stats s;
         opts_for(&o, src, re, &n);
         o.promote = 2;
@@ -613,7 +585,7 @@ Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_from_
 Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 12), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 12), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
     /* attn_k/attn_v and ssm_alpha/beta change type */
     size_t len;
@@ -626,10 +598,10 @@ Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_fro
     at = strstr(text, "*.ssm_beta.weight                => q8_0");
     cr_assert_not_null(at);
     memcpy(strstr(at, "q8_0"), "pn4t", 4);
-    char *recipe = in_dir("r.mix");
+    char *recipe = path_in("r.mix");
     cr_assert_eq(tu_write_file(recipe, text, len), 0);
     free(text);
-    char *scratch = in_dir("scratch.gguf"), *re = in_dir("re.gguf");
+    char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, scratch, NULL);
     o.recipe_path = recipe;
@@ -673,9 +645,9 @@ Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_fro
 /* Runs --reuse of prev into re (promote 2, the measurement m), and from
  * scratch into scratch; both must be the same bytes. */
 static void reuse_and_compare(const char *src, const char *prev, const char *m, bool verify,
-                              notes *n, pn_quantize_stats *s)
+                              tu_notes *n, pn_quantize_stats *s)
 {
-    char *scratch = in_dir("scratch.gguf"), *re = in_dir("re.gguf");
+    char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, scratch, NULL);
     o.promote = 2;
@@ -697,10 +669,10 @@ static void reuse_and_compare(const char *src, const char *prev, const char *m, 
 Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 13), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 13), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
     nudge_weight(src, "token_embd.weight", 2, 7);    /* row 2 of 512: sampled */
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     gguf_reader *r;
     pn_error err;
@@ -720,7 +692,7 @@ Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup,
 Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_with_reuse_verify,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 14), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 14), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
     char *prev_src = copy_file(src, "src-before.gguf");
     nudge_weight(src, "token_embd.weight", 3, 7);    /* row 3 of 512: not sampled */
@@ -732,7 +704,7 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
 
     /* the limit of the default guarantee: copied, so the output is PREV's
      * token_embd, not what the changed source gives */
-    char *re = in_dir("re.gguf");
+    char *re = path_in("re.gguf");
     pn_quantize_opts o;
     pn_quantize_stats s;
     opts_for(&o, src, re, NULL);
@@ -741,7 +713,7 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
     o.reuse_path = prev;
     run_ok(&o, &s);
     cr_assert_eq(s.n_reused, total, "every tensor copied");
-    char *scratch_old = in_dir("scratch-old.gguf");
+    char *scratch_old = path_in("scratch-old.gguf");
     opts_for(&o, prev_src, scratch_old, NULL);
     o.promote = 2;
     o.measurement_path = m;
@@ -751,7 +723,7 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
     assert_same_bytes(re, scratch_old, "copied without --reuse-verify");
 
     /* --reuse-verify reads the whole tensor and quantizes it again */
-    notes n;
+    tu_notes n;
     reuse_and_compare(src, prev, m, true, &n, &s);
     cr_assert_eq(s.n_reused, total - 1, "%zu reused", s.n_reused);
     cr_assert_gt(s.t_verify, 0.0);
@@ -768,10 +740,10 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
 Test(reuse, a_corrupted_prev_tensor_is_quantized_again_with_a_note_naming_it, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 15), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 15), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
     flip_data_bits(prev, "blk.0.ffn_down.weight", 100, 0x40);
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     reuse_and_compare(src, prev, m, false, &n, &s);
     cr_assert(has(&n, "tensor blk.0.ffn_down.weight: its bytes do not match PREV's "
@@ -792,11 +764,11 @@ Test(reuse, a_corrupted_prev_tensor_is_quantized_again_with_a_note_naming_it, .i
 
 Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 16), *other = synth("other.gguf", 17), *m = in_dir("m.txt");
-    char *m2 = in_dir("m2.txt");
+    char *src = synth("src.gguf", 16), *other = synth("other.gguf", 17), *m = path_in("m.txt");
+    char *m2 = path_in("m2.txt");
     /* pn-synth records its seed: another header */
     char *prev = make_prev(other, "prev.gguf", m2);
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     reuse_and_compare(src, prev, m, false, &n, &s);
     cr_assert_eq(s.n_reused, 0);
@@ -836,15 +808,15 @@ Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .
 Test(reuse, prev_by_another_quantizer_version_reuses_nothing_and_says_why, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 18), *prev = in_dir("prev.gguf");
+    char *src = synth("src.gguf", 18), *prev = path_in("prev.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, prev, NULL);
     o.quantizer_name = "pn-quantize 0.0-old";
     run_ok(&o, NULL);
-    char *re = in_dir("re.gguf"), *scratch = in_dir("scratch.gguf");
+    char *re = path_in("re.gguf"), *scratch = path_in("scratch.gguf");
     opts_for(&o, src, scratch, NULL);
     run_ok(&o, NULL);
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     opts_for(&o, src, re, &n);
     o.reuse_path = prev;
@@ -894,10 +866,10 @@ static void strip_source_keys(const char *from, const char *to)
 Test(reuse, prev_without_a_recorded_source_identity_reuses_nothing_and_says_why, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 19), *m = in_dir("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m), *old = in_dir("old.gguf");
+    char *src = synth("src.gguf", 19), *m = path_in("m.txt");
+    char *prev = make_prev(src, "prev.gguf", m), *old = path_in("old.gguf");
     strip_source_keys(prev, old);
-    notes n;
+    tu_notes n;
     pn_quantize_stats s;
     reuse_and_compare(src, old, m, false, &n, &s);
     cr_assert_eq(s.n_reused, 0);
@@ -923,9 +895,9 @@ static void cancel_while_quantizing(const pn_progress *p, void *user)
 Test(reuse, prev_may_be_dst_with_force_and_stays_intact_until_the_new_file_replaces_it,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 20), *m = in_dir("m.txt");
+    char *src = synth("src.gguf", 20), *m = path_in("m.txt");
     char *dst = make_prev(src, "mix.gguf", m);
-    char *scratch = in_dir("scratch.gguf");
+    char *scratch = path_in("scratch.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, scratch, NULL);
     o.promote = 4;
@@ -972,8 +944,8 @@ Test(reuse, prev_may_be_dst_with_force_and_stays_intact_until_the_new_file_repla
 Test(reuse, prev_missing_not_gguf_not_pn_or_a_fifo_is_a_clear_error_and_nothing_is_written,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 21), *dst = in_dir("dst.gguf");
-    char *missing = in_dir("missing.gguf"), *text = in_dir("text.gguf"), *fifo = in_dir("fifo");
+    char *src = synth("src.gguf", 21), *dst = path_in("dst.gguf");
+    char *missing = path_in("missing.gguf"), *text = path_in("text.gguf"), *fifo = path_in("fifo");
     cr_assert_eq(tu_write_file(text, "not a gguf file at all", 22), 0);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
     const int files = tu_count_files(g_dir);
@@ -1041,8 +1013,8 @@ Test(reuse, copying_from_another_file_writes_what_writing_the_bytes_writes, .ini
     uint8_t data[4012];
     for (size_t i = 0; i < sizeof data; i++)
         data[i] = (uint8_t)(i * 7 + 3);
-    char *in = in_dir("in.bin"), *ref = in_dir("ref.gguf"), *a = in_dir("a.gguf"),
-         *b = in_dir("b.gguf");
+    char *in = path_in("in.bin"), *ref = path_in("ref.gguf"), *a = path_in("a.gguf"),
+         *b = path_in("b.gguf");
     cr_assert_eq(tu_write_file(in, data, sizeof data), 0);
     gguf_writer *w = gguf_writer_new();
     pn_error err;
@@ -1060,7 +1032,7 @@ Test(reuse, copying_from_another_file_writes_what_writing_the_bytes_writes, .ini
     assert_same_bytes(ref, a, "copy_file_range");
     assert_same_bytes(ref, b, "pread and write");
     /* a source that ends early */
-    char *c = in_dir("c.gguf");
+    char *c = path_in("c.gguf");
     w = gguf_writer_new();
     cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, ne, PN_TYPE_F32, &err), PN_OK);
     cr_assert_eq(gguf_writer_begin(w, c, &err), PN_OK);
@@ -1088,9 +1060,9 @@ static int run_cli(const char *prog, const char *args, char **out, char **err)
 Test(reuse_cli, the_summary_and_the_report_say_what_was_copied_and_what_was_quantized,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 22), *m = in_dir("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m), *dst = in_dir("dst.gguf"),
-         *rep = in_dir("r.json");
+    char *src = synth("src.gguf", 22), *m = path_in("m.txt");
+    char *prev = make_prev(src, "prev.gguf", m), *dst = path_in("dst.gguf"),
+         *rep = path_in("r.json");
     char args[8192], *out, *err;
     snprintf(args, sizeof args,
              "--recipe %s --promote 3 --measurement %s --reuse %s --report %s %s %s",
@@ -1138,7 +1110,7 @@ Test(reuse_cli, the_summary_and_the_report_say_what_was_copied_and_what_was_quan
 Test(reuse_cli, a_prev_that_cannot_be_one_exits_1_and_writes_nothing, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 23), *dst = in_dir("dst.gguf"), *fifo = in_dir("fifo");
+    char *src = synth("src.gguf", 23), *dst = path_in("dst.gguf"), *fifo = path_in("fifo");
     cr_assert_eq(mkfifo(fifo, 0644), 0);
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--quiet --recipe %s --reuse %s %s %s", FALLBACK_RECIPE, src, src,
@@ -1186,7 +1158,7 @@ static pn_check_report *check_with_source(const char *file, const char *src)
 Test(reuse_check, pn_check_source_names_the_first_tensor_of_a_source_the_file_was_not_made_from,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 24), *dst = in_dir("dst.gguf");
+    char *src = synth("src.gguf", 24), *dst = path_in("dst.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, dst, NULL);
     run_ok(&o, NULL);

@@ -11,15 +11,8 @@
 #include "synth/qwen38_shapes.h"
 #include "synth/synth.h"
 #include "quant/types.h"
+#include "scratch_fixture.h"
 #include "test_util.h"
-
-static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
 
 static int synth(const char *args, char **out, char **err)
 {

@@ -4,9 +4,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +84,21 @@ char *tu_join(const char *dir, const char *name)
     return p;
 }
 
+const char *tu_join_static(const char *dir, const char *name)
+{
+    static char ring[8][4096];
+    static unsigned next;
+    char *p = ring[next++ % 8];
+    snprintf(p, sizeof ring[0], "%s/%s", dir, name);
+    return p;
+}
+
+bool tu_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
 int tu_count_files(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -145,6 +162,24 @@ int tu_run(const char *cmdline, char **out, char **err)
     unlink(outp);
     unlink(errp);
     return rc;
+}
+
+int tu_run_program(char **out, char **err, const char *program, const char *fmt, ...)
+{
+    char args[8192], cmd[9000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s/%s %s", PN_BIN_DIR, program, args);
+    return tu_run(cmd, out, err);
+}
+
+void tu_keep_note(const char *msg, void *user)
+{
+    tu_notes *n = user;
+    size_t at = strlen(n->text);
+    snprintf(n->text + at, sizeof n->text - at, "%s\n", msg);
 }
 
 uint64_t tu_rng_u64(tu_rng *r)

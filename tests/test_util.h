@@ -2,6 +2,7 @@
 #ifndef PN_TEST_UTIL_H
 #define PN_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,11 @@ char *tu_mkdtemp(void);
 char *tu_mkdtemp_tmpfile(void);
 /* "dir/name"; caller frees. */
 char *tu_join(const char *dir, const char *name);
+/* "dir/name" in static storage that the next 7 calls leave alone: for a
+ * few paths at a time in one expression, nothing to free. */
+const char *tu_join_static(const char *dir, const char *name);
+/* Whether anything (a file, a folder) stands at path: stat succeeds. */
+bool tu_exists(const char *path);
 /* Entries of a folder, hidden ones included ("." and ".." not). */
 int tu_count_files(const char *dir);
 /* Removes a directory tree made by tu_mkdtemp. */
@@ -27,6 +33,17 @@ void tu_rm_rf(const char *path);
  * Returns the exit status (128+signal if killed). *out / *err (if not NULL)
  * receive NUL-terminated captured text; caller frees. */
 int tu_run(const char *cmdline, char **out, char **err);
+/* tu_run of the built program PN_BIN_DIR/<program> with the arguments
+ * that fmt formats (shell words, quoted by the caller). */
+int tu_run_program(char **out, char **err, const char *program, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The notes a job hands its note callback, one a line: pass tu_keep_note
+ * as the callback and a tu_notes (zeroed) as its user pointer. */
+typedef struct tu_notes {
+    char text[16384];
+} tu_notes;
+void tu_keep_note(const char *msg, void *user);
 
 /* Deterministic random numbers for tests (splitmix64 + Box-Muller). */
 typedef struct tu_rng { uint64_t s; } tu_rng;

@@ -30,8 +30,9 @@
 /* Raw buffers of 2-byte chunks: the reader reads chunk k+1 while the team
  * widens chunk k (then chunk k+2 into k's buffer). */
 #define N_RAW 2
-/* The team widens and CRCs a chunk in slices of about this many weights. */
-#define SLICE_WEIGHTS ((int64_t)1 << 16)
+/* The team widens and CRCs a chunk in slices of about this many weights
+ * (each a call of pn_widen_row_checked, which asks the CPU's features). */
+#define SLICE_WEIGHTS ((int64_t)1 << 18)
 #define TIMES_STRIDE 8          /* doubles per thread: no false sharing */
 
 /* One slice's result (calling thread's array, filled by the team). */

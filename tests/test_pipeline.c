@@ -637,7 +637,7 @@ Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_
 
 /* ---- the read side in the team: the same bytes and identity whatever ---- */
 
-/* Tensors larger than the team's widening slices (64 K weights), cut inside
+/* Tensors larger than the team's widening slices (256 K weights), cut inside
  * rows and at any offset; more rows than the sampled-rows rule takes (256),
  * so the sampled CRC covers a part of each slice; every source type. */
 static const sf_spec g_read_specs[] = {
@@ -756,10 +756,10 @@ Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at
 Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it,
      .init = setup, .fini = teardown)
 {
-    /* 3 x 69632 bf16 weights: one chunk of 4 slices at the default size;
+    /* 5 x 69632 bf16 weights: one chunk of 2 slices at the default size;
      * two bad weights in different slices: the first in the tensor's order
      * is named, whichever thread widens which slice first */
-    static const sf_spec specs[] = {{"blk.0.ffn_down.weight", 2, 69632, 3, PN_TYPE_BF16}};
+    static const sf_spec specs[] = {{"blk.0.ffn_down.weight", 2, 69632, 5, PN_TYPE_BF16}};
     static const char recipe_text[] = "mix N\nrotation hadamard 1024\nrule *.weight => pn4t\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
@@ -769,7 +769,7 @@ Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it,
     cr_assert_eq(gguf_reader_open(src, &r, &err), PN_OK);
     const uint64_t base = gguf_reader_tensor_file_offset(r, 0);
     gguf_reader_close(r);
-    const int64_t bad[][2] = {{1, 70000 - 69632 + 1000}, {2, 5}};   /* row, column */
+    const int64_t bad[][2] = {{1, 1368}, {4, 5}};   /* row, column: slices 0 and 1 */
     const uint16_t bits[] = {0x7fc0, 0xff80};                      /* NaN, -inf */
     FILE *f = fopen(src, "r+b");
     for (int i = 0; i < 2; i++) {

@@ -127,7 +127,7 @@ typedef struct run_ctx {
     uint64_t weights_done, weights_total;
     double t_start;
     pn_source_id sid;        /* the source's identity, for pn.source.*: its tensor_crc
-                              * filled by the stream's reader */
+                              * filled by the stream (in order, qj_finish) */
     uint32_t *rd_sample;     /* per tensor: the sampled rows' CRC-32 as the stream read
                               * them (compared with sid's when read before the run) */
     pn_reuse *ru;            /* --reuse PREV, or NULL */
@@ -181,18 +181,18 @@ static bool qj_next(void *ctx, pn_chunk *ch)
     return pn_job_cursor_next(&q->cur, q->jt, q->n, ch);
 }
 
-static void qj_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
-                            int64_t n_elems)
+/* A slice's source CRCs (the team's): part[0] of all its bytes, part[1]
+ * of those of the sampled rows; qj_finish joins them in order. */
+static void qj_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
+                           int64_t n_elems, pn_crc_part part[PN_STREAM_CRCS])
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
     const int64_t es = pn_type_row_bytes(t->src_type, 1);
-    /* in plan-indexed arrays, final once the reader is past the tensor: a
-     * split of the output patches them in when it closes (io/outset.h) */
-    uint32_t *whole = &q->c->sid.tensor_crc[t->index], *sample = &q->c->rd_sample[t->index];
-    *whole = pn_crc32(*whole, bytes, (size_t)(n_elems * es));
-    *sample = pn_sample_crc_update(*sample, t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at,
-                                   bytes, n_elems);
+    part[0].len = (uint64_t)(n_elems * es);
+    part[0].crc = pn_crc32(0, bytes, (size_t)part[0].len);
+    part[1].crc = pn_sample_crc_piece(t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at, bytes,
+                                      n_elems, &part[1].len);
 }
 
 static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
@@ -268,6 +268,14 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
         q->crc = 0;
     }
     q->crc = (uint32_t)crc32_combine(q->crc, ch->crc, (z_off_t)ch->out_len);
+    /* the source's CRCs, in plan-indexed arrays, final once the tensor is
+     * finished: a split of the output patches them in when it closes
+     * (io/outset.h) */
+    uint32_t *src_crc[PN_STREAM_CRCS] = {&c->sid.tensor_crc[t->index], &c->rd_sample[t->index]};
+    for (int j = 0; j < PN_STREAM_CRCS; j++)
+        if (ch->src_crc[j].len > 0)
+            *src_crc[j] = (uint32_t)crc32_combine(*src_crc[j], ch->src_crc[j].crc,
+                                                  (z_off_t)ch->src_crc[j].len);
     if (ch->last_of_tensor) {
         c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
                                        : q->den > 0.0 ? q->num / q->den : 0.0;
@@ -383,15 +391,16 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.slot_blocks = slot_blocks;
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
     cfg.cpu_path = c->env.cpu_path;
+    cfg.threads = c->env.threads;
     cfg.direct_io = true;          /* read once, in order: around the page cache */
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_bytes};
+    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs};
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
-    stats->t_source_crc = t.source_bytes;
+    stats->t_source_crc = t.source_crcs;
     if (st == PN_OK)
         st = check_identity(c, q.jt, q.n, err);
     stats->t_read = t.read;

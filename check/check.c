@@ -479,6 +479,12 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
         return PN_ERR_NOMEM;
     }
     rep->n_splits = gk.count;
+    /* the splits read, kept for the set identity check below */
+    gguf_reader **members = calloc(gk.count, sizeof *members);
+    if (!members) {
+        free(prefix);
+        return PN_ERR_NOMEM;
+    }
     size_t n_bad = 0;
     pn_status st = PN_OK;
     for (uint32_t s = 0; s < gk.count && !st; s++) {
@@ -522,17 +528,27 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
             add_split_finding(c, "SPLIT-FOREIGN", f->path, e.msg);
             n_bad++;
         }
-        gguf_reader_close(m);
+        members[s] = m;
     }
     free(prefix);
-    if (st)
-        return st;
-    if (n_bad == 0) {
-        /* each file is fine alone: the set is not (counts, a tensor twice) */
-        pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL, offset_in_message(set_err->msg),
-                     "%s", set_err->msg);
+    if (!st && n_bad == 0) {
+        /* each file is fine alone: the set is not. Its splits come from
+         * different runs (their set identities differ), or its counts do
+         * not add up, or a tensor is in two splits. */
+        members[gk.no] = (gguf_reader *)given;
+        size_t odd = 0;
+        if (gguf_split_check_set_ids((const gguf_reader *const *)members, gk.count, &odd, &e) !=
+            PN_OK)
+            add_split_finding(c, "SPLIT-MIXED", gguf_reader_name(members[odd]), e.msg);
+        else
+            pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL,
+                         offset_in_message(set_err->msg), "%s", set_err->msg);
+        members[gk.no] = NULL;
     }
-    return PN_OK;
+    for (uint32_t s = 0; s < gk.count; s++)
+        gguf_reader_close(members[s]);
+    free(members);
+    return st;
 }
 
 static double now_seconds(void)

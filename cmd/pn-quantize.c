@@ -241,7 +241,9 @@ static void write_report_reuse(FILE *f, const pn_quantize_result *r)
 /* The files of a split output: one line each (nothing for one file). */
 static void print_files(FILE *f, const pn_quantize_result *r)
 {
-    if (r->n_splits < 2 && r->split_index < 0)
+    /* a dry run always lists the files, one too (split 1/1 DST), so that a
+     * script counts them the same way whatever the plan */
+    if (!r->dry_run && r->n_splits < 2 && r->split_index < 0)
         return;
     for (size_t s = 0; s < r->n_splits; s++) {
         const size_t lo = r->split_first[s], n = r->split_first[s + 1] - lo;

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "common/crc32.h"
+#include "gguf/gguf_split.h"
 #include "mix/measurement.h"
 #include "quant/types.h"
 
@@ -45,14 +46,16 @@ pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *e
     (void)err;
     /* The model the header describes, not its layout: the same model
      * unsplit or split by gguf-split (whose split.* keys and tensor offsets
-     * differ) has the same hash. Every other key (name, type, value as
+     * differ, and our set identity, GGUF_SPLIT_KEY_SET_ID) has the same
+     * hash. Every other key (name, type, value as
      * stored: a float32 as its double, arrays as their raw element bytes),
      * then every tensor's name, dimensions and type, in the set's order. */
     uint64_t h = PN_FNV1A64_BASIS;
     h = fnv_u32(h, gguf_reader_version(r));
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0)
+        if ((kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
+            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID))
             continue;
         h = fnv_str(h, kv->key.data, kv->key.len);
         h = fnv_u32(h, (uint32_t)kv->type);

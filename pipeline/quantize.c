@@ -25,6 +25,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@
 #include <zlib.h>
 
 #include "common/crc32.h"
+#include "common/file.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
@@ -110,6 +112,82 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
             return pn_error_set(err, PN_ERR_IO, "%s: output is a directory", o->dst_path);
     }
     return PN_OK;
+}
+
+/* Whether a and b name the same place: the same string, one existing file,
+ * or the same name in one folder (for a file that is not there yet). */
+static bool same_place(const char *a, const char *b)
+{
+    if (pn_same_file(a, b))
+        return true;
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
+    if (strcmp(na, nb) != 0)
+        return false;
+    char da[4096], db[4096];
+    int la = ba ? (ba == a ? 1 : (int)(ba - a)) : 1, lb = bb ? (bb == b ? 1 : (int)(bb - b)) : 1;
+    if (la >= (int)sizeof da || lb >= (int)sizeof db)
+        return false;
+    snprintf(da, sizeof da, "%.*s", la, ba ? a : ".");
+    snprintf(db, sizeof db, "%.*s", lb, bb ? b : ".");
+    struct stat sa, sb;
+    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Whether path is the name of a split (any K of any N) of the split output
+ * DST: PREFIX-0000K-of-0000N.gguf with DST's prefix (gguf_split_path). */
+static bool is_split_of(const char *path, const char *dst)
+{
+    size_t n = strlen(path);
+    const size_t tail = sizeof "-00001-of-00002.gguf" - 1;
+    unsigned k = 0, count = 0;
+    char end[8] = "";
+    if (n <= tail || sscanf(path + n - tail, "-%5u-of-%5u%7s", &k, &count, end) != 3 ||
+        strcmp(end, ".gguf") != 0 || k == 0 || count == 0 || k > count)
+        return false;
+    char *mine = gguf_split_prefix(path, k - 1, count);
+    char *first = gguf_split_path(dst, 0, 2);   /* PREFIX-00001-of-00002.gguf */
+    bool same = false;
+    if (mine && first && strlen(first) > tail) {
+        first[strlen(first) - tail] = '\0';
+        same = same_place(mine, first);
+    }
+    free(mine);
+    free(first);
+    return same;
+}
+
+/* --measurement FILE is read when it is there and written when it is not:
+ * it may not be the source (or a split of it), DST or a file of the output
+ * set, or the --reuse file, whose places it would take. */
+static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_reader *src,
+                                        pn_error *err)
+{
+    const char *m = o->measurement_path;
+    if (!m)
+        return PN_OK;
+    const char *what = NULL;
+    for (size_t k = 0; !what && k < gguf_reader_n_splits(src); k++)
+        if (same_place(m, gguf_reader_name(gguf_reader_split(src, k))))
+            what = gguf_reader_n_splits(src) > 1 ? "a file of the source" : "the source";
+    if (!what && same_place(m, o->src_path))
+        what = "the source";
+    if (!what && o->dst_path && same_place(m, o->dst_path))
+        what = "the output (DST)";
+    if (!what && o->dst_path && split_output(o) && is_split_of(m, o->dst_path))
+        what = "a file of the output set";
+    if (!what && o->reuse_path && same_place(m, o->reuse_path))
+        what = "the --reuse file";
+    if (!what && o->recipe_path && same_place(m, o->recipe_path))
+        what = "the recipe";
+    if (!what && o->promote_list_path && same_place(m, o->promote_list_path))
+        what = "the promote list";
+    if (!what)
+        return PN_OK;
+    return pn_error_set(err, PN_ERR_USAGE,
+                        "--measurement %s: that is %s; choose another measurement path", m,
+                        what);
 }
 
 /* ---- the run ------------------------------------------------------------ */
@@ -845,6 +923,9 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             return st;
     }
     st = gguf_reader_open(o->src_path, &c.src, err);
+    if (st != PN_OK)
+        goto out;
+    st = check_measurement_path(o, c.src, err);
     if (st != PN_OK)
         goto out;
     for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {

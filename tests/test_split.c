@@ -216,7 +216,8 @@ static bool skipped_key(const gguf_kv *kv)
 {
     return gguf_str_eq(kv->key, CRC_KEY) || gguf_str_eq(kv->key, GGUF_SPLIT_KEY_NO) ||
            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_COUNT) ||
-           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_TENSORS_COUNT);
+           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_TENSORS_COUNT) ||
+           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID);
 }
 
 /* The set reads as the plain file: keys other than the split keys and the
@@ -698,15 +699,17 @@ Test(split_write, every_split_ends_with_the_split_keys_in_llama_cpps_types_and_o
         gguf_reader *set = open_ok(f.path[0], 0);
         const char *first_keys = a ? "general.architecture:string general.alignment:uint32 "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32"
                                    : "general.architecture:string "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32";
         const char *later_keys = a ? "general.alignment:uint32 pn.tensor_crc32:array "
-                                     "split.no:uint16 split.count:uint16 split.tensors.count:int32"
-                                   : "pn.tensor_crc32:array split.no:uint16 split.count:uint16 "
+                                     "pn.split.set_fnv1a64:uint64 split.no:uint16 "
+                                     "split.count:uint16 split.tensors.count:int32"
+                                   : "pn.tensor_crc32:array pn.split.set_fnv1a64:uint64 "
+                                     "split.no:uint16 split.count:uint16 "
                                      "split.tensors.count:int32";
         for (size_t s = 0; s < 3; s++) {
             const gguf_reader *sr = gguf_reader_split(set, s);
@@ -842,7 +845,7 @@ Test(split_write, split_writers_refuse_a_plan_of_another_model_and_a_per_tensor_
     cr_assert(strstr(e.msg, "test.strs"), "%s", e.msg);
     const char *absent[] = {"no.such.key"};
     cr_assert_eq(gguf_writer_new_split(model, &p, 1, absent, 1, &w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_n_kv(w), 3, "only the split keys");
+    cr_assert_eq(gguf_writer_n_kv(w), 4, "only the set identity and the split keys");
     gguf_writer_free(w);
     gguf_split_plan_free(&p);
     /* The split keys themselves. */

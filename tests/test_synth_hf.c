@@ -18,6 +18,7 @@
 
 #include "gguf/gguf.h"
 #include "quant/types.h"
+#include "synth/synth.h"
 #include "test_util.h"
 
 #define GOLDEN PN_TEST_DATA "/hf-qwen35-tiny"
@@ -494,6 +495,29 @@ Test(synth_hf, options_that_do_not_fit_are_usage_errors, .init = setup, .fini = 
     cr_assert_eq(run("pn-synth", a, &err), 2);
     free(err);
     cr_assert_eq(tu_count_files(g_dir), 0);
+}
+
+/* --full --hf: the 27 B shape as a checkpoint, planned without writing it:
+ * the size of the BF16 GGUF (about 54 GB) in shards of at most 5 GB. */
+Test(synth_hf, the_full_shape_is_planned_in_5_gb_shards)
+{
+    pn_synth_opts o;
+    memset(&o, 0, sizeof o);
+    o.path = "/nonexistent/full";
+    o.config = pn_qwen38_config_full();
+    o.config.n_mtp = 1;
+    uint64_t hf = 0, gguf = 0;
+    size_t shards = 0, files = 0;
+    pn_error e;
+    cr_assert_eq(pn_synth_hf_bytes(&o, &hf, &shards, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(pn_synth_files(&o, &gguf, &files, &e), PN_OK, "%s", e.msg);
+    cr_assert_gt(gguf, 53000000000ull);
+    cr_assert_gt(hf, gguf - 2000000000ull, "%llu against %llu", (unsigned long long)hf,
+                 (unsigned long long)gguf);
+    cr_assert_lt(hf, gguf + 2000000000ull);
+    cr_assert(shards >= 11 && shards <= 13, "%zu shards", shards);
+    o.config.weight_type = PN_TYPE_F16;
+    cr_assert_eq(pn_synth_hf_bytes(&o, &hf, &shards, &e), PN_ERR_USAGE);
 }
 
 /* ---- the GGUF form's MTP layer ---- */

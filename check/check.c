@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "io/source_open.h"
 #include "gguf/gguf_split.h"
 #include "check/check_internal.h"
 #include "quant/types.h"
@@ -643,7 +644,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             st = PN_ERR_NOMEM;
             goto fail;
         }
-        st = gguf_reader_open(c.opt.source_path, &c.src, err);
+        st = pn_source_open(c.opt.source_path, NULL, &c.src, err);
         if (st) {
             pn_error_prefix(err, "source");
             goto fail_msg;

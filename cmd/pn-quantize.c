@@ -31,13 +31,16 @@ static void on_signal(int sig)
 }
 
 static const char usage[] =
-    "usage: pn-quantize [options] SRC.gguf DST.gguf\n"
+    "usage: pn-quantize [options] SRC DST.gguf\n"
     "\n"
     "Quantizes a float GGUF (F32/F16/BF16) to a PN GGUF: rotates the weights that\n"
     "become pn3t/pn4t, assigns every tensor a type by a mix recipe, runs the\n"
     "36-candidate scale search, writes DST beside itself under a temporary name,\n"
     "re-reads and validates it, then renames it into place. On any error or signal\n"
-    "nothing is left at DST; SRC is never modified.\n"
+    "nothing is left at DST; SRC is never modified. SRC may also be a Hugging Face\n"
+    "model folder (Qwen3.5: safetensors shards, config.json, tokenizer), its\n"
+    "config.json or its index: it is read as the GGUF that llama.cpp's\n"
+    "convert_hf_to_gguf.py --outtype bf16 writes from it (docs/hf.md).\n"
     "\n"
     "options:\n"
     "  --recipe FILE           mix recipe (default: the built-in P0k+19,\n"
@@ -71,6 +74,9 @@ static const char usage[] =
     "                          file of a split set too\n"
     "  --split-max-tensors N   the same, at most N tensors per split\n"
     "  --keep-split            split DST the way the split source is split\n"
+    "  --no-mtp                SRC a Hugging Face folder: drop its MTP layer, as\n"
+    "                          convert_hf_to_gguf.py --no-mtp does (docs/hf.md)\n"
+    "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n"
     "  --split-index I         write only split I (from 0) of that plan, under its name\n"
     "                          in a full run and byte for byte that file, given the same\n"
     "                          options and --measurement: one task per split of a batch\n"
@@ -633,7 +639,8 @@ static int run(int argc, char **argv)
     int quiet = 0, force_progress = 0;
     enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
            O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
-           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY };
+           O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
+           O_NO_MTP, O_TOKPRE };
     static const struct option lopts[] = {
         {"recipe", required_argument, 0, O_RECIPE},
         {"promote", required_argument, 0, O_PROMOTE},
@@ -658,6 +665,8 @@ static int run(int argc, char **argv)
         {"version", no_argument, 0, O_VERSION},
         {"reuse", required_argument, 0, O_REUSE},
         {"reuse-verify", no_argument, 0, O_REUSE_VERIFY},
+        {"no-mtp", no_argument, 0, O_NO_MTP},
+        {"tokenizer-pre", required_argument, 0, O_TOKPRE},
         {0, 0, 0, 0},
     };
     int c;
@@ -666,6 +675,8 @@ static int run(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
         switch (c) {
         case O_RECIPE: o.recipe_path = optarg; break;
+        case O_NO_MTP: o.no_mtp = true; break;
+        case O_TOKPRE: o.tokenizer_pre = optarg; break;
         case O_PROMOTE:
             if (parse_int("--promote", optarg, 0, 1000000, &v)) return 2;
             o.promote = (int)v;

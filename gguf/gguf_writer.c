@@ -826,6 +826,63 @@ static pn_status emit_header(gguf_writer *w, pn_error *err)
     return st;
 }
 
+/* The header as begin would write it (padding to the alignment included),
+ * in memory, for a virtual reader (gguf_reader_open_virtual). Offsets are
+ * assigned as begin assigns them; the writer stays collecting. */
+pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_error *err)
+{
+    *out = NULL;
+    *len = 0;
+    if (!w || w->state != W_COLLECTING)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: header of a writer already begun");
+    pn_status st = choose_alignment(w, err);
+    if (!st)
+        st = assign_offsets(w, err);
+    if (st)
+        return st;
+    uint64_t h = header_bytes(w);
+    uint64_t n = h + padding(h, w->alignment);
+    uint8_t *b = calloc(1, (size_t)n);
+    if (!b)
+        return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory for a %llu-byte header",
+                            (unsigned long long)n);
+    uint8_t *p = b;
+#define PUT(v, k) (store_le(p, (uint64_t)(v), k), p += (k))
+    memcpy(p, "GGUF", 4);
+    p += 4;
+    PUT(3, 4);
+    PUT(w->n_tensors, 8);
+    PUT(w->n_kv, 8);
+    for (size_t i = 0; i < w->n_kv_slots; i++) {
+        const writer_kv *kv = &w->kvs[i];
+        if (!kv->key)
+            continue;
+        size_t klen = strlen(kv->key);
+        PUT(klen, 8);
+        memcpy(p, kv->key, klen);
+        p += klen;
+        PUT(kv->type, 4);
+        memcpy(p, kv->val, (size_t)kv->val_len);
+        p += kv->val_len;
+    }
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const writer_tensor *t = &w->tensors[i];
+        size_t nlen = strlen(t->name);
+        PUT(nlen, 8);
+        memcpy(p, t->name, nlen);
+        p += nlen;
+        PUT(t->n_dims, 4);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            PUT(t->ne[d], 8);
+        PUT(t->type, 4);
+        PUT(t->offset, 8);
+    }
+#undef PUT
+    *out = b;
+    *len = (size_t)n;
+    return PN_OK;
+}
+
 pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err)
 {
     if (!w || !target_path || !*target_path || w->state != W_COLLECTING)

@@ -177,7 +177,8 @@ pn_status pn_hf_set_keys(const pn_hf_model *m, gguf_writer *w, pn_error *err);
 /* Adds every tensor info in the converter's order. */
 pn_status pn_hf_add_tensors(const pn_hf_model *m, gguf_writer *w, pn_error *err);
 
-/* Reads converted tensor bytes. One handle per thread. */
+/* Reads converted tensor bytes. One handle per thread; pn_hf_open_gguf's
+ * reader keeps a pool of them. */
 typedef struct pn_hf_reader pn_hf_reader;
 /* buf_bytes bounds the source bytes read at once (at least one source row
  * is always held). */
@@ -188,10 +189,16 @@ void pn_hf_reader_close(pn_hf_reader *rd);
 pn_status pn_hf_read(pn_hf_reader *rd, size_t i, uint64_t off, void *dst, size_t n,
                      pn_error *err);
 
-/* The folder as a gguf_reader whose keys and tensors are the converted
- * model's (built in memory) and whose tensor reads are served by m, which
- * must outlive it. */
-pn_status pn_hf_open_gguf(const pn_hf_model *m, gguf_reader **out, pn_error *err);
+/* The folder as a virtual gguf_reader (gguf_reader_open_virtual): its keys
+ * and tensor infos are exactly the converted model's, built in memory, and
+ * its tensor reads are converted from the shards on demand (several threads
+ * may read at once; each read holds one pooled pn_hf_reader). The reader
+ * owns m from here on (also when this fails): gguf_reader_close closes it.
+ * Its name is the folder's. */
+pn_status pn_hf_open_gguf(pn_hf_model *m, gguf_reader **out, pn_error *err);
+/* pn_hf_open then pn_hf_open_gguf. */
+pn_status pn_hf_open_source(const char *src, const pn_hf_opts *opts, gguf_reader **out,
+                            pn_error *err);
 
 /* Parses a config.json held in memory (for the fuzz target and tests). */
 pn_status pn_hf_config_parse(const char *text, size_t len, const char *name, bool no_mtp,

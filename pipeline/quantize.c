@@ -36,6 +36,7 @@
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "gguf/gguf_split.h"
+#include "io/source_open.h"
 #include "io/outset.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/reuse.h"
@@ -839,7 +840,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         if (st != PN_OK)
             return st;
     }
-    st = gguf_reader_open(o->src_path, &c.src, err);
+    {
+        pn_source_opts so = {o->no_mtp, o->tokenizer_pre};
+        st = pn_source_open(o->src_path, &so, &c.src, err);
+    }
     if (st != PN_OK)
         goto out;
     for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {

@@ -183,3 +183,140 @@ Test(hf_convert, writes_a_split_set_that_reads_as_the_converters_file)
     free(first);
     free(out);
 }
+
+/* ---- pn-quantize, pn-check --source on the folder ---- */
+
+#define QUANTIZE PN_BIN_DIR "/pn-quantize"
+#define CHECK PN_BIN_DIR "/pn-check"
+#define TINY_RECIPE PN_TEST_DATA "/hf-tiny.mix"
+
+static void run_ok(const char *cmdline)
+{
+    char *o = NULL, *e = NULL;
+    int rc = tu_run(cmdline, &o, &e);
+    cr_assert_eq(rc, 0, "%s: exit %d, stderr: %s", cmdline, rc, e);
+    free(o);
+    free(e);
+}
+
+/* Two pn-quantize outputs: every tensor the same bytes, every key the same
+ * except general.* and pn.source.* (the folder and the file are two
+ * sources). */
+static bool skip_key(const gguf_kv *kv)
+{
+    return (kv->key.len >= 8 && memcmp(kv->key.data, "general.", 8) == 0) ||
+           (kv->key.len >= 10 && memcmp(kv->key.data, "pn.source.", 10) == 0);
+}
+
+static void assert_same_quantized(const char *got, const char *want)
+{
+    gguf_reader *g = NULL, *w = NULL;
+    pn_error err = {0};
+    cr_assert_eq(gguf_reader_open(got, &g, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_reader_open(want, &w, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_reader_n_tensors(g), gguf_reader_n_tensors(w));
+    for (size_t i = 0; i < gguf_reader_n_tensors(w); i++) {
+        const gguf_tensor_info *tg = gguf_reader_tensor(g, i), *tw = gguf_reader_tensor(w, i);
+        cr_assert_str_eq(tg->name, tw->name);
+        cr_assert_eq(tg->type, tw->type, "type of %s", tw->name);
+        cr_assert_eq(tg->size, tw->size);
+        uint8_t *a = malloc(tg->size), *b = malloc(tw->size);
+        cr_assert_eq(gguf_reader_read_tensor(g, i, 0, a, tg->size, &err), PN_OK, "%s", err.msg);
+        cr_assert_eq(gguf_reader_read_tensor(w, i, 0, b, tw->size, &err), PN_OK, "%s", err.msg);
+        cr_assert(memcmp(a, b, tg->size) == 0, "tensor %s differs", tw->name);
+        free(a);
+        free(b);
+    }
+    size_t ng = 0, nw = 0;
+    for (size_t i = 0; i < gguf_reader_n_kv(w); i++) {
+        const gguf_kv *b = gguf_reader_kv(w, i);
+        if (skip_key(b)) continue;
+        nw++;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)b->key.len, b->key.data);
+        const gguf_kv *a = gguf_reader_find_kv(g, key);
+        cr_assert(a, "%s lacks key %s", got, key);
+        cr_assert(kv_equal(a, b), "key %s differs", key);
+    }
+    for (size_t i = 0; i < gguf_reader_n_kv(g); i++) ng += !skip_key(gguf_reader_kv(g, i));
+    cr_assert_eq(ng, nw, "%s has other keys", got);
+    /* the types of all three kinds occur: the comparison covers each path */
+    bool pn = false, stock = false, f32 = false;
+    for (size_t i = 0; i < gguf_reader_n_tensors(g); i++) {
+        int t = gguf_reader_tensor(g, i)->type;
+        if (t == 0) f32 = true;
+        else if (t == 1 || t == 8 || t == 30) stock = true;
+        else pn = true;
+    }
+    cr_assert(pn && stock && f32, "the test recipe must give PN, stock and F32 tensors");
+    gguf_reader_close(g);
+    gguf_reader_close(w);
+}
+
+TestSuite(hf_quantize, .init = setup, .fini = teardown, .timeout = 240);
+
+static void quantize_both(const char *opts, const char *golden)
+{
+    char cmd[8192];
+    char *a = tu_join(g_dir, "from-folder.gguf"), *b = tu_join(g_dir, "from-file.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --recipe '%s' %s '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, opts, HFDATA "/hf", a);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, golden, b);
+    run_ok(cmd);
+    assert_same_quantized(a, b);
+    free(a);
+    free(b);
+}
+
+Test(hf_quantize, the_folder_quantizes_as_the_converted_file_does_mtp_kept)
+{
+    quantize_both("", HFDATA "/converted.bf16.gguf");
+}
+
+Test(hf_quantize, the_folder_with_no_mtp_quantizes_as_the_no_mtp_converted_file_does)
+{
+    quantize_both("--no-mtp", HFDATA "/converted.bf16.no-mtp.gguf");
+}
+
+Test(hf_quantize, the_dry_run_gives_every_mtp_tensor_a_type)
+{
+    char cmd[8192], *o = NULL, *e = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' --dry-run --recipe '%s' '%s'", QUANTIZE, TINY_RECIPE,
+             HFDATA "/hf");
+    cr_assert_eq(tu_run(cmd, &o, &e), 0, "%s", e);
+    /* every MTP tensor of the converter's file, with its type */
+    static const char *const mtp[] = {
+        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight",
+        "blk.4.nextn.shared_head_norm.weight", "blk.4.attn_q.weight", "blk.4.ffn_up.weight",
+    };
+    for (size_t i = 0; i < sizeof mtp / sizeof *mtp; i++)
+        cr_assert(strstr(o, mtp[i]), "the dry run names %s:\n%s", mtp[i], o);
+    cr_assert(strstr(o, "blk.4.nextn.eh_proj.weight") &&
+              strstr(strstr(o, "blk.4.nextn.eh_proj.weight"), "q8_0"), "eh_proj is q8_0");
+    free(o);
+    free(e);
+}
+
+Test(hf_quantize, pn_check_takes_the_folder_as_source)
+{
+    char cmd[8192], *o = NULL, *e = NULL;
+    char *a = tu_join(g_dir, "a.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, HFDATA "/hf", a);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "'%s' --source '%s' '%s'", CHECK, HFDATA "/hf", a);
+    cr_assert_eq(tu_run(cmd, &o, &e), 0, "%s%s", o, e);
+    cr_assert(strstr(o, "valid (0 errors"), "%s", o);
+    free(o);
+    free(e);
+    /* against the converted file: the same data but another header (its
+     * general.* keys), which the recorded identity tells apart */
+    snprintf(cmd, sizeof cmd, "'%s' --source '%s' '%s'", CHECK, HFDATA "/converted.bf16.gguf", a);
+    tu_run(cmd, &o, &e);
+    cr_assert(strstr(o, "SRC-HEADER"), "the header hash of the folder is recorded: %s", o);
+    free(o);
+    free(e);
+    free(a);
+}

@@ -418,6 +418,45 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
     free(f32);
 }
 
+/* issue 20: pn-synth --hf writes the model as a Hugging Face checkpoint;
+ * stock llama.cpp loads pn-convert's GGUF of it and computes what it
+ * computes from pn-synth's own GGUF of that model (the same tensors, keys
+ * that differ only where the loader does not look), with the MTP layer and
+ * without. Width scale 8: the V-head reorder is a real permutation. */
+Test(llama_synth, pn_convert_of_the_hf_form_gives_the_logits_of_the_gguf_form, .init = setup,
+     .fini = teardown)
+{
+    REQUIRE_LLAMA();
+    const char *mtp[] = {"", "--mtp"};
+    for (int k = 0; k < 2; k++) {
+        char args[256], cmd[8192];
+        char *dir = path_in(k ? "hf-mtp" : "hf"), *conv = path_in("conv.gguf"),
+             *gg = path_in("synth.gguf");
+        snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 %s --hf", mtp[k]);
+        synth(dir, args);
+        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet --force '%s' '%s'", PN_BIN_DIR, dir,
+                 conv);
+        run_ok(cmd);
+        snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 --force %s", mtp[k]);
+        synth(gg, args);
+        uint32_t ids[2 * 12];
+        seq_ids(ids, 2, 12, 300);
+        ids[12 + 1] = ids[1];
+        logits a = eval_model(gg, 2, 12, ids), b = eval_model(conv, 2, 12, ids);
+        assert_context_matters(&b, 12);
+        cr_assert_eq(a.n_vocab, 300);
+        cr_assert_eq(b.n_vocab, 300);
+        cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
+                  "%s: pn-convert's GGUF gives other logits than pn-synth's (mean KL %g)",
+                  k ? "--mtp" : "no MTP layer", mean_kl(&a, &b));
+        free(a.rows);
+        free(b.rows);
+        free(dir);
+        free(conv);
+        free(gg);
+    }
+}
+
 /* A split pn-dequant output (docs/split.md), as a decoded 27 B model is
  * written for the model hubs: llama.cpp loads the set from its first file,
  * finds the others by name, and computes what the unsplit file gives. */

@@ -9,8 +9,9 @@
  *       two dividing K), at 1 thread and at all OpenMP threads (rows split
  *       among threads), and prints weights/s, the scaling, the ratios to
  *       the reference and the 1-thread weights per CPU-second of the process
- *       (less disturbed by other work on a shared machine). It also checks that every path's output equals the
- *       reference's on that data (exit 1 if not).
+ *       (less disturbed by other work on a shared machine). It also checks
+ *       that every path's output equals the reference's on that data (exit
+ *       1 if not).
  *       The AVX2 and AVX-512 paths are timed twice: their previous search
  *       (pn_quantize_row_path_v1, "avx2-v1") and today's, in alternating
  *       passes, with the ratios.

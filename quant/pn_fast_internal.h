@@ -218,6 +218,49 @@ static inline uint64_t pn_search_survivors(const float *f, uint64_t valid)
     return set;
 }
 
+/* The per-group sums of quant_row.h on the float search's paths: the
+ * winner's exact error (argument 2's double arithmetic, element order) and
+ * the norm are two serial chains of G additions. Run on their own after the
+ * search they would leave the core waiting on each addition; so a group
+ * whose winner needed no rescoring leaves them pending, and the next
+ * group's float loop carries them, one element a step (or the row's end
+ * flushes them). wd stays valid until then (the row alternates two
+ * buffers). */
+typedef struct pn_search_pending {
+    const double *wd; /* the group's weights in double */
+    double s, r;      /* the winner's scale and fl(1/s) */
+    double *err, *norm;
+    int live;
+} pn_search_pending;
+
+/* Element e's share of a pending group's sums, as the reference adds it. */
+static inline __attribute__((always_inline)) void
+pn_search_pending_step(const pn_search_pending *pd, int e, double lo, double hi, double *err,
+                       double *norm)
+{
+    const double we = pd->wd[e];
+    double q = we * pd->r;
+    q = q < lo ? lo : q;
+    q = q > hi ? hi : q;
+    const double k = (q + PN_FAST_RINT_MAGIC) - PN_FAST_RINT_MAGIC;
+    const double d = we - pd->s * k;
+    *err = *err + d * d;
+    *norm = *norm + we * we;
+}
+
+/* Finishes a pending group's sums on their own (no loop to carry them). */
+static inline void pn_search_pending_flush(pn_search_pending *pd, int G, int z)
+{
+    if (!pd || !pd->live)
+        return;
+    double err = 0.0, norm = 0.0;
+    for (int e = 0; e < G; e++)
+        pn_search_pending_step(pd, e, (double)-z, (double)(z - 1), &err, &norm);
+    *pd->err = err;
+    *pd->norm = norm;
+    pd->live = 0;
+}
+
 /* Shared scalar pieces (pn_fast.c). */
 
 /* Packs G codes and the scale bits into a 34-byte block, reserved bits 0. */

@@ -294,6 +294,25 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
                      v1 ? "-v1" : "", (long long)count);
         bad++;
     }
+    if (!v1) { /* the per-group sums of a whole row (groups hand sums on to the next) */
+        double *e_ref = malloc((size_t)count * sizeof(double)), *n_ref = malloc((size_t)count * sizeof(double));
+        double *e_got = malloc((size_t)count * sizeof(double)), *n_got = malloc((size_t)count * sizeof(double));
+        cr_assert(e_ref && n_ref && e_got && n_got);
+        st_ref = pn_quantize_row_ref_sums(type, w, count * G, row_ref, &col_ref, e_ref, n_ref);
+        st = pn_quantize_row_path_sums(path, type, w, count * G, row_got, &col, e_got, n_got);
+        if (st != st_ref ||
+            (st == PN_OK && (memcmp(row_ref, row_got, (size_t)count * PN_BLOCK_BYTES) != 0 ||
+                             memcmp(e_ref, e_got, (size_t)count * sizeof(double)) != 0 ||
+                             memcmp(n_ref, n_got, (size_t)count * sizeof(double)) != 0))) {
+            cr_log_error("%s %s: the sums of the row of %lld groups differ", name, pn_path_name(path),
+                         (long long)count);
+            bad++;
+        }
+        free(e_ref);
+        free(n_ref);
+        free(e_got);
+        free(n_got);
+    }
     free(row_ref);
     free(row_got);
     return bad;

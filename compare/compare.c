@@ -152,6 +152,7 @@ static int high_fd(int fd)
 typedef struct file_info {
     uint64_t file_bytes, weights, tensor_bytes, pn_weights, pn_bytes;
     char *mix;
+    bool stock;               /* a stock quantization: llama.cpp loads it as it is */
     dev_t dev;
     ino_t ino;
 } file_info;
@@ -224,8 +225,23 @@ static pn_status open_source(const char *path, gguf_reader **out, file_info *fi,
     return PN_OK;
 }
 
+/* llama.cpp's names of its ftypes (general.file_type), facts of
+ * include/llama.h (v0.5.0), for the stock quantizations a table names. */
+static const char *ftype_name(uint64_t ftype)
+{
+    static const char *const names[] = {
+        [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",
+        [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S", [12] = "Q3_K_M",
+        [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",
+        [18] = "Q6_K",   [25] = "IQ4_NL", [30] = "IQ4_XS", [32] = "BF16",
+    };
+    return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
+}
+
 /* A PN file of that source: pn.format, and the source's tensors by name and
- * shape, in any order. */
+ * shape, in any order. Or a stock quantization of it: no pn.format, some
+ * tensor of a quantized type, the source's tensors likewise; llama.cpp
+ * loads it as it is (no decoding), its mix is "stock" and its ftype. */
 static pn_status check_pn(const char *path, const gguf_reader *src, const char *src_path,
                           file_info *fi, pn_error *err)
 {
@@ -238,14 +254,27 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         return st;
     const gguf_kv *fmt = gguf_reader_find_kv(r, "pn.format");
     if (!fmt || fmt->type != GGUF_TYPE_STRING) {
-        gguf_reader_close(r);
-        return pn_error_set(err, PN_ERR_FORMAT,
-                            "%s: not a PN file (no pn.format key); pn-compare compares PN files "
-                            "with their float source", path);
+        for (size_t i = 0; i < gguf_reader_n_tensors(r) && !fi->stock; i++)
+            fi->stock = !pn_type_is_float(gguf_reader_tensor(r, i)->type);
+        if (!fi->stock) {
+            gguf_reader_close(r);
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: not a PN file (no pn.format key) nor a quantized model; "
+                                "pn-compare compares PN files and stock quantizations with their "
+                                "float source", path);
+        }
+        const gguf_kv *ft = gguf_reader_find_kv(r, "general.file_type");
+        const char *name = ft && ft->type == GGUF_TYPE_UINT32 ? ftype_name(ft->v.u64) : NULL;
+        char label[32];
+        snprintf(label, sizeof label, "stock %s", name ? name : "llama.cpp");
+        fi->mix = strdup(label);
+    } else {
+        const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
+        if (mix && mix->type == GGUF_TYPE_STRING)
+            fi->mix = safe_dup(mix->v.str.data,
+                               mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
     }
-    const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
-    if (mix && mix->type == GGUF_TYPE_STRING)
-        fi->mix = safe_dup(mix->v.str.data, mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
+    const char *what = fi->stock ? "a quantization" : "a PN file";
     size_t n = gguf_reader_n_tensors(r), ns = gguf_reader_n_tensors(src);
     for (size_t i = 0; i < n && st == PN_OK; i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
@@ -257,7 +286,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         if (!same) {
             char *name = safe_dup(t->name, strlen(t->name));
             st = pn_error_set(err, PN_ERR_MISMATCH,
-                              "%s: not a PN file of %s: tensor '%s' %s", path, src_path,
+                              "%s: not %s of %s: tensor '%s' %s", path, what, src_path,
                               name ? name : "?",
                               s ? "has another shape in the source" : "is not in the source");
             free(name);
@@ -265,7 +294,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     }
     if (st == PN_OK && n != ns)
         st = pn_error_set(err, PN_ERR_MISMATCH,
-                          "%s: not a PN file of %s: %zu tensors, the source has %zu", path,
+                          "%s: not %s of %s: %zu tensors, the source has %zu", path, what,
                           src_path, n, ns);
     if (st == PN_OK)
         account(r, fi);
@@ -721,27 +750,33 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
     return child_finish(&c, o->source_path, err);
 }
 
-static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *err)
+/* A PN file is decoded first; a stock quantization (stock) is given to
+ * llama.cpp as it is. */
+static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f, pn_error *err)
 {
     const pn_compare_opts *o = R->o;
     double t0 = now_s();
-    if (o->progress)
-        o->progress("decoding", path, o->user);
-    pn_dequant_opts d;
-    pn_dequant_opts_init(&d);
-    d.out_type = o->decode_type;
-    d.keep_rotation = o->keep_rotation;
-    d.threads = o->dequant_threads;
-    d.cancel = o->cancel;
-    pn_dequant_stats ds;
-    pn_status st = pn_dequant_file(path, R->decoded, &d, &ds, err);
-    if (st != PN_OK)
-        return st == PN_ERR_INTERRUPTED ? st : pn_error_prefix(err, "decoding %s", path);
+    pn_status st = PN_OK;
+    if (!stock) {
+        if (o->progress)
+            o->progress("decoding", path, o->user);
+        pn_dequant_opts d;
+        pn_dequant_opts_init(&d);
+        d.out_type = o->decode_type;
+        d.keep_rotation = o->keep_rotation;
+        d.threads = o->dequant_threads;
+        d.cancel = o->cancel;
+        pn_dequant_stats ds;
+        st = pn_dequant_file(path, R->decoded, &d, &ds, err);
+        if (st != PN_OK)
+            return st == PN_ERR_INTERRUPTED ? st : pn_error_prefix(err, "decoding %s", path);
+    }
     if (o->progress)
         o->progress("llama.cpp on", path, o->user);
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->threads);
-    char *argv[] = {(char *)o->node, (char *)o->script, R->decoded, "--threads", threads, NULL};
+    char *argv[] = {(char *)o->node, (char *)o->script, stock ? (char *)path : R->decoded,
+                    "--threads", threads, NULL};
     child c;
     st = child_start(o, argv, &c, err);
     if (st != PN_OK)
@@ -753,7 +788,8 @@ static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *
     bool ok = read_header(o, c.out_fd, &v, &got, &why);
     /* llama.cpp has the decoded file mapped once it answers: unlink it now,
      * so that nothing is left even if this process is killed */
-    unlink(R->decoded);
+    if (!stock)
+        unlink(R->decoded);
     if (ok && v != R->n_vocab) {
         ok = false;
         why = "its vocabulary differs from the source's";
@@ -812,7 +848,8 @@ static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *
         close_fd(&c.out_fd);
         st = child_finish(&c, path, err);
         if (st == PN_OK)
-            st = pn_error_set(err, PN_ERR_IO, "llama.cpp on the decoding of %s: %s", path, why);
+            st = pn_error_set(err, PN_ERR_IO, "llama.cpp on %s%s: %s",
+                              stock ? "" : "the decoding of ", path, why);
         return st;
     }
     st = child_finish(&c, path, err);
@@ -928,7 +965,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
     for (size_t i = 0; i < o->n_pn && st == PN_OK; i++) {
         fill_file(&rep->files[i], o->pn_paths[i], &fis[i]);
         rep->n_files = i + 1;
-        st = run_pn(&R, o->pn_paths[i], &rep->files[i], err);
+        st = run_pn(&R, o->pn_paths[i], fis[i].stock, &rep->files[i], err);
     }
     if (R.logits_fd >= 0)
         close(R.logits_fd);

@@ -622,6 +622,46 @@ Test(compare_cli, usage_errors_exit_2)
     free(err);
 }
 
+/* libllama as scripts/install-deps installs it (node-llama-cpp's build). */
+#define LIBLLAMA                                                                               \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+                  "libllama.v0.5.0.so"
+
+/* A stock quantization (llama_model_quantize, through bench's harness)
+ * stands where a PN file does: run as it is, named by its ftype, and a
+ * coarser one is further from the source. */
+Test(compare_cli, a_stock_quantization_is_compared_as_it_is, .init = setup, .fini = teardown)
+{
+    REQUIRE_LLAMA();
+    if (access(LIBLLAMA, R_OK) != 0)
+        cr_skip_test("no %s", LIBLLAMA);
+    char *src = path_in("src.gguf"), *q8 = path_in("q8.gguf"), *q3 = path_in("q3.gguf");
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s/pn-llama-quantize --lib '%s' --threads 2 '%s' '%s' Q8_0",
+             PN_BIN_DIR, LIBLLAMA, src, q8);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "%s/pn-llama-quantize --lib '%s' --threads 2 '%s' '%s' Q3_K_S",
+             PN_BIN_DIR, LIBLLAMA, src, q3);
+    run_ok(cmd);
+    char args[8192];
+    snprintf(args, sizeof args, "--json '%s' '%s' '%s'", src, q8, q3);
+    char *out = compare(args, 0);
+    cr_assert(strstr(out, "\"mix\": \"stock Q8_0\"") && strstr(out, "\"mix\": \"stock Q3_K_S\""),
+              "%s", out);
+    double kl[2], bpw[3];
+    cr_assert_eq(json_numbers(out, "kl_mean", kl, 2), 2, "%s", out);
+    cr_assert_eq(json_numbers(out, "bits_per_weight", bpw, 3), 3, "%s", out);
+    cr_log_info("mean KL: stock Q8_0 %.4g, Q3_K_S %.4g", kl[0], kl[1]);
+    cr_assert(kl[0] >= 0 && kl[0] < 0.01, "Q8_0: %g", kl[0]);
+    cr_assert_gt(kl[1], kl[0]);
+    cr_assert(bpw[1] < bpw[0] && bpw[2] < bpw[1], "%s", out);
+    free(out);
+    free(src);
+    free(q8);
+    free(q3);
+}
+
 /* Refusals that come before llama.cpp is started: no node needed. */
 static char *refused(const char *args)
 {

@@ -74,7 +74,15 @@ t3=$(now)
 for s in 1 2 3 4 5; do
   cmp "$(split a/m "$s")" "$(split ref1/m "$s")" || fail "1: split $s differs from the single run's"
 done
+# CPU tasks run --backend cpu: no CUDA line in their logs
+if grep -l 'no usable GPU' a/m.slurm/logs/*; then fail "1: a CPU task printed the CUDA line"; fi
 pass "1: the array's 5 splits equal one pn-quantize run byte for byte (cmp); submit to verdict $(secs "$t0" "$t1") s (5 tasks, 2 CPUs each, and the check job), single run $(secs "$t2" "$t3") s"
+
+# ---- a request no node can meet is refused before anything is submitted ----
+if "$S" --cpus 4096 "${Q[@]}" src.gguf big/m.gguf > big.log 2>&1; then fail "--cpus 4096 was submitted"; fi
+grep -q -- '--cpus 4096: the largest node has' big.log || { cat big.log; fail "--cpus 4096: no reason given"; }
+[ ! -e big/m.slurm/jobs.sh ] || fail "--cpus 4096: a job was submitted"
+pass "--cpus above every node's CPUs is refused before submitting, naming the largest node"
 
 # ---- 2. a failed task, the mixed set, the repair ----------------------------
 cp "$(split a/m 3)" old3.gguf

@@ -944,3 +944,34 @@ Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_f
         free(ours);
     }
 }
+
+/* pn-compare takes the folder as SOURCE: the figures are those it gives
+ * with the converter's file of the folder as SOURCE. */
+Test(llama_hf, pn_compare_takes_the_folder_as_source, .init = setup, .fini = teardown,
+     .timeout = 300)
+{
+    REQUIRE_LLAMA();
+    char *pn = path_in("pn.gguf");
+    quantize(HFDATA "/hf", pn, "--recipe '" PN_TEST_DATA "/hf-tiny.mix'");
+    char *rows[2] = {NULL, NULL};
+    const char *srcs[2] = {HFDATA "/hf", HFDATA "/converted.bf16.gguf"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[8192], *o = NULL, *e = NULL;
+        snprintf(cmd, sizeof cmd, "%s/pn-compare --threads 1 --llama-script '" SCRIPT "' '%s' '%s'",
+                 PN_BIN_DIR, srcs[k], pn);
+        int rc = tu_run(cmd, &o, &e);
+        cr_assert_eq(rc, 0, "pn-compare %s: exit %d: %s", srcs[k], rc, e);
+        char *line = strstr(o, "hf-tiny+0");
+        cr_assert(line, "%s", o);
+        /* the PN file's row from its first column to the mix label */
+        char *start = line;
+        while (start > o && start[-1] != '\n') start--;
+        rows[k] = strndup(start, (size_t)(line - start));
+        free(o);
+        free(e);
+    }
+    cr_assert_str_eq(rows[0], rows[1], "the same bytes, bpw, KL and top-1");
+    free(rows[0]);
+    free(rows[1]);
+    free(pn);
+}

@@ -636,3 +636,42 @@ Test(hf_hostile, an_f16_checkpoint_is_refused_saying_why)
     free(p);
     free(m);
 }
+
+/* Identity: a shard whose data changed is caught, as a changed GGUF is. */
+Test(hf_quantize, a_changed_shard_is_caught_by_check_source_and_reuse)
+{
+    char *m = copy_model(), *a = tu_join(g_dir, "a.gguf"), *b = tu_join(g_dir, "b.gguf");
+    char cmd[8192], *o = NULL, *e = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, m, a);
+    run_ok(cmd);
+    /* flip a bit of the first tensor by name of shard 1 whose rows are
+     * sampled: blk.0.ffn_gate.weight (mlp.gate_proj, data bytes [256, 16640)) */
+    char *p = tu_join(m, SHARD1);
+    size_t n;
+    uint8_t *d = tu_read_file(p, &n);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | d[i];
+    d[8 + hl + 300] ^= 1;
+    cr_assert_eq(tu_write_file(p, d, n), 0);
+    free(d);
+    snprintf(cmd, sizeof cmd, "'%s' --source '%s' '%s'", CHECK, m, a);
+    int rc = tu_run(cmd, &o, &e);
+    cr_assert_eq(rc, 1, "pn-check --source must fail: %s", o);
+    cr_assert(strstr(o, "SRC-IDENTITY") && strstr(o, "blk.0.ffn_gate.weight"), "%s", o);
+    free(o);
+    free(e);
+    snprintf(cmd, sizeof cmd, "'%s' --threads 2 --recipe '%s' --reuse '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, a, m, b);
+    rc = tu_run(cmd, &o, &e);
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, "copied 70 of 71") || strstr(e, "copied 70 of 71"), "%s%s", o, e);
+    cr_assert(strstr(o, "quantized 1: blk.0.ffn_gate.weight") ||
+              strstr(e, "quantized 1: blk.0.ffn_gate.weight"), "%s%s", o, e);
+    free(o);
+    free(e);
+    free(p);
+    free(a);
+    free(b);
+    free(m);
+}

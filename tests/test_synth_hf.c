@@ -649,3 +649,89 @@ Test(synth_convert, an_f32_checkpoint_at_outtype_f32_is_the_f32_gguf_form, .init
     check_convert("--layers 3 --width-scale 16 --vocab 300 --dtype f32 --mtp", "--outtype f32",
                   "--layers 3 --width-scale 16 --vocab 300 --dtype f32 --mtp");
 }
+
+/* ---- pn-quantize of the folder is pn-quantize of the GGUF form ---- */
+
+#define FALLBACK PN_SOURCE_DIR "/recipes/test-fallback.mix"
+
+static void quantize(const char *src, const char *dst, const char *args)
+{
+    char a[8192];
+    snprintf(a, sizeof a, "--quiet --backend cpu --threads 2 %s '%s' '%s'", args, src, dst);
+    run_ok("pn-quantize", a);
+}
+
+/* Issue 20: with the MTP layer kept, and with pn-quantize --no-mtp of the
+ * folder against pn-synth without --mtp: every tensor byte for byte. */
+Test(synth_quantize, pn_quantize_of_the_folder_is_pn_quantize_of_the_gguf_form, .init = setup,
+     .fini = teardown)
+{
+    const char *opts = "--layers 4 --width-scale 16 --vocab 300";
+    char a[512];
+    snprintf(a, sizeof a, "%s --mtp --shard-size 1M", opts);
+    char *dir = synth_hf("hf", a);
+    snprintf(a, sizeof a, "%s --mtp", opts);
+    char *gg = synth_gguf("mtp.gguf", a), *plain = synth_gguf("plain.gguf", opts);
+    char *q_dir = in_dir("q-dir.gguf"), *q_gg = in_dir("q-gguf.gguf");
+    quantize(dir, q_dir, "--recipe " FALLBACK);
+    quantize(gg, q_gg, "--recipe " FALLBACK);
+    assert_same_tensors(q_gg, q_dir);
+    char *q_nomtp = in_dir("q-nomtp.gguf"), *q_plain = in_dir("q-plain.gguf");
+    quantize(dir, q_nomtp, "--no-mtp --recipe " FALLBACK);
+    quantize(plain, q_plain, "--recipe " FALLBACK);
+    assert_same_tensors(q_plain, q_nomtp);
+    free(q_nomtp);
+    free(q_plain);
+    free(q_dir);
+    free(q_gg);
+    free(plain);
+    free(gg);
+    free(dir);
+}
+
+/* The shipped recipe (P0k+19) at width 4, where its q3_K/q4_K fit: it types
+ * every tensor of pn-synth's MTP layer (eh_proj q8_0, norms f32, attention
+ * and FFN as in every block), and the dry run of the folder shows the plan
+ * of the GGUF form, line for line. */
+Test(synth_quantize, the_shipped_recipe_types_the_mtp_layer_in_both_forms, .init = setup,
+     .fini = teardown)
+{
+    const char *opts = "--layers 4 --width-scale 4 --vocab 512 --mtp";
+    char *dir = synth_hf("hf", opts), *gg = synth_gguf("m.gguf", opts);
+    char cmd[8192], *plan_dir, *plan_gg, *err;
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run '%s' '%s/o.gguf' | grep -E "
+             "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, dir, g_dir);
+    cr_assert_eq(tu_run(cmd, &plan_dir, &err), 0, "%s", err);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run '%s' '%s/o.gguf' | grep -E "
+             "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, gg, g_dir);
+    cr_assert_eq(tu_run(cmd, &plan_gg, &err), 0, "%s", err);
+    free(err);
+    cr_assert_str_eq(plan_dir, plan_gg, "the folder's plan differs from the GGUF's");
+    const char *mtp[] = {
+        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight",
+        "blk.4.nextn.shared_head_norm.weight", "blk.4.attn_q.weight", "blk.4.attn_k.weight",
+        "blk.4.attn_v.weight", "blk.4.attn_output.weight", "blk.4.attn_q_norm.weight",
+        "blk.4.attn_k_norm.weight", "blk.4.attn_norm.weight", "blk.4.post_attention_norm.weight",
+        "blk.4.ffn_gate.weight", "blk.4.ffn_up.weight", "blk.4.ffn_down.weight",
+    };
+    for (size_t i = 0; i < sizeof mtp / sizeof mtp[0]; i++) {
+        char needle[128];
+        snprintf(needle, sizeof needle, "%s ", mtp[i]);
+        const char *line = strstr(plan_gg, needle);
+        cr_assert_not_null(line, "the dry run does not show %s:\n%s", mtp[i], plan_gg);
+        const char *eol = strchr(line, '\n');
+        char one[256];
+        snprintf(one, sizeof one, "%.*s", (int)(eol ? eol - line : (long)strlen(line)), line);
+        if (strstr(mtp[i], "norm"))
+            cr_assert(strstr(one, " f32    f32 "), "%s", one);
+        else if (strstr(mtp[i], "eh_proj"))
+            cr_assert(strstr(one, " q8_0 "), "%s", one);
+        else
+            cr_assert(strstr(one, " pn3t ") || strstr(one, " pn4t "), "%s", one);
+    }
+    free(plan_dir);
+    free(plan_gg);
+    free(gg);
+    free(dir);
+}

@@ -40,11 +40,12 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
     }
 }
 
-/* general.* (the converter's naming heuristics) and split.* (the files of a
- * set) are not compared. */
+/* general.* (the converter's naming heuristics), split.* and pn.split.*
+ * (the files of a set) are not compared. */
 static bool is_general(const gguf_kv *kv)
 {
     if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) return true;
+    if (kv->key.len >= 9 && memcmp(kv->key.data, "pn.split.", 9) == 0) return true;
     return kv->key.len >= 8 && memcmp(kv->key.data, "general.", 8) == 0 &&
            !gguf_str_eq(kv->key, "general.file_type") &&
            !gguf_str_eq(kv->key, "general.quantization_version") &&

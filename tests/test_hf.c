@@ -675,3 +675,21 @@ Test(hf_quantize, a_changed_shard_is_caught_by_check_source_and_reuse)
     free(b);
     free(m);
 }
+
+/* --no-mtp on a GGUF that has the MTP layer: the keys fixed and the layer
+ * dropped as the converter's --no-mtp does, so it quantizes as the
+ * converter's --no-mtp file does. */
+Test(hf_quantize, no_mtp_on_the_converted_gguf_quantizes_as_the_no_mtp_file_does)
+{
+    char cmd[8192];
+    char *a = tu_join(g_dir, "a.gguf"), *b = tu_join(g_dir, "b.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --no-mtp --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, HFDATA "/converted.bf16.gguf", a);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, HFDATA "/converted.bf16.no-mtp.gguf", b);
+    run_ok(cmd);
+    assert_same_quantized(a, b);
+    free(a);
+    free(b);
+}

@@ -1,3 +1,6 @@
+#include "hf/hf.h"
+#include "hf/hf_convert.h"
+#include "io/source_open.h"
 #include "compare/compare.h"
 
 #include <dirent.h>
@@ -188,11 +191,20 @@ static pn_status stat_regular(const char *path, const char *what, file_info *fi,
 static pn_status open_source(const char *path, gguf_reader **out, file_info *fi, uint32_t *n_vocab,
                              pn_error *err)
 {
-    pn_status st = stat_regular(path, "source", fi, err);
-    if (st != PN_OK)
+    pn_status st;
+    if (pn_source_is_hf(path)) {
+        /* a Hugging Face folder: read as the converter's bf16 GGUF */
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            return pn_error_set(err, PN_ERR_IO, "%s: cannot open the source: %s", path,
+                                strerror(errno));
+        fi->dev = sb.st_dev;
+        fi->ino = sb.st_ino;
+    } else if ((st = stat_regular(path, "source", fi, err)) != PN_OK) {
         return st;
+    }
     gguf_reader *r;
-    st = gguf_reader_open(path, &r, err);
+    st = pn_source_open(path, NULL, &r, err);
     if (st != PN_OK)
         return st;
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
@@ -546,6 +558,7 @@ typedef struct run {
     const pn_compare_opts *o;
     char *dir;               /* the private folder */
     char *decoded;           /* dir/decoded.gguf */
+    char *src_gguf;          /* dir/source.gguf: a Hugging Face source converted; else NULL */
     int logits_fd;           /* the source's rows, unlinked */
     uint32_t n_vocab;
     seqs tokens;             /* the source run's */
@@ -636,7 +649,8 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
     snprintf(threads, sizeof threads, "%d", o->threads);
     snprintf(seq_len, sizeof seq_len, "%d", o->seq_len);
     snprintf(max_seqs, sizeof max_seqs, "%d", o->max_seqs);
-    char *argv[13] = {(char *)o->node, (char *)o->script, (char *)o->source_path, "--threads",
+    char *argv[13] = {(char *)o->node, (char *)o->script,
+                      R->src_gguf ? R->src_gguf : (char *)o->source_path, "--threads",
                       threads, "--print-version"};
     if (o->text_path) {
         argv[6] = "--text";
@@ -854,6 +868,21 @@ void pn_compare_report_free(pn_compare_report *rep)
     memset(rep, 0, sizeof *rep);
 }
 
+/* A Hugging Face source written as the converter's bf16 GGUF at path. */
+static pn_status convert_source(const char *src, const char *path, pn_error *err)
+{
+    pn_hf_opts ho = {0};
+    ho.outtype = PN_HF_OUT_BF16;
+    pn_hf_model *m = NULL;
+    pn_status st = pn_hf_open(src, &ho, &m, err);
+    if (st == PN_OK) {
+        pn_hf_convert_opts co = {0};
+        st = pn_hf_convert(m, path, &co, NULL, err);
+    }
+    pn_hf_close(m);
+    return st;
+}
+
 pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_error *err)
 {
     memset(rep, 0, sizeof *rep);
@@ -909,6 +938,12 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
             R.decoded = join(R.dir, "decoded.gguf");
             st = R.decoded ? make_logits_file(&R, err)
                            : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            if (st == PN_OK && pn_source_is_hf(o->source_path)) {
+                /* stock llama.cpp reads a GGUF: the folder converted first */
+                R.src_gguf = join(R.dir, "source.gguf");
+                st = R.src_gguf ? convert_source(o->source_path, R.src_gguf, err)
+                                : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            }
         } else {
             st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder: %s",
                               o->tmp_dir, strerror(errno));
@@ -934,6 +969,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         close(R.logits_fd);
     remove_dir(&R);
     free(R.decoded);
+    free(R.src_gguf);
     free(R.row_p);
     free(R.row_q);
     free(R.kl);

@@ -8,7 +8,7 @@
 #include "hf/hf.h"
 
 #define POOL_MAX 64
-#define READ_BUF ((size_t)4 << 20)
+#define READ_BUF ((size_t)1 << 20)
 
 typedef struct source {
     pn_hf_model *m;

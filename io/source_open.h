@@ -12,7 +12,12 @@
 #include "gguf/gguf.h"
 
 typedef struct pn_source_opts {
-    bool no_mtp;                 /* a folder: drop the MTP layer (the converter's --no-mtp) */
+    /* Drop the MTP layer, as the converter's --no-mtp: a folder is converted
+     * without it; a GGUF is read without the blocks from block_count -
+     * nextn_predict_layers on, nextn_predict_layers removed, block_count and
+     * attention.recurrent_layers cut (a GGUF without an MTP layer is read as
+     * it is). */
+    bool no_mtp;
     const char *tokenizer_pre;   /* a folder: tokenizer.ggml.pre when its pattern is unknown */
 } pn_source_opts;
 

@@ -949,3 +949,68 @@ Test(compare_math, the_fixed_tokens_follow_the_documented_formula)
         }
     cr_assert_eq(PN_COMPARE_FIXED_SEQS * PN_COMPARE_FIXED_LEN, 256);
 }
+
+/* ---- a Hugging Face checkpoint converted by pn-convert ---- */
+
+#define HFDATA PN_TEST_DATA "/hf-qwen35-tiny"
+
+/* Stock llama.cpp loads pn-convert's output of the tiny Qwen3.5 checkpoint
+ * (vocabulary 320, an MTP layer) and gives exactly the logits of the
+ * converter's own file of it. */
+Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_file,
+     .init = setup, .fini = teardown, .timeout = 300)
+{
+    REQUIRE_LLAMA();
+    for (int no_mtp = 0; no_mtp < 2; no_mtp++) {
+        char *ours = path_in(no_mtp ? "ours-no-mtp.gguf" : "ours.gguf");
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet %s '%s' '%s'", PN_BIN_DIR,
+                 no_mtp ? "--no-mtp" : "", HFDATA "/hf", ours);
+        run_ok(cmd);
+        const uint32_t n_seq = 2, len = 6;
+        uint32_t ids[12];
+        seq_ids(ids, n_seq, len, 276);
+        logits a = eval_model(ours, n_seq, len, ids);
+        logits b = eval_model(no_mtp ? HFDATA "/converted.bf16.no-mtp.gguf"
+                                     : HFDATA "/converted.bf16.gguf", n_seq, len, ids);
+        cr_assert_eq(a.n_vocab, 320);
+        cr_assert_eq(a.n_vocab, b.n_vocab);
+        cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
+                  "the logits of pn-convert's output are the converter file's");
+        assert_context_matters(&a, len);
+        free(a.rows);
+        free(b.rows);
+        free(ours);
+    }
+}
+
+/* pn-compare takes the folder as SOURCE: the figures are those it gives
+ * with the converter's file of the folder as SOURCE. */
+Test(llama_hf, pn_compare_takes_the_folder_as_source, .init = setup, .fini = teardown,
+     .timeout = 300)
+{
+    REQUIRE_LLAMA();
+    char *pn = path_in("pn.gguf");
+    quantize(HFDATA "/hf", pn, "--recipe '" PN_TEST_DATA "/hf-tiny.mix'");
+    char *rows[2] = {NULL, NULL};
+    const char *srcs[2] = {HFDATA "/hf", HFDATA "/converted.bf16.gguf"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[8192], *o = NULL, *e = NULL;
+        snprintf(cmd, sizeof cmd, "%s/pn-compare --threads 1 --llama-script '" SCRIPT "' '%s' '%s'",
+                 PN_BIN_DIR, srcs[k], pn);
+        int rc = tu_run(cmd, &o, &e);
+        cr_assert_eq(rc, 0, "pn-compare %s: exit %d: %s", srcs[k], rc, e);
+        char *line = strstr(o, "hf-tiny+0");
+        cr_assert(line, "%s", o);
+        /* the PN file's row from its first column to the mix label */
+        char *start = line;
+        while (start > o && start[-1] != '\n') start--;
+        rows[k] = strndup(start, (size_t)(line - start));
+        free(o);
+        free(e);
+    }
+    cr_assert_str_eq(rows[0], rows[1], "the same bytes, bpw, KL and top-1");
+    free(rows[0]);
+    free(rows[1]);
+    free(pn);
+}

@@ -304,9 +304,10 @@ int main(int argc, char **argv)
             printf("%zu shard%s of ", n_files, n_files == 1 ? "" : "s");
         else if (n_files > 1)
             printf("%zu splits of ", n_files);
-        printf("%s: %d layers, n_embd %lld, vocab %lld, %llu bytes in %.1f s\n", o.path,
-               o.config.n_layers, (long long)o.config.n_embd, (long long)o.config.n_vocab,
-               (unsigned long long)bytes, now_s() - t0);
+        printf("%s: %d layers%s, n_embd %lld, vocab %lld, %s%llu bytes in %.1f s\n", o.path,
+               o.config.n_layers, mtp ? " and an MTP layer" : "", (long long)o.config.n_embd,
+               (long long)o.config.n_vocab, hf ? "at most " : "", (unsigned long long)bytes,
+               now_s() - t0);
     }
     return finish_stdout();
 }

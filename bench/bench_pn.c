@@ -7,15 +7,22 @@
  *       has (or only the one PN_CPU_PATH names: ref, scalar, avx2, avx512)
  *       of pn3t, pn4t and the rotation (block 1024 or the largest power of
  *       two dividing K), at 1 thread and at all OpenMP threads (rows split
- *       among threads), and prints weights/s, the scaling and the ratios to
- *       the reference. It also checks that every path's output equals the
- *       reference's on that data (exit 1 if not).
- *   bench_pn --verify M [--seed N]
+ *       among threads), and prints weights/s, the scaling, the ratios to
+ *       the reference and the 1-thread weights per CPU-second of the process
+ *       (less disturbed by other work on a shared machine). It also checks
+ *       that every path's output equals the reference's on that data (exit
+ *       1 if not).
+ *       The AVX2 and AVX-512 paths are timed twice: their previous search
+ *       (pn_quantize_row_path_v1, "avx2-v1") and today's, in alternating
+ *       passes, with the ratios.
+ *   bench_pn --verify M [--seed N] [--paths P,...]
  *       Quantizes M million random groups of each type (many scales, heavy
- *       tails, few-bit weights that put quotients on half-way points, fp16
- *       subnormal and overflow edges, zeros, NaN/Inf) with the reference and
- *       every available path, compares bytes, status and error column; exits 1
- *       on the first difference, printing the group.
+ *       tails, few-bit weights that put quotients on half-way points, exact
+ *       ties between two scales, fp16 subnormal and overflow edges, zeros,
+ *       NaN/Inf) with the reference and every available path (or the ones
+ *       named, e.g. --paths avx2,avx512), group by group and as rows,
+ *       compares bytes, status and error column; exits 1 on the first
+ *       difference, printing the group. --verify 100 is 10^8 groups a type.
  * Exit status: 0 success, 1 a difference, 2 bad usage.
  */
 #include <math.h>
@@ -52,6 +59,15 @@ static double rng_gauss(rng *r)
     return sqrt(-2.0 * log(u + 0x1p-60)) * cos(6.283185307179586 * v);
 }
 
+/* CPU seconds of the whole process (all threads): a pass's figure that
+ * preemption by other work on a shared machine disturbs less than wall time. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -66,6 +82,7 @@ typedef enum job_kind { JOB_QUANT, JOB_ROTATE } job_kind;
 typedef struct job {
     job_kind kind;
     int path;
+    int v1;         /* JOB_QUANT: the path's previous search (pn_quantize_row_path_v1) */
     int type;       /* JOB_QUANT */
     int B;          /* JOB_ROTATE */
     const float *src;
@@ -75,9 +92,10 @@ typedef struct job {
 } job;
 
 /* One pass over all rows with `threads` threads; returns seconds, or -1 on a
- * quantizer error. */
-static double run_once(const job *j, int threads)
+ * quantizer error; *cpu (may be NULL) receives the pass's CPU seconds. */
+static double run_once(const job *j, int threads, double *cpu)
 {
+    const double c0 = cpu_s();
     const int64_t row_bytes = j->kind == JOB_QUANT ? pn_type_row_bytes(j->type, j->K) : 0;
     int failed = 0;
     double t0 = now_s();
@@ -85,8 +103,11 @@ static double run_once(const job *j, int threads)
     for (int64_t r = 0; r < j->rows; r++) {
         if (j->kind == JOB_QUANT) {
             int64_t bad = 0;
-            if (pn_quantize_row_path(j->path, j->type, j->src + r * j->K, j->K,
-                                     j->out + r * row_bytes, &bad) != PN_OK)
+            pn_status st = j->v1 ? pn_quantize_row_path_v1(j->path, j->type, j->src + r * j->K,
+                                                           j->K, j->out + r * row_bytes, &bad)
+                                 : pn_quantize_row_path(j->path, j->type, j->src + r * j->K, j->K,
+                                                        j->out + r * row_bytes, &bad);
+            if (st != PN_OK)
                 failed = 1;
         } else {
             float *row = j->scratch + r * j->K;
@@ -96,23 +117,60 @@ static double run_once(const job *j, int threads)
         }
     }
     double t = now_s() - t0;
+    if (cpu)
+        *cpu = cpu_s() - c0;
     return failed ? -1.0 : t;
 }
 
-/* Best of several passes lasting at least `seconds` in all; weights/s. */
-static double measure(const job *j, int threads, double seconds)
+/* Best of several passes lasting at least `seconds` in all; weights/s of
+ * wall time, and (*per_cpu, may be NULL) weights per CPU-second of the best
+ * pass by CPU time. */
+static double measure(const job *j, int threads, double seconds, double *per_cpu)
 {
-    double best = 1e30, spent = 0.0;
+    double best = 1e30, best_cpu = 1e30, spent = 0.0;
     int passes = 0;
     while (passes < 3 || spent < seconds) {
-        double t = run_once(j, threads);
+        double cpu = 0.0;
+        double t = run_once(j, threads, &cpu);
         if (t < 0)
             return -1.0;
         best = t < best ? t : best;
+        best_cpu = cpu > 0.0 && cpu < best_cpu ? cpu : best_cpu;
         spent += t;
         passes++;
     }
+    if (per_cpu)
+        *per_cpu = (double)(j->rows * j->K) / best_cpu;
     return (double)(j->rows * j->K) / best;
+}
+
+/* measure() for two jobs at once, their passes alternating, so that load
+ * from other work on the machine falls on both alike (the previous and the
+ * current search of one path); rate[i], per_cpu[i] for job i. Returns -1 on
+ * a quantizer error. */
+static int measure_pair(const job *const j[2], int threads, double seconds, double rate[2],
+                        double per_cpu[2])
+{
+    double best[2] = {1e30, 1e30}, best_cpu[2] = {1e30, 1e30}, spent = 0.0;
+    int passes = 0;
+    while (passes < 3 || spent < 2.0 * seconds) {
+        for (int i = 0; i < 2; i++) {
+            double cpu = 0.0;
+            double t = run_once(j[i], threads, &cpu);
+            if (t < 0)
+                return -1;
+            best[i] = t < best[i] ? t : best[i];
+            best_cpu[i] = cpu > 0.0 && cpu < best_cpu[i] ? cpu : best_cpu[i];
+            spent += t;
+        }
+        passes++;
+    }
+    for (int i = 0; i < 2; i++) {
+        rate[i] = (double)(j[i]->rows * j[i]->K) / best[i];
+        if (per_cpu)
+            per_cpu[i] = (double)(j[i]->rows * j[i]->K) / best_cpu[i];
+    }
+    return 0;
 }
 
 /* The rotation's copy is timed for both paths alike; measure it to subtract. */
@@ -163,10 +221,17 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     const int nfast = chosen_paths(fast_paths);
     if (nfast < 0)
         return 2;
-    int paths[PN_PATH_COUNT + 1] = {PN_PATH_REF};
-    for (int k = 0; k < nfast; k++)
-        paths[1 + k] = fast_paths[k];
-    const int npaths = 1 + nfast;
+    /* the SIMD paths twice: their previous search (v1) first, then today's */
+    int paths[2 * PN_PATH_COUNT + 1] = {PN_PATH_REF}, v1[2 * PN_PATH_COUNT + 1] = {0};
+    int npaths = 1;
+    for (int k = 0; k < nfast; k++) {
+        if (fast_paths[k] == PN_PATH_AVX2 || fast_paths[k] == PN_PATH_AVX512) {
+            paths[npaths] = fast_paths[k];
+            v1[npaths++] = 1;
+        }
+        paths[npaths] = fast_paths[k];
+        v1[npaths++] = 0;
+    }
     const int B = pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP);
     float *src = malloc((size_t)(rows * K) * sizeof(float));
     float *scratch = malloc((size_t)(rows * K) * sizeof(float));
@@ -191,8 +256,8 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     printf("bench_pn: %lld rows x %lld weights, %d thread(s) available, best path %s, "
            "rotation block B = %d\n",
            (long long)rows, (long long)K, threads, pn_path_name(pn_cpu_path_best()), B);
-    printf("%-8s %-7s %14s %14s %9s %9s %9s\n", "kernel", "path", "1 thread w/s", "all threads",
-           "scaling", "x ref 1t", "x ref all");
+    printf("%-8s %-9s %14s %14s %9s %9s %9s %14s\n", "kernel", "path", "1 thread w/s", "all threads",
+           "scaling", "x ref 1t", "x ref all", "1t w/cpu-s");
 
     int status = 0;
     static const char *const kernel[3] = {"pn3t", "pn4t", "rotate"};
@@ -200,22 +265,51 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
         const int type = kind == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
         if (kind < 2 && K % pn_params_get(type)->group != 0)
             continue;
-        double rate[PN_PATH_COUNT + 1][2];
+        double rate[2 * PN_PATH_COUNT + 1][2], rate_cpu[2 * PN_PATH_COUNT + 1];
         for (int k = 0; k < npaths; k++) {
-            job j = kind < 2 ? (job){JOB_QUANT, paths[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
-                             : (job){JOB_ROTATE, paths[k], 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
-            for (int t = 0; t < 2; t++)
-                rate[k][t] = measure(&j, t == 0 ? 1 : threads, seconds);
+            if (kind == 2 && v1[k])
+                continue; /* the rotation has one implementation per path */
+            job j = kind < 2 ? (job){JOB_QUANT, paths[k], v1[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
+                             : (job){JOB_ROTATE, paths[k], 0, 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
+            if (kind < 2 && k + 1 < npaths && v1[k] && paths[k + 1] == paths[k]) {
+                /* the previous search and the current one of this path, in
+                 * alternating passes; then each once more for the bytes */
+                const job jn = {JOB_QUANT, paths[k], 0, type, 0, src, NULL, out_fast, rows, K};
+                const job *const pair[2] = {&j, &jn};
+                for (int t = 0; t < 2; t++) {
+                    double r2[2], c2[2];
+                    if (measure_pair(pair, t == 0 ? 1 : threads, seconds, r2, t == 0 ? c2 : NULL) < 0)
+                        r2[0] = r2[1] = c2[0] = c2[1] = -1.0;
+                    rate[k][t] = r2[0];
+                    rate[k + 1][t] = r2[1];
+                    if (t == 0) {
+                        rate_cpu[k] = c2[0];
+                        rate_cpu[k + 1] = c2[1];
+                    }
+                }
+                run_once(&j, 1, NULL);
+            } else if (!(kind < 2 && k > 0 && v1[k - 1] && paths[k - 1] == paths[k])) {
+                for (int t = 0; t < 2; t++)
+                    rate[k][t] = measure(&j, t == 0 ? 1 : threads, seconds, t == 0 ? &rate_cpu[k] : NULL);
+            } else {
+                run_once(&j, 1, NULL); /* timed with its v1 above; its bytes */
+            }
             const int same = kind < 2 ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
                                       : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
             if (k > 0 && !same) {
-                fprintf(stderr, "bench_pn: %s: path %s differs from the reference\n", kernel[kind],
-                        pn_path_name(paths[k]));
+                fprintf(stderr, "bench_pn: %s: path %s%s differs from the reference\n", kernel[kind],
+                        pn_path_name(paths[k]), v1[k] ? "-v1" : "");
                 status = 1;
             }
-            printf("%-8s %-7s %14.3e %14.3e %8.2fx %8.2fx %8.2fx\n", kernel[kind], pn_path_name(paths[k]),
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", pn_path_name(paths[k]), v1[k] ? "-v1" : "");
+            printf("%-8s %-9s %14.3e %14.3e %8.2fx %8.2fx %8.2fx %14.3e", kernel[kind], name,
                    rate[k][0], rate[k][1], rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0,
-                   rate[k][0] / rate[0][0], rate[k][1] / rate[0][1]);
+                   rate[k][0] / rate[0][0], rate[k][1] / rate[0][1], rate_cpu[k]);
+            if (k > 0 && v1[k - 1] && paths[k - 1] == paths[k] && kind < 2)
+                printf("   x v1: 1t %.2fx, all %.2fx, cpu-s %.2fx", rate[k][0] / rate[k - 1][0],
+                       rate[k][1] / rate[k - 1][1], rate_cpu[k] / rate_cpu[k - 1]);
+            printf("\n");
         }
     }
     double copy = measure_copy(src, scratch, rows * K, seconds / 4);
@@ -365,16 +459,28 @@ static void make_group(rng *r, const pn_params *p, float *w)
     }
 }
 
-static int verify(double millions, uint64_t seed)
+static int verify(double millions, uint64_t seed, const char *only)
 {
     const int64_t total = (int64_t)(millions * 1e6);
     const int64_t chunk = 4096;
     int paths[PN_PATH_COUNT], npaths = 0;
     for (int p = PN_PATH_SCALAR_FAST; p < PN_PATH_COUNT; p++) {
+        if (only) { /* a comma-separated list of names */
+            const char *n = pn_path_name(p), *at = strstr(only, n);
+            size_t len = strlen(n);
+            while (at && !((at == only || at[-1] == ',') && (at[len] == ',' || at[len] == '\0')))
+                at = strstr(at + 1, n);
+            if (!at)
+                continue;
+        }
         if (pn_path_available(p))
             paths[npaths++] = p;
         else
             printf("verify: path %s not available on this CPU: skipped\n", pn_path_name(p));
+    }
+    if (npaths == 0) {
+        fprintf(stderr, "bench_pn: --verify: no path to compare\n");
+        return 2;
     }
     int status = 0;
     for (int type_i = 0; type_i < 2 && status == 0; type_i++) {
@@ -394,11 +500,19 @@ static int verify(double millions, uint64_t seed)
             rng r = {seed ^ ((uint64_t)type << 56) ^ (uint64_t)c0 * 0x2545f4914f6cdd1dull};
             for (int64_t g = 0; g < cn; g++)
                 make_group(&r, p, w + g * G);
+            /* the whole row's expected answer, from the groups': the first
+             * refused group's status and column, else every block */
+            pn_status row_st = PN_OK;
+            int64_t row_bad = -1;
             for (int64_t g = 0; g < cn && !status; g++) {
                 int64_t bad_ref = -1;
                 pn_status st_ref = pn_quantize_row_ref(type, w + g * G, G, ref + g * PN_BLOCK_BYTES,
                                                        &bad_ref);
                 refused += st_ref != PN_OK;
+                if (st_ref != PN_OK && row_st == PN_OK) {
+                    row_st = st_ref;
+                    row_bad = g * G + bad_ref;
+                }
                 for (int k = 0; k < npaths; k++) {
                     int64_t bad = -1;
                     pn_status st = pn_quantize_row_path(paths[k], type, w + g * G, G,
@@ -425,11 +539,10 @@ static int verify(double millions, uint64_t seed)
             /* a whole row through every path as well: the row loop itself */
             if (!status) {
                 for (int k = 0; k < npaths; k++) {
-                    int64_t bad_ref = -1, bad = -1;
-                    pn_status a = pn_quantize_row_ref(type, w, cn * G, ref, &bad_ref);
+                    int64_t bad = -1;
                     pn_status b = pn_quantize_row_path(paths[k], type, w, cn * G, got, &bad);
-                    if (a != b || (a == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
-                                              : bad != bad_ref)) {
+                    if (row_st != b || (b == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
+                                                   : bad != row_bad)) {
 #pragma omp critical
                         fprintf(stderr, "verify: %s path %s differs on the row of chunk %lld\n",
                                 pn_type_traits_get(type)->name, pn_path_name(paths[k]),
@@ -456,7 +569,7 @@ static int verify(double millions, uint64_t seed)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_pn [--rows R] [--cols K] [--seconds S] [--seed N]\n"
-                    "       bench_pn --verify MILLION_GROUPS [--seed N]\n");
+                    "       bench_pn --verify MILLION_GROUPS [--seed N] [--paths P,...]\n");
 }
 
 int main(int argc, char **argv)
@@ -464,6 +577,7 @@ int main(int argc, char **argv)
     int64_t rows = 256, K = 5120;
     double seconds = 0.5, verify_m = -1.0;
     uint64_t seed = 1;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc) {
@@ -482,6 +596,10 @@ int main(int argc, char **argv)
             verify_m = strtod(v, &end);
         else if (strcmp(a, "--seed") == 0)
             seed = strtoull(v, &end, 10);
+        else if (strcmp(a, "--paths") == 0) {
+            only = v;
+            end = (char *)v + strlen(v);
+        }
         else {
             usage();
             return 2;
@@ -492,7 +610,7 @@ int main(int argc, char **argv)
         }
     }
     if (verify_m >= 0.0)
-        return verify(verify_m, seed);
+        return verify(verify_m, seed, only);
     if (rows < 1 || K < 1 || seconds < 0.0) {
         usage();
         return 2;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "io/source_open.h"
 #include "gguf/gguf_split.h"
 #include "check/check_internal.h"
 #include "quant/types.h"
@@ -340,7 +341,7 @@ static pn_status check_file_layout(pn_check_ctx *c, const gguf_reader *sr, size_
                          "(its %llu bytes of %s fit 64 bits); its data is not checked",
                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                          (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
-                         (unsigned long long)t->bytes, pn_type_traits_get(t->type)->name);
+                         (unsigned long long)t->bytes, gguf_type_traits(t->type)->name);
         }
         if (align && ti->offset % align != 0)
             pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-MISALIGNED", t->name, NULL,
@@ -479,6 +480,12 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
         return PN_ERR_NOMEM;
     }
     rep->n_splits = gk.count;
+    /* the splits read, kept for the set identity check below */
+    gguf_reader **members = calloc(gk.count, sizeof *members);
+    if (!members) {
+        free(prefix);
+        return PN_ERR_NOMEM;
+    }
     size_t n_bad = 0;
     pn_status st = PN_OK;
     for (uint32_t s = 0; s < gk.count && !st; s++) {
@@ -522,17 +529,27 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
             add_split_finding(c, "SPLIT-FOREIGN", f->path, e.msg);
             n_bad++;
         }
-        gguf_reader_close(m);
+        members[s] = m;
     }
     free(prefix);
-    if (st)
-        return st;
-    if (n_bad == 0) {
-        /* each file is fine alone: the set is not (counts, a tensor twice) */
-        pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL, offset_in_message(set_err->msg),
-                     "%s", set_err->msg);
+    if (!st && n_bad == 0) {
+        /* each file is fine alone: the set is not. Its splits come from
+         * different runs (their set identities differ), or its counts do
+         * not add up, or a tensor is in two splits. */
+        members[gk.no] = (gguf_reader *)given;
+        size_t odd = 0;
+        if (gguf_split_check_set_ids((const gguf_reader *const *)members, gk.count, &odd, &e) !=
+            PN_OK)
+            add_split_finding(c, "SPLIT-MIXED", gguf_reader_name(members[odd]), e.msg);
+        else
+            pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL,
+                         offset_in_message(set_err->msg), "%s", set_err->msg);
+        members[gk.no] = NULL;
     }
-    return PN_OK;
+    for (uint32_t s = 0; s < gk.count; s++)
+        gguf_reader_close(members[s]);
+    free(members);
+    return st;
 }
 
 static double now_seconds(void)
@@ -564,7 +581,7 @@ static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
                                 "source %s: not a float model: tensor '%s' is %s (a source holds "
                                 "only f32, f16 and bf16 tensors)",
                                 gguf_reader_name(src), ti->name,
-                                pn_type_traits_get(ti->type)->name);
+                                gguf_type_traits(ti->type)->name);
     }
     return PN_OK;
 }
@@ -643,7 +660,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             st = PN_ERR_NOMEM;
             goto fail;
         }
-        st = gguf_reader_open(c.opt.source_path, &c.src, err);
+        st = pn_source_open(c.opt.source_path, NULL, &c.src, err);
         if (st) {
             pn_error_prefix(err, "source");
             goto fail_msg;

@@ -12,6 +12,7 @@
 
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
+#include "gguf/gguf_split.h"
 #include "quant/types.h"
 
 #define PN_FORMAT_NAME "PNX-FORMAT-v0"
@@ -94,7 +95,8 @@ static bool has_pn_keys(const gguf_reader *r)
 {
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
-        if (k.len >= 3 && memcmp(k.data, "pn.", 3) == 0)
+        /* a split set's identity is any split set's, not a PN key */
+        if (k.len >= 3 && memcmp(k.data, "pn.", 3) == 0 && !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
             return true;
     }
     return false;
@@ -106,7 +108,7 @@ static void check_unknown_keys(pn_check_ctx *c)
         gguf_str k = gguf_reader_kv(c->r, i)->key;
         if (k.len < 3 || memcmp(k.data, "pn.", 3) != 0)
             continue;
-        bool known = false;
+        bool known = gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID);   /* docs/split.md */
         for (size_t j = 0; j < N_KEY_RULES && !known; j++)
             known = gguf_str_eq(k, key_rules[j].key);
         if (known)

@@ -71,7 +71,12 @@ static const pn_cli_program program = {
     "decoded model over the same token sequences, and reports per PN file the KL\n"
     "divergence of its next-token distributions from the source's (mean, 99th\n"
     "percentile, max), the share of positions with the same top-1 token, the file\n"
-    "size and bits per weight. Temporary files are always removed.\n"
+    "size and bits per weight. Temporary files are always removed. A stock\n"
+    "quantization of the source (a GGUF without pn.format whose tensors are\n"
+    "quantized, e.g. llama-quantize's Q4_K_M) may stand where a PN file does: it\n"
+    "is run as it is, and named \"stock\" and its type in the mix column. SOURCE\n"
+    "may be a Hugging Face model folder (docs/hf.md): it is converted to the GGUF\n"
+    "that llama.cpp's converter writes (bf16) in the temporary folder first.\n"
     "\n"
     "options:\n",
     options,

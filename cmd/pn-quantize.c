@@ -33,7 +33,8 @@ static void on_signal(int sig)
 /* What pn_cli_next returns for each option. */
 enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
        O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
-       O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY };
+       O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
+       O_NO_MTP, O_TOKPRE };
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, O_RECIPE,
@@ -83,6 +84,11 @@ static const pn_cli_option options[] = {
      "  --split-max-tensors N   the same, at most N tensors per split\n"},
     {"keep-split", no_argument, O_KEEP_SPLIT,
      "  --keep-split            split DST the way the split source is split\n"},
+    {"no-mtp", no_argument, O_NO_MTP,
+     "  --no-mtp                drop the source's MTP layer (blk.L.nextn.*), keys fixed as\n"
+     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md)\n"},
+    {"tokenizer-pre", required_argument, O_TOKPRE,
+     "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n"},
     {"split-index", required_argument, O_SPLIT_INDEX,
      "  --split-index I         write only split I (from 0) of that plan, under its name\n"
      "                          in a full run and byte for byte that file, given the same\n"
@@ -107,13 +113,16 @@ static const pn_cli_option options[] = {
 
 static const pn_cli_program program = {
     "pn-quantize",
-    "usage: pn-quantize [options] SRC.gguf DST.gguf\n"
+    "usage: pn-quantize [options] SRC DST.gguf\n"
     "\n"
     "Quantizes a float GGUF (F32/F16/BF16) to a PN GGUF: rotates the weights that\n"
     "become pn3t/pn4t, assigns every tensor a type by a mix recipe, runs the\n"
     "36-candidate scale search, writes DST beside itself under a temporary name,\n"
     "re-reads and validates it, then renames it into place. On any error or signal\n"
-    "nothing is left at DST; SRC is never modified.\n"
+    "nothing is left at DST; SRC is never modified. SRC may also be a Hugging Face\n"
+    "model folder (Qwen3.5: safetensors shards, config.json, tokenizer), its\n"
+    "config.json or its index: it is read as the GGUF that llama.cpp's\n"
+    "convert_hf_to_gguf.py --outtype bf16 writes from it (docs/hf.md).\n"
     "\n"
     "options:\n",
     options,
@@ -277,7 +286,9 @@ static void write_report_reuse(FILE *f, const pn_quantize_result *r)
 /* The files of a split output: one line each (nothing for one file). */
 static void print_files(FILE *f, const pn_quantize_result *r)
 {
-    if (r->n_splits < 2 && r->split_index < 0)
+    /* a dry run always lists the files, one too (split 1/1 DST), so that a
+     * script counts them the same way whatever the plan */
+    if (!r->dry_run && r->n_splits < 2 && r->split_index < 0)
         return;
     for (size_t s = 0; s < r->n_splits; s++) {
         const size_t lo = r->split_first[s], n = r->split_first[s + 1] - lo;
@@ -746,6 +757,8 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         o->split.max = (uint64_t)v;
         break;
     case O_KEEP_SPLIT: o->keep_split = true; break;
+    case O_NO_MTP: o->no_mtp = true; break;
+    case O_TOKPRE: o->tokenizer_pre = optarg; break;
     case O_SPLIT_INDEX:
         if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v)) return 2;
         o->split_index = v;

@@ -20,7 +20,7 @@ static void on_signal(int sig) { (void)sig; g_cancel = 1; }
 
 /* What pn_cli_next returns for each option. */
 enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS };
+       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE };
 
 static const pn_cli_option options[] = {
     {"layers", required_argument, O_LAYERS,
@@ -49,6 +49,21 @@ static const pn_cli_option options[] = {
      "                      gguf-split takes them, or 48GiB, 2.5GB)\n"},
     {"split-max-tensors", required_argument, O_SPLIT_TENSORS,
      "  --split-max-tensors N  the same, at most N tensors per split\n"},
+    {"mtp", no_argument, O_MTP,
+     "  --mtp               add an MTP layer: block LAYERS with the nextn.* tensors,\n"
+     "                      qwen35.nextn_predict_layers 1 (block_count counts it), as\n"
+     "                      llama.cpp's converter keeps it; mtp.* in the --hf form\n"},
+    {"hf", no_argument, O_HF,
+     "  --hf                write DIR, a Hugging Face checkpoint folder of the same\n"
+     "                      model (Qwen3_5ForConditionalGeneration): config.json,\n"
+     "                      safetensors shards with model.safetensors.index.json,\n"
+     "                      tokenizer.json, tokenizer_config.json, and a few vision\n"
+     "                      tensors; pn-convert DIR makes of it, tensor for tensor,\n"
+     "                      the GGUF pn-synth writes with the same options (bf16 or\n"
+     "                      f32; --outtype f32 for f32)\n"},
+    {"shard-size", required_argument, O_SHARD_SIZE,
+     "  --shard-size SIZE   with --hf: at most SIZE of tensor data per shard (as\n"
+     "                      --split-max-size takes it; default 5G)\n"},
     {"threads", required_argument, O_THREADS,
      "  --threads N         worker threads (default: all cores)\n"},
     {"force", no_argument, O_FORCE,
@@ -65,6 +80,7 @@ static const pn_cli_option options[] = {
 static const pn_cli_program program = {
     "pn-synth",
     "usage: pn-synth [options] OUT.gguf\n"
+    "       pn-synth --hf [options] DIR\n"
     "\n"
     "Writes a float GGUF with the Qwen3.8-27B tensor names and shapes (llama.cpp\n"
     "'qwen35' naming, general.architecture = qwen35) and generated weights:\n"
@@ -107,7 +123,8 @@ static void on_progress(uint64_t done, uint64_t total, void *user)
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
-    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0;
+    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0;
+    uint64_t shard_size = 0;
     gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
@@ -149,6 +166,18 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case O_SHARD_SIZE: {
+            const char *why = "";
+            if (!(shard_size = pn_cli_split_size(optarg, &why))) {
+                fprintf(stderr, "pn-synth: --shard-size: '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "': %s\n", why);
+                return 2;
+            }
+            break;
+        }
+        case O_HF: hf = 1; break;
+        case O_MTP: mtp = 1; break;
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
@@ -168,6 +197,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
         return 2;
     }
+    if (hf && split.mode != GGUF_SPLIT_NONE) {
+        fprintf(stderr, "pn-synth: --hf writes shards (--shard-size), not GGUF splits\n");
+        return 2;
+    }
+    if (shard_size && !hf) {
+        fprintf(stderr, "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
+        return 2;
+    }
+    if (hf && dtype == PN_TYPE_F16) {
+        fprintf(stderr, "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
+                        "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
+        return 2;
+    }
     pn_synth_opts o;
     memset(&o, 0, sizeof o);
     o.path = argv[optind];
@@ -180,6 +222,8 @@ int main(int argc, char **argv)
                                            vocab > 0 ? vocab : d.n_vocab);
     }
     o.config.weight_type = dtype;
+    o.config.n_mtp = mtp;
+    o.shard_size = shard_size;
     pn_error err;
     pn_error_clear(&err);
     if (pn_qwen38_llama_runnable(&o.config, &err) != PN_OK) {
@@ -196,13 +240,14 @@ int main(int argc, char **argv)
     o.user = &pg;
 
     struct stat sb;
-    if (split.mode == GGUF_SPLIT_NONE && stat(o.path, &sb) == 0 && !force) {
+    if (!hf && split.mode == GGUF_SPLIT_NONE && stat(o.path, &sb) == 0 && !force) {
         fprintf(stderr, "pn-synth: %s exists; use --force to replace it\n", o.path);
         return 1;
     }
     uint64_t bytes = 0;
     size_t n_files = 1;
-    pn_status pst = pn_synth_files(&o, &bytes, &n_files, &err);
+    pn_status pst = hf ? pn_synth_hf_bytes(&o, &bytes, &n_files, &err)
+                       : pn_synth_files(&o, &bytes, &n_files, &err);
     if (pst != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
         return pst == PN_ERR_USAGE ? 2 : 1;
@@ -234,7 +279,7 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
 
     double t0 = now_s();
-    pn_status st = pn_synth_write(&o, &err);
+    pn_status st = hf ? pn_synth_write_hf(&o, &err) : pn_synth_write(&o, &err);
     if (pg.on)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
@@ -243,11 +288,14 @@ int main(int argc, char **argv)
     }
     if (!quiet) {
         printf("wrote ");
-        if (n_files > 1)
+        if (hf)
+            printf("%zu shard%s of ", n_files, n_files == 1 ? "" : "s");
+        else if (n_files > 1)
             printf("%zu splits of ", n_files);
-        printf("%s: %d layers, n_embd %lld, vocab %lld, %llu bytes in %.1f s\n", o.path,
-               o.config.n_layers, (long long)o.config.n_embd, (long long)o.config.n_vocab,
-               (unsigned long long)bytes, now_s() - t0);
+        printf("%s: %d layers%s, n_embd %lld, vocab %lld, %s%llu bytes in %.1f s\n", o.path,
+               o.config.n_layers, mtp ? " and an MTP layer" : "", (long long)o.config.n_embd,
+               (long long)o.config.n_vocab, hf ? "at most " : "", (unsigned long long)bytes,
+               now_s() - t0);
     }
     return pn_cli_close_stdout("pn-synth");
 }

@@ -1,3 +1,6 @@
+#include "hf/hf.h"
+#include "hf/hf_convert.h"
+#include "io/source_open.h"
 #include "compare/compare.h"
 
 #include <dirent.h>
@@ -152,6 +155,7 @@ static int high_fd(int fd)
 typedef struct file_info {
     uint64_t file_bytes, weights, tensor_bytes, pn_weights, pn_bytes;
     char *mix;
+    bool stock;               /* a stock quantization: llama.cpp loads it as it is */
     dev_t dev;
     ino_t ino;
 } file_info;
@@ -188,11 +192,20 @@ static pn_status stat_regular(const char *path, const char *what, file_info *fi,
 static pn_status open_source(const char *path, gguf_reader **out, file_info *fi, uint32_t *n_vocab,
                              pn_error *err)
 {
-    pn_status st = stat_regular(path, "source", fi, err);
-    if (st != PN_OK)
+    pn_status st;
+    if (pn_source_is_hf(path)) {
+        /* a Hugging Face folder: read as the converter's bf16 GGUF */
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            return pn_error_set(err, PN_ERR_IO, "%s: cannot open the source: %s", path,
+                                strerror(errno));
+        fi->dev = sb.st_dev;
+        fi->ino = sb.st_ino;
+    } else if ((st = stat_regular(path, "source", fi, err)) != PN_OK) {
         return st;
+    }
     gguf_reader *r;
-    st = gguf_reader_open(path, &r, err);
+    st = pn_source_open(path, NULL, &r, err);
     if (st != PN_OK)
         return st;
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
@@ -224,8 +237,23 @@ static pn_status open_source(const char *path, gguf_reader **out, file_info *fi,
     return PN_OK;
 }
 
+/* llama.cpp's names of its ftypes (general.file_type), facts of
+ * include/llama.h (v0.5.0), for the stock quantizations a table names. */
+static const char *ftype_name(uint64_t ftype)
+{
+    static const char *const names[] = {
+        [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",
+        [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S", [12] = "Q3_K_M",
+        [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",
+        [18] = "Q6_K",   [25] = "IQ4_NL", [30] = "IQ4_XS", [32] = "BF16",
+    };
+    return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
+}
+
 /* A PN file of that source: pn.format, and the source's tensors by name and
- * shape, in any order. */
+ * shape, in any order. Or a stock quantization of it: no pn.format, some
+ * tensor of a quantized type, the source's tensors likewise; llama.cpp
+ * loads it as it is (no decoding), its mix is "stock" and its ftype. */
 static pn_status check_pn(const char *path, const gguf_reader *src, const char *src_path,
                           file_info *fi, pn_error *err)
 {
@@ -238,14 +266,27 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         return st;
     const gguf_kv *fmt = gguf_reader_find_kv(r, "pn.format");
     if (!fmt || fmt->type != GGUF_TYPE_STRING) {
-        gguf_reader_close(r);
-        return pn_error_set(err, PN_ERR_FORMAT,
-                            "%s: not a PN file (no pn.format key); pn-compare compares PN files "
-                            "with their float source", path);
+        for (size_t i = 0; i < gguf_reader_n_tensors(r) && !fi->stock; i++)
+            fi->stock = !pn_type_is_float(gguf_reader_tensor(r, i)->type);
+        if (!fi->stock) {
+            gguf_reader_close(r);
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: not a PN file (no pn.format key) nor a quantized model; "
+                                "pn-compare compares PN files and stock quantizations with their "
+                                "float source", path);
+        }
+        const gguf_kv *ft = gguf_reader_find_kv(r, "general.file_type");
+        const char *name = ft && ft->type == GGUF_TYPE_UINT32 ? ftype_name(ft->v.u64) : NULL;
+        char label[32];
+        snprintf(label, sizeof label, "stock %s", name ? name : "llama.cpp");
+        fi->mix = strdup(label);
+    } else {
+        const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
+        if (mix && mix->type == GGUF_TYPE_STRING)
+            fi->mix = safe_dup(mix->v.str.data,
+                               mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
     }
-    const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
-    if (mix && mix->type == GGUF_TYPE_STRING)
-        fi->mix = safe_dup(mix->v.str.data, mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
+    const char *what = fi->stock ? "a quantization" : "a PN file";
     size_t n = gguf_reader_n_tensors(r), ns = gguf_reader_n_tensors(src);
     for (size_t i = 0; i < n && st == PN_OK; i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
@@ -257,7 +298,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         if (!same) {
             char *name = safe_dup(t->name, strlen(t->name));
             st = pn_error_set(err, PN_ERR_MISMATCH,
-                              "%s: not a PN file of %s: tensor '%s' %s", path, src_path,
+                              "%s: not %s of %s: tensor '%s' %s", path, what, src_path,
                               name ? name : "?",
                               s ? "has another shape in the source" : "is not in the source");
             free(name);
@@ -265,7 +306,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     }
     if (st == PN_OK && n != ns)
         st = pn_error_set(err, PN_ERR_MISMATCH,
-                          "%s: not a PN file of %s: %zu tensors, the source has %zu", path,
+                          "%s: not %s of %s: %zu tensors, the source has %zu", path, what,
                           src_path, n, ns);
     if (st == PN_OK)
         account(r, fi);
@@ -546,6 +587,7 @@ typedef struct run {
     const pn_compare_opts *o;
     char *dir;               /* the private folder */
     char *decoded;           /* dir/decoded.gguf */
+    char *src_gguf;          /* dir/source.gguf: a Hugging Face source converted; else NULL */
     int logits_fd;           /* the source's rows, unlinked */
     uint32_t n_vocab;
     seqs tokens;             /* the source run's */
@@ -636,7 +678,8 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
     snprintf(threads, sizeof threads, "%d", o->threads);
     snprintf(seq_len, sizeof seq_len, "%d", o->seq_len);
     snprintf(max_seqs, sizeof max_seqs, "%d", o->max_seqs);
-    char *argv[13] = {(char *)o->node, (char *)o->script, (char *)o->source_path, "--threads",
+    char *argv[13] = {(char *)o->node, (char *)o->script,
+                      R->src_gguf ? R->src_gguf : (char *)o->source_path, "--threads",
                       threads, "--print-version"};
     if (o->text_path) {
         argv[6] = "--text";
@@ -721,27 +764,33 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
     return child_finish(&c, o->source_path, err);
 }
 
-static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *err)
+/* A PN file is decoded first; a stock quantization (stock) is given to
+ * llama.cpp as it is. */
+static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f, pn_error *err)
 {
     const pn_compare_opts *o = R->o;
     double t0 = now_s();
-    if (o->progress)
-        o->progress("decoding", path, o->user);
-    pn_dequant_opts d;
-    pn_dequant_opts_init(&d);
-    d.out_type = o->decode_type;
-    d.keep_rotation = o->keep_rotation;
-    d.threads = o->dequant_threads;
-    d.cancel = o->cancel;
-    pn_dequant_stats ds;
-    pn_status st = pn_dequant_file(path, R->decoded, &d, &ds, err);
-    if (st != PN_OK)
-        return st == PN_ERR_INTERRUPTED ? st : pn_error_prefix(err, "decoding %s", path);
+    pn_status st = PN_OK;
+    if (!stock) {
+        if (o->progress)
+            o->progress("decoding", path, o->user);
+        pn_dequant_opts d;
+        pn_dequant_opts_init(&d);
+        d.out_type = o->decode_type;
+        d.keep_rotation = o->keep_rotation;
+        d.threads = o->dequant_threads;
+        d.cancel = o->cancel;
+        pn_dequant_stats ds;
+        st = pn_dequant_file(path, R->decoded, &d, &ds, err);
+        if (st != PN_OK)
+            return st == PN_ERR_INTERRUPTED ? st : pn_error_prefix(err, "decoding %s", path);
+    }
     if (o->progress)
         o->progress("llama.cpp on", path, o->user);
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->threads);
-    char *argv[] = {(char *)o->node, (char *)o->script, R->decoded, "--threads", threads, NULL};
+    char *argv[] = {(char *)o->node, (char *)o->script, stock ? (char *)path : R->decoded,
+                    "--threads", threads, NULL};
     child c;
     st = child_start(o, argv, &c, err);
     if (st != PN_OK)
@@ -753,7 +802,8 @@ static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *
     bool ok = read_header(o, c.out_fd, &v, &got, &why);
     /* llama.cpp has the decoded file mapped once it answers: unlink it now,
      * so that nothing is left even if this process is killed */
-    unlink(R->decoded);
+    if (!stock)
+        unlink(R->decoded);
     if (ok && v != R->n_vocab) {
         ok = false;
         why = "its vocabulary differs from the source's";
@@ -812,7 +862,8 @@ static pn_status run_pn(run *R, const char *path, pn_compare_file *f, pn_error *
         close_fd(&c.out_fd);
         st = child_finish(&c, path, err);
         if (st == PN_OK)
-            st = pn_error_set(err, PN_ERR_IO, "llama.cpp on the decoding of %s: %s", path, why);
+            st = pn_error_set(err, PN_ERR_IO, "llama.cpp on %s%s: %s",
+                              stock ? "" : "the decoding of ", path, why);
         return st;
     }
     st = child_finish(&c, path, err);
@@ -852,6 +903,21 @@ void pn_compare_report_free(pn_compare_report *rep)
     }
     free(rep->files);
     memset(rep, 0, sizeof *rep);
+}
+
+/* A Hugging Face source written as the converter's bf16 GGUF at path. */
+static pn_status convert_source(const char *src, const char *path, pn_error *err)
+{
+    pn_hf_opts ho = {0};
+    ho.outtype = PN_HF_OUT_BF16;
+    pn_hf_model *m = NULL;
+    pn_status st = pn_hf_open(src, &ho, &m, err);
+    if (st == PN_OK) {
+        pn_hf_convert_opts co = {0};
+        st = pn_hf_convert(m, path, &co, NULL, err);
+    }
+    pn_hf_close(m);
+    return st;
 }
 
 pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_error *err)
@@ -909,6 +975,12 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
             R.decoded = join(R.dir, "decoded.gguf");
             st = R.decoded ? make_logits_file(&R, err)
                            : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            if (st == PN_OK && pn_source_is_hf(o->source_path)) {
+                /* stock llama.cpp reads a GGUF: the folder converted first */
+                R.src_gguf = join(R.dir, "source.gguf");
+                st = R.src_gguf ? convert_source(o->source_path, R.src_gguf, err)
+                                : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            }
         } else {
             st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder: %s",
                               o->tmp_dir, strerror(errno));
@@ -928,12 +1000,13 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
     for (size_t i = 0; i < o->n_pn && st == PN_OK; i++) {
         fill_file(&rep->files[i], o->pn_paths[i], &fis[i]);
         rep->n_files = i + 1;
-        st = run_pn(&R, o->pn_paths[i], &rep->files[i], err);
+        st = run_pn(&R, o->pn_paths[i], fis[i].stock, &rep->files[i], err);
     }
     if (R.logits_fd >= 0)
         close(R.logits_fd);
     remove_dir(&R);
     free(R.decoded);
+    free(R.src_gguf);
     free(R.row_p);
     free(R.row_q);
     free(R.kl);

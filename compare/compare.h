@@ -4,7 +4,9 @@
  * For a float source GGUF and one or more PN files of it, each PN file is
  * decoded (dequant/dequant.h) into a temporary float GGUF, stock llama.cpp
  * runs the forward pass on the source and on each decoded file over the same
- * token sequences, and the next-token distributions are compared position by
+ * token sequences (a stock quantization of the source, a GGUF without
+ * pn.format with quantized tensors, e.g. llama-quantize's Q4_K_M, is given
+ * to llama.cpp as it is, its mix named "stock " and its ftype), and the next-token distributions are compared position by
  * position:
  *   KL      sum_i p_i (log p_i - log q_i), p = softmax of the source's logits,
  *           q = the decoded model's, in double (log-softmax with the maximum
@@ -121,8 +123,8 @@ typedef struct pn_compare_report {
 /* Runs the comparison. Errors (each naming the file): PN_ERR_USAGE (options,
  * a PN file given twice or equal to the source), PN_ERR_IO (a file missing,
  * node or the script not runnable, llama.cpp failing: its last messages
- * quoted), PN_ERR_TYPE (the source is not float), PN_ERR_FORMAT (a file is not
- * PN: no pn.format), PN_ERR_MISMATCH (a PN file whose tensors are not the
+ * quoted), PN_ERR_TYPE (the source is not float), PN_ERR_FORMAT (a file is
+ * neither PN, with pn.format, nor quantized), PN_ERR_MISMATCH (a PN file whose tensors are not the
  * source's: the first differing tensor named; llama.cpp's vocabulary or
  * tokens differ between runs), PN_ERR_NONFINITE (a non-finite logit, with
  * sequence and position), PN_ERR_INTERRUPTED, and pn_dequant_file's. On

@@ -139,7 +139,9 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
     const bool set = gguf_reader_n_splits(r) > 1;
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !st; i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (gguf_str_eq(kv->key, "general.quantization_version"))
+        /* the set identity describes the input's files, not ours */
+        if (gguf_str_eq(kv->key, "general.quantization_version") ||
+            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID))
             continue;
         if (set && is_per_tensor_key(kv->key)) {
             st = copy_set_array(w, r, kv->key, err);

@@ -72,6 +72,7 @@
 
 #include "common/outfile.h"
 #include "common/pn_error.h"
+#include "quant/types.h"
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -180,6 +181,29 @@ pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_er
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
                                   gguf_reader **out, pn_error *err);
 void gguf_reader_close(gguf_reader *r);
+
+/* A virtual reader: a GGUF whose header is given in memory (e.g. by
+ * gguf_writer_header) and whose tensor data is computed on demand by a
+ * provider, e.g. a Hugging Face checkpoint converted on the fly (hf/).
+ * The header is copied and validated as a file's; the file size is the end
+ * of the last tensor's data. Tensor reads (gguf_reader_read_tensor,
+ * gguf_direct_read_tensor) call provider.read with the tensor's index;
+ * gguf_reader_read_at serves the header's bytes only; gguf_reader_fd is -1
+ * and gguf_reader_advise does nothing (as for a memory reader);
+ * gguf_reader_tensor_data is NULL. provider.read may be called from several
+ * threads at once. provider.close (if not NULL) is called with ctx when the
+ * reader is closed, also when the open fails. */
+typedef struct gguf_provider {
+    void *ctx;
+    pn_status (*read)(void *ctx, size_t tensor, uint64_t off, void *dst, size_t n,
+                      pn_error *err);
+    void (*close)(void *ctx);
+} gguf_provider;
+pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *name,
+                                   const gguf_provider *provider, gguf_reader **out,
+                                   pn_error *err);
+/* True for a virtual reader. */
+bool gguf_reader_is_virtual(const gguf_reader *r);
 /* For a checker that names every bad tensor itself: like gguf_reader_open,
  * except that a tensor offset that is not a multiple of the alignment,
  * tensors whose bytes overlap, tensor bytes that end past the end of the file
@@ -191,6 +215,13 @@ void gguf_reader_close(gguf_reader *r);
 pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err);
 pn_status gguf_reader_open_memory_lenient(const void *data, size_t size, const char *name,
                                           gguf_reader **out, pn_error *err);
+
+/* The traits of a type a GGUF tensor may be stored in: the project's own
+ * (pn_type_traits_get), or one of the other ggml types a stock llama.cpp
+ * quantization stores (q4_0 .. q6_K, iq4_nl, ...), which this project reads
+ * (names, shapes, sizes) but never computes. NULL for any other id: the
+ * reader refuses a file with such a tensor (PN_ERR_TYPE). */
+const pn_type_traits *gguf_type_traits(int id);
 
 uint32_t gguf_reader_version(const gguf_reader *r);
 uint64_t gguf_reader_file_size(const gguf_reader *r);
@@ -358,6 +389,11 @@ size_t gguf_writer_n_tensors(const gguf_writer *w);
 uint64_t gguf_writer_alignment(const gguf_writer *w);
 uint64_t gguf_writer_data_offset(const gguf_writer *w);
 uint64_t gguf_writer_file_bytes(const gguf_writer *w);
+
+/* The header that begin would write (keys, tensor infos, padding to the
+ * alignment), in a malloc'd buffer (caller frees): what a virtual reader
+ * (gguf_reader_open_virtual) reads. The writer stays collecting. */
+pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_error *err);
 
 /* Adds a tensor; its offset is assigned in order of addition. A duplicate
  * name is refused (PN_ERR_TENSOR naming both indices). */

@@ -21,6 +21,8 @@ struct gguf_reader {
     uint64_t avail;             /* bytes in base: size for a memory reader */
     uint8_t *owned;             /* base when it is our buffer (a file), else NULL */
     int fd;                     /* the open file, or -1 for a memory reader or a set */
+    bool virt;                  /* a virtual reader: tensor data from prov */
+    gguf_provider prov;
 
     bool lenient;
     uint32_t version;

@@ -525,6 +525,29 @@ static pn_status read_alignment(parser *ps)
 /* ------------------------------------------------------------------ */
 /* Tensor infos                                                        */
 
+
+/* Other ggml types a stock llama.cpp quantization stores, which this project
+ * reads (names, shapes, sizes: a stock file can be compared, pn-compare) but
+ * never computes: their block weights and bytes, facts from ggml's type
+ * traits (ggml.c, type_traits), as of llama.cpp v0.5.0. */
+static const pn_type_traits k_stock_types[] = {
+    {2, "q4_0", 32, 18},    {3, "q4_1", 32, 20},     {6, "q5_0", 32, 22},
+    {7, "q5_1", 32, 24},    {9, "q8_1", 32, 36},     {10, "q2_K", 256, 84},
+    {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210},  {15, "q8_K", 256, 292},
+    {20, "iq4_nl", 32, 18}, {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1},
+    {25, "i16", 1, 2},      {26, "i32", 1, 4},       {27, "i64", 1, 8},
+    {28, "f64", 1, 8},
+};
+
+const pn_type_traits *gguf_type_traits(int id)
+{
+    const pn_type_traits *t = pn_type_traits_get(id);
+    for (size_t i = 0; !t && i < sizeof k_stock_types / sizeof k_stock_types[0]; i++)
+        if (k_stock_types[i].id == id)
+            t = &k_stock_types[i];
+    return t;
+}
+
 static pn_status parse_tensor_info(parser *ps, uint64_t i, gguf_tensor_info *ti)
 {
     gguf_reader *r = ps->r;
@@ -570,7 +593,7 @@ static pn_status parse_tensor_info(parser *ps, uint64_t i, gguf_tensor_info *ti)
     at = ps->pos;
     if ((st = read_u32(ps, &type, "the tensor type")))
         return st;
-    const pn_type_traits *tt = type <= INT_MAX ? pn_type_traits_get((int)type) : NULL;
+    const pn_type_traits *tt = type <= INT_MAX ? gguf_type_traits((int)type) : NULL;
     if (!tt)
         return fail(ps, PN_ERR_TYPE, at, "tensor %s: unknown ggml type id %u", Q(name), type);
     ti->type = (int)type;
@@ -972,9 +995,57 @@ void gguf_reader_close(gguf_reader *r)
     free(r->owned);
     if (r->fd >= 0)
         close(r->fd);
+    if (r->virt && r->prov.close)
+        r->prov.close(r->prov.ctx);
     free(r->name);
     free(r);
 }
+
+pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *name,
+                                   const gguf_provider *provider, gguf_reader **out,
+                                   pn_error *err)
+{
+    *out = NULL;
+    gguf_reader *r = new_reader(name, false);
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!r || !copy) {
+        free(copy);
+        gguf_reader_close(r);
+        if (provider->close)
+            provider->close(provider->ctx);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
+    }
+    if (len)
+        memcpy(copy, header, len);
+    r->owned = copy;
+    r->base = copy;
+    r->avail = len;
+    r->virt = true;
+    r->prov = *provider;
+    /* the data lies past the header: any tensor end is inside "the file"
+     * while the header is parsed; the size is then where the data ends */
+    r->size = UINT64_MAX / 2;
+    parser ps;
+    pn_status st = parse_with(r, err, &ps);
+    if (st == NEED_MORE)
+        st = pn_error_set(err, PN_ERR_TRUNCATED, "%s: the header ends before byte %llu", name,
+                          (unsigned long long)ps.want);
+    if (st) {
+        gguf_reader_close(r);
+        return st;
+    }
+    uint64_t end = r->data_offset;
+    for (size_t i = 0; i < r->n_tensors; i++) {
+        uint64_t e = r->data_offset + r->tensors[i].offset + r->tensors[i].size;
+        if (e > end)
+            end = e;
+    }
+    r->size = end > len ? end : len;
+    *out = r;
+    return PN_OK;
+}
+
+bool gguf_reader_is_virtual(const gguf_reader *r) { return r && !r->splits && r->virt; }
 
 /* ------------------------------------------------------------------ */
 /* Reading tensor data                                                 */
@@ -994,6 +1065,11 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
 {
     r = file_of(r);
     uint64_t end;
+    if (r->virt && !__builtin_add_overflow(at, (uint64_t)n, &end) && end > r->avail)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: bytes [%llu, %llu) are tensor data of a virtual reader: read "
+                            "them by tensor", r->name, (unsigned long long)at,
+                            (unsigned long long)end);
     if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > r->size)
         return pn_error_set(err, PN_ERR_TRUNCATED,
                             "%s: bytes [%llu, %llu) lie past the end of the file (%llu bytes)",
@@ -1055,6 +1131,8 @@ pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, 
     pn_status st = tensor_range(r, i, off, n, &at, &f, err);
     if (st != PN_OK)
         return st;
+    if (f->virt)
+        return f->prov.read(f->prov.ctx, i, off, dst, n, err);
     st = gguf_reader_read_at(f, at, dst, n, err);
     if (st != PN_OK)
         pn_error_prefix(err, "tensor %s", gguf_reader_tensor(r, i)->name);
@@ -1241,6 +1319,12 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
          * below says what happened, in the reader's words */
     }
     d->win_len = 0;
+    if (f->virt) {
+        st = f->prov.read(f->prov.ctx, i, off, d->buf, n, err);
+        if (st == PN_OK)
+            *data = d->buf;
+        return st;
+    }
     st = gguf_reader_read_at(f, at, d->buf, n, err);
     if (st != PN_OK)
         return pn_error_prefix(err, "tensor %s", gguf_reader_tensor(d->r, i)->name);

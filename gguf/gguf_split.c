@@ -355,6 +355,9 @@ pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **o
             st = open_member(given, &gk, prefix, s, lenient, &set->splits[s], err);
     free(prefix);
     if (!st)
+        st = gguf_split_check_set_ids((const gguf_reader *const *)set->splits, set->n_splits,
+                                      NULL, err);
+    if (!st)
         st = index_set(set, &gk, err);
     if (st) {
         /* Splits not opened are NULL; close them all through the set. */
@@ -368,6 +371,100 @@ pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **o
     }
     *out = set;
     return PN_OK;
+}
+
+pn_status gguf_split_read_set_id(const gguf_reader *r, bool *has, uint64_t *id, pn_error *err)
+{
+    *has = false;
+    *id = 0;
+    const gguf_kv *kv = gguf_reader_find_kv(r, GGUF_SPLIT_KEY_SET_ID);
+    if (!kv)
+        return PN_OK;
+    if (kv->type != GGUF_TYPE_UINT64)
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: at byte %llu: key %s has type %s, expected uint64 (the "
+                            "identity of the split set this file belongs to)",
+                            gguf_reader_name(r),
+                            (unsigned long long)gguf_reader_key_offset_(r, kv),
+                            GGUF_SPLIT_KEY_SET_ID, gguf_value_type_name(kv->type));
+    *has = true;
+    *id = kv->v.u64;
+    return PN_OK;
+}
+
+pn_status gguf_split_check_set_ids(const gguf_reader *const *splits, size_t n, size_t *odd,
+                                   pn_error *err)
+{
+    if (n < 2)
+        return PN_OK;
+    bool *has = calloc(n, sizeof *has);
+    uint64_t *id = calloc(n, sizeof *id);
+    if (!has || !id) {
+        free(has);
+        free(id);
+        return pn_error_set(err, PN_ERR_NOMEM, "set identity: out of memory for %zu splits", n);
+    }
+    pn_status st = PN_OK;
+    size_t n_has = 0, n_open = 0;
+    for (size_t s = 0; s < n && !st; s++) {
+        if (!splits[s])
+            continue;
+        n_open++;
+        st = gguf_split_read_set_id(splits[s], &has[s], &id[s], err);
+        n_has += has[s];
+        if (st && odd)
+            *odd = s;
+    }
+    /* none has one; or only the first (gguf-split's copy of an earlier set's) */
+    if (st || n_has == 0 || (n_has == 1 && splits[0] && has[0]))
+        goto done;
+    /* the set's identity: the one most splits have, the first split's on a tie */
+    size_t ref = SIZE_MAX, ref_count = 0;
+    for (size_t s = 0; s < n; s++) {
+        if (!splits[s])
+            continue;
+        size_t c = 0;
+        for (size_t t = 0; t < n; t++)
+            c += splits[t] && has[t] == has[s] && id[t] == id[s];
+        if (c > ref_count) {
+            ref = s;
+            ref_count = c;
+        }
+    }
+    size_t first_odd = SIZE_MAX;
+    for (size_t s = 0; s < n; s++)
+        if (splits[s] && (has[s] != has[ref] || id[s] != id[ref])) {
+            first_odd = s;
+            break;
+        }
+    if (first_odd == SIZE_MAX)
+        goto done;
+    const char *path = gguf_reader_name(splits[first_odd]);
+    const char *ref_path = gguf_reader_name(splits[ref]);
+    size_t n_odd = n_open - ref_count;
+    char mine[40], theirs[40];
+    if (has[first_odd])
+        snprintf(mine, sizeof mine, "is 0x%016llx", (unsigned long long)id[first_odd]);
+    else
+        snprintf(mine, sizeof mine, "is absent");
+    if (has[ref])
+        snprintf(theirs, sizeof theirs, "0x%016llx", (unsigned long long)id[ref]);
+    else
+        snprintf(theirs, sizeof theirs, "none");
+    st = pn_error_set(err, PN_ERR_FORMAT,
+                      "%s: this split is from another run than the rest of its set: its set "
+                      "identity (%s) %s, but %zu of the %zu splits have %s (%s among them)%s; "
+                      "a set must come from one run (same source, options and plan): make "
+                      "split %zu again with the set's options (pn-quantize --split-index %zu "
+                      "--force), or the whole set",
+                      path, GGUF_SPLIT_KEY_SET_ID, mine, ref_count, n_open, theirs, ref_path,
+                      n_odd > 1 ? " (more splits differ)" : "", first_odd + 1, first_odd);
+    if (odd)
+        *odd = first_odd;
+done:
+    free(has);
+    free(id);
+    return st;
 }
 
 pn_status gguf_reader_per_tensor_u32(const gguf_reader *r, const char *key, uint32_t *out,
@@ -611,11 +708,17 @@ pn_status gguf_split_parse_size(const char *text, uint64_t *bytes, pn_error *err
 /* ------------------------------------------------------------------ */
 /* Split keys of a writer                                              */
 
-void gguf_split_remove_keys(gguf_writer *w)
+static void remove_split_keys(gguf_writer *w)
 {
     gguf_writer_remove_kv(w, GGUF_SPLIT_KEY_NO);
     gguf_writer_remove_kv(w, GGUF_SPLIT_KEY_COUNT);
     gguf_writer_remove_kv(w, GGUF_SPLIT_KEY_TENSORS_COUNT);
+}
+
+void gguf_split_remove_keys(gguf_writer *w)
+{
+    remove_split_keys(w);
+    gguf_writer_remove_kv(w, GGUF_SPLIT_KEY_SET_ID);
 }
 
 pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
@@ -631,7 +734,7 @@ pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
                             "split keys: %llu tensors, but split.tensors.count (an int32) holds "
                             "at most %llu",
                             (unsigned long long)n_tensors, GGUF_SPLIT_MAX_SET_TENSORS);
-    gguf_split_remove_keys(w);
+    remove_split_keys(w);
     pn_status st = gguf_writer_set_u16(w, GGUF_SPLIT_KEY_NO, (uint16_t)index);
     if (!st)
         st = gguf_writer_set_u16(w, GGUF_SPLIT_KEY_COUNT, (uint16_t)count);

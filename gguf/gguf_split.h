@@ -36,6 +36,16 @@
 #define GGUF_SPLIT_KEY_NO "split.no"
 #define GGUF_SPLIT_KEY_COUNT "split.count"
 #define GGUF_SPLIT_KEY_TENSORS_COUNT "split.tensors.count"
+/* The identity of a split set (ours; llama.cpp ignores it), a uint64 in
+ * every split of a set of two or more that gguf_writer_new_split makes:
+ * FNV-1a 64 of what the set is, so that two runs that would write other
+ * files have other identities: every key of the model but the split keys,
+ * this key and the per-tensor keys (their values are data, known only as it
+ * is written), every tensor's name, shape and type, in order, and the plan
+ * (the number of splits, where each starts). The same options and source
+ * give the same identity in every process (--split-index). The reader
+ * refuses a set whose splits disagree (gguf_split_check_set_ids). */
+#define GGUF_SPLIT_KEY_SET_ID "pn.split.set_fnv1a64"
 /* split.count is a uint16; split.tensors.count an int32. */
 #define GGUF_SPLIT_MAX_COUNT 65535u
 #define GGUF_SPLIT_MAX_SET_TENSORS 2147483647ull
@@ -57,6 +67,22 @@ char *gguf_split_path_of_prefix(const char *prefix, uint32_t index, uint32_t cou
 char *gguf_split_prefix(const char *path, uint32_t index, uint32_t count);
 
 /* ---- the split keys of a file ---- */
+
+/* The set identity of one file (GGUF_SPLIT_KEY_SET_ID): *has false when it
+ * has none; PN_ERR_FORMAT, naming the file and the key's byte offset, when
+ * the key is not a uint64. */
+pn_status gguf_split_read_set_id(const gguf_reader *one_file, bool *has, uint64_t *id,
+                                 pn_error *err);
+/* The splits of one set (splits[s] is split s, a reader of that file alone;
+ * a NULL entry is skipped) must come from one run: the identity most of them
+ * have (on a tie, the first split's) is the set's, and the first split that
+ * differs is refused (PN_ERR_FORMAT, the message starting with its path,
+ * *odd its index when odd is not NULL). A set where no split has an identity
+ * (gguf-split's, an older pn-quantize's) passes, and so does one where only
+ * the first split has one (gguf-split copies the first file's keys, an
+ * identity of an earlier set included, to the first split only). */
+pn_status gguf_split_check_set_ids(const gguf_reader *const *splits, size_t n, size_t *odd,
+                                   pn_error *err);
 
 typedef struct gguf_split_keys {
     bool has_no, has_count, has_tensors_count;
@@ -139,8 +165,9 @@ pn_status gguf_split_parse_size(const char *text, uint64_t *bytes, pn_error *err
 
 /* ---- writing ---- */
 
-/* Removes split.no, split.count and split.tensors.count (keys copied from
- * a split source must not reach an output that is not that set). */
+/* Removes split.no, split.count, split.tensors.count and the set identity
+ * (keys copied from a split source must not reach an output that is not
+ * that set). */
 void gguf_split_remove_keys(gguf_writer *w);
 /* Sets the split keys of split `index` of `count` in a set of n_tensors
  * tensors, after every other key (earlier split keys are removed first).
@@ -154,9 +181,11 @@ pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
  * split 0 gets the model's keys in their order, the others general.alignment
  * (when it is not 32); each gets, in the model's order, the keys named in
  * per_tensor_keys that the model has, cut to its own tensors' elements (each
- * must be an array of fixed-size elements with one per model tensor); then
- * the split keys when the plan has two or more splits; then its tensors.
- * Split keys of the model are never copied. The output options (force) are
+ * must be an array of fixed-size elements with one per model tensor); then,
+ * when the plan has two or more splits, the set identity
+ * (GGUF_SPLIT_KEY_SET_ID, the same in every split) and the split keys; then
+ * its tensors. Split keys and a set identity of the model are never
+ * copied. The output options (force) are
  * the model's. The caller begins it at gguf_split_path(dst, index, n_splits)
  * (or dst itself for a plan of one), writes its tensors, patches its
  * per-tensor keys, closes and validates it, and commits all splits with

@@ -826,6 +826,63 @@ static pn_status emit_header(gguf_writer *w, pn_error *err)
     return st;
 }
 
+/* The header as begin would write it (padding to the alignment included),
+ * in memory, for a virtual reader (gguf_reader_open_virtual). Offsets are
+ * assigned as begin assigns them; the writer stays collecting. */
+pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_error *err)
+{
+    *out = NULL;
+    *len = 0;
+    if (!w || w->state != W_COLLECTING)
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: header of a writer already begun");
+    pn_status st = choose_alignment(w, err);
+    if (!st)
+        st = assign_offsets(w, err);
+    if (st)
+        return st;
+    uint64_t h = header_bytes(w);
+    uint64_t n = h + padding(h, w->alignment);
+    uint8_t *b = calloc(1, (size_t)n);
+    if (!b)
+        return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory for a %llu-byte header",
+                            (unsigned long long)n);
+    uint8_t *p = b;
+#define PUT(v, k) (store_le(p, (uint64_t)(v), k), p += (k))
+    memcpy(p, "GGUF", 4);
+    p += 4;
+    PUT(3, 4);
+    PUT(w->n_tensors, 8);
+    PUT(w->n_kv, 8);
+    for (size_t i = 0; i < w->n_kv_slots; i++) {
+        const writer_kv *kv = &w->kvs[i];
+        if (!kv->key)
+            continue;
+        size_t klen = strlen(kv->key);
+        PUT(klen, 8);
+        memcpy(p, kv->key, klen);
+        p += klen;
+        PUT(kv->type, 4);
+        memcpy(p, kv->val, (size_t)kv->val_len);
+        p += kv->val_len;
+    }
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const writer_tensor *t = &w->tensors[i];
+        size_t nlen = strlen(t->name);
+        PUT(nlen, 8);
+        memcpy(p, t->name, nlen);
+        p += nlen;
+        PUT(t->n_dims, 4);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            PUT(t->ne[d], 8);
+        PUT(t->type, 4);
+        PUT(t->offset, 8);
+    }
+#undef PUT
+    *out = b;
+    *len = (size_t)n;
+    return PN_OK;
+}
+
 pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *err)
 {
     if (!w || !target_path || !*target_path || w->state != W_COLLECTING)
@@ -1079,7 +1136,8 @@ uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i)
 static bool is_split_key(const char *key)
 {
     return strcmp(key, GGUF_SPLIT_KEY_NO) == 0 || strcmp(key, GGUF_SPLIT_KEY_COUNT) == 0 ||
-           strcmp(key, GGUF_SPLIT_KEY_TENSORS_COUNT) == 0;
+           strcmp(key, GGUF_SPLIT_KEY_TENSORS_COUNT) == 0 ||
+           strcmp(key, GGUF_SPLIT_KEY_SET_ID) == 0;
 }
 
 static bool is_named(const char *key, const char *const *names, size_t n)
@@ -1116,6 +1174,62 @@ static pn_status copy_model_kv(gguf_writer *w, const writer_kv *kv, bool per_ten
     if (val && kv->val_len)
         memcpy(val, kv->val, (size_t)kv->val_len);
     return put_kv(w, kv->key, kv->type, val, kv->val_len);
+}
+
+/* FNV-1a 64, as io/source_id.h's pn_fnv1a64 (gguf/ cannot import io/). */
+static uint64_t fnv1a64(uint64_t h, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t fnv1a64_le(uint64_t h, uint64_t v)
+{
+    uint8_t b[8];
+    store_le(b, v, 8);
+    return fnv1a64(h, b, 8);
+}
+
+/* GGUF_SPLIT_KEY_SET_ID of the set that `plan` makes of `model`
+ * (gguf_split.h): its keys as the header holds them (length, name, type,
+ * value) but the split keys, the identity and the per-tensor keys; its
+ * tensors' names, shapes and types; the plan's split starts. */
+static uint64_t set_identity(const gguf_writer *model, const gguf_split_plan *plan,
+                             const char *const *per_tensor_keys, size_t n_per_tensor_keys)
+{
+    static const char tag[] = "pn split set v1";
+    uint64_t h = fnv1a64(0xcbf29ce484222325ull, tag, sizeof tag);
+    for (size_t i = 0; i < model->n_kv_slots; i++) {
+        const writer_kv *kv = &model->kvs[i];
+        if (!kv->key || is_split_key(kv->key) ||
+            is_named(kv->key, per_tensor_keys, n_per_tensor_keys))
+            continue;
+        size_t klen = strlen(kv->key);
+        h = fnv1a64_le(h, klen);
+        h = fnv1a64(h, kv->key, klen);
+        h = fnv1a64_le(h, (uint64_t)kv->type);
+        h = fnv1a64_le(h, kv->val_len);
+        h = fnv1a64(h, kv->val, (size_t)kv->val_len);
+    }
+    h = fnv1a64_le(h, model->n_tensors);
+    for (size_t i = 0; i < model->n_tensors; i++) {
+        const writer_tensor *t = &model->tensors[i];
+        size_t nlen = strlen(t->name);
+        h = fnv1a64_le(h, nlen);
+        h = fnv1a64(h, t->name, nlen);
+        h = fnv1a64_le(h, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            h = fnv1a64_le(h, (uint64_t)t->ne[d]);
+        h = fnv1a64_le(h, (uint64_t)t->type);
+    }
+    h = fnv1a64_le(h, plan->n_splits);
+    for (size_t s = 0; s <= plan->n_splits; s++)
+        h = fnv1a64_le(h, plan->first[s]);
+    return h;
 }
 
 pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan,
@@ -1169,6 +1283,12 @@ pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan 
     }
     if (st)
         pn_error_set(err, st, "%s", gguf_writer_last_error(w));
+    if (!st && plan->n_splits > 1) {
+        st = gguf_writer_set_u64(w, GGUF_SPLIT_KEY_SET_ID,
+                                 set_identity(model, plan, per_tensor_keys, n_per_tensor_keys));
+        if (st)
+            pn_error_set(err, st, "%s", gguf_writer_last_error(w));
+    }
     if (!st && plan->n_splits > 1)
         st = gguf_split_set_keys(w, (uint32_t)index, (uint32_t)plan->n_splits, model->n_tensors,
                                  err);

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
+#include "gguf/gguf_split.h"
 #include "mix/measurement.h"
 #include "quant/types.h"
 
@@ -44,14 +46,16 @@ pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *e
     (void)err;
     /* The model the header describes, not its layout: the same model
      * unsplit or split by gguf-split (whose split.* keys and tensor offsets
-     * differ) has the same hash. Every other key (name, type, value as
+     * differ, and our set identity, GGUF_SPLIT_KEY_SET_ID) has the same
+     * hash. Every other key (name, type, value as
      * stored: a float32 as its double, arrays as their raw element bytes),
      * then every tensor's name, dimensions and type, in the set's order. */
     uint64_t h = PN_FNV1A64_BASIS;
     h = fnv_u32(h, gguf_reader_version(r));
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0)
+        if ((kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
+            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID))
             continue;
         h = fnv_str(h, kv->key.data, kv->key.len);
         h = fnv_u32(h, (uint32_t)kv->type);
@@ -109,6 +113,34 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
         int64_t s = row * K > a ? row * K : a;
         int64_t e = row * K + K < b ? row * K + K : b;
         crc = (uint32_t)crc32_z(crc, bytes + (s - a) * elem_bytes, (size_t)((e - s) * elem_bytes));
+    }
+    return crc;
+}
+
+uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
+                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
+                             uint64_t *len)
+{
+    *len = 0;
+    if (n_elems <= 0 || K < 1)
+        return 0;
+    if (n_rows <= M) {
+        *len = (uint64_t)(n_elems * elem_bytes);
+        return pn_crc32(0, bytes, (size_t)*len);
+    }
+    uint32_t crc = 0;
+    const int64_t a = elem_at, b = elem_at + n_elems;
+    const int64_t last_row = (b - 1) / K;
+    for (int64_t i = first_sample_from(n_rows, M, a / K); i < M; i++) {
+        int64_t row = pn_sample_row(n_rows, M, i);
+        if (row > last_row)
+            break;
+        int64_t s = row * K > a ? row * K : a;
+        int64_t e = row * K + K < b ? row * K + K : b;
+        if (e <= s)
+            continue;
+        crc = pn_crc32(crc, bytes + (s - a) * elem_bytes, (size_t)((e - s) * elem_bytes));
+        *len += (uint64_t)((e - s) * elem_bytes);
     }
     return crc;
 }

@@ -61,6 +61,14 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
                               int64_t elem_bytes, int64_t elem_at, const uint8_t *bytes,
                               int64_t n_elems);
 
+/* The same for one piece alone: the CRC-32 from 0 of the bytes of the
+ * sampled rows among elements [elem_at, elem_at + n_elems), and in *len
+ * their number. Pieces joined in element order with crc32_combine give
+ * pn_sample_crc_update's CRC of the whole tensor, however they are cut. */
+uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
+                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
+                             uint64_t *len);
+
 /* The CRC-32 of tensors idx[0..n) of r into crcs[0..n): of their sampled
  * rows (sample_rows = M > 0) or of all their bytes (sample_rows = 0).
  * Reads in parallel (threads >= 1) but in file order: whole tensors in

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "common/crc32.h"
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
@@ -40,7 +41,7 @@ typedef struct measure_job {
     size_t cur_i;
     int64_t cur_s, cur_col;
     size_t advised;            /* candidates whose rows were advised */
-    uint32_t *rows_crc;        /* per candidate, reader thread: the rows read */
+    uint32_t *rows_crc;        /* per candidate, in order (finish): the rows read */
     /* per-thread scratch: decoded floats then blocks */
     uint8_t **scratch;
     /* in-order state */
@@ -119,14 +120,17 @@ static bool measure_next(void *ctx, pn_chunk *ch)
 
 /* The bytes of the rows measured, in the order they are read (rows in
  * order, a row's pieces in order): their CRC-32 identifies what was
- * measured. */
-static void measure_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at,
-                                 const uint8_t *bytes, int64_t n_elems)
+ * measured. A slice's CRC here (the team's); joined in order in
+ * measure_finish. */
+static void measure_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at,
+                                const uint8_t *bytes, int64_t n_elems,
+                                pn_crc_part part[PN_STREAM_CRCS])
 {
+    (void)ctx;
     (void)elem_at;
-    measure_job *j = ctx;
-    uint32_t *crc = &j->rows_crc[ch->tag];
-    *crc = (uint32_t)crc32_z(*crc, bytes, (size_t)(n_elems * pn_type_row_bytes(ch->src_type, 1)));
+    const size_t len = (size_t)(n_elems * pn_type_row_bytes(ch->src_type, 1));
+    part[0].crc = pn_crc32(0, bytes, len);
+    part[0].len = len;
 }
 
 /* The sums pn_measure_row gives (mix/measurement.h), continued from *err and
@@ -224,6 +228,9 @@ static pn_status measure_finish(void *ctx, pn_chunk *ch, pn_error *err)
     measure_job *j = ctx;
     const cand *c = &j->c[ch->tag];
     const bool piece = ch->n_cols != ch->K;
+    if (ch->src_crc[0].len > 0)
+        j->rows_crc[ch->tag] = (uint32_t)crc32_combine(j->rows_crc[ch->tag], ch->src_crc[0].crc,
+                                                       (z_off_t)ch->src_crc[0].len);
     if (!piece || ch->col0 + ch->n_cols == ch->K)
         for (int64_t r = 0; r < ch->n_rows; r++)
             pn_measure_acc_add(&j->acc, ch->blk_err[3 * r], ch->blk_err[3 * r + 1],
@@ -334,19 +341,20 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     cfg.slot_blocks = 3 * slot_rows;
     cfg.readahead_bytes = 0;     /* scattered rows: advice per candidate instead */
     cfg.cpu_path = env->cpu_path;
+    cfg.threads = env->threads;
     cfg.src_path = o->src_path;
     cfg.tensor_names = names;
     cfg.cancel = o->cancel;
     pn_stream_ops ops = {&j, measure_next, measure_compute, measure_finish, NULL,
-                         measure_source_bytes};
+                         measure_source_crcs};
     pn_stream_times t;
     j.t0 = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
     for (size_t i = 0; i < m->n; i++)
         m->entries[i].rows_crc32 = j.rows_crc[i];
     if (times) {
-        times->read = t.read + t.widen;
-        times->compute = j.t_compute;
+        times->read = t.read;
+        times->compute = j.t_compute + t.widen + t.source_crcs;
         times->wait_input = t.wait_input;
     }
 done:

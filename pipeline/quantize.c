@@ -25,6 +25,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,10 +33,12 @@
 #include <zlib.h>
 
 #include "common/crc32.h"
+#include "common/file.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "gguf/gguf_split.h"
+#include "io/source_open.h"
 #include "io/outset.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/reuse.h"
@@ -112,6 +115,82 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
     return PN_OK;
 }
 
+/* Whether a and b name the same place: the same string, one existing file,
+ * or the same name in one folder (for a file that is not there yet). */
+static bool same_place(const char *a, const char *b)
+{
+    if (pn_same_file(a, b))
+        return true;
+    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+    const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
+    if (strcmp(na, nb) != 0)
+        return false;
+    char da[4096], db[4096];
+    int la = ba ? (ba == a ? 1 : (int)(ba - a)) : 1, lb = bb ? (bb == b ? 1 : (int)(bb - b)) : 1;
+    if (la >= (int)sizeof da || lb >= (int)sizeof db)
+        return false;
+    snprintf(da, sizeof da, "%.*s", la, ba ? a : ".");
+    snprintf(db, sizeof db, "%.*s", lb, bb ? b : ".");
+    struct stat sa, sb;
+    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Whether path is the name of a split (any K of any N) of the split output
+ * DST: PREFIX-0000K-of-0000N.gguf with DST's prefix (gguf_split_path). */
+static bool is_split_of(const char *path, const char *dst)
+{
+    size_t n = strlen(path);
+    const size_t tail = sizeof "-00001-of-00002.gguf" - 1;
+    unsigned k = 0, count = 0;
+    char end[8] = "";
+    if (n <= tail || sscanf(path + n - tail, "-%5u-of-%5u%7s", &k, &count, end) != 3 ||
+        strcmp(end, ".gguf") != 0 || k == 0 || count == 0 || k > count)
+        return false;
+    char *mine = gguf_split_prefix(path, k - 1, count);
+    char *first = gguf_split_path(dst, 0, 2);   /* PREFIX-00001-of-00002.gguf */
+    bool same = false;
+    if (mine && first && strlen(first) > tail) {
+        first[strlen(first) - tail] = '\0';
+        same = same_place(mine, first);
+    }
+    free(mine);
+    free(first);
+    return same;
+}
+
+/* --measurement FILE is read when it is there and written when it is not:
+ * it may not be the source (or a split of it), DST or a file of the output
+ * set, or the --reuse file, whose places it would take. */
+static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_reader *src,
+                                        pn_error *err)
+{
+    const char *m = o->measurement_path;
+    if (!m)
+        return PN_OK;
+    const char *what = NULL;
+    for (size_t k = 0; !what && k < gguf_reader_n_splits(src); k++)
+        if (same_place(m, gguf_reader_name(gguf_reader_split(src, k))))
+            what = gguf_reader_n_splits(src) > 1 ? "a file of the source" : "the source";
+    if (!what && same_place(m, o->src_path))
+        what = "the source";
+    if (!what && o->dst_path && same_place(m, o->dst_path))
+        what = "the output (DST)";
+    if (!what && o->dst_path && split_output(o) && is_split_of(m, o->dst_path))
+        what = "a file of the output set";
+    if (!what && o->reuse_path && same_place(m, o->reuse_path))
+        what = "the --reuse file";
+    if (!what && o->recipe_path && same_place(m, o->recipe_path))
+        what = "the recipe";
+    if (!what && o->promote_list_path && same_place(m, o->promote_list_path))
+        what = "the promote list";
+    if (!what)
+        return PN_OK;
+    return pn_error_set(err, PN_ERR_USAGE,
+                        "--measurement %s: that is %s; choose another measurement path", m,
+                        what);
+}
+
 /* ---- the run ------------------------------------------------------------ */
 
 typedef struct run_ctx {
@@ -127,7 +206,7 @@ typedef struct run_ctx {
     uint64_t weights_done, weights_total;
     double t_start;
     pn_source_id sid;        /* the source's identity, for pn.source.*: its tensor_crc
-                              * filled by the stream's reader */
+                              * filled by the stream (in order, qj_finish) */
     uint32_t *rd_sample;     /* per tensor: the sampled rows' CRC-32 as the stream read
                               * them (compared with sid's when read before the run) */
     pn_reuse *ru;            /* --reuse PREV, or NULL */
@@ -181,18 +260,18 @@ static bool qj_next(void *ctx, pn_chunk *ch)
     return pn_job_cursor_next(&q->cur, q->jt, q->n, ch);
 }
 
-static void qj_source_bytes(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
-                            int64_t n_elems)
+/* A slice's source CRCs (the team's): part[0] of all its bytes, part[1]
+ * of those of the sampled rows; qj_finish joins them in order. */
+static void qj_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
+                           int64_t n_elems, pn_crc_part part[PN_STREAM_CRCS])
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
     const int64_t es = pn_type_row_bytes(t->src_type, 1);
-    /* in plan-indexed arrays, final once the reader is past the tensor: a
-     * split of the output patches them in when it closes (io/outset.h) */
-    uint32_t *whole = &q->c->sid.tensor_crc[t->index], *sample = &q->c->rd_sample[t->index];
-    *whole = pn_crc32(*whole, bytes, (size_t)(n_elems * es));
-    *sample = pn_sample_crc_update(*sample, t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at,
-                                   bytes, n_elems);
+    part[0].len = (uint64_t)(n_elems * es);
+    part[0].crc = pn_crc32(0, bytes, (size_t)part[0].len);
+    part[1].crc = pn_sample_crc_piece(t->rows, PN_SOURCE_SAMPLE_ROWS, t->K, es, elem_at, bytes,
+                                      n_elems, &part[1].len);
 }
 
 static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
@@ -268,6 +347,14 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
         q->crc = 0;
     }
     q->crc = (uint32_t)crc32_combine(q->crc, ch->crc, (z_off_t)ch->out_len);
+    /* the source's CRCs, in plan-indexed arrays, final once the tensor is
+     * finished: a split of the output patches them in when it closes
+     * (io/outset.h) */
+    uint32_t *src_crc[PN_STREAM_CRCS] = {&c->sid.tensor_crc[t->index], &c->rd_sample[t->index]};
+    for (int j = 0; j < PN_STREAM_CRCS; j++)
+        if (ch->src_crc[j].len > 0)
+            *src_crc[j] = (uint32_t)crc32_combine(*src_crc[j], ch->src_crc[j].crc,
+                                                  (z_off_t)ch->src_crc[j].len);
     if (ch->last_of_tensor) {
         c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
                                        : q->den > 0.0 ? q->num / q->den : 0.0;
@@ -383,15 +470,16 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.slot_blocks = slot_blocks;
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
     cfg.cpu_path = c->env.cpu_path;
+    cfg.threads = c->env.threads;
     cfg.direct_io = true;          /* read once, in order: around the page cache */
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_bytes};
+    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs};
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
-    stats->t_source_crc = t.source_bytes;
+    stats->t_source_crc = t.source_crcs;
     if (st == PN_OK)
         st = check_identity(c, q.jt, q.n, err);
     stats->t_read = t.read;
@@ -835,7 +923,13 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         if (st != PN_OK)
             return st;
     }
-    st = gguf_reader_open(o->src_path, &c.src, err);
+    {
+        pn_source_opts so = {o->no_mtp, o->tokenizer_pre};
+        st = pn_source_open(o->src_path, &so, &c.src, err);
+    }
+    if (st != PN_OK)
+        goto out;
+    st = check_measurement_path(o, c.src, err);
     if (st != PN_OK)
         goto out;
     for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {

@@ -160,7 +160,9 @@ typedef struct pn_quantize_result {
 typedef pn_status (*pn_result_fn)(const pn_quantize_result *r, void *user, pn_error *err);
 
 typedef struct pn_quantize_opts {
-    const char *src_path;
+    const char *src_path;           /* a GGUF, or a Hugging Face folder (io/source_open.h) */
+    bool no_mtp;                    /* a folder: drop its MTP layer (the converter's --no-mtp) */
+    const char *tokenizer_pre;      /* a folder: tokenizer.ggml.pre for an unknown pattern */
     const char *dst_path;
     const char *recipe_path;        /* NULL: the built-in P0k+19 recipe */
     int promote;                    /* -1: the recipe's `promote` */

@@ -1,6 +1,10 @@
 /* The three-stage chunk stream (see stream.h). One mutex and one condition
- * variable guard four counters; chunk k lives in slot k % n_slots:
+ * variable guard five counters; chunk k lives in slot k % n_slots, and its
+ * raw f16/bf16 bytes (an f32 chunk is read into its floats) in raw buffer
+ * k % N_RAW until the team has widened it:
  *   read_done   chunks 0..read_done-1 are read (or failed to read);
+ *   widened     chunks 0..widened-1 are widened: their raw buffers may be
+ *               filled again;
  *   finished    chunks 0..finished-1 went through finish;
  *   released    chunks 0..released-1 are written (or finished, without a
  *               writer): their slots may be filled again;
@@ -10,17 +14,33 @@
 #include "pipeline/stream.h"
 
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
 
 #include "quant/pn_fast.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 
-/* Source bytes are read in pieces of at most this size, then widened. */
+/* Source bytes are read in pieces of at most this size. */
 #define RAW_BYTES ((size_t)4 << 20)
+/* Raw buffers of 2-byte chunks: the reader reads chunk k+1 while the team
+ * widens chunk k (then chunk k+2 into k's buffer). */
+#define N_RAW 2
+/* The team widens and CRCs a chunk in slices of about this many weights
+ * (each a call of pn_widen_row_checked, which asks the CPU's features). */
+#define SLICE_WEIGHTS ((int64_t)1 << 18)
+#define TIMES_STRIDE 8          /* doubles per thread: no false sharing */
+
+/* One slice's result (calling thread's array, filled by the team). */
+typedef struct slice_res {
+    pn_status st;
+    int64_t bad;               /* first non-finite element of the slice */
+    pn_crc_part part[PN_STREAM_CRCS];
+} slice_res;
 
 double pn_now_seconds(void)
 {
@@ -37,13 +57,18 @@ typedef struct stream {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int64_t read_done, finished, released, end_seq;
+    int64_t read_done, widened, finished, released, end_seq;
     bool stop;
     int64_t err_seq;
     pn_error err;
 
-    uint8_t *raw;              /* the reader's (buffered reads) */
+    uint8_t *raw[N_RAW];       /* raw f16/bf16 bytes of chunks k % N_RAW */
+    const uint8_t **slot_src;  /* per slot: where its chunk's source bytes are */
     gguf_direct *direct;       /* the reader's (cfg.direct_io), or NULL */
+    int threads;               /* the widening team */
+    double *thread_times;      /* threads x TIMES_STRIDE: widen, source CRCs */
+    slice_res *slices;         /* calling thread's */
+    int64_t cap_slices;
     uint64_t advised_end;      /* read-ahead advice given up to this file offset */
     uint32_t advised_split;    /* ... of this split's file (a split source) */
     pn_stream_times t;
@@ -104,13 +129,18 @@ static void advise_ahead(stream *s, uint32_t split, uint64_t at, uint64_t end)
     s->advised_end = end + ra;
 }
 
-/* Reads n elements of tensor c->tensor from element `at` into dst (widened
- * and checked). first_row/first_col locate dst[0] for messages; a range
- * that spans rows (whole rows) has first_col 0 and n_cols == K. */
-static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n, float *dst,
-                            int64_t tensor_row_of_dst0, pn_error *err)
+/* Bytes per element of the types the stream widens; 0 for any other. */
+static int64_t elem_bytes(int src_type)
 {
-    const int64_t elem = pn_type_row_bytes(c->src_type, 1);
+    return src_type == PN_TYPE_F32 ? 4 : src_type == PN_TYPE_F16 || src_type == PN_TYPE_BF16 ? 2 : 0;
+}
+
+/* Reads the bytes of n elements of tensor c->tensor from element `at` into
+ * dst, as they are in the file. */
+static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n, uint8_t *dst,
+                            pn_error *err)
+{
+    const int64_t elem = elem_bytes(c->src_type);
     const uint64_t file_at = gguf_reader_tensor_file_offset(s->cfg->src, c->tensor);
     advise_ahead(s, gguf_reader_tensor(s->cfg->src, c->tensor)->split,
                  file_at + (uint64_t)(at * elem), file_at + (uint64_t)((at + n) * elem));
@@ -118,70 +148,61 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
     for (int64_t done = 0; done < n;) {
         int64_t k = n - done < per ? n - done : per;
         double t0 = pn_now_seconds();
-        const uint8_t *raw = s->raw;
-        pn_status st = s->direct ? gguf_direct_read_tensor(s->direct, c->tensor,
-                                                           (uint64_t)((at + done) * elem),
-                                                           (size_t)(k * elem), &raw, err)
-                                 : gguf_reader_read_tensor(s->cfg->src, c->tensor,
-                                                           (uint64_t)((at + done) * elem),
-                                                           s->raw, (size_t)(k * elem), err);
-        double t1 = pn_now_seconds();
-        s->t.read += t1 - t0;
+        pn_status st;
+        if (s->direct) {
+            const uint8_t *raw = NULL;
+            st = gguf_direct_read_tensor(s->direct, c->tensor, (uint64_t)((at + done) * elem),
+                                         (size_t)(k * elem), &raw, err);
+            if (st == PN_OK)
+                memcpy(dst + done * elem, raw, (size_t)(k * elem));
+        } else {
+            st = gguf_reader_read_tensor(s->cfg->src, c->tensor, (uint64_t)((at + done) * elem),
+                                         dst + done * elem, (size_t)(k * elem), err);
+        }
+        s->t.read += pn_now_seconds() - t0;
         if (st != PN_OK) {
             if (s->cfg->src_path)
                 return pn_error_prefix(err, "%s", s->cfg->src_path);
             return st;
-        }
-        if (s->ops->source_bytes) {
-            s->ops->source_bytes(s->ops->ctx, c, at + done, raw, k);
-            double t2 = pn_now_seconds();
-            s->t.source_bytes += t2 - t1;
-            t1 = t2;
-        }
-        /* widened and checked in one pass (quant/widen.h) */
-        int64_t bad = -1;
-        st = pn_widen_row_checked(s->cfg->cpu_path, c->src_type, raw, dst + done, k, &bad);
-        s->t.widen += pn_now_seconds() - t1;
-        if (st != PN_OK && st != PN_ERR_NONFINITE)
-            return pn_error_set(err, st, "%s: tensor %s: source type %d cannot be widened",
-                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
-                                c->src_type);
-        if (st == PN_ERR_NONFINITE) {
-            int64_t e = done + bad;        /* element of this range */
-            int64_t row, col;
-            if (c->n_cols == c->K && c->col0 == 0 && !c->use_rows) {
-                row = tensor_row_of_dst0 + e / c->K;
-                col = e % c->K;
-            } else {
-                row = tensor_row_of_dst0;
-                col = c->col0 + e;
-            }
-            return pn_error_set(err, PN_ERR_NONFINITE,
-                                "%s: tensor %s, row %lld, column %lld: NaN or infinite weight",
-                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
-                                (long long)row, (long long)col);
         }
         done += k;
     }
     return PN_OK;
 }
 
-static pn_status read_chunk(stream *s, pn_chunk *c, pn_error *err)
+/* Reads chunk c's source bytes into dst (row after row). */
+static pn_status read_chunk(stream *s, pn_chunk *c, uint8_t *dst, pn_error *err)
 {
     if (c->n_rows == 0)
         return PN_OK;           /* bytes from elsewhere: nothing to read, no advice */
+    const int64_t elem = elem_bytes(c->src_type);
     if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K)
-        return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, c->x, c->row0, err);
+        return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, dst, err);
     for (int64_t r = 0; r < c->n_rows; r++) {
         if (cancelled(s))
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
         int64_t row = c->use_rows ? c->rows[r] : c->row0 + r;
-        pn_status st = read_range(s, c, row * c->K + c->col0, c->n_cols, c->x + r * c->n_cols,
-                                  row, err);
+        pn_status st = read_range(s, c, row * c->K + c->col0, c->n_cols,
+                                  dst + r * c->n_cols * elem, err);
         if (st != PN_OK)
             return st;
     }
     return PN_OK;
+}
+
+/* The stream ends at chunk k with error e (kept when it is the earliest):
+ * the chunks before k are still computed and written. */
+static void end_at(stream *s, int64_t k, const pn_error *e)
+{
+    pthread_mutex_lock(&s->mu);
+    if (e && k < s->err_seq) {
+        s->err_seq = k;
+        s->err = *e;
+    }
+    if (s->end_seq < 0 || k < s->end_seq)
+        s->end_seq = k;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void *reader_main(void *arg)
@@ -190,10 +211,11 @@ static void *reader_main(void *arg)
     for (int64_t k = 0;; k++) {
         pthread_mutex_lock(&s->mu);
         double t0 = pn_now_seconds();
-        while (!s->stop && k - s->released >= s->n_slots && !cancelled(s))
+        /* end_seq set by another stage: the team found a bad weight */
+        while (!s->stop && s->end_seq < 0 && k - s->released >= s->n_slots && !cancelled(s))
             wait_a_little(s);
         s->t.wait_output += pn_now_seconds() - t0;
-        bool stop = s->stop;
+        bool stop = s->stop || s->end_seq >= 0;
         pthread_mutex_unlock(&s->mu);
         if (stop)
             return NULL;
@@ -215,26 +237,36 @@ static void *reader_main(void *arg)
         c->blk_norm = bn;
         c->seq = k;
         if (!s->ops->next(s->ops->ctx, c)) {
-            pthread_mutex_lock(&s->mu);
-            s->end_seq = k;
-            pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
+            end_at(s, k, NULL);
             return NULL;
         }
         pn_error e;
         pn_error_clear(&e);
-        pn_status st = read_chunk(s, c, &e);
+        pn_status st = PN_OK;
+        uint8_t *dst = (uint8_t *)c->x;
+        if (c->n_rows > 0 && elem_bytes(c->src_type) == 0) {
+            st = pn_error_set(&e, PN_ERR_TYPE, "%s: tensor %s: source type %d cannot be widened",
+                              s->cfg->src_path, s->cfg->tensor_names[c->tensor], c->src_type);
+        } else if (c->n_rows > 0 && c->src_type != PN_TYPE_F32) {
+            /* a raw buffer: free once chunk k - N_RAW is widened */
+            pthread_mutex_lock(&s->mu);
+            t0 = pn_now_seconds();
+            while (!s->stop && s->end_seq < 0 && k - s->widened >= N_RAW && !cancelled(s))
+                wait_a_little(s);
+            s->t.wait_output += pn_now_seconds() - t0;
+            stop = s->stop || s->end_seq >= 0;
+            pthread_mutex_unlock(&s->mu);
+            if (stop)
+                return NULL;
+            dst = s->raw[k % N_RAW];
+        }
+        s->slot_src[k % s->n_slots] = dst;
+        if (st == PN_OK)
+            st = read_chunk(s, c, dst, &e);
         if (st != PN_OK) {
             /* the chunks before this one are still computed and written, so
              * an error found in one of them comes first */
-            pthread_mutex_lock(&s->mu);
-            if (k < s->err_seq) {
-                s->err_seq = k;
-                s->err = e;
-            }
-            s->end_seq = k;
-            pthread_cond_broadcast(&s->cv);
-            pthread_mutex_unlock(&s->mu);
+            end_at(s, k, &e);
             return NULL;
         }
         pthread_mutex_lock(&s->mu);
@@ -282,6 +314,100 @@ static void *writer_main(void *arg)
 }
 
 /* ---- the calling thread ------------------------------------------------- */
+
+/* The team widens chunk c from its source bytes into c->x and checks every
+ * weight, and computes ops.source_crcs of the bytes, in slices: a range of
+ * whole consecutive rows is cut anywhere, otherwise each row on its own.
+ * The slices' CRCs are joined in order into c->src_crc; a non-finite
+ * weight is reported at the first one in the chunk's order. */
+static pn_status widen_chunk(stream *s, pn_chunk *c, pn_error *err)
+{
+    memset(c->src_crc, 0, sizeof c->src_crc);
+    if (c->n_rows == 0)
+        return PN_OK;
+    const uint8_t *raw = s->slot_src[c->seq % s->n_slots];
+    const int64_t es = elem_bytes(c->src_type);
+    const bool f32 = c->src_type == PN_TYPE_F32;
+    const bool consecutive = !c->use_rows && c->col0 == 0 && c->n_cols == c->K;
+    const int64_t total = c->n_rows * c->n_cols;
+    const int64_t per_row = consecutive ? 0 : (c->n_cols + SLICE_WEIGHTS - 1) / SLICE_WEIGHTS;
+    const int64_t n = consecutive ? (total + SLICE_WEIGHTS - 1) / SLICE_WEIGHTS
+                                  : c->n_rows * per_row;
+    if (n > s->cap_slices) {
+        slice_res *p = realloc(s->slices, (size_t)n * sizeof *p);
+        if (!p)
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory for the slices of a chunk");
+        s->slices = p;
+        s->cap_slices = n;
+    }
+    const pn_stream_ops *ops = s->ops;
+    const int path = s->cfg->cpu_path;
+    slice_res *res = s->slices;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads)
+    for (int64_t i = 0; i < n; i++) {
+        double *tt = s->thread_times + (size_t)omp_get_thread_num() * TIMES_STRIDE;
+        int64_t off, len, elem_at;
+        if (consecutive) {
+            off = i * SLICE_WEIGHTS;
+            len = total - off < SLICE_WEIGHTS ? total - off : SLICE_WEIGHTS;
+            elem_at = c->row0 * c->K + off;
+        } else {
+            int64_t r = i / per_row, j = (i % per_row) * SLICE_WEIGHTS;
+            int64_t row = c->use_rows ? c->rows[r] : c->row0 + r;
+            off = r * c->n_cols + j;
+            len = c->n_cols - j < SLICE_WEIGHTS ? c->n_cols - j : SLICE_WEIGHTS;
+            elem_at = row * c->K + c->col0 + j;
+        }
+        const uint8_t *src = raw + off * es;
+        slice_res *sr = &res[i];
+        double t0 = omp_get_wtime();
+        if (f32) {
+            /* read into place: the exact floats (little-endian) */
+            sr->bad = pn_find_nonfinite(c->x + off, len);
+            sr->st = sr->bad < 0 ? PN_OK : PN_ERR_NONFINITE;
+        } else {
+            sr->st = pn_widen_row_checked(path, c->src_type, src, c->x + off, len, &sr->bad);
+        }
+        double t1 = omp_get_wtime();
+        tt[0] += t1 - t0;
+        memset(sr->part, 0, sizeof sr->part);
+        if (ops->source_crcs) {
+            ops->source_crcs(ops->ctx, c, elem_at, src, len, sr->part);
+            tt[1] += omp_get_wtime() - t1;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const slice_res *sr = &res[i];
+        if (sr->st == PN_ERR_NONFINITE) {
+            int64_t row, col;
+            if (consecutive) {
+                int64_t e = i * SLICE_WEIGHTS + sr->bad;   /* element of the chunk */
+                row = c->row0 + e / c->K;
+                col = e % c->K;
+            } else {
+                int64_t r = i / per_row;
+                row = c->use_rows ? c->rows[r] : c->row0 + r;
+                col = c->col0 + (i % per_row) * SLICE_WEIGHTS + sr->bad;
+            }
+            return pn_error_set(err, PN_ERR_NONFINITE,
+                                "%s: tensor %s, row %lld, column %lld: NaN or infinite weight",
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
+                                (long long)row, (long long)col);
+        }
+        if (sr->st != PN_OK)
+            return pn_error_set(err, sr->st, "%s: tensor %s: source type %d cannot be widened",
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
+                                c->src_type);
+        for (int j = 0; j < PN_STREAM_CRCS; j++) {
+            if (sr->part[j].len == 0)
+                continue;
+            c->src_crc[j].crc = (uint32_t)crc32_combine(c->src_crc[j].crc, sr->part[j].crc,
+                                                        (z_off_t)sr->part[j].len);
+            c->src_crc[j].len += sr->part[j].len;
+        }
+    }
+    return PN_OK;
+}
 
 /* Chunk c went through finish: hand it to the writer or release it. */
 static void finished_one(stream *s, const pn_chunk *c)
@@ -331,7 +457,23 @@ static void compute_loop(stream *s)
         pn_chunk *c = &s->slots[k % s->n_slots];
         pn_error e;
         pn_error_clear(&e);
-        pn_status st = s->ops->compute(s->ops->ctx, c, &e);
+        pn_status st = widen_chunk(s, c, &e);
+        pthread_mutex_lock(&s->mu);
+        s->widened = k + 1;     /* its raw buffer may be filled again */
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (st != PN_OK) {
+            /* as a read error: the stream ends at k, the chunks before it
+             * (a deferred one too) are finished and written */
+            if (pending) {
+                pn_chunk *p = pending;
+                pending = NULL;
+                finish_one(s, p);
+            }
+            end_at(s, k, &e);
+            break;
+        }
+        st = s->ops->compute(s->ops->ctx, c, &e);
         if (pending) {
             /* the deferred chunk comes first, whatever happened to this one */
             pn_chunk *p = pending;
@@ -375,15 +517,19 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
     if (!pn_path_available(cfg->cpu_path))
         return pn_error_set(err, PN_ERR_INTERNAL, "the stream's CPU path %s is not available",
                             pn_path_name(cfg->cpu_path));
+    s.threads = cfg->threads < 1 ? 1 : cfg->threads;
     s.slots = calloc((size_t)s.n_slots, sizeof *s.slots);
+    s.slot_src = calloc((size_t)s.n_slots, sizeof *s.slot_src);
+    s.thread_times = calloc((size_t)s.threads * TIMES_STRIDE, sizeof(double));
     if (cfg->direct_io) {
         st = gguf_direct_open(cfg->src, RAW_BYTES, &s.direct, err);
         if (st != PN_OK)
             goto done;
-    } else {
-        s.raw = malloc(RAW_BYTES);
     }
-    if (!s.slots || (!s.raw && !s.direct)) {
+    bool raw_ok = true;
+    for (int i = 0; i < N_RAW; i++)
+        raw_ok = raw_ok && (s.raw[i] = malloc((size_t)cfg->slot_weights * 2)) != NULL;
+    if (!s.slots || !s.slot_src || !s.thread_times || !raw_ok) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the chunk buffers");
         goto done;
     }
@@ -446,8 +592,17 @@ done:
             free(s.slots[i].blk_norm);
         }
     free(s.slots);
-    free(s.raw);
+    free(s.slot_src);
+    for (int i = 0; i < N_RAW; i++)
+        free(s.raw[i]);
+    free(s.slices);
     gguf_direct_close(s.direct);
+    if (s.thread_times)
+        for (int i = 0; i < s.threads; i++) {
+            s.t.widen += s.thread_times[(size_t)i * TIMES_STRIDE] / s.threads;
+            s.t.source_crcs += s.thread_times[(size_t)i * TIMES_STRIDE + 1] / s.threads;
+        }
+    free(s.thread_times);
     if (t)
         *t = s.t;
     return st;

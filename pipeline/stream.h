@@ -2,13 +2,18 @@
  *
  * A stream is a sequence of chunks (pieces of source tensors, whole blocks of
  * whatever the consumer computes) that pass through three stages:
- *   reader   a helper thread: describes chunk k (ops.next), reads its source
- *            bytes with pread (file order, read-ahead advice) or, with
- *            cfg.direct_io, around the page cache (gguf/gguf.h, direct
- *            reads: the ring of slots is the read-ahead), widens them to
- *            float and checks that every weight is finite, in one pass on
- *            cfg.cpu_path (pn_widen_row_checked);
- *   compute  the calling thread, with its OpenMP team: ops.compute (the
+ *   reader   a helper thread: describes chunk k (ops.next) and reads its
+ *            raw source bytes with pread (file order, read-ahead advice)
+ *            or, with cfg.direct_io, around the page cache (gguf/gguf.h,
+ *            direct reads: the ring of slots is the read-ahead): an f32
+ *            chunk straight into its float buffer, an f16/bf16 chunk into
+ *            one of two raw buffers;
+ *   compute  the calling thread, with its OpenMP team of cfg.threads: first
+ *            the team widens the chunk to float and checks that every
+ *            weight is finite, in one pass on cfg.cpu_path
+ *            (pn_widen_row_checked), and computes ops.source_crcs of the
+ *            raw bytes, in slices combined in order (so no figure depends
+ *            on the thread count or the chunk size); then ops.compute (the
  *            parallel work), then ops.finish (the in-order part: sums, CRCs,
  *            progress), always in chunk order;
  *   writer   a helper thread (only when ops.write is set): ops.write, in
@@ -34,9 +39,9 @@
  * with c->abandoned set.
  *
  * Only the calling thread calls compute and finish, so those may call the
- * caller's callbacks (progress) and use OpenMP. next and source_bytes run
- * on the reader thread and write on the writer thread, each always on the
- * same one.
+ * caller's callbacks (progress) and use OpenMP. next runs on the reader
+ * thread and write on the writer thread, each always on the same one;
+ * source_crcs runs on the team's threads, on slices in any order.
  *
  * A chunk of no rows (n_rows 0) reads nothing: its bytes come from
  * elsewhere (a tensor copied from another file), and compute, finish and
@@ -53,6 +58,17 @@
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
 
+/* CRC-32s an op keeps of the source bytes (e.g. of all of them, and of
+ * those of sampled rows). */
+#define PN_STREAM_CRCS 2
+
+/* The CRC-32 (zlib's, from 0) of len bytes: pieces in order are joined with
+ * crc32_combine(a.crc, b.crc, b.len). */
+typedef struct pn_crc_part {
+    uint32_t crc;
+    uint64_t len;
+} pn_crc_part;
+
 typedef struct pn_chunk {
     /* set by ops.next */
     size_t tensor;            /* source tensor index */
@@ -67,6 +83,9 @@ typedef struct pn_chunk {
     /* set by the stream */
     int64_t seq;              /* position in the stream, from 0 */
     float *x;                 /* n_rows * n_cols floats, widened (row after row) */
+    /* ops.source_crcs of the chunk's source bytes, its slices joined in
+     * order: set before ops.compute (len 0 when nothing was read) */
+    pn_crc_part src_crc[PN_STREAM_CRCS];
 
     /* buffers of the slot, for the ops (capacities from the config) */
     int64_t *rows;            /* cfg.slot_rows entries */
@@ -93,12 +112,16 @@ typedef struct pn_stream_ops {
     pn_status (*finish)(void *ctx, pn_chunk *c, pn_error *err);
     /* Writer thread; NULL: no writer stage. */
     pn_status (*write)(void *ctx, pn_chunk *c, pn_error *err);
-    /* The source bytes the reader read for chunk c, before they are
-     * widened: elements [elem_at, elem_at + n_elems) of its tensor
-     * (row-major), in the order they are read (a chunk's rows in order,
-     * each row's columns in order). Reader thread; may be NULL. */
-    void (*source_bytes)(void *ctx, const pn_chunk *c, int64_t elem_at, const uint8_t *bytes,
-                         int64_t n_elems);
+    /* The CRC-32s of a slice of chunk c's source bytes, as read, before
+     * they are widened: elements [elem_at, elem_at + n_elems) of its tensor
+     * (row-major; a slice never crosses the end of one of the chunk's
+     * rows unless the chunk is whole consecutive rows). part[j] (zeroed
+     * before) receives the CRC-32 from 0 of the bytes CRC j covers in the
+     * slice, and their number. A pure function of its arguments: the team
+     * calls it on the slices in any order and at once; the stream joins
+     * the slices in order into c->src_crc. May be NULL. */
+    void (*source_crcs)(void *ctx, const pn_chunk *c, int64_t elem_at, const uint8_t *bytes,
+                        int64_t n_elems, pn_crc_part part[PN_STREAM_CRCS]);
 } pn_stream_ops;
 
 typedef struct pn_stream_cfg {
@@ -110,6 +133,7 @@ typedef struct pn_stream_cfg {
     int64_t slot_blocks;
     uint64_t readahead_bytes; /* advice ahead of contiguous reads; 0: none */
     int cpu_path;             /* PN_PATH_* of the widening (quant/widen.h) */
+    int threads;              /* the team that widens (>= 1; < 1: 1) */
     bool direct_io;           /* read around the page cache (gguf_direct_*; for a
                                * file read once in order); then no advice */
     const char *src_path;     /* for messages */
@@ -117,12 +141,14 @@ typedef struct pn_stream_cfg {
     volatile sig_atomic_t *cancel;
 } pn_stream_cfg;
 
-/* Seconds each stage spent: reading (pread) and widening (reader thread);
- * waiting for a free buffer (reader); waiting for a chunk to compute
- * (calling thread); writing and waiting for a chunk to write (writer). */
+/* Seconds each stage spent: reading (pread, reader thread); waiting for a
+ * free buffer (reader); widening and in ops.source_crcs (the team:
+ * thread-seconds / threads, that stage's share of wall time); waiting for
+ * a chunk to compute (calling thread); writing and waiting for a chunk to
+ * write (writer). */
 typedef struct pn_stream_times {
     double read, widen, wait_output, wait_input, write, wait_write;
-    double source_bytes;      /* in ops.source_bytes (reader thread) */
+    double source_crcs;
 } pn_stream_times;
 
 pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_stream_times *t,

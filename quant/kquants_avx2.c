@@ -24,4 +24,5 @@
 #define KQ_MASK32(lo, hi)                                                                          \
     _mm256_permute4x64_pd(                                                                         \
         (__m256d)_mm256_shuffle_ps((__m256)(lo), (__m256)(hi), 0x88), 0xd8)
+#define KQ_ROUND_NONNEG(v) ((kvf)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #include "quant/kquants_simd.h"

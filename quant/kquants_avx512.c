@@ -21,4 +21,5 @@
 #define KQ_MASK32(lo, hi)                                                                          \
     _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32((__m512i)(lo))),              \
                        _mm512_cvtepi64_epi32((__m512i)(hi)), 1)
+#define KQ_ROUND_NONNEG(v) ((kvf)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #include "quant/kquants_simd.h"

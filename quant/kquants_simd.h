@@ -172,6 +172,17 @@ static inline kvf kq_roundv(kvf v)
 
 static inline kvf kq_clampv(kvf v, kvf lo, kvf hi) { return kq_minf(kq_maxf(v, lo), hi); }
 
+/* kq_roundv of a value already clamped to [+0, 63] (q4_K's codes, scales
+ * and mins): there (v + 1.5 * 2^23) lies in [2^23, 2^24), where the float
+ * unit is 1, so the magic addition rounds to the nearest integer, ties to
+ * even (1.5 * 2^23 is even), and the subtraction is exact: rint(v), which
+ * is one instruction where the ISA rounds in place (KQ_ROUND_NONNEG). The
+ * clamp's max(v, +0) turns -0 into +0, so no result is -0 either way. */
+#ifndef KQ_ROUND_NONNEG
+#define KQ_ROUND_NONNEG(v) kq_roundv(v)
+#endif
+static inline kvf kq_round_nonneg(kvf v) { return (kvf)KQ_ROUND_NONNEG(v); }
+
 /* The reference's four-lane sum: (l0 + l1) + (l2 + l3). */
 static inline kvf kq_comb(const kvf *a) { return (a[0] + a[1]) + (a[2] + a[3]); }
 
@@ -276,7 +287,7 @@ static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq,
     for (int k = 0; k < Q4F_SUB / 4; k++) {
         for (int l = 0; l < 4; l++) {
             const kvf xe = xt[4 * k + l];
-            const kvf c = kq_roundv(kq_clampv((xe - lo) * inv, zero, hi));
+            const kvf c = kq_round_nonneg(kq_clampv((xe - lo) * inv, zero, hi));
             aq[l] = aq[l] + c;
             aqq[l] = KQ_FMA_EXACT(c, c, aqq[l]);
             axq[l] = axq[l] + xe * c;
@@ -340,10 +351,17 @@ static inline void q4f_fit(const kvf *xt, kvf *a_out, kvf *b_out, kvd2 *sx_out, 
     for (int h = 0; h < 2; h++)
         sxn.h[h] = sx.h[h] / (double)Q4F_SUB;
     kvd2 best_a = kq_splatd2(0.0), best_c = best_a, best_err = kq_splatd2(INFINITY);
+    /* the nine trial steps do not depend on u: divided once each. For u = 0
+     * the low end is lo + 0/inv = lo + (+0) = lo exactly wherever inv is a
+     * positive finite float (every sloped lane; the others are garbage no
+     * select takes), so it skips the division. */
+    kvf invs[9];
+    for (int t = 0; t < 9; t++)
+        invs[t] = (15.0f + q4f_trial[t]) / range;
     for (int u = 0; u < 3; u++) {
         for (int t = 0; t < 9; t++) {
-            const kvf inv = (15.0f + q4f_trial[t]) / range;
-            const kvf lou = lo + 0.25f * (float)u / inv;
+            const kvf inv = invs[t];
+            const kvf lou = u == 0 ? lo : lo + 0.25f * (float)u / inv;
             kvd2 sq, sqq, sxq;
             q4f_sums(xt, lou, inv, &sq, &sqq, &sxq);
             for (int h = 0; h < 2; h++) {
@@ -388,7 +406,7 @@ static inline kvf q4f_error(const kvf *xt, kvf step, kvf off, kvf inv)
     for (int k = 0; k < Q4F_SUB / 4; k++) {
         for (int l = 0; l < 4; l++) {
             const kvf xe = xt[4 * k + l];
-            const kvf c = kq_roundv(kq_clampv((xe + off) * inv, zero, hi));
+            const kvf c = kq_round_nonneg(kq_clampv((xe + off) * inv, zero, hi));
             const kvf diff = xe - (step * c - off);
             acc[l] = acc[l] + diff * diff;
         }
@@ -422,8 +440,8 @@ static inline void q4f_integers_vec(const kvf *xt, kvf a, kvf b, kvf d, kvf dm, 
                                     kvf *m_out, kvf *err_out)
 {
     const kvf zero = kq_splat(0.0f), c63 = kq_splat(63.0f), one = kq_splat(1.0f);
-    const kvf sc0 = kq_self(d > 0.0f, kq_roundv(kq_clampv(a / d, zero, c63)), zero);
-    const kvf m0 = kq_self(dm > 0.0f, kq_roundv(kq_clampv(b / dm, zero, c63)), zero);
+    const kvf sc0 = kq_self(d > 0.0f, kq_round_nonneg(kq_clampv(a / d, zero, c63)), zero);
+    const kvf m0 = kq_self(dm > 0.0f, kq_round_nonneg(kq_clampv(b / dm, zero, c63)), zero);
     const kvi dz = d == 0.0f, dmz = dm == 0.0f;
     const kvf sc_lo = kq_self(dz, zero, kq_self(sc0 > 0.0f, sc0 - one, zero));
     const kvf sc_hi = kq_self(dz, zero, kq_self(sc0 < 63.0f, sc0 + one, c63));
@@ -482,7 +500,7 @@ static inline void q4f_code_sums(const kvf (*xt)[Q4F_SUB], const kvd2 (*xd)[Q4F_
         kvf fa = zero, faa = zero;
         kvd2 xa = kq_splatd2(0.0);
         for (int e = 0; e < Q4F_SUB; e++) {
-            const kvf c = kq_roundv(kq_clampv((xt[v][e] + off) * inv, zero, hi));
+            const kvf c = kq_round_nonneg(kq_clampv((xt[v][e] + off) * inv, zero, hi));
             fa = fa + c;
             faa = KQ_FMA_EXACT(c, c, faa);
             const kvd2 qa = kq_widen(c);
@@ -571,7 +589,7 @@ static inline void q4f_pack(const float *x, const q4f_state *s, int bl, uint8_t 
         for (int e = 0; e < Q4F_SUB; e += KQ_W) {
             kvf xv;
             memcpy(&xv, x + j * Q4F_SUB + e, sizeof xv);
-            const kvf c = kq_roundv(kq_clampv((xv + voff) * vinv, zero, hi));
+            const kvf c = kq_round_nonneg(kq_clampv((xv + voff) * vinv, zero, hi));
             kq_store_codes(c, q + j * Q4F_SUB + e);
             if (dq) {
                 const kvf y = kq_splat(step) * c - voff;

@@ -32,6 +32,43 @@ void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *code
     }
 }
 
+/* Each word holds codes c0..c(n-1), n = per_word: even ones from bit 0,
+ * odd ones from bit 16, `bits` apart. Eight code bytes read as one
+ * little-endian u64 x: (x & F) keeps c0, c2, c4, c6 at bits 0, 16, 32, 48
+ * (F: the low `bits` of every other byte) and one multiplication by
+ * 2^48 + 2^(48+b-16) + 2^(48+2b-32) + 2^(48+3b-48) moves them to bits 48,
+ * 48+b, 48+2b, 48+3b; the other products land on distinct fields of `bits`
+ * bits (b = 3: at 9, 22, 25, 35, 38, 41; b = 4: at 12, 24, 28, 36, 40, 44)
+ * or past bit 63, so nothing carries into the top 16 bits. The same for the
+ * odd codes (x >> 8); pn3t's ninth and tenth codes are added by hand. */
+void pn_fast_pack_block_mul(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
+                            uint8_t *block)
+{
+    block[offsetof(block_pnt, d)] = (uint8_t)d_bits;
+    block[offsetof(block_pnt, d) + 1] = (uint8_t)(d_bits >> 8);
+    const int per_word = p->per_word, b = p->bits;
+    const uint64_t F = b == 3 ? 0x0007000700070007ull : 0x000f000f000f000full;
+    const uint64_t M = (1ull << 48) | (1ull << (32 + b)) | (1ull << (16 + 2 * b)) | (1ull << (3 * b));
+    for (int wi = 0; wi < 8; wi++) {
+        const uint8_t *c = codes + wi * per_word;
+        uint64_t x;
+        memcpy(&x, c, sizeof x);
+        x = pn_fast_le64(x);
+        uint32_t lo = (uint32_t)(((x & F) * M) >> 48);
+        uint32_t hi = (uint32_t)((((x >> 8) & F) * M) >> 48);
+        if (per_word == 10) {
+            lo |= (uint32_t)c[8] << 12;
+            hi |= (uint32_t)c[9] << 12;
+        }
+        uint32_t word = lo | (hi << 16);
+        uint8_t *wp = block + PN_BLOCK_WORDS_AT + 4 * wi;
+        wp[0] = (uint8_t)word;
+        wp[1] = (uint8_t)(word >> 8);
+        wp[2] = (uint8_t)(word >> 16);
+        wp[3] = (uint8_t)(word >> 24);
+    }
+}
+
 void pn_fast_zero_block(const pn_params *p, uint8_t *block)
 {
     uint8_t codes[80];
@@ -270,6 +307,19 @@ pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t 
     default:
         return PN_ERR_USAGE;
     }
+}
+
+pn_status pn_quantize_row_path_v1(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col)
+{
+    const pn_params *p = pn_params_get(type);
+    if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
+        return PN_ERR_USAGE;
+    if (path == PN_PATH_AVX2)
+        return pn_quantize_row_avx2_v1(p, x, n, out, bad_col, NULL, NULL);
+    if (path == PN_PATH_AVX512)
+        return pn_quantize_row_avx512_v1(p, x, n, out, bad_col, NULL, NULL);
+    return pn_quantize_row_path(path, type, x, n, out, bad_col);
 }
 
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)

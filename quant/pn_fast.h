@@ -21,9 +21,12 @@
  * Why the fast paths are exact (the argument is in quant/pn_fast_internal.h):
  * they score candidates with w * (1/s) in place of w / s, which can change a
  * code only at an exact half-way point, where both codes give the same error
- * term; they sum every candidate's error in element order in double, exactly
- * as the reference does; and they compute the winner's codes with the
- * reference's division.
+ * term; the portable path sums every candidate's error in element order in
+ * double, exactly as the reference does; the AVX2 and AVX-512 paths score
+ * every candidate in float and sum in double, that way, only the candidates
+ * whose float score is within its proven error bound of the best (so every
+ * candidate that could win or tie is summed exactly); and they compute the
+ * winner's codes with the reference's division.
  *
  * Nothing here allocates, prints or keeps state; all functions are
  * thread-safe.
@@ -73,6 +76,14 @@ pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, ui
  * entry point callers use. */
 pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
                                     int64_t *bad_col, double *blk_err, double *blk_norm);
+
+/* pn_quantize_row_path with the search the AVX2 and AVX-512 paths used
+ * before the float-scored one (every candidate summed in double; the
+ * scalar paths have only the one search): the same bytes, slower. Kept so
+ * bench_pn can time the old search against the new on one machine in one
+ * run, and so the tests keep both exact. */
+pn_status pn_quantize_row_path_v1(int path, int type, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col);
 
 /* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
  * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every

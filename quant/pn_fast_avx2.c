@@ -1,14 +1,21 @@
-/* The AVX2 PN quantizer: one lane per candidate scale, the 36 candidates in
- * nine 4-double vectors; for each element in order every lane adds its own
- * error term, so each candidate's error is the reference's sum in the
- * reference's order. Exactness: pn_fast_internal.h. Compiled with -mavx2
- * -mf16c; called only when pn_path_available(PN_PATH_AVX2). */
+/* The AVX2 PN quantizer. The search (pn_quantize_row_avx2): the 36
+ * candidates scored in float, four 8-float vectors and one 4-float one,
+ * then only those the float scores cannot tell from the best summed again in
+ * double, four lanes at a time, exactly as the reference sums them. The
+ * previous search (pn_quantize_row_avx2_v1, the baseline bench_pn times):
+ * one double lane per candidate in nine 4-double vectors; for each element
+ * in order every lane adds its own error term, so each candidate's error is
+ * the reference's sum in the reference's order. Exactness: arguments 1-3
+ * of pn_fast_internal.h. Compiled with -mavx2 -mf16c -mfma; called only when
+ * pn_path_available(PN_PATH_AVX2). */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "quant/pn_fast_internal.h"
 
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define ROUND_DOWN (_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 #define NVEC (PN_N_CANDIDATES / 4)
 
 typedef struct cands256 {
@@ -18,10 +25,16 @@ typedef struct cands256 {
     bool any_overflow;
 } cands256;
 
-static inline void make_candidates(double sigma, double amax, int z, cands256 *c)
+/* s of every candidate (+inf where skipped, so that a skipped lane's float
+ * score is NaN and no comparison admits it) and, with want_r, r = 1/s (the
+ * previous search's; the float search divides only for the few it
+ * rescores). */
+static inline void make_candidates(double sigma, double amax, int z, cands256 *c, const int want_r)
 {
     const __m256d vsig = _mm256_set1_pd(sigma), vamax = _mm256_set1_pd(amax);
-    const __m256d vz = _mm256_set1_pd((double)z), one = _mm256_set1_pd(1.0);
+    const __m256d inv_z = _mm256_set1_pd(1.0 / (double)z), one = _mm256_set1_pd(1.0);
+    const __m256d vz = _mm256_set1_pd((double)z);
+    const __m256d inf = _mm256_set1_pd(__builtin_inf());
     const __m256d expmask = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)PN_FAST_EXP_MASK));
     const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)~PN_FAST_SIGN_MASK));
     const __m256d minhalf = _mm256_set1_pd(PN_FAST_MIN_NORMAL_HALF);
@@ -30,8 +43,12 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
     uint64_t valid = 0, overflow = 0;
     for (int v = 0; v < NVEC; v++) {
         __m256d m = _mm256_load_pd(pn_fast_m + 4 * v);
-        /* t = sigma * m * amax / z, left to right as in the reference */
-        __m256d t = _mm256_div_pd(_mm256_mul_pd(_mm256_mul_pd(vsig, m), vamax), vz);
+        /* t = sigma * m * amax / z, left to right as in the reference; z is
+         * 4 or 8 and |sigma * m * amax| >= 2^-150, so dividing by z and
+         * multiplying by 1/z are the same exact scaling (the previous search
+         * keeps its division, to time it as it was) */
+        __m256d x = _mm256_mul_pd(_mm256_mul_pd(vsig, m), vamax);
+        __m256d t = want_r ? _mm256_div_pd(x, vz) : _mm256_mul_pd(x, inv_z);
         __m256d a = _mm256_and_pd(t, absmask);
         __m256d lead = _mm256_max_pd(_mm256_and_pd(a, expmask), minhalf);
         /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
@@ -40,9 +57,10 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
         __m256d y = _mm256_sub_pd(_mm256_add_pd(a, magic), magic);
         __m256d ovf = _mm256_cmp_pd(y, halfmax, _CMP_GT_OQ);
         __m256d ok = _mm256_andnot_pd(ovf, _mm256_cmp_pd(y, zero, _CMP_NEQ_OQ));
-        __m256d s = _mm256_blendv_pd(one, _mm256_mul_pd(y, vsig), ok);
+        __m256d s = _mm256_blendv_pd(inf, _mm256_mul_pd(y, vsig), ok);
         _mm256_store_pd(c->s + 4 * v, s);
-        _mm256_store_pd(c->r + 4 * v, _mm256_div_pd(one, s));
+        if (want_r)
+            _mm256_store_pd(c->r + 4 * v, _mm256_div_pd(one, s));
         valid |= (uint64_t)_mm256_movemask_pd(ok) << (4 * v);
         overflow |= (uint64_t)_mm256_movemask_pd(ovf) << (4 * v);
     }
@@ -85,6 +103,165 @@ static inline __attribute__((always_inline)) void candidate_errors(const double 
         *norm = nrm;
 }
 
+/* The exact double errors of the candidates in `set` (bit i: candidate i),
+ * four lanes at a time, into err[i]: candidate_errors' arithmetic, so each is
+ * the reference's sum (argument 2 of pn_fast_internal.h). With norm not
+ * NULL, *norm = sum wd[e]^2 in element order, a chain beside the first
+ * batch. */
+static void rescore(const double *wd, int G, int z, const cands256 *c, uint64_t set, double *err,
+                    double *norm)
+{
+    const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
+    double nrm = 0.0;
+    for (int batch = 0; set; batch++) {
+        double s4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
+        double r4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
+        int idx[4], cnt = 0;
+        for (; set && cnt < 4; cnt++) {
+            idx[cnt] = __builtin_ctzll(set);
+            set &= set - 1;
+            s4[cnt] = c->s[idx[cnt]];
+            r4[cnt] = 1.0 / s4[cnt];
+        }
+        const __m256d S = _mm256_load_pd(s4), R = _mm256_load_pd(r4);
+        __m256d E = _mm256_setzero_pd();
+        if (norm && batch == 0) {
+            for (int e = 0; e < G; e++) {
+                const __m256d wv = _mm256_set1_pd(wd[e]);
+                __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);
+                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S, _mm256_round_pd(q, ROUND_NEAREST)));
+                E = _mm256_add_pd(E, _mm256_mul_pd(d, d));
+                nrm = nrm + wd[e] * wd[e];
+            }
+            *norm = nrm;
+        } else {
+            for (int e = 0; e < G; e++) {
+                const __m256d wv = _mm256_set1_pd(wd[e]);
+                __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);
+                __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S, _mm256_round_pd(q, ROUND_NEAREST)));
+                E = _mm256_add_pd(E, _mm256_mul_pd(d, d));
+            }
+        }
+        double out4[4] __attribute__((aligned(32)));
+        _mm256_store_pd(out4, E);
+        for (int j = 0; j < cnt; j++)
+            err[idx[j]] = out4[j];
+    }
+}
+
+/* One float step of the search (argument 3 of pn_fast_internal.h): the
+ * code k = floor(clamp(fl(w * r + 1/2), +-(z - 1/2))), the remainder
+ * fl(w - s*k) and its square fused into the running float sum. */
+#define PN_FSTEP(wv, S, R, E, half, lo, hi, sfx)                                               \
+    do {                                                                                       \
+        __typeof__(E) q_ = _mm##sfx##_fmadd_ps(wv, R, half);                                  \
+        q_ = _mm##sfx##_min_ps(_mm##sfx##_max_ps(q_, lo), hi);                                 \
+        __typeof__(E) d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_round_ps(q_, ROUND_DOWN), wv);  \
+        E = _mm##sfx##_fmadd_ps(d_, d_, E);                                                    \
+    } while (0)
+
+/* The survivors of the float scores (pn_search_survivors): a skipped lane's
+ * score is NaN (s = +inf), which min ignores (it returns its second operand
+ * when either is NaN) and no comparison admits. f_i <= thr in double is
+ * f_i <= thr rounded down to float, f_i being a float. */
+static inline uint64_t survivors(const __m256 *F, __m128 F4)
+{
+    __m256 mn = _mm256_set1_ps(__builtin_inff());
+    for (int v = 0; v < 4; v++)
+        mn = _mm256_min_ps(F[v], mn);
+    __m128 m4 = _mm_min_ps(F4, _mm_min_ps(_mm256_extractf128_ps(mn, 1), _mm256_castps256_ps128(mn)));
+    m4 = _mm_min_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_min_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const double thr = (double)_mm_cvtss_f32(m4) * PN_SEARCH_REL + PN_SEARCH_ABS;
+    float thr_f = (float)thr;
+    if ((double)thr_f > thr)
+        thr_f = __builtin_nextafterf(thr_f, 0.0f);
+    const __m256 t = _mm256_set1_ps(thr_f);
+    uint64_t set = 0;
+    for (int v = 0; v < 4; v++)
+        set |= (uint64_t)_mm256_movemask_ps(_mm256_cmp_ps(F[v], t, _CMP_LE_OQ)) << (8 * v);
+    set |= (uint64_t)_mm_movemask_ps(_mm_cmp_ps(F4, _mm256_castps256_ps128(t), _CMP_LE_OQ)) << 32;
+    return set;
+}
+
+/* Every candidate's float score (argument 3 of pn_fast_internal.h) into
+ * E[0..3] (candidates 0..31) and *E4 (32..35); with carry, the loop also
+ * runs the previous group's pending sums, one element a step. */
+static inline __attribute__((always_inline)) void
+float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 *E4out,
+             pn_search_pending *pd, const int carry)
+{
+    __m256 S[4], R[4];
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int v = 0; v < 4; v++) {
+        /* s is a half value (or +inf): exact in float; r = fl32(1/s) */
+        S[v] = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(c->s + 8 * v + 4)),
+                               _mm256_cvtpd_ps(_mm256_load_pd(c->s + 8 * v)));
+        R[v] = _mm256_div_ps(one, S[v]);
+        E[v] = _mm256_setzero_ps();
+    }
+    const __m128 S4 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
+    const __m128 R4 = _mm_div_ps(_mm_set1_ps(1.0f), S4);
+    __m128 E4 = _mm_setzero_ps();
+    const float zc = (float)z - 0.5f;
+    const __m256 lo = _mm256_set1_ps(-zc), hi = _mm256_set1_ps(zc), half = _mm256_set1_ps(0.5f);
+    const __m128 lo4 = _mm_set1_ps(-zc), hi4 = _mm_set1_ps(zc), half4 = _mm_set1_ps(0.5f);
+    const double plo = (double)-z, phi = (double)(z - 1);
+    double perr = 0.0, pnorm = 0.0;
+    for (int e = 0; e < G; e++) {
+        if (carry)
+            pn_search_pending_step(pd, e, plo, phi, &perr, &pnorm);
+        const __m256 wv = _mm256_broadcast_ss(w + e);
+        const __m128 w4 = _mm256_castps256_ps128(wv);
+        PN_FSTEP(wv, S[0], R[0], E[0], half, lo, hi, 256);
+        PN_FSTEP(wv, S[1], R[1], E[1], half, lo, hi, 256);
+        PN_FSTEP(wv, S[2], R[2], E[2], half, lo, hi, 256);
+        PN_FSTEP(wv, S[3], R[3], E[3], half, lo, hi, 256);
+        PN_FSTEP(w4, S4, R4, E4, half4, lo4, hi4, );
+    }
+    if (carry) {
+        *pd->err = perr;
+        *pd->norm = pnorm;
+        pd->live = 0;
+    }
+    *E4out = E4;
+}
+
+/* The winner by the float-scored search (argument 3 of pn_fast_internal.h):
+ * every candidate scored in float, then the candidates the float scores
+ * cannot tell from the best rescored exactly and picked as the reference
+ * does. err receives the exact double sum of every rescored candidate, the
+ * winner among them when err_wanted; with norm not NULL, *norm = sum wd[e]^2
+ * in element order. With pd (the sums of quant_row.h): the float loop
+ * carries the previous group's pending sums, and a winner found without
+ * rescoring leaves this group's pending in *pd (*deferred = 1) instead of
+ * writing err and norm. */
+static inline int float_search(const float *w, const double *wd, int G, int z, const cands256 *c,
+                               double *err, int err_wanted, double *norm, pn_search_pending *pd,
+                               int *deferred)
+{
+    __m256 E[4];
+    __m128 E4;
+    if (pd && pd->live)
+        float_scores(w, G, z, c, E, &E4, pd, 1);
+    else
+        float_scores(w, G, z, c, E, &E4, pd, 0);
+    const uint64_t set = survivors(E, E4);
+    *deferred = 0;
+    if ((set & (set - 1)) == 0) {
+        const int j = __builtin_ctzll(set);
+        if (pd) {
+            *pd = (pn_search_pending){wd, c->s[j], 1.0 / c->s[j], NULL, NULL, 1};
+            *deferred = 1;
+            return j;
+        }
+        if (!err_wanted && !norm)
+            return j;
+    }
+    rescore(wd, G, z, c, set, err, norm);
+    return pn_fast_pick(err, set);
+}
+
 /* sum wd[e]^2 in element order (groups that are not searched). */
 static double group_norm(const double *wd, int G)
 {
@@ -94,20 +271,23 @@ static double group_norm(const double *wd, int G)
     return nrm;
 }
 
-static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block,
-                                     int *bad_index, double *err_out, double *norm_out)
+static inline __attribute__((always_inline)) pn_status
+quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
+                    double *err_out, double *norm_out, const int v2, double *wd,
+                    pn_search_pending *pd)
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    double wd[80] __attribute__((aligned(32)));
     __m256 vmax = _mm256_set1_ps(-INFINITY), vmin = _mm256_set1_ps(INFINITY);
     __m256 vamax = _mm256_setzero_ps();
     for (int e = 0; e < G; e += 8) {
         __m256i b = _mm256_loadu_si256((const __m256i *)(w + e));
         __m256i ex = _mm256_and_si256(b, expf);
-        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(ex, expf)))
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(ex, expf))) {
+            pn_search_pending_flush(pd, G, z);
             return pn_fast_group_refused(p, w, bad_index);
+        }
         __m256 v = _mm256_castsi256_ps(b);
         vmax = _mm256_max_ps(vmax, v);
         vmin = _mm256_min_ps(vmin, v);
@@ -127,6 +307,7 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
     }
     const double amax = famax, max = fmax, min = fmin;
     if (amax == 0.0) {
+        pn_search_pending_flush(pd, G, z);
         if (norm_out)
             *norm_out = *err_out = group_norm(wd, G);
         pn_fast_zero_block(p, block);
@@ -135,8 +316,9 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
     const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
 
     cands256 c;
-    make_candidates(sigma, amax, z, &c);
+    make_candidates(sigma, amax, z, &c, !v2);
     if (c.valid == 0) {
+        pn_search_pending_flush(pd, G, z);
         if (c.any_overflow) {
             *bad_index = 0;
             return PN_ERR_SCALE_OVERFLOW;
@@ -147,19 +329,53 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
         return PN_OK;
     }
     double err[PN_FAST_LANES];
-    if (norm_out)
-        candidate_errors(wd, G, z, &c, err, 1, norm_out);
-    else
-        candidate_errors(wd, G, z, &c, err, 0, NULL);
-    const int best = pn_fast_pick(err, c.valid);
+    int best;
+    if (v2) {
+        int deferred = 0;
+        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out, pd, &deferred);
+        if (deferred) {
+            pd->err = err_out;
+            pd->norm = norm_out;
+            err_out = NULL; /* written when the pending sums are */
+        }
+    } else {
+        if (norm_out)
+            candidate_errors(wd, G, z, &c, err, 1, norm_out);
+        else
+            candidate_errors(wd, G, z, &c, err, 0, NULL);
+        best = pn_fast_pick(err, c.valid);
+    }
     const double sb = c.s[best];
     if (err_out)
         *err_out = err[best];
 
-    /* The winner's codes with the reference's exact division. */
     const __m256d vs = _mm256_set1_pd(sb), vzd = _mm256_set1_pd((double)z);
     const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
     uint8_t codes[80];
+    if (v2) {
+        /* The winner's codes from w * fl(1/s) (argument 2: the reference's
+         * codes unless w/s is exactly a half-way point j + 1/2, that is
+         * 2w == (2k +- 1)s, every product exact); at such a point the
+         * reference's division decides. */
+        const __m256d vr = _mm256_set1_pd(1.0 / sb), vs2 = _mm256_set1_pd(2.0 * sb);
+        __m256d halfway = _mm256_setzero_pd();
+        for (int e = 0; e < G; e += 4) {
+            const __m256d wv = _mm256_load_pd(wd + e), w2 = _mm256_add_pd(wv, wv);
+            __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, vr), lo), hi);
+            __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
+            halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ));
+            halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ));
+            const __m128i n = _mm256_cvtpd_epi32(_mm256_add_pd(k, vzd));
+            const __m128i n8 = _mm_shuffle_epi8(n, _mm_set1_epi32(0x0c080400));
+            uint32_t word = (uint32_t)_mm_cvtsi128_si32(n8);
+            memcpy(codes + e, &word, sizeof word);
+        }
+        if (!_mm256_movemask_pd(halfway)) {
+            pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
+            return PN_OK;
+        }
+    }
+    /* The winner's codes with the reference's exact division. */
     for (int e = 0; e < G; e += 4) {
         __m256d q = _mm256_div_pd(_mm256_load_pd(wd + e), vs);
         q = _mm256_min_pd(_mm256_max_pd(q, lo), hi);
@@ -173,19 +389,40 @@ static pn_status quantize_group_avx2(const pn_params *p, const float *w, uint8_t
     return PN_OK;
 }
 
-pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                               int64_t *bad_col, double *blk_err, double *blk_norm)
+/* The row loop of both searches; v2 is a constant at each call. */
+static inline __attribute__((always_inline)) pn_status
+quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+             double *blk_err, double *blk_norm, const int v2)
 {
     const int sums = blk_err && blk_norm;
+    /* two weight buffers, alternating: a pending group's stays intact while
+     * the next group fills the other */
+    double wd[2][80] __attribute__((aligned(32)));
+    pn_search_pending pending = {NULL, 0.0, 0.0, NULL, NULL, 0};
+    pn_search_pending *pd = v2 && sums ? &pending : NULL;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
         pn_status st = quantize_group_avx2(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
-                                           sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL);
+                                           sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL,
+                                           v2, wd[g & 1], pd);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
             return st;
         }
     }
+    pn_search_pending_flush(pd, p->group, p->z);
     return PN_OK;
+}
+
+pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                               int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 1);
+}
+
+pn_status pn_quantize_row_avx2_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col, double *blk_err, double *blk_norm)
+{
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 0);
 }

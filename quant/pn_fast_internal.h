@@ -39,6 +39,71 @@
  *    neither the term (w - (+-0) = w, and 0 - (+-0) squares to +0) nor the
  *    code.
  *
+ * 3. The AVX2 and AVX-512 paths do not sum every candidate in double. They
+ *    score all candidates in float (twice the lanes), then rescore in double,
+ *    with 1 and 2 above, only the candidates whose float score cannot be told
+ *    from the best (pn_search_survivors), and pick among those with the
+ *    reference's err <= best scan. Why that is the reference's winner:
+ *
+ *    Notation: u = 2^-24 (float), z <= 8, G <= 80. For a valid candidate s
+ *    (a half value: exact in float, 2^-24 <= |s| <= 65504) let k_e be the
+ *    reference's code of element e, D_e = w_e - s*k_e exactly, and
+ *    E = sum D_e^2 (real numbers). The reference's double sum R satisfies
+ *    |R - E| <= g*E, g = 82 * 2^-53 / (1 - 82 * 2^-53): s*k_e is exact, the
+ *    difference, the square and G - 1 additions round once each, all terms
+ *    are >= 0 and none is a double subnormal (D_e is 0 or a multiple of
+ *    2^-149, so D_e^2 >= 2^-298).
+ *
+ *    The float score F: r' = fl(1/s), q' = fl(w*r' + 1/2) (one fused
+ *    rounding), k' = floor(clamp(q', -(z - 1/2), z - 1/2)), which is
+ *    clamp(floor(q'), -z, z - 1); d' = fl(w - s*k') (one fused rounding),
+ *    acc = fl(acc + d'*d') (one fused rounding), element order.
+ *    - Let x = w/s and y = x + 1/2 exactly. clamp(floor(y), -z, z-1) is k_e,
+ *      or, where x is exactly a half-way point, its other neighbour, with
+ *      the same |D_e| = |s|/2. floor changes only at the integers
+ *      N = M + 1/2 inside the range, M = j + 1/2 a half-way point,
+ *      |M| <= z - 1/2. q' = (x(1+a) + 1/2)(1+b), |a|,|b| <= u (or, where
+ *      q' is a float subnormal, within 2^-150 of x(1+a) + 1/2), so
+ *      |q' - y| <= u|x| + u(|x| + 1/2)(1 + u) + 2^-150. If k' and k_e
+ *      differ, an N lies between y and q', so rho = |x - M| = |y - N| obeys
+ *      rho <= u(2(z - 1/2 + rho) + 1/2)(1 + u) + 2^-150 < 16u, and the codes
+ *      are M's two neighbours. Both leave a remainder in
+ *      [1/2 - rho, 1/2 + rho] * |s|: (w - s*k')^2 = D_e^2 (1 + beta),
+ *      |beta| <= ((1 + 32u)/(1 - 32u))^2 - 1 < 129u (beta = 0 when the codes
+ *      agree).
+ *    - Each fl above that lands in float's subnormal range errs by at most
+ *      2^-150 absolutely instead of u relatively; the 2G of them, carried
+ *      through the later additions, add less than 2^-140 in all. Nothing
+ *      overflows: a valid s needs amax < 65520 * 8 / 0.5, so every d'^2 and
+ *      sum stays below 2^60. A skipped candidate's lane has s = +inf:
+ *      r' = 0, k' = 0, d' = w - inf*0 = NaN, its score is NaN, and NaN is
+ *      neither the minimum taken below nor admitted by any comparison.
+ *    - So F = sum D_e^2 (1+beta_e)(1+c_e)^2 prod(1+a_j) + abs, with at most G
+ *      factors (1+a_j), |c_e|,|a_j| <= u: |F - E| <= f*E + A, f = 212u,
+ *      A = 2^-140 ((1 + 129u)(1 + u)^82 < 1 + 212u).
+ *    Hence L = (F - A)(1 - g)/(1 + f) <= R <= (F + A)(1 + g)/(1 - f) = U.
+ *    Let j be a valid candidate with the smallest F. A candidate i with
+ *    F_i > F_j K + A(1 + K), K = (1+g)(1+f)/((1-g)(1-f)) < 1 + 2^-15 - 2^-51,
+ *    has R_i >= L_i > U_j >= R_j: its exact sum is larger than another's, so
+ *    it is neither the reference's winner nor tied with it. The survivors
+ *    test F_i <= thr, thr = fl(fl(F_j * (1 + 2^-15)) + 2^-138) in double:
+ *    the two roundings lose at most 2^-52 relatively, still above
+ *    F_j K + A(1 + K) (2^-138 (1 - 2^-53) > 2A(1 + f)); F_i being a float,
+ *    F_i <= thr is F_i <= thr rounded down to float, which the vector code
+ *    compares. Every candidate whose R could be the smallest survives, j
+ *    among them; rescored exactly, the last one with the smallest R
+ *    (err <= best, ascending) is the reference's winner. When j is the only
+ *    survivor it is the winner without rescoring (the sums of quant_row.h
+ *    rescore it for its exact error).
+ *    Two smaller exact replacements on these paths: t = sigma*m*amax/z is
+ *    computed as sigma*m*amax * (1/z), the same exact scaling by 2^-2 or
+ *    2^-3 (|sigma*m*amax| >= 2^-150, far from double's subnormals); and the
+ *    winner's codes come from w * fl(1/s) in double (argument 2: the
+ *    reference's codes unless x is exactly a half-way point), checked for
+ *    half-way points by 2w == (2k + 1)s or 2w == (2k - 1)s (every product
+ *    exact: s has 11 significant bits, 2k +- 1 at most 5); a group with one
+ *    takes the reference's division instead.
+ *
  * All arithmetic assumes the default floating-point environment: round to
  * nearest, no flush-to-zero (never built with -ffast-math).
  */
@@ -134,11 +199,89 @@ static inline int pn_fast_pick(const double *err, uint64_t valid)
     return best_i;
 }
 
+/* The survivors of the float scores f[0..35] (argument 3 above): the valid
+ * candidates (bit i of valid) with f[i] <= f_min * (1 + 2^-15) + 2^-138,
+ * f_min the smallest valid f, compared in double. valid must not be 0. */
+#define PN_SEARCH_REL (1.0 + 0x1p-15)
+#define PN_SEARCH_ABS 0x1p-138
+static inline uint64_t pn_search_survivors(const float *f, uint64_t valid)
+{
+    float fmin = __builtin_inff();
+    for (int i = 0; i < PN_N_CANDIDATES; i++)
+        if (((valid >> i) & 1u) && f[i] < fmin)
+            fmin = f[i];
+    const double thr = (double)fmin * PN_SEARCH_REL + PN_SEARCH_ABS;
+    uint64_t set = 0;
+    for (int i = 0; i < PN_N_CANDIDATES; i++)
+        if (((valid >> i) & 1u) && (double)f[i] <= thr)
+            set |= 1ull << i;
+    return set;
+}
+
+/* The per-group sums of quant_row.h on the float search's paths: the
+ * winner's exact error (argument 2's double arithmetic, element order) and
+ * the norm are two serial chains of G additions. Run on their own after the
+ * search they would leave the core waiting on each addition; so a group
+ * whose winner needed no rescoring leaves them pending, and the next
+ * group's float loop carries them, one element a step (or the row's end
+ * flushes them). wd stays valid until then (the row alternates two
+ * buffers). */
+typedef struct pn_search_pending {
+    const double *wd; /* the group's weights in double */
+    double s, r;      /* the winner's scale and fl(1/s) */
+    double *err, *norm;
+    int live;
+} pn_search_pending;
+
+/* Element e's share of a pending group's sums, as the reference adds it. */
+static inline __attribute__((always_inline)) void
+pn_search_pending_step(const pn_search_pending *pd, int e, double lo, double hi, double *err,
+                       double *norm)
+{
+    const double we = pd->wd[e];
+    double q = we * pd->r;
+    q = q < lo ? lo : q;
+    q = q > hi ? hi : q;
+    const double k = (q + PN_FAST_RINT_MAGIC) - PN_FAST_RINT_MAGIC;
+    const double d = we - pd->s * k;
+    *err = *err + d * d;
+    *norm = *norm + we * we;
+}
+
+/* Finishes a pending group's sums on their own (no loop to carry them). */
+static inline void pn_search_pending_flush(pn_search_pending *pd, int G, int z)
+{
+    if (!pd || !pd->live)
+        return;
+    double err = 0.0, norm = 0.0;
+    for (int e = 0; e < G; e++)
+        pn_search_pending_step(pd, e, (double)-z, (double)(z - 1), &err, &norm);
+    *pd->err = err;
+    *pd->norm = norm;
+    pd->live = 0;
+}
+
 /* Shared scalar pieces (pn_fast.c). */
 
 /* Packs G codes and the scale bits into a 34-byte block, reserved bits 0. */
 void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
                         uint8_t *block);
+
+/* The same bytes as pn_fast_pack_block, packed with two multiplications a
+ * word (the float search's paths; it reads 8 code bytes from each word's
+ * first, all inside the G codes). */
+void pn_fast_pack_block_mul(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
+                            uint8_t *block);
+
+/* x read as little-endian (the codes are bytes in memory order). */
+static inline uint64_t pn_fast_le64(uint64_t x)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return __builtin_bswap64(x);
+#else
+    return x;
+#endif
+}
 
 /* Writes the canonical zero group (d = +0.0, every code z). */
 void pn_fast_zero_block(const pn_params *p, uint8_t *block);
@@ -157,5 +300,11 @@ pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, ui
                                int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
                                  int64_t *bad_col, double *blk_err, double *blk_norm);
+/* The same paths' previous search, every candidate summed in double
+ * (arguments 1 and 2 only): the baseline bench_pn times the above against. */
+pn_status pn_quantize_row_avx2_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                  int64_t *bad_col, double *blk_err, double *blk_norm);
+pn_status pn_quantize_row_avx512_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                    int64_t *bad_col, double *blk_err, double *blk_norm);
 
 #endif

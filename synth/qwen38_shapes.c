@@ -89,7 +89,7 @@ static bool config_ok(const pn_qwen38_config *c)
            c->n_embd >= 1 && c->n_inner >= 1 && c->n_qkv >= 1 && c->n_q >= 1 && c->n_kv >= 1 &&
            c->n_ff >= 1 && c->n_vocab >= 1 && c->n_ssm_heads >= 1 && c->conv_kernel >= 1 &&
            c->ssm_norm >= 1 && c->head_dim >= 1 && pn_type_is_float(c->weight_type) &&
-           pn_type_is_float(c->norm_type);
+           pn_type_is_float(c->norm_type) && (c->n_mtp == 0 || c->n_mtp == 1);
 }
 
 static bool is_full(const pn_qwen38_config *c, int i) { return (i + 1) % c->full_attn_interval == 0; }
@@ -173,7 +173,7 @@ size_t pn_qwen38_tensor_count(const pn_qwen38_config *c)
     size_t n = 3;
     for (int i = 0; i < c->n_layers; i++)
         n += is_full(c, i) ? 11 : 14;
-    return n;
+    return n + (c->n_mtp ? 15 : 0);
 }
 
 typedef struct builder {
@@ -217,9 +217,14 @@ pn_status pn_qwen38_tensors(const pn_qwen38_config *c, pn_tensor_desc **out, siz
     builder b = {.d = d, .names = (char *)(d + n), .c = c};
     const int64_t E = c->n_embd;
     add(&b, -1, "token_embd.weight", E, c->n_vocab);
-    for (int i = 0; i < c->n_layers; i++) {
+    for (int i = 0; i < c->n_layers + c->n_mtp; i++) {
+        const bool mtp = i == c->n_layers;
+        if (mtp) {
+            add(&b, -1, "output_norm.weight", E, 0);
+            add(&b, -1, "output.weight", E, c->n_vocab);
+        }
         add(&b, i, "attn_norm.weight", E, 0);
-        if (is_full(c, i)) {
+        if (mtp || is_full(c, i)) {
             add(&b, i, "attn_q.weight", E, c->n_q);
             add(&b, i, "attn_k.weight", E, c->n_kv);
             add(&b, i, "attn_v.weight", E, c->n_kv);
@@ -242,9 +247,17 @@ pn_status pn_qwen38_tensors(const pn_qwen38_config *c, pn_tensor_desc **out, siz
         add(&b, i, "ffn_gate.weight", E, c->n_ff);
         add(&b, i, "ffn_up.weight", E, c->n_ff);
         add(&b, i, "ffn_down.weight", c->n_ff, E);
+        if (mtp) {
+            add(&b, i, "nextn.eh_proj.weight", 2 * E, E);
+            add(&b, i, "nextn.enorm.weight", E, 0);
+            add(&b, i, "nextn.hnorm.weight", E, 0);
+            add(&b, i, "nextn.shared_head_norm.weight", E, 0);
+        }
     }
-    add(&b, -1, "output_norm.weight", E, 0);
-    add(&b, -1, "output.weight", E, c->n_vocab);
+    if (!c->n_mtp) {
+        add(&b, -1, "output_norm.weight", E, 0);
+        add(&b, -1, "output.weight", E, c->n_vocab);
+    }
     *out = d;
     *count = b.n;
     return PN_OK;

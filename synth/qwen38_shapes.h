@@ -15,6 +15,12 @@
  *           attn_q_norm [head_dim], attn_k_norm [head_dim], attn_output
  *           [inner x E], post_attention_norm [E], ffn_gate, ffn_up, ffn_down
  *   token_embd [E x vocab], output_norm [E], output [E x vocab]
+ * With n_mtp 1, block n_layers (last, after output.weight, so that every
+ * other tensor keeps its index and its generated weights) is
+ * the MTP layer as llama.cpp's converter writes it: a full-attention block's
+ * tensors, then nextn.eh_proj [2E x E], nextn.enorm [E], nextn.hnorm [E],
+ * nextn.shared_head_norm [E] (all "blk.<n_layers>.nextn.<role>.weight");
+ * qwen35.block_count counts it and qwen35.nextn_predict_layers is 1.
  * Every name is "blk.<i>.<role>.weight" except ssm_a ("blk.<i>.ssm_a") and
  * ssm_dt.bias ("blk.<i>.ssm_dt.bias"). 1-D tensors are n_dims 1; every other
  * tensor is n_dims 2 even when a dimension is 1.
@@ -58,6 +64,7 @@ typedef struct pn_qwen38_config {
     int64_t head_dim;        /* 256: attn_q_norm / attn_k_norm */
     int weight_type;         /* source type of the 2-D tensors */
     int norm_type;           /* source type of the 1-D tensors */
+    int n_mtp;               /* 0, or 1: an MTP layer (block n_layers, below) */
 } pn_qwen38_config;
 
 /* Qwen3.8-27B (docs/format.md#qwen38-27b-shapes), BF16 weights and F32 norms. */

@@ -33,6 +33,8 @@ typedef struct pn_synth_opts {
     uint64_t seed;
     bool force;                    /* replace an existing file */
     gguf_split_limit split;        /* {GGUF_SPLIT_NONE}: one file */
+    uint64_t shard_size;           /* the HF form: bytes of tensor data per shard
+                                      (0: 5 GB, Hugging Face's default) */
     int threads;                   /* 0: all cores */
     void (*progress)(uint64_t done, uint64_t total, void *user);
     void *user;
@@ -51,5 +53,26 @@ pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_file
                          pn_error *err);
 
 pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err);
+
+/* The Hugging Face form: path is a folder, written as Qwen3.5's checkpoints
+ * are laid out: config.json (Qwen3_5ForConditionalGeneration, the text
+ * settings under text_config, a vision_config), model-0000K-of-0000N
+ * .safetensors shards of at most shard_size bytes of tensor data each (a
+ * larger tensor alone in its shard) with model.safetensors.index.json,
+ * tokenizer.json (the same byte-level BPE, with the pre-tokenizer pattern
+ * llama.cpp knows as qwen35) and tokenizer_config.json. It holds the
+ * model's weights in the checkpoint's domain (synth/synth_internal.h), a
+ * small vision tower that the converter drops, and with config.n_mtp the
+ * MTP layer (mtp.*). llama.cpp's converter, or pn-convert, makes of it what
+ * pn_synth_write writes for the same options, tensor for tensor. BF16 or
+ * F32 weights (f16: PN_ERR_USAGE; the converter computes an f16 checkpoint
+ * in half precision). The folder is written as a temporary sibling and
+ * renamed into place: nothing half-written is ever at path. An existing
+ * path is refused (PN_ERR_EXISTS) without force, and even with force
+ * unless it is a folder holding only what this writes. */
+pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err);
+/* Its size (an upper bound: shards exact, JSON generous) and shard count. */
+pn_status pn_synth_hf_bytes(const pn_synth_opts *o, uint64_t *bytes, size_t *n_shards,
+                            pn_error *err);
 
 #endif

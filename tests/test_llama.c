@@ -418,6 +418,45 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
     free(f32);
 }
 
+/* issue 20: pn-synth --hf writes the model as a Hugging Face checkpoint;
+ * stock llama.cpp loads pn-convert's GGUF of it and computes what it
+ * computes from pn-synth's own GGUF of that model (the same tensors, keys
+ * that differ only where the loader does not look), with the MTP layer and
+ * without. Width scale 8: the V-head reorder is a real permutation. */
+Test(llama_synth, pn_convert_of_the_hf_form_gives_the_logits_of_the_gguf_form, .init = setup,
+     .fini = teardown)
+{
+    REQUIRE_LLAMA();
+    const char *mtp[] = {"", "--mtp"};
+    for (int k = 0; k < 2; k++) {
+        char args[256], cmd[8192];
+        char *dir = path_in(k ? "hf-mtp" : "hf"), *conv = path_in("conv.gguf"),
+             *gg = path_in("synth.gguf");
+        snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 %s --hf", mtp[k]);
+        synth(dir, args);
+        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet --force '%s' '%s'", PN_BIN_DIR, dir,
+                 conv);
+        run_ok(cmd);
+        snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 --force %s", mtp[k]);
+        synth(gg, args);
+        uint32_t ids[2 * 12];
+        seq_ids(ids, 2, 12, 300);
+        ids[12 + 1] = ids[1];
+        logits a = eval_model(gg, 2, 12, ids), b = eval_model(conv, 2, 12, ids);
+        assert_context_matters(&b, 12);
+        cr_assert_eq(a.n_vocab, 300);
+        cr_assert_eq(b.n_vocab, 300);
+        cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
+                  "%s: pn-convert's GGUF gives other logits than pn-synth's (mean KL %g)",
+                  k ? "--mtp" : "no MTP layer", mean_kl(&a, &b));
+        free(a.rows);
+        free(b.rows);
+        free(dir);
+        free(conv);
+        free(gg);
+    }
+}
+
 /* A split pn-dequant output (docs/split.md), as a decoded 27 B model is
  * written for the model hubs: llama.cpp loads the set from its first file,
  * finds the others by name, and computes what the unsplit file gives. */
@@ -581,6 +620,46 @@ Test(compare_cli, usage_errors_exit_2)
     cr_assert_str_eq(out, "pn-compare " PN_VERSION "\n");
     free(out);
     free(err);
+}
+
+/* libllama as scripts/install-deps installs it (node-llama-cpp's build). */
+#define LIBLLAMA                                                                               \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+                  "libllama.v0.5.0.so"
+
+/* A stock quantization (llama_model_quantize, through bench's harness)
+ * stands where a PN file does: run as it is, named by its ftype, and a
+ * coarser one is further from the source. */
+Test(compare_cli, a_stock_quantization_is_compared_as_it_is, .init = setup, .fini = teardown)
+{
+    REQUIRE_LLAMA();
+    if (access(LIBLLAMA, R_OK) != 0)
+        cr_skip_test("no %s", LIBLLAMA);
+    char *src = path_in("src.gguf"), *q8 = path_in("q8.gguf"), *q3 = path_in("q3.gguf");
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s/pn-llama-quantize --lib '%s' --threads 2 '%s' '%s' Q8_0",
+             PN_BIN_DIR, LIBLLAMA, src, q8);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "%s/pn-llama-quantize --lib '%s' --threads 2 '%s' '%s' Q3_K_S",
+             PN_BIN_DIR, LIBLLAMA, src, q3);
+    run_ok(cmd);
+    char args[8192];
+    snprintf(args, sizeof args, "--json '%s' '%s' '%s'", src, q8, q3);
+    char *out = compare(args, 0);
+    cr_assert(strstr(out, "\"mix\": \"stock Q8_0\"") && strstr(out, "\"mix\": \"stock Q3_K_S\""),
+              "%s", out);
+    double kl[2], bpw[3];
+    cr_assert_eq(json_numbers(out, "kl_mean", kl, 2), 2, "%s", out);
+    cr_assert_eq(json_numbers(out, "bits_per_weight", bpw, 3), 3, "%s", out);
+    cr_log_info("mean KL: stock Q8_0 %.4g, Q3_K_S %.4g", kl[0], kl[1]);
+    cr_assert(kl[0] >= 0 && kl[0] < 0.01, "Q8_0: %g", kl[0]);
+    cr_assert_gt(kl[1], kl[0]);
+    cr_assert(bpw[1] < bpw[0] && bpw[2] < bpw[1], "%s", out);
+    free(out);
+    free(src);
+    free(q8);
+    free(q3);
 }
 
 /* Refusals that come before llama.cpp is started: no node needed. */
@@ -894,4 +973,69 @@ Test(compare_math, the_fixed_tokens_follow_the_documented_formula)
             cr_assert_lt(pn_compare_fixed_token(300, s, i), 300);
         }
     cr_assert_eq(PN_COMPARE_FIXED_SEQS * PN_COMPARE_FIXED_LEN, 256);
+}
+
+/* ---- a Hugging Face checkpoint converted by pn-convert ---- */
+
+#define HFDATA PN_TEST_DATA "/hf-qwen35-tiny"
+
+/* Stock llama.cpp loads pn-convert's output of the tiny Qwen3.5 checkpoint
+ * (vocabulary 320, an MTP layer) and gives exactly the logits of the
+ * converter's own file of it. */
+Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_file,
+     .init = setup, .fini = teardown, .timeout = 300)
+{
+    REQUIRE_LLAMA();
+    for (int no_mtp = 0; no_mtp < 2; no_mtp++) {
+        char *ours = path_in(no_mtp ? "ours-no-mtp.gguf" : "ours.gguf");
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet %s '%s' '%s'", PN_BIN_DIR,
+                 no_mtp ? "--no-mtp" : "", HFDATA "/hf", ours);
+        run_ok(cmd);
+        const uint32_t n_seq = 2, len = 6;
+        uint32_t ids[12];
+        seq_ids(ids, n_seq, len, 276);
+        logits a = eval_model(ours, n_seq, len, ids);
+        logits b = eval_model(no_mtp ? HFDATA "/converted.bf16.no-mtp.gguf"
+                                     : HFDATA "/converted.bf16.gguf", n_seq, len, ids);
+        cr_assert_eq(a.n_vocab, 320);
+        cr_assert_eq(a.n_vocab, b.n_vocab);
+        cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
+                  "the logits of pn-convert's output are the converter file's");
+        assert_context_matters(&a, len);
+        free(a.rows);
+        free(b.rows);
+        free(ours);
+    }
+}
+
+/* pn-compare takes the folder as SOURCE: the figures are those it gives
+ * with the converter's file of the folder as SOURCE. */
+Test(llama_hf, pn_compare_takes_the_folder_as_source, .init = setup, .fini = teardown,
+     .timeout = 300)
+{
+    REQUIRE_LLAMA();
+    char *pn = path_in("pn.gguf");
+    quantize(HFDATA "/hf", pn, "--recipe '" PN_TEST_DATA "/hf-tiny.mix'");
+    char *rows[2] = {NULL, NULL};
+    const char *srcs[2] = {HFDATA "/hf", HFDATA "/converted.bf16.gguf"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[8192], *o = NULL, *e = NULL;
+        snprintf(cmd, sizeof cmd, "%s/pn-compare --threads 1 --llama-script '" SCRIPT "' '%s' '%s'",
+                 PN_BIN_DIR, srcs[k], pn);
+        int rc = tu_run(cmd, &o, &e);
+        cr_assert_eq(rc, 0, "pn-compare %s: exit %d: %s", srcs[k], rc, e);
+        char *line = strstr(o, "hf-tiny+0");
+        cr_assert(line, "%s", o);
+        /* the PN file's row from its first column to the mix label */
+        char *start = line;
+        while (start > o && start[-1] != '\n') start--;
+        rows[k] = strndup(start, (size_t)(line - start));
+        free(o);
+        free(e);
+    }
+    cr_assert_str_eq(rows[0], rows[1], "the same bytes, bpw, KL and top-1");
+    free(rows[0]);
+    free(rows[1]);
+    free(pn);
 }

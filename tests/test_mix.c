@@ -115,7 +115,7 @@ Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard
     cr_assert_eq(r->rotation_cap, 1024);
     cr_assert_eq(r->promote, 19);
     cr_assert(!r->has_file_type, "the output file: no general.file_type unless a recipe sets it");
-    cr_assert_eq(r->n_rules, 9);
+    cr_assert_eq(r->n_rules, 10, "nine rules and the MTP layer's eh_proj");
     for (size_t i = 0; i < r->n_rules; i++)
         cr_assert_eq(r->rules[i].n_types, 1, "line %d: the main recipe names no fallback",
                      r->rules[i].line);
@@ -1533,4 +1533,41 @@ ParameterizedTest(size_case *c, size, refuses_junk_quoting_it)
     char quoted[64];
     snprintf(quoted, sizeof quoted, "'%s'", c->text);
     cr_assert_not_null(strstr(err.msg, quoted), "'%s' should quote the input", err.msg);
+}
+
+/* The MTP layer the converter keeps by default (blk.L.nextn.*): every
+ * shipped recipe gives each of its tensors a type. */
+Test(recipe, the_shipped_recipes_type_every_mtp_tensor)
+{
+    static const char *const recipes[] = {PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix",
+                                          PN_SOURCE_DIR "/recipes/test-fallback.mix"};
+    static const struct { const char *name; uint32_t n_dims; int64_t ne[4]; } mtp[] = {
+        {"blk.64.nextn.eh_proj.weight", 2, {10240, 5120, 1, 1}},
+        {"blk.64.nextn.enorm.weight", 1, {5120, 1, 1, 1}},
+        {"blk.64.nextn.hnorm.weight", 1, {5120, 1, 1, 1}},
+        {"blk.64.nextn.shared_head_norm.weight", 1, {5120, 1, 1, 1}},
+        {"blk.64.attn_q.weight", 2, {5120, 12288, 1, 1}},
+        {"blk.64.attn_k.weight", 2, {5120, 1024, 1, 1}},
+        {"blk.64.attn_v.weight", 2, {5120, 1024, 1, 1}},
+        {"blk.64.attn_output.weight", 2, {6144, 5120, 1, 1}},
+        {"blk.64.attn_q_norm.weight", 1, {256, 1, 1, 1}},
+        {"blk.64.attn_k_norm.weight", 1, {256, 1, 1, 1}},
+        {"blk.64.attn_norm.weight", 1, {5120, 1, 1, 1}},
+        {"blk.64.post_attention_norm.weight", 1, {5120, 1, 1, 1}},
+        {"blk.64.ffn_gate.weight", 2, {5120, 17408, 1, 1}},
+        {"blk.64.ffn_up.weight", 2, {5120, 17408, 1, 1}},
+        {"blk.64.ffn_down.weight", 2, {17408, 5120, 1, 1}},
+    };
+    for (size_t r = 0; r < 2; r++) {
+        pn_recipe *rec = NULL;
+        pn_error err = {0};
+        cr_assert_eq(pn_recipe_load(recipes[r], &rec, &err), PN_OK, "%s", err.msg);
+        for (size_t i = 0; i < sizeof mtp / sizeof *mtp; i++) {
+            const pn_recipe_rule *rule = pn_recipe_match(rec, mtp[i].name, mtp[i].n_dims, mtp[i].ne);
+            cr_assert(rule, "%s: no rule types %s", recipes[r], mtp[i].name);
+            cr_assert_geq(pn_recipe_rule_pick_type(rule, mtp[i].ne[0], NULL), 0, "%s: %s",
+                          recipes[r], mtp[i].name);
+        }
+        pn_recipe_free(rec);
+    }
 }

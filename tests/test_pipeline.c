@@ -16,6 +16,7 @@
 
 #include "gguf/gguf.h"
 #include "hadamard/hadamard.h"
+#include "io/source_id.h"
 #include "mix/measurement.h"
 #include "pipeline/measure_job.h"
 #include "quant/quant_row.h"
@@ -607,4 +608,207 @@ Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_
     free(src);
     free(recipe);
     free(dst);
+}
+
+/* ---- the read side in the team: the same bytes and identity whatever ---- */
+
+/* Tensors larger than the team's widening slices (256 K weights), cut inside
+ * rows and at any offset; more rows than the sampled-rows rule takes (256),
+ * so the sampled CRC covers a part of each slice; every source type. */
+static const sf_spec g_read_specs[] = {
+    {"blk.0.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16},    /* pn3t */
+    {"blk.0.ffn_down.weight", 2, 69632, 4, PN_TYPE_F16},    /* pn4t, rows > a slice */
+    {"blk.0.ffn_up.weight", 2, 240, 400, PN_TYPE_F32},      /* pn3t, read in place */
+    {"blk.0.attn_norm.weight", 1, 1000, 1, PN_TYPE_F32},    /* f32 */
+    {"blk.1.attn_q.weight", 2, 1280, 60, PN_TYPE_F32},      /* pn3t */
+    {"output.weight", 2, 768, 100, PN_TYPE_BF16},           /* q4_K */
+    {"token_embd.weight", 2, 512, 600, PN_TYPE_F16},        /* q3_K, sampled */
+};
+#define N_READ_SPECS (sizeof g_read_specs / sizeof g_read_specs[0])
+
+static const char g_read_recipe[] =
+    "mix R\n"
+    "rotation hadamard 1024\n"
+    "promote 1\n"
+    "rule token_embd.weight => q3_K\n"
+    "rule output.weight => q4_K\n"
+    "rule dims=1 => f32\n"
+    "rule *.ffn_down.weight => pn4t\n"
+    "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
+
+static const gguf_kv *need_key(const gguf_reader *r, const char *key)
+{
+    const gguf_kv *kv = gguf_reader_find_kv(r, key);
+    cr_assert(kv, "key %s is absent", key);
+    return kv;
+}
+
+/* The output's pn.source.* keys are the source's, computed here from its
+ * bytes: the CRC-32 of every tensor's bytes and of its sampled rows. */
+static void assert_source_keys(const char *out, const char *src)
+{
+    gguf_reader *o, *s;
+    pn_error err;
+    cr_assert_eq(gguf_reader_open(out, &o, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_reader_open(src, &s, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    uint8_t *bytes = tu_read_file(src, &n);
+    const gguf_kv *sc = need_key(o, "pn.source.sample_crc32");
+    const gguf_kv *tc = need_key(o, "pn.source.tensor_crc32");
+    cr_assert_eq(need_key(o, "pn.source.sample_rows")->v.u64, 256);
+    int64_t rows[256];
+    for (size_t i = 0; i < gguf_reader_n_tensors(s); i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(s, i);
+        const uint8_t *data = bytes + gguf_reader_tensor_file_offset(s, i);
+        const int64_t R = t->ne[1] * t->ne[2] * t->ne[3];
+        const uint64_t rb = t->size / (uint64_t)R;
+        uLong crc = 0;
+        int64_t k = tu_sample_rows(R, 256, rows);
+        for (int64_t j = 0; j < k; j++)
+            crc = crc32(crc, data + (uint64_t)rows[j] * rb, (uInt)rb);
+        cr_assert_eq((uint32_t)gguf_kv_arr_u64(sc, i), (uint32_t)crc, "%s sampled rows", t->name);
+        cr_assert_eq((uint32_t)gguf_kv_arr_u64(tc, i), (uint32_t)crc32(0, data, (uInt)t->size),
+                     "%s whole", t->name);
+    }
+    free(bytes);
+    gguf_reader_close(o);
+    gguf_reader_close(s);
+}
+
+Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at_1_2_3_7_threads,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
+    sf_write_model(src, g_read_specs, N_READ_SPECS, 21);
+    cr_assert_eq(tu_write_file(recipe, g_read_recipe, strlen(g_read_recipe)), 0);
+    const int threads[] = {1, 2, 3, 7};
+    /* default (4 M: whole tensors), cut inside a slice's rows, long rows in
+     * column pieces, the smallest chunk */
+    const int64_t chunks[] = {0, 100000, 5000, 256};
+    uint8_t *want = NULL, *want_m = NULL;
+    size_t want_n = 0, want_mn = 0;
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++)
+        for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+            char name[64], mname[64];
+            snprintf(name, sizeof name, "out-%d-%lld.gguf", threads[ti], (long long)chunks[ci]);
+            snprintf(mname, sizeof mname, "m-%d-%lld.txt", threads[ti], (long long)chunks[ci]);
+            char *dst = path_in(name), *m = path_in(mname);
+            pn_quantize_opts o;
+            base_opts(&o, src, dst, recipe);
+            o.promote = 1;
+            o.measurement_path = m;   /* measured here: the measurement stream too */
+            o.threads = threads[ti];
+            o.chunk_weights = chunks[ci];
+            pn_error err;
+            cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+            size_t n, mn;
+            uint8_t *got = tu_read_file(dst, &n), *got_m = tu_read_file(m, &mn);
+            if (!want) {
+                assert_source_keys(dst, src);
+                want = got;
+                want_n = n;
+                want_m = got_m;
+                want_mn = mn;
+            } else {
+                cr_assert(n == want_n && memcmp(got, want, n) == 0,
+                          "%d threads, chunk %lld: the output differs from 1 thread's",
+                          threads[ti], (long long)chunks[ci]);
+                cr_assert(mn == want_mn && memcmp(got_m, want_m, mn) == 0,
+                          "%d threads, chunk %lld: the measurement differs", threads[ti],
+                          (long long)chunks[ci]);
+                free(got);
+                free(got_m);
+            }
+            free(dst);
+            free(m);
+        }
+    free(want);
+    free(want_m);
+    free(src);
+    free(recipe);
+}
+
+Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it,
+     .init = setup, .fini = teardown)
+{
+    /* 5 x 69632 bf16 weights: one chunk of 2 slices at the default size;
+     * two bad weights in different slices: the first in the tensor's order
+     * is named, whichever thread widens which slice first */
+    static const sf_spec specs[] = {{"blk.0.ffn_down.weight", 2, 69632, 5, PN_TYPE_BF16}};
+    static const char recipe_text[] = "mix N\nrotation hadamard 1024\nrule *.weight => pn4t\n";
+    char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
+    cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
+    sf_write_model(src, specs, 1, 8);
+    gguf_reader *r;
+    pn_error err;
+    cr_assert_eq(gguf_reader_open(src, &r, &err), PN_OK);
+    const uint64_t base = gguf_reader_tensor_file_offset(r, 0);
+    gguf_reader_close(r);
+    const int64_t bad[][2] = {{1, 1368}, {4, 5}};   /* row, column: slices 0 and 1 */
+    const uint16_t bits[] = {0x7fc0, 0xff80};                      /* NaN, -inf */
+    FILE *f = fopen(src, "r+b");
+    for (int i = 0; i < 2; i++) {
+        fseek(f, (long)(base + (uint64_t)(bad[i][0] * 69632 + bad[i][1]) * 2), SEEK_SET);
+        fwrite(&bits[i], 2, 1, f);
+    }
+    fclose(f);
+    const int threads[] = {1, 3, 7};
+    const int64_t chunks[] = {0, 100000, 20480};
+    for (int ti = 0; ti < 3; ti++)
+        for (int ci = 0; ci < 3; ci++) {
+            pn_quantize_opts o;
+            base_opts(&o, src, dst, recipe);
+            o.threads = threads[ti];
+            o.chunk_weights = chunks[ci];
+            cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_NONFINITE, "%s", err.msg);
+            cr_assert(strstr(err.msg, "blk.0.ffn_down.weight, row 1, column 1368:"),
+                      "%d threads, chunk %lld: %s", threads[ti], (long long)chunks[ci], err.msg);
+            cr_assert(!exists(dst));
+        }
+    free(src);
+    free(recipe);
+    free(dst);
+}
+
+Test(pipeline, sampled_rows_crc_pieces_joined_in_order_are_the_crc_of_the_sampled_rows)
+{
+    enum { K = 7, R = 1000, M = 256 };
+    uint8_t *x = malloc(R * K * 2);
+    uint64_t state = 9;
+    for (int i = 0; i < R * K * 2; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (uint8_t)(state >> 56);
+    }
+    int64_t rows[M];
+    int64_t k = tu_sample_rows(R, M, rows);
+    uLong want = 0;
+    uint64_t want_len = 0;
+    for (int64_t j = 0; j < k; j++) {
+        want = crc32(want, x + rows[j] * K * 2, K * 2);
+        want_len += K * 2;
+    }
+    for (int trial = 0; trial < 50; trial++) {
+        uLong crc = 0;
+        uint64_t len = 0;
+        for (int64_t at = 0; at < R * K;) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t n = 1 + (int64_t)((state >> 33) % (uint64_t)(trial < 25 ? 5 : 3000));
+            if (n > R * K - at)
+                n = R * K - at;
+            uint64_t l;
+            uint32_t c = pn_sample_crc_piece(R, M, K, 2, at, x + at * 2, n, &l);
+            if (l == 0)
+                cr_assert_eq(c, 0);
+            crc = crc32_combine(crc, c, (z_off_t)l);
+            len += l;
+            at += n;
+        }
+        cr_assert_eq((uint32_t)crc, (uint32_t)want, "trial %d", trial);
+        cr_assert_eq(len, want_len, "trial %d", trial);
+    }
+    uint64_t l;
+    cr_assert_eq(pn_sample_crc_piece(200, M, K, 2, 0, x, 200 * K, &l),
+                 (uint32_t)crc32(0, x, 200 * K * 2));
+    cr_assert_eq(l, 200 * K * 2);
+    free(x);
 }

@@ -46,11 +46,23 @@ static void need_indexed_writer(void)
 #endif
 }
 
+/* CPU seconds of this process (every thread's), not wall time: on a shared
+ * machine other programs take the cores, and a wall-clock bound then fails
+ * for no fault of the code (60k tensors: 22 s alone, 300 s beside six
+ * builds). The bounds below are CPU seconds of a 2-thread run. */
 static double now_s(void)
 {
     struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wall seconds: how long another process takes to react. */
+static double wall_s(void)
+{
+    struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
@@ -139,9 +151,9 @@ Test(quantize_scale, a_header_of_200k_keys_is_planned_and_written_in_linear_time
     pn_quantize_stats s;
     pn_error err;
     cr_assert_eq(run(src, NULL, recipe, 0, 0, NULL, true, &t, &s, &err), PN_OK, "%s", err.msg);
-    cr_assert_lt(t, 20.0 * SLOWER, "dry run of 200k keys: %.1f s", t);
+    cr_assert_lt(t, 40.0 * SLOWER, "dry run of 200k keys: %.1f s", t);
     cr_assert_eq(run(src, dst, recipe, 1, 0, NULL, false, &t, &s, &err), PN_OK, "%s", err.msg);
-    cr_assert_lt(t, 30.0 * SLOWER, "run of 200k keys: %.1f s", t);
+    cr_assert_lt(t, 60.0 * SLOWER, "run of 200k keys: %.1f s", t);
     free(src);
     free(dst);
     free(recipe);
@@ -167,17 +179,17 @@ Test(quantize_scale, sixty_thousand_tensors_are_measured_sized_promoted_and_writ
     cr_assert_eq(run(src, dst, recipe, N / 3, 0, NULL, false, &t, &s, &err), PN_OK, "%s",
                  err.msg);
     cr_assert_eq(s.n_promoted, N / 3);
-    cr_assert_lt(t, 60.0 * SLOWER, "60k tensors, measured and written: %.1f s", t);
+    cr_assert_lt(t, 120.0 * SLOWER, "60k tensors, measured and written: %.1f CPU s", t);
     /* the size search over 60k candidates */
     uint64_t limit = s.file_bytes;
     cr_assert_eq(run(src, NULL, recipe, -1, limit, NULL, true, &t, &s, &err), PN_OK, "%s",
                  err.msg);
     cr_assert_eq(s.n_promoted, N / 3);
-    cr_assert_lt(t, 60.0 * SLOWER, "--target-size over 60k candidates: %.1f s", t);
+    cr_assert_lt(t, 120.0 * SLOWER, "--target-size over 60k candidates: %.1f s", t);
     /* a promote list of 30k names */
     cr_assert_eq(run(src, NULL, recipe, -1, 0, list, true, &t, &s, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(s.n_promoted, N / 2);
-    cr_assert_lt(t, 20.0 * SLOWER, "a promote list of 30k names: %.1f s", t);
+    cr_assert_lt(t, 40.0 * SLOWER, "a promote list of 30k names: %.1f s", t);
     free(src);
     free(dst);
     free(recipe);
@@ -202,11 +214,11 @@ Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_
         _exit(127);
     }
     usleep(100000);
-    double t0 = now_s();
+    double t0 = wall_s();
     kill(pid, SIGTERM);
     int status;
     waitpid(pid, &status, 0);
-    double t = now_s() - t0;
+    double t = wall_s() - t0;
     /* 130 when the signal landed in the run; 0 when the run was already done */
     cr_assert(WIFEXITED(status) && (WEXITSTATUS(status) == 130 || WEXITSTATUS(status) == 0),
               "status %d", status);

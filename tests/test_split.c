@@ -112,8 +112,11 @@ static void write_plain(gguf_writer *model, const char *path)
     cr_assert_eq(gguf_writer_commit(model, &e), PN_OK, "%s", e.msg);
 }
 
-/* Writes the model's set by the plan; the split paths from dst. */
-static void write_set(const gguf_writer *model, const gguf_split_plan *plan, const char *dst)
+/* Writes the model's set by the plan; the split paths from dst. Split s
+ * lacks the set identity when bit s of no_id is set (a set written by
+ * another tool). */
+static void write_set_ids(const gguf_writer *model, const gguf_split_plan *plan, const char *dst,
+                          unsigned no_id)
 {
     pn_error e;
     size_t n = plan->n_splits;
@@ -121,6 +124,10 @@ static void write_set(const gguf_writer *model, const gguf_split_plan *plan, con
     for (size_t s = 0; s < n; s++) {
         cr_assert_eq(gguf_writer_new_split(model, plan, s, per_tensor_keys, 1, &ws[s], &e), PN_OK,
                      "%s", e.msg);
+        cr_assert_eq(gguf_writer_has_kv(ws[s], GGUF_SPLIT_KEY_SET_ID), n > 1,
+                     "a set of two or more splits has its identity in every split");
+        if (no_id & (1u << s))
+            gguf_writer_remove_kv(ws[s], GGUF_SPLIT_KEY_SET_ID);
         char *path = n > 1 ? gguf_split_path(dst, (uint32_t)s, (uint32_t)n) : strdup(dst);
         cr_assert_eq(gguf_writer_begin(ws[s], path, &e), PN_OK, "%s", e.msg);
         free(path);
@@ -132,6 +139,11 @@ static void write_set(const gguf_writer *model, const gguf_split_plan *plan, con
     for (size_t s = 0; s < n; s++)
         gguf_writer_free(ws[s]);
     free(ws);
+}
+
+static void write_set(const gguf_writer *model, const gguf_split_plan *plan, const char *dst)
+{
+    write_set_ids(model, plan, dst, 0);
 }
 
 static gguf_split_plan plan_by_tensors(const gguf_writer *model, uint64_t max)
@@ -216,7 +228,8 @@ static bool skipped_key(const gguf_kv *kv)
 {
     return gguf_str_eq(kv->key, CRC_KEY) || gguf_str_eq(kv->key, GGUF_SPLIT_KEY_NO) ||
            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_COUNT) ||
-           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_TENSORS_COUNT);
+           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_TENSORS_COUNT) ||
+           gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID);
 }
 
 /* The set reads as the plain file: keys other than the split keys and the
@@ -698,15 +711,17 @@ Test(split_write, every_split_ends_with_the_split_keys_in_llama_cpps_types_and_o
         gguf_reader *set = open_ok(f.path[0], 0);
         const char *first_keys = a ? "general.architecture:string general.alignment:uint32 "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32"
                                    : "general.architecture:string "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32";
         const char *later_keys = a ? "general.alignment:uint32 pn.tensor_crc32:array "
-                                     "split.no:uint16 split.count:uint16 split.tensors.count:int32"
-                                   : "pn.tensor_crc32:array split.no:uint16 split.count:uint16 "
+                                     "pn.split.set_fnv1a64:uint64 split.no:uint16 "
+                                     "split.count:uint16 split.tensors.count:int32"
+                                   : "pn.tensor_crc32:array pn.split.set_fnv1a64:uint64 "
+                                     "split.no:uint16 split.count:uint16 "
                                      "split.tensors.count:int32";
         for (size_t s = 0; s < 3; s++) {
             const gguf_reader *sr = gguf_reader_split(set, s);
@@ -842,7 +857,7 @@ Test(split_write, split_writers_refuse_a_plan_of_another_model_and_a_per_tensor_
     cr_assert(strstr(e.msg, "test.strs"), "%s", e.msg);
     const char *absent[] = {"no.such.key"};
     cr_assert_eq(gguf_writer_new_split(model, &p, 1, absent, 1, &w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_n_kv(w), 3, "only the split keys");
+    cr_assert_eq(gguf_writer_n_kv(w), 4, "only the set identity and the split keys");
     gguf_writer_free(w);
     gguf_split_plan_free(&p);
     /* The split keys themselves. */
@@ -1079,6 +1094,111 @@ Test(split_read, a_split_of_another_set_is_refused_naming_it)
     free(o2);
     free(odst);
     free(odir);
+    fixture_free(&f);
+}
+
+/* The set identity of one file, read alone. */
+static uint64_t set_id_of(const char *path)
+{
+    gguf_reader *r = open_ok(path, GGUF_OPEN_ONE_FILE);
+    bool has = false;
+    uint64_t id = 0;
+    pn_error e;
+    cr_assert_eq(gguf_split_read_set_id(r, &has, &id, &e), PN_OK, "%s", e.msg);
+    cr_assert(has, "%s has no set identity", path);
+    gguf_reader_close(r);
+    return id;
+}
+
+Test(split_read, splits_of_two_runs_are_refused_naming_the_one_that_differs_from_most)
+{
+    fixture f = make_set3(0);
+    /* Another run: the same tensors, split keys and plan, one key's value
+     * differs (as another recipe or promotion count would). */
+    char *odir = tu_mkdtemp();
+    char *odst = tu_join(odir, "m.gguf");
+    gguf_writer *other = model_writer(10, 0);
+    cr_assert_eq(gguf_writer_set_u32(other, "test.u32", 8), PN_OK);
+    gguf_split_plan p = plan_by_tensors(other, 4);
+    write_set(other, &p, odst);
+    char *o[3];
+    for (uint32_t s = 0; s < 3; s++)
+        o[s] = gguf_split_path(odst, s, 3);
+    uint64_t mine = set_id_of(f.path[0]), theirs = set_id_of(o[0]);
+    cr_assert_neq(mine, theirs, "another key value, another identity");
+    cr_assert_eq(set_id_of(f.path[1]), mine);
+    cr_assert_eq(set_id_of(f.path[2]), mine);
+    /* the same model written again: the same identity */
+    char *adir = tu_mkdtemp(), *adst = tu_join(adir, "m.gguf");
+    gguf_writer *again = model_writer(10, 0);
+    write_set(again, &p, adst);
+    char *a0 = gguf_split_path(adst, 0, 3);
+    cr_assert_eq(set_id_of(a0), mine, "the same model and plan give the same identity");
+    /* another plan of the same model: another identity */
+    gguf_split_plan p5 = plan_by_tensors(again, 5);
+    char *bdst = tu_join(adir, "b.gguf");
+    write_set(again, &p5, bdst);
+    char *b0 = gguf_split_path(bdst, 0, 2);
+    cr_assert_neq(set_id_of(b0), mine, "another plan, another identity");
+
+    /* the other run's split 2 in the set: that file is named, whichever
+     * file is opened */
+    copy_file(o[1], f.path[1]);
+    char want[128];
+    snprintf(want, sizeof want, "is 0x%016llx, but 2 of the 3 splits have 0x%016llx",
+             (unsigned long long)theirs, (unsigned long long)mine);
+    for (int s = 0; s < 3; s++) {
+        open_refused(f.path[s], PN_ERR_FORMAT, f.path[1], "this split is from another run");
+        open_refused(f.path[s], PN_ERR_FORMAT, f.path[1], want);
+    }
+    /* two of three the other run's: now the first split is the odd one */
+    copy_file(o[2], f.path[2]);
+    open_refused(f.path[2], PN_ERR_FORMAT, f.path[0], "this split is from another run");
+    /* the lenient open (pn-check's) refuses it too */
+    gguf_reader *r = NULL;
+    pn_error e;
+    cr_assert_eq(gguf_reader_open_flags(f.path[0], GGUF_OPEN_LENIENT, &r, &e), PN_ERR_FORMAT);
+    cr_assert(strstr(e.msg, f.path[0]), "%s", e.msg);
+
+    /* no split with an identity (gguf-split's set), or only the first one
+     * (gguf-split's copy of an earlier set's keys): the set opens */
+    const struct {
+        const char *name;
+        unsigned no_id;
+        bool opens;
+    } cases[] = {{"none.gguf", 7u, true}, {"first.gguf", 6u, true}, {"later.gguf", 1u, false}};
+    for (size_t k = 0; k < 3; k++) {
+        char *dst = tu_join(adir, cases[k].name);
+        write_set_ids(again, &p, dst, cases[k].no_id);
+        char *first = gguf_split_path(dst, 0, 3);
+        if (cases[k].opens) {
+            r = open_ok(first, 0);
+            cr_assert_eq(gguf_reader_n_splits(r), 3);
+            gguf_reader_close(r);
+        } else {
+            /* but a first split without one among splits that have one is odd */
+            open_refused(first, PN_ERR_FORMAT, first,
+                         "its set identity (pn.split.set_fnv1a64) is absent");
+        }
+        free(first);
+        free(dst);
+    }
+
+    gguf_split_plan_free(&p);
+    gguf_split_plan_free(&p5);
+    gguf_writer_free(other);
+    gguf_writer_free(again);
+    for (int s = 0; s < 3; s++)
+        free(o[s]);
+    tu_rm_rf(odir);
+    tu_rm_rf(adir);
+    free(odst);
+    free(odir);
+    free(adst);
+    free(adir);
+    free(a0);
+    free(bdst);
+    free(b0);
     fixture_free(&f);
 }
 

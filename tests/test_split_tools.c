@@ -112,7 +112,7 @@ static gguf_reader *open_ok(const char *path, unsigned flags)
 static bool is_split_key(gguf_str k)
 {
     return gguf_str_eq(k, GGUF_SPLIT_KEY_NO) || gguf_str_eq(k, GGUF_SPLIT_KEY_COUNT) ||
-           gguf_str_eq(k, GGUF_SPLIT_KEY_TENSORS_COUNT);
+           gguf_str_eq(k, GGUF_SPLIT_KEY_TENSORS_COUNT) || gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID);
 }
 
 /* Same key, type and value (arrays: element type, count and raw bytes). */
@@ -390,9 +390,20 @@ Test(split_output, split_max_size_plans_as_gguf_split_and_names_the_files_as_lla
         /* the metadata is the first split's; the others hold their own
          * cuts of the per-tensor keys, in the model's order */
         if (s == 0) {
-            cr_assert_eq(nk, gguf_reader_n_kv(plain) + 3, "%s", name);
+            cr_assert_eq(nk, gguf_reader_n_kv(plain) + 4, "%s", name);
         } else {
-            cr_assert(nk == N_PER_TENSOR + 3, "%s: %zu keys", name, nk);
+            /* the set identity before the split keys, one value in every split */
+            const gguf_kv *id = gguf_reader_kv(r, nk - 4), *id0 = NULL;
+            cr_assert(gguf_str_eq(id->key, GGUF_SPLIT_KEY_SET_ID) && id->type == GGUF_TYPE_UINT64,
+                      "%s", name);
+            char *p0 = at("dir.out-00001-of-%05zu.gguf", n_splits);
+            gguf_reader *r0 = open_ok(p0, GGUF_OPEN_ONE_FILE);
+            id0 = gguf_reader_find_kv(r0, GGUF_SPLIT_KEY_SET_ID);
+            cr_assert(id0 && id0->v.u64 == id->v.u64, "%s: another set identity than split 1",
+                      name);
+            gguf_reader_close(r0);
+            free(p0);
+            cr_assert(nk == N_PER_TENSOR + 4, "%s: %zu keys", name, nk);
             for (size_t k = 0; k < N_PER_TENSOR; k++)
                 cr_assert(is_per_tensor_key(gguf_reader_kv(r, k)->key), "%s: key %zu", name, k);
             cr_assert(gguf_str_eq(gguf_reader_kv(r, 0)->key, "pn.tensor_crc32"), "%s", name);
@@ -901,15 +912,17 @@ static broken make_broken(int k)
         break;
     }
     case 2: {
-        b.what = "inconsistent counts";
+        /* the same model in 3 splits by another plan: the counts do not add
+         * up, but first of all the split's set identity is another run's */
+        b.what = "a split of another run";
         char *q3 = at("q-00003-of-00003.gguf");
         copy_file(p[0], dst[0]);
         copy_file(p[1], dst[1]);
         copy_file(q3, dst[2]);
         free(q3);
-        b.bad = strdup(dst[0]);
-        b.phrase = "hold 48 tensors in all, but split.tensors.count says 56";
-        b.check_code = "SPLIT-SET";
+        b.bad = strdup(dst[2]);
+        b.phrase = "this split is from another run than the rest of its set";
+        b.check_code = "SPLIT-MIXED";
         break;
     }
     default: {
@@ -1146,4 +1159,145 @@ Test(split_reuse, a_split_prev_named_by_any_file_is_copied_from_into_a_split_out
     free(out);
     free(err);
     free(rep);
+}
+
+/* ------------------------------------------------------------------ */
+/* The identity of a set: splits of two runs do not make a set          */
+
+/* The scenario that passed pn-check before: a run writes its 5 splits; a
+ * second run with --promote 5 and --force writes the same DST one split per
+ * task, and the task of the third split fails. The folder then holds 4 new
+ * splits and 1 old one, each valid alone, with the same split keys. */
+Test(split_identity, a_set_of_two_runs_is_refused_by_every_reader_naming_the_old_split,
+     .init = setup, .fini = teardown, .timeout = 180)
+{
+    synth("src.gguf", MODEL, "");
+    const char *plan = "--measurement m.txt --split-max-tensors 12";
+    quantize("src.gguf", "m.gguf", plan);   /* the recipe's promotions */
+    char *name[5], *old[5], *ref[5];
+    for (int s = 0; s < 5; s++) {
+        name[s] = at("m-%05d-of-00005.gguf", s + 1);
+        old[s] = at("old-%d.bin", s + 1);
+        ref[s] = at("ref/m-%05d-of-00005.gguf", s + 1);
+        cr_assert(exists(name[s]), "run 1 wrote split %d of 5", s + 1);
+        copy_file(name[s], old[s]);
+    }
+    for (int i = 0; i < 5; i++) {
+        if (i == 2)
+            continue;   /* the task that failed */
+        char extra[256];
+        snprintf(extra, sizeof extra, "%s --promote 5 --force --split-index %d", plan, i);
+        quantize("src.gguf", "m.gguf", extra);
+    }
+    /* what the second run's set is: one run of it, elsewhere */
+    SH_OK("mkdir ref");
+    char extra[256];
+    snprintf(extra, sizeof extra, "%s --promote 5", plan);
+    quantize("src.gguf", "ref/m.gguf", extra);
+    for (int s = 0; s < 5; s++)
+        assert_same_file(name[s], s == 2 ? old[s] : ref[s]);
+    size_t na, nb;
+    uint8_t *x = tu_read_file(name[2], &na), *y = tu_read_file(ref[2], &nb);
+    cr_assert(na != nb || memcmp(x, y, na) != 0, "the runs wrote different third splits");
+    free(x);
+    free(y);
+
+    /* pn-check: invalid, the finding names the old split */
+    char *out = NULL, *err = NULL;
+    int rc = sh(&out, &err, "'%s/pn-check' --threads 1 m-00001-of-00005.gguf", PN_BIN_DIR);
+    cr_assert_eq(rc, 1, "exit %d\n%s%s", rc, out, err);
+    cr_assert(strstr(out, "error   SPLIT-MIXED file m-00003-of-00005.gguf:"), "%s", out);
+    cr_assert(strstr(out, "4 of the 5 splits have"), "%s", out);
+    cr_assert(strstr(out, "\ninvalid (1 error"), "%s", out);
+    free(out);
+    free(err);
+    /* named from the old split itself, the verdict is the same */
+    rc = sh(&out, &err, "'%s/pn-check' --threads 1 m-00003-of-00005.gguf", PN_BIN_DIR);
+    cr_assert_eq(rc, 1, "exit %d\n%s%s", rc, out, err);
+    cr_assert(strstr(out, "error   SPLIT-MIXED file m-00003-of-00005.gguf:"), "%s", out);
+    free(out);
+    free(err);
+    /* pn-dequant, --reuse and pn-quantize's split reading refuse it, naming
+     * that file, and write nothing */
+    const char *cmds[] = {
+        "'%s/pn-dequant' --threads 1 m-00002-of-00005.gguf out.gguf",
+        "'%s/pn-quantize' " QUANT " --reuse m-00001-of-00005.gguf src.gguf out.gguf",
+        "'%s/pn-quantize' " QUANT " m-00005-of-00005.gguf out.gguf",
+    };
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, cmds[k], PN_BIN_DIR);
+        rc = sh(&out, &err, "%s", cmd);
+        cr_assert_eq(rc, 1, "%s: exit %d\n%s%s", cmd, rc, out, err);
+        cr_assert(strstr(err, "m-00003-of-00005.gguf: this split is from another run than the "
+                              "rest of its set"),
+                  "%s:\n%s", cmd, err);
+        cr_assert(!exists(at("out.gguf")), "%s wrote out.gguf", cmd);
+        free(out);
+        free(err);
+    }
+    /* the failed task run again makes the set whole: the second run's */
+    snprintf(extra, sizeof extra, "%s --promote 5 --force --split-index 2", plan);
+    quantize("src.gguf", "m.gguf", extra);
+    for (int s = 0; s < 5; s++)
+        assert_same_file(name[s], ref[s]);
+    rc = sh(&out, &err, "'%s/pn-check' --threads 1 m-00001-of-00005.gguf", PN_BIN_DIR);
+    cr_assert_eq(rc, 0, "exit %d\n%s%s", rc, out, err);
+    free(out);
+    free(err);
+    for (int s = 0; s < 5; s++) {
+        free(name[s]);
+        free(old[s]);
+        free(ref[s]);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* --measurement FILE: written when it is not there, so checked like an  */
+/* output                                                               */
+
+Test(measurement_path, may_not_be_an_input_the_output_or_a_file_of_the_output_set,
+     .init = setup, .fini = teardown, .timeout = 120)
+{
+    synth("src.gguf", MODEL, "");
+    quantize("src.gguf", "prev.gguf", "");
+    SH_OK("mkdir sub");
+    struct {
+        const char *args;     /* the options, SRC and DST */
+        const char *named;    /* the measurement path the message quotes */
+        const char *what;
+    } cases[] = {
+        {"--measurement out.gguf src.gguf out.gguf", "out.gguf", "the output (DST)"},
+        {"--measurement sub/../out.gguf src.gguf ./out.gguf", "sub/../out.gguf",
+         "the output (DST)"},
+        {"--measurement out.gguf --dry-run src.gguf out.gguf", "out.gguf", "the output (DST)"},
+        {"--measurement src.gguf src.gguf out.gguf", "src.gguf", "the source"},
+        {"--measurement set-00002-of-00003.gguf --split-max-tensors 20 src.gguf set.gguf",
+         "set-00002-of-00003.gguf", "a file of the output set"},
+        {"--measurement sub/../set-00007-of-00009.gguf --split-max-tensors 20 src.gguf set",
+         "sub/../set-00007-of-00009.gguf", "a file of the output set"},
+        {"--measurement prev.gguf --reuse prev.gguf src.gguf out.gguf", "prev.gguf",
+         "the --reuse file"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *before = listing(g_dir);
+        char *out = NULL, *err = NULL;
+        int rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " %s", PN_BIN_DIR, cases[k].args);
+        cr_assert_eq(rc, 2, "%s: exit %d\n%s%s", cases[k].args, rc, out, err);
+        char want[512];
+        snprintf(want, sizeof want, "--measurement %s: that is %s; choose another measurement path",
+                 cases[k].named, cases[k].what);
+        cr_assert(strstr(err, want), "%s: no '%s' in:\n%s", cases[k].args, want, err);
+        char *after = listing(g_dir);
+        cr_assert_str_eq(after, before, "%s wrote a file", cases[k].args);
+        free(before);
+        free(after);
+        free(out);
+        free(err);
+    }
+    /* a path of its own is fine, and a split name of another output too */
+    quantize("src.gguf", "set.gguf", "--measurement other-00001-of-00002.gguf "
+                                     "--split-max-tensors 20");
+    cr_assert(exists(at("other-00001-of-00002.gguf")), "the measurement was saved");
+    cr_assert(exists(at("set-00003-of-00003.gguf")), "and the set written");
 }

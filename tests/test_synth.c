@@ -56,7 +56,8 @@ Test(synth_cli, help_names_every_option)
     char *out, *err;
     cr_assert_eq(synth("--help", &out, &err), 0);
     const char *opts[] = {"--layers", "--width-scale", "--vocab", "--dtype", "--seed", "--full",
-                          "--threads", "--force", "--quiet", "--version"};
+                          "--threads", "--force", "--quiet", "--version",
+                          "--hf", "--mtp", "--shard-size"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         cr_assert(strstr(out, opts[i]), "--help lacks %s", opts[i]);
     /* issue 11: the text is printed with fputs, so a printf escape shows */

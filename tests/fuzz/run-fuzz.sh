@@ -5,7 +5,10 @@
 # corpus (the committed corpus is never changed). FUZZ_TARGET picks it:
 #   gguf (default)  fuzz_gguf_reader, corpus tests/data/gguf-corpus/
 #   recipe          fuzz_recipe,      corpus tests/data/recipe-corpus/
-#   pn_blocks       fuzz_pn_blocks,   corpus tests/data/golden/pn*.out.bin Exits non-zero on any crash, sanitizer report, timeout or
+#   pn_blocks       fuzz_pn_blocks,   corpus tests/data/golden/pn*.out.bin
+#   safetensors     fuzz_safetensors_header, corpus tests/data/hf-qwen35-tiny/hf/*.safetensors
+#   hf_config       fuzz_hf_config,   corpus tests/data/hf-qwen35-tiny/hf/config.json
+# Exits non-zero on any crash, sanitizer report, timeout or
 # out-of-memory; the input that caused it is kept in BUILD_DIR/fuzz-artifacts/.
 #
 # BUILD_DIR must be configured for fuzzing, e.g.
@@ -28,7 +31,9 @@ case $target in
     gguf) exe_name=fuzz_gguf_reader; seeds=("$source_dir"/tests/data/gguf-corpus/*); dict=(-dict="$here/gguf.dict") ;;
     recipe) exe_name=fuzz_recipe; seeds=("$source_dir"/tests/data/recipe-corpus/*); dict=() ;;
     pn_blocks) exe_name=fuzz_pn_blocks; seeds=("$source_dir"/tests/data/golden/pn3t.out.bin "$source_dir"/tests/data/golden/pn4t.out.bin); dict=() ;;
-    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks)" >&2; exit 2 ;;
+    safetensors) exe_name=fuzz_safetensors_header; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/*.safetensors); dict=() ;;
+    hf_config) exe_name=fuzz_hf_config; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/config.json); dict=() ;;
+    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks, safetensors, hf_config)" >&2; exit 2 ;;
 esac
 cmake --build "$build" --target "$exe_name" >/dev/null
 exe="$build/tests/fuzz/$exe_name"

@@ -1,0 +1,638 @@
+/* hf_keys.c - the keys the converter writes for qwen35: from config.json
+ * (text_config merged into the root), with its defaults, and the gpt2 BPE
+ * tokenizer from tokenizer.json and tokenizer_config.json. The order is the
+ * converter's. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hf/hf.h"
+#include "hf/hf_internal.h"
+
+#define ARCH "qwen35"
+
+/* The pre-tokenizer patterns llama.cpp knows, by name (tokenizer.ggml.pre). */
+static const struct { const char *name, *regex; } known_pre[] = {
+    {"qwen35",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    {"qwen2",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+};
+
+static const json_t *find_key(const json_t *hp, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_object_get(hp, keys[i]);
+        if (v) return v;
+    }
+    return NULL;
+}
+
+#define FIND(hp, ...) find_key(hp, (const char *const[]){__VA_ARGS__}, \
+                               sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
+
+typedef struct kctx {
+    gguf_writer *w;
+    const char *file;
+    pn_error *err;
+    pn_status st;
+} kctx;
+
+static void wfail(kctx *k, const char *key)
+{
+    if (k->st == PN_OK)
+        k->st = pn_error_set(k->err, PN_ERR_FORMAT, "%s: key %s: %s", k->file, key,
+                             gguf_writer_last_error(k->w) ? gguf_writer_last_error(k->w)
+                                                          : "cannot be written");
+}
+
+static void put_u32v(kctx *k, const char *key, const json_t *v, const char *src_key)
+{
+    if (k->st != PN_OK || !v) return;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > (json_int_t)UINT32_MAX) {
+        k->st = pn_error_set(k->err, PN_ERR_FORMAT,
+                             "%s: key %s is not an integer in [0, 2^32)", k->file, src_key);
+        return;
+    }
+    if (gguf_writer_set_u32(k->w, key, (uint32_t)json_integer_value(v)) != PN_OK) wfail(k, key);
+}
+static void put_u32(kctx *k, const char *key, uint64_t v)
+{
+    if (k->st == PN_OK && gguf_writer_set_u32(k->w, key, (uint32_t)v) != PN_OK) wfail(k, key);
+}
+static void put_f32v(kctx *k, const char *key, const json_t *v, const char *src_key)
+{
+    if (k->st != PN_OK || !v) return;
+    if (!json_is_number(v)) {
+        k->st = pn_error_set(k->err, PN_ERR_FORMAT, "%s: key %s is not a number", k->file,
+                             src_key);
+        return;
+    }
+    if (gguf_writer_set_f32(k->w, key, (float)json_number_value(v)) != PN_OK) wfail(k, key);
+}
+static void put_str(kctx *k, const char *key, const char *v)
+{
+    if (k->st == PN_OK && gguf_writer_set_str(k->w, key, v) != PN_OK) wfail(k, key);
+}
+static void put_bool(kctx *k, const char *key, bool v)
+{
+    if (k->st == PN_OK && gguf_writer_set_bool(k->w, key, v) != PN_OK) wfail(k, key);
+}
+
+/* ---- tokenizer ---- */
+
+static bool looks_special(const char *t)
+{
+    size_t n = strlen(t);
+    if (strcmp(t, "<pad>") == 0 || strcmp(t, "<mask>") == 0 || strcmp(t, "<2mass>") == 0 ||
+        strcmp(t, "[@BOS@]") == 0)
+        return true;
+    if (n >= 4 && strncmp(t, "<|", 2) == 0 && strcmp(t + n - 2, "|>") == 0) return true;
+    /* "<｜" ... "｜>" (fullwidth bar, U+FF5C) */
+    if (n >= 8 && strncmp(t, "<\xef\xbd\x9c", 4) == 0 && strcmp(t + n - 4, "\xef\xbd\x9c>") == 0)
+        return true;
+    if (strncmp(t, "<unused", 7) == 0 && t[n - 1] == '>') return true;
+    return false;
+}
+
+/* Replaces every U+2581 with a space, in place. */
+static void unspace(char *s)
+{
+    char *o = s;
+    for (char *p = s; *p;) {
+        if ((unsigned char)p[0] == 0xe2 && (unsigned char)p[1] == 0x96 &&
+            (unsigned char)p[2] == 0x81) { *o++ = ' '; p += 3; }
+        else *o++ = *p++;
+    }
+    *o = '\0';
+}
+
+/* Python truthiness of a JSON value (None, "", {}, [], 0, false are false). */
+static bool truthy(const json_t *v)
+{
+    if (!v || json_is_null(v) || json_is_false(v)) return false;
+    if (json_is_string(v)) return json_string_length(v) > 0;
+    if (json_is_object(v)) return json_object_size(v) > 0;
+    if (json_is_array(v)) return json_array_size(v) > 0;
+    if (json_is_integer(v)) return json_integer_value(v) != 0;
+    if (json_is_real(v)) return json_real_value(v) != 0;
+    return true;
+}
+
+static const char *find_pre_regex(const json_t *pt)
+{
+    if (!json_is_object(pt)) return NULL;
+    const char *type = json_string_value(json_object_get(pt, "type"));
+    if (type && strcmp(type, "Split") == 0) {
+        const json_t *p = json_object_get(pt, "pattern");
+        return json_string_value(json_object_get(p, "Regex"));
+    }
+    if (type && strcmp(type, "Sequence") == 0) {
+        const json_t *arr = json_object_get(pt, "pretokenizers");
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            const char *r = find_pre_regex(json_array_get(arr, i));
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
+static void parse_normalizer(const json_t *n, int *lower, int *strip)
+{
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (!type) return;
+    if (strcmp(type, "Lowercase") == 0) *lower = 1;
+    else if (strcmp(type, "StripAccents") == 0) *strip = 1;
+    else if (strcmp(type, "BertNormalizer") == 0) {
+        const json_t *l = json_object_get(n, "lowercase"), *s = json_object_get(n, "strip_accents");
+        if (json_is_boolean(l)) *lower = json_is_true(l);
+        if (json_is_boolean(s)) *strip = json_is_true(s);
+    } else if (strcmp(type, "Sequence") == 0) {
+        const json_t *arr = json_object_get(n, "normalizers");
+        for (size_t i = 0; i < json_array_size(arr); i++)
+            parse_normalizer(json_array_get(arr, i), lower, strip);
+    }
+}
+
+static pn_status load_optional(const char *dir, const char *file, json_t **out, char **path,
+                               pn_error *err)
+{
+    *out = NULL;
+    *path = malloc(strlen(dir) + strlen(file) + 2);
+    if (!*path) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    sprintf(*path, "%s/%s", dir, file);
+    struct stat sb;
+    if (stat(*path, &sb) != 0) return PN_OK;
+    return pn_hf_json_load(*path, out, err);
+}
+
+static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
+                                const pn_hf_config *cfg, const pn_hf_opts *opts)
+{
+    json_t *tok = NULL, *tcfg = NULL;
+    char *tok_path = NULL, *tcfg_path = NULL;
+    char **tokens = NULL;
+    int32_t *types = NULL;
+    const char **merges = NULL;
+    char **merges_own = NULL;
+    size_t n_merges = 0;
+    pn_error *err = k->err;
+    pn_status st = load_optional(dir, "tokenizer.json", &tok, &tok_path, err);
+    if (st == PN_OK && !tok)
+        st = pn_error_set(err, PN_ERR_IO, "%s: missing (the gpt2 BPE tokenizer is read from it)",
+                          tok_path);
+    if (st == PN_OK) st = load_optional(dir, "tokenizer_config.json", &tcfg, &tcfg_path, err);
+    if (st != PN_OK) goto done;
+    const json_t *model = json_object_get(tok, "model");
+    const json_t *vocab = json_object_get(model, "vocab");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!json_is_object(model) || !json_is_object(vocab) || !mtype || strcmp(mtype, "BPE") != 0) {
+        st = pn_error_set(err, PN_ERR_FORMAT,
+                          "%s: key model must be an object of type \"BPE\" with a vocab object",
+                          tok_path);
+        goto done;
+    }
+    const uint64_t nv = cfg->vocab_size;
+    tokens = calloc(nv, sizeof *tokens);
+    types = calloc(nv, sizeof *types);
+    if (!tokens || !types) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); goto done; }
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            (uint64_t)json_integer_value(v) >= nv) {
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: key model.vocab: token \"%.40s\" has id %s, not an integer "
+                              "below vocab_size %llu", tok_path, key,
+                              json_is_integer(v) ? "out of range" : "of the wrong type",
+                              (unsigned long long)nv);
+            goto done;
+        }
+        size_t id = (size_t)json_integer_value(v);
+        if (tokens[id]) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.vocab: id %zu is given to two "
+                              "tokens", tok_path, id);
+            goto done;
+        }
+        tokens[id] = (char *)key;
+        types[id] = 1;
+    }
+    const json_t *added = json_object_get(tok, "added_tokens");
+    if (added && !json_is_array(added)) {
+        st = pn_error_set(err, PN_ERR_FORMAT, "%s: key added_tokens is not an array", tok_path);
+        goto done;
+    }
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *a = json_array_get(added, i);
+        const json_t *jid = json_object_get(a, "id");
+        const json_t *jc = json_object_get(a, "content");
+        if (!json_is_integer(jid) || !json_is_string(jc) || json_integer_value(jid) < 0 ||
+            (uint64_t)json_integer_value(jid) >= nv) {
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: key added_tokens[%zu]: needs an integer id below vocab_size "
+                              "%llu and a string content", tok_path, i, (unsigned long long)nv);
+            goto done;
+        }
+        size_t id = (size_t)json_integer_value(jid);
+        if (tokens[id] && types[id] == 1 && strcmp(tokens[id], json_string_value(jc)) != 0) {
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: key added_tokens[%zu]: id %zu is \"%.40s\" in model.vocab",
+                              tok_path, i, id, tokens[id]);
+            goto done;
+        }
+        if (types[id] > 1) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key added_tokens[%zu]: id %zu added twice",
+                              tok_path, i, id);
+            goto done;
+        }
+        tokens[id] = (char *)json_string_value(jc);
+        bool special = json_is_true(json_object_get(a, "special"));
+        types[id] = (special || looks_special(tokens[id])) ? 3 : 4;
+    }
+    /* the text of every token, owned: pads and user-defined respacing */
+    char **owned = calloc(nv, sizeof *owned);
+    if (!owned) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); goto done; }
+    for (uint64_t i = 0; i < nv && st == PN_OK; i++) {
+        if (!tokens[i]) {
+            char b[32];
+            snprintf(b, sizeof b, "[PAD%llu]", (unsigned long long)i);
+            owned[i] = strdup(b);
+            types[i] = 5;
+        } else {
+            owned[i] = strdup(tokens[i]);
+            if (owned[i] && types[i] == 4) unspace(owned[i]);
+        }
+        if (!owned[i]) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
+    /* pre-tokenizer */
+    const char *pre = opts->tokenizer_pre;
+    if (st == PN_OK && !pre) {
+        const char *rx = find_pre_regex(json_object_get(tok, "pre_tokenizer"));
+        for (size_t i = 0; rx && i < sizeof known_pre / sizeof *known_pre; i++)
+            if (strcmp(rx, known_pre[i].regex) == 0) pre = known_pre[i].name;
+        if (!pre)
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: key pre_tokenizer: the split pattern is not one llama.cpp "
+                              "knows here (known: qwen35, qwen2); name it with --tokenizer-pre",
+                              tok_path);
+    }
+    /* merges */
+    const json_t *jm = json_object_get(model, "merges");
+    if (st == PN_OK && jm && !json_is_array(jm))
+        st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges is not an array", tok_path);
+    if (st == PN_OK && json_array_size(jm) > 0) {
+        n_merges = json_array_size(jm);
+        merges = calloc(n_merges, sizeof *merges);
+        merges_own = calloc(n_merges, sizeof *merges_own);
+        if (!merges || !merges_own) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        bool as_str = json_is_string(json_array_get(jm, 0));
+        for (size_t i = 0; i < n_merges && st == PN_OK; i++) {
+            const json_t *e = json_array_get(jm, i);
+            if (as_str) {
+                if (!json_is_string(e)) {
+                    st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a "
+                                      "string", tok_path, i);
+                    break;
+                }
+                merges[i] = json_string_value(e);
+                continue;
+            }
+            if (!json_is_array(e) || json_array_size(e) != 2 ||
+                !json_is_string(json_array_get(e, 0)) || !json_is_string(json_array_get(e, 1))) {
+                st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a pair "
+                                  "of strings", tok_path, i);
+                break;
+            }
+            const char *p[2] = {json_string_value(json_array_get(e, 0)),
+                                json_string_value(json_array_get(e, 1))};
+            size_t len = 2;
+            for (int q = 0; q < 2; q++)
+                for (const char *c = p[q]; *c; c++) len += *c == ' ' ? 2 : 1;
+            char *s = malloc(len);
+            if (!s) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); break; }
+            char *o = s;
+            for (int q = 0; q < 2; q++) {
+                if (q) *o++ = ' ';
+                for (const char *c = p[q]; *c; c++) {
+                    if (*c == ' ') { *o++ = (char)0xc4; *o++ = (char)0xa0; }  /* U+0120 */
+                    else *o++ = *c;
+                }
+            }
+            *o = '\0';
+            merges_own[i] = s;
+            merges[i] = s;
+        }
+    }
+    if (st == PN_OK) {
+        put_str(k, "tokenizer.ggml.model", "gpt2");
+        put_str(k, "tokenizer.ggml.pre", pre);
+        if (k->st == PN_OK &&
+            gguf_writer_set_arr_str(k->w, "tokenizer.ggml.tokens", (const char *const *)owned, nv) != PN_OK)
+            wfail(k, "tokenizer.ggml.tokens");
+        if (k->st == PN_OK &&
+            gguf_writer_set_arr(k->w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, nv) != PN_OK)
+            wfail(k, "tokenizer.ggml.token_type");
+        if (k->st == PN_OK && n_merges &&
+            gguf_writer_set_arr_str(k->w, "tokenizer.ggml.merges", merges, n_merges) != PN_OK)
+            wfail(k, "tokenizer.ggml.merges");
+        st = k->st;
+    }
+    for (uint64_t i = 0; i < nv; i++) free(owned[i]);
+    free(owned);
+    if (st != PN_OK) goto done;
+
+    /* special tokens: tokenizer_config.json by content, then config.json ids */
+    static const char *const typs[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+    static const char *const id_keys[] = {
+        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
+        "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
+        "tokenizer.ggml.mask_token_id",
+    };
+    int64_t ids[7];
+    int order[7], n_order = 0;
+    int add[7], add_order[7], n_add = 0;
+    for (int t = 0; t < 7; t++) { ids[t] = -1; add[t] = -1; }
+    const json_t *pp = json_object_get(tok, "post_processor");
+    if (json_is_object(pp)) {
+        const char *ptype = json_string_value(json_object_get(pp, "type"));
+        const json_t *procs = json_object_get(pp, "processors");
+        bool template = ptype && (strcmp(ptype, "TemplateProcessing") == 0 ||
+                                  strcmp(ptype, "RobertaProcessing") == 0);
+        for (size_t i = 0; i < json_array_size(procs); i++) {
+            const char *t2 = json_string_value(json_object_get(json_array_get(procs, i), "type"));
+            if (t2 && (strcmp(t2, "TemplateProcessing") == 0 || strcmp(t2, "RobertaProcessing") == 0))
+                template = true;
+        }
+        if (template) {
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: key post_processor: template post-processing is not taken "
+                              "(the qwen35 tokenizers use ByteLevel)", tok_path);
+            goto done;
+        }
+    }
+    if (tcfg) {
+        for (int t = 0; t < 7; t++) {
+            char name[32];
+            snprintf(name, sizeof name, "add_%s_token", typs[t]);
+            const json_t *a = json_object_get(tcfg, name);
+            if (json_is_boolean(a)) { add[t] = json_is_true(a); add_order[n_add++] = t; }
+            snprintf(name, sizeof name, "%s_token", typs[t]);
+            const json_t *e = json_object_get(tcfg, name);
+            /* bos falls back to cls, eos to sep */
+            if (!truthy(e) && (t == 0 || t == 1)) {
+                const json_t *alt = json_object_get(tcfg, t == 0 ? "cls_token" : "sep_token");
+                if (truthy(alt)) e = alt;
+            }
+            const char *content = NULL;
+            if (json_is_string(e)) content = json_string_value(e);
+            else if (json_is_object(e) && json_is_string(json_object_get(e, "content")))
+                content = json_string_value(json_object_get(e, "content"));
+            if (!content) continue;
+            for (size_t i = 0; i < json_array_size(added); i++) {
+                const json_t *a2 = json_array_get(added, i);
+                if (json_is_string(json_object_get(a2, "content")) &&
+                    strcmp(json_string_value(json_object_get(a2, "content")), content) == 0) {
+                    const json_t *jid = json_object_get(a2, "id");
+                    if (json_is_integer(jid) && ids[t] < 0) {
+                        ids[t] = json_integer_value(jid);
+                        order[n_order++] = t;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    const json_t *tc = json_object_get(root, "text_config");
+    for (int t = 0; t < 7; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s_token_id", typs[t]);
+        const json_t *v2 = json_object_get(root, name);
+        if ((!v2 || json_is_null(v2)) && json_is_object(tc)) v2 = json_object_get(tc, name);
+        if (!json_is_integer(v2)) continue;
+        if (json_integer_value(v2) < 0 || json_integer_value(v2) > (json_int_t)UINT32_MAX) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s/config.json: key %s is %lld", dir, name,
+                              (long long)json_integer_value(v2));
+            goto done;
+        }
+        if (ids[t] < 0) { ids[t] = json_integer_value(v2); order[n_order++] = t; }
+    }
+    for (int i = 0; i < n_order; i++) {
+        if (ids[order[i]] > (int64_t)UINT32_MAX) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: special token %s id out of range",
+                              tok_path, typs[order[i]]);
+            goto done;
+        }
+        put_u32(k, id_keys[order[i]], (uint64_t)ids[order[i]]);
+    }
+    for (int i = 0; i < n_add; i++) {
+        int t = add_order[i];
+        char name[48];
+        if (t != 0 && t != 1 && t != 3) continue;   /* only bos, eos, sep have keys */
+        snprintf(name, sizeof name, "tokenizer.ggml.add_%s_token", typs[t]);
+        put_bool(k, name, add[t] != 0);
+    }
+    if (tcfg) {
+        const json_t *ct = json_object_get(tcfg, "chat_template");
+        char *jinja = NULL;
+        if (!ct || json_is_null(ct)) {
+            char *jp = malloc(strlen(dir) + 32);
+            if (jp) {
+                sprintf(jp, "%s/chat_template.jinja", dir);
+                FILE *f = fopen(jp, "rb");
+                if (f) {
+                    struct stat sb;
+                    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+                        (uint64_t)sb.st_size <= PN_HF_MAX_JSON) {
+                        jinja = malloc((size_t)sb.st_size + 1);
+                        if (jinja) {
+                            size_t got = fread(jinja, 1, (size_t)sb.st_size, f);
+                            jinja[got] = '\0';
+                        }
+                    }
+                    fclose(f);
+                }
+                free(jp);
+            }
+            if (jinja) put_str(k, "tokenizer.chat_template", jinja);
+            free(jinja);
+        } else if (json_is_string(ct)) {
+            if (k->st == PN_OK &&
+                gguf_writer_set_str_n(k->w, "tokenizer.chat_template", json_string_value(ct),
+                                      json_string_length(ct)) != PN_OK)
+                wfail(k, "tokenizer.chat_template");
+        } else {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key chat_template is not a string "
+                              "(named templates are not taken)", tcfg_path);
+            goto done;
+        }
+    }
+    int lower = -1, strip = -1;
+    const json_t *norm = json_object_get(tok, "normalizer");
+    if (json_is_object(norm)) parse_normalizer(norm, &lower, &strip);
+    if (lower >= 0) put_bool(k, "tokenizer.ggml.normalizer.lowercase", lower != 0);
+    if (strip >= 0) put_bool(k, "tokenizer.ggml.normalizer.strip_accents", strip != 0);
+    st = k->st;
+done:
+    if (merges_own)
+        for (size_t i = 0; i < n_merges; i++) free(merges_own[i]);
+    free(merges_own);
+    free(merges);
+    free(tokens);
+    free(types);
+    json_decref(tok);
+    json_decref(tcfg);
+    free(tok_path);
+    free(tcfg_path);
+    return st;
+}
+
+/* ---- model keys ---- */
+
+pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp,
+                           const pn_hf_config *cfg, const pn_hf_opts *opts, int file_type,
+                           gguf_writer *w, pn_error *err)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    kctx k = {w, file, err, PN_OK};
+    const char *slash = strrchr(dir, '/');
+    const char *name = slash && slash[1] ? slash + 1 : dir;
+    put_str(&k, "general.architecture", ARCH);
+    put_str(&k, "general.type", "model");
+    put_str(&k, "general.name", name);
+    uint64_t blocks = cfg->n_layer + (opts->no_mtp ? 0 : cfg->n_mtp);
+    put_u32(&k, ARCH ".block_count", blocks);
+    put_u32v(&k, ARCH ".context_length",
+             FIND(hp, "max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                  "max_sequence_length", "model_max_length"), "max_position_embeddings");
+    put_u32v(&k, ARCH ".embedding_length", FIND(hp, "hidden_size", "n_embd", "dim"), "hidden_size");
+    put_u32v(&k, ARCH ".feed_forward_length",
+             FIND(hp, "prefix_dense_intermediate_size", "dense_intermediate_size",
+                  "intermediate_size", "n_inner", "hidden_dim"), "intermediate_size");
+    put_u32v(&k, ARCH ".attention.head_count", FIND(hp, "num_attention_heads", "n_head", "n_heads"),
+             "num_attention_heads");
+    put_u32v(&k, ARCH ".attention.head_count_kv", FIND(hp, "num_key_value_heads", "n_kv_heads"),
+             "num_key_value_heads");
+    if (json_is_false(json_object_get(hp, "is_causal")))
+        put_bool(&k, ARCH ".attention.causal", false);
+    if (k.st != PN_OK) return k.st;
+
+    /* rope: rope_parameters (or rope_scaling), with the root's values mirrored */
+    const json_t *rp = json_object_get(hp, "rope_parameters");
+    if (!rp || json_is_null(rp)) rp = json_object_get(hp, "rope_scaling");
+    if (rp && !json_is_null(rp) && !json_is_object(rp))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key rope_parameters is not an object", file);
+    const json_t *full = rp ? json_object_get(rp, "full_attention") : NULL;
+    const json_t *rparams = json_is_object(full) ? full : rp;
+    const json_t *rope_type = rparams ? json_object_get(rparams, "rope_type") : NULL;
+    if (!rope_type && rp && !json_object_get(rp, "full_attention"))
+        rope_type = json_object_get(rp, "type");
+    if (rope_type && !json_is_null(rope_type)) {
+        const char *rt = json_string_value(rope_type);
+        if (!rt)
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key rope_parameters.rope_type is not a "
+                                "string", file);
+        const json_t *factor = json_object_get(rparams, "factor");
+        if (strcmp(rt, "linear") == 0 && factor && !json_is_null(factor)) {
+            put_str(&k, ARCH ".rope.scaling.type", "linear");
+            put_f32v(&k, ARCH ".rope.scaling.factor", factor, "rope_parameters.factor");
+        } else if ((strcmp(rt, "yarn") == 0 && factor && !json_is_null(factor)) ||
+                   strcmp(rt, "su") == 0 || strcmp(rt, "longrope") == 0) {
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key rope_parameters.rope_type: %s "
+                                "scaling is not taken by pn-convert", file, rt);
+        }
+    }
+    const json_t *ms = rp ? json_object_get(rp, "mrope_section") : NULL;
+    if (ms && !json_is_null(ms)) {
+        if (!json_is_array(ms))
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key rope_parameters.mrope_section is "
+                                "not an array", file);
+        int32_t sec[4] = {0, 0, 0, 0};
+        for (size_t i = 0; i < json_array_size(ms) && i < 4; i++) {
+            const json_t *e = json_array_get(ms, i);
+            if (!json_is_integer(e) || json_integer_value(e) < INT32_MIN ||
+                json_integer_value(e) > INT32_MAX)
+                return pn_error_set(err, PN_ERR_FORMAT, "%s: key rope_parameters.mrope_section"
+                                    "[%zu] is not a 32-bit integer", file, i);
+            sec[i] = (int32_t)json_integer_value(e);
+        }
+        if (gguf_writer_set_arr(w, ARCH ".rope.dimension_sections", GGUF_TYPE_INT32, sec, 4) != PN_OK)
+            wfail(&k, ARCH ".rope.dimension_sections");
+    }
+    const json_t *theta = rparams ? json_object_get(rparams, "rope_theta") : NULL;
+    if ((!theta || json_is_null(theta)) && !(rp && (json_object_get(rp, "full_attention") ||
+                                                    json_object_get(rp, "sliding_attention"))))
+        theta = FIND(hp, "global_rope_theta", "rope_global_theta", "rope_theta_global",
+                     "rope_theta", "rotary_emb_base");
+    if (theta && !json_is_null(theta))
+        put_f32v(&k, ARCH ".rope.freq_base", theta, "rope_theta");
+    const json_t *eps = FIND(hp, "rms_norm_eps", "norm_eps");
+    put_f32v(&k, ARCH ".attention.layer_norm_rms_epsilon", eps, "rms_norm_eps");
+    const json_t *leps = FIND(hp, "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon");
+    if (leps && !json_is_null(leps))
+        put_f32v(&k, ARCH ".attention.layer_norm_epsilon", leps, "layer_norm_eps");
+    if (cfg->has_head_dim) {
+        put_u32(&k, ARCH ".attention.key_length", cfg->head_dim);
+        put_u32(&k, ARCH ".attention.value_length", cfg->head_dim);
+    }
+    put_u32(&k, "general.file_type", (uint64_t)file_type);
+    const json_t *moe = json_object_get(hp, "moe_intermediate_size");
+    if (moe && !json_is_null(moe))
+        put_u32v(&k, ARCH ".expert_feed_forward_length", moe, "moe_intermediate_size");
+    const json_t *sh = json_object_get(hp, "shared_expert_intermediate_size");
+    if (sh && !json_is_null(sh))
+        put_u32v(&k, ARCH ".expert_shared_feed_forward_length", sh,
+                 "shared_expert_intermediate_size");
+    if (!opts->no_mtp && cfg->n_mtp > 0) put_u32(&k, ARCH ".nextn_predict_layers", cfg->n_mtp);
+    put_u32(&k, ARCH ".ssm.conv_kernel", cfg->conv_kernel);
+    put_u32(&k, ARCH ".ssm.state_size", cfg->lin_hk);
+    put_u32(&k, ARCH ".ssm.group_count", cfg->lin_nk);
+    put_u32(&k, ARCH ".ssm.time_step_rank", cfg->lin_nv);
+    put_u32(&k, ARCH ".ssm.inner_size", cfg->lin_hv * cfg->lin_nv);
+    const json_t *lt = json_object_get(hp, "layer_types");
+    if (json_is_array(lt) && k.st == PN_OK) {
+        uint8_t *rec = calloc(blocks ? blocks : 1, 1);
+        if (!rec) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < json_array_size(lt); i++)
+            rec[i] = strcmp(json_string_value(json_array_get(lt, i)), "linear_attention") == 0;
+        if (gguf_writer_set_arr(w, ARCH ".attention.recurrent_layers", GGUF_TYPE_BOOL, rec,
+                                blocks) != PN_OK)
+            wfail(&k, ARCH ".attention.recurrent_layers");
+        free(rec);
+    }
+    const json_t *fai = json_object_get(hp, "full_attention_interval");
+    if (fai && !json_is_null(fai))
+        put_u32v(&k, ARCH ".full_attention_interval", fai, "full_attention_interval");
+    else
+        put_u32(&k, ARCH ".full_attention_interval", 4);
+    /* rope dimension count: head_dim x partial_rotary_factor (default 0.25) */
+    const json_t *prf = rp ? json_object_get(rp, "partial_rotary_factor") : NULL;
+    if (!prf || json_is_null(prf)) prf = FIND(hp, "partial_rotary_factor", "rope_pct", "rope_percent");
+    double f = 0.25;
+    if (prf && !json_is_null(prf)) {
+        if (!json_is_number(prf))
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key partial_rotary_factor is not a "
+                                "number", file);
+        f = json_number_value(prf);
+    }
+    double rd = (double)cfg->head_dim * f;
+    if (!(rd >= 0 && rd < 4294967296.0))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key partial_rotary_factor %g gives a rope "
+                            "dimension count out of range", file, f);
+    put_u32(&k, ARCH ".rope.dimension_count", (uint64_t)rd);
+    if (!ms || json_is_null(ms)) {
+        static const int32_t def[4] = {11, 11, 10, 0};
+        if (k.st == PN_OK &&
+            gguf_writer_set_arr(w, ARCH ".rope.dimension_sections", GGUF_TYPE_INT32, def, 4) != PN_OK)
+            wfail(&k, ARCH ".rope.dimension_sections");
+    }
+    put_u32(&k, "general.quantization_version", 2);
+    if (k.st != PN_OK) return k.st;
+    return tokenizer_keys(&k, dir, root, cfg, opts);
+}

@@ -1,0 +1,31 @@
+/* source_open.h - opening a job's SRC: a GGUF file (or split set), or a
+ * Hugging Face model folder (its config.json, its index, a single
+ * model.safetensors), which is read as the GGUF that llama.cpp's converter
+ * writes from it at --outtype bf16 (hf/hf.h: a virtual reader, converted
+ * on the fly). Every job that takes SRC opens it here. */
+#ifndef PN_IO_SOURCE_OPEN_H
+#define PN_IO_SOURCE_OPEN_H
+
+#include <stdbool.h>
+
+#include "common/pn_error.h"
+#include "gguf/gguf.h"
+
+typedef struct pn_source_opts {
+    /* Drop the MTP layer, as the converter's --no-mtp: a folder is converted
+     * without it; a GGUF is read without the blocks from block_count -
+     * nextn_predict_layers on, nextn_predict_layers removed, block_count and
+     * attention.recurrent_layers cut (a GGUF without an MTP layer is read as
+     * it is). */
+    bool no_mtp;
+    const char *tokenizer_pre;   /* a folder: tokenizer.ggml.pre when its pattern is unknown */
+} pn_source_opts;
+
+/* True when path is a Hugging Face source rather than a GGUF. */
+bool pn_source_is_hf(const char *path);
+
+/* Opens SRC; opts may be NULL. */
+pn_status pn_source_open(const char *path, const pn_source_opts *opts, gguf_reader **out,
+                         pn_error *err);
+
+#endif

@@ -837,9 +837,7 @@ Test(compare_cli, sigint_while_llama_cpp_runs_exits_130_and_leaves_nothing, .ini
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        int devnull = open("/dev/null", 1);
-        dup2(devnull, 1);
-        dup2(devnull, 2);
+        tu_child_output_to_devnull();
         execl(PN_BIN_DIR "/pn-compare", "pn-compare", "--quiet", "--node", hang, "--llama-script",
               SCRIPT, "--tmpdir", tmp, src, pn, (char *)NULL);
         _exit(127);

@@ -485,9 +485,7 @@ Test(pipeline, a_1d_tensor_of_2_24_weights_is_quantized_in_far_less_memory_than_
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        int devnull = open("/dev/null", 1);
-        dup2(devnull, 1);
-        dup2(devnull, 2);
+        tu_child_output_to_devnull();
         setenv("PN_CHUNK_WEIGHTS", "65536", 1);
         execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--quiet", "--threads", "2", "--recipe",
               recipe, src, dst, (char *)NULL);

@@ -698,9 +698,7 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        int devnull = open("/dev/null", 1);
-        dup2(devnull, 1);
-        dup2(devnull, 2);
+        tu_child_output_to_devnull();
         /* the reference quantizer on one thread: seconds of work on any
          * machine, so the signal lands while the run is writing */
         setenv("PN_CPU_PATH", "ref", 1);

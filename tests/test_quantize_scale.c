@@ -206,9 +206,7 @@ Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        int devnull = open("/dev/null", 1);
-        dup2(devnull, 1);
-        dup2(devnull, 2);
+        tu_child_output_to_devnull();
         execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--recipe", recipe, "--promote", "4",
               "--threads", "1", src, dst, (char *)NULL);
         _exit(127);

@@ -175,6 +175,14 @@ int tu_run(const char *cmdline, char **out, char **err)
     return rc;
 }
 
+void tu_child_output_to_devnull(void)
+{
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    close(devnull);
+}
+
 int tu_run_program(char **out, char **err, const char *program, const char *fmt, ...)
 {
     char args[8192], cmd[9000];

@@ -32,6 +32,10 @@ int tu_count_temporary_files(const char *dir);
 /* Removes a directory tree made by tu_mkdtemp. */
 void tu_rm_rf(const char *path);
 
+/* In a forked child that runs a program: its stdout and stderr go to
+ * /dev/null (the test watches its exit status, not its words). */
+void tu_child_output_to_devnull(void);
+
 /* Runs a command line through /bin/sh with stdout and stderr captured.
  * Returns the exit status (128+signal if killed). *out / *err (if not NULL)
  * receive NUL-terminated captured text; caller frees. */

@@ -206,6 +206,7 @@ static void run_ok(const char *cmdline)
 static bool skip_key(const gguf_kv *kv)
 {
     return (kv->key.len >= 8 && memcmp(kv->key.data, "general.", 8) == 0) ||
+           (kv->key.len >= 9 && memcmp(kv->key.data, "pn.split.", 9) == 0) ||
            (kv->key.len >= 10 && memcmp(kv->key.data, "pn.source.", 10) == 0);
 }
 
@@ -691,6 +692,27 @@ Test(hf_quantize, no_mtp_on_the_converted_gguf_quantizes_as_the_no_mtp_file_does
              TINY_RECIPE, HFDATA "/converted.bf16.no-mtp.gguf", b);
     run_ok(cmd);
     assert_same_quantized(a, b);
+    free(a);
+    free(b);
+}
+
+/* A split output of the folder (--split-max-tensors) is the split output of
+ * the converted file: the same tensors, the same keys but general.*,
+ * pn.source.* and the set's identity. */
+Test(hf_quantize, a_split_output_of_the_folder_is_that_of_the_converted_file)
+{
+    char cmd[8192];
+    char *a = tu_join(g_dir, "a.gguf"), *b = tu_join(g_dir, "b.gguf");
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'",
+             QUANTIZE, TINY_RECIPE, HFDATA "/hf", a);
+    run_ok(cmd);
+    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'",
+             QUANTIZE, TINY_RECIPE, HFDATA "/converted.bf16.gguf", b);
+    run_ok(cmd);
+    char *a1 = tu_join(g_dir, "a-00001-of-00002.gguf"), *b1 = tu_join(g_dir, "b-00001-of-00002.gguf");
+    assert_same_quantized(a1, b1);
+    free(a1);
+    free(b1);
     free(a);
     free(b);
 }

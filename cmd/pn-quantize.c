@@ -34,7 +34,7 @@ static void on_signal(int sig)
 enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
        O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
        O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
-       O_NO_MTP, O_TOKPRE };
+       O_NO_MTP, O_TOKPRE, O_IMATRIX, O_IMATRIX_MISSING };
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, O_RECIPE,
@@ -47,6 +47,14 @@ static const pn_cli_option options[] = {
     {"measurement", required_argument, O_MEAS,
      "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
      "                          else measure and save it there\n"},
+    {"imatrix", required_argument, O_IMATRIX,
+     "  --imatrix FILE          llama.cpp's importance matrix (llama-imatrix, GGUF or .dat):\n"
+     "                          weight the promotion measurement and the q3_K/q4_K search\n"
+     "                          by what the model's activations see (docs/usage.md#imatrix)\n"},
+    {"imatrix-missing", required_argument, O_IMATRIX_MISSING,
+     "  --imatrix-missing error|unweighted\n"
+     "                          a promotion candidate without an entry: an error (default),\n"
+     "                          or measured unweighted\n"},
     {"measure-rows", required_argument, O_MROWS,
      "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"},
     {"reuse", required_argument, O_REUSE,
@@ -408,10 +416,10 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
 {
     const char *rp = s->report_path;
     const char *inputs[] = {o->src_path, o->recipe_path, o->promote_list_path,
-                            o->measurement_path, o->reuse_path};
+                            o->measurement_path, o->reuse_path, o->imatrix_path};
     const char *what[] = {"the source", "the recipe", "the promote list", "the measurement",
-                          "the --reuse file"};
-    for (int i = 0; i < 5; i++)
+                          "the --reuse file", "the imatrix"};
+    for (int i = 0; i < 6; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
             fprintf(stderr, "pn-quantize: --report ");
             pn_fput_safe(stderr, rp);
@@ -675,6 +683,19 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         break;
     case O_PLIST: o->promote_list_path = optarg; break;
     case O_MEAS: o->measurement_path = optarg; break;
+    case O_IMATRIX: o->imatrix_path = optarg; break;
+    case O_IMATRIX_MISSING:
+        if (strcmp(optarg, "error") == 0)
+            o->imatrix_missing_unweighted = false;
+        else if (strcmp(optarg, "unweighted") == 0)
+            o->imatrix_missing_unweighted = true;
+        else {
+            fprintf(stderr, "pn-quantize: --imatrix-missing: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "' is neither error nor unweighted\n");
+            return 2;
+        }
+        break;
     case O_MROWS:
         if (!pn_cli_long("pn-quantize", "--measure-rows", optarg, 1, 1L << 30, &v)) return 2;
         o->measure_rows = (uint64_t)v;

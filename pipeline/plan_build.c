@@ -1,5 +1,7 @@
 #include "pipeline/plan_build.h"
 
+#include "common/text.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ void pn_job_plan_free(pn_job_plan *p)
         return;
     pn_plan_free(p->plan);
     pn_recipe_free(p->recipe);
+    pn_imatrix_free(p->imatrix);
     free(p->rel_error);
     free(p->seconds);
     free(p);
@@ -219,6 +222,89 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
     return PN_OK;
 }
 
+/* --imatrix: read it, check it against the model (unknown entry names are
+ * reported in a note), hash the entries used, and say which candidates
+ * have an entry. */
+static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_error *err)
+{
+    pn_status st = pn_imatrix_load(o->imatrix_path, &p->imatrix, err);
+    if (st != PN_OK)
+        return st;
+    p->imatrix_path = o->imatrix_path;
+    size_t n_unknown = 0;
+    char *unknown = NULL;
+    st = pn_imatrix_check_model(p->imatrix, o->imatrix_path, p->plan, &n_unknown, &unknown, err);
+    if (st != PN_OK)
+        return st;
+    p->imatrix_hash = pn_imatrix_hash_used(p->imatrix, p->plan, &p->imatrix_used);
+    if (o->note) {
+        size_t with = 0, cand = 0;
+        for (size_t i = 0; i < p->n; i++)
+            if (p->t[i].candidate) {
+                cand++;
+                with += pn_imatrix_find(p->imatrix, p->t[i].name) != NULL;
+            }
+        char msg[PN_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "imatrix %s (%s form): %zu entries, %zu name tensors of this model; %zu of %zu "
+                 "promotion candidates have an entry",
+                 o->imatrix_path, p->imatrix->form == PN_IMATRIX_GGUF ? "GGUF" : ".dat",
+                 p->imatrix->n, p->imatrix_used, with, cand);
+        o->note(msg, o->user);
+        if (n_unknown) {
+            size_t len = strlen(unknown) + 160;
+            char *m2 = malloc(len);
+            if (m2) {
+                snprintf(m2, len, "imatrix %s: %zu entries name no tensor of this model:\n%s",
+                         o->imatrix_path, n_unknown, unknown);
+                o->note(m2, o->user);
+                free(m2);
+            }
+        }
+    }
+    free(unknown);
+    return PN_OK;
+}
+
+/* Before measuring with an imatrix: the candidates without an entry, an
+ * error naming them unless --imatrix-missing unweighted (ranking weighted
+ * against unweighted errors means nothing), else a note naming them. */
+static pn_status check_missing_entries(const pn_quantize_opts *o, const pn_job_plan *p,
+                                       pn_error *err)
+{
+    if (!p->imatrix)
+        return PN_OK;
+    size_t missing = 0;
+    char names[PN_ERROR_MSG_MAX / 2];
+    size_t used = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!p->t[i].candidate || pn_imatrix_find(p->imatrix, p->t[i].name))
+            continue;
+        if (missing++ < 8) {
+            char b[160];
+            int k = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                             pn_safe_text(p->t[i].name, b, sizeof b));
+            if (k > 0 && (size_t)k < sizeof names - used)
+                used += (size_t)k;
+        }
+    }
+    if (missing == 0)
+        return PN_OK;
+    if (!o->imatrix_missing_unweighted)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: %zu promotion candidates have no entry: %s%s (measure them "
+                            "unweighted with --imatrix-missing unweighted)",
+                            p->imatrix_path, missing, names, missing > 8 ? ", ..." : "");
+    if (o->note) {
+        char msg[PN_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "imatrix %s: %zu candidates measured unweighted (no entry): %s%s",
+                 p->imatrix_path, missing, names, missing > 8 ? ", ..." : "");
+        o->note(msg, o->user);
+    }
+    return PN_OK;
+}
+
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
                            pn_error *err)
@@ -281,6 +367,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
     for (size_t i = 0; i < p->n; i++)
         p->weights += (uint64_t)p->t[i].n_weights;
 
+    if (o->imatrix_path && (st = load_imatrix(o, p, err)) != PN_OK)
+        goto fail;
     st = measure_file_size(p, src, o->cancel, err); /* the alignment, and the size with no promotion */
     if (st != PN_OK)
         goto fail;
@@ -326,7 +414,10 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
             pn_measurement *m = NULL;
             pn_measure_times mt = {0, 0, 0};
             double t0 = pn_now_seconds();
-            st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, &m, &mt, err);
+            st = check_missing_entries(o, p, err);
+            if (st == PN_OK)
+                st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
+                                           p->imatrix_hash, &m, &mt, err);
             stats->t_measure += pn_now_seconds() - t0;
             stats->t_measure_read += mt.read;
             stats->t_measure_compute += mt.compute;
@@ -430,6 +521,31 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
     if (st == PN_OK)
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->n);
+    /* the imatrix it was made with: llama-quantize's keys, and ours */
+    for (size_t k = 0; k < 4; k++) {
+        static const char *const keys[] = {PN_KEY_QUANTIZE_IMATRIX_FILE,
+                                           PN_KEY_QUANTIZE_IMATRIX_DATASET,
+                                           PN_KEY_QUANTIZE_IMATRIX_ENTRIES,
+                                           PN_KEY_QUANTIZE_IMATRIX_CHUNKS};
+        gguf_writer_remove_kv(w, keys[k]);   /* a source's own are not this file's */
+    }
+    gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_HASH);
+    gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_USED);
+    if (p->imatrix) {
+        if (st == PN_OK)
+            st = gguf_writer_set_str(w, PN_KEY_QUANTIZE_IMATRIX_FILE,
+                                     pn_imatrix_base_name(p->imatrix_path));
+        if (st == PN_OK && p->imatrix->dataset[0])
+            st = gguf_writer_set_str(w, PN_KEY_QUANTIZE_IMATRIX_DATASET, p->imatrix->dataset);
+        if (st == PN_OK)
+            st = gguf_writer_set_u32(w, PN_KEY_QUANTIZE_IMATRIX_ENTRIES, (uint32_t)p->imatrix->n);
+        if (st == PN_OK && p->imatrix->chunk_count > 0)
+            st = gguf_writer_set_u32(w, PN_KEY_QUANTIZE_IMATRIX_CHUNKS,
+                                     (uint32_t)p->imatrix->chunk_count);
+        if (st == PN_OK) st = gguf_writer_set_u64(w, PN_KEY_MIX_IMATRIX_HASH, p->imatrix_hash);
+        if (st == PN_OK)
+            st = gguf_writer_set_u32(w, PN_KEY_MIX_IMATRIX_USED, (uint32_t)p->imatrix_used);
+    }
     free(promoted);
     free(zeros);
     free(types);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "gguf/gguf.h"
+#include "mix/imatrix.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
 #include "io/source_id.h"
@@ -35,6 +36,13 @@ typedef struct pn_job_plan {
     double *seconds;          /* per tensor, filled by the run */
     uint64_t source_header_hash;   /* pn.source.header_fnv1a64 */
     const char *quantizer;    /* pn.quantizer (pn_job_quantizer_name) */
+    /* --imatrix: the file read and checked against the plan (NULL without),
+     * its path as given, the hash of the entries naming a tensor of the
+     * model and their number (pn_imatrix_hash_used) */
+    pn_imatrix *imatrix;
+    const char *imatrix_path;
+    uint64_t imatrix_hash;
+    size_t imatrix_used;
 } pn_job_plan;
 
 /* pn.quantizer of a run: o->quantizer_name when set (tests), else

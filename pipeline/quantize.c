@@ -103,6 +103,10 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: the output is the source file; choose another output path",
                             o->dst_path);
+    if (o->imatrix_path && pn_same_file(o->imatrix_path, o->dst_path))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: the output is the --imatrix file; choose another output path",
+                            o->dst_path);
     if (o->dry_run)
         return PN_OK;
     if (stat(o->dst_path, &ds) == 0) {

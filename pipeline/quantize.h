@@ -186,6 +186,15 @@ typedef struct pn_quantize_opts {
     long split_index;               /* --split-index: write only this split (from 0); -1: all */
     const char *reuse_path;         /* --reuse PREV: copy what PREV holds; NULL: none */
     bool reuse_verify;              /* --reuse-verify: the whole source tensor must match too */
+    /* --imatrix FILE: llama.cpp's importance matrix (mix/imatrix.h, either
+     * form). The promotion measurement is weighted by it through the rotation
+     * (mix/measurement.h), the q3_K/q4_K tensors with an entry are searched
+     * for the least weighted error, and the output records it
+     * (quantize.imatrix.*, pn.mix.imatrix.*). NULL: none. */
+    const char *imatrix_path;
+    /* --imatrix-missing unweighted: a candidate without an entry is measured
+     * unweighted; false: such a candidate is an error naming it. */
+    bool imatrix_missing_unweighted;
     const char *quantizer_name;     /* tests only: pn.quantizer instead of "pn-quantize <v>" */
     pn_progress_fn progress;
     pn_note_fn note;

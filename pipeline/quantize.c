@@ -447,6 +447,11 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
             pn_error_prefix(err, "%s", c->o->src_path);
             goto done;
         }
+        /* dense only: an expert tensor's rows would need their expert's
+         * weights (left unweighted for now) */
+        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[2] == 1 &&
+            t->ne[3] == 1)
+            q.jt[k].qweights = pn_imatrix_weights_for(c->plan->imatrix, t->name);
         int64_t w, b;
         uint64_t ob;
         pn_job_tensor_needs(&q.jt[k], &w, &ob, &b);
@@ -746,6 +751,8 @@ static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *er
 {
     const pn_quantize_opts *o = c->o;
     pn_status st = pn_reuse_match(c->ru, c->plan->plan, &c->sid, c->plan->quantizer, o, err);
+    if (st == PN_OK)
+        pn_reuse_drop_imatrix(c->ru, c->plan->plan, c->plan->imatrix, c->plan->imatrix_hash, o);
     if (st == PN_OK && o->reuse_verify && !o->dry_run) {
         double t0 = pn_now_seconds();
         progress_phase(c, PN_PHASE_REUSE_CHECK, "reading the source tensors to copy");

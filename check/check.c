@@ -670,7 +670,8 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
     }
 
     if ((st = pn_check_metadata(&c, err)) || (st = pn_check_source_identity(&c, err)) ||
-        (st = pn_check_recipe(&c, err)) || (st = pn_check_data(&c, err)))
+        (st = pn_check_recipe(&c, err)) || (st = pn_check_imatrix(&c, err)) ||
+        (st = pn_check_data(&c, err)))
         goto fail_msg;
     if (c.nomem) {
         st = PN_ERR_NOMEM;

@@ -16,6 +16,8 @@
  *   SRC-*    with the source float GGUF: the relative error of each tensor
  *            after decoding (and un-rotating PN tensors) against the source,
  *            compared with what the type gives on that data.
+ *   IMATRIX-* with --imatrix: the imatrix the file records, and with
+ *            --source whether the promotions follow it (check_imatrix.c);
  *   SPLIT-*  a split set (docs/split.md) that does not open as one model: a
  *            finding per bad split, naming its file (missing, unreadable,
  *            another set's), or about the set as a whole.
@@ -130,11 +132,17 @@ typedef struct pn_check_report {
     long recipe_promote_n;     /* the recipe's promotion count, -1 if none */
     /* --source */
     char *source_path;
+    /* --imatrix (check_imatrix.c): checked, the file records FILE's hash,
+     * that hash, and with --source whether the promotions follow it */
+    bool imatrix_checked, imatrix_same;
+    uint64_t imatrix_hash;
+    bool imatrix_promotions_checked, imatrix_promotions_follow;
 } pn_check_report;
 
 typedef struct pn_check_options {
     const char *recipe_path;   /* NULL: no recipe conformance */
     const char *source_path;   /* NULL: no source comparison */
+    const char *imatrix_path;  /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
     int threads;               /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the
      * error of the reference quantizer on sample rows of the source. */

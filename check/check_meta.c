@@ -37,6 +37,9 @@ static const key_rule key_rules[] = {
     {"pn.source.sample_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {"pn.source.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {"pn.source.type", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    /* optional, checked by check_imatrix.c with --imatrix */
+    {"pn.mix.imatrix.entries_fnv1a64", GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
+    {"pn.mix.imatrix.entries_used", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 

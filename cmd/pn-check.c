@@ -16,7 +16,7 @@
 
 /* What pn_cli_next returns for each option. */
 enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS };
+       OPT_PROGRESS, OPT_IMATRIX };
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, OPT_RECIPE,
@@ -25,6 +25,9 @@ static const pn_cli_option options[] = {
     {"source", required_argument, OPT_SOURCE,
      "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
      "                    source; flag errors far above what the type gives\n"},
+    {"imatrix", required_argument, OPT_IMATRIX,
+     "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
+     "                    with --source, whether its promotions are the ones it chooses\n"},
     {"json", no_argument, OPT_JSON,
      "  --json            print the report as JSON instead of text\n"},
     {"threads", required_argument, OPT_THREADS,
@@ -182,6 +185,13 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
             fputc('\n', f);
         }
     }
+    if (r->imatrix_checked) {
+        fprintf(f, "imatrix: entries hash %016llx, %s", (unsigned long long)r->imatrix_hash,
+                r->imatrix_same ? "the one the file records" : "not the file's");
+        if (r->imatrix_promotions_checked)
+            fprintf(f, "; promotions %s it", r->imatrix_promotions_follow ? "follow" : "do not follow");
+        fputc('\n', f);
+    }
     fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
             r->n_errors == 1 ? "" : "s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
 }
@@ -322,6 +332,15 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         }
         fputs("]}", f);
     }
+    fputs(",\n  \"imatrix\": ", f);
+    if (!r->imatrix_checked)
+        fputs("null", f);
+    else {
+        fprintf(f, "{\"entries_fnv1a64\": \"%016llx\", \"recorded\": %s, \"promotions_follow\": %s}",
+                (unsigned long long)r->imatrix_hash, r->imatrix_same ? "true" : "false",
+                !r->imatrix_promotions_checked ? "null"
+                : r->imatrix_promotions_follow ? "true" : "false");
+    }
     fputs("\n}\n", f);
 }
 
@@ -339,6 +358,7 @@ int main(int argc, char **argv)
         switch (c) {
         case OPT_RECIPE: o.recipe_path = optarg; break;
         case OPT_SOURCE: o.source_path = optarg; break;
+        case OPT_IMATRIX: o.imatrix_path = optarg; break;
         case OPT_JSON: json = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;

@@ -588,14 +588,14 @@ static uint64_t fnv_u64(uint64_t h, uint64_t v)
     return fnv(h, b, 8);
 }
 
-uint64_t pn_imatrix_hash_used(const pn_imatrix *im, const pn_plan *plan, size_t *n_used)
+/* The hash over the entries x (an index of tensor names) holds. */
+static uint64_t hash_indexed(const pn_imatrix *im, const pn_name_index *x, size_t *n_used)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     size_t n = 0;
-    pn_name_index *x = plan_index(plan);
     for (size_t i = 0; i < im->n; i++) {
         const pn_imatrix_entry *e = &im->entries[i];
-        if (x ? pn_name_index_get(x, e->name) < 0 : pn_plan_find(plan, e->name) < 0)
+        if (pn_name_index_get(x, e->name) < 0)
             continue;
         n++;
         h = fnv(h, e->name, strlen(e->name) + 1);
@@ -607,9 +607,37 @@ uint64_t pn_imatrix_hash_used(const pn_imatrix *im, const pn_plan *plan, size_t 
             h = fnv(h, bb, 4);
         }
     }
-    pn_name_index_free(x);
     if (n_used)
         *n_used = n;
+    return h;
+}
+
+uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, size_t n_names,
+                               size_t *n_used)
+{
+    pn_name_index *x = pn_name_index_new(n_names);
+    for (size_t i = 0; x && i < n_names; i++)
+        (void)pn_name_index_put(x, names[i], i, NULL);   /* a repeated name is one name */
+    if (!x) {
+        if (n_used)
+            *n_used = 0;
+        return 0;
+    }
+    uint64_t h = hash_indexed(im, x, n_used);
+    pn_name_index_free(x);
+    return h;
+}
+
+uint64_t pn_imatrix_hash_used(const pn_imatrix *im, const pn_plan *plan, size_t *n_used)
+{
+    pn_name_index *x = plan_index(plan);
+    if (!x) {
+        if (n_used)
+            *n_used = 0;
+        return 0;
+    }
+    uint64_t h = hash_indexed(im, x, n_used);
+    pn_name_index_free(x);
     return h;
 }
 

@@ -115,6 +115,11 @@ const float *pn_imatrix_weights_for(const pn_imatrix *im, const char *name);
  * alike whatever their form. */
 uint64_t pn_imatrix_hash_used(const pn_imatrix *im, const pn_plan *plan, size_t *n_used);
 
+/* The same over a list of tensor names (a checked file's), whatever their
+ * plan. */
+uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, size_t n_names,
+                               size_t *n_used);
+
 /* The base name of a path (the part after the last '/'), as
  * quantize.imatrix.file records it. */
 const char *pn_imatrix_base_name(const char *path);

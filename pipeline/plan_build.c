@@ -255,7 +255,7 @@ static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_erro
             size_t len = strlen(unknown) + 160;
             char *m2 = malloc(len);
             if (m2) {
-                snprintf(m2, len, "imatrix %s: %zu entries name no tensor of this model:\n%s",
+                snprintf(m2, len, "imatrix %s: entries that name no tensor of this model (%zu):\n%s",
                          o->imatrix_path, n_unknown, unknown);
                 o->note(m2, o->user);
                 free(m2);

@@ -449,3 +449,209 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
     free(imx);
     free(dst);
 }
+
+/* ---- --reuse, pn-check, the programs ------------------------------------ */
+
+static float w_ones(size_t t, int64_t j)
+{
+    (void)t;
+    (void)j;
+    return 1.0f;
+}
+
+/* A model with a pn3t candidate and a q4_K output.weight. */
+static const sf_spec g_kq_specs[] = {
+    {"a.ffn_up.weight", 2, 1280, 8, PN_TYPE_F32},
+    {"output.weight", 2, 512, 16, PN_TYPE_F32},
+};
+static const char g_kq_recipe[] = "mix K\nrotation hadamard 1024\npromote 1\n"
+                                  "rule output.weight => q4_K\nrule * => pn3t\n";
+
+static void write_kq(char **src, char **recipe, char **imx_a, char **imx_b)
+{
+    *src = path_in("kq.gguf");
+    *recipe = path_in("kq.mix");
+    *imx_a = path_in("a.dat");
+    *imx_b = path_in("b.dat");
+    sf_write_model(*src, g_kq_specs, 2, 9);
+    cr_assert_eq(tu_write_file(*recipe, g_kq_recipe, strlen(g_kq_recipe)), 0);
+    const char *names[] = {"a.ffn_up.weight", "output.weight"};
+    const int64_t K[] = {1280, 512};
+    write_dat(*imx_a, names, K, 2, w_varied);
+    write_dat(*imx_b, names, K, 2, w_ones);
+}
+
+static void quantize_to(const char *src, const char *recipe, const char *imx, const char *reuse,
+                        const char *dst, tu_notes *notes)
+{
+    pn_quantize_opts o;
+    base_opts(&o, src, recipe);
+    o.dry_run = false;
+    o.dst_path = dst;
+    o.imatrix_path = imx;
+    o.reuse_path = reuse;
+    o.force = true;
+    o.note = keep_note;
+    o.user = notes;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+}
+
+static bool same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    uint8_t *pa = tu_read_file(a, &na), *pb = tu_read_file(b, &nb);
+    bool same = na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+Test(imatrix_measure, reuse_never_copies_a_q4_K_tensor_made_with_another_imatrix,
+     .init = setup, .fini = teardown)
+{
+    char *src, *recipe, *a, *b;
+    write_kq(&src, &recipe, &a, &b);
+    char *prev = path_in("prev.gguf"), *fresh = path_in("fresh.gguf"), *out = path_in("out.gguf"),
+         *plain = path_in("plain.gguf");
+    tu_notes n0 = {{0}}, n1 = {{0}}, n2 = {{0}}, n3 = {{0}};
+    quantize_to(src, recipe, a, NULL, prev, &n0);
+    quantize_to(src, recipe, b, NULL, fresh, &n0);
+    quantize_to(src, recipe, NULL, NULL, plain, &n0);
+    /* the weights changed output.weight's bytes: the case is real */
+    cr_assert_not(same_bytes(prev, fresh));
+    quantize_to(src, recipe, b, prev, out, &n1);
+    cr_assert(same_bytes(out, fresh), "reuse across imatrices changed the bytes");
+    cr_assert(strstr(n1.text, "another imatrix") != NULL, "%s", n1.text);
+    quantize_to(src, recipe, NULL, prev, out, &n2);
+    cr_assert(same_bytes(out, plain), "reuse from an imatrix run into a plain one changed the bytes");
+    cr_assert(strstr(n2.text, "this run has none") != NULL, "%s", n2.text);
+    quantize_to(src, recipe, a, plain, out, &n3);
+    cr_assert(same_bytes(out, prev), "reuse from a plain run into an imatrix one changed the bytes");
+    cr_assert(strstr(n3.text, "this run has one") != NULL, "%s", n3.text);
+    free(src);
+    free(recipe);
+    free(a);
+    free(b);
+    free(prev);
+    free(fresh);
+    free(out);
+    free(plain);
+}
+
+#include "check/check.h"
+
+static pn_check_report *check_with(const char *path, const char *imx, const char *source)
+{
+    pn_check_options co;
+    pn_check_options_default(&co);
+    co.imatrix_path = imx;
+    co.source_path = source;
+    co.threads = 1;
+    pn_check_report *r = NULL;
+    pn_error err;
+    cr_assert_eq(pn_check_file(path, &co, &r, &err), PN_OK, "%s", err.msg);
+    return r;
+}
+
+Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_chooses,
+     .init = setup, .fini = teardown)
+{
+    /* the heavy-channel pair: unweighted and weighted promote different
+     * tensors (with_one_heavy_channel... above) */
+    char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat"),
+         *other = path_in("other.dat"), *wf = path_in("w.gguf"), *pf = path_in("p.gguf");
+    write_pair(src);
+    static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
+    cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
+    const char *names[] = {"a.ffn_up.weight", "b.ffn_up.weight"};
+    const int64_t K[] = {320, 320};
+    write_dat(imx, names, K, 2, w_heavy);
+    write_dat(other, names, K, 2, w_varied);
+    tu_notes n = {{0}};
+    quantize_to(src, recipe, imx, NULL, wf, &n);
+    quantize_to(src, recipe, NULL, NULL, pf, &n);
+    pn_check_report *r = check_with(wf, imx, src);
+    cr_assert(r->imatrix_checked && r->imatrix_same && r->imatrix_promotions_checked &&
+              r->imatrix_promotions_follow);
+    cr_assert_null(pn_check_find(r, "IMATRIX-PROMOTION", NULL));
+    cr_assert_eq(r->n_errors, 0);
+    pn_check_report_free(r);
+    r = check_with(wf, other, NULL);
+    cr_assert_not_null(pn_check_find(r, "IMATRIX-OTHER", NULL));
+    pn_check_report_free(r);
+    r = check_with(pf, imx, src);
+    cr_assert_not_null(pn_check_find(r, "IMATRIX-NONE", NULL));
+    const pn_finding *f = pn_check_find(r, "IMATRIX-PROMOTION", NULL);
+    cr_assert_not_null(f);
+    cr_assert_str_eq(f->tensor, "b.ffn_up.weight", "%s", f->message);
+    cr_assert(strstr(f->message, "a.ffn_up.weight") != NULL, "%s", f->message);
+    pn_check_report_free(r);
+    free(src);
+    free(recipe);
+    free(imx);
+    free(other);
+    free(wf);
+    free(pf);
+}
+
+Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothing_written,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *bad = path_in("bad.dat"),
+         *dst = path_in("out.gguf");
+    write_pair(src);
+    cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
+    /* an entry count past the file */
+    const uint8_t bytes[] = {0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0, 'a'};
+    cr_assert_eq(tu_write_file(bad, bytes, sizeof bytes), 0);
+    char *err_text = NULL;
+    int rc = tu_run_program(NULL, &err_text, "pn-quantize", "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'",
+                            recipe, bad, src, dst);
+    cr_assert_eq(rc, 1, "%s", err_text);
+    cr_assert(strstr(err_text, "bad.dat") != NULL, "%s", err_text);
+    cr_assert_not(tu_exists(dst));
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0);
+    free(err_text);
+    /* an imatrix of another model */
+    const char *names[] = {"model.layers.0.mlp.up_proj.weight"};
+    const int64_t K[] = {320};
+    write_dat(bad, names, K, 1, w_ones);
+    rc = tu_run_program(NULL, &err_text, "pn-quantize", "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'",
+                        recipe, bad, src, dst);
+    cr_assert_eq(rc, 1, "%s", err_text);
+    cr_assert(strstr(err_text, "another model") != NULL, "%s", err_text);
+    cr_assert_not(tu_exists(dst));
+    free(err_text);
+    rc = tu_run_program(NULL, &err_text, "pn-quantize", "--imatrix-missing sometimes '%s' '%s'",
+                        src, dst);
+    cr_assert_eq(rc, 2, "%s", err_text);
+    free(err_text);
+    free(src);
+    free(recipe);
+    free(bad);
+    free(dst);
+}
+
+Test(imatrix_measure, a_folder_source_matches_the_imatrix_through_its_converted_names,
+     .init = setup, .fini = teardown)
+{
+    char *imx = path_in("hf.dat");
+    /* GGUF names of the converted folder, and one Hugging Face name */
+    const char *names[] = {"blk.0.ffn_down.weight", "blk.3.attn_k.weight",
+                           "model.layers.0.mlp.down_proj.weight"};
+    const int64_t K[] = {128, 64, 128};
+    write_dat(imx, names, K, 3, w_ones);
+    char *out = NULL, *err_text = NULL;
+    int rc = tu_run_program(&out, &err_text, "pn-quantize",
+                            "--dry-run --recipe '%s' --imatrix '%s' '%s'",
+                            PN_TEST_DATA "/hf-tiny.mix", imx, PN_TEST_DATA "/hf-qwen35-tiny/hf");
+    cr_assert_eq(rc, 0, "%s", err_text);
+    cr_assert(strstr(err_text, "3 entries, 2 name tensors of this model") != NULL, "%s", err_text);
+    const char *u = strstr(err_text, "entries that name no tensor of this model (1):");
+    cr_assert(u && strstr(u, "model.layers.0.mlp.down_proj.weight"), "%s", err_text);
+    cr_assert_null(strstr(err_text, "blk.0.ffn_down.weight"), "%s", err_text);
+    free(out);
+    free(err_text);
+    free(imx);
+}

@@ -64,7 +64,9 @@ static pn_status measure_gain(pn_check_ctx *c, size_t ti, const float *v, double
         if (B > 1)
             pn_hadamard_rotate_row_ref(x, K, B);
         double e3, e4, nw;
-        s = v ? pn_measure_row_weighted(x0, x, K, B, v, scratch, &e3, &e4, &nw, err)
+        /* an expert tensor's row takes its expert's weights */
+        const float *vr = v ? v + (r / st->ne[1]) * K : NULL;
+        s = vr ? pn_measure_row_weighted(x0, x, K, B, vr, scratch, &e3, &e4, &nw, err)
               : pn_measure_row(x, K, scratch, &e3, &e4, &nw, err);
         if (s == PN_OK)
             pn_measure_acc_add(&acc, e3, e4, nw);

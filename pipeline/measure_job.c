@@ -208,7 +208,8 @@ static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
             w2 = j->carry_n;
         }
         int64_t col = 0;
-        const float *v = c->v ? c->v + ch->col0 : NULL;
+        /* an expert tensor's row takes its expert's weights (matrix after matrix) */
+        const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
         pn_status st = v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v,
                                                scratch, tmp, &e3, &w2, &col)
                          : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2,

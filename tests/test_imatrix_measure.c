@@ -100,7 +100,7 @@ static void reference_weighted(const char *src, size_t i, int64_t max_rows, cons
     pn_error err;
     cr_assert_eq(gguf_reader_open(src, &s, &err), PN_OK, "%s", err.msg);
     const gguf_tensor_info *t = gguf_reader_tensor(s, i);
-    const int64_t K = t->ne[0], rows = t->ne[1];
+    const int64_t K = t->ne[0], rows = t->ne[1] * t->ne[2];
     const int B = pn_hadamard_block_size(K, 1024);
     const int64_t src_row = pn_type_row_bytes(t->type, K);
     int64_t *sample = malloc((size_t)rows * sizeof *sample);
@@ -114,6 +114,7 @@ static void reference_weighted(const char *src, size_t i, int64_t max_rows, cons
                                              (size_t)src_row, &err),
                      PN_OK);
         pn_widen_row(t->type, raw, x0, K);
+        const float *ve = v + (sample[k] / t->ne[1]) * K;   /* an expert's own weights */
         memcpy(x, x0, (size_t)K * 4);
         pn_hadamard_rotate_row_ref(x, K, B);
         double rs[2] = {0, 0}, rn = 0;
@@ -141,10 +142,10 @@ static void reference_weighted(const char *src, size_t i, int64_t max_rows, cons
                         gap = d;
                 }
             for (int64_t j = 0; j < K; j++)
-                rs[ty] = rs[ty] + (double)v[j] * (e[j] * e[j]);
+                rs[ty] = rs[ty] + (double)ve[j] * (e[j] * e[j]);
         }
         for (int64_t j = 0; j < K; j++)
-            rn = rn + (double)v[j] * ((double)x0[j] * (double)x0[j]);
+            rn = rn + (double)ve[j] * ((double)x0[j] * (double)x0[j]);
         err3 = err3 + rs[0];
         err4 = err4 + rs[1];
         norm = norm + rn;
@@ -234,6 +235,84 @@ Test(imatrix_measure, the_weighted_sums_equal_an_independent_implementation_at_a
     free(src);
     free(recipe);
     free(imx);
+}
+
+/* An expert tensor: each expert's rows are weighted by its own matrix of
+ * the imatrix (GGUF form, n_mat = 2). */
+Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("moe.gguf"), *recipe = path_in("r.mix"), *imx = path_in("moe.imatrix"),
+         *mpath = path_in("m.txt");
+    const int64_t K = 640, R = 5, E = 2;
+    gguf_writer *w = gguf_writer_new();
+    pn_error err;
+    cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
+    int64_t ne[4] = {K, R, E, 1};
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight", 3, ne, PN_TYPE_F32, &err),
+                 PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_begin(w, src, &err), PN_OK, "%s", err.msg);
+    tu_rng rng = {3};
+    float *buf = malloc((size_t)(K * R * E) * 4);
+    for (int64_t e = 0; e < K * R * E; e++)
+        buf[e] = (float)tu_rng_gauss(&rng);
+    cr_assert_eq(gguf_writer_write(w, buf, (size_t)(K * R * E) * 4, &err), PN_OK);
+    free(buf);
+    cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
+    gguf_writer_free(w);
+    cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
+    /* the imatrix: in_sum2 [K, 2] of w_varied for expert 0 and its square
+     * for expert 1, counts [1, 2] = 1 */
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.type", "imatrix");
+    const char *ds[] = {"t"};
+    gguf_writer_set_arr_str(w, "imatrix.datasets", ds, 1);
+    gguf_writer_set_u32(w, "imatrix.chunk_count", 1);
+    gguf_writer_set_u32(w, "imatrix.chunk_size", 1);
+    int64_t ns[4] = {K, E, 1, 1}, nc[4] = {1, E, 1, 1};
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.counts", 2, nc, PN_TYPE_F32,
+                                        &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.in_sum2", 2, ns, PN_TYPE_F32,
+                                        &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_begin(w, imx, &err), PN_OK, "%s", err.msg);
+    float counts[2] = {1.0f, 1.0f};
+    cr_assert_eq(gguf_writer_write(w, counts, sizeof counts, &err), PN_OK);
+    float *v = malloc((size_t)(K * E) * 4);
+    for (int64_t j = 0; j < K; j++) {
+        v[j] = w_varied(0, j);
+        v[K + j] = v[j] * v[j] * 7.0f;
+    }
+    cr_assert_eq(gguf_writer_write(w, v, (size_t)(K * E) * 4, &err), PN_OK);
+    cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
+    gguf_writer_free(w);
+    double e3, e4, far;
+    reference_weighted(src, 0, 256, v, &e3, &e4, &far);
+    pn_quantize_opts o;
+    base_opts(&o, src, recipe);
+    o.measurement_path = mpath;
+    o.imatrix_path = imx;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+    pn_measurement *m;
+    cr_assert_eq(pn_measurement_load(mpath, &m, NULL, &err), PN_OK, "%s", err.msg);
+    cr_assert(memcmp(&m->entries[0].e3, &e3, 8) == 0 && memcmp(&m->entries[0].e4, &e4, 8) == 0,
+              "E3 %.17g E4 %.17g, expected %.17g %.17g", m->entries[0].e3, m->entries[0].e4, e3,
+              e4);
+    /* and not what the first expert's weights everywhere give */
+    float *v0 = malloc((size_t)(K * E) * 4);
+    memcpy(v0, v, (size_t)K * 4);
+    memcpy(v0 + K, v, (size_t)K * 4);
+    double f3, f4;
+    reference_weighted(src, 0, 256, v0, &f3, &f4, NULL);
+    cr_assert(f3 != e3);
+    pn_measurement_free(m);
+    free(v);
+    free(v0);
+    free(src);
+    free(recipe);
+    free(imx);
+    free(mpath);
 }
 
 /* Two tensors of one model, both Gaussian with a heavy tail; "b" has an

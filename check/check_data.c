@@ -32,6 +32,7 @@
 
 #include "common/crc32.h"
 #include "common/threads.h"
+#include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
 #include "quant/fp16.h"
@@ -498,7 +499,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     char where[640];
 
     if (t->crc_recorded && t->crc32 != t->crc32_recorded)
-        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, "pn.tensor_crc32",
+        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, PN_KEY_TENSOR_CRC,
                      (int64_t)t->file_offset,
                      "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
                      "records 0x%08x",

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 #include "dequant/dequant.h"
 #include "quant/types.h"
 
@@ -264,7 +265,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     st = gguf_reader_open(path, &r, err);
     if (st != PN_OK)
         return st;
-    const gguf_kv *fmt = gguf_reader_find_kv(r, "pn.format");
+    const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
     if (!fmt || fmt->type != GGUF_TYPE_STRING) {
         for (size_t i = 0; i < gguf_reader_n_tensors(r) && !fi->stock; i++)
             fi->stock = !pn_type_is_float(gguf_reader_tensor(r, i)->type);
@@ -281,7 +282,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         snprintf(label, sizeof label, "stock %s", name ? name : "llama.cpp");
         fi->mix = strdup(label);
     } else {
-        const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
+        const gguf_kv *mix = gguf_reader_find_kv(r, PN_KEY_MIX);
         if (mix && mix->type == GGUF_TYPE_STRING)
             fi->mix = safe_dup(mix->v.str.data,
                                mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);

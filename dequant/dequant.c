@@ -22,6 +22,7 @@
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "io/outset.h"
 #include "quant/kquants.h"
@@ -72,7 +73,7 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
 {
     *cap = 0;
     *missing = false;
-    const gguf_kv *type = gguf_reader_find_kv(r, "pn.rotation.type");
+    const gguf_kv *type = gguf_reader_find_kv(r, PN_KEY_ROTATION_TYPE);
     if (!type) {
         *missing = true;
         return PN_OK;
@@ -88,7 +89,7 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
                             path, (int)(type->v.str.len > 64 ? 64 : type->v.str.len),
                             type->v.str.data);
     *cap = PN_HADAMARD_DEFAULT_CAP;
-    const gguf_kv *bs = gguf_reader_find_kv(r, "pn.rotation.block_size");
+    const gguf_kv *bs = gguf_reader_find_kv(r, PN_KEY_ROTATION_BLOCK_SIZE);
     if (!bs)
         return PN_OK;
     int64_t v = -1;
@@ -106,8 +107,8 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
  * own tensors' entries. */
 static bool is_per_tensor_key(gguf_str k)
 {
-    return gguf_str_eq(k, "pn.tensor_crc32") || gguf_str_eq(k, "pn.source.sample_crc32") ||
-           gguf_str_eq(k, "pn.source.tensor_crc32") || gguf_str_eq(k, "pn.source.type");
+    return gguf_str_eq(k, PN_KEY_TENSOR_CRC) || gguf_str_eq(k, PN_KEY_SOURCE_SAMPLE_CRC) ||
+           gguf_str_eq(k, PN_KEY_SOURCE_TENSOR_CRC) || gguf_str_eq(k, PN_KEY_SOURCE_TYPE);
 }
 
 /* A split input's per-tensor key `pn.X` as `pn_decoded.X`: the output's key
@@ -122,7 +123,7 @@ static pn_status copy_set_array(gguf_writer *w, const gguf_reader *r, gguf_str k
     if (!v)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu values", n);
     snprintf(in, sizeof in, "%.*s", (int)key.len, key.data);
-    snprintf(out, sizeof out, "pn_decoded.%s", in + 3);
+    snprintf(out, sizeof out, PN_KEY_DECODED_PREFIX "%s", in + PN_KEY_PREFIX_LEN);
     pn_status st = PN_OK;
     if (gguf_reader_per_tensor_u32(r, in, v, NULL) == PN_OK &&
         (st = gguf_writer_set_arr(w, out, GGUF_TYPE_UINT32, v, n)))
@@ -149,14 +150,14 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
                 return st;
             continue;
         }
-        if (kv->key.len >= 3 && memcmp(kv->key.data, "pn.", 3) == 0) {
-            /* "pn.X" -> "pn_decoded.X" */
+        if (kv->key.len >= PN_KEY_PREFIX_LEN && memcmp(kv->key.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0) {
+            /* pn.X -> pn_decoded.X */
             if (kv->key.len + 8 >= sizeof key)
                 return pn_error_set(err, PN_ERR_FORMAT, "key %.*s... is too long to rename", 64,
                                     kv->key.data);
             gguf_kv renamed = *kv;
-            int n = snprintf(key, sizeof key, "pn_decoded.%.*s", (int)(kv->key.len - 3),
-                             kv->key.data + 3);
+            int n = snprintf(key, sizeof key, PN_KEY_DECODED_PREFIX "%.*s",
+                             (int)(kv->key.len - PN_KEY_PREFIX_LEN), kv->key.data + PN_KEY_PREFIX_LEN);
             renamed.key.data = key;
             renamed.key.len = (uint64_t)n;
             st = gguf_writer_copy_kv(w, &renamed);
@@ -174,7 +175,7 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
     gguf_split_remove_keys(w);
     st = gguf_writer_set_u32(w, "general.file_type", ftype);
     if (!st && has_pn)
-        st = gguf_writer_set_bool(w, "pn_decoded.rotation_undone", undone);
+        st = gguf_writer_set_bool(w, PN_KEY_DECODED_ROTATION_UNDONE, undone);
     if (st)
         return pn_error_set(err, st, "setting the output keys: %s", pn_strerror(st));
     return PN_OK;

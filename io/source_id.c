@@ -8,6 +8,7 @@
 
 #include "common/crc32.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "mix/measurement.h"
 #include "quant/types.h"
 
@@ -363,7 +364,7 @@ pn_status pn_recorded_source_read(const gguf_reader *r, pn_recorded_source *out,
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !out->present; i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
-        out->present = k.len >= 10 && memcmp(k.data, "pn.source.", 10) == 0;
+        out->present = k.len >= PN_KEY_SOURCE_PREFIX_LEN && memcmp(k.data, PN_KEY_SOURCE_PREFIX, PN_KEY_SOURCE_PREFIX_LEN) == 0;
     }
     if (!out->present)
         return PN_OK;

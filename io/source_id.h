@@ -31,17 +31,13 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 
 /* Rows of the sampled-rows identity an output records. */
 #define PN_SOURCE_SAMPLE_ROWS 256
 
-/* The keys (docs/reuse.md#the-keys). Arrays are in tensor order: element i
- * is the source tensor of output tensor i (same name, same position). */
-#define PN_KEY_SOURCE_HEADER "pn.source.header_fnv1a64"   /* u64 */
-#define PN_KEY_SOURCE_SAMPLE_ROWS "pn.source.sample_rows" /* u32: M of the rule */
-#define PN_KEY_SOURCE_SAMPLE_CRC "pn.source.sample_crc32" /* array of u32 */
-#define PN_KEY_SOURCE_TENSOR_CRC "pn.source.tensor_crc32" /* array of u32 */
-#define PN_KEY_SOURCE_TYPE "pn.source.type"               /* array of u32 */
+/* The keys, PN_KEY_SOURCE_*, are named in gguf/pn_keys.h
+ * (docs/reuse.md#the-keys). */
 
 /* FNV-1a 64 of data, continued from h. */
 uint64_t pn_fnv1a64(uint64_t h, const void *data, size_t n);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
+#include "common/clock.h"
 #include "synth/synth.h"
 #include "quant/types.h"
 
@@ -99,19 +100,12 @@ static const pn_cli_program program = {
 
 typedef struct prog { int on, tty; double t0, last; } prog;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void on_progress(uint64_t done, uint64_t total, void *user)
 {
     prog *p = user;
     if (!p->on)
         return;
-    double t = now_s() - p->t0;
+    double t = pn_now_seconds() - p->t0;
     if (t - p->last < (p->tty ? 0.25 : 5.0) && done < total)
         return;
     p->last = t;
@@ -235,7 +229,7 @@ int main(int argc, char **argv)
     o.split = split;
     o.threads = (int)threads;
     o.cancel = &g_cancel;
-    prog pg = {!quiet && isatty(2), isatty(2), now_s(), -1e9};
+    prog pg = {!quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9};
     o.progress = on_progress;
     o.user = &pg;
 
@@ -278,7 +272,7 @@ int main(int argc, char **argv)
      * temporary file */
     signal(SIGXFSZ, SIG_IGN);
 
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     pn_status st = hf ? pn_synth_write_hf(&o, &err) : pn_synth_write(&o, &err);
     if (pg.on)
         fprintf(stderr, "\r\033[K");
@@ -295,7 +289,7 @@ int main(int argc, char **argv)
         printf("%s: %d layers%s, n_embd %lld, vocab %lld, %s%llu bytes in %.1f s\n", o.path,
                o.config.n_layers, mtp ? " and an MTP layer" : "", (long long)o.config.n_embd,
                (long long)o.config.n_vocab, hf ? "at most " : "", (unsigned long long)bytes,
-               now_s() - t0);
+               pn_now_seconds() - t0);
     }
     return pn_cli_close_stdout("pn-synth");
 }

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "gguf/gguf.h"
 #include "gguf/pn_keys.h"
 #include "dequant/dequant.h"
@@ -118,13 +119,6 @@ void pn_compare_opts_init(pn_compare_opts *o)
 }
 
 /* ---- small helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool cancelled(const pn_compare_opts *o) { return o->cancel && *o->cancel; }
 
@@ -770,7 +764,7 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
 static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f, pn_error *err)
 {
     const pn_compare_opts *o = R->o;
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     pn_status st = PN_OK;
     if (!stock) {
         if (o->progress)
@@ -874,7 +868,7 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
     f->kl_mean = sum / (double)n;
     f->kl_p99 = pn_compare_quantile(R->kl, n, 0.99);
     f->top1 = (double)agree / (double)n;
-    f->seconds = now_s() - t0;
+    f->seconds = pn_now_seconds() - t0;
     return PN_OK;
 }
 
@@ -924,7 +918,7 @@ static pn_status convert_source(const char *src, const char *path, pn_error *err
 pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_error *err)
 {
     memset(rep, 0, sizeof *rep);
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     if (!o->source_path || !o->script || !o->node || !o->tmp_dir || o->n_pn == 0 ||
         !o->pn_paths || o->threads < 1 || (o->text_path && (o->seq_len < 1 || o->max_seqs < 1)) ||
         !(o->decode_type == PN_TYPE_F32 || o->decode_type == PN_TYPE_F16 ||
@@ -1021,7 +1015,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         rep->n_positions = R.tokens.total;
         rep->from_text = o->text_path != NULL;
         rep->threads = o->threads;
-        rep->seconds = now_s() - t0;
+        rep->seconds = pn_now_seconds() - t0;
     } else {
         pn_compare_report_free(rep);
     }

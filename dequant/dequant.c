@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
@@ -38,13 +39,6 @@ void pn_dequant_opts_init(pn_dequant_opts *o)
     memset(o, 0, sizeof *o);
     o->out_type = PN_TYPE_F32;
     o->chunk_bytes = (size_t)64 << 20;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static const char *type_name(int type)
@@ -498,7 +492,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if (!stats)
         stats = &sdummy;
     memset(stats, 0, sizeof *stats);
-    const double t0 = now_seconds();
+    const double t0 = pn_now_seconds();
     if (o.out_type != PN_TYPE_F32 && o.out_type != PN_TYPE_F16 && o.out_type != PN_TYPE_BF16)
         return pn_error_set(err, PN_ERR_USAGE, "output type %s: expected f32, f16 or bf16",
                             type_name(o.out_type));
@@ -637,6 +631,6 @@ done:
     free(out_types);
     free(jobs);
     gguf_reader_close(r);
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = pn_now_seconds() - t0;
     return st;
 }

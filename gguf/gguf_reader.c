@@ -1195,24 +1195,11 @@ struct gguf_direct {
     uint64_t win_at, win_len;
 };
 
-/* File f opened again with O_DIRECT, by its descriptor's /proc link (a new
- * open file description: O_DIRECT must not reach the reader's own
- * descriptor), checked to be the same inode; -1 where /proc or O_DIRECT is
- * missing, or f is a memory reader (reads then stay buffered). */
+/* File f opened again with O_DIRECT (common/file.h); -1 for a memory
+ * reader (fd -1) or where O_DIRECT is refused: reads then stay buffered. */
 static int open_direct(const gguf_reader *f)
 {
-    if (f->fd < 0)
-        return -1;
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
-    int fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    struct stat a, b;
-    if (fd >= 0 && fstat(fd, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino && S_ISREG(a.st_mode))
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
+    return pn_open_direct(f->fd);
 }
 
 pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,

@@ -19,6 +19,7 @@
  * Output goes through one 4 MiB buffer, so many small writes cost one system
  * call per 4 MiB and memory stays flat however large the model is.
  */
+#include "common/hash.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
 
@@ -100,48 +101,17 @@ static void store_le(uint8_t *p, uint64_t v, size_t n)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    return x ^ (x >> 32);
-}
-
-/* The hash seed: unknown to whoever made the input (the writer's address
- * under ASLR and the clock), and of no effect on the output. */
-static uint64_t writer_seed(const void *p)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)p);
-}
-
 gguf_writer *gguf_writer_new(void)
 {
     gguf_writer *w = calloc(1, sizeof *w);
     if (w)
-        w->seed = writer_seed(w);
+        w->seed = pn_hash_seed(w);   /* of no effect on the output */
     return w;
 }
 
 /* ------------------------------------------------------------------ */
 /* Name index                                                          */
 
-
-static uint64_t hash_name(const char *s, size_t n, uint64_t seed)
-{
-    uint64_t h = mix64(seed ^ (uint64_t)n);
-    for (; n >= 8; s += 8, n -= 8) {
-        uint64_t v;
-        memcpy(&v, s, 8);
-        h = mix64(h ^ v);
-    }
-    uint64_t v = 0;
-    memcpy(&v, s, n);
-    return mix64(h ^ v ^ 0x9e3779b97f4a7c15ull);
-}
 
 typedef const char *(*item_name_fn)(const gguf_writer *w, size_t item);
 
@@ -166,7 +136,7 @@ static long index_find(const gguf_writer *w, const name_index *x, item_name_fn n
 {
     if (!x->cap)
         return -1;
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t s = index_probe(w, x, name_of, name, h);
     return x->slots[s].item ? (long)(x->slots[s].item - 1) : -1;
 }
@@ -197,7 +167,7 @@ static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
 {
     if ((x->used + 1) * 2 > x->cap && !index_grow(x))
         return false;
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t s = index_probe(w, x, name_of, name, h);
     x->slots[s].hash = h;
     x->slots[s].item = item + 1;
@@ -210,7 +180,7 @@ static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
 static void index_remove(const gguf_writer *w, name_index *x, item_name_fn name_of,
                          const char *name)
 {
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t mask = x->cap - 1;
     size_t i = index_probe(w, x, name_of, name, h);
     if (!x->slots[i].item)
@@ -1176,24 +1146,6 @@ static pn_status copy_model_kv(gguf_writer *w, const writer_kv *kv, bool per_ten
     return put_kv(w, kv->key, kv->type, val, kv->val_len);
 }
 
-/* FNV-1a 64, as io/source_id.h's pn_fnv1a64 (gguf/ cannot import io/). */
-static uint64_t fnv1a64(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static uint64_t fnv1a64_le(uint64_t h, uint64_t v)
-{
-    uint8_t b[8];
-    store_le(b, v, 8);
-    return fnv1a64(h, b, 8);
-}
-
 /* GGUF_SPLIT_KEY_SET_ID of the set that `plan` makes of `model`
  * (gguf_split.h): its keys as the header holds them (length, name, type,
  * value) but the split keys, the identity and the per-tensor keys; its
@@ -1202,33 +1154,33 @@ static uint64_t set_identity(const gguf_writer *model, const gguf_split_plan *pl
                              const char *const *per_tensor_keys, size_t n_per_tensor_keys)
 {
     static const char tag[] = "pn split set v1";
-    uint64_t h = fnv1a64(0xcbf29ce484222325ull, tag, sizeof tag);
+    uint64_t h = pn_fnv1a64(PN_FNV1A64_BASIS, tag, sizeof tag);
     for (size_t i = 0; i < model->n_kv_slots; i++) {
         const writer_kv *kv = &model->kvs[i];
         if (!kv->key || is_split_key(kv->key) ||
             is_named(kv->key, per_tensor_keys, n_per_tensor_keys))
             continue;
         size_t klen = strlen(kv->key);
-        h = fnv1a64_le(h, klen);
-        h = fnv1a64(h, kv->key, klen);
-        h = fnv1a64_le(h, (uint64_t)kv->type);
-        h = fnv1a64_le(h, kv->val_len);
-        h = fnv1a64(h, kv->val, (size_t)kv->val_len);
+        h = pn_fnv1a64_le(h, klen, 8);
+        h = pn_fnv1a64(h, kv->key, klen);
+        h = pn_fnv1a64_le(h, (uint64_t)kv->type, 8);
+        h = pn_fnv1a64_le(h, kv->val_len, 8);
+        h = pn_fnv1a64(h, kv->val, (size_t)kv->val_len);
     }
-    h = fnv1a64_le(h, model->n_tensors);
+    h = pn_fnv1a64_le(h, model->n_tensors, 8);
     for (size_t i = 0; i < model->n_tensors; i++) {
         const writer_tensor *t = &model->tensors[i];
         size_t nlen = strlen(t->name);
-        h = fnv1a64_le(h, nlen);
-        h = fnv1a64(h, t->name, nlen);
-        h = fnv1a64_le(h, t->n_dims);
+        h = pn_fnv1a64_le(h, nlen, 8);
+        h = pn_fnv1a64(h, t->name, nlen);
+        h = pn_fnv1a64_le(h, t->n_dims, 8);
         for (uint32_t d = 0; d < t->n_dims; d++)
-            h = fnv1a64_le(h, (uint64_t)t->ne[d]);
-        h = fnv1a64_le(h, (uint64_t)t->type);
+            h = pn_fnv1a64_le(h, (uint64_t)t->ne[d], 8);
+        h = pn_fnv1a64_le(h, (uint64_t)t->type, 8);
     }
-    h = fnv1a64_le(h, plan->n_splits);
+    h = pn_fnv1a64_le(h, plan->n_splits, 8);
     for (size_t s = 0; s <= plan->n_splits; s++)
-        h = fnv1a64_le(h, plan->first[s]);
+        h = pn_fnv1a64_le(h, plan->first[s], 8);
     return h;
 }
 

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
 #include "gguf/pn_keys.h"
@@ -39,9 +40,7 @@
 /* The keys, PN_KEY_SOURCE_*, are named in gguf/pn_keys.h
  * (docs/reuse.md#the-keys). */
 
-/* FNV-1a 64 of data, continued from h. */
-uint64_t pn_fnv1a64(uint64_t h, const void *data, size_t n);
-#define PN_FNV1A64_BASIS 0xcbf29ce484222325ull
+/* pn_fnv1a64, FNV-1a 64 of the header hash, is in common/hash.h. */
 
 /* The header hash of the model r reads (source_id.c: its keys but the
  * split.* keys, its tensors' names, shapes and types; not the layout, so a

@@ -320,3 +320,11 @@ uint64_t pn_plan_data_bytes(const pn_plan *plan, uint64_t alignment)
     }
     return total;
 }
+
+void pn_rotation_text(int cap, char *buf, size_t size)
+{
+    if (cap > 0)
+        snprintf(buf, size, "hadamard:%d", cap);
+    else
+        snprintf(buf, size, "none");
+}

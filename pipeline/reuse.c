@@ -134,14 +134,6 @@ static bool prev_rotation(const gguf_reader *r, int *cap)
     return true;
 }
 
-static void rotation_text(int cap, char *buf, size_t size)
-{
-    if (cap > 0)
-        snprintf(buf, size, "hadamard:%d", cap);
-    else
-        snprintf(buf, size, "none");
-}
-
 void pn_reuse_drop(pn_reuse *ru, const pn_plan *plan, size_t i, const char *why)
 {
     if (ru->from[i] < 0)
@@ -212,8 +204,8 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
                  "it was made by another quantizer version ('%.*s'; this run is '%s')",
                  (int)(qk->v.str.len > 200 ? 200 : qk->v.str.len), qk->v.str.data, quantizer);
     } else if (!prev_rotation(ru->prev, &prev_cap) || prev_cap != cap) {
-        rotation_text(prev_cap, a, sizeof a);
-        rotation_text(cap, b, sizeof b);
+        pn_rotation_text(prev_cap, a, sizeof a);
+        pn_rotation_text(cap, b, sizeof b);
         snprintf(ru->none_why, sizeof ru->none_why,
                  "it was made with another rotation (%s; this run uses %s)",
                  prev_cap < 0 ? "unreadable pn.rotation keys" : a, b);

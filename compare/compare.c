@@ -1,3 +1,6 @@
+/* compare.c - pn-compare: the KL and top-1 math, the child protocol with the
+ * llama.cpp harness (tools/llama), and the run that decodes each mix and
+ * compares its logits with the source's (see compare.h). */
 #include "hf/hf.h"
 #include "hf/hf_convert.h"
 #include "io/source_open.h"

@@ -1,3 +1,6 @@
+/* measurement.c - the promotion measurement: the sampled rows, the error
+ * sums of pn3t and pn4t per row, and the measurement file saved, loaded and
+ * checked against a run (see measurement.h). */
 #include "mix/measurement.h"
 
 #include "common/file.h"

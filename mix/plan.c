@@ -1,3 +1,5 @@
+/* plan.c - the conversion plan: a recipe applied to a model's tensors, its
+ * promotions, totals and labels (see plan.h). */
 #include "mix/plan.h"
 
 #include <stdio.h>

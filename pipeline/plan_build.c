@@ -1,3 +1,5 @@
+/* plan_build.c - pn-quantize's plan for one source: recipe, promotions,
+ * --target-size, the output's keys and its exact size (see plan_build.h). */
 #include "pipeline/plan_build.h"
 
 #include <errno.h>

@@ -478,6 +478,51 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
     return PN_OK;
 }
 
+/* Tensor i's job: its types, sizes, rotation block and segment; counted in
+ * stats as PN, copied or stock. Refuses a tensor too large to decode or of a
+ * type this build cannot decode. */
+static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_type, int use_cap,
+                             const char *in_path, pn_dequant_stats *stats, bool *has_pn,
+                             pn_error *err)
+{
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    const pn_type_traits *tt = pn_type_traits_get(ti->type);
+    j->r = r;
+    j->index = i;
+    j->ti = ti;
+    j->in_type = ti->type;
+    j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : out_type;
+    j->K = ti->ne[0];
+    j->bw = tt->block_weights;
+    j->bb = tt->block_bytes;
+    j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
+    if (!pn_weight_count(ti->ne, &j->n) || j->n > INT64_MAX / j->out_es)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "%s: tensor '%s': shape %lld x %lld x %lld x %lld holds too many "
+                            "weights to decode (more than 2^63 - 1 output bytes)",
+                            in_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1],
+                            (long long)ti->ne[2], (long long)ti->ne[3]);
+    if (pn_type_is_pn(ti->type)) {
+        *has_pn = true;
+        stats->n_pn++;
+        if (use_cap > 0) {
+            j->B = pn_hadamard_block_size(j->K, use_cap);
+            stats->rotation_undone = true;
+        }
+    } else if (j->in_type == j->out_type) {
+        stats->n_copied++;
+    } else if (pn_stock_type_supported(ti->type)) {
+        stats->n_stock++;
+    } else {
+        return pn_error_set(err, PN_ERR_TYPE,
+                            "%s: tensor '%s' has type %s, which this build cannot decode",
+                            in_path, ti->name, type_name(ti->type));
+    }
+    j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
+    j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+    return PN_OK;
+}
+
 pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_dequant_opts *opts,
                           pn_dequant_stats *stats, pn_error *err)
 {
@@ -529,43 +574,8 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         tjob *j = &jobs[i];
-        const pn_type_traits *tt = pn_type_traits_get(ti->type);
-        j->r = r;
-        j->index = i;
-        j->ti = ti;
-        j->in_type = ti->type;
-        j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : o.out_type;
-        j->K = ti->ne[0];
-        j->bw = tt->block_weights;
-        j->bb = tt->block_bytes;
-        j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
-        if (!pn_weight_count(ti->ne, &j->n) || j->n > INT64_MAX / j->out_es) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              "%s: tensor '%s': shape %lld x %lld x %lld x %lld holds too many "
-                              "weights to decode (more than 2^63 - 1 output bytes)",
-                              in_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1],
-                              (long long)ti->ne[2], (long long)ti->ne[3]);
+        if ((st = plan_tensor(j, r, i, o.out_type, use_cap, in_path, stats, &has_pn, err)))
             goto done;
-        }
-        if (pn_type_is_pn(ti->type)) {
-            has_pn = true;
-            stats->n_pn++;
-            if (use_cap > 0) {
-                j->B = pn_hadamard_block_size(j->K, use_cap);
-                stats->rotation_undone = true;
-            }
-        } else if (j->in_type == j->out_type) {
-            stats->n_copied++;
-        } else if (pn_stock_type_supported(ti->type)) {
-            stats->n_stock++;
-        } else {
-            st = pn_error_set(err, PN_ERR_TYPE,
-                              "%s: tensor '%s' has type %s, which this build cannot decode",
-                              in_path, ti->name, type_name(ti->type));
-            goto done;
-        }
-        j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
-        j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
         if (j->seg > seg_max)
             seg_max = j->seg;
         out_types[i] = j->out_type;

@@ -9,7 +9,7 @@
  * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
  * An item is read one segment (SEG_TARGET elements) at a time, so memory is
  * a few segments per thread whatever the row length. Items run in parallel;
- * their results are combined in file order (crc32_combine, sums in item
+ * their results are combined in file order (pn_crc32_combine, sums in item
  * order), so the report does not depend on the thread count.
  *
  * The expected error of a PN tensor comes from re-quantizing a fixed sample
@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/crc32.h"
 #include "common/threads.h"
@@ -464,7 +463,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     if (!tp->in_file)
         return;
 
-    uLong crc = 0;   /* pn_crc32 starts from 0; joined with zlib's crc32_combine */
+    uint32_t crc = 0;   /* the items' CRCs joined in file order */
     int64_t n_nan = 0, n_inf = 0, n_res = 0;
     loc *nf = malloc((size_t)maxloc * sizeof *nf), *res = malloc((size_t)maxloc * sizeof *res);
     if (!nf || !res) {
@@ -478,7 +477,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     pn_status st = PN_OK;
     for (size_t k = tp->first_item; k < tp->first_item + tp->n_items; k++) {
         const item *it = &items[k];
-        crc = crc32_combine(crc, it->crc, (z_off_t)((it->e1 - it->e0) / tp->bw * tp->bb));
+        crc = pn_crc32_combine(crc, it->crc, (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb));
         n_nan += it->n_nan;
         n_inf += it->n_inf;
         n_res += it->n_res;

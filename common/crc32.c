@@ -15,6 +15,11 @@ uint32_t pn_crc32(uint32_t crc, const void *buf, size_t len)
     return (uint32_t)crc32_z(crc, buf, len);
 }
 
+uint32_t pn_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return (uint32_t)crc32_combine64(crc_a, crc_b, (z_off64_t)len_b);
+}
+
 static bool pclmul_by_cpuid(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

@@ -4,7 +4,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "common/crc32.h"
 #include "common/hash.h"
@@ -274,7 +273,7 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
         for (size_t k = 0; k < n; k++)
             crcs[k] = 0;
         for (size_t j = 0; j < n_items; j++)
-            crcs[pc[j].k] = (uint32_t)crc32_combine(crcs[pc[j].k], pc[j].crc, (z_off_t)pc[j].len);
+            crcs[pc[j].k] = pn_crc32_combine(crcs[pc[j].k], pc[j].crc, pc[j].len);
     }
 done:
     for (int t = 0; t < threads; t++)

@@ -58,7 +58,7 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
 
 /* The same for one piece alone: the CRC-32 from 0 of the bytes of the
  * sampled rows among elements [elem_at, elem_at + n_elems), and in *len
- * their number. Pieces joined in element order with crc32_combine give
+ * their number. Pieces joined in element order with pn_crc32_combine give
  * pn_sample_crc_update's CRC of the whole tensor, however they are cut. */
 uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
                              int64_t elem_at, const uint8_t *bytes, int64_t n_elems,

@@ -395,7 +395,7 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
 
 /* ---- the report file: checked like DST, written through common/outfile ---- */
 
-static void remove_report_tmp(cli_state *s)
+static void discard_report(cli_state *s)
 {
     pn_outfile_free(s->report);   /* discards it unless committed */
     s->report = NULL;
@@ -455,7 +455,7 @@ static pn_status write_report(cli_state *s, const pn_quantize_result *r, pn_erro
 static pn_status commit_report(cli_state *s, pn_error *err)
 {
     pn_status st = pn_outfile_commit(s->report, err);
-    remove_report_tmp(s);
+    discard_report(s);
     return st;
 }
 
@@ -818,6 +818,10 @@ static int run(int argc, char **argv)
             }
             return 1;
         }
+        /* stale temporary files of a killed run beside the report */
+        const char *note = pn_outfile_note(cs.report);
+        if (note && !cs.quiet)
+            put_lines(stderr, "pn-quantize: ", note);
     }
     cs.show_progress = !cs.quiet && (cs.tty || cs.force_progress);
     o.progress = on_progress;
@@ -844,7 +848,7 @@ static int run(int argc, char **argv)
     if (cs.show_progress && cs.tty)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
-        remove_report_tmp(&cs);
+        discard_report(&cs);
         free(cs.totals);
         put_lines(stderr, "pn-quantize: error: ", err.msg[0] ? err.msg : pn_strerror(st));
         if (st == PN_ERR_NOSPACE || (st == PN_ERR_IO && strstr(err.msg, strerror(EFBIG))))

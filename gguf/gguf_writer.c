@@ -16,6 +16,9 @@
  *   ABORTED     the temporary file is gone.
  * Any failure after begin aborts, so a failed writer never leaves a file.
  *
+ * The writers of a split set are derived from a model writer in
+ * gguf_writer_split.c (the structures both use: gguf_writer_internal.h).
+ *
  * Output goes through one 4 MiB buffer, so many small writes cost one system
  * call per 4 MiB and memory stays flat however large the model is.
  */

@@ -5,8 +5,9 @@
  * checks that need everything at once: duplicate keys and names (by sorting),
  * every tensor's bytes inside the file, and no two tensors overlapping (by
  * sorting offsets). Tensor data is not read at open: callers copy it out
- * with gguf_reader_read_tensor (pread; gguf_data.c, with the direct reads), so a file that shrinks while it is
- * being read gives an error naming it, never a SIGBUS from a mapping.
+ * with gguf_reader_read_tensor (pread; gguf_data.c, with the direct reads),
+ * so a file that shrinks while it is being read gives an error naming it,
+ * never a SIGBUS from a mapping.
  *
  * A file's header is read into memory with pread, never mapped: the buffer
  * starts with the first min(file size, 16 MiB) bytes and, when the parser

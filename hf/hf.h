@@ -161,6 +161,18 @@ void pn_hf_close(pn_hf_model *m);
  * *.safetensors). Looks only at names and the folder's entries. */
 bool pn_hf_is_source(const char *path);
 
+/* The files SRC (as pn_hf_open takes it) is read from, as paths in its
+ * folder, whether or not each exists: config.json, the index, every shard
+ * the index names (or model.safetensors), tokenizer.json,
+ * tokenizer_config.json, chat_template.jinja, and the file SRC names.
+ * Sorted, each once. No output may be any of them (io/source_open.h). */
+typedef struct pn_hf_inputs {
+    size_t n;
+    char **path;
+} pn_hf_inputs;
+pn_status pn_hf_input_files(const char *src, pn_hf_inputs *out, pn_error *err);
+void pn_hf_inputs_free(pn_hf_inputs *in);
+
 const char *pn_hf_dir(const pn_hf_model *m);
 const pn_hf_config *pn_hf_config_of(const pn_hf_model *m);
 int pn_hf_file_type(const pn_hf_model *m);   /* general.file_type written */

@@ -28,8 +28,9 @@
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
 
-/* The largest safetensors header and JSON file read (bytes). */
-#define PN_HF_MAX_HEADER (100u * 1024u * 1024u)
+/* The largest safetensors header: the format's own limit (the safetensors
+ * crate refuses a header above 100,000,000 bytes); the largest JSON file. */
+#define PN_HF_MAX_HEADER 100000000u
 #define PN_HF_MAX_JSON (256u * 1024u * 1024u)
 
 /* Source dtypes of safetensors that are read. */
@@ -120,6 +121,8 @@ typedef struct pn_hf_tensor {
     const char *src_name;         /* the safetensors name (owned by the model) */
     uint32_t shard;               /* index into the model's shards */
     pn_hf_dtype src_dtype;
+    uint32_t src_n_dims;          /* the shape the safetensors header states */
+    uint64_t src_shape[8];
     uint64_t src_begin;           /* file offset of the source bytes */
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS];    /* GGUF order, unused dims 1 */

@@ -299,7 +299,14 @@ static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
                                       "string", tok_path, i);
                     break;
                 }
-                merges[i] = json_string_value(e);
+                /* a merge is two tokens: "left right", one space between */
+                const char *ms = json_string_value(e), *sp = strchr(ms, ' ');
+                if (!sp || sp == ms || !sp[1] || strchr(sp + 1, ' ')) {
+                    st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] (\"%.40s\") "
+                                      "is not two tokens separated by one space", tok_path, i, ms);
+                    break;
+                }
+                merges[i] = ms;
                 continue;
             }
             if (!json_is_array(e) || json_array_size(e) != 2 ||
@@ -310,6 +317,11 @@ static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
             }
             const char *p[2] = {json_string_value(json_array_get(e, 0)),
                                 json_string_value(json_array_get(e, 1))};
+            if (!p[0][0] || !p[1][0]) {
+                st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] has an empty "
+                                  "token", tok_path, i);
+                break;
+            }
             size_t len = 2;
             for (int q = 0; q < 2; q++)
                 for (const char *c = p[q]; *c; c++) len += *c == ' ' ? 2 : 1;

@@ -399,6 +399,14 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     char *cfg_path = join(m->dir, "config.json");
     if (!cfg_path) { free(index_path); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
     json_t *root = NULL;
+    struct stat cb;
+    if (lstat(cfg_path, &cb) != 0 && errno == ENOENT) {
+        pn_error_set(err, PN_ERR_IO, "%s: config.json is missing (a Hugging Face model folder "
+                     "holds config.json beside its safetensors)", m->dir);
+        free(cfg_path);
+        free(index_path);
+        return PN_ERR_IO;
+    }
     pn_status st = pn_hf_json_load(cfg_path, &root, err);
     if (st == PN_OK) st = merge_config(root, cfg_path, &m->hp, err);
     if (st == PN_OK) st = config_of(root, m->hp, cfg_path, m->opts.no_mtp, &m->cfg, err);
@@ -411,6 +419,16 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
         struct stat ib;
         if (ip && lstat(ip, &ib) == 0) index_path = ip;
         else free(ip);
+    }
+    if (!index_path && !given_single) {
+        char *sp = join(m->dir, single);
+        struct stat ss;
+        bool none = sp && lstat(sp, &ss) != 0 && errno == ENOENT;
+        free(sp);
+        if (none)
+            return pn_error_set(err, PN_ERR_IO, "%s: there is no model.safetensors.index.json "
+                                "and no model.safetensors: the folder names no weights (a "
+                                "checkpoint in shards needs its index)", m->dir);
     }
     json_t *wm = NULL;
     st = list_shards(m, index_path, single, &wm, err);
@@ -533,6 +551,10 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
             }
         free(nm);
     }
+    /* what the architecture holds, against the config, before any output */
+    if (st == PN_OK)
+        st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
+                              err);
     if (st != PN_OK) return st;
     /* the keys, built once here so that a bad tokenizer is refused at open */
     gguf_writer *w = gguf_writer_new();

@@ -13,7 +13,13 @@
 
 #include "hf/hf.h"
 
-bool pn_source_is_hf(const char *path) { return pn_hf_is_source(path); }
+/* A folder is never a GGUF: one without config.json is opened as a Hugging
+ * Face folder too, so that the message says config.json is missing. */
+bool pn_source_is_hf(const char *path)
+{
+    struct stat sb;
+    return pn_hf_is_source(path) || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+}
 
 /* ---- no output is an input ---- */
 
@@ -72,7 +78,7 @@ pn_status pn_source_check_target(const char *src, const char *target, const char
                                  pn_error *err)
 {
     if (!src || !target) return PN_OK;
-    if (!pn_hf_is_source(src)) {
+    if (!pn_source_is_hf(src)) {
         if (target_touches(target, src))
             return pn_error_set(err, PN_ERR_USAGE,
                                 "%s: %s is a file of the input (%s); choose another path",
@@ -195,7 +201,7 @@ pn_status pn_source_open(const char *path, const pn_source_opts *opts, gguf_read
                          pn_error *err)
 {
     *out = NULL;
-    if (!pn_hf_is_source(path)) {
+    if (!pn_source_is_hf(path)) {
         gguf_reader *r = NULL;
         pn_status st = gguf_reader_open(path, &r, err);
         if (st != PN_OK || !opts || !opts->no_mtp) {

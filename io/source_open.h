@@ -21,7 +21,9 @@ typedef struct pn_source_opts {
     const char *tokenizer_pre;   /* a folder: tokenizer.ggml.pre when its pattern is unknown */
 } pn_source_opts;
 
-/* True when path is a Hugging Face source rather than a GGUF. */
+/* True when path is a Hugging Face source rather than a GGUF: what
+ * pn_hf_is_source takes, or any folder (one without config.json is refused
+ * at open as a folder that lacks it). */
 bool pn_source_is_hf(const char *path);
 
 /* Refuses a path a program would write (`what`: "the output", "--report")

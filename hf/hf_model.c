@@ -496,6 +496,12 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     }
     /* auto outtype: the first kept tensor of 2 or more dimensions */
     int auto_type = -1;
+    /* first the names: every kept tensor mapped, with its source shape */
+    const pn_hf_st_tensor **kept = calloc(total ? total : 1, sizeof *kept);
+    if (!kept) {
+        free(by_name); free(index_path);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
     for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) {
         shard *sh = &m->shards[s];
         for (size_t i = 0; i < sh->hdr.n_tensors; i++) by_name[i] = &sh->hdr.tensors[i];
@@ -517,15 +523,47 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
             if (auto_type < 0 && t->n_dims >= 2)
                 auto_type = t->dtype == PN_HF_BF16 ? PN_TYPE_BF16 : PN_TYPE_F16;
             pn_hf_tensor *o = &m->tensors[m->n_tensors];
-            st = pn_hf_plan_tensor(&m->cfg, t->name, t, gname, PN_TYPE_BF16, o, err);
-            if (st != PN_OK) { pn_error_prefix(err, "%s", sh->path); break; }
+            snprintf(o->name, sizeof o->name, "%s", gname);
+            o->src_name = t->name;
+            o->src_n_dims = t->n_dims;
+            memcpy(o->src_shape, t->shape, sizeof o->src_shape);
             o->shard = (uint32_t)s;
             o->src_begin = sh->hdr.data_offset + t->begin;
-            m->n_tensors++;
+            kept[m->n_tensors++] = t;
         }
     }
     free(by_name);
     free(index_path);
+    /* a name twice after mapping (two sources for one GGUF tensor) */
+    if (st == PN_OK) {
+        char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
+        if (!nm) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; nm && i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
+        if (nm) qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
+        for (size_t i = 1; nm && i < m->n_tensors; i++)
+            if (strcmp(nm[i], nm[i - 1]) == 0) {
+                st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
+                break;
+            }
+        free(nm);
+    }
+    /* what the architecture holds, against the config, before any plan */
+    if (st == PN_OK)
+        st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
+                              err);
+    /* then each tensor's plan: shape, type, transform */
+    for (size_t i = 0; st == PN_OK && i < m->n_tensors; i++) {
+        pn_hf_tensor *o = &m->tensors[i];
+        const uint32_t s = o->shard;
+        const uint64_t begin = o->src_begin;
+        char gname[96];
+        snprintf(gname, sizeof gname, "%s", o->name);
+        st = pn_hf_plan_tensor(&m->cfg, kept[i]->name, kept[i], gname, PN_TYPE_BF16, o, err);
+        if (st != PN_OK) { pn_error_prefix(err, "%s", m->shards[s].path); break; }
+        o->shard = s;
+        o->src_begin = begin;
+    }
+    free(kept);
     if (st != PN_OK) return st;
     int out;
     switch (m->opts.outtype) {
@@ -538,24 +576,6 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     m->file_type = out == PN_TYPE_BF16 ? 32 : out == PN_TYPE_F16 ? 1 : 0;
     for (size_t i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].type == PN_TYPE_BF16) m->tensors[i].type = out;
-    /* a name twice after mapping (two sources for one GGUF tensor) */
-    {
-        char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
-        if (!nm) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
-        qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
-        for (size_t i = 1; i < m->n_tensors; i++)
-            if (strcmp(nm[i], nm[i - 1]) == 0) {
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
-                break;
-            }
-        free(nm);
-    }
-    /* what the architecture holds, against the config, before any output */
-    if (st == PN_OK)
-        st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
-                              err);
-    if (st != PN_OK) return st;
     /* the keys, built once here so that a bad tokenizer is refused at open */
     gguf_writer *w = gguf_writer_new();
     if (!w) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");

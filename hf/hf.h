@@ -219,4 +219,9 @@ pn_status pn_hf_open_source(const char *src, const pn_hf_opts *opts, gguf_reader
 pn_status pn_hf_config_parse(const char *text, size_t len, const char *name, bool no_mtp,
                              pn_hf_config *out, pn_error *err);
 
+/* Parses a tokenizer.json held in memory and writes its tokenizer keys (as
+ * for a folder with no tokenizer_config.json) to w: for the fuzz target. */
+pn_status pn_hf_tokenizer_parse(const char *text, size_t len, const char *name,
+                                const pn_hf_config *cfg, gguf_writer *w, pn_error *err);
+
 #endif

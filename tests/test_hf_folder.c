@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
 #include "test_util.h"
 
 #define HFDATA PN_TEST_DATA "/hf-qwen35-tiny"
@@ -642,5 +643,70 @@ Test(hf_folder, a_split_output_set_is_checked_file_by_file)
     free(before);
     free(o);
     free(e);
+    free(m);
+}
+
+/* ---- chat_template.jinja: read whole or refused, naming it ---- */
+
+/* tokenizer_config.json without its chat_template: the template is then
+ * read from chat_template.jinja beside it, as the converter does. */
+static void drop_config_template(const char *m)
+{
+    char *tp = tu_join(m, "tokenizer_config.json");
+    json_t *t = load_json(tp);
+    cr_assert_eq(json_object_del(t, "chat_template"), 0);
+    save_json(tp, t);
+    json_decref(t);
+    free(tp);
+}
+
+Test(hf_folder, chat_template_jinja_is_written_whole_as_the_template)
+{
+    char *m = copy_model(), *jp = tu_join(m, "chat_template.jinja");
+    drop_config_template(m);
+    /* a template with a NUL-free body of 70,000 bytes */
+    size_t n = 70000;
+    char *body = malloc(n);
+    for (size_t i = 0; i < n; i++) body[i] = (char)('a' + i % 26);
+    cr_assert_eq(tu_write_file(jp, body, n), 0);
+    char *out = tu_join(g_dir, "out/x.gguf");
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(tu_run_program(&o, &e, "pn-convert", "--quiet '%s' '%s'", m, out), 0, "%s", e);
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    cr_assert_eq(gguf_reader_open(out, &r, &err), PN_OK, "%s", err.msg);
+    const gguf_kv *kv = gguf_reader_find_kv(r, "tokenizer.chat_template");
+    cr_assert(kv && kv->type == GGUF_TYPE_STRING);
+    cr_assert_eq(kv->v.str.len, n);
+    cr_assert(memcmp(kv->v.str.data, body, n) == 0);
+    gguf_reader_close(r);
+    free(o);
+    free(e);
+    free(out);
+    free(body);
+    free(jp);
+    free(m);
+}
+
+Test(hf_folder, a_chat_template_jinja_that_is_not_a_regular_file_is_refused)
+{
+    char *m = copy_model(), *jp = tu_join(m, "chat_template.jinja");
+    drop_config_template(m);
+    cr_assert_eq(mkdir(jp, 0755), 0);
+    ALL_REFUSE(m, "", "chat_template.jinja", "the chat template is a directory");
+    free(jp);
+    free(m);
+}
+
+Test(hf_folder, an_oversized_chat_template_jinja_is_refused_not_skipped)
+{
+    char *m = copy_model(), *jp = tu_join(m, "chat_template.jinja");
+    drop_config_template(m);
+    int fd = open(jp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, (off_t)300 << 20), 0);   /* sparse: 300 MiB of zeros */
+    close(fd);
+    ALL_REFUSE(m, "", "chat_template.jinja", "the chat template is 314572800 bytes, more than");
+    free(jp);
     free(m);
 }

@@ -43,8 +43,8 @@ static const char *const dim_fields[] = {
     [D_QO] = "num_attention_heads x head_dim",
     [D_KV] = "num_key_value_heads x head_dim",
     [D_HD] = "head_dim",
-    [D_CONV] = "2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x "
-               "linear_value_head_dim",
+    [D_CONV] = ("2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x "
+                "linear_value_head_dim"),
     [D_VL] = "linear_num_value_heads x linear_value_head_dim",
     [D_NV] = "linear_num_value_heads",
     [D_HV] = "linear_value_head_dim",

@@ -301,68 +301,88 @@ void pn_hf_close(pn_hf_model *m)
     free(m);
 }
 
+/* The shard names of a parsed index: its weight_map's values, checked,
+ * sorted, each once (pointers into idx). */
+static pn_status index_names(const json_t *idx, const char *index_path, const char ***out,
+                             size_t *n_out, pn_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    const json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key weight_map is missing or not an "
+                            "object", index_path);
+    size_t k = json_object_size(wm), n = 0;
+    const char **names = calloc(k ? k : 1, sizeof *names);
+    if (!names) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    const char *key;
+    json_t *v;
+    pn_status st = PN_OK;
+    json_object_foreach((json_t *)wm, key, v) {
+        if (!json_is_string(v)) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map: tensor %s: shard is not a "
+                              "string", index_path, key);
+            break;
+        }
+        const char *s = json_string_value(v);
+        if ((st = check_shard_name(index_path, s, err)) != PN_OK) break;
+        names[n++] = s;
+    }
+    if (st == PN_OK && n == 0)
+        st = pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map names no shard", index_path);
+    if (st != PN_OK) {
+        free(names);
+        return st;
+    }
+    qsort(names, n, sizeof *names, cmp_str);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+        if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
+    *out = names;
+    *n_out = u;
+    return PN_OK;
+}
+
+pn_status pn_hf_index_parse(const char *text, size_t len, const char *name, size_t *n_shards,
+                            pn_error *err)
+{
+    *n_shards = 0;
+    json_t *idx = NULL;
+    pn_status st = pn_hf_json_parse(text, len, name, 0, &idx, err);
+    const char **names = NULL;
+    if (st == PN_OK) st = index_names(idx, name, &names, n_shards, err);
+    free(names);
+    json_decref(idx);
+    return st;
+}
+
 /* The shard names: from the index's weight_map (sorted, unique), or the
  * single model.safetensors. */
 static pn_status list_shards(pn_hf_model *m, const char *index_path, const char *single,
                              json_t **weight_map_out, pn_error *err)
 {
     *weight_map_out = NULL;
-    char **names = NULL;
-    size_t n = 0;
     if (index_path) {
         json_t *idx = NULL;
         pn_status st = pn_hf_json_load(index_path, &idx, err);
         if (st != PN_OK) return st;
-        json_t *wm = json_object_get(idx, "weight_map");
-        if (!json_is_object(wm)) {
-            json_decref(idx);
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: key weight_map is missing or not an "
-                                "object", index_path);
-        }
-        size_t k = json_object_size(wm);
-        names = calloc(k ? k : 1, sizeof *names);
-        if (!names) { json_decref(idx); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
-        const char *key;
-        json_t *v;
-        json_object_foreach(wm, key, v) {
-            if (!json_is_string(v)) {
-                free(names);
-                json_decref(idx);
-                return pn_error_set(err, PN_ERR_FORMAT,
-                                    "%s: weight_map: tensor %s: shard is not a string",
-                                    index_path, key);
-            }
-            const char *s = json_string_value(v);
-            if ((st = check_shard_name(index_path, s, err)) != PN_OK) {
-                free(names);
-                json_decref(idx);
-                return st;
-            }
-            names[n++] = (char *)s;
-        }
-        qsort(names, n, sizeof *names, cmp_str);
-        size_t u = 0;
-        for (size_t i = 0; i < n; i++)
-            if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
-        n = u;
-        m->shards = calloc(n ? n : 1, sizeof *m->shards);
-        if (!m->shards) { free(names); json_decref(idx); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
-        for (size_t i = 0; i < n; i++) {
+        const char **names = NULL;
+        size_t n = 0;
+        st = index_names(idx, index_path, &names, &n, err);
+        if (st == PN_OK && !(m->shards = calloc(n, sizeof *m->shards)))
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; st == PN_OK && i < n; i++) {
             m->shards[i].fd = -1;
             m->shards[i].name = strdup(names[i]);
             m->shards[i].path = join(m->dir, names[i]);
             m->n_shards++;
-            if (!m->shards[i].name || !m->shards[i].path) {
-                free(names); json_decref(idx);
-                return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-            }
+            if (!m->shards[i].name || !m->shards[i].path)
+                st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         }
         free(names);
-        *weight_map_out = json_incref(wm);
+        if (st == PN_OK) *weight_map_out = json_incref(json_object_get(idx, "weight_map"));
         json_decref(idx);
-        if (n == 0)
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map names no shard", index_path);
-        return PN_OK;
+        return st;
     }
     m->shards = calloc(1, sizeof *m->shards);
     if (!m->shards) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");

@@ -609,9 +609,13 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
             snprintf(c, sizeof c, "'%s/pn-dequant' --quiet %s '%s' '%s'", PN_BIN_DIR, F, S, T);
             must_not_touch(g_dir, before, c);
         }
+    /* pn-synth --hf takes no source: without --force it replaces no folder */
+    char c[8192];
+    snprintf(c, sizeof c, "'%s/pn-synth' --quiet --hf --layers 2 --width-scale 16 --vocab 300 '%s'",
+             PN_BIN_DIR, m);
+    must_not_touch(g_dir, before, c);
     /* pn-check and pn-compare read the folder and write nothing: the
      * folder is the same after them */
-    char c[8192];
     snprintf(c, sizeof c, "'%s/pn-check' --source '%s' '%s'", PN_BIN_DIR, m, q);
     char *o = NULL, *e = NULL;
     cr_assert_eq(tu_run(c, &o, &e), 0, "%s", e);

@@ -17,6 +17,7 @@
 #include "common/file.h"
 #include "common/outfile.h"
 #include "common/text.h"
+#include "io/source_open.h"
 #include "mix/plan.h"
 #include "mix/size.h"
 #include "pipeline/quantize.h"
@@ -417,6 +418,11 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
             fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
             return 2;
         }
+    pn_error se = {0};
+    if (pn_source_check_target(o->src_path, rp, "the report", &se) != PN_OK) {
+        pn_cli_error("pn-quantize: error: --report", se.msg);
+        return 2;
+    }
     if (o->dst_path && pn_same_file(rp, o->dst_path)) {
         fprintf(stderr, "pn-quantize: --report ");
         pn_fput_safe(stderr, rp);

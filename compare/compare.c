@@ -2,7 +2,7 @@
  * llama.cpp harness (tools/llama), and the run that decodes each mix and
  * compares its logits with the source's (see compare.h). */
 #include "hf/hf.h"
-#include "hf/hf_convert.h"
+#include "convert/convert.h"
 #include "io/source_open.h"
 #include "compare/compare.h"
 
@@ -911,8 +911,8 @@ static pn_status convert_source(const char *src, const char *path, pn_error *err
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, &ho, &m, err);
     if (st == PN_OK) {
-        pn_hf_convert_opts co = {0};
-        st = pn_hf_convert(m, path, &co, NULL, err);
+        pn_convert_opts co = {0};
+        st = pn_convert(m, src, path, &co, NULL, err);
     }
     pn_hf_close(m);
     return st;

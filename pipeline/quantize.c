@@ -179,6 +179,8 @@ static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_re
         what = "the output (DST)";
     if (!what && o->dst_path && split_output(o) && is_split_of(m, o->dst_path))
         what = "a file of the output set";
+    if (!what && pn_source_check_target(o->src_path, m, "the measurement", err) != PN_OK)
+        return pn_error_prefix(err, "--measurement");
     if (!what && o->reuse_path && same_place(m, o->reuse_path))
         what = "the --reuse file";
     if (!what && o->recipe_path && same_place(m, o->recipe_path))

@@ -95,7 +95,7 @@ static int by_gain(const void *pa, const void *pb)
 
 static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_error *err)
 {
-    const gguf_kv *pk = gguf_reader_find_kv(c->r, "pn.mix.promoted");
+    const gguf_kv *pk = gguf_reader_find_kv(c->r, PN_KEY_MIX_PROMOTED);
     if (!pk || pk->type != GGUF_TYPE_ARRAY || pk->arr_type != GGUF_TYPE_STRING)
         return PN_OK;   /* the metadata stage has said what is wrong */
     const size_t nt = c->rep->n_tensors;
@@ -153,7 +153,7 @@ static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_erro
             const char *bad = first_bad < n ? c->rep->tensors[cs[first_bad].index].name : "?";
             const char *left = first_left < n ? c->rep->tensors[cs[first_left].index].name : "?";
             pn_finding *f = pn_check_add(
-                c, PN_SEV_ERROR, "IMATRIX-PROMOTION", bad, "pn.mix.promoted", -1,
+                c, PN_SEV_ERROR, "IMATRIX-PROMOTION", bad, PN_KEY_MIX_PROMOTED, -1,
                 "the promotions do not follow the imatrix: %s is promoted (gain %.6g), %s is not "
                 "(gain %.6g), measured with the imatrix on the source (%zu of %zu candidates "
                 "misplaced)",

@@ -45,21 +45,15 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "gguf/pn_keys.h"
 #include "mix/plan.h"
 
 #define PN_IMATRIX_NAME_MAX 1024                     /* bytes of an entry name */
 #define PN_IMATRIX_MAX_FILE_BYTES ((size_t)4 << 30)  /* 4 GiB */
 
-/* The keys an output made with an imatrix carries: llama-quantize's four
- * (so that tools reading them work) and the project's hash of the entries
- * used. (House rule: every pn.* key literal lives in one header; these are
- * here until the keys header takes them.) */
-#define PN_KEY_QUANTIZE_IMATRIX_FILE "quantize.imatrix.file"         /* str: base name */
-#define PN_KEY_QUANTIZE_IMATRIX_DATASET "quantize.imatrix.dataset"   /* str: first dataset */
-#define PN_KEY_QUANTIZE_IMATRIX_ENTRIES "quantize.imatrix.entries_count" /* u32 */
-#define PN_KEY_QUANTIZE_IMATRIX_CHUNKS "quantize.imatrix.chunks_count"   /* u32, when > 0 */
-#define PN_KEY_MIX_IMATRIX_HASH "pn.mix.imatrix.entries_fnv1a64"     /* u64 */
-#define PN_KEY_MIX_IMATRIX_USED "pn.mix.imatrix.entries_used"        /* u32 */
+/* The keys an output made with an imatrix carries (llama-quantize's
+ * quantize.imatrix.* and the project's pn.mix.imatrix.*) are named in
+ * gguf/pn_keys.h. */
 
 typedef enum pn_imatrix_form { PN_IMATRIX_GGUF = 1, PN_IMATRIX_DAT = 2 } pn_imatrix_form;
 

@@ -258,6 +258,62 @@ static bool ends_with(const char *s, size_t n, const char *suf, size_t *stem)
     return true;
 }
 
+/* The entry of in_sum2 tensor i (its name's stem of `stem` bytes) and its
+ * counts, appended to im->entries. counts: a scratch buffer, reallocated. */
+static pn_status read_entry(const gguf_reader *r, size_t i, size_t stem, const char *file,
+                            pn_imatrix *im, float **counts_io, pn_error *err)
+{
+    char b[256];
+    const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+    pn_imatrix_entry *e = &im->entries[im->n];
+    if (!(e->name = malloc(stem + 8)))
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", file);
+    memcpy(e->name, t->name, stem);
+    e->name[stem] = 0;
+    im->n++;
+    if (!name_ok(e->name, stem))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s: the name holds a control byte",
+                            file, safe(e->name, b, sizeof b));
+    char cname[PN_IMATRIX_NAME_MAX + 16];
+    snprintf(cname, sizeof cname, "%s.counts", e->name);
+    long ci = gguf_reader_find_tensor(r, cname);
+    if (ci < 0)
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s has in_sum2 but no counts", file,
+                            safe(e->name, b, sizeof b));
+    const gguf_tensor_info *ct = gguf_reader_tensor(r, (size_t)ci);
+    if (t->n_dims > 2 || ct->n_dims > 2 || ct->ne[0] != 1 || ct->ne[1] != t->ne[1])
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: entry %s: in_sum2 of ne [%lld, %lld] and counts of ne [%lld, "
+                            "%lld] (expected [K, n_mat] and [1, n_mat])",
+                            file, safe(e->name, b, sizeof b), (long long)t->ne[0],
+                            (long long)t->ne[1], (long long)ct->ne[0], (long long)ct->ne[1]);
+    const int64_t K = t->ne[0], n_mat = t->ne[1];
+    e->n_vals = K * n_mat;
+    e->n_mat = n_mat;
+    free(*counts_io);
+    float *counts = *counts_io = malloc((size_t)n_mat * sizeof(float));
+    e->weights = malloc((size_t)e->n_vals * sizeof(float));
+    if (!counts || !e->weights)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", file);
+    pn_status st;
+    if ((st = read_f32(r, i, file, e->weights, (uint64_t)e->n_vals, err)) ||
+        (st = read_f32(r, (size_t)ci, file, counts, (uint64_t)n_mat, err)))
+        return st;
+    for (int64_t m = 0; m < n_mat; m++) {
+        if (counts[m] > 9007199254740992.0f)
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s, matrix %lld: a count of %g",
+                                file, safe(e->name, b, sizeof b), (long long)m,
+                                (double)counts[m]);
+        const int64_t cnt = (int64_t)lroundf(counts[m]);
+        if (m == 0)
+            e->count = cnt;
+        float *w = e->weights + m * K;
+        for (int64_t j = 0; j < K; j++)
+            w[j] = cnt > 0 ? w[j] / (float)cnt : 1.0f;
+    }
+    return PN_OK;
+}
+
 static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_imatrix *im,
                             pn_error *err)
 {
@@ -339,65 +395,9 @@ static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_i
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
         size_t n = strlen(t->name), stem;
-        if (!ends_with(t->name, n, ".in_sum2", &stem))
-            continue;
-        pn_imatrix_entry *e = &im->entries[im->n];
-        if (!(e->name = malloc(stem + 8))) {
-            st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", file);
+        if (ends_with(t->name, n, ".in_sum2", &stem) &&
+            (st = read_entry(r, i, stem, file, im, &counts, err)) != PN_OK)
             goto done;
-        }
-        memcpy(e->name, t->name, stem);
-        e->name[stem] = 0;
-        im->n++;
-        if (!name_ok(e->name, stem)) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s: the name holds a control byte",
-                              file, safe(e->name, b, sizeof b));
-            goto done;
-        }
-        char cname[PN_IMATRIX_NAME_MAX + 16];
-        snprintf(cname, sizeof cname, "%s.counts", e->name);
-        long ci = gguf_reader_find_tensor(r, cname);
-        if (ci < 0) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s has in_sum2 but no counts", file,
-                              safe(e->name, b, sizeof b));
-            goto done;
-        }
-        const gguf_tensor_info *ct = gguf_reader_tensor(r, (size_t)ci);
-        if (t->n_dims > 2 || ct->n_dims > 2 || ct->ne[0] != 1 || ct->ne[1] != t->ne[1]) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: entry %s: in_sum2 of ne [%lld, %lld] and counts of ne [%lld, "
-                              "%lld] (expected [K, n_mat] and [1, n_mat])",
-                              file, safe(e->name, b, sizeof b), (long long)t->ne[0],
-                              (long long)t->ne[1], (long long)ct->ne[0], (long long)ct->ne[1]);
-            goto done;
-        }
-        const int64_t K = t->ne[0], n_mat = t->ne[1];
-        e->n_vals = K * n_mat;
-        e->n_mat = n_mat;
-        free(counts);
-        counts = malloc((size_t)n_mat * sizeof(float));
-        e->weights = malloc((size_t)e->n_vals * sizeof(float));
-        if (!counts || !e->weights) {
-            st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", file);
-            goto done;
-        }
-        if ((st = read_f32(r, i, file, e->weights, (uint64_t)e->n_vals, err)) ||
-            (st = read_f32(r, (size_t)ci, file, counts, (uint64_t)n_mat, err)))
-            goto done;
-        for (int64_t m = 0; m < n_mat; m++) {
-            if (counts[m] > 9007199254740992.0f) {
-                st = pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s, matrix %lld: a count of %g",
-                                  file, safe(e->name, b, sizeof b), (long long)m,
-                                  (double)counts[m]);
-                goto done;
-            }
-            const int64_t cnt = (int64_t)lroundf(counts[m]);
-            if (m == 0)
-                e->count = cnt;
-            float *w = e->weights + m * K;
-            for (int64_t j = 0; j < K; j++)
-                w[j] = cnt > 0 ? w[j] / (float)cnt : 1.0f;
-        }
     }
     if (n_counts != n_sums) {
         /* a counts tensor whose in_sum2 is missing: name it */

@@ -38,6 +38,7 @@
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "io/source_open.h"
 #include "io/outset.h"
 #include "pipeline/plan_build.h"
@@ -886,7 +887,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     /* every split records its own tensors' entries: the CRCs of what is
      * written, and of the source (patched as each split closes) */
     oo.n_per_tensor = 4;
-    oo.per_tensor_key[0] = "pn.tensor_crc32";
+    oo.per_tensor_key[0] = PN_KEY_TENSOR_CRC;
     oo.per_tensor_values[0] = c->crcs;
     oo.per_tensor_key[1] = PN_KEY_SOURCE_SAMPLE_CRC;
     oo.per_tensor_values[1] = c->sid.samples_known ? c->sid.sample_crc : c->rd_sample;

@@ -166,6 +166,8 @@ static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         close(log_fd);
+        m->status = PN_OK;
+        m->error[0] = 0;
         struct stat sb;
         if (stat(dst, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             snprintf(m->error, sizeof m->error, "the stock quantizer exited 0 but wrote no %s",
@@ -290,6 +292,9 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
     }
     for (size_t i = 0; i < n; i++) {
         rep->mixes[i].file_index = -1;
+        /* until its job says otherwise: what an interrupt leaves */
+        rep->mixes[i].status = PN_ERR_INTERRUPTED;
+        snprintf(rep->mixes[i].error, sizeof rep->mixes[i].error, "not made (interrupted)");
         for (size_t j = 0; j < i; j++)
             if (strcmp(rep->mixes[i].file, rep->mixes[j].file) == 0)
                 return pn_error_set(err, PN_ERR_USAGE, "--sweep: %s is asked for twice",
@@ -363,6 +368,7 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     if (st == PN_ERR_INTERRUPTED || cancelled(o))
         return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while making %s", m->name);
     m->status = st;
+    m->error[0] = 0;
     if (st == PN_OK && stats.mix_name[0])
         snprintf(m->name, sizeof m->name, "%s", stats.mix_name);
     else if (st != PN_OK)

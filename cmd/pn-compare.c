@@ -589,6 +589,8 @@ int main(int argc, char **argv)
             pn_sweep_report_free(&srep);
             return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
         }
+        if (plot && !srep.compared)
+            fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
         if (json)
             print_sweep_json(&srep, decode);
         else

@@ -59,8 +59,8 @@ static const pn_cli_option options[] = {
      "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
      "                      pn-llama-logits.mjs beside this program)\n"},
     {"sweep", no_argument, O_SWEEP,
-     "\n  --sweep             make the mixes below of the one SOURCE, then compare them\n"
-     "                      all (see below); with:\n"},
+     "  --sweep             make the mixes the options below name from the one SOURCE,\n"
+     "                      then compare them all (see above):\n"},
     {"promote", required_argument, O_PROMOTE,
      "  --promote LIST      PN mixes: promotion counts, comma-separated (0,10,19,40)\n"},
     {"target-size", required_argument, O_TARGET,
@@ -91,7 +91,7 @@ static const pn_cli_option options[] = {
      "  --libllama FILE     the libllama it calls (default: node-llama-cpp's, beside\n"
      "                      the harness)\n"},
     {"gnuplot", required_argument, O_GNUPLOT,
-     "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n\n"},
+     "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n"},
     {"quiet", no_argument, O_QUIET,
      "  --quiet             no progress on stderr\n"},
     {"help", no_argument, 'h',

@@ -98,6 +98,12 @@ Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_
         {"--sweep --promote 1 --budget 16GB '%s'", "--budget"},
         {"--sweep --promote 1 --target-size 12.6XB '%s'", "--target-size"},
     };
+    char *hout, *herr;
+    int hrc = tu_run(PN_BIN_DIR "/pn-compare --help", &hout, &herr);
+    cr_assert(hrc == 0 && strstr(hout, "--sweep") && strstr(hout, "--plot FILE") &&
+                  strstr(hout, "--imatrix FILE"), "exit %d: %s%s", hrc, hout, herr);
+    free(hout);
+    free(herr);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char fmt[512], cmd[8192], *out, *err;
         snprintf(fmt, sizeof fmt, "%s/pn-compare --quiet %s", PN_BIN_DIR, cases[i].args);

@@ -116,6 +116,8 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     double pad = (hi - lo) * 0.08;
     if (!(pad > 0))
         pad = hi > 0 ? hi * 0.05 : 1;
+    /* room on the right for the last point's name */
+    const double x_lo = lo - pad > 0 ? lo - pad : 0, x_hi = hi + 2.5 * pad;
     fprintf(f, "set encoding utf8\n");
     if (is_png(o->path))
         fprintf(f, "set terminal pngcairo size 1000,650 noenhanced font 'sans,11'\n");
@@ -130,15 +132,17 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     }
     fprintf(f, "set xlabel 'file size (GB)'\n");
     fprintf(f, "set ylabel 'mean KL divergence from the source (nats per token)'\n");
-    fprintf(f, "set xrange [%.9g:%.9g]\n", lo - pad > 0 ? lo - pad : 0, hi + pad);
+    fprintf(f, "set xrange [%.9g:%.9g]\n", x_lo, x_hi);
     if (o->weights > 0) {
+        /* bits per weight is proportional to the size: the same range scaled
+         * (gnuplot draws no tics on a `set link` axis without data on it) */
         double k = 8e9 / (double)o->weights;   /* bits per weight per GB */
         fprintf(f, "set x2label 'bits per weight (8 x file bytes / %llu weights)'\n",
                 (unsigned long long)o->weights);
-        fprintf(f, "set link x2 via x*%.12g inverse x/%.12g\n", k, k);
+        fprintf(f, "set x2range [%.9g:%.9g]\n", x_lo * k, x_hi * k);
         fprintf(f, "set x2tics\nset xtics nomirror\n");
     }
-    if (all_positive && kl_hi > kl_lo * 1.5) {
+    if (all_positive && kl_hi > kl_lo * 10) {
         fprintf(f, "set logscale y\n");
         fprintf(f, "set yrange [%.9g:%.9g]\n", kl_lo / 1.6, kl_hi * 1.6);
     } else {

@@ -2,9 +2,10 @@
  * file size, by gnuplot (Debian's gnuplot-nox), not by a plotter of our own.
  *
  * The picture: x the file size in GB (10^9 bytes), y the mean KL from the
- * source (log scale when every KL is above 0), a second x axis on top in
- * bits per weight (8 x file bytes / weights of the source: linked to the
- * first, so one point sits at both), each point named by its mix, PN mixes
+ * source (log scale when every KL is above 0 and they span more than
+ * a factor of 10), a second x axis on top in
+ * bits per weight (8 x file bytes / weights of the source: the first
+ * axis's range scaled, so one point sits at both), each point named by its mix, PN mixes
  * as filled circles and stock llama.cpp types as filled squares, the Pareto
  * front (pn_plot_pareto) as a line through its points, and a budget (a size
  * the user gives, e.g. a 16 GB card's) as a dashed vertical line. SVG, or

@@ -2,10 +2,11 @@
  * row loop, in one run, so that the two rates can be compared and the
  * difference split into its parts (issue 33).
  *
- *   bench_chunk [--rows R] [--cols K] [--passes N] [--seed S] [--types LIST]
+ *   bench_chunk [--rows R] [--cols K] [--passes N] [--seed S] [--types LIST] [--bf16]
  *
  * One chunk of R rows x K weights (default 256 x 5120, bench_pn's shape;
- * Gaussian, std 0.02, 0.1% outliers x10..x100, as bench_pn's), for each
+ * Gaussian, std 0.02, 0.1% outliers x10..x100, as bench_pn's; --bf16:
+ * rounded to BF16, as a BF16 source's), for each
  * type of LIST (default pn3t,pn4t,q4_K,q3_K) on the path PN_CPU_PATH names
  * (default the best this CPU has), at all OpenMP threads. The passes of
  * every job below alternate (N rounds, default 5; the best pass of each
@@ -44,6 +45,7 @@
 #include "hadamard/hadamard.h"
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/tensor_job.h"
+#include "quant/fp16.h"
 #include "quant/pn_fast.h"
 #include "quant/quant_row.h"
 #include "quant/types.h"
@@ -247,6 +249,7 @@ int main(int argc, char **argv)
     int passes = 5;
     uint64_t seed = 1;
     const char *types = "pn3t,pn4t,q4_K,q3_K";
+    int bf16 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rows") && i + 1 < argc)
             rows = atoll(argv[++i]);
@@ -258,9 +261,11 @@ int main(int argc, char **argv)
             seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc)
             types = argv[++i];
+        else if (!strcmp(argv[i], "--bf16"))
+            bf16 = 1;
         else {
             fprintf(stderr, "usage: bench_chunk [--rows R] [--cols K] [--passes N] [--seed S] "
-                            "[--types pn3t,pn4t,q4_K,q3_K]\n");
+                            "[--types pn3t,pn4t,q4_K,q3_K] [--bf16]\n");
             return 2;
         }
     }
@@ -289,6 +294,8 @@ int main(int argc, char **argv)
         if (rng_uniform(&seed) < 0.001)
             v *= 10.0 + 90.0 * rng_uniform(&seed);
         src[i] = (float)v;
+        if (bf16) /* a BF16 source's weights: 8 significant bits */
+            src[i] = pn_bf16_to_float(pn_bf16_from_float(src[i]));
     }
     printf("bench_chunk: %lld rows x %lld weights, path %s, %d thread(s), best of %d alternating "
            "passes\n",

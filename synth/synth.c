@@ -1,3 +1,5 @@
+/* synth.c - pn-synth's GGUF form: the writer, its keys and the generated
+ * tensors streamed into it (see synth.h). */
 #include "synth/synth.h"
 
 #include <omp.h>

@@ -21,7 +21,7 @@ static void on_signal(int sig) { (void)sig; g_cancel = 1; }
 
 /* What pn_cli_next returns for each option. */
 enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE };
+       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE, O_PROFILE };
 
 static const pn_cli_option options[] = {
     {"layers", required_argument, O_LAYERS,
@@ -40,6 +40,12 @@ static const pn_cli_option options[] = {
      "                      1-D tensor and ssm_conv1d are f32)\n"},
     {"seed", required_argument, O_SEED,
      "  --seed N            generator seed (default 1)\n"},
+    {"profile", required_argument, O_PROFILE,
+     "  --profile gaussian|trained  what the weights are like: gaussian (default:\n"
+     "                      near-Gaussian, made-up outliers, norm gains near 1) or\n"
+     "                      trained (the tails, outlier channels and unequal row and\n"
+     "                      column scales published for trained models;\n"
+     "                      docs/usage.md#the-trained-profile)\n"},
     {"full", no_argument, O_FULL,
      "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
      "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"},
@@ -177,6 +183,7 @@ static void print_wrote(const pn_synth_opts *o, int hf, size_t n_files, uint64_t
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
+    pn_synth_profile profile = PN_SYNTH_GAUSSIAN;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0;
     uint64_t shard_size = 0;
     gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
@@ -186,6 +193,16 @@ int main(int argc, char **argv)
         case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
         case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
         case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
+        case O_PROFILE:
+            if (strcmp(optarg, "gaussian") == 0) profile = PN_SYNTH_GAUSSIAN;
+            else if (strcmp(optarg, "trained") == 0) profile = PN_SYNTH_TRAINED;
+            else {
+                fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "'\n");
+                return 2;
+            }
+            break;
         case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
         case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_DTYPE:
@@ -271,6 +288,7 @@ int main(int argc, char **argv)
         return 2;
     }
     o.seed = (uint64_t)seed;
+    o.profile = profile;
     o.force = force;
     o.split = split;
     o.threads = (int)threads;

@@ -126,7 +126,7 @@ static pn_status layout_make(const pn_synth_opts *o, layout *l, pn_error *err)
                             "by llama.cpp's converter and refused by pn-convert; use bf16 or f32");
     if (o->config.norm_type != PN_TYPE_F32)
         return pn_error_set(err, PN_ERR_USAGE, "--hf: the norms of the GGUF form must be f32");
-    pn_status st = synth_plan_make(&o->config, true, &l->p, err);
+    pn_status st = synth_plan_make(&o->config, o->profile, true, &l->p, err);
     if (st != PN_OK)
         return st;
     const uint64_t limit = o->shard_size ? o->shard_size : DEFAULT_SHARD_SIZE;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "quant/types.h"
 #include "test_util.h"
 
 #define BIN PN_BIN_DIR
@@ -197,4 +198,118 @@ Test(source_spelling, dot_and_a_config_json_path_name_the_folder_too)
     cr_assert(same_bytes("c0.gguf", "c1.gguf"), "'.' inside X is X");
     cr_assert(same_bytes("c0.gguf", "c2.gguf"), "X/./config.json is X");
     cr_assert(same_bytes("c0.gguf", "c3.gguf"), "../X/. is X");
+}
+
+/* ---- decoders refuse a damaged tensor ---- */
+
+/* Changes byte `at` (from the tensor's first byte; -1 the middle) of the
+ * first tensor of PN type in file: to `value`, or with bit 0 flipped when
+ * value is -1. Returns that tensor's name (static storage). */
+static const char *damage_pn_tensor(const char *file, int64_t at, int value)
+{
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    const char *path = tu_join_static(g_dir, file);
+    cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
+    static char name[256];
+    uint64_t off = 0;
+    for (size_t i = 0; i < gguf_reader_n_tensors(r) && !off; i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        if (pn_type_is_pn(t->type)) {
+            off = gguf_reader_tensor_file_offset(r, i) + (at < 0 ? t->size / 2 : (uint64_t)at);
+            snprintf(name, sizeof name, "%s", t->name);
+        }
+    }
+    gguf_reader_close(r);
+    cr_assert(off, "%s has a PN tensor", file);
+    FILE *f = fopen(path, "r+b");
+    cr_assert(f);
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    int c = fgetc(f);
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    cr_assert_neq(c, value, "the byte changes");
+    fputc(value < 0 ? c ^ 1 : value, f);
+    cr_assert_eq(fclose(f), 0);
+    return name;
+}
+
+static bool node_llama_available(void)
+{
+    return tu_run("node '" PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs' --version", NULL,
+                  NULL) == 0;
+}
+
+/* Each program that decodes PN tensors refuses the damaged file with exit
+ * 1, naming the tensor, and leaves no file behind. */
+static void every_decoder_refuses(const char *name)
+{
+    char *o = NULL, *e = NULL;
+    const int before = tu_count_files(g_dir);
+    int rc = sh(&o, &e, "pn-dequant --threads 2 bad.gguf decoded.gguf");
+    cr_assert_eq(rc, 1, "pn-dequant of a damaged file: exit %d\n%s", rc, e);
+    cr_assert(strstr(e, name) && strstr(e, "damaged"), "pn-dequant names '%s':\n%s", name, e);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-dequant --threads 2 --split-max-tensors 5 bad.gguf decoded.gguf");
+    cr_assert_eq(rc, 1, "pn-dequant (split output): exit %d\n%s", rc, e);
+    cr_assert(strstr(e, name) && strstr(e, "damaged"), "%s", e);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --source X bad.gguf");
+    cr_assert_eq(rc, 1, "pn-check --source of a damaged file: exit %d\n%s%s", rc, o, e);
+    cr_assert(strstr(o, "PN-CRC-MISMATCH") && strstr(o, name), "pn-check names '%s':\n%s", name,
+              o);
+    free(o);
+    free(e);
+    /* pn-compare decodes through pn-dequant's job (llama.cpp runs on the
+     * source first) */
+    cr_assert(node_llama_available(),
+              "node and node-llama-cpp are needed (scripts/install-deps): pn-compare runs "
+              "llama.cpp");
+    sh_ok("mkdir -p tmp");
+    rc = sh(&o, &e, "pn-compare --quiet --threads 2 --tmpdir tmp X bad.gguf");
+    cr_assert_eq(rc, 1, "pn-compare with a damaged file: exit %d\n%s%s", rc, o, e);
+    cr_assert(strstr(e, name) && strstr(e, "damaged"), "pn-compare names '%s':\n%s", name, e);
+    cr_assert_str_empty(o, "pn-compare prints no figures for a damaged file:\n%s", o);
+    free(o);
+    free(e);
+    cr_assert_eq(tu_count_files(tu_join_static(g_dir, "tmp")), 0, "pn-compare left files");
+    cr_assert_eq(tu_count_files(g_dir), before + 1, "nothing but tmp/ was added");
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0);
+}
+
+TestSuite(decode_crc, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(decode_crc, one_flipped_byte_in_a_pn_tensor_is_refused_by_every_decoder_naming_it)
+{
+    sh_ok("pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X/");
+    sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' X good.gguf && cp good.gguf bad.gguf",
+          FALLBACK_RECIPE);
+    sh_ok("pn-dequant --quiet --threads 2 good.gguf decoded-good.gguf && rm decoded-good.gguf");
+    const char *name = damage_pn_tensor("bad.gguf", -1, -1);
+    every_decoder_refuses(name);
+}
+
+Test(decode_crc, damage_that_breaks_a_block_is_named_as_damage_not_as_the_fault)
+{
+    sh_ok("pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X/");
+    sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' X good.gguf && cp good.gguf bad.gguf",
+          FALLBACK_RECIPE);
+    /* the first block's fp16 scale d (its first 2 bytes) made a NaN, which
+     * the decoder refuses as a fault of its own when it trusts the bytes */
+    const char *name = damage_pn_tensor("bad.gguf", 1, 0x7e);
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-dequant --threads 2 bad.gguf decoded.gguf");
+    cr_assert_eq(rc, 1, "%s", e);
+    cr_assert(strstr(e, name) && strstr(e, "damaged") && strstr(e, "pn.tensor_crc32"), "%s", e);
+    cr_assert(!tu_exists(tu_join_static(g_dir, "decoded.gguf")));
+    free(o);
+    free(e);
+}
+
+Test(decode_crc, a_float_gguf_without_crcs_still_decodes)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 --dtype f16 f16.gguf");
+    sh_ok("pn-dequant --quiet --threads 2 f16.gguf f32.gguf");
+    cr_assert(tu_exists(tu_join_static(g_dir, "f32.gguf")));
 }

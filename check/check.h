@@ -12,7 +12,8 @@
  *            weights, the fp16 scales of q8_0/q4_K/q3_K blocks;
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
  *            (present, typed, consistent with the tensors), CRC-32 per tensor;
- *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name;
+ *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name,
+ *            the MTP layer kept where the recipe drops it (RECIPE-MTP);
  *   SRC-*    with the source float GGUF: the relative error of each tensor
  *            after decoding (and un-rotating PN tensors) against the source,
  *            compared with what the type gives on that data.
@@ -134,6 +135,7 @@ typedef struct pn_check_report {
 
 typedef struct pn_check_options {
     const char *recipe_path;   /* NULL: no recipe conformance */
+    bool keep_mtp;             /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
     const char *source_path;   /* NULL: no source comparison */
     int threads;               /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the

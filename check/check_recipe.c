@@ -86,6 +86,38 @@ static void check_file_type(pn_check_ctx *c, const pn_recipe *rc)
                      kv ? "has another value" : "has none");
 }
 
+/* The MTP layer: the block (or blocks) that holds nextn.* tensors, as the
+ * converter writes it. A file that holds it against a recipe that drops it
+ * (mtp drop, unless pn-check --keep-mtp) was made with --keep-mtp or by
+ * another recipe: RECIPE-MTP says so, so that the format's file (the PN3
+ * recipe drops the layer) and the one with the layer are told apart. */
+static void check_mtp(pn_check_ctx *c, const pn_recipe *rc)
+{
+    if (rc->mtp != PN_RECIPE_MTP_DROP || c->opt.keep_mtp)
+        return;
+    const pn_check_report *rep = c->rep;
+    long layer = -1;
+    for (size_t i = 0; i < rep->n_tensors && layer < 0; i++) {
+        long b;
+        int at = 0;
+        if (strstr(rep->tensors[i].name, ".nextn.") &&
+            sscanf(rep->tensors[i].name, "blk.%ld.%n", &b, &at) == 1 && at > 0 && b >= 0)
+            layer = b;
+    }
+    if (layer < 0)
+        return;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "blk.%ld.", layer);
+    size_t n = 0;
+    for (size_t i = 0; i < rep->n_tensors; i++)
+        n += strncmp(rep->tensors[i].name, prefix, strlen(prefix)) == 0;
+    pn_check_add(c, PN_SEV_WARNING, "RECIPE-MTP", NULL, NULL, -1,
+                 "the file holds the MTP layer (block %ld, %zu tensors), which the recipe drops "
+                 "('mtp drop' at %s:%d): it was made with --keep-mtp (give pn-check --keep-mtp "
+                 "to check it as such) or by another recipe",
+                 layer, n, c->opt.recipe_path, rc->mtp_line);
+}
+
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
 {
     if (!c->opt.recipe_path)
@@ -166,6 +198,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
                      rep->n_promoted, expected);
     check_rotation(c, rc);
     check_file_type(c, rc);
+    check_mtp(c, rc);
     free(listed);
     pn_recipe_free(rc);
     return PN_OK;

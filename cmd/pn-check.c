@@ -16,12 +16,15 @@
 
 /* What pn_cli_next returns for each option. */
 enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS };
+       OPT_PROGRESS, OPT_KEEP_MTP };
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, OPT_RECIPE,
      "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
      "                    this mix recipe\n"},
+    {"keep-mtp", no_argument, OPT_KEEP_MTP,
+     "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
+     "                    (the recipe's 'mtp drop' is taken as keep)\n"},
     {"source", required_argument, OPT_SOURCE,
      "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
      "                    source; flag errors far above what the type gives\n"},
@@ -339,6 +342,7 @@ int main(int argc, char **argv)
         switch (c) {
         case OPT_RECIPE: o.recipe_path = optarg; break;
         case OPT_SOURCE: o.source_path = optarg; break;
+        case OPT_KEEP_MTP: o.keep_mtp = true; break;
         case OPT_JSON: json = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;

@@ -34,7 +34,7 @@ static void on_signal(int sig)
 enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
        O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
        O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
-       O_NO_MTP, O_TOKPRE };
+       O_NO_MTP, O_KEEP_MTP, O_TOKPRE };
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, O_RECIPE,
@@ -86,7 +86,11 @@ static const pn_cli_option options[] = {
      "  --keep-split            split DST the way the split source is split\n"},
     {"no-mtp", no_argument, O_NO_MTP,
      "  --no-mtp                drop the source's MTP layer (blk.L.nextn.*), keys fixed as\n"
-     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md)\n"},
+     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md);\n"
+     "                          the shipped PN3 recipe drops it already ('mtp drop')\n"},
+    {"keep-mtp", no_argument, O_KEEP_MTP,
+     "  --keep-mtp              keep the source's MTP layer where the recipe says\n"
+     "                          'mtp drop' (Qwen3.8-27B: 866 tensors instead of 851)\n"},
     {"tokenizer-pre", required_argument, O_TOKPRE,
      "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n"},
     {"split-index", required_argument, O_SPLIT_INDEX,
@@ -758,6 +762,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         break;
     case O_KEEP_SPLIT: o->keep_split = true; break;
     case O_NO_MTP: o->no_mtp = true; break;
+    case O_KEEP_MTP: o->keep_mtp = true; break;
     case O_TOKPRE: o->tokenizer_pre = optarg; break;
     case O_SPLIT_INDEX:
         if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v)) return 2;
@@ -800,6 +805,10 @@ static int check_combinations(const pn_quantize_opts *o)
     if (o->split_index >= 0 && o->split.mode == GGUF_SPLIT_NONE && !o->keep_split) {
         fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
                         "--split-max-tensors or --keep-split\n");
+        return 2;
+    }
+    if (o->no_mtp && o->keep_mtp) {
+        fprintf(stderr, "pn-quantize: give --no-mtp or --keep-mtp, not both\n");
         return 2;
     }
     if (o->reuse_verify && !o->reuse_path) {

@@ -12,6 +12,11 @@
  *                             promotions (default 0)
  *   file_type <N>             optional, once: general.file_type to write (u32);
  *                             without it the output has no general.file_type
+ *   mtp keep | mtp drop       optional, once: whether the source's MTP layer
+ *                             (the converter's blk.L.* with nextn.*) is
+ *                             written; without it, kept (as the converter
+ *                             keeps it). pn-quantize's --keep-mtp / --no-mtp
+ *                             override it.
  *   rule <selector>... => <type>[|<type>...]
  *
  * Rules are tried in file order and the first that matches a tensor wins.
@@ -52,6 +57,12 @@ typedef enum pn_rotation_kind {
     PN_ROTATION_NONE = 0,
     PN_ROTATION_HADAMARD = 1,
 } pn_rotation_kind;
+
+typedef enum pn_recipe_mtp {
+    PN_RECIPE_MTP_UNSTATED = 0,          /* no mtp statement: kept */
+    PN_RECIPE_MTP_KEEP,
+    PN_RECIPE_MTP_DROP,
+} pn_recipe_mtp;
 
 typedef enum pn_shape_var {
     PN_SHAPE_K = 0,       /* ne[0] */
@@ -95,6 +106,8 @@ typedef struct pn_recipe {
     int64_t promote;                     /* default promotion count */
     bool has_file_type;
     uint32_t file_type;
+    pn_recipe_mtp mtp;                   /* the mtp statement */
+    int mtp_line;                        /* its line, 0 when there is none */
     size_t n_rules;
     pn_recipe_rule *rules;
 } pn_recipe;

@@ -41,6 +41,19 @@ static pn_status load_recipe(const pn_quantize_opts *o, pn_recipe **out, pn_erro
                            err);
 }
 
+pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err)
+{
+    if (o->no_mtp && o->keep_mtp)
+        return pn_error_set(err, PN_ERR_USAGE, "give --no-mtp or --keep-mtp, not both");
+    pn_recipe *r = NULL;
+    pn_status st = load_recipe(o, &r, err);
+    if (st != PN_OK)
+        return st;
+    *drop = o->no_mtp || (!o->keep_mtp && r->mtp == PN_RECIPE_MTP_DROP);
+    pn_recipe_free(r);
+    return PN_OK;
+}
+
 /* Reads a promote list: one tensor name per line; blank lines and lines
  * starting with '#' are skipped, surrounding blanks trimmed. */
 #define PN_PROMOTE_LIST_MAX_BYTES ((size_t)64 << 20)

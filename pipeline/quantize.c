@@ -924,8 +924,11 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             return st;
     }
     {
-        pn_source_opts so = {o->no_mtp, o->tokenizer_pre};
-        st = pn_source_open(o->src_path, &so, &c.src, err);
+        bool drop_mtp = false;
+        st = pn_job_drop_mtp(o, &drop_mtp, err);
+        pn_source_opts so = {drop_mtp, o->tokenizer_pre};
+        if (st == PN_OK)
+            st = pn_source_open(o->src_path, &so, &c.src, err);
     }
     if (st != PN_OK)
         goto out;

@@ -122,10 +122,12 @@ Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard
     pn_recipe_free(r);
 }
 
-Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_and_two_fallbacks)
+Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_two_fallbacks_and_mtp)
 {
     pn_recipe *a = load_ok(MAIN_RECIPE), *b = load_ok(TEST_RECIPE);
     cr_assert_str_eq(b->name, "P0k-fallback");
+    cr_assert_eq(a->mtp, PN_RECIPE_MTP_DROP, "the format's PN3 file has no MTP layer");
+    cr_assert_eq(b->mtp, PN_RECIPE_MTP_UNSTATED, "the test recipe keeps a model's MTP layer");
     cr_assert_eq(a->rotation, b->rotation);
     cr_assert_eq(a->rotation_cap, b->rotation_cap);
     cr_assert_eq(a->promote, b->promote);
@@ -1569,5 +1571,33 @@ Test(recipe, the_shipped_recipes_type_every_mtp_tensor)
                           recipes[r], mtp[i].name);
         }
         pn_recipe_free(rec);
+    }
+}
+
+Test(recipe, the_mtp_statement_keeps_or_drops_the_mtp_layer_once)
+{
+    pn_recipe *r = parse_ok("mix A\nrotation none\nmtp drop\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_DROP);
+    cr_assert_eq(r->mtp_line, 3);
+    pn_recipe_free(r);
+    r = parse_ok("mix A\nrotation none\nmtp keep # as the converter\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_KEEP);
+    pn_recipe_free(r);
+    r = parse_ok("mix A\nrotation none\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_UNSTATED);
+    cr_assert_eq(r->mtp_line, 0);
+    pn_recipe_free(r);
+    static const char *const bad[] = {
+        "mix A\nrotation none\nmtp\nrule * => f32\n",
+        "mix A\nrotation none\nmtp remove\nrule * => f32\n",
+        "mix A\nrotation none\nmtp drop keep\nrule * => f32\n",
+        "mix A\nrotation none\nmtp drop\nmtp keep\nrule * => f32\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pn_error err = {0};
+        cr_assert_eq(pn_recipe_parse(bad[i], strlen(bad[i]), "t.mix", &r, &err), PN_ERR_RECIPE,
+                     "%s", bad[i]);
+        cr_assert(strstr(err.msg, i == 3 ? "t.mix:4" : "t.mix:3"), "%s", err.msg);
+        cr_assert(strstr(err.msg, "mtp"), "%s", err.msg);
     }
 }

@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "quant/types.h"
+#include "synth/qwen38_shapes.h"
 #include "test_util.h"
 
 #define BIN PN_BIN_DIR
@@ -312,4 +313,137 @@ Test(decode_crc, a_float_gguf_without_crcs_still_decodes)
     sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 --dtype f16 f16.gguf");
     sh_ok("pn-dequant --quiet --threads 2 f16.gguf f32.gguf");
     cr_assert(tu_exists(tu_join_static(g_dir, "f32.gguf")));
+}
+
+/* ---- the shipped PN3 recipe drops the MTP layer ---- */
+
+#define PN3_RECIPE PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix"
+
+/* The full Qwen3.8-27B shape with its MTP layer, as the converter writes it
+ * (65 blocks, nextn_predict_layers 1), its data a hole of the right size:
+ * a dry run at --promote 0 plans it without reading a byte of it. */
+static void write_full_shape_with_mtp(const char *file)
+{
+    pn_qwen38_config c = pn_qwen38_config_full();
+    c.n_mtp = 1;
+    pn_tensor_desc *d = NULL;
+    size_t n = 0;
+    pn_error err = {0};
+    cr_assert_eq(pn_qwen38_tensors(&c, &d, &n, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(n, 866, "the checkpoint's 866 tensors");
+    gguf_writer *w = gguf_writer_new();
+    cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "qwen35"), PN_OK);
+    cr_assert_eq(gguf_writer_set_u32(w, "qwen35.block_count", 65), PN_OK);
+    cr_assert_eq(gguf_writer_set_u32(w, "qwen35.nextn_predict_layers", 1), PN_OK);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(gguf_writer_add_tensor(w, d[i].name, d[i].n_dims, d[i].ne, d[i].src_type,
+                                            &err),
+                     PN_OK, "%s", err.msg);
+    uint8_t *hdr = NULL;
+    size_t len = 0;
+    cr_assert_eq(gguf_writer_header(w, &hdr, &len, &err), PN_OK, "%s", err.msg);
+    const uint64_t total = gguf_writer_file_bytes(w);
+    cr_assert_gt(total, 53000000000ull);
+    const char *path = tu_join_static(g_dir, file);
+    cr_assert_eq(tu_write_file(path, hdr, len), 0);
+    cr_assert_eq(truncate(path, (off_t)total), 0, "a sparse file of %llu bytes",
+                 (unsigned long long)total);
+    free(hdr);
+    gguf_writer_free(w);
+    free(d);
+}
+
+/* The tensor count of "plan <mix>: N tensors" in a dry run's output. */
+static long planned_tensors(const char *out)
+{
+    const char *p = strstr(out, "\nplan ");
+    cr_assert(p, "no plan line:\n%s", out);
+    p = strstr(p, ": ");
+    cr_assert(p);
+    return strtol(p + 2, NULL, 10);
+}
+
+TestSuite(mtp_recipe, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(mtp_recipe, on_the_full_shape_the_pn3_recipe_plans_851_tensors_and_keep_mtp_866)
+{
+    write_full_shape_with_mtp("full.gguf");
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 full.gguf"), 0, "%s", e);
+    cr_assert_eq(planned_tensors(o), 851, "the built-in PN3 recipe drops the MTP layer:\n%s", o);
+    cr_assert(!strstr(o, "nextn"), "no MTP tensor is planned");
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf",
+                    PN3_RECIPE),
+                 0, "%s", e);
+    cr_assert_eq(planned_tensors(o), 851, "the shipped recipe file: %s", o);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --keep-mtp full.gguf"), 0, "%s",
+                 e);
+    cr_assert_eq(planned_tensors(o), 866, "--keep-mtp keeps the 15 tensors of block 64:\n%s", o);
+    cr_assert(strstr(o, "blk.64.nextn.eh_proj.weight"), "%s", o);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --no-mtp full.gguf"), 0, "%s", e);
+    cr_assert_eq(planned_tensors(o), 851, "--no-mtp keeps working");
+    free(o);
+    free(e);
+    /* a recipe that says nothing about the layer keeps it, as the converter */
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf",
+                    FALLBACK_RECIPE),
+                 0, "%s", e);
+    cr_assert_eq(planned_tensors(o), 866);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --no-mtp --keep-mtp full.gguf"), 2);
+    cr_assert(strstr(e, "--no-mtp") && strstr(e, "--keep-mtp"), "%s", e);
+    free(o);
+    free(e);
+}
+
+/* The number of tensors of a GGUF in g_dir, and whether one is of the MTP
+ * layer. */
+static size_t count_tensors(const char *file, bool *has_nextn)
+{
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, file), &r, &err), PN_OK, "%s", err.msg);
+    size_t n = gguf_reader_n_tensors(r);
+    *has_nextn = false;
+    for (size_t i = 0; i < n; i++)
+        *has_nextn |= strstr(gguf_reader_tensor(r, i)->name, ".nextn.") != NULL;
+    *has_nextn |= gguf_reader_find_kv(r, "qwen35.nextn_predict_layers") != NULL;
+    gguf_reader_close(r);
+    return n;
+}
+
+Test(mtp_recipe, the_readmes_command_gives_the_file_without_the_mtp_layer_and_check_tells_them_apart)
+{
+    sh_ok("pn-synth --quiet --hf --mtp --layers 2 --width-scale 4 --vocab 512 Qwen3.8-27B");
+    sh_ok("pn-quantize --quiet --threads 2 ./Qwen3.8-27B/ qwen3.8-27b-pn3.gguf");
+    sh_ok("pn-quantize --quiet --threads 2 --keep-mtp ./Qwen3.8-27B/ with-mtp.gguf");
+    sh_ok("pn-quantize --quiet --threads 2 --no-mtp ./Qwen3.8-27B/ no-mtp.gguf");
+    bool nextn;
+    const size_t n = count_tensors("qwen3.8-27b-pn3.gguf", &nextn);
+    cr_assert(!nextn, "the README's command drops the MTP layer and its key");
+    cr_assert_eq(count_tensors("with-mtp.gguf", &nextn), n + 15, "--keep-mtp: 15 tensors more");
+    cr_assert(nextn);
+    cr_assert(same_bytes("qwen3.8-27b-pn3.gguf", "no-mtp.gguf"),
+              "the recipe's 'mtp drop' writes what --no-mtp writes");
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "pn-check --strict --recipe '%s' qwen3.8-27b-pn3.gguf", PN3_RECIPE),
+                 0, "%s%s", o, e);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-check --strict --recipe '%s' with-mtp.gguf", PN3_RECIPE), 1);
+    cr_assert(strstr(o, "RECIPE-MTP") && strstr(o, "15 tensors"), "%s", o);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "pn-check --strict --keep-mtp --recipe '%s' with-mtp.gguf",
+                    PN3_RECIPE),
+                 0, "%s%s", o, e);
+    free(o);
+    free(e);
 }

@@ -169,7 +169,8 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
 
 void pn_check_report_free(pn_check_report *r);
 
-/* 0 valid, 1 invalid (errors, or warnings under strict), 2 not readable. */
+/* 0 valid, 1 invalid (errors, or warnings under strict) or not readable
+ * (the verdict says which); 2 is left to the command line (cmd/cli.h). */
 int pn_check_exit_code(const pn_check_report *r, bool strict);
 
 /* The finding with this code (and tensor, when tensor is not NULL), or NULL. */

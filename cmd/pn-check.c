@@ -63,11 +63,11 @@ static const pn_cli_program program = {
     "Names, keys and messages from the file are printed with control bytes and\n"
     "invalid UTF-8 shown as \\xNN (in JSON, as valid JSON strings).\n"
     "\n"
-    "exit status: 0 valid, 1 invalid (findings printed), 2 the file could not be\n"
-    "read (not GGUF, cut short inside its header, missing, changed during the\n"
-    "check), bad usage, a --recipe or --source that cannot be read, a --source\n"
-    "that is not a float model (f32, f16, bf16 tensors only), or the report could\n"
-    "not be written\n",
+    "exit status: 0 valid; 1 invalid (findings printed) or unreadable (not GGUF,\n"
+    "cut short inside its header, missing, changed during the check: the verdict\n"
+    "says so), or a --recipe or --source that cannot be used, or the report could\n"
+    "not be written; 2 the command line itself (an unknown option, a bad value, a\n"
+    "missing argument)\n",
 };
 
 /* ---- text ---- */
@@ -350,7 +350,7 @@ int main(int argc, char **argv)
             if (!pn_cli_threads("pn-check", optarg, &o.threads))
                 return 2;
             break;
-        case 'h': return pn_cli_help(&program, 2);
+        case 'h': return pn_cli_help(&program, 1);
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
         default: return pn_cli_refuse_option(&program, argv);
         }
@@ -372,7 +372,7 @@ int main(int argc, char **argv)
     pn_status st = pn_check_file(path, &o, &r, &err);
     if (st) {
         pn_cli_error("pn-check", err.msg);
-        return 2;
+        return pn_cli_exit_status(st);
     }
     if (json)
         print_json(stdout, r, strict);
@@ -384,7 +384,7 @@ int main(int argc, char **argv)
     pn_check_report_free(r);
     if (pn_cli_finish_stdout(&why) != 0) {
         fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
-        return 2;
+        return 1;
     }
     return code;
 }

@@ -285,7 +285,7 @@ int main(int argc, char **argv)
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status(st);
     }
     if (json)
         print_json(&rep, decode, o.keep_rotation);

@@ -123,7 +123,7 @@ int main(int argc, char **argv)
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         pn_hf_close(m);
-        return 1;
+        return pn_cli_exit_status(st);
     }
     if (!quiet) {
         printf("pn-convert: ");

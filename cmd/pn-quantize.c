@@ -59,7 +59,7 @@ static const pn_cli_option options[] = {
      "                          match PREV's record (reads them, quantizes nothing more)\n"},
     {"target-size", required_argument, O_TARGET,
      "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
-     "                          order) whose file still fits SIZE (e.g. 12.5GiB, 13e9)\n"},
+     "                          order) whose file still fits SIZE (12.5GiB, 13G, 13e9)\n"},
     {"rotation", required_argument, O_ROT,
      "  --rotation none|hadamard[:CAP]\n"
      "                          override the recipe's rotation (none is for experiments)\n"},
@@ -684,11 +684,11 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         o->measure_rows = (uint64_t)v;
         break;
     case O_TARGET: {
-        pn_error e;
-        if (pn_parse_size(optarg, &o->target_size, &e) != PN_OK || o->target_size == 0) {
+        const char *why = "";
+        if (!(o->target_size = pn_cli_split_size(optarg, &why))) {
             fprintf(stderr, "pn-quantize: --target-size: '");
             pn_fput_safe(stderr, optarg);
-            fprintf(stderr, "' is not a size (examples: 12.5GiB, 13000MB, 13e9)\n");
+            fprintf(stderr, "': %s\n", why);
             return 2;
         }
         break;

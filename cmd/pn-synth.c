@@ -250,7 +250,7 @@ int main(int argc, char **argv)
                        : pn_synth_files(&o, &bytes, &n_files, &err);
     if (pst != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
-        return pst == PN_ERR_USAGE ? 2 : 1;
+        return pn_cli_exit_status(pst);
     }
     char *dup = strdup(o.path);
     struct statvfs vfs;
@@ -284,7 +284,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status(st);
     }
     if (!quiet) {
         printf("wrote ");

@@ -545,7 +545,7 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
         return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)",
                             out_path);
     if (S_ISDIR(so.st_mode))
-        return pn_error_set(err, PN_ERR_USAGE, "%s: is a folder", out_path);
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: is a folder, not an output file", out_path);
     return PN_OK;
 }
 

@@ -93,8 +93,43 @@ int pn_cli_refuse_option(const pn_cli_program *p, char **argv)
     } else {
         fprintf(stderr, "%s: unknown option '-%c'\n", p->name, optopt);
     }
-    pn_cli_usage(stderr, p);
+    return pn_cli_try_help(p->name);
+}
+
+int pn_cli_try_help(const char *prog)
+{
+    fprintf(stderr, "Try '%s --help'.\n", prog);
     return 2;
+}
+
+bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
+                       const char *names)
+{
+    const int n = argc - optind;
+    if (n >= min && (max < 0 || n <= max))
+        return true;
+    fprintf(stderr, "%s: expected %s: ", prog, names);
+    if (n < min) {
+        /* the first word of names not given */
+        const char *w = names;
+        for (int i = 0; i < n && w; i++) {
+            w = strchr(w, ' ');
+            if (w)
+                w++;
+        }
+        size_t len = w ? strcspn(w, " ") : 0;
+        if (n == 0)
+            fputs("no arguments were given\n", stderr);
+        else
+            fprintf(stderr, "%.*s is missing\n", (int)len, w ? w : "an argument");
+    } else {
+        fputc('\'', stderr);
+        pn_fput_safe(stderr, argv[optind + max]);
+        fprintf(stderr, "' is %s too many (options start with --)\n",
+                n - max == 1 ? "one argument" : "the first of the arguments");
+    }
+    pn_cli_try_help(prog);
+    return false;
 }
 
 int pn_cli_close_stdout(const char *prog)

@@ -151,9 +151,20 @@ bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long
 bool pn_cli_threads(const char *prog, const char *v, int *threads);
 
 /* An option pn_cli_next returned '?' for, refused: "<prog>: option '--x'
- * needs a value or is unknown" (or "unknown option '-x'") and the usage,
- * on stderr. Returns 2, the exit status. */
+ * needs a value or is unknown" (or "unknown option '-x'") and "Try '<prog>
+ * --help'." on stderr, the one style of every program's refusals. Returns
+ * 2, the exit status. */
 int pn_cli_refuse_option(const pn_cli_program *p, char **argv);
+
+/* "Try '<prog> --help'." on stderr, after a usage message. Returns 2. */
+int pn_cli_try_help(const char *prog);
+
+/* The positional arguments argv[optind..argc): at least min, at most max
+ * (max < 0: no limit). names is how the usage names them, one word each
+ * ("SRC DST.gguf"). false after "<prog>: expected NAMES: DST.gguf is
+ * missing" or "...: 'x' is one argument too many" and the help hint. */
+bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
+                       const char *names);
 
 /* Flushes and closes stdout. Returns 0, or 1 after "<prog>: error: writing
  * to standard output: <why>" (a closed pipe, a full disk). */

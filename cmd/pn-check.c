@@ -355,11 +355,8 @@ int main(int argc, char **argv)
         default: return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (argc - optind != 1) {
-        fprintf(stderr, "pn-check: expected one FILE.gguf, got %d arguments\n", argc - optind);
-        pn_cli_usage(stderr, &program);
+    if (!pn_cli_positional("pn-check", argc, argv, 1, 1, "FILE.gguf"))
         return 2;
-    }
     const char *path = argv[optind];
     pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
     if (progress) {

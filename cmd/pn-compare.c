@@ -228,16 +228,11 @@ int main(int argc, char **argv)
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
-            fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "
-                            "--help'.\n", argv[optind - 1]);
-            return 2;
+            return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (argc - optind < 2) {
-        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
-                        "'pn-compare --help'.\n");
+    if (!pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
-    }
     if (!o.text_path && text_opts) {
         fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
                         "4 sequences of 64\n");

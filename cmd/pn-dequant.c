@@ -140,12 +140,8 @@ int main(int argc, char **argv)
                         "--split-max-size or --split-max-tensors too\n");
         return 2;
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "pn-dequant: expected IN.gguf and OUT.gguf, got %d arguments\n",
-                argc - optind);
-        pn_cli_usage(stderr, &program);
+    if (!pn_cli_positional("pn-dequant", argc, argv, 2, 2, "IN.gguf OUT.gguf"))
         return 2;
-    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

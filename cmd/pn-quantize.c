@@ -773,15 +773,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_REUSE: o->reuse_path = optarg; break;
     case O_REUSE_VERIFY: o->reuse_verify = true; break;
     default:
-        if (optopt && optopt < 256)
-            fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
-        else {
-            fprintf(stderr, "pn-quantize: unknown option or missing value: ");
-            pn_fput_safe(stderr, argv[optind - 1]);
-            fputc('\n', stderr);
-        }
-        fprintf(stderr, "Try 'pn-quantize --help'.\n");
-        return 2;
+        return pn_cli_refuse_option(&program, argv);
     }
     return -1;
 }
@@ -827,11 +819,9 @@ static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state
         if ((rc = take_option(c, o, cs, argv)) >= 0)
             return rc;
     int npos = argc - optind;
-    if (npos < 1 || npos > 2 || (npos == 1 && !o->dry_run)) {
-        fprintf(stderr, "pn-quantize: expected SRC.gguf DST.gguf%s\nTry 'pn-quantize --help'.\n",
-                o->dry_run ? " (DST is optional with --dry-run)" : "");
+    if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run ? 1 : 2, 2,
+                           o->dry_run ? "SRC [DST.gguf]" : "SRC DST.gguf"))
         return 2;
-    }
     if (check_combinations(o) != 0 || read_environment(o) != 0)
         return 2;
     o->src_path = argv[optind];

@@ -189,8 +189,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (argc - optind != 1) {
-        fprintf(stderr, "pn-synth: expected one output file\nTry 'pn-synth --help'.\n");
+    if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf")) {
         return 2;
     }
     if (full && (layers > 0 || wscale > 0 || vocab > 0)) {

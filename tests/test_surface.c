@@ -447,3 +447,170 @@ Test(mtp_recipe, the_readmes_command_gives_the_file_without_the_mtp_layer_and_ch
     free(o);
     free(e);
 }
+
+/* ---- one exit-status rule (cmd/cli.h) for every refusal of every program ---- */
+
+/* src.gguf (a small float model), pn.gguf (its PN file), bad.gguf (pn.gguf
+ * with a damaged tensor), X/ (a checkpoint folder), exists.gguf, a promote
+ * list whose third line names a tensor the model lacks. */
+static void make_refusal_inputs(void)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && "
+          "pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X && "
+          "pn-quantize --quiet --threads 2 --recipe '%s' src.gguf pn.gguf && cp pn.gguf bad.gguf "
+          "&& echo keep > exists.gguf && "
+          "printf '# promote these\\nblk.0.ffn_up.weight  # the first\\nblk.0.no_such.weight\\n' "
+          "> bad-list.txt",
+          FALLBACK_RECIPE);
+    damage_pn_tensor("bad.gguf", -1, -1);
+}
+
+typedef struct refusal {
+    const char *cmd;   /* run in g_dir */
+    int status;
+    const char *says;  /* in stderr or stdout */
+} refusal;
+
+TestSuite(exit_status, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(exit_status, every_refusal_of_every_program_follows_the_one_rule)
+{
+    make_refusal_inputs();
+    const char *R = "--recipe " PN_SOURCE_DIR "/recipes/test-fallback.mix";
+    char rq[512];
+    snprintf(rq, sizeof rq, "pn-quantize --threads 2 %s", R);
+    const refusal rows[] = {
+        /* 2: the command line itself */
+        {"pn-quantize --no-such-option src.gguf o.gguf", 2, "--no-such-option"},
+        {"pn-quantize --promote many src.gguf o.gguf", 2, "many"},
+        {"pn-quantize src.gguf", 2, "DST.gguf is missing"},
+        {"pn-quantize src.gguf o.gguf Q4_K_M", 2, "'Q4_K_M' is one argument too many"},
+        {"pn-quantize --target-size 13X src.gguf o.gguf", 2, "13X"},
+        {"pn-quantize --no-mtp --keep-mtp src.gguf o.gguf", 2, "--keep-mtp"},
+        {"pn-quantize --promote 2 --target-size 1G src.gguf o.gguf", 2, "--target-size"},
+        {"pn-quantize src.gguf src.gguf", 2, "source"},
+        {"pn-dequant --bogus pn.gguf o.gguf", 2, "--bogus"},
+        {"pn-dequant pn.gguf", 2, "OUT"},
+        {"pn-dequant --split-max-size 0 pn.gguf o.gguf", 2, "'0'"},
+        {"pn-dequant pn.gguf pn.gguf", 2, "input"},
+        {"pn-check --bogus pn.gguf", 2, "--bogus"},
+        {"pn-check", 2, "FILE"},
+        {"pn-convert --bogus X o.gguf", 2, "--bogus"},
+        {"pn-convert X", 2, "OUT.gguf is missing"},
+        {"pn-synth --layers many o.gguf", 2, "many"},
+        {"pn-synth", 2, "no arguments"},
+        {"pn-compare --bogus src.gguf pn.gguf", 2, "--bogus"},
+        {"pn-compare src.gguf", 2, "pn-compare"},
+        {"pn-compare src.gguf pn.gguf pn.gguf", 2, "twice"},
+        /* 1: what the files hold */
+        {"pn-quantize missing.gguf o.gguf", 1, "missing.gguf"},
+        {"pn-quantize --recipe missing.mix src.gguf o.gguf", 1, "missing.mix"},
+        {"RQ --promote 40 src.gguf o.gguf", 1, "40 promotions"},
+        {"RQ --target-size 1k src.gguf o.gguf", 1, "even with no promotion"},
+        {"RQ --promote-list bad-list.txt src.gguf o.gguf", 1, "bad-list.txt:3"},
+        {"RQ src.gguf exists.gguf", 1, "--force"},
+        {"pn-dequant missing.gguf o.gguf", 1, "missing.gguf"},
+        {"pn-dequant pn.gguf exists.gguf", 1, "--force"},
+        {"pn-dequant bad.gguf o.gguf", 1, "damaged"},
+        {"pn-check missing.gguf", 1, "missing.gguf"},
+        {"pn-check bad.gguf", 1, "PN-CRC-MISMATCH"},
+        {"pn-check --recipe missing.mix pn.gguf", 1, "missing.mix"},
+        {"pn-check --source pn.gguf pn.gguf", 1, "not a float model"},
+        {"pn-convert missing o.gguf", 1, "missing"},
+        {"pn-convert X exists.gguf", 1, "exists"},
+        {"pn-synth --layers 2 --width-scale 16 --vocab 300 exists.gguf", 1, "--force"},
+        {"pn-compare src.gguf missing.gguf", 1, "missing.gguf"},
+        /* 0 */
+        {"pn-check pn.gguf", 0, "valid"},
+    };
+    const int before = tu_count_files(g_dir);
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char cmd[1024];
+        if (strncmp(rows[i].cmd, "RQ ", 3) == 0)
+            snprintf(cmd, sizeof cmd, "%s %s", rq, rows[i].cmd + 3);
+        else
+            snprintf(cmd, sizeof cmd, "%s", rows[i].cmd);
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e, "%s", cmd);
+        cr_expect_eq(rc, rows[i].status, "%s: exit %d, the rule says %d\n%s%s", cmd, rc,
+                     rows[i].status, o, e);
+        cr_expect(strstr(e, rows[i].says) || strstr(o, rows[i].says), "%s: says no '%s':\n%s%s",
+                  cmd, rows[i].says, o, e);
+        free(o);
+        free(e);
+    }
+    cr_assert_eq(tu_count_files(g_dir), before, "a refusal left a file behind");
+    cr_assert(!tu_exists(tu_join_static(g_dir, "o.gguf")));
+    char keep[8] = {0};
+    FILE *f = fopen(tu_join_static(g_dir, "exists.gguf"), "r");
+    cr_assert(f && fgets(keep, sizeof keep, f));
+    fclose(f);
+    cr_assert_str_eq(keep, "keep\n", "an existing output is left as it was");
+}
+
+/* ---- one size parser for every size option ---- */
+
+Test(exit_status, every_size_option_takes_the_same_forms_and_refuses_the_same_way)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && "
+          "pn-quantize --quiet --threads 2 --recipe '%s' src.gguf pn.gguf",
+          FALLBACK_RECIPE);
+    static const char *const options[] = {
+        "pn-quantize --dry-run --recipe " FALLBACK_RECIPE " --split-max-size %s src.gguf",
+        "pn-quantize --dry-run --recipe " FALLBACK_RECIPE " --target-size %s src.gguf",
+        "pn-dequant --quiet --force --split-max-size %s pn.gguf d.gguf",
+        "pn-synth --quiet --force --layers 2 --width-scale 16 --vocab 300 --split-max-size %s "
+        "s.gguf",
+        "pn-synth --quiet --force --hf --layers 2 --width-scale 16 --vocab 300 --shard-size %s "
+        "H",
+        "pn-convert --quiet --force --split-max-size %s H c.gguf",
+    };
+    static const char *const good[] = {"1.5G", "13G", "50M", "0.05GB", "12.5GiB", "13e9"};
+    static const char *const bad[] = {"13X", "-1G", "1.5g", "0", "1e-3"};
+    for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
+        char cmd[1024];
+        for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+            snprintf(cmd, sizeof cmd, options[k], good[i]);
+            char *o = NULL, *e = NULL;
+            int rc = sh(&o, &e, "%s", cmd);
+            cr_expect_eq(rc, 0, "%s: %s", cmd, e);
+            free(o);
+            free(e);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            snprintf(cmd, sizeof cmd, options[k], bad[i]);
+            char *o = NULL, *e = NULL;
+            int rc = sh(&o, &e, "%s", cmd);
+            char quoted[32];
+            snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
+            cr_expect_eq(rc, 2, "%s: exit %d", cmd, rc);
+            cr_expect(strstr(e, quoted) && strstr(e, "50G or 500M as gguf-split takes them"),
+                      "%s: the one message, quoting the value:\n%s", cmd, e);
+            free(o);
+            free(e);
+        }
+    }
+}
+
+/* ---- --promote-list reads as a recipe does ---- */
+
+Test(exit_status, a_promote_list_takes_comments_anywhere_and_names_the_line_of_an_error)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf");
+    sh_ok("printf '# two tensors\\n\\n  blk.0.ffn_up.weight   # first\\nblk.1.ffn_up.weight#x\\n' "
+          "> list.txt && printf 'blk.0.ffn_up.weight\\nblk.1.ffn_up.weight\\n' > plain.txt");
+    sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' --promote-list list.txt src.gguf a.gguf",
+          FALLBACK_RECIPE);
+    sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' --promote-list plain.txt src.gguf "
+          "b.gguf",
+          FALLBACK_RECIPE);
+    cr_assert(same_bytes("a.gguf", "b.gguf"), "comments and blanks are not part of the names");
+    sh_ok("printf 'blk.0.ffn_up.weight\\n# \\n\\nblk.0.ffn_up.weight # again\\n' > twice.txt");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize --recipe '%s' --promote-list twice.txt src.gguf c.gguf",
+                FALLBACK_RECIPE);
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(e, "twice.txt:4") && strstr(e, "twice"), "%s", e);
+    free(o);
+    free(e);
+}

@@ -133,6 +133,8 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
     if (r->readable && r->n_tensors)
         fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
                 (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
+    else if (!r->readable && !set && r->n_findings && strcmp(r->findings[0].code, "GGUF-IO") == 0)
+        fputs("not opened\n", f);   /* missing, a folder, a FIFO: it has no size to tell */
     else
         fprintf(f, "%llu bytes\n", (unsigned long long)r->file_size);
     for (size_t s = 0; set && s < r->n_splits; s++) {
@@ -376,8 +378,7 @@ int main(int argc, char **argv)
     else
         print_text(stdout, r, strict);
     int code = pn_check_exit_code(r, strict);
-    if (!r->readable && r->n_findings)
-        pn_cli_error("pn-check", r->findings[0].message);
+    /* the report names why the file is unreadable: once, on stdout */
     pn_check_report_free(r);
     if (pn_cli_finish_stdout(&why) != 0) {
         fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);

@@ -118,6 +118,7 @@ static const pn_cli_option options[] = {
 static const pn_cli_program program = {
     "pn-quantize",
     "usage: pn-quantize [options] SRC DST.gguf\n"
+    "       pn-quantize [options] SRC DIR       (writes DIR/<general.name>-<pn.mix>.gguf)\n"
     "\n"
     "Quantizes a float GGUF (F32/F16/BF16) to a PN GGUF: rotates the weights that\n"
     "become pn3t/pn4t, assigns every tensor a type by a mix recipe, runs the\n"
@@ -158,6 +159,7 @@ typedef struct cli_state {
     size_t files_len;
     size_t n_splits;           /* of the output */
     long split_index;
+    char *dst_written;         /* DST, or the file named in DST the folder */
 } cli_state;
 
 /* ---- the plan table, the totals and the report (from the job's data) ---- */
@@ -508,6 +510,8 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
     cli_state *s = user;
     s->n_splits = r->n_splits;
     s->split_index = r->split_index;
+    free(s->dst_written);
+    s->dst_written = r->dst_path ? strdup(r->dst_path) : NULL;
     if (r->dry_run) {
         print_plan_table(stdout, r);
         print_totals(stdout, r);
@@ -915,7 +919,7 @@ static int run(int argc, char **argv)
             printf("split %ld of %zu of ", cs.split_index + 1, cs.n_splits);
         else if (cs.n_splits > 1)
             printf("%zu splits of ", cs.n_splits);
-        pn_fput_safe(stdout, o.dst_path);
+        pn_fput_safe(stdout, cs.dst_written ? cs.dst_written : o.dst_path);
         printf(": ");
         pn_fput_safe(stdout, stats.mix_name);
         printf(", %llu bytes, %.1f s, %.3g weights/s, backend %s\n",
@@ -933,6 +937,7 @@ static int run(int argc, char **argv)
             printf("reuse seconds: sampled rows %.1f, --reuse-verify %.1f, PREV checked %.1f\n",
                    stats.t_identity, stats.t_verify, stats.t_reuse_check);
     }
+    free(cs.dst_written);
     return 0;
 }
 

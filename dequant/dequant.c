@@ -541,11 +541,12 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
         return PN_OK;
     if (stat(in_path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return pn_error_set(err, PN_ERR_USAGE, "%s: the output is the input file", out_path);
+    if (S_ISDIR(so.st_mode))
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: is a folder; name the output file in it",
+                            out_path);
     if (!force)
         return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)",
                             out_path);
-    if (S_ISDIR(so.st_mode))
-        return pn_error_set(err, PN_ERR_EXISTS, "%s: is a folder, not an output file", out_path);
     return PN_OK;
 }
 

@@ -86,12 +86,20 @@ static bool split_output(const pn_quantize_opts *o)
     return o->split.mode != GGUF_SPLIT_NONE || o->keep_split;
 }
 
+static bool is_folder(const char *path)
+{
+    struct stat sb;
+    return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err)
 {
     struct stat ds;
     if (stat(o->src_path, ss) != 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot open source: %s", o->src_path,
                             strerror(errno));
+    if (is_folder(o->dst_path))
+        return PN_OK;   /* a file in it, named once the plan is made (dst_in_folder) */
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
     /* a split output is checked file by file once its plan is made
@@ -105,13 +113,44 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
                             o->dst_path);
     if (o->dry_run)
         return PN_OK;
-    if (stat(o->dst_path, &ds) == 0) {
-        if (!o->force)
-            return pn_error_set(err, PN_ERR_EXISTS,
-                                "%s: output exists; use --force to replace it", o->dst_path);
-        if (S_ISDIR(ds.st_mode))
-            return pn_error_set(err, PN_ERR_IO, "%s: output is a directory", o->dst_path);
+    if (stat(o->dst_path, &ds) == 0 && !o->force)
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
+                            o->dst_path);
+    return PN_OK;
+}
+
+/* DST a folder: the output is <general.name>-<pn.mix>.gguf in it (the
+ * source's file name, less .gguf, where it has no general.name), any '/'
+ * or control byte of the name made '-'. *out is malloc'd. */
+static pn_status dst_in_folder(const char *folder, const gguf_reader *src, const char *src_path,
+                               const char *mix_label, char **out, pn_error *err)
+{
+    char name[256];
+    const gguf_kv *kv = gguf_reader_find_kv(src, "general.name");
+    if (kv && kv->type == GGUF_TYPE_STRING && kv->v.str.len > 0) {
+        snprintf(name, sizeof name, "%.*s", (int)(kv->v.str.len < 200 ? kv->v.str.len : 200),
+                 kv->v.str.data);
+    } else {
+        size_t n = strlen(src_path);
+        while (n > 1 && src_path[n - 1] == '/')
+            n--;
+        size_t b = n;
+        while (b > 0 && src_path[b - 1] != '/')
+            b--;
+        if (n - b > 5 && strncmp(src_path + n - 5, ".gguf", 5) == 0)
+            n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)(n - b < 200 ? n - b : 200), src_path + b);
     }
+    for (char *p = name; *p; p++)
+        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '-';
+    size_t len = strlen(folder) + strlen(name) + strlen(mix_label) + 8;
+    *out = malloc(len);
+    if (!*out)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    snprintf(*out, len, "%s%s%s-%s.gguf", folder,
+             folder[0] && folder[strlen(folder) - 1] == '/' ? "" : "/",
+             name[0] && strcmp(name, ".") && strcmp(name, "..") ? name : "model", mix_label);
     return PN_OK;
 }
 
@@ -896,12 +935,18 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
-pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, pn_error *err)
+pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats,
+                           pn_error *err)
 {
     pn_quantize_stats local;
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
+    /* the options, with DST a folder made a file in it once the plan names the mix */
+    pn_quantize_opts named = *given;
+    const pn_quantize_opts *o = &named;
+    char *dst_auto = NULL;
+    const bool dst_folder = is_folder(given->dst_path);
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
@@ -970,6 +1015,16 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
+    if (dst_folder) {
+        st = dst_in_folder(given->dst_path, c.src, given->src_path, c.plan->mix_label, &dst_auto,
+                           err);
+        if (st == PN_OK) {
+            named.dst_path = dst_auto;
+            st = check_paths(o, &src_stat, err);
+        }
+        if (st != PN_OK)
+            goto out;
+    }
     stats->weights = c.plan->weights;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
     /* the output: one file or a split set, planned on the dry run too */
@@ -1077,5 +1132,6 @@ out:
     pn_source_id_free(&c.sid);
     /* PREV is read until the output is committed (it may be DST) */
     pn_reuse_free(c.ru);
+    free(dst_auto);
     return st;
 }

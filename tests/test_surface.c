@@ -614,3 +614,31 @@ Test(exit_status, a_promote_list_takes_comments_anywhere_and_names_the_line_of_a
     free(o);
     free(e);
 }
+
+/* ---- DST a folder ---- */
+
+Test(exit_status, dst_a_folder_gets_the_models_name_and_mix_and_dequant_says_it_is_a_folder)
+{
+    sh_ok("pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X && mkdir out");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize --threads 2 --recipe '%s' --promote 2 ./X/ out/",
+                FALLBACK_RECIPE);
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, "wrote out/X-P0k-fallback+2.gguf"), "%s", o);
+    free(o);
+    free(e);
+    cr_assert(tu_exists(tu_join_static(g_dir, "out/X-P0k-fallback+2.gguf")));
+    cr_assert_eq(tu_count_files(tu_join_static(g_dir, "out")), 1);
+    /* the named file is an output like any: not replaced without --force */
+    rc = sh(&o, &e, "pn-quantize --threads 2 --recipe '%s' --promote 2 X out", FALLBACK_RECIPE);
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(e, "out/X-P0k-fallback+2.gguf") && strstr(e, "--force"), "%s", e);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-dequant out/X-P0k-fallback+2.gguf out");
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(e, "is a folder") && !strstr(e, "--force"), "%s", e);
+    free(o);
+    free(e);
+    cr_assert_eq(tu_count_files(tu_join_static(g_dir, "out")), 1);
+}

@@ -40,6 +40,7 @@
 #include "gguf/gguf_split.h"
 #include "io/source_open.h"
 #include "io/outset.h"
+#include "io/free_space.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/reuse.h"
 #include "io/source_id.h"
@@ -98,10 +99,24 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
     if (stat(o->src_path, ss) != 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot open source: %s", o->src_path,
                             strerror(errno));
+    if (o->backend == PN_BACKEND_CUDA && !o->cuda_emulate && !pn_cuda_build_enabled())
+        return pn_error_set(err, PN_ERR_CUDA,
+                            "--backend cuda: this pn-quantize was built without CUDA (use "
+                            "--backend cpu or auto; docs/usage.md#gpu)");
+    if (o->measurement_path && !o->dry_run && stat(o->measurement_path, &ds) != 0) {
+        pn_status st = pn_check_parent_folder(o->measurement_path, "the measurement", err);
+        if (st != PN_OK)
+            return st;
+    }
     if (is_folder(o->dst_path))
         return PN_OK;   /* a file in it, named once the plan is made (dst_in_folder) */
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
+    if (!o->dry_run) {
+        pn_status st = pn_check_parent_folder(o->dst_path, "the output", err);
+        if (st != PN_OK)
+            return st;
+    }
     /* a split output is checked file by file once its plan is made
      * (pn_outset_check_targets): DST itself is only a name then */
     if (split_output(o))
@@ -962,6 +977,15 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         return st;
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+    /* --backend cuda asked for: a GPU that cannot be used is said before
+     * any work, not after the measurement and the plan */
+    bool backend_ready = false;
+    if (o->backend == PN_BACKEND_CUDA && !o->dry_run) {
+        st = setup_backend(&c, stats, err);
+        if (st != PN_OK)
+            goto out;
+        backend_ready = true;
+    }
     if (o->reuse_path) {
         /* PREV is refused at once when it cannot be one */
         st = pn_reuse_open(o->reuse_path, &c.ru, err);
@@ -1050,6 +1074,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         goto out;
     }
     st = pn_outset_check_targets(c.out, c.src, err);
+    if (st == PN_OK)   /* the plan's exact bytes, before the first one is written */
+        st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
     if (st != PN_OK)
         goto out;
     if (cancelled(o)) {
@@ -1057,7 +1083,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         goto out;
     }
 
-    st = setup_backend(&c, stats, err);
+    if (!backend_ready)
+        st = setup_backend(&c, stats, err);
     if (st != PN_OK)
         goto out;
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "io/free_space.h"
 #include "quant/types.h"
 #include "synth/qwen38_shapes.h"
 #include "test_util.h"
@@ -641,4 +642,52 @@ Test(exit_status, dst_a_folder_gets_the_models_name_and_mix_and_dequant_says_it_
     free(o);
     free(e);
     cr_assert_eq(tu_count_files(tu_join_static(g_dir, "out")), 1);
+}
+
+/* ---- what can be checked is checked before any work ---- */
+
+Test(exit_status, the_free_space_and_the_outputs_folder_are_checked_by_the_library)
+{
+    pn_error err = {0};
+    const char *out = tu_join_static(g_dir, "o.gguf");
+    cr_assert_eq(pn_check_free_space(out, 1, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(pn_check_free_space(out, UINT64_MAX / 2, &err), PN_ERR_NOSPACE);
+    cr_assert(strstr(err.msg, out) && strstr(err.msg, "free"), "%s", err.msg);
+    cr_assert_eq(pn_check_parent_folder(out, "the output", &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(pn_check_parent_folder(tu_join_static(g_dir, "no/o.gguf"), "the output", &err),
+                 PN_ERR_IO);
+    cr_assert(strstr(err.msg, "no/o.gguf") && strstr(err.msg, "folder"), "%s", err.msg);
+    cr_assert_eq(pn_check_parent_folder("o.gguf", "the output", &err), PN_OK, "a bare name is .");
+}
+
+/* On the full shape (a hole of 54 GB), a run that would measure for minutes
+ * is refused at once when its output or measurement cannot be written, or
+ * the GPU asked for cannot be used. */
+Test(exit_status, a_missing_folder_or_gpu_is_refused_before_the_measurement_reads_anything)
+{
+    write_full_shape_with_mtp("full.gguf");
+    static const struct { const char *args; const char *says; } cases[] = {
+        {"full.gguf no-such-folder/o.gguf", "its folder no-such-folder"},
+        {"--measurement no-such-folder/m.meas full.gguf o.gguf", "its folder no-such-folder"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e, "timeout 20 pn-quantize --threads 2 %s", cases[i].args);
+        cr_assert_eq(rc, 1, "%s: exit %d (124: it went to work)\n%s", cases[i].args, rc, e);
+        cr_assert(strstr(e, cases[i].says), "%s", e);
+        cr_assert(!strstr(e, "measurement saved"), "%s", e);
+        free(o);
+        free(e);
+    }
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "timeout 20 pn-quantize --threads 2 --backend cuda full.gguf o.gguf");
+    if (rc == 0 || strstr(e, "measurement"))
+        cr_assert_fail("--backend cuda went to work before its GPU was known: %s", e);
+    /* here: no usable GPU (exit 1 at once), or one that quantizes */
+    cr_assert(rc == 1 || rc == 124, "exit %d: %s", rc, e);
+    if (rc == 1)
+        cr_assert(strstr(e, "--backend cuda"), "%s", e);
+    free(o);
+    free(e);
+    cr_assert(!tu_exists(tu_join_static(g_dir, "o.gguf")));
 }

@@ -13,6 +13,8 @@
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
  *            (present, typed, consistent with the tensors), CRC-32 per tensor;
  *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name,
+ *            the overrides the file records against those given
+ *            (RECIPE-OVERRIDES),
  *            the MTP layer kept where the recipe drops it (RECIPE-MTP);
  *   SRC-*    with the source float GGUF: the relative error of each tensor
  *            after decoding (and un-rotating PN tensors) against the source,
@@ -53,6 +55,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "mix/recipe.h"
 
 typedef enum pn_severity {
     PN_SEV_WARNING = 1,
@@ -136,6 +139,10 @@ typedef struct pn_check_report {
 typedef struct pn_check_options {
     const char *recipe_path;   /* NULL: no recipe conformance */
     bool keep_mtp;             /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
+    /* --tensor-type, --output-tensor-type, --token-embedding-type as the
+     * file was made with: before the recipe's rules (mix/recipe.h) */
+    const pn_recipe_override *overrides;
+    size_t n_overrides;
     const char *source_path;   /* NULL: no source comparison */
     int threads;               /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the

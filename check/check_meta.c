@@ -37,6 +37,8 @@ static const key_rule key_rules[] = {
     {"pn.source.sample_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {"pn.source.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {"pn.source.type", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
+    {"pn.mix.overrides", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 

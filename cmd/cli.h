@@ -166,6 +166,14 @@ int pn_cli_try_help(const char *prog);
 bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
                        const char *names);
 
+/* --recipe ARG: a file (ARG names one, or holds '/' or ends in .mix), or
+ * the name of a shipped recipe, <dir of the program>/../share/pn-quantize/
+ * recipes/ARG.mix (the build's share/ and an installed prefix's alike).
+ * Returns the path (ARG itself, or the shipped file's in buf), or NULL
+ * after "<prog>: --recipe ARG: no such file nor shipped recipe; shipped:
+ * ..." on stderr. */
+const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
+
 /* Flushes and closes stdout. Returns 0, or 1 after "<prog>: error: writing
  * to standard output: <why>" (a closed pipe, a full disk). */
 int pn_cli_close_stdout(const char *prog);

@@ -16,12 +16,21 @@
 
 /* What pn_cli_next returns for each option. */
 enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS, OPT_KEEP_MTP };
+       OPT_PROGRESS, OPT_KEEP_MTP, OPT_TENSOR_TYPE, OPT_OUTPUT_TYPE, OPT_EMBD_TYPE };
+
+#define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, OPT_RECIPE,
-     "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
-     "                    this mix recipe\n"},
+     "  --recipe FILE|NAME  check each tensor's type, the promotions and pn.mix against\n"
+     "                    this mix recipe (a file, or a shipped recipe by name)\n"},
+    {"tensor-type", required_argument, OPT_TENSOR_TYPE,
+     "  --tensor-type PATTERN=TYPE  with --recipe: the override pn-quantize was given\n"
+     "                    (repeatable; also --output-tensor-type, --token-embedding-type)\n"},
+    {"output-tensor-type", required_argument, OPT_OUTPUT_TYPE,
+     "  --output-tensor-type TYPE  with --recipe: as pn-quantize was given it\n"},
+    {"token-embedding-type", required_argument, OPT_EMBD_TYPE,
+     "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n"},
     {"keep-mtp", no_argument, OPT_KEEP_MTP,
      "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
      "                    (the recipe's 'mtp drop' is taken as keep)\n"},
@@ -45,13 +54,15 @@ static const pn_cli_option options[] = {
 
 static const pn_cli_program program = {
     "pn-check",
-    "usage: pn-check [options] FILE.gguf\n"
+    "usage: pn-check [options] FILE.gguf...\n"
     "\n"
     "Checks a GGUF file that may hold PN tensors (pn3t, pn4t): the GGUF structure,\n"
     "every PN block (finite scale, pn3t reserved bits clear), the pn.* keys, the\n"
     "CRC-32 of every tensor recorded in pn.tensor_crc32; with --recipe, the type of\n"
     "each tensor; with --source, the error of each tensor against the float model it\n"
-    "was made from. Prints one line per finding and a final verdict.\n"
+    "was made from. Prints one line per finding and a final verdict, for each FILE\n"
+    "in turn (with --json, an array of the reports when there are several); the\n"
+    "exit status is the worst of them.\n"
     "\n"
     "options:\n",
     options,
@@ -335,6 +346,9 @@ int main(int argc, char **argv)
     pn_check_options o;
     pn_check_options_default(&o);
     bool json = false, strict = false, progress = false;
+    char recipe_buf[4096];
+    pn_recipe_override overrides[MAX_OVERRIDES];
+    size_t n_overrides = 0;
     const char *why;
     /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
      * like any write error, instead of the signal killing the program. */
@@ -342,7 +356,24 @@ int main(int argc, char **argv)
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
-        case OPT_RECIPE: o.recipe_path = optarg; break;
+        case OPT_RECIPE:
+            if (!(o.recipe_path = pn_cli_recipe_path("pn-check", optarg, recipe_buf,
+                                                     sizeof recipe_buf)))
+                return 1;
+            break;
+        case OPT_TENSOR_TYPE:
+        case OPT_OUTPUT_TYPE:
+        case OPT_EMBD_TYPE:
+            if (n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "pn-check: at most %d type overrides\n", MAX_OVERRIDES);
+                return 2;
+            }
+            overrides[n_overrides++] = (pn_recipe_override){
+                c == OPT_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
+                : c == OPT_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+            o.overrides = overrides;
+            o.n_overrides = n_overrides;
+            break;
         case OPT_SOURCE: o.source_path = optarg; break;
         case OPT_KEEP_MTP: o.keep_mtp = true; break;
         case OPT_JSON: json = true; break;
@@ -357,29 +388,50 @@ int main(int argc, char **argv)
         default: return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (!pn_cli_positional("pn-check", argc, argv, 1, 1, "FILE.gguf"))
+    if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
-    const char *path = argv[optind];
-    pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
-    if (progress) {
-        o.progress = pn_cli_show_progress;
-        o.progress_ctx = &pl;
+    /* several files, as llama.cpp users list them: one report and verdict
+     * each (a JSON array of the reports with --json), the worst status */
+    const int n_files = argc - optind;
+    int code = 0;
+    if (json && n_files > 1)
+        fputs("[\n", stdout);
+    for (int k = 0; k < n_files; k++) {
+        const char *path = argv[optind + k];
+        pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
+        if (progress) {
+            o.progress = pn_cli_show_progress;
+            o.progress_ctx = &pl;
+        }
+        pn_check_report *r = NULL;
+        pn_error err = {0};
+        pn_status st = pn_check_file(path, &o, &r, &err);
+        if (st) {
+            pn_cli_error("pn-check", err.msg);
+            int s = pn_cli_exit_status(st);
+            if (s > code)
+                code = s;
+            if (st == PN_ERR_USAGE || st == PN_ERR_NOMEM || st == PN_ERR_INTERRUPTED)
+                break;
+            continue;
+        }
+        if (json) {
+            if (n_files > 1 && k > 0)
+                fputs(",\n", stdout);
+            print_json(stdout, r, strict);
+        } else {
+            if (k > 0)
+                fputc('\n', stdout);
+            print_text(stdout, r, strict);
+        }
+        int c1 = pn_check_exit_code(r, strict);
+        if (c1 > code)
+            code = c1;
+        /* the report names why the file is unreadable: once, on stdout */
+        pn_check_report_free(r);
     }
-
-    pn_check_report *r = NULL;
-    pn_error err = {0};
-    pn_status st = pn_check_file(path, &o, &r, &err);
-    if (st) {
-        pn_cli_error("pn-check", err.msg);
-        return pn_cli_exit_status(st);
-    }
-    if (json)
-        print_json(stdout, r, strict);
-    else
-        print_text(stdout, r, strict);
-    int code = pn_check_exit_code(r, strict);
-    /* the report names why the file is unreadable: once, on stdout */
-    pn_check_report_free(r);
+    if (json && n_files > 1)
+        fputs("]\n", stdout);
     if (pn_cli_finish_stdout(&why) != 0) {
         fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
         return 1;

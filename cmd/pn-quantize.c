@@ -34,12 +34,26 @@ static void on_signal(int sig)
 enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
        O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
        O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
-       O_NO_MTP, O_KEEP_MTP, O_TOKPRE };
+       O_NO_MTP, O_KEEP_MTP, O_TOKPRE, O_TENSOR_TYPE, O_OUTPUT_TYPE, O_EMBD_TYPE };
+
+/* The most --tensor-type options one run takes. */
+#define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, O_RECIPE,
-     "  --recipe FILE           mix recipe (default: the built-in P0k+19,\n"
-     "                          recipes/qwen3.8-27b-pn3.mix)\n"},
+     "  --recipe FILE|NAME      mix recipe: a file, or a shipped recipe by name\n"
+     "                          (qwen3.8-27b-pn3, test-fallback; default: the built-in\n"
+     "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n"},
+    {"tensor-type", required_argument, O_TENSOR_TYPE,
+     "  --tensor-type PATTERN=TYPE\n"
+     "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
+     "                          glob of the whole name when it has * or ?) get TYPE;\n"
+     "                          repeatable, the first match wins, before the recipe's\n"
+     "                          rules; recorded in pn.mix.overrides\n"},
+    {"output-tensor-type", required_argument, O_OUTPUT_TYPE,
+     "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n"},
+    {"token-embedding-type", required_argument, O_EMBD_TYPE,
+     "  --token-embedding-type TYPE  token_embd.weight gets TYPE (after --tensor-type)\n"},
     {"promote", required_argument, O_PROMOTE,
      "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n"},
     {"promote-list", required_argument, O_PLIST,
@@ -160,6 +174,9 @@ typedef struct cli_state {
     size_t n_splits;           /* of the output */
     long split_index;
     char *dst_written;         /* DST, or the file named in DST the folder */
+    char recipe_path[4096];    /* --recipe NAME: the shipped file */
+    pn_recipe_override overrides[MAX_OVERRIDES];
+    size_t n_overrides;
 } cli_state;
 
 /* ---- the plan table, the totals and the report (from the job's data) ---- */
@@ -676,7 +693,24 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
 {
     long v;
     switch (c) {
-    case O_RECIPE: o->recipe_path = optarg; break;
+    case O_RECIPE:
+        if (!(o->recipe_path = pn_cli_recipe_path("pn-quantize", optarg, cs->recipe_path,
+                                                  sizeof cs->recipe_path)))
+            return 1;
+        break;
+    case O_TENSOR_TYPE:
+    case O_OUTPUT_TYPE:
+    case O_EMBD_TYPE:
+        if (cs->n_overrides == MAX_OVERRIDES) {
+            fprintf(stderr, "pn-quantize: at most %d type overrides\n", MAX_OVERRIDES);
+            return 2;
+        }
+        cs->overrides[cs->n_overrides++] = (pn_recipe_override){
+            c == O_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
+            : c == O_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+        o->overrides = cs->overrides;
+        o->n_overrides = cs->n_overrides;
+        break;
     case O_PROMOTE:
         if (!pn_cli_long("pn-quantize", "--promote", optarg, 0, 1000000, &v)) return 2;
         o->promote = (int)v;

@@ -129,6 +129,35 @@ const pn_recipe_rule *pn_recipe_match(const pn_recipe *r, const char *name, uint
  * in the chain in *chain_index (may be NULL); -1 when none divides. */
 int pn_recipe_rule_pick_type(const pn_recipe_rule *rule, int64_t K, int *chain_index);
 
+/* The overrides of llama-quantize's options, in front of a recipe's rules
+ * (recipe_override.c): every --tensor-type in the order given (PATTERN is
+ * searched in the name as llama-quantize does, "attn_v" = "*attn_v*",
+ * unless it holds * or ?, then it is a glob of the whole name), then
+ * --output-tensor-type (output.weight), then --token-embedding-type
+ * (token_embd.weight); the first match wins. */
+typedef enum pn_override_kind {
+    PN_OVERRIDE_TENSOR_TYPE = 0,   /* value "PATTERN=TYPE" */
+    PN_OVERRIDE_OUTPUT,            /* value "TYPE" */
+    PN_OVERRIDE_TOKEN_EMBD,        /* value "TYPE" */
+} pn_override_kind;
+
+/* The output key that records them, in the order given: array of string. */
+#define PN_KEY_MIX_OVERRIDES "pn.mix.overrides"
+
+typedef struct pn_recipe_override {
+    pn_override_kind kind;
+    const char *value;
+} pn_recipe_override;
+
+/* Puts the overrides' rules before r's (each rule's text is the option as
+ * typed, its line 0). PN_ERR_USAGE naming the option for a malformed value
+ * or a type the toolchain does not write. */
+pn_status pn_recipe_apply_overrides(pn_recipe *r, const pn_recipe_override *ov, size_t n,
+                                    pn_error *err);
+/* The option as typed: "--tensor-type attn_v=q8_0" (what the output
+ * records in pn.mix.overrides). */
+void pn_recipe_override_text(const pn_recipe_override *ov, char *buf, size_t size);
+
 /* True for the types a recipe may name (the ones the toolchain writes). */
 bool pn_recipe_type_supported(int type);
 

@@ -31,14 +31,23 @@ void pn_job_plan_free(pn_job_plan *p)
     free(p);
 }
 
+/* The recipe with the run's overrides (--tensor-type ...) before its rules. */
 static pn_status load_recipe(const pn_quantize_opts *o, pn_recipe **out, pn_error *err)
 {
-    if (o->recipe_path)
-        return pn_recipe_load(o->recipe_path, out, err);
-    char source[128];
-    snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
-    return pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
-                           err);
+    pn_status st;
+    if (o->recipe_path) {
+        st = pn_recipe_load(o->recipe_path, out, err);
+    } else {
+        char source[128];
+        snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
+        st = pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
+                             err);
+    }
+    if (st == PN_OK && (st = pn_recipe_apply_overrides(*out, o->overrides, o->n_overrides, err))) {
+        pn_recipe_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err)
@@ -260,6 +269,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     p->source_header_hash = sid->header_hash;
     p->quantizer = pn_job_quantizer_name(o);
+    p->overrides = o->overrides;
+    p->n_overrides = o->n_overrides;
     pn_status st = load_recipe(o, &p->recipe, err);
     if (st != PN_OK)
         goto fail;
@@ -439,6 +450,23 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     if (st == PN_OK) st = gguf_writer_set_str(w, "pn.format", "PNX-FORMAT-v0");
     if (st == PN_OK) st = gguf_writer_set_str(w, "pn.mix", label);
     if (st == PN_OK) st = gguf_writer_set_arr_str(w, "pn.mix.promoted", promoted, np);
+    if (st == PN_OK && p->n_overrides) {
+        /* the options that stood before the recipe, as typed (pn-check
+         * --recipe takes the same to accept the file) */
+        char (*texts)[320] = calloc(p->n_overrides, sizeof *texts);
+        const char **v = calloc(p->n_overrides, sizeof *v);
+        if (texts && v) {
+            for (size_t i = 0; i < p->n_overrides; i++) {
+                pn_recipe_override_text(&p->overrides[i], texts[i], sizeof texts[i]);
+                v[i] = texts[i];
+            }
+            st = gguf_writer_set_arr_str(w, PN_KEY_MIX_OVERRIDES, v, p->n_overrides);
+        } else {
+            st = PN_ERR_NOMEM;
+        }
+        free(texts);
+        free(v);
+    }
     if (plan->rotation == PN_ROTATION_HADAMARD) {
         if (st == PN_OK) st = gguf_writer_set_str(w, "pn.rotation.type", "hadamard");
         if (st == PN_OK)

@@ -35,6 +35,8 @@ typedef struct pn_job_plan {
     double *seconds;          /* per tensor, filled by the run */
     uint64_t source_header_hash;   /* pn.source.header_fnv1a64 */
     const char *quantizer;    /* pn.quantizer (pn_job_quantizer_name) */
+    const pn_recipe_override *overrides;   /* the run's, recorded in pn.mix.overrides */
+    size_t n_overrides;
 } pn_job_plan;
 
 /* pn.quantizer of a run: o->quantizer_name when set (tests), else

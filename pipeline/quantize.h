@@ -170,6 +170,10 @@ typedef struct pn_quantize_opts {
     const char *tokenizer_pre;      /* a folder: tokenizer.ggml.pre for an unknown pattern */
     const char *dst_path;
     const char *recipe_path;        /* NULL: the built-in P0k+19 recipe */
+    /* --tensor-type, --output-tensor-type, --token-embedding-type: rules
+     * before the recipe's (mix/recipe.h), recorded in pn.mix.overrides */
+    const pn_recipe_override *overrides;
+    size_t n_overrides;
     int promote;                    /* -1: the recipe's `promote` */
     const char *promote_list_path;  /* NULL or a file of tensor names */
     const char *measurement_path;   /* NULL or a file to read/write */

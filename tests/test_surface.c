@@ -691,3 +691,162 @@ Test(exit_status, a_missing_folder_or_gpu_is_refused_before_the_measurement_read
     free(e);
     cr_assert(!tu_exists(tu_join_static(g_dir, "o.gguf")));
 }
+
+/* ---- the options llama.cpp users type ---- */
+
+/* The type a dry run's plan table gives a tensor (static storage). */
+static const char *planned_type(const char *plan, const char *tensor)
+{
+    static char type[16];
+    char needle[160];
+    snprintf(needle, sizeof needle, "\n%s ", tensor);
+    const char *p = strstr(plan, needle);
+    cr_assert(p, "the plan has no %s:\n%s", tensor, plan);
+    char name[128], shape[64], src[16];
+    cr_assert_eq(sscanf(p + 1, "%127s %63s %15s %15s", name, shape, src, type), 4);
+    return type;
+}
+
+TestSuite(llama_options, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(llama_options, tensor_type_overrides_stand_before_the_recipe_and_the_first_match_wins)
+{
+    sh_ok("pn-synth --quiet --layers 4 --width-scale 16 --vocab 300 src.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e,
+                "pn-quantize --dry-run --promote 0 --recipe test-fallback "
+                "--tensor-type attn_v=q8_0 --tensor-type 'blk.3.attn_*=f16' "
+                "--tensor-type 'output.weight=f16' --output-tensor-type bf16 "
+                "--token-embedding-type f16 src.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert_str_eq(planned_type(o, "blk.3.attn_v.weight"), "q8_0",
+                     "the first --tensor-type that matches wins");
+    cr_assert_str_eq(planned_type(o, "blk.3.attn_k.weight"), "f16", "a glob of the whole name");
+    cr_assert_str_eq(planned_type(o, "blk.3.attn_output.weight"), "f16");
+    cr_assert_str_eq(planned_type(o, "output.weight"), "f16",
+                     "--tensor-type wins over --output-tensor-type, as in llama-quantize");
+    cr_assert_str_eq(planned_type(o, "token_embd.weight"), "f16");
+    cr_assert_str_eq(planned_type(o, "blk.0.ffn_down.weight"), "pn4t", "the recipe's rules");
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-quantize --dry-run --recipe test-fallback --output-tensor-type q4_K "
+                    "src.gguf");
+    cr_assert_eq(rc, 1, "q4_K cannot hold this model's rows of 320 (what the file holds): %s", e);
+    cr_assert(strstr(e, "--output-tensor-type q4_K") && strstr(e, "output.weight"), "%s", e);
+    free(o);
+    free(e);
+    static const struct { const char *args, *says; } bad[] = {
+        {"--tensor-type attn_v", "PATTERN=TYPE"},
+        {"--tensor-type =q8_0", "PATTERN=TYPE"},
+        {"--tensor-type attn_v=q6_K", "'q6_K'"},
+        {"--output-tensor-type Q5_K", "--output-tensor-type: 'Q5_K'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rc = sh(&o, &e, "pn-quantize --dry-run %s src.gguf", bad[i].args);
+        cr_assert_eq(rc, 2, "%s: %d", bad[i].args, rc);
+        cr_assert(strstr(e, bad[i].says), "%s: %s", bad[i].args, e);
+        free(o);
+        free(e);
+    }
+}
+
+Test(llama_options, the_output_records_the_overrides_and_check_accepts_it_with_the_same_ones)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf");
+    const char *ov = "--tensor-type attn_v=q8_0 --output-tensor-type bf16 "
+                     "--token-embedding-type f16";
+    sh_ok("pn-quantize --quiet --threads 2 --recipe test-fallback %s src.gguf o.gguf", ov);
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, "o.gguf"), &r, &err), PN_OK);
+    const gguf_kv *kv = gguf_reader_find_kv(r, "pn.mix.overrides");
+    cr_assert(kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING &&
+              kv->arr_count == 3, "pn.mix.overrides: three strings");
+    const char *at = (const char *)kv->arr_data;
+    static const char *const want[] = {"--tensor-type attn_v=q8_0", "--output-tensor-type bf16",
+                                       "--token-embedding-type f16"};
+    for (int i = 0; i < 3; i++) {
+        uint64_t len;
+        memcpy(&len, at, 8);
+        cr_assert(len == strlen(want[i]) && memcmp(at + 8, want[i], len) == 0,
+                  "entry %d is '%.*s'", i, (int)len, at + 8);
+        at += 8 + len;
+    }
+    gguf_reader_close(r);
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-check --strict --recipe test-fallback %s o.gguf", ov);
+    cr_assert_eq(rc, 0, "%s%s", o, e);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --strict --recipe test-fallback o.gguf");
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(o, "RECIPE-OVERRIDES") && strstr(o, "RECIPE-TYPE"), "%s", o);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --strict --recipe test-fallback --tensor-type attn_v=q8_0 o.gguf");
+    cr_assert_eq(rc, 1, "the overrides differ: %s", o);
+    cr_assert(strstr(o, "RECIPE-OVERRIDES"), "%s", o);
+    free(o);
+    free(e);
+}
+
+Test(llama_options, a_shipped_recipe_is_found_by_name_and_an_unknown_one_lists_them)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf");
+    sh_ok("pn-quantize --quiet --threads 2 --promote 0 --recipe test-fallback src.gguf a.gguf");
+    sh_ok("pn-quantize --quiet --threads 2 --promote 0 --recipe '%s' src.gguf b.gguf",
+          FALLBACK_RECIPE);
+    cr_assert(same_bytes("a.gguf", "b.gguf"), "--recipe test-fallback is the shipped file");
+    sh_ok("pn-check --strict --recipe test-fallback a.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-check --recipe qwen3.8-27b-pn3 a.gguf");
+    cr_assert(rc == 0 || rc == 1, "the PN3 recipe by name is read: %d %s", rc, e);
+    cr_assert(strstr(o, "recipe: mix P0k,"), "%s", o);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-quantize --recipe no-such-recipe src.gguf c.gguf");
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(e, "no-such-recipe") && strstr(e, "qwen3.8-27b-pn3") &&
+                  strstr(e, "test-fallback"),
+              "the shipped names are listed: %s", e);
+    free(o);
+    free(e);
+    /* a file of that name in the folder is the file, as before */
+    sh_ok("cp '%s' test-fallback && pn-quantize --quiet --threads 2 --promote 0 --recipe "
+          "test-fallback src.gguf d.gguf",
+          FALLBACK_RECIPE);
+    cr_assert(same_bytes("a.gguf", "d.gguf"));
+}
+
+Test(llama_options, pn_check_of_several_files_gives_a_verdict_each_and_the_worst_status)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && "
+          "pn-quantize --quiet --threads 2 --promote 0 --recipe test-fallback src.gguf a.gguf && "
+          "cp a.gguf b.gguf && cp a.gguf bad.gguf");
+    damage_pn_tensor("bad.gguf", -1, -1);
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-check a.gguf b.gguf");
+    cr_assert_eq(rc, 0, "%s%s", o, e);
+    cr_assert(strstr(o, "a.gguf: ") && strstr(o, "b.gguf: "), "%s", o);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check a.gguf bad.gguf missing.gguf b.gguf");
+    cr_assert_eq(rc, 1, "%s", o);
+    int verdicts = 0;
+    for (const char *p = o; (p = strstr(p, "\nvalid (")) || (p = NULL); p++)
+        verdicts++;
+    const char *invalid = strstr(o, "\ninvalid (");
+    const char *unread = strstr(o, "\nunreadable (");
+    cr_assert(invalid && unread, "%s", o);
+    cr_assert(strstr(o, "b.gguf: ") > unread, "the files after a bad one are checked: %s", o);
+    cr_assert_eq(verdicts, 2, "%s", o);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --json a.gguf bad.gguf");
+    cr_assert_eq(rc, 1);
+    cr_assert(o[0] == '[' && strstr(o, "\"status\": \"valid\"") &&
+                  strstr(o, "\"status\": \"invalid\""),
+              "%s", o);
+    free(o);
+    free(e);
+}

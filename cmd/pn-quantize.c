@@ -119,7 +119,7 @@ static const pn_cli_option options[] = {
     {"force", no_argument, O_FORCE,
      "  --force                 allow replacing an existing DST (and report)\n"},
     {"quiet", no_argument, O_QUIET,
-     "  --quiet                 no progress and no plan totals\n"},
+     "  --quiet                 no progress, no plan totals and no notes (errors still)\n"},
     {"progress", no_argument, O_PROGRESS,
      "  --progress              progress on stderr even when it is not a terminal\n"},
     {"help", no_argument, 'h',
@@ -614,6 +614,8 @@ static void put_lines(FILE *f, const char *prefix, const char *msg)
 static void on_note(const char *msg, void *user)
 {
     cli_state *s = user;
+    if (s->quiet)
+        return;   /* --quiet: notes too (errors are no notes: they always print) */
     if (s->tty && s->show_progress)
         fputs("\r\033[K", stderr);
     put_lines(stderr, "pn-quantize: ", msg);

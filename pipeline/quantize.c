@@ -975,6 +975,10 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
+    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !split_output(o) &&
+        access(o->dst_path, F_OK) == 0)
+        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
+                         o->dst_path);
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
     /* --backend cuda asked for: a GPU that cannot be used is said before

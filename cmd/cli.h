@@ -15,7 +15,7 @@
  *        option, a bad or missing value, a missing or extra argument,
  *        options that do not go together, one path given as an input and
  *        as the output (or twice);
- *   130  interrupted by a signal.
+ *   128 + N  interrupted by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
  * The library says which with its status: PN_ERR_USAGE is 2, every other
  * error 1 (pn_cli_exit_status); tests/test_surface.c (exit_status/) holds
  * the table of every refusal of every program.
@@ -100,6 +100,14 @@ static inline uint64_t pn_cli_split_size(const char *text, const char **why)
 static inline int pn_cli_exit_status(pn_status st)
 {
     return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
+}
+
+/* The same, with the signal that interrupted it (the program's cancel flag
+ * holds its number): 128 + the signal, as a shell reports a program the
+ * signal killed (SIGINT 130, SIGTERM 143, SIGHUP 129). */
+static inline int pn_cli_exit_status_signal(pn_status st, int sig)
+{
+    return st == PN_ERR_INTERRUPTED && sig > 0 ? 128 + sig : pn_cli_exit_status(st);
 }
 
 /* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */

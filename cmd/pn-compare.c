@@ -20,7 +20,7 @@
 extern char **environ;
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
 enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
@@ -81,7 +81,8 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 compared, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+    "exit status: 0 compared, 1 what the files hold (message on stderr), 2 the command\n"
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
@@ -280,7 +281,7 @@ int main(int argc, char **argv)
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (json)
         print_json(&rep, decode, o.keep_rotation);

@@ -39,7 +39,8 @@ static const char usage[] =
     "  -h, --help           this text\n"
     "  --version            the version\n"
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage\n";
+    "exit status: 0 written, 1 what the files hold (message on stderr), 2 the\n"
+    "command line itself\n";
 
 int main(int argc, char **argv)
 {

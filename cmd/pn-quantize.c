@@ -26,8 +26,7 @@ static volatile sig_atomic_t g_cancel = 0;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    g_cancel = 1;
+    g_cancel = sig;   /* non-zero: the run stops; the exit status names it */
 }
 
 /* What pn_cli_next returns for each option. */
@@ -153,8 +152,8 @@ static const pn_cli_program program = {
     "                          depend on it)\n"
     "  PN_CUDA_EMULATE=1       run the CUDA backend's kernel on the host (tests)\n"
     "\n"
-    "exit status: 0 written and validated, 1 error (message on stderr), 2 usage,\n"
-    "130 interrupted\n",
+    "exit status: 0 written and validated, 1 what the files hold (message on\n"
+    "stderr), 2 the command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 typedef struct cli_state {
@@ -915,14 +914,18 @@ static int run(int argc, char **argv)
             fprintf(stderr, "pn-quantize: the disk is full, or a file-size limit (ulimit -f) "
                             "was reached\n");
         if (o.dst_path && !o.dry_run) {
-            fprintf(stderr, "pn-quantize: nothing was written to ");
+            fprintf(stderr, "pn-quantize: %snothing was written to ",
+                    st == PN_ERR_INTERRUPTED ? "interrupted: " : "");
             pn_fput_safe(stderr, o.dst_path);
             if (o.split.mode != GGUF_SPLIT_NONE || o.keep_split)
                 fprintf(stderr, " (nor to any split of it)");
+            /* an interrupted run: DST (replaced with --force, or PREV) is as it was */
+            if (st == PN_ERR_INTERRUPTED)
+                fprintf(stderr, "; what was there is as it was");
             fputc('\n', stderr);
         }
         free(cs.files);
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (cs.report_path) {
         int e = commit_report(&cs);

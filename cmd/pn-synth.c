@@ -16,7 +16,7 @@
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
 enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
@@ -94,7 +94,8 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+    "exit status: 0 written, 1 what the files hold (message on stderr), 2 the command\n"
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 typedef struct prog { int on, tty; double t0, last; } prog;
@@ -283,7 +284,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (!quiet) {
         printf("wrote ");

@@ -877,3 +877,25 @@ Test(exit_status, a_dry_run_says_the_real_run_would_be_refused_and_quiet_silence
     free(o);
     free(e);
 }
+
+/* ---- signals: 128 + the signal ---- */
+
+Test(exit_status, sigterm_exits_143_and_says_dst_is_as_it_was)
+{
+    /* the full shape measures for minutes: the signal lands in the run */
+    write_full_shape_with_mtp("full.gguf");
+    sh_ok("echo old > o.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize --force --threads 1 full.gguf o.gguf & p=$!; sleep 1; "
+                        "kill -TERM $p; wait $p");
+    cr_assert_eq(rc, 143, "128 + SIGTERM: %d\n%s", rc, e);
+    cr_assert(strstr(e, "interrupted") && strstr(e, "as it was"), "%s", e);
+    free(o);
+    free(e);
+    char keep[8] = {0};
+    FILE *f = fopen(tu_join_static(g_dir, "o.gguf"), "r");
+    cr_assert(f && fgets(keep, sizeof keep, f));
+    fclose(f);
+    cr_assert_str_eq(keep, "old\n");
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0);
+}

@@ -6,7 +6,7 @@
 #   1. pn-quantize, the built-in P0k+19 mix (--backend cpu);
 #   2. stock llama_model_quantize at Q4_K_M, Q3_K_M and Q3_K_S: the libllama
 #      of node-llama-cpp that scripts/install-deps installs, called by
-#      bench's harness pn-llama-quantize (bench/pn_llama_quantize.c);
+#      the harness pn-llama-quantize (tools/llama/pn_llama_quantize.c);
 # each from a warm page cache (the source is read once before each run), at
 # the same thread count, and prints per run: wall time, CPU (user + sys),
 # peak RSS (/usr/bin/time), output bytes, bits per weight (8 x output bytes

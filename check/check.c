@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "io/source_open.h"
 #include "gguf/gguf_split.h"
 #include "check/check_internal.h"
@@ -552,13 +553,6 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
     return st;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static pn_status check_options(const pn_check_options *o, pn_error *err)
 {
     if (!(o->source_factor > 0) || !(o->source_floor >= 0) || !(o->stock_limit > 0))
@@ -607,7 +601,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
     pn_status st = check_options(&c.opt, err);
     if (st)
         return st;
-    const double t0 = now_seconds();
+    const double t0 = pn_now_seconds();
 
     c.rep = calloc(1, sizeof *c.rep);
     if (!c.rep)
@@ -644,7 +638,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             st = PN_ERR_NOMEM;
         if (st)
             goto fail;
-        c.rep->seconds = now_seconds() - t0;
+        c.rep->seconds = pn_now_seconds() - t0;
         *out = c.rep;
         return PN_OK;
     }
@@ -677,7 +671,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
         goto fail;
     }
     close_readers(&c);
-    c.rep->seconds = now_seconds() - t0;
+    c.rep->seconds = pn_now_seconds() - t0;
     *out = c.rep;
     return PN_OK;
 

@@ -9,7 +9,7 @@
  * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
  * An item is read one segment (SEG_TARGET elements) at a time, so memory is
  * a few segments per thread whatever the row length. Items run in parallel;
- * their results are combined in file order (crc32_combine, sums in item
+ * their results are combined in file order (pn_crc32_combine, sums in item
  * order), so the report does not depend on the thread count.
  *
  * The expected error of a PN tensor comes from re-quantizing a fixed sample
@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/crc32.h"
 #include "common/threads.h"
+#include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
 #include "quant/fp16.h"
@@ -225,7 +225,7 @@ static void prefetch(const tplan *tp, int64_t e0, int64_t e1)
 static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int maxloc, float *a,
                      float *b, uint8_t *raw, uint8_t *sraw)
 {
-    uLong crc = crc32(0L, Z_NULL, 0);
+    uint32_t crc = 0;   /* pn_crc32 starts from 0 */
     prefetch(tp, it->e0, it->e1);
     for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
         const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
@@ -233,7 +233,7 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
         if (!read_bytes(tp->r, tp->index, false, (uint64_t)(e / tp->bw * tp->bb), raw,
                         (size_t)(m / tp->bw * tp->bb), &it->rf))
             return;
-        crc = pn_crc32((uint32_t)crc, p, (size_t)(m / tp->bw * tp->bb));
+        crc = pn_crc32(crc, p, (size_t)(m / tp->bw * tp->bb));
         if (tp->pn)
             validate_blocks(tp, p, e / tp->bw, m / tp->bw, it, nf, res, maxloc);
         else if (tp->scan == SCAN_SCALES)
@@ -463,7 +463,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     if (!tp->in_file)
         return;
 
-    uLong crc = crc32(0L, Z_NULL, 0);
+    uint32_t crc = 0;   /* the items' CRCs joined in file order */
     int64_t n_nan = 0, n_inf = 0, n_res = 0;
     loc *nf = malloc((size_t)maxloc * sizeof *nf), *res = malloc((size_t)maxloc * sizeof *res);
     if (!nf || !res) {
@@ -477,7 +477,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     pn_status st = PN_OK;
     for (size_t k = tp->first_item; k < tp->first_item + tp->n_items; k++) {
         const item *it = &items[k];
-        crc = crc32_combine(crc, it->crc, (z_off_t)((it->e1 - it->e0) / tp->bw * tp->bb));
+        crc = pn_crc32_combine(crc, it->crc, (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb));
         n_nan += it->n_nan;
         n_inf += it->n_inf;
         n_res += it->n_res;
@@ -498,7 +498,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     char where[640];
 
     if (t->crc_recorded && t->crc32 != t->crc32_recorded)
-        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, "pn.tensor_crc32",
+        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, PN_KEY_TENSOR_CRC,
                      (int64_t)t->file_offset,
                      "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
                      "records 0x%08x",

@@ -13,9 +13,8 @@
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "quant/types.h"
-
-#define PN_FORMAT_NAME "PNX-FORMAT-v0"
 
 typedef struct key_rule {
     const char *key;
@@ -24,21 +23,21 @@ typedef struct key_rule {
 } key_rule;
 
 static const key_rule key_rules[] = {
-    {"pn.format", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {"pn.mix", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {"pn.mix.promoted", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
-    {"pn.rotation.type", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {"pn.rotation.block_size", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
-    {"pn.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {"pn.quantizer", GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {PN_KEY_FORMAT, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {PN_KEY_MIX, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {PN_KEY_MIX_PROMOTED, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
+    {PN_KEY_ROTATION_TYPE, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    {PN_KEY_ROTATION_BLOCK_SIZE, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    {PN_KEY_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {PN_KEY_QUANTIZER, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
     /* optional, checked by check_source.c */
-    {"pn.source.header_fnv1a64", GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
-    {"pn.source.sample_rows", GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
-    {"pn.source.sample_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {"pn.source.tensor_crc32", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {"pn.source.type", GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {PN_KEY_SOURCE_HEADER, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
+    {PN_KEY_SOURCE_SAMPLE_ROWS, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    {PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    {PN_KEY_SOURCE_TYPE, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
-    {"pn.mix.overrides", GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
+    {PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 
@@ -98,7 +97,7 @@ static bool has_pn_keys(const gguf_reader *r)
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
         /* a split set's identity is any split set's, not a PN key */
-        if (k.len >= 3 && memcmp(k.data, "pn.", 3) == 0 && !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
+        if (k.len >= PN_KEY_PREFIX_LEN && memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0 && !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
             return true;
     }
     return false;
@@ -108,7 +107,7 @@ static void check_unknown_keys(pn_check_ctx *c)
 {
     for (size_t i = 0; i < gguf_reader_n_kv(c->r); i++) {
         gguf_str k = gguf_reader_kv(c->r, i)->key;
-        if (k.len < 3 || memcmp(k.data, "pn.", 3) != 0)
+        if (k.len < PN_KEY_PREFIX_LEN || memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) != 0)
             continue;
         bool known = gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID);   /* docs/split.md */
         for (size_t j = 0; j < N_KEY_RULES && !known; j++)
@@ -121,7 +120,7 @@ static void check_unknown_keys(pn_check_ctx *c)
             return;
         }
         pn_check_add(c, PN_SEV_WARNING, "PN-META-UNKNOWN", NULL, name, -1,
-                     "key %s is not one of the PNX-FORMAT-v0 keys", name);
+                     "key %s is not one of the " PN_FORMAT_NAME " keys", name);
         free(name);
     }
 }
@@ -139,8 +138,8 @@ static void check_rotation(pn_check_ctx *c)
             c->rotation_hadamard = true;
         } else if (!gguf_str_eq(type->v.str, "none")) {
             c->rotation_known = false;
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.rotation.type", -1,
-                         "pn.rotation.type is \"%.*s\", expected \"hadamard\" or \"none\"",
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_ROTATION_TYPE, -1,
+                         PN_KEY_ROTATION_TYPE " is \"%.*s\", expected \"hadamard\" or \"none\"",
                          (int)(type->v.str.len > 64 ? 64 : type->v.str.len), type->v.str.data);
         }
     } else if (raw) {
@@ -157,8 +156,8 @@ static void check_rotation(pn_check_ctx *c)
         if (is_unsigned_int(bs->type) && bs->v.u64 > INT64_MAX)
             v = -1;
         if (v < 1 || v > PN_HADAMARD_MAX_BLOCK || !pn_is_pow2(v)) {
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.rotation.block_size", -1,
-                         "pn.rotation.block_size is %" PRId64
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_ROTATION_BLOCK_SIZE, -1,
+                         PN_KEY_ROTATION_BLOCK_SIZE " is %" PRId64
                          ", expected a power of two from 1 to %d",
                          v, PN_HADAMARD_MAX_BLOCK);
             if (c->rotation_hadamard)
@@ -186,8 +185,8 @@ static void check_crc_key(pn_check_ctx *c)
         c->finding_file = gguf_reader_name(sr);
         const gguf_kv *kv = typed_key_of(c, sr, &key_rules[5], &raw);
         if (kv && kv->arr_count != n)
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.tensor_crc32", -1,
-                         "pn.tensor_crc32 has %" PRIu64 " entries for %zu tensors%s",
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_TENSOR_CRC, -1,
+                         PN_KEY_TENSOR_CRC " has %" PRIu64 " entries for %zu tensors%s",
                          kv->arr_count, n, n_splits > 1 ? " of this split" : "");
         c->finding_file = NULL;
         if (!kv || kv->arr_count != n)
@@ -244,8 +243,8 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
         /* a name holding a NUL is no tensor name (the reader refuses those) */
         long ti = strlen(name) == s.len ? gguf_reader_find_tensor(c->r, name) : -1;
         if (ti < 0) {
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, "pn.mix.promoted", -1,
-                         "pn.mix.promoted entry %" PRIu64 " names tensor '%s', which the file "
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, PN_KEY_MIX_PROMOTED, -1,
+                         PN_KEY_MIX_PROMOTED " entry %" PRIu64 " names tensor '%s', which the file "
                          "does not hold", i, name);
         } else {
             if (times[ti]++ == 0)
@@ -257,16 +256,16 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
         const pn_check_tensor *t = &c->rep->tensors[ti];
         if (times[ti] > 1) {
             pn_finding *f = pn_check_add(
-                c, PN_SEV_ERROR, "PN-META-VALUE", t->name, "pn.mix.promoted", -1,
-                "pn.mix.promoted names tensor '%s' %" PRIu64 " times (first at entry %" PRIu64
+                c, PN_SEV_ERROR, "PN-META-VALUE", t->name, PN_KEY_MIX_PROMOTED, -1,
+                PN_KEY_MIX_PROMOTED " names tensor '%s' %" PRIu64 " times (first at entry %" PRIu64
                 "), not once", t->name, times[ti], first[ti]);
             if (f)
                 f->count = (int64_t)times[ti];
         }
         if (times[ti] > 0 && t->type != PN_TYPE_PN4T) {
             const pn_type_traits *tt = pn_type_traits_get(t->type);
-            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", t->name, "pn.mix.promoted", -1,
-                         "pn.mix.promoted names tensor '%s', whose type is %s, not pn4t", t->name,
+            pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", t->name, PN_KEY_MIX_PROMOTED, -1,
+                         PN_KEY_MIX_PROMOTED " names tensor '%s', whose type is %s, not pn4t", t->name,
                          tt ? tt->name : "?");
         }
     }
@@ -289,8 +288,8 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
         if (m[i] < '0' || m[i] > '9')
             return;
     if (!digits_equal(m + plus + 1, len - plus - 1, kv->arr_count))
-        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.mix", -1,
-                     "pn.mix \"%.*s\" says %.*s promotions but pn.mix.promoted lists %" PRIu64,
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_MIX, -1,
+                     PN_KEY_MIX " \"%.*s\" says %.*s promotions but pn.mix.promoted lists %" PRIu64,
                      (int)(len > 64 ? 64 : len), m,
                      (int)(len - plus - 1 > 40 ? 40 : len - plus - 1), m + plus + 1,
                      kv->arr_count);
@@ -308,15 +307,15 @@ pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)
     c->rotation_known = true;
     c->rotation_cap = PN_HADAMARD_DEFAULT_CAP;
     if (n_pn == 0 && !has_pn_keys(c->r)) {
-        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, "pn.*", -1,
+        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, PN_KEY_PREFIX "*", -1,
                      "no pn.* keys and no PN tensors: not a PN file");
         return PN_OK;
     }
 
     const gguf_kv *fmt = typed_key(c, &key_rules[0], &raw);
     if (fmt && !gguf_str_eq(fmt->v.str, PN_FORMAT_NAME))
-        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.format", -1,
-                     "pn.format is \"%.*s\", expected \"" PN_FORMAT_NAME "\"",
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_FORMAT, -1,
+                     PN_KEY_FORMAT " is \"%.*s\", expected \"" PN_FORMAT_NAME "\"",
                      (int)(fmt->v.str.len > 64 ? 64 : fmt->v.str.len), fmt->v.str.data);
     const gguf_kv *mix = typed_key(c, &key_rules[1], &raw);
     check_promoted(c, mix);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/pn_keys.h"
 #include "mix/recipe.h"
 #include "check/check_internal.h"
 #include "quant/types.h"
@@ -55,7 +56,7 @@ static void check_rotation(pn_check_ctx *c, const pn_recipe *rc)
         char fr[48], rr[48];
         snprintf(fr, sizeof fr, file_h ? "hadamard, cap %d" : "none", c->rotation_cap);
         snprintf(rr, sizeof rr, rec_h ? "hadamard, cap %d" : "none", rc->rotation_cap);
-        pn_check_add(c, PN_SEV_WARNING, "RECIPE-ROTATION", NULL, "pn.rotation.type", -1,
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-ROTATION", NULL, PN_KEY_ROTATION_TYPE, -1,
                      "the file's rotation is %s, the recipe's %s", fr, rr);
     }
 }
@@ -137,11 +138,12 @@ static void check_overrides(pn_check_ctx *c)
     if (same)
         return;
     pn_check_add(c, PN_SEV_WARNING, "RECIPE-OVERRIDES", NULL, PN_KEY_MIX_OVERRIDES, -1,
-                 "the file was made with %llu type override%s (%s), the check assumes %zu: give "
+                 "the file was made with %llu type override%s (%s%s), the check assumes %zu: give "
                  "pn-check the same --tensor-type, --output-tensor-type and "
                  "--token-embedding-type options as pn-quantize",
                  (unsigned long long)n_file, n_file == 1 ? "" : "s",
-                 n_file ? "pn.mix.overrides lists them" : "none", c->opt.n_overrides);
+                 n_file ? PN_KEY_MIX_OVERRIDES : "none", n_file ? " lists them" : "",
+                 c->opt.n_overrides);
 }
 
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
@@ -165,7 +167,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", rep->path);
     }
 
-    const gguf_kv *promoted_kv = gguf_reader_find_kv(c->r, "pn.mix.promoted");
+    const gguf_kv *promoted_kv = gguf_reader_find_kv(c->r, PN_KEY_MIX_PROMOTED);
     if (promoted_kv && !(promoted_kv->type == GGUF_TYPE_ARRAY &&
                          promoted_kv->arr_type == GGUF_TYPE_STRING))
         promoted_kv = NULL;
@@ -203,9 +205,9 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
             }
             rep->n_promoted++;
             if (!listed[i])
-                pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, "pn.mix.promoted", -1,
+                pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, PN_KEY_MIX_PROMOTED, -1,
                              "stored as pn4t where the recipe gives pn3t (a promotion), but "
-                             "pn.mix.promoted does not list it");
+                             PN_KEY_MIX_PROMOTED " does not list it");
             continue;
         }
         pn_check_add(c, PN_SEV_WARNING, "RECIPE-TYPE", t->name, NULL, -1,
@@ -218,10 +220,10 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
     rep->expected_mix = strdup(expected);
     if (!rep->expected_mix)
         c->nomem = true;
-    const gguf_kv *mix = gguf_reader_find_kv(c->r, "pn.mix");
+    const gguf_kv *mix = gguf_reader_find_kv(c->r, PN_KEY_MIX);
     if (mix && mix->type == GGUF_TYPE_STRING && !gguf_str_eq(mix->v.str, expected))
-        pn_check_add(c, PN_SEV_WARNING, "RECIPE-MIX", NULL, "pn.mix", -1,
-                     "pn.mix is \"%.*s\"; with the recipe's mix \"%s\" and the %zu promotions "
+        pn_check_add(c, PN_SEV_WARNING, "RECIPE-MIX", NULL, PN_KEY_MIX, -1,
+                     PN_KEY_MIX " is \"%.*s\"; with the recipe's mix \"%s\" and the %zu promotions "
                      "found it would be \"%s\"",
                      (int)(mix->v.str.len > 64 ? 64 : mix->v.str.len), mix->v.str.data, rc->name,
                      rep->n_promoted, expected);

@@ -18,6 +18,7 @@
 
 #include "common/threads.h"
 #include "check/check_internal.h"
+#include "gguf/pn_keys.h"
 #include "io/source_id.h"
 #include "quant/types.h"
 
@@ -27,7 +28,7 @@ static bool recorded(pn_check_ctx *c, pn_recorded_source *rec)
     pn_error e;
     pn_error_clear(&e);
     if (pn_recorded_source_read(c->r, rec, &e) != PN_OK) {
-        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, "pn.source.*", -1, "%s", e.msg);
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_SOURCE_PREFIX "*", -1, "%s", e.msg);
         return false;
     }
     return rec->present;

@@ -15,6 +15,9 @@
 #include "cmd/cli.h"
 #include "common/text.h"
 #include "compare/compare.h"
+#include "compare/plot.h"
+#include "compare/sweep.h"
+#include "mix/size.h"
 #include "quant/types.h"
 
 extern char **environ;
@@ -24,7 +27,9 @@ static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it
 
 /* What pn_cli_next returns for each option. */
 enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
-       O_NODE, O_SCRIPT, O_QUIET, O_VERSION };
+       O_NODE, O_SCRIPT, O_QUIET, O_VERSION, O_SWEEP, O_PROMOTE, O_TARGET, O_IMATRIX, O_STOCK,
+       O_KEEP_DIR, O_PLOT, O_BUDGET, O_FORCE, O_RECIPE, O_QTHREADS, O_QUANTIZER, O_LIBLLAMA,
+       O_GNUPLOT };
 
 static const pn_cli_option options[] = {
     {"text", required_argument, O_TEXT,
@@ -53,6 +58,40 @@ static const pn_cli_option options[] = {
     {"llama-script", required_argument, O_SCRIPT,
      "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
      "                      pn-llama-logits.mjs beside this program)\n"},
+    {"sweep", no_argument, O_SWEEP,
+     "  --sweep             make the mixes the options below name from the one SOURCE,\n"
+     "                      then compare them all (see above):\n"},
+    {"promote", required_argument, O_PROMOTE,
+     "  --promote LIST      PN mixes: promotion counts, comma-separated (0,10,19,40)\n"},
+    {"target-size", required_argument, O_TARGET,
+     "  --target-size SIZE  one more PN mix: the most promotions within SIZE (12.6GB)\n"},
+    {"recipe", required_argument, O_RECIPE,
+     "  --recipe FILE       the PN mixes' recipe (default: the built-in P0k+19)\n"},
+    {"stock", required_argument, O_STOCK,
+     "  --stock LIST        stock llama.cpp types made by llama_model_quantize of the\n"
+     "                      libllama that judges: Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"
+     "                      Q5_K_M Q6_K Q8_0, comma-separated\n"},
+    {"imatrix", required_argument, O_IMATRIX,
+     "  --imatrix FILE      llama-imatrix's file, for every mix (not yet supported)\n"},
+    {"keep", required_argument, O_KEEP_DIR,
+     "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
+     "                      absent; nothing there is replaced); default: removed\n"},
+    {"plot", required_argument, O_PLOT,
+     "  --plot FILE         draw mean KL against size (FILE.svg, or FILE.png) with gnuplot\n"},
+    {"budget", required_argument, O_BUDGET,
+     "  --budget SIZE       with --plot: a size drawn as a line (16GB)\n"},
+    {"force", no_argument, O_FORCE,
+     "  --force             with --plot: replace an existing picture\n"},
+    {"quantize-threads", required_argument, O_QTHREADS,
+     "  --quantize-threads N  threads of the mixes' quantizers (default: --threads)\n"},
+    {"llama-quantize", required_argument, O_QUANTIZER,
+     "  --llama-quantize PROG  the stock quantizer (default: pn-llama-quantize beside\n"
+     "                      this program, or ../libexec/pn-quantize/)\n"},
+    {"libllama", required_argument, O_LIBLLAMA,
+     "  --libllama FILE     the libllama it calls (default: node-llama-cpp's, beside\n"
+     "                      the harness)\n"},
+    {"gnuplot", required_argument, O_GNUPLOT,
+     "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n"},
     {"quiet", no_argument, O_QUIET,
      "  --quiet             no progress on stderr\n"},
     {"help", no_argument, 'h',
@@ -65,6 +104,8 @@ static const pn_cli_option options[] = {
 static const pn_cli_program program = {
     "pn-compare",
     "usage: pn-compare [options] SOURCE.gguf PN.gguf [PN.gguf ...]\n"
+    "       pn-compare --sweep [--promote LIST] [--target-size SIZE] [--stock LIST]\n"
+    "                  [--keep DIR] [--plot FILE [--budget SIZE]] [options] SOURCE\n"
     "\n"
     "Decodes each PN file (as pn-dequant does) into a temporary float GGUF, runs\n"
     "stock llama.cpp (node-llama-cpp's prebuilt CPU build) on the source and on each\n"
@@ -78,11 +119,18 @@ static const pn_cli_program program = {
     "may be a Hugging Face model folder (docs/hf.md): it is converted to the GGUF\n"
     "that llama.cpp's converter writes (bf16) in the temporary folder first.\n"
     "\n"
+    "With --sweep, the mixes are made first, in a work folder: each PN mix with\n"
+    "pn-quantize's job (one promotion measurement, each mix reusing the last one\n"
+    "made, as --reuse does), each stock type with llama.cpp's own quantizer; a\n"
+    "mix that fails is reported as failed and the others are still compared. An\n"
+    "interrupted sweep leaves nothing but the finished mixes --keep asked for.\n"
+    "\n"
     "options:\n",
     options,
     "\n"
-    "exit status: 0 compared, 1 what the files hold (message on stderr), 2 the command\n"
-    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
+    "exit status: 0 compared (--sweep: every mix), 1 what the files hold (message on\n"
+    "stderr; --sweep: a mix failed, the others compared), 2 the command line itself,\n"
+    "128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
@@ -194,6 +242,177 @@ static void print_json(const pn_compare_report *r, const char *decode, bool keep
     printf("\n ],\n \"seconds\": %.3f}\n", r->seconds);
 }
 
+/* ---- --sweep ---- */
+
+/* "0,10,19" into counts (at most PN_SWEEP_MAX_MIXES); -1 after the message. */
+static int parse_counts(const char *v, int *out, size_t *n)
+{
+    *n = 0;
+    const char *p = v;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > 1000000 || (*end && *end != ',') ||
+            *n == PN_SWEEP_MAX_MIXES || *p == '-' || *p == '+' || *p == ' ') {
+            fprintf(stderr, "pn-compare: --promote: expected counts such as 0,10,19,40, got '");
+            pn_fput_safe(stderr, v);
+            fprintf(stderr, "'\n");
+            return -1;
+        }
+        out[(*n)++] = (int)x;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+}
+
+/* "Q3_K_M,Q4_K_M" into names (pointers into a copy kept in *buf). */
+static int parse_types(const char *v, char **buf, const char **out, size_t *n)
+{
+    *n = 0;
+    free(*buf);
+    *buf = strdup(v);
+    if (!*buf)
+        return -1;
+    for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
+            fprintf(stderr, "pn-compare: --stock: unknown type '");
+            pn_fput_safe(stderr, t);
+            fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
+            return -1;
+        }
+        out[(*n)++] = t;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "pn-compare: --stock: no type given\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_size_opt(const char *opt, const char *v, uint64_t *out)
+{
+    pn_error e;
+    pn_error_clear(&e);
+    if (pn_parse_size(v, out, &e) != PN_OK || *out == 0) {
+        fprintf(stderr, "pn-compare: %s: '", opt);
+        pn_fput_safe(stderr, v);
+        fprintf(stderr, "': %s\n", e.msg[0] ? e.msg : "expected a size above 0 (12.6GB, 16GiB)");
+        return -1;
+    }
+    return 0;
+}
+
+/* A program beside this one, else in ../libexec/pn-quantize/ (malloc'd). */
+static char *beside_exe(const char *name)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = 0;
+    const char *dir = dirname(exe);
+    size_t len = strlen(dir) + strlen(name) + 40;
+    char *s = malloc(len);
+    if (!s)
+        return NULL;
+    snprintf(s, len, "%s/%s", dir, name);
+    if (access(s, X_OK) != 0)
+        snprintf(s, len, "%s/../libexec/pn-quantize/%s", dir, name);
+    return s;
+}
+
+static void print_sweep_table(const pn_sweep_report *s, const char *decode)
+{
+    if (s->compared) {
+        const pn_compare_report *r = &s->compare;
+        printf("source ");
+        pn_fput_safe(stdout, r->source.path);
+        printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
+               "positions, vocabulary %u; decoded as %s\n\n",
+               r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
+               r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
+               r->n_positions, r->n_vocab, decode);
+        printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN",
+               "KL mean", "KL p99", "KL max", "top-1", "mix", "file");
+        printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ",
+               (unsigned long long)r->source.file_bytes, r->source.bpw, "-", "-", "-", "-", "-",
+               "(source)");
+        pn_fput_safe(stdout, r->source.path);
+        putchar('\n');
+    } else {
+        printf("no mix could be made: nothing compared\n\n");
+    }
+    for (size_t i = 0; i < s->n_mixes; i++) {
+        const pn_sweep_mix *m = &s->mixes[i];
+        if (m->file_index >= 0 && s->compared) {
+            const pn_compare_file *f = &s->compare.files[m->file_index];
+            char bpw_pn[16];
+            snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
+            printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
+                   (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99,
+                   f->kl_max, 100.0 * f->top1, m->name);
+            pn_fput_safe(stdout, f->path);
+            putchar('\n');
+        } else {
+            printf("%14s %8s %7s %10s %10s %10s %7s  %-16s ", "failed", "-", "-", "-", "-", "-",
+                   "-", m->name);
+            pn_fput_safe(stdout, m->error);
+            putchar('\n');
+        }
+    }
+    if (s->kept_measurement) {
+        printf("\nmeasurement kept: ");
+        pn_fput_safe(stdout, s->kept_measurement);
+        putchar('\n');
+    }
+    printf("\n%.1f s (%zu mix%s, %zu failed)\n", s->seconds, s->n_mixes,
+           s->n_mixes == 1 ? "" : "es", s->n_failed);
+}
+
+static void print_sweep_json(const pn_sweep_report *s, const char *decode)
+{
+    const pn_compare_report *r = &s->compare;
+    printf("{\"sweep\": true, \"compared\": %s", s->compared ? "true" : "false");
+    if (s->compared) {
+        printf(",\n \"source\": ");
+        put_file_json(&r->source, true);
+        printf(",\n \"llama_cpp\": {\"release\": ");
+        pn_json_put_str(stdout, r->llama_cpp);
+        printf(", \"node_llama_cpp\": ");
+        pn_json_put_str(stdout, r->node_llama_cpp);
+        printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
+        printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
+               "\"vocabulary\": %u},\n \"decode_type\": \"%s\"", r->from_text ? "text" : "fixed",
+               r->n_seqs, r->n_positions, r->n_vocab, decode);
+    }
+    printf(",\n \"mixes\": [");
+    for (size_t i = 0; i < s->n_mixes; i++) {
+        const pn_sweep_mix *m = &s->mixes[i];
+        printf(i ? ",\n  " : "\n  ");
+        printf("{\"name\": ");
+        pn_json_put_str(stdout, m->name);
+        printf(", \"kind\": \"%s\", \"file\": ", m->kind == PN_SWEEP_STOCK ? "stock" : "pn");
+        pn_json_put_str(stdout, m->file);
+        printf(", \"kept\": ");
+        if (m->kept)
+            pn_json_put_str(stdout, m->kept);
+        else
+            printf("null");
+        printf(", \"make_seconds\": %.3f", m->make_seconds);
+        if (m->file_index >= 0 && s->compared) {
+            printf(", \"status\": \"ok\", \"result\": ");
+            put_file_json(&r->files[m->file_index], false);
+        } else {
+            printf(", \"status\": \"failed\", \"error\": ");
+            pn_json_put_str(stdout, m->error);
+        }
+        printf("}");
+    }
+    printf("\n ],\n \"failed\": %zu, \"seconds\": %.3f}\n", s->n_failed, s->seconds);
+}
+
 int main(int argc, char **argv)
 {
     pn_compare_opts o;
@@ -202,6 +421,15 @@ int main(int argc, char **argv)
     int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
+    /* --sweep */
+    pn_sweep_opts so;
+    pn_sweep_opts_init(&so);
+    int sweep = 0, sweep_opts = 0, qthreads = 0, force = 0;
+    int counts[PN_SWEEP_MAX_MIXES];
+    const char *types[PN_SWEEP_MAX_MIXES];
+    char *types_buf = NULL, *quantizer = NULL;
+    const char *plot = NULL, *gnuplot = NULL;
+    uint64_t budget = 0;
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
@@ -226,13 +454,50 @@ int main(int argc, char **argv)
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
         case O_QUIET: quiet = 1; break;
+        case O_SWEEP: sweep = 1; break;
+        case O_PROMOTE:
+            if (parse_counts(optarg, counts, &so.n_promote)) return 2;
+            so.promote = counts; sweep_opts = 1; break;
+        case O_TARGET: if (parse_size_opt("--target-size", optarg, &so.target_size)) return 2; sweep_opts = 1; break;
+        case O_RECIPE: so.recipe_path = optarg; sweep_opts = 1; break;
+        case O_STOCK:
+            if (parse_types(optarg, &types_buf, types, &so.n_stock)) return 2;
+            so.stock = types; sweep_opts = 1; break;
+        case O_IMATRIX: so.imatrix_path = optarg; sweep_opts = 1; break;
+        case O_KEEP_DIR: so.keep_dir = optarg; sweep_opts = 1; break;
+        case O_PLOT: plot = optarg; sweep_opts = 1; break;
+        case O_BUDGET: if (parse_size_opt("--budget", optarg, &budget)) return 2; sweep_opts = 1; break;
+        case O_FORCE: force = 1; break;
+        case O_QTHREADS: if (parse_int("--quantize-threads", optarg, 1, 4096, &qthreads)) return 2; sweep_opts = 1; break;
+        case O_QUANTIZER: free(quantizer); quantizer = strdup(optarg); sweep_opts = 1; break;
+        case O_LIBLLAMA: so.libllama = optarg; sweep_opts = 1; break;
+        case O_GNUPLOT: gnuplot = optarg; sweep_opts = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
             return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (!pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
+    if (!sweep && sweep_opts) {
+        fprintf(stderr, "pn-compare: --promote, --target-size, --stock, --imatrix, --keep, "
+                        "--plot and the like go with --sweep\n");
+        return 2;
+    }
+    if (sweep && argc - optind != 1) {
+        fprintf(stderr, "pn-compare: --sweep: expected one SOURCE (the mixes are made from "
+                        "it)\nTry 'pn-compare --help'.\n");
+        return 2;
+    }
+    if (sweep && !so.n_promote && !so.target_size && !so.n_stock) {
+        fprintf(stderr, "pn-compare: --sweep: no mix to make: give --promote, --target-size "
+                        "or --stock\n");
+        return 2;
+    }
+    if (budget && !plot) {
+        fprintf(stderr, "pn-compare: --budget is a line of the --plot picture\n");
+        return 2;
+    }
+    if (!sweep && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
     if (!o.text_path && text_opts) {
         fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
@@ -272,9 +537,74 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGXFSZ, SIG_IGN);
 
-    pn_compare_report rep;
     pn_error err;
     pn_error_clear(&err);
+    if (sweep) {
+        pn_plot_opts po = {0};
+        po.path = plot;
+        po.gnuplot = gnuplot;
+        po.envp = environ;
+        po.budget = budget;
+        po.force = force;
+        pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
+        if (st == PN_OK) {
+            so.compare = o;
+            so.quantize_threads = qthreads ? qthreads : o.threads;
+            if (!quantizer)
+                quantizer = beside_exe("pn-llama-quantize");
+            so.quantizer = quantizer;
+        }
+        pn_sweep_report srep;
+        memset(&srep, 0, sizeof srep);
+        if (st == PN_OK)
+            st = pn_sweep_run(&so, &srep, &err);
+        free(script);
+        free(quantizer);
+        if (st == PN_OK && plot && srep.compared) {
+            pn_plot_point pts[PN_SWEEP_MAX_MIXES];
+            size_t np = 0;
+            for (size_t i = 0; i < srep.n_mixes; i++) {
+                const pn_sweep_mix *m = &srep.mixes[i];
+                if (m->file_index < 0)
+                    continue;
+                const pn_compare_file *f = &srep.compare.files[m->file_index];
+                pts[np].name = m->name;
+                pts[np].stock = m->kind == PN_SWEEP_STOCK;
+                pts[np].bytes = f->file_bytes;
+                pts[np].kl_mean = f->kl_mean;
+                np++;
+            }
+            po.weights = srep.compare.source.weights;
+            st = pn_plot_draw(&po, pts, np, &err);
+        }
+        if (st != PN_OK) {
+            free(types_buf);
+            fputs("pn-compare: error: ", stderr);
+            pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
+            fputc('\n', stderr);
+            pn_sweep_report_free(&srep);
+            return pn_cli_exit_status_signal(st, g_cancel);
+        }
+        if (plot && !srep.compared)
+            fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
+        if (json)
+            print_sweep_json(&srep, decode);
+        else
+            print_sweep_table(&srep, decode);
+        for (size_t i = 0; i < srep.n_mixes; i++)
+            if (srep.mixes[i].status != PN_OK) {
+                fprintf(stderr, "pn-compare: error: %s failed: ", srep.mixes[i].name);
+                pn_fput_safe(stderr, srep.mixes[i].error);
+                fputc('\n', stderr);
+            }
+        size_t failed = srep.n_failed;
+        pn_sweep_report_free(&srep);
+        free(types_buf);
+        int rc = pn_cli_close_stdout("pn-compare");
+        return rc ? rc : failed ? 1 : 0;
+    }
+    free(types_buf);
+    pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);
     free(script);
     if (st != PN_OK) {

@@ -1,6 +1,6 @@
 /* pn-convert: a Hugging Face checkpoint (Qwen3.5) -> the GGUF that llama.cpp's
  * convert_hf_to_gguf.py writes from it. Parses options and prints; the work
- * is pn_hf_convert (hf/hf_convert.h). */
+ * is pn_convert (convert/convert.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "cmd/cli.h"
 #include "common/text.h"
 #include "hf/hf.h"
-#include "hf/hf_convert.h"
+#include "convert/convert.h"
 
 static const char usage[] =
     "usage: pn-convert [options] SRC OUT.gguf\n"
@@ -34,7 +34,8 @@ static const char usage[] =
     "                       does, each split at most SIZE of tensor data (50G,\n"
     "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"
     "  --split-max-tensors N  the same, at most N tensors per split\n"
-    "  --force              replace an existing OUT\n"
+    "  --force              replace an existing OUT (never a file SRC is read from:\n"
+    "                       its config.json, index, shards or tokenizer files)\n"
     "  --quiet              print nothing on success\n"
     "  -h, --help           this text\n"
     "  --version            the version\n"
@@ -45,7 +46,7 @@ static const char usage[] =
 int main(int argc, char **argv)
 {
     pn_hf_opts ho = {0};
-    pn_hf_convert_opts co = {0};
+    pn_convert_opts co = {0};
     bool quiet = false;
     enum { OPT_OUTTYPE = 256, OPT_NO_MTP, OPT_PRE, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS,
            OPT_FORCE, OPT_QUIET, OPT_VERSION };
@@ -123,7 +124,7 @@ int main(int argc, char **argv)
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, &ho, &m, &err);
     size_t n_files = 0;
-    if (st == PN_OK) st = pn_hf_convert(m, dst, &co, &n_files, &err);
+    if (st == PN_OK) st = pn_convert(m, src, dst, &co, &n_files, &err);
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         pn_hf_close(m);

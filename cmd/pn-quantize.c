@@ -15,7 +15,9 @@
 
 #include "cmd/cli.h"
 #include "common/file.h"
+#include "common/outfile.h"
 #include "common/text.h"
+#include "io/source_open.h"
 #include "mix/plan.h"
 #include "mix/size.h"
 #include "pipeline/quantize.h"
@@ -164,8 +166,8 @@ typedef struct cli_state {
     int force_progress;        /* --progress: even when stderr is no terminal */
     int force;
     const char *report_path;
-    char report_tmp[4096];     /* the report, written before the output's commit */
-    bool have_report_tmp;
+    pn_outfile *report;        /* the report: opened before the run, written before
+                                  the output's commit, committed after it */
     char *totals;              /* the plan totals, printed after a successful run */
     size_t totals_len;
     char *files;               /* the files of a split output, printed after it */
@@ -414,14 +416,12 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
     fprintf(f, "  ]\n}\n");
 }
 
-/* ---- the report file: checked like DST, written under a temporary name ---- */
+/* ---- the report file: checked like DST, written through common/outfile ---- */
 
-static void remove_report_tmp(cli_state *s)
+static void discard_report(cli_state *s)
 {
-    if (s->have_report_tmp) {
-        unlink(s->report_tmp);
-        s->have_report_tmp = false;
-    }
+    pn_outfile_free(s->report);   /* discards it unless committed */
+    s->report = NULL;
 }
 
 /* The report path may not name an input or the output, nor replace a file
@@ -440,6 +440,11 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
             fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
             return 2;
         }
+    pn_error se = {0};
+    if (pn_source_check_target(o->src_path, rp, "the report", &se) != PN_OK) {
+        pn_cli_error("pn-quantize: error: --report", se.msg);
+        return 2;
+    }
     if (o->dst_path && pn_same_file(rp, o->dst_path)) {
         fprintf(stderr, "pn-quantize: --report ");
         pn_fput_safe(stderr, rp);
@@ -462,61 +467,24 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
     return 0;
 }
 
-/* Writes the report beside its path under a temporary name. */
-static pn_status write_report_tmp(cli_state *s, const pn_quantize_result *r, pn_error *err)
+/* Writes the report into its output file (opened before the run). */
+static pn_status write_report(cli_state *s, const pn_quantize_result *r, pn_error *err)
 {
-    int n = snprintf(s->report_tmp, sizeof s->report_tmp, "%s.tmp.XXXXXX", s->report_path);
-    if (n < 0 || (size_t)n >= sizeof s->report_tmp)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: the report path is too long",
-                            s->report_path);
-    int fd = mkostemp(s->report_tmp, O_CLOEXEC);
-    if (fd < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
-                            strerror(errno));
-    s->have_report_tmp = true;
-    (void)fchmod(fd, 0644);
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        remove_report_tmp(s);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot write the report: %s", s->report_path,
-                            strerror(e));
-    }
+    FILE *f = pn_outfile_stream(s->report, err);
+    if (!f)
+        return err->code ? err->code : PN_ERR_IO;
     write_report_json(f, r);
-    int bad = fflush(f) != 0 || ferror(f);
-    int e = errno;
-    if (!bad && fsync(fileno(f)) != 0) {
-        bad = 1;
-        e = errno;
-    }
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) {
-        remove_report_tmp(s);
-        return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                            "%s: cannot write the report: %s", s->report_path, strerror(e));
-    }
-    return PN_OK;
+    return pn_outfile_finish(s->report, err);
 }
 
-/* Puts the report in place: with --force over whatever is there, else only
- * where nothing is (link fails on an existing name). Returns 0 or errno. */
-static int commit_report(cli_state *s)
+/* Puts the report in place (common/outfile.h): with --force over whatever
+ * is there, else only where nothing is (PN_ERR_EXISTS when a file appeared
+ * there during the run). */
+static pn_status commit_report(cli_state *s, pn_error *err)
 {
-    int e = 0;
-    if (s->force) {
-        if (rename(s->report_tmp, s->report_path) != 0)
-            e = errno;
-        else
-            s->have_report_tmp = false;
-    } else if (link(s->report_tmp, s->report_path) != 0) {
-        e = errno;
-    }
-    remove_report_tmp(s);
-    return e;
+    pn_status st = pn_outfile_commit(s->report, err);
+    discard_report(s);
+    return st;
 }
 
 /* The job's result hook: the dry run's plan, the totals for later, and the
@@ -555,7 +523,7 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
                                 "--report %s: that is split %zu of the output; choose another "
                                 "report path",
                                 s->report_path, k + 1);
-    return write_report_tmp(s, r, err);
+    return write_report(s, r, err);
 }
 
 /* ---- progress and notes ------------------------------------------------ */
@@ -882,6 +850,23 @@ static int run(int argc, char **argv)
     cs.force = o.force;
     if (cs.report_path && (rc = check_report_path(&cs, &o)) != 0)
         return rc;
+    if (cs.report_path) {
+        pn_outfile_opts ro = {.force = cs.force != 0};
+        pn_error re;
+        if (pn_outfile_open(cs.report_path, &ro, &cs.report, &re) != PN_OK) {
+            put_lines(stderr, "pn-quantize: error: ", re.msg);
+            if (o.dst_path && !o.dry_run) {
+                fprintf(stderr, "pn-quantize: nothing was written to ");
+                pn_fput_safe(stderr, o.dst_path);
+                fputc('\n', stderr);
+            }
+            return 1;
+        }
+        /* stale temporary files of a killed run beside the report */
+        const char *note = pn_outfile_note(cs.report);
+        if (note && !cs.quiet)
+            put_lines(stderr, "pn-quantize: ", note);
+    }
     cs.show_progress = !cs.quiet && (cs.tty || cs.force_progress);
     o.progress = on_progress;
     o.note = on_note;
@@ -907,7 +892,7 @@ static int run(int argc, char **argv)
     if (cs.show_progress && cs.tty)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
-        remove_report_tmp(&cs);
+        discard_report(&cs);
         free(cs.totals);
         put_lines(stderr, "pn-quantize: error: ", err.msg[0] ? err.msg : pn_strerror(st));
         if (st == PN_ERR_NOSPACE || (st == PN_ERR_IO && strstr(err.msg, strerror(EFBIG))))
@@ -928,8 +913,9 @@ static int run(int argc, char **argv)
         return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (cs.report_path) {
-        int e = commit_report(&cs);
-        if (e) {
+        pn_error re;
+        pn_status rs = commit_report(&cs, &re);
+        if (rs != PN_OK) {
             free(cs.totals);
             free(cs.files);
             if (o.dry_run) {
@@ -939,10 +925,12 @@ static int run(int argc, char **argv)
                 pn_fput_safe(stderr, o.dst_path);
                 fprintf(stderr, ", but the report could not be written: ");
             }
-            pn_fput_safe(stderr, cs.report_path);
-            fprintf(stderr, ": %s\n",
-                    e == EEXIST ? "it appeared during the run; use --force to replace it"
-                                : strerror(e));
+            if (rs == PN_ERR_EXISTS) {
+                pn_fput_safe(stderr, cs.report_path);
+                fprintf(stderr, ": it appeared during the run; use --force to replace it\n");
+            } else {
+                put_lines(stderr, "", re.msg);   /* the message names the report path */
+            }
             return 1;
         }
     }
@@ -980,7 +968,27 @@ static int run(int argc, char **argv)
     return 0;
 }
 
+/* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main), and
+ * by default a team thread that runs out of work spins for a while before
+ * it sleeps: at the end of every chunk's loops and between them. On a
+ * machine with few cores, where the team shares them with the reader and
+ * the writer threads, the spinning thread holds a core that the thread it
+ * waits for needs: on 2 cores it was a quarter of the process's CPU time
+ * (bench/bench-stage.sh, WAIT=active against passive; docs/pipeline.md).
+ * So unless the user chose a policy, the program runs itself again, once,
+ * with OMP_WAIT_POLICY=passive and the same arguments; if that fails it
+ * goes on as it is (the same bytes either way). */
+static void openmp_wait_passive(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
+    openmp_wait_passive(argv);
     return finish_stdout(run(argc, argv));
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
+#include "common/clock.h"
 #include "synth/synth.h"
 #include "quant/types.h"
 
@@ -20,7 +21,7 @@ static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it
 
 /* What pn_cli_next returns for each option. */
 enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE };
+       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE, O_PROFILE };
 
 static const pn_cli_option options[] = {
     {"layers", required_argument, O_LAYERS,
@@ -39,6 +40,12 @@ static const pn_cli_option options[] = {
      "                      1-D tensor and ssm_conv1d are f32)\n"},
     {"seed", required_argument, O_SEED,
      "  --seed N            generator seed (default 1)\n"},
+    {"profile", required_argument, O_PROFILE,
+     "  --profile gaussian|trained  what the weights are like: gaussian (default:\n"
+     "                      near-Gaussian, made-up outliers, norm gains near 1) or\n"
+     "                      trained (the tails, outlier channels and unequal row and\n"
+     "                      column scales published for trained models;\n"
+     "                      docs/usage.md#the-trained-profile)\n"},
     {"full", no_argument, O_FULL,
      "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
      "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"},
@@ -100,19 +107,12 @@ static const pn_cli_program program = {
 
 typedef struct prog { int on, tty; double t0, last; } prog;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void on_progress(uint64_t done, uint64_t total, void *user)
 {
     prog *p = user;
     if (!p->on)
         return;
-    double t = now_s() - p->t0;
+    double t = pn_now_seconds() - p->t0;
     if (t - p->last < (p->tty ? 0.25 : 5.0) && done < total)
         return;
     p->last = t;
@@ -121,9 +121,70 @@ static void on_progress(uint64_t done, uint64_t total, void *user)
             p->tty ? "\033[K" : "\n");
 }
 
+/* The options that do not go together; false (after saying why) when
+ * these do not. */
+static bool combination_ok(bool full_with_shape, int hf, bool gguf_split, bool shard_size,
+                           int dtype)
+{
+    if (full_with_shape) {
+        fprintf(stderr, "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
+        return false;
+    }
+    if (hf && gguf_split) {
+        fprintf(stderr, "pn-synth: --hf writes shards (--shard-size), not GGUF splits\n");
+        return false;
+    }
+    if (shard_size && !hf) {
+        fprintf(stderr, "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
+        return false;
+    }
+    if (hf && dtype == PN_TYPE_F16) {
+        fprintf(stderr, "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
+                        "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
+        return false;
+    }
+    return true;
+}
+
+/* False (after saying so) when the folder of path has less than bytes free. */
+static bool space_ok(const char *path, uint64_t bytes)
+{
+    char *dup = strdup(path);
+    struct statvfs vfs;
+    bool ok = true;
+    if (dup && statvfs(dirname(dup), &vfs) == 0) {
+        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (avail < bytes) {
+            fprintf(stderr,
+                    "pn-synth: error: %s needs %llu bytes (%.2f GB) but its folder has %llu bytes "
+                    "(%.2f GB) free\n",
+                    path, (unsigned long long)bytes, bytes / 1e9, (unsigned long long)avail,
+                    avail / 1e9);
+            ok = false;
+        }
+    }
+    free(dup);
+    return ok;
+}
+
+static void print_wrote(const pn_synth_opts *o, int hf, size_t n_files, uint64_t bytes,
+                        double seconds)
+{
+    printf("wrote ");
+    if (hf)
+        printf("%zu shard%s of ", n_files, n_files == 1 ? "" : "s");
+    else if (n_files > 1)
+        printf("%zu splits of ", n_files);
+    printf("%s: %d layers%s, n_embd %lld, vocab %lld, %s%llu bytes in %.1f s\n", o->path,
+           o->config.n_layers, o->config.n_mtp ? " and an MTP layer" : "",
+           (long long)o->config.n_embd, (long long)o->config.n_vocab, hf ? "at most " : "",
+           (unsigned long long)bytes, seconds);
+}
+
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
+    pn_synth_profile profile = PN_SYNTH_GAUSSIAN;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0;
     uint64_t shard_size = 0;
     gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
@@ -133,6 +194,16 @@ int main(int argc, char **argv)
         case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
         case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
         case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
+        case O_PROFILE:
+            if (strcmp(optarg, "gaussian") == 0) profile = PN_SYNTH_GAUSSIAN;
+            else if (strcmp(optarg, "trained") == 0) profile = PN_SYNTH_TRAINED;
+            else {
+                fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
+                pn_fput_safe(stderr, optarg);
+                fprintf(stderr, "'\n");
+                return 2;
+            }
+            break;
         case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
         case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_DTYPE:
@@ -193,23 +264,9 @@ int main(int argc, char **argv)
     if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf")) {
         return 2;
     }
-    if (full && (layers > 0 || wscale > 0 || vocab > 0)) {
-        fprintf(stderr, "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
+    if (!combination_ok(full && (layers > 0 || wscale > 0 || vocab > 0), hf,
+                        split.mode != GGUF_SPLIT_NONE, shard_size != 0, dtype))
         return 2;
-    }
-    if (hf && split.mode != GGUF_SPLIT_NONE) {
-        fprintf(stderr, "pn-synth: --hf writes shards (--shard-size), not GGUF splits\n");
-        return 2;
-    }
-    if (shard_size && !hf) {
-        fprintf(stderr, "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
-        return 2;
-    }
-    if (hf && dtype == PN_TYPE_F16) {
-        fprintf(stderr, "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
-                        "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
-        return 2;
-    }
     pn_synth_opts o;
     memset(&o, 0, sizeof o);
     o.path = argv[optind];
@@ -231,11 +288,12 @@ int main(int argc, char **argv)
         return 2;
     }
     o.seed = (uint64_t)seed;
+    o.profile = profile;
     o.force = force;
     o.split = split;
     o.threads = (int)threads;
     o.cancel = &g_cancel;
-    prog pg = {!quiet && isatty(2), isatty(2), now_s(), -1e9};
+    prog pg = {!quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9};
     o.progress = on_progress;
     o.user = &pg;
 
@@ -252,21 +310,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
         return pn_cli_exit_status(pst);
     }
-    char *dup = strdup(o.path);
-    struct statvfs vfs;
-    if (dup && statvfs(dirname(dup), &vfs) == 0) {
-        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-        if (avail < bytes) {
-            fprintf(stderr,
-                    "pn-synth: error: %s needs %llu bytes (%.2f GB) but its folder has %llu bytes "
-                    "(%.2f GB) free\n",
-                    o.path, (unsigned long long)bytes, bytes / 1e9, (unsigned long long)avail,
-                    avail / 1e9);
-            free(dup);
-            return 1;
-        }
-    }
-    free(dup);
+    if (!space_ok(o.path, bytes))
+        return 1;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -278,7 +323,7 @@ int main(int argc, char **argv)
      * temporary file */
     signal(SIGXFSZ, SIG_IGN);
 
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     pn_status st = hf ? pn_synth_write_hf(&o, &err) : pn_synth_write(&o, &err);
     if (pg.on)
         fprintf(stderr, "\r\033[K");
@@ -286,16 +331,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
         return pn_cli_exit_status_signal(st, g_cancel);
     }
-    if (!quiet) {
-        printf("wrote ");
-        if (hf)
-            printf("%zu shard%s of ", n_files, n_files == 1 ? "" : "s");
-        else if (n_files > 1)
-            printf("%zu splits of ", n_files);
-        printf("%s: %d layers%s, n_embd %lld, vocab %lld, %s%llu bytes in %.1f s\n", o.path,
-               o.config.n_layers, mtp ? " and an MTP layer" : "", (long long)o.config.n_embd,
-               (long long)o.config.n_vocab, hf ? "at most " : "", (unsigned long long)bytes,
-               now_s() - t0);
-    }
+    if (!quiet)
+        print_wrote(&o, hf, n_files, bytes, pn_now_seconds() - t0);
     return pn_cli_close_stdout("pn-synth");
 }

@@ -1,3 +1,5 @@
+/* crc32.c - pn_crc32: the folding path where the CPU has it, zlib's crc32_z
+ * otherwise (see crc32.h). */
 #include "common/crc32.h"
 
 #include <stdatomic.h>
@@ -11,6 +13,11 @@ uint32_t pn_crc32(uint32_t crc, const void *buf, size_t len)
     if (len >= 64 && pn_crc32_pclmul_available())
         return pn_crc32_pclmul(crc, buf, len);
     return (uint32_t)crc32_z(crc, buf, len);
+}
+
+uint32_t pn_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return (uint32_t)crc32_combine64(crc_a, crc_b, (z_off64_t)len_b);
 }
 
 static bool pclmul_by_cpuid(void)

@@ -1,5 +1,6 @@
 /* file.h - reading small input files (recipes, name lists, measurements)
- * the hostile way, and telling whether two paths are one file.
+ * the hostile way, telling whether two paths are one file, and opening a
+ * file again for reads around the page cache.
  *
  * pn_read_small_file opens without blocking (a FIFO with no writer must not
  * hang the program), refuses anything that is not a regular file, and
@@ -31,5 +32,13 @@ const char *pn_file_kind(mode_t m);
  * (named pipe)", "a directory", ...), or NULL for a regular file or a path
  * that does not exist. Does not follow a FIFO open. */
 const char *pn_not_regular_kind(const char *path);
+
+/* The regular file open on fd, opened again with O_DIRECT (reads around the
+ * page cache) through its /proc/self/fd link: a new open file description,
+ * so O_DIRECT never reaches fd itself, which stays buffered. Checked to be
+ * the same device and inode as fd. -1 where /proc or O_DIRECT is missing,
+ * fd is not a regular file, or the file system refuses O_DIRECT: the caller
+ * then reads buffered through fd. The caller closes what it gets. */
+int pn_open_direct(int fd);
 
 #endif

@@ -1,3 +1,5 @@
+/* pn_error.c - setting a pn_error and the fixed text of each status (see
+ * pn_error.h). */
 #include "common/pn_error.h"
 
 #include <stdio.h>

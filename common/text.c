@@ -1,3 +1,5 @@
+/* text.c - names and messages from files made safe for a terminal and for
+ * JSON (see text.h). */
 #include "common/text.h"
 
 #include <stdbool.h>

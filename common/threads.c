@@ -1,3 +1,4 @@
+/* threads.c - the default thread count of a job (see threads.h). */
 #include "common/threads.h"
 
 #include <omp.h>

@@ -1,5 +1,8 @@
+/* compare.c - pn-compare: the KL and top-1 math, the child protocol with the
+ * llama.cpp harness (tools/llama), and the run that decodes each mix and
+ * compares its logits with the source's (see compare.h). */
 #include "hf/hf.h"
-#include "hf/hf_convert.h"
+#include "convert/convert.h"
 #include "io/source_open.h"
 #include "compare/compare.h"
 
@@ -18,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 #include "dequant/dequant.h"
 #include "quant/types.h"
 
@@ -117,13 +122,6 @@ void pn_compare_opts_init(pn_compare_opts *o)
 }
 
 /* ---- small helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool cancelled(const pn_compare_opts *o) { return o->cancel && *o->cancel; }
 
@@ -264,7 +262,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     st = gguf_reader_open(path, &r, err);
     if (st != PN_OK)
         return st;
-    const gguf_kv *fmt = gguf_reader_find_kv(r, "pn.format");
+    const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
     if (!fmt || fmt->type != GGUF_TYPE_STRING) {
         for (size_t i = 0; i < gguf_reader_n_tensors(r) && !fi->stock; i++)
             fi->stock = !pn_type_is_float(gguf_reader_tensor(r, i)->type);
@@ -281,7 +279,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
         snprintf(label, sizeof label, "stock %s", name ? name : "llama.cpp");
         fi->mix = strdup(label);
     } else {
-        const gguf_kv *mix = gguf_reader_find_kv(r, "pn.mix");
+        const gguf_kv *mix = gguf_reader_find_kv(r, PN_KEY_MIX);
         if (mix && mix->type == GGUF_TYPE_STRING)
             fi->mix = safe_dup(mix->v.str.data,
                                mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
@@ -769,7 +767,7 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
 static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f, pn_error *err)
 {
     const pn_compare_opts *o = R->o;
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     pn_status st = PN_OK;
     if (!stock) {
         if (o->progress)
@@ -873,7 +871,7 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
     f->kl_mean = sum / (double)n;
     f->kl_p99 = pn_compare_quantile(R->kl, n, 0.99);
     f->top1 = (double)agree / (double)n;
-    f->seconds = now_s() - t0;
+    f->seconds = pn_now_seconds() - t0;
     return PN_OK;
 }
 
@@ -913,8 +911,8 @@ static pn_status convert_source(const char *src, const char *path, pn_error *err
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, &ho, &m, err);
     if (st == PN_OK) {
-        pn_hf_convert_opts co = {0};
-        st = pn_hf_convert(m, path, &co, NULL, err);
+        pn_convert_opts co = {0};
+        st = pn_convert(m, src, path, &co, NULL, err);
     }
     pn_hf_close(m);
     return st;
@@ -923,7 +921,7 @@ static pn_status convert_source(const char *src, const char *path, pn_error *err
 pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_error *err)
 {
     memset(rep, 0, sizeof *rep);
-    double t0 = now_s();
+    double t0 = pn_now_seconds();
     if (!o->source_path || !o->script || !o->node || !o->tmp_dir || o->n_pn == 0 ||
         !o->pn_paths || o->threads < 1 || (o->text_path && (o->seq_len < 1 || o->max_seqs < 1)) ||
         !(o->decode_type == PN_TYPE_F32 || o->decode_type == PN_TYPE_F16 ||
@@ -1020,7 +1018,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         rep->n_positions = R.tokens.total;
         rep->from_text = o->text_path != NULL;
         rep->threads = o->threads;
-        rep->seconds = now_s() - t0;
+        rep->seconds = pn_now_seconds() - t0;
     } else {
         pn_compare_report_free(rep);
     }

@@ -22,10 +22,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/crc32.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "io/outset.h"
 #include "quant/kquants.h"
@@ -41,13 +43,6 @@ void pn_dequant_opts_init(pn_dequant_opts *o)
     memset(o, 0, sizeof *o);
     o->out_type = PN_TYPE_F32;
     o->chunk_bytes = (size_t)64 << 20;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static const char *type_name(int type)
@@ -76,7 +71,7 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
 {
     *cap = 0;
     *missing = false;
-    const gguf_kv *type = gguf_reader_find_kv(r, "pn.rotation.type");
+    const gguf_kv *type = gguf_reader_find_kv(r, PN_KEY_ROTATION_TYPE);
     if (!type) {
         *missing = true;
         return PN_OK;
@@ -92,7 +87,7 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
                             path, (int)(type->v.str.len > 64 ? 64 : type->v.str.len),
                             type->v.str.data);
     *cap = PN_HADAMARD_DEFAULT_CAP;
-    const gguf_kv *bs = gguf_reader_find_kv(r, "pn.rotation.block_size");
+    const gguf_kv *bs = gguf_reader_find_kv(r, PN_KEY_ROTATION_BLOCK_SIZE);
     if (!bs)
         return PN_OK;
     int64_t v = -1;
@@ -110,8 +105,8 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
  * own tensors' entries. */
 static bool is_per_tensor_key(gguf_str k)
 {
-    return gguf_str_eq(k, "pn.tensor_crc32") || gguf_str_eq(k, "pn.source.sample_crc32") ||
-           gguf_str_eq(k, "pn.source.tensor_crc32") || gguf_str_eq(k, "pn.source.type");
+    return gguf_str_eq(k, PN_KEY_TENSOR_CRC) || gguf_str_eq(k, PN_KEY_SOURCE_SAMPLE_CRC) ||
+           gguf_str_eq(k, PN_KEY_SOURCE_TENSOR_CRC) || gguf_str_eq(k, PN_KEY_SOURCE_TYPE);
 }
 
 /* A split input's per-tensor key `pn.X` as `pn_decoded.X`: the output's key
@@ -126,7 +121,7 @@ static pn_status copy_set_array(gguf_writer *w, const gguf_reader *r, gguf_str k
     if (!v)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory for %zu values", n);
     snprintf(in, sizeof in, "%.*s", (int)key.len, key.data);
-    snprintf(out, sizeof out, "pn_decoded.%s", in + 3);
+    snprintf(out, sizeof out, PN_KEY_DECODED_PREFIX "%s", in + PN_KEY_PREFIX_LEN);
     pn_status st = PN_OK;
     if (gguf_reader_per_tensor_u32(r, in, v, NULL) == PN_OK &&
         (st = gguf_writer_set_arr(w, out, GGUF_TYPE_UINT32, v, n)))
@@ -153,14 +148,14 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
                 return st;
             continue;
         }
-        if (kv->key.len >= 3 && memcmp(kv->key.data, "pn.", 3) == 0) {
-            /* "pn.X" -> "pn_decoded.X" */
+        if (kv->key.len >= PN_KEY_PREFIX_LEN && memcmp(kv->key.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0) {
+            /* pn.X -> pn_decoded.X */
             if (kv->key.len + 8 >= sizeof key)
                 return pn_error_set(err, PN_ERR_FORMAT, "key %.*s... is too long to rename", 64,
                                     kv->key.data);
             gguf_kv renamed = *kv;
-            int n = snprintf(key, sizeof key, "pn_decoded.%.*s", (int)(kv->key.len - 3),
-                             kv->key.data + 3);
+            int n = snprintf(key, sizeof key, PN_KEY_DECODED_PREFIX "%.*s",
+                             (int)(kv->key.len - PN_KEY_PREFIX_LEN), kv->key.data + PN_KEY_PREFIX_LEN);
             renamed.key.data = key;
             renamed.key.len = (uint64_t)n;
             st = gguf_writer_copy_kv(w, &renamed);
@@ -178,7 +173,7 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
     gguf_split_remove_keys(w);
     st = gguf_writer_set_u32(w, "general.file_type", ftype);
     if (!st && has_pn)
-        st = gguf_writer_set_bool(w, "pn_decoded.rotation_undone", undone);
+        st = gguf_writer_set_bool(w, PN_KEY_DECODED_ROTATION_UNDONE, undone);
     if (st)
         return pn_error_set(err, st, "setting the output keys: %s", pn_strerror(st));
     return PN_OK;
@@ -358,13 +353,13 @@ typedef struct stream {
 static pn_status read_tensor_crcs(const gguf_reader *r, uint32_t **out, pn_error *err)
 {
     *out = NULL;
-    if (!gguf_reader_find_kv(r, "pn.tensor_crc32"))
+    if (!gguf_reader_find_kv(r, PN_KEY_TENSOR_CRC))
         return PN_OK;
     const size_t nt = gguf_reader_n_tensors(r);
     uint32_t *crc = calloc(nt ? nt : 1, sizeof *crc);
     if (!crc)
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", gguf_reader_name(r));
-    pn_status st = gguf_reader_per_tensor_u32(r, "pn.tensor_crc32", crc, err);
+    pn_status st = gguf_reader_per_tensor_u32(r, PN_KEY_TENSOR_CRC, crc, err);
     if (st) {
         free(crc);
         return st;
@@ -550,6 +545,51 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
     return PN_OK;
 }
 
+/* Tensor i's job: its types, sizes, rotation block and segment; counted in
+ * stats as PN, copied or stock. Refuses a tensor too large to decode or of a
+ * type this build cannot decode. */
+static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_type, int use_cap,
+                             const char *in_path, pn_dequant_stats *stats, bool *has_pn,
+                             pn_error *err)
+{
+    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
+    const pn_type_traits *tt = pn_type_traits_get(ti->type);
+    j->r = r;
+    j->index = i;
+    j->ti = ti;
+    j->in_type = ti->type;
+    j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : out_type;
+    j->K = ti->ne[0];
+    j->bw = tt->block_weights;
+    j->bb = tt->block_bytes;
+    j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
+    if (!pn_weight_count(ti->ne, &j->n) || j->n > INT64_MAX / j->out_es)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "%s: tensor '%s': shape %lld x %lld x %lld x %lld holds too many "
+                            "weights to decode (more than 2^63 - 1 output bytes)",
+                            in_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1],
+                            (long long)ti->ne[2], (long long)ti->ne[3]);
+    if (pn_type_is_pn(ti->type)) {
+        *has_pn = true;
+        stats->n_pn++;
+        if (use_cap > 0) {
+            j->B = pn_hadamard_block_size(j->K, use_cap);
+            stats->rotation_undone = true;
+        }
+    } else if (j->in_type == j->out_type) {
+        stats->n_copied++;
+    } else if (pn_stock_type_supported(ti->type)) {
+        stats->n_stock++;
+    } else {
+        return pn_error_set(err, PN_ERR_TYPE,
+                            "%s: tensor '%s' has type %s, which this build cannot decode",
+                            in_path, ti->name, type_name(ti->type));
+    }
+    j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
+    j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+    return PN_OK;
+}
+
 pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_dequant_opts *opts,
                           pn_dequant_stats *stats, pn_error *err)
 {
@@ -564,7 +604,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     if (!stats)
         stats = &sdummy;
     memset(stats, 0, sizeof *stats);
-    const double t0 = now_seconds();
+    const double t0 = pn_now_seconds();
     if (o.out_type != PN_TYPE_F32 && o.out_type != PN_TYPE_F16 && o.out_type != PN_TYPE_BF16)
         return pn_error_set(err, PN_ERR_USAGE, "output type %s: expected f32, f16 or bf16",
                             type_name(o.out_type));
@@ -603,43 +643,8 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     for (size_t i = 0; i < nt; i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         tjob *j = &jobs[i];
-        const pn_type_traits *tt = pn_type_traits_get(ti->type);
-        j->r = r;
-        j->index = i;
-        j->ti = ti;
-        j->in_type = ti->type;
-        j->out_type = ti->type == PN_TYPE_F32 ? PN_TYPE_F32 : o.out_type;
-        j->K = ti->ne[0];
-        j->bw = tt->block_weights;
-        j->bb = tt->block_bytes;
-        j->out_es = j->out_type == PN_TYPE_F32 ? 4 : 2;
-        if (!pn_weight_count(ti->ne, &j->n) || j->n > INT64_MAX / j->out_es) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              "%s: tensor '%s': shape %lld x %lld x %lld x %lld holds too many "
-                              "weights to decode (more than 2^63 - 1 output bytes)",
-                              in_path, ti->name, (long long)ti->ne[0], (long long)ti->ne[1],
-                              (long long)ti->ne[2], (long long)ti->ne[3]);
+        if ((st = plan_tensor(j, r, i, o.out_type, use_cap, in_path, stats, &has_pn, err)))
             goto done;
-        }
-        if (pn_type_is_pn(ti->type)) {
-            has_pn = true;
-            stats->n_pn++;
-            if (use_cap > 0) {
-                j->B = pn_hadamard_block_size(j->K, use_cap);
-                stats->rotation_undone = true;
-            }
-        } else if (j->in_type == j->out_type) {
-            stats->n_copied++;
-        } else if (pn_stock_type_supported(ti->type)) {
-            stats->n_stock++;
-        } else {
-            st = pn_error_set(err, PN_ERR_TYPE,
-                              "%s: tensor '%s' has type %s, which this build cannot decode",
-                              in_path, ti->name, type_name(ti->type));
-            goto done;
-        }
-        j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
-        j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
         if (j->seg > seg_max)
             seg_max = j->seg;
         out_types[i] = j->out_type;
@@ -706,6 +711,6 @@ done:
     free(jobs);
     free(want_crc);
     gguf_reader_close(r);
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = pn_now_seconds() - t0;
     return st;
 }

@@ -7,8 +7,8 @@
  * and tensor order are the input's, so stock llama.cpp tools load the result.
  *
  * Metadata: every key is copied, except
- *   - "pn.X" is written as "pn_decoded.X" (the weights are no longer PN),
- *     and "pn_decoded.rotation_undone" (bool) says whether the rotation was
+ *   - pn.X is written as pn_decoded.X (the weights are no longer PN),
+ *     and pn_decoded.rotation_undone (bool) says whether the rotation was
  *     undone;
  *   - general.quantization_version is removed (nothing is quantized);
  *   - general.file_type is set (u32) to llama.cpp's id of the float type:

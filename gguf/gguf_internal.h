@@ -1,5 +1,5 @@
-/* gguf_internal.h - what gguf_reader.c and gguf_split.c share; not for
- * callers outside gguf/.
+/* gguf_internal.h - what gguf_reader.c, gguf_data.c and gguf_split.c share;
+ * not for callers outside gguf/.
  *
  * A reader is either one file (splits == NULL) or a split set: then it owns
  * one single-file reader per split (splits[0] the first, whose keys are the
@@ -11,6 +11,8 @@
  */
 #ifndef PN_GGUF_INTERNAL_H
 #define PN_GGUF_INTERNAL_H
+
+#include <sys/types.h>
 
 #include "gguf/gguf.h"
 
@@ -61,6 +63,24 @@ pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_r
  * and *out is NULL. */
 pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out,
                                pn_error *err);
+
+/* The reader whose file holds the set's file-level data: the first split of
+ * a set, else the reader itself. */
+static inline const gguf_reader *gguf_file_of_(const gguf_reader *r)
+{
+    return r->splits ? r->splits[0] : r;
+}
+
+/* The reader of the file that holds tensor info ti (of reader r). */
+static inline const gguf_reader *gguf_file_of_tensor_(const gguf_reader *r,
+                                                      const gguf_tensor_info *ti)
+{
+    return r->splits ? r->splits[ti->split] : r;
+}
+
+/* pread until n bytes are in or the file ends; returns the bytes read, or -1
+ * with errno set (gguf_reader.c; the header and the data are read with it). */
+ssize_t gguf_pread_full_(int fd, void *dst, size_t n, uint64_t at);
 
 /* The file offset of key kv's length field in r's file. */
 uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv);

@@ -5,8 +5,9 @@
  * checks that need everything at once: duplicate keys and names (by sorting),
  * every tensor's bytes inside the file, and no two tensors overlapping (by
  * sorting offsets). Tensor data is not read at open: callers copy it out
- * with gguf_reader_read_tensor (pread), so a file that shrinks while it is
- * being read gives an error naming it, never a SIGBUS from a mapping.
+ * with gguf_reader_read_tensor (pread; gguf_data.c, with the direct reads),
+ * so a file that shrinks while it is being read gives an error naming it,
+ * never a SIGBUS from a mapping.
  *
  * A file's header is read into memory with pread, never mapped: the buffer
  * starts with the first min(file size, 16 MiB) bytes and, when the parser
@@ -820,9 +821,7 @@ static pn_status open_memory(const void *data, size_t size, const char *name, bo
     return PN_OK;
 }
 
-/* pread until n bytes are in or the file ends; returns the bytes read, or -1
- * with errno set. */
-static ssize_t pread_full(int fd, void *dst, size_t n, uint64_t at)
+ssize_t gguf_pread_full_(int fd, void *dst, size_t n, uint64_t at)
 {
     size_t done = 0;
     while (done < n) {
@@ -878,7 +877,7 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t 
         r->owned = buf;
         r->base = buf;
         if (want > r->avail) {
-            ssize_t k = pread_full(fd, buf + r->avail, (size_t)(want - r->avail), r->avail);
+            ssize_t k = gguf_pread_full_(fd, buf + r->avail, (size_t)(want - r->avail), r->avail);
             if (k < 0) {
                 int e = errno;
                 gguf_reader_close(r);
@@ -1048,318 +1047,33 @@ pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *n
 bool gguf_reader_is_virtual(const gguf_reader *r) { return r && !r->splits && r->virt; }
 
 /* ------------------------------------------------------------------ */
-/* Reading tensor data                                                 */
-
-/* The reader whose file holds the set's file-level data: the first split of
- * a set, else the reader itself. */
-static const gguf_reader *file_of(const gguf_reader *r) { return r->splits ? r->splits[0] : r; }
-
-/* The reader of the file that holds tensor info ti (of reader r). */
-static const gguf_reader *file_of_tensor(const gguf_reader *r, const gguf_tensor_info *ti)
-{
-    return r->splits ? r->splits[ti->split] : r;
-}
-
-pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
-                              pn_error *err)
-{
-    r = file_of(r);
-    uint64_t end;
-    if (r->virt && !__builtin_add_overflow(at, (uint64_t)n, &end) && end > r->avail)
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: bytes [%llu, %llu) are tensor data of a virtual reader: read "
-                            "them by tensor", r->name, (unsigned long long)at,
-                            (unsigned long long)end);
-    if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > r->size)
-        return pn_error_set(err, PN_ERR_TRUNCATED,
-                            "%s: bytes [%llu, %llu) lie past the end of the file (%llu bytes)",
-                            r->name, (unsigned long long)at, (unsigned long long)at + n,
-                            (unsigned long long)r->size);
-    if (r->fd < 0) {
-        if (n)
-            memcpy(dst, r->base + at, n);
-        return PN_OK;
-    }
-    ssize_t k = pread_full(r->fd, dst, n, at);
-    if (k < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot read %zu bytes at byte %llu: %s",
-                            r->name, n, (unsigned long long)at, strerror(errno));
-    if ((size_t)k < n) {
-        struct stat sb;
-        long long now = fstat(r->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-        return pn_error_set(err, PN_ERR_TRUNCATED,
-                            "%s: the file changed or shrank during the run: it was %llu bytes "
-                            "when opened and is now %lld; reading %zu bytes at byte %llu got "
-                            "only %zd",
-                            r->name, (unsigned long long)r->size, now, n,
-                            (unsigned long long)at, k);
-    }
-    return PN_OK;
-}
-
-/* The file offset of tensor i's bytes [off, off + n), checked to lie in the
- * tensor (PN_ERR_USAGE) and not to overflow (PN_ERR_TRUNCATED), and the
- * reader of the file (the split) that holds them. */
-static pn_status tensor_range(const gguf_reader *r, size_t i, uint64_t off, size_t n,
-                              uint64_t *at_out, const gguf_reader **file_out, pn_error *err)
-{
-    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
-    if (!ti)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: no tensor %zu", file_of(r)->name, i);
-    const gguf_reader *f = file_of_tensor(r, ti);
-    uint64_t end;
-    if (__builtin_add_overflow(off, (uint64_t)n, &end) || end > ti->size)
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: tensor %s: bytes [%llu, %llu) are outside its %llu bytes",
-                            f->name, ti->name, (unsigned long long)off,
-                            (unsigned long long)off + n, (unsigned long long)ti->size);
-    uint64_t at;
-    if (__builtin_add_overflow(f->data_offset, ti->offset, &at) ||
-        __builtin_add_overflow(at, off, &at))
-        return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
-                            f->name, ti->name);
-    *at_out = at;
-    *file_out = f;
-    return PN_OK;
-}
-
-pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
-                                  size_t n, pn_error *err)
-{
-    uint64_t at = 0;
-    const gguf_reader *f = NULL;
-    pn_status st = tensor_range(r, i, off, n, &at, &f, err);
-    if (st != PN_OK)
-        return st;
-    if (f->virt)
-        return f->prov.read(f->prov.ctx, i, off, dst, n, err);
-    st = gguf_reader_read_at(f, at, dst, n, err);
-    if (st != PN_OK)
-        pn_error_prefix(err, "tensor %s", gguf_reader_tensor(r, i)->name);
-    return st;
-}
-
-void gguf_reader_advise(const gguf_reader *r, uint64_t at, uint64_t n, bool willneed)
-{
-    r = file_of(r);
-    if (r->fd < 0 || at >= r->size)
-        return;
-    if (n > r->size - at)
-        n = r->size - at;
-    (void)posix_fadvise(r->fd, (off_t)at, (off_t)n,
-                        willneed ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
-}
-
-void gguf_reader_advise_tensor(const gguf_reader *r, size_t i, uint64_t off, uint64_t n,
-                               bool willneed)
-{
-    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
-    if (!ti || off >= ti->size)
-        return;
-    const gguf_reader *f = file_of_tensor(r, ti);
-    uint64_t at;
-    if (n > ti->size - off)
-        n = ti->size - off;
-    if (__builtin_add_overflow(f->data_offset, ti->offset, &at) ||
-        __builtin_add_overflow(at, off, &at))
-        return;
-    gguf_reader_advise(f, at, n, willneed);
-}
-
-uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
-{
-    const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
-    if (!ti)
-        return 0;
-    uint64_t at;
-    if (__builtin_add_overflow(file_of_tensor(r, ti)->data_offset, ti->offset, &at))
-        return UINT64_MAX;
-    return at;
-}
-
-/* ------------------------------------------------------------------ */
-/* Direct reads (O_DIRECT)                                             */
-
-/* Offsets, lengths and the buffer of a direct read are multiples of this:
- * the logical block size of every common device (512 or 4096). A device
- * that wants more refuses the read (EINVAL), and the handle falls back. */
-#define DIRECT_ALIGN ((uint64_t)4096)
-
-struct gguf_direct {
-    const gguf_reader *r;       /* the reader (a set's, or one file's) */
-    const gguf_reader *file;    /* the file the descriptor and window are of */
-    int fd;                     /* that file opened with O_DIRECT, or -1: buffered */
-    uint8_t *buf;               /* DIRECT_ALIGN-aligned, cap bytes */
-    size_t cap, max_bytes;
-    /* direct reads: buf holds bytes [win_at, win_at + win_len) of `file` */
-    uint64_t win_at, win_len;
-};
-
-/* File f opened again with O_DIRECT, by its descriptor's /proc link (a new
- * open file description: O_DIRECT must not reach the reader's own
- * descriptor), checked to be the same inode; -1 where /proc or O_DIRECT is
- * missing, or f is a memory reader (reads then stay buffered). */
-static int open_direct(const gguf_reader *f)
-{
-    if (f->fd < 0)
-        return -1;
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
-    int fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    struct stat a, b;
-    if (fd >= 0 && fstat(fd, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino && S_ISREG(a.st_mode))
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
-}
-
-pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
-                           pn_error *err)
-{
-    *out = NULL;
-    gguf_direct *d = calloc(1, sizeof *d);
-    size_t cap = (max_bytes + 2 * DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN + DIRECT_ALIGN;
-    void *buf = NULL;
-    if (!d || max_bytes > SIZE_MAX / 2 || posix_memalign(&buf, DIRECT_ALIGN, cap) != 0) {
-        free(d);
-        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for a read buffer of %zu bytes",
-                            file_of(r)->name, max_bytes);
-    }
-    d->r = r;
-    d->buf = buf;
-    d->cap = cap;
-    d->max_bytes = max_bytes;
-    d->file = file_of(r); /* a set's reads start in its first file */
-    d->fd = open_direct(d->file);
-    *out = d;
-    return PN_OK;
-}
-
-void gguf_direct_close(gguf_direct *d)
-{
-    if (!d)
-        return;
-    if (d->fd >= 0)
-        close(d->fd);
-    free(d->buf);
-    free(d);
-}
-
-bool gguf_direct_is_direct(const gguf_direct *d) { return d && d->fd >= 0; }
-
-/* Reads bytes [a0, a0 + len) with O_DIRECT into d->buf until at least
- * `need` are in, and makes them the window; false when it could not (an
- * error, EINVAL included, or the file ends first; the window is then
- * empty), errno set where there was one. */
-static bool direct_pread(gguf_direct *d, uint64_t a0, size_t len, size_t need)
-{
-    d->win_len = 0;
-    size_t done = 0;
-    errno = 0;
-    while (done < need) {
-        ssize_t k = pread(d->fd, d->buf + done, len - done, (off_t)(a0 + done));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return false;
-        done += (size_t)k;
-        if (done < need && done % DIRECT_ALIGN != 0)
-            return false; /* a short read inside the file: the next would be unaligned */
-    }
-    d->win_at = a0;
-    d->win_len = done;
-    return true;
-}
-
-pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
-                                  const uint8_t **data, pn_error *err)
-{
-    if (n > d->max_bytes)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: a direct read of %zu bytes, at most %zu",
-                            file_of(d->r)->name, n, d->max_bytes);
-    uint64_t at = 0;
-    const gguf_reader *f = NULL;
-    pn_status st = tensor_range(d->r, i, off, n, &at, &f, err);
-    if (st != PN_OK)
-        return st;
-    if (f != d->file) {
-        /* the next split's file of a set: its own descriptor and window
-         * (reads in order change files once per split). A file system that
-         * refused O_DIRECT for the last file is asked again for this one. */
-        if (d->fd >= 0)
-            close(d->fd);
-        d->file = f;
-        d->fd = open_direct(f);
-        d->win_len = 0;
-    }
-    if (d->fd >= 0 && n > 0 && at + n <= f->size) {
-        if (at >= d->win_at && at + n <= d->win_at + d->win_len) {
-            *data = d->buf + (at - d->win_at); /* read with an earlier request */
-            return PN_OK;
-        }
-        /* a whole buffer from the aligned offset at or below `at` (small
-         * tensors read in order then take one read for many), its end
-         * past the end of the file when that is not aligned (the read
-         * stops there) */
-        const uint64_t a0 = at / DIRECT_ALIGN * DIRECT_ALIGN;
-        const uint64_t file_end = (f->size + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-        const size_t len = file_end - a0 < d->cap ? (size_t)(file_end - a0) : d->cap;
-        if (direct_pread(d, a0, len, (size_t)(at + n - a0))) {
-            *data = d->buf + (at - a0);
-            return PN_OK;
-        }
-        if (errno == EINVAL) {
-            /* the file system (or this range) refuses O_DIRECT: buffered for the rest of this file */
-            close(d->fd);
-            d->fd = -1;
-        }
-        /* otherwise (an error, or the file ended early) the buffered read
-         * below says what happened, in the reader's words */
-    }
-    d->win_len = 0;
-    if (f->virt) {
-        st = f->prov.read(f->prov.ctx, i, off, d->buf, n, err);
-        if (st == PN_OK)
-            *data = d->buf;
-        return st;
-    }
-    st = gguf_reader_read_at(f, at, d->buf, n, err);
-    if (st != PN_OK)
-        return pn_error_prefix(err, "tensor %s", gguf_reader_tensor(d->r, i)->name);
-    *data = d->buf;
-    return PN_OK;
-}
-
-/* ------------------------------------------------------------------ */
 /* Accessors                                                           */
 
-const char *gguf_reader_name(const gguf_reader *r) { return file_of(r)->name; }
-int gguf_reader_fd(const gguf_reader *r) { return file_of(r)->fd; }
-const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return file_of(r)->base; }
-uint32_t gguf_reader_version(const gguf_reader *r) { return file_of(r)->version; }
-uint64_t gguf_reader_file_size(const gguf_reader *r) { return file_of(r)->size; }
-uint64_t gguf_reader_alignment(const gguf_reader *r) { return file_of(r)->alignment; }
-uint64_t gguf_reader_data_offset(const gguf_reader *r) { return file_of(r)->data_offset; }
-size_t gguf_reader_n_kv(const gguf_reader *r) { return file_of(r)->n_kv; }
+const char *gguf_reader_name(const gguf_reader *r) { return gguf_file_of_(r)->name; }
+int gguf_reader_fd(const gguf_reader *r) { return gguf_file_of_(r)->fd; }
+const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return gguf_file_of_(r)->base; }
+uint32_t gguf_reader_version(const gguf_reader *r) { return gguf_file_of_(r)->version; }
+uint64_t gguf_reader_file_size(const gguf_reader *r) { return gguf_file_of_(r)->size; }
+uint64_t gguf_reader_alignment(const gguf_reader *r) { return gguf_file_of_(r)->alignment; }
+uint64_t gguf_reader_data_offset(const gguf_reader *r) { return gguf_file_of_(r)->data_offset; }
+size_t gguf_reader_n_kv(const gguf_reader *r) { return gguf_file_of_(r)->n_kv; }
 size_t gguf_reader_n_tensors(const gguf_reader *r) { return r->n_tensors; }
-uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return file_of(r)->avail; }
+uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return gguf_file_of_(r)->avail; }
 
 uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv)
 {
-    return key_offset(file_of(r), kv);
+    return key_offset(gguf_file_of_(r), kv);
 }
 
 const gguf_kv *gguf_reader_kv(const gguf_reader *r, size_t i)
 {
-    r = file_of(r);
+    r = gguf_file_of_(r);
     return i < r->n_kv ? &r->kvs[i] : NULL;
 }
 
 const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key)
 {
-    r = file_of(r);
+    r = gguf_file_of_(r);
     if (!key)
         return NULL;
     gguf_str want = {strlen(key), key};
@@ -1437,7 +1151,7 @@ const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i)
     const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
     if (!ti)
         return NULL;
-    const gguf_reader *f = file_of_tensor(r, ti);
+    const gguf_reader *f = gguf_file_of_tensor_(r, ti);
     uint64_t start, end;
     if (__builtin_add_overflow(f->data_offset, ti->offset, &start) ||
         __builtin_add_overflow(start, ti->size, &end) || end > f->avail)

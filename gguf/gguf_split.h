@@ -32,6 +32,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 
 #define GGUF_SPLIT_KEY_NO "split.no"
 #define GGUF_SPLIT_KEY_COUNT "split.count"
@@ -45,7 +46,7 @@
  * (the number of splits, where each starts). The same options and source
  * give the same identity in every process (--split-index). The reader
  * refuses a set whose splits disagree (gguf_split_check_set_ids). */
-#define GGUF_SPLIT_KEY_SET_ID "pn.split.set_fnv1a64"
+#define GGUF_SPLIT_KEY_SET_ID PN_KEY_SPLIT_SET_ID
 /* split.count is a uint16; split.tensors.count an int32. */
 #define GGUF_SPLIT_MAX_COUNT 65535u
 #define GGUF_SPLIT_MAX_SET_TENSORS 2147483647ull

@@ -16,11 +16,16 @@
  *   ABORTED     the temporary file is gone.
  * Any failure after begin aborts, so a failed writer never leaves a file.
  *
+ * The writers of a split set are derived from a model writer in
+ * gguf_writer_split.c (the structures both use: gguf_writer_internal.h).
+ *
  * Output goes through one 4 MiB buffer, so many small writes cost one system
  * call per 4 MiB and memory stays flat however large the model is.
  */
+#include "common/hash.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
+#include "gguf/gguf_writer_internal.h"
 
 #include "quant/types.h"
 
@@ -32,116 +37,23 @@
 
 #define WRITE_BUFFER_BYTES (4u << 20)
 
-typedef struct writer_kv {
-    char *key;             /* NULL once removed (the slot keeps the order) */
-    gguf_value_type type;
-    uint8_t *val;          /* serialized value, as on disk after the type */
-    uint64_t val_len;
-    uint64_t val_offset;   /* file offset of val once the header is written */
-} writer_kv;
-
-typedef struct writer_tensor {
-    char *name;
-    uint32_t n_dims;
-    int64_t ne[GGUF_MAX_DIMS];
-    int type;
-    uint64_t size;
-    uint64_t offset;       /* in the data section, assigned by begin */
-} writer_tensor;
-
-typedef enum writer_state {
-    W_COLLECTING,
-    W_OPEN,
-    W_CLOSED,
-    W_COMMITTED,
-    W_ABORTED,
-} writer_state;
-
-/* Open addressing with linear probing over item indices; the names live
- * in the items. The hash is seeded per writer, so names crafted to collide
- * cannot make the table quadratic. */
-typedef struct index_slot {
-    uint64_t hash;
-    size_t item;           /* item index + 1; 0 = empty */
-} index_slot;
-
-typedef struct name_index {
-    index_slot *slots;
-    size_t cap;            /* a power of two, or 0 */
-    size_t used;
-} name_index;
-
-struct gguf_writer {
-    writer_kv *kvs;        /* in order of insertion, removed ones included */
-    size_t n_kv_slots, cap_kv, n_kv;
-    writer_tensor *tensors;
-    size_t n_tensors, cap_tensors;
-    name_index kv_index, tensor_index;
-    uint64_t seed;
-    pn_error last_error;   /* of the last refused set/copy */
-
-    writer_state state;
-    char *target;
-    pn_outfile_opts out_opts;
-    pn_outfile *out;       /* from begin until free */
-    uint64_t alignment;
-
-    uint8_t *buf;
-    size_t buf_len;
-    uint64_t flushed;      /* bytes already in the file = file offset of buf[0] */
-    uint64_t data_start;
-    size_t cur;            /* tensor being streamed */
-    uint64_t cur_done;     /* its bytes received so far */
-};
-
 static void store_le(uint8_t *p, uint64_t v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    return x ^ (x >> 32);
-}
-
-/* The hash seed: unknown to whoever made the input (the writer's address
- * under ASLR and the clock), and of no effect on the output. */
-static uint64_t writer_seed(const void *p)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)p);
-}
-
 gguf_writer *gguf_writer_new(void)
 {
     gguf_writer *w = calloc(1, sizeof *w);
     if (w)
-        w->seed = writer_seed(w);
+        w->seed = pn_hash_seed(w);   /* of no effect on the output */
     return w;
 }
 
 /* ------------------------------------------------------------------ */
 /* Name index                                                          */
 
-
-static uint64_t hash_name(const char *s, size_t n, uint64_t seed)
-{
-    uint64_t h = mix64(seed ^ (uint64_t)n);
-    for (; n >= 8; s += 8, n -= 8) {
-        uint64_t v;
-        memcpy(&v, s, 8);
-        h = mix64(h ^ v);
-    }
-    uint64_t v = 0;
-    memcpy(&v, s, n);
-    return mix64(h ^ v ^ 0x9e3779b97f4a7c15ull);
-}
 
 typedef const char *(*item_name_fn)(const gguf_writer *w, size_t item);
 
@@ -166,7 +78,7 @@ static long index_find(const gguf_writer *w, const name_index *x, item_name_fn n
 {
     if (!x->cap)
         return -1;
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t s = index_probe(w, x, name_of, name, h);
     return x->slots[s].item ? (long)(x->slots[s].item - 1) : -1;
 }
@@ -197,7 +109,7 @@ static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
 {
     if ((x->used + 1) * 2 > x->cap && !index_grow(x))
         return false;
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t s = index_probe(w, x, name_of, name, h);
     x->slots[s].hash = h;
     x->slots[s].item = item + 1;
@@ -210,7 +122,7 @@ static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
 static void index_remove(const gguf_writer *w, name_index *x, item_name_fn name_of,
                          const char *name)
 {
-    uint64_t h = hash_name(name, strlen(name), w->seed);
+    uint64_t h = pn_hash_seeded(name, strlen(name), w->seed);
     size_t mask = x->cap - 1;
     size_t i = index_probe(w, x, name_of, name, h);
     if (!x->slots[i].item)
@@ -234,7 +146,7 @@ static void index_remove(const gguf_writer *w, name_index *x, item_name_fn name_
 /* ------------------------------------------------------------------ */
 /* Keys                                                                */
 
-static writer_kv *find_kv(const gguf_writer *w, const char *key)
+writer_kv *gguf_writer_find_kv_(const gguf_writer *w, const char *key)
 {
     long i = index_find(w, &w->kv_index, kv_name, key);
     return i < 0 ? NULL : &w->kvs[i];
@@ -272,8 +184,8 @@ static pn_status check_key(gguf_writer *w, const char *key, uint64_t len)
 
 /* Stores a serialized value under key, replacing an existing one in place.
  * Takes ownership of val (NULL means out of memory). */
-static pn_status put_kv(gguf_writer *w, const char *key, gguf_value_type type, uint8_t *val,
-                        uint64_t len)
+pn_status gguf_writer_put_kv_(gguf_writer *w, const char *key, gguf_value_type type,
+                              uint8_t *val, uint64_t len)
 {
     if (!w || !key || w->state != W_COLLECTING) {
         free(val);
@@ -287,7 +199,7 @@ static pn_status put_kv(gguf_writer *w, const char *key, gguf_value_type type, u
     }
     if (!val)
         return refuse(w, PN_ERR_NOMEM, "out of memory for key '%s'", key);
-    writer_kv *kv = find_kv(w, key);
+    writer_kv *kv = gguf_writer_find_kv_(w, key);
     if (!kv) {
         if (w->n_kv_slots == w->cap_kv) {
             size_t nc = w->cap_kv ? w->cap_kv * 2 : 32;
@@ -329,7 +241,7 @@ static pn_status put_scalar(gguf_writer *w, const char *key, gguf_value_type typ
     uint8_t *val = malloc(n);
     if (val)
         store_le(val, bits, n);
-    return put_kv(w, key, type, val, n);
+    return gguf_writer_put_kv_(w, key, type, val, n);
 }
 
 pn_status gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v)
@@ -395,7 +307,7 @@ pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, 
         if (len)
             memcpy(val + 8, v, len);
     }
-    return put_kv(w, key, GGUF_TYPE_STRING, val, 8 + len);
+    return gguf_writer_put_kv_(w, key, GGUF_TYPE_STRING, val, 8 + len);
 }
 
 pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
@@ -406,8 +318,8 @@ pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 }
 
 /* An array value: element type, count, then `bytes` bytes of elements. */
-static pn_status put_array(gguf_writer *w, const char *key, gguf_value_type et, uint64_t count,
-                           const void *elems, uint64_t bytes)
+pn_status gguf_writer_put_array_(gguf_writer *w, const char *key, gguf_value_type et,
+                                 uint64_t count, const void *elems, uint64_t bytes)
 {
     if (bytes > SIZE_MAX - 12)
         return refuse(w, PN_ERR_NOMEM, "key '%s': an array of %llu bytes", key,
@@ -419,7 +331,7 @@ static pn_status put_array(gguf_writer *w, const char *key, gguf_value_type et, 
         if (bytes)
             memcpy(val + 12, elems, bytes);
     }
-    return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
+    return gguf_writer_put_kv_(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
 }
 
 pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type elem_type,
@@ -432,7 +344,7 @@ pn_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_value_type e
     if (count > UINT64_MAX / es)
         return refuse(w, PN_ERR_NOMEM, "key '%s': an array of %llu elements", key,
                       (unsigned long long)count);
-    return put_array(w, key, elem_type, count, data, count * es);
+    return gguf_writer_put_array_(w, key, elem_type, count, data, count * es);
 }
 
 pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v,
@@ -453,7 +365,7 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
                       (unsigned long long)bytes);
     uint8_t *val = malloc(12 + bytes);
     if (!val)
-        return put_kv(w, key, GGUF_TYPE_ARRAY, NULL, 0);
+        return gguf_writer_put_kv_(w, key, GGUF_TYPE_ARRAY, NULL, 0);
     store_le(val, GGUF_TYPE_STRING, 4);
     store_le(val + 4, count, 8);
     uint8_t *p = val + 12;
@@ -463,7 +375,7 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
         memcpy(p + 8, v[i], n);
         p += 8 + n;
     }
-    return put_kv(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
+    return gguf_writer_put_kv_(w, key, GGUF_TYPE_ARRAY, val, 12 + bytes);
 }
 
 pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
@@ -504,7 +416,7 @@ pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
             (kv->arr_bytes && !kv->arr_data))
             st = refuse(w, PN_ERR_USAGE, "key '%s': an array whose sizes do not agree", key);
         else
-            st = put_array(w, key, kv->arr_type, kv->arr_count, kv->arr_data, kv->arr_bytes);
+            st = gguf_writer_put_array_(w, key, kv->arr_type, kv->arr_count, kv->arr_data, kv->arr_bytes);
     } else {
         st = refuse(w, PN_ERR_USAGE, "key '%s': unknown value type %d", key, (int)kv->type);
     }
@@ -522,7 +434,7 @@ void gguf_writer_remove_kv(gguf_writer *w, const char *key)
 {
     if (!w || !key || w->state != W_COLLECTING)
         return;
-    writer_kv *kv = find_kv(w, key);
+    writer_kv *kv = gguf_writer_find_kv_(w, key);
     if (!kv)
         return;
     index_remove(w, &w->kv_index, kv_name, key);
@@ -534,7 +446,7 @@ void gguf_writer_remove_kv(gguf_writer *w, const char *key)
 
 bool gguf_writer_has_kv(const gguf_writer *w, const char *key)
 {
-    return w && key && find_kv(w, key) != NULL;
+    return w && key && gguf_writer_find_kv_(w, key) != NULL;
 }
 
 size_t gguf_writer_n_kv(const gguf_writer *w) { return w ? w->n_kv : 0; }
@@ -717,9 +629,9 @@ static uint64_t unsigned_value(const writer_kv *kv)
 }
 
 /* general.alignment if set, else the default; 0 if the key is unusable. */
-static uint64_t alignment_of(const gguf_writer *w)
+uint64_t gguf_writer_alignment_of_(const gguf_writer *w)
 {
-    const writer_kv *kv = find_kv(w, "general.alignment");
+    const writer_kv *kv = gguf_writer_find_kv_(w, "general.alignment");
     if (!kv)
         return GGUF_DEFAULT_ALIGNMENT;
     if (!is_unsigned_int(kv->type))
@@ -730,10 +642,10 @@ static uint64_t alignment_of(const gguf_writer *w)
 
 static pn_status choose_alignment(gguf_writer *w, pn_error *err)
 {
-    w->alignment = alignment_of(w);
+    w->alignment = gguf_writer_alignment_of_(w);
     if (w->alignment)
         return PN_OK;
-    const writer_kv *kv = find_kv(w, "general.alignment");
+    const writer_kv *kv = gguf_writer_find_kv_(w, "general.alignment");
     if (!is_unsigned_int(kv->type))
         return pn_error_set(err, PN_ERR_ALIGNMENT,
                             "%s: key 'general.alignment' has type %s, expected uint32",
@@ -756,7 +668,7 @@ static uint64_t header_bytes(const gguf_writer *w)
     return n;
 }
 
-uint64_t gguf_writer_alignment(const gguf_writer *w) { return w ? alignment_of(w) : 0; }
+uint64_t gguf_writer_alignment(const gguf_writer *w) { return w ? gguf_writer_alignment_of_(w) : 0; }
 
 uint64_t gguf_writer_data_offset(const gguf_writer *w)
 {
@@ -982,7 +894,7 @@ pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *dat
 {
     if (!w || !key || (count && !data))
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: patch_arr needs a key and data");
-    writer_kv *kv = find_kv(w, key);
+    writer_kv *kv = gguf_writer_find_kv_(w, key);
     if (!kv || kv->type != GGUF_TYPE_ARRAY)
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: no array key '%s' to patch", key);
     gguf_value_type et = (gguf_value_type)(kv->val[0] | kv->val[1] << 8 | kv->val[2] << 16 |
@@ -1123,183 +1035,4 @@ void gguf_writer_free(gguf_writer *w)
     free(w->target);
     free(w->buf);
     free(w);
-}
-
-/* ------------------------------------------------------------------ */
-/* Writers of the splits of a set (gguf/gguf_split.h)                  */
-
-uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i)
-{
-    return w && i < w->n_tensors ? w->tensors[i].size : 0;
-}
-
-static bool is_split_key(const char *key)
-{
-    return strcmp(key, GGUF_SPLIT_KEY_NO) == 0 || strcmp(key, GGUF_SPLIT_KEY_COUNT) == 0 ||
-           strcmp(key, GGUF_SPLIT_KEY_TENSORS_COUNT) == 0 ||
-           strcmp(key, GGUF_SPLIT_KEY_SET_ID) == 0;
-}
-
-static bool is_named(const char *key, const char *const *names, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (names[i] && strcmp(key, names[i]) == 0)
-            return true;
-    return false;
-}
-
-/* The element type and count of a serialized array value. */
-static void array_shape(const writer_kv *kv, gguf_value_type *et, uint64_t *count)
-{
-    *et = (gguf_value_type)(kv->val[0] | kv->val[1] << 8 | kv->val[2] << 16 |
-                            (uint32_t)kv->val[3] << 24);
-    *count = 0;
-    for (int i = 0; i < 8; i++)
-        *count |= (uint64_t)kv->val[4 + i] << (8 * i);
-}
-
-/* Copies the model's key kv into w: whole, or cut to elements [lo, hi) for
- * a per-tensor array. */
-static pn_status copy_model_kv(gguf_writer *w, const writer_kv *kv, bool per_tensor, size_t lo,
-                               size_t hi)
-{
-    if (per_tensor) {
-        gguf_value_type et;
-        uint64_t count;
-        array_shape(kv, &et, &count);
-        size_t es = gguf_value_type_size(et);
-        return put_array(w, kv->key, et, hi - lo, kv->val + 12 + lo * es, (hi - lo) * es);
-    }
-    uint8_t *val = malloc(kv->val_len ? (size_t)kv->val_len : 1);
-    if (val && kv->val_len)
-        memcpy(val, kv->val, (size_t)kv->val_len);
-    return put_kv(w, kv->key, kv->type, val, kv->val_len);
-}
-
-/* FNV-1a 64, as io/source_id.h's pn_fnv1a64 (gguf/ cannot import io/). */
-static uint64_t fnv1a64(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static uint64_t fnv1a64_le(uint64_t h, uint64_t v)
-{
-    uint8_t b[8];
-    store_le(b, v, 8);
-    return fnv1a64(h, b, 8);
-}
-
-/* GGUF_SPLIT_KEY_SET_ID of the set that `plan` makes of `model`
- * (gguf_split.h): its keys as the header holds them (length, name, type,
- * value) but the split keys, the identity and the per-tensor keys; its
- * tensors' names, shapes and types; the plan's split starts. */
-static uint64_t set_identity(const gguf_writer *model, const gguf_split_plan *plan,
-                             const char *const *per_tensor_keys, size_t n_per_tensor_keys)
-{
-    static const char tag[] = "pn split set v1";
-    uint64_t h = fnv1a64(0xcbf29ce484222325ull, tag, sizeof tag);
-    for (size_t i = 0; i < model->n_kv_slots; i++) {
-        const writer_kv *kv = &model->kvs[i];
-        if (!kv->key || is_split_key(kv->key) ||
-            is_named(kv->key, per_tensor_keys, n_per_tensor_keys))
-            continue;
-        size_t klen = strlen(kv->key);
-        h = fnv1a64_le(h, klen);
-        h = fnv1a64(h, kv->key, klen);
-        h = fnv1a64_le(h, (uint64_t)kv->type);
-        h = fnv1a64_le(h, kv->val_len);
-        h = fnv1a64(h, kv->val, (size_t)kv->val_len);
-    }
-    h = fnv1a64_le(h, model->n_tensors);
-    for (size_t i = 0; i < model->n_tensors; i++) {
-        const writer_tensor *t = &model->tensors[i];
-        size_t nlen = strlen(t->name);
-        h = fnv1a64_le(h, nlen);
-        h = fnv1a64(h, t->name, nlen);
-        h = fnv1a64_le(h, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            h = fnv1a64_le(h, (uint64_t)t->ne[d]);
-        h = fnv1a64_le(h, (uint64_t)t->type);
-    }
-    h = fnv1a64_le(h, plan->n_splits);
-    for (size_t s = 0; s <= plan->n_splits; s++)
-        h = fnv1a64_le(h, plan->first[s]);
-    return h;
-}
-
-pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan,
-                                size_t index, const char *const *per_tensor_keys,
-                                size_t n_per_tensor_keys, gguf_writer **out, pn_error *err)
-{
-    *out = NULL;
-    if (!model || !plan || !plan->first || plan->n_splits == 0 || index >= plan->n_splits ||
-        plan->first[plan->n_splits] != model->n_tensors || (n_per_tensor_keys && !per_tensor_keys))
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "gguf writer: split %zu of a plan of %zu splits and %zu tensors, for "
-                            "a model of %zu tensors",
-                            index, plan ? plan->n_splits : 0,
-                            plan && plan->first ? plan->first[plan->n_splits] : 0,
-                            model ? model->n_tensors : 0);
-    uint64_t align = alignment_of(model);
-    if (!align)
-        return pn_error_set(err, PN_ERR_ALIGNMENT,
-                            "gguf writer: the model's general.alignment is not an unsigned "
-                            "power of two");
-    for (size_t k = 0; k < n_per_tensor_keys; k++) {
-        const writer_kv *kv = per_tensor_keys[k] ? find_kv(model, per_tensor_keys[k]) : NULL;
-        if (!kv)
-            continue;
-        gguf_value_type et = GGUF_TYPE_COUNT_;
-        uint64_t count = 0;
-        if (kv->type == GGUF_TYPE_ARRAY)
-            array_shape(kv, &et, &count);
-        if (kv->type != GGUF_TYPE_ARRAY || gguf_value_type_size(et) == 0 ||
-            count != model->n_tensors)
-            return pn_error_set(err, PN_ERR_USAGE,
-                                "gguf writer: key '%s' is not an array of fixed-size elements "
-                                "with one per tensor (%zu), so it cannot be cut per split",
-                                kv->key, model->n_tensors);
-    }
-    gguf_writer *w = gguf_writer_new();
-    if (!w)
-        return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
-    w->out_opts = model->out_opts;
-    size_t lo = plan->first[index], hi = plan->first[index + 1];
-    pn_status st = PN_OK;
-    for (size_t i = 0; i < model->n_kv_slots && !st; i++) {
-        const writer_kv *kv = &model->kvs[i];
-        if (!kv->key || is_split_key(kv->key))
-            continue;
-        bool per_tensor = is_named(kv->key, per_tensor_keys, n_per_tensor_keys);
-        bool keep = index == 0 || per_tensor ||
-                    (align != GGUF_DEFAULT_ALIGNMENT && strcmp(kv->key, "general.alignment") == 0);
-        if (keep)
-            st = copy_model_kv(w, kv, per_tensor, lo, hi);
-    }
-    if (st)
-        pn_error_set(err, st, "%s", gguf_writer_last_error(w));
-    if (!st && plan->n_splits > 1) {
-        st = gguf_writer_set_u64(w, GGUF_SPLIT_KEY_SET_ID,
-                                 set_identity(model, plan, per_tensor_keys, n_per_tensor_keys));
-        if (st)
-            pn_error_set(err, st, "%s", gguf_writer_last_error(w));
-    }
-    if (!st && plan->n_splits > 1)
-        st = gguf_split_set_keys(w, (uint32_t)index, (uint32_t)plan->n_splits, model->n_tensors,
-                                 err);
-    for (size_t i = lo; i < hi && !st; i++) {
-        const writer_tensor *t = &model->tensors[i];
-        st = gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, err);
-    }
-    if (st) {
-        gguf_writer_free(w);
-        return st;
-    }
-    *out = w;
-    return PN_OK;
 }

@@ -28,8 +28,9 @@
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
 
-/* The largest safetensors header and JSON file read (bytes). */
-#define PN_HF_MAX_HEADER (100u * 1024u * 1024u)
+/* The largest safetensors header: the format's own limit (the safetensors
+ * crate refuses a header above 100,000,000 bytes); the largest JSON file. */
+#define PN_HF_MAX_HEADER 100000000u
 #define PN_HF_MAX_JSON (256u * 1024u * 1024u)
 
 /* Source dtypes of safetensors that are read. */
@@ -120,6 +121,8 @@ typedef struct pn_hf_tensor {
     const char *src_name;         /* the safetensors name (owned by the model) */
     uint32_t shard;               /* index into the model's shards */
     pn_hf_dtype src_dtype;
+    uint32_t src_n_dims;          /* the shape the safetensors header states */
+    uint64_t src_shape[8];
     uint64_t src_begin;           /* file offset of the source bytes */
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS];    /* GGUF order, unused dims 1 */
@@ -160,6 +163,18 @@ void pn_hf_close(pn_hf_model *m);
  * config.json, or a file named config.json, *.safetensors.index.json or
  * *.safetensors). Looks only at names and the folder's entries. */
 bool pn_hf_is_source(const char *path);
+
+/* The files SRC (as pn_hf_open takes it) is read from, as paths in its
+ * folder, whether or not each exists: config.json, the index, every shard
+ * the index names (or model.safetensors), tokenizer.json,
+ * tokenizer_config.json, chat_template.jinja, and the file SRC names.
+ * Sorted, each once. No output may be any of them (io/source_open.h). */
+typedef struct pn_hf_inputs {
+    size_t n;
+    char **path;
+} pn_hf_inputs;
+pn_status pn_hf_input_files(const char *src, pn_hf_inputs *out, pn_error *err);
+void pn_hf_inputs_free(pn_hf_inputs *in);
 
 const char *pn_hf_dir(const pn_hf_model *m);
 const pn_hf_config *pn_hf_config_of(const pn_hf_model *m);
@@ -209,5 +224,17 @@ pn_status pn_hf_open_source(const char *src, const pn_hf_opts *opts, gguf_reader
 /* Parses a config.json held in memory (for the fuzz target and tests). */
 pn_status pn_hf_config_parse(const char *text, size_t len, const char *name, bool no_mtp,
                              pn_hf_config *out, pn_error *err);
+
+/* Parses a model.safetensors.index.json held in memory (for the fuzz target
+ * and tests): *n_shards gets the number of distinct shards its weight_map
+ * names. Refused: weight_map missing or not an object, a shard name that is
+ * not a string, empty, absolute or leaves the folder, no shard at all. */
+pn_status pn_hf_index_parse(const char *text, size_t len, const char *name, size_t *n_shards,
+                            pn_error *err);
+
+/* Parses a tokenizer.json held in memory and writes its tokenizer keys (as
+ * for a folder with no tokenizer_config.json) to w: for the fuzz target. */
+pn_status pn_hf_tokenizer_parse(const char *text, size_t len, const char *name,
+                                const pn_hf_config *cfg, gguf_writer *w, pn_error *err);
 
 #endif

@@ -21,4 +21,10 @@ pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp
                            const pn_hf_opts *opts, int file_type, gguf_writer *w,
                            pn_error *err);
 
+/* Completeness and consistency against the config (hf_arch.c): every tensor
+ * a checkpoint of the architecture has is among the n kept tensors, with
+ * the shape the config gives it, and no other is kept. */
+pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config *cfg,
+                           bool no_mtp, const pn_hf_tensor *tensors, size_t n, pn_error *err);
+
 #endif

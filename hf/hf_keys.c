@@ -12,6 +12,7 @@
 
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
+#include "common/file.h"
 
 #define ARCH "qwen35"
 
@@ -171,23 +172,92 @@ static pn_status load_optional(const char *dir, const char *file, json_t **out, 
     return pn_hf_json_load(*path, out, err);
 }
 
+/* chat_template.jinja of dir, whole, or NULL when there is none: read as
+ * every input file is (common/file.h: a regular file, at most
+ * PN_HF_MAX_JSON bytes), and refused when fewer bytes are read than the
+ * file had (it changed while read). */
+static pn_status read_chat_template(const char *dir, char **out, size_t *len, pn_error *err)
+{
+    *out = NULL;
+    *len = 0;
+    size_t pl = strlen(dir) + sizeof "/chat_template.jinja";
+    char *jp = malloc(pl);
+    if (!jp) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    snprintf(jp, pl, "%s/chat_template.jinja", dir);
+    struct stat sb;
+    if (lstat(jp, &sb) != 0 && errno == ENOENT) {
+        free(jp);
+        return PN_OK;
+    }
+    pn_status st = pn_read_small_file(jp, PN_HF_MAX_JSON, "chat template", out, len, err);
+    if (st == PN_OK && stat(jp, &sb) == 0 && (uint64_t)sb.st_size != *len) {
+        st = pn_error_set(err, PN_ERR_TRUNCATED, "%s: the chat template is %lld bytes but %zu "
+                          "were read (it changed while read)", jp, (long long)sb.st_size, *len);
+        free(*out);
+        *out = NULL;
+    }
+    free(jp);
+    return st;
+}
+
+static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
+                                   const pn_hf_config *cfg, const pn_hf_opts *opts, json_t *tok,
+                                   char *tok_path, json_t *tcfg, char *tcfg_path);
+
 static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
                                 const pn_hf_config *cfg, const pn_hf_opts *opts)
 {
     json_t *tok = NULL, *tcfg = NULL;
     char *tok_path = NULL, *tcfg_path = NULL;
-    char **tokens = NULL;
-    int32_t *types = NULL;
-    const char **merges = NULL;
-    char **merges_own = NULL;
-    size_t n_merges = 0;
     pn_error *err = k->err;
     pn_status st = load_optional(dir, "tokenizer.json", &tok, &tok_path, err);
     if (st == PN_OK && !tok)
         st = pn_error_set(err, PN_ERR_IO, "%s: missing (the gpt2 BPE tokenizer is read from it)",
                           tok_path);
     if (st == PN_OK) st = load_optional(dir, "tokenizer_config.json", &tcfg, &tcfg_path, err);
-    if (st != PN_OK) goto done;
+    if (st != PN_OK) {
+        json_decref(tok);
+        json_decref(tcfg);
+        free(tok_path);
+        free(tcfg_path);
+        return st;
+    }
+    return tokenizer_keys_of(k, dir, root, cfg, opts, tok, tok_path, tcfg, tcfg_path);
+}
+
+pn_status pn_hf_tokenizer_parse(const char *text, size_t len, const char *name,
+                                const pn_hf_config *cfg, gguf_writer *w, pn_error *err)
+{
+    json_t *tok = NULL;
+    pn_status st = pn_hf_json_parse(text, len, name, 0, &tok, err);
+    if (st != PN_OK) return st;
+    char *tok_path = strdup(name);
+    json_t *root = json_object();
+    if (!tok_path || !root) {
+        json_decref(tok);
+        json_decref(root);
+        free(tok_path);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
+    kctx k = {w, name, err, PN_OK};
+    pn_hf_opts opts = {0};
+    st = tokenizer_keys_of(&k, ".", root, cfg, &opts, tok, tok_path, NULL, NULL);
+    json_decref(root);
+    return st;
+}
+
+/* The tokenizer keys from the parsed files (taken: freed here). */
+static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
+                                   const pn_hf_config *cfg, const pn_hf_opts *opts, json_t *tok,
+                                   char *tok_path, json_t *tcfg, char *tcfg_path)
+{
+    char **tokens = NULL;
+    int32_t *types = NULL;
+    const char **merges = NULL;
+    char **merges_own = NULL;
+    size_t n_merges = 0;
+    pn_error *err = k->err;
+    pn_status st = PN_OK;
     const json_t *model = json_object_get(tok, "model");
     const json_t *vocab = json_object_get(model, "vocab");
     const char *mtype = json_string_value(json_object_get(model, "type"));
@@ -299,7 +369,14 @@ static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
                                       "string", tok_path, i);
                     break;
                 }
-                merges[i] = json_string_value(e);
+                /* a merge is two tokens: "left right", one space between */
+                const char *ms = json_string_value(e), *sp = strchr(ms, ' ');
+                if (!sp || sp == ms || !sp[1] || strchr(sp + 1, ' ')) {
+                    st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] (\"%.40s\") "
+                                      "is not two tokens separated by one space", tok_path, i, ms);
+                    break;
+                }
+                merges[i] = ms;
                 continue;
             }
             if (!json_is_array(e) || json_array_size(e) != 2 ||
@@ -310,6 +387,11 @@ static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
             }
             const char *p[2] = {json_string_value(json_array_get(e, 0)),
                                 json_string_value(json_array_get(e, 1))};
+            if (!p[0][0] || !p[1][0]) {
+                st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] has an empty "
+                                  "token", tok_path, i);
+                break;
+            }
             size_t len = 2;
             for (int q = 0; q < 2; q++)
                 for (const char *c = p[q]; *c; c++) len += *c == ' ' ? 2 : 1;
@@ -440,26 +522,13 @@ static pn_status tokenizer_keys(kctx *k, const char *dir, const json_t *root,
     if (tcfg) {
         const json_t *ct = json_object_get(tcfg, "chat_template");
         char *jinja = NULL;
+        size_t jinja_len = 0;
         if (!ct || json_is_null(ct)) {
-            char *jp = malloc(strlen(dir) + 32);
-            if (jp) {
-                sprintf(jp, "%s/chat_template.jinja", dir);
-                FILE *f = fopen(jp, "rb");
-                if (f) {
-                    struct stat sb;
-                    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
-                        (uint64_t)sb.st_size <= PN_HF_MAX_JSON) {
-                        jinja = malloc((size_t)sb.st_size + 1);
-                        if (jinja) {
-                            size_t got = fread(jinja, 1, (size_t)sb.st_size, f);
-                            jinja[got] = '\0';
-                        }
-                    }
-                    fclose(f);
-                }
-                free(jp);
-            }
-            if (jinja) put_str(k, "tokenizer.chat_template", jinja);
+            st = read_chat_template(dir, &jinja, &jinja_len, err);
+            if (st != PN_OK) goto done;
+            if (jinja && k->st == PN_OK &&
+                gguf_writer_set_str_n(k->w, "tokenizer.chat_template", jinja, jinja_len) != PN_OK)
+                wfail(k, "tokenizer.chat_template");
             free(jinja);
         } else if (json_is_string(ct)) {
             if (k->st == PN_OK &&

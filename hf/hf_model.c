@@ -301,68 +301,88 @@ void pn_hf_close(pn_hf_model *m)
     free(m);
 }
 
+/* The shard names of a parsed index: its weight_map's values, checked,
+ * sorted, each once (pointers into idx). */
+static pn_status index_names(const json_t *idx, const char *index_path, const char ***out,
+                             size_t *n_out, pn_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    const json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key weight_map is missing or not an "
+                            "object", index_path);
+    size_t k = json_object_size(wm), n = 0;
+    const char **names = calloc(k ? k : 1, sizeof *names);
+    if (!names) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    const char *key;
+    json_t *v;
+    pn_status st = PN_OK;
+    json_object_foreach((json_t *)wm, key, v) {
+        if (!json_is_string(v)) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map: tensor %s: shard is not a "
+                              "string", index_path, key);
+            break;
+        }
+        const char *s = json_string_value(v);
+        if ((st = check_shard_name(index_path, s, err)) != PN_OK) break;
+        names[n++] = s;
+    }
+    if (st == PN_OK && n == 0)
+        st = pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map names no shard", index_path);
+    if (st != PN_OK) {
+        free(names);
+        return st;
+    }
+    qsort(names, n, sizeof *names, cmp_str);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+        if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
+    *out = names;
+    *n_out = u;
+    return PN_OK;
+}
+
+pn_status pn_hf_index_parse(const char *text, size_t len, const char *name, size_t *n_shards,
+                            pn_error *err)
+{
+    *n_shards = 0;
+    json_t *idx = NULL;
+    pn_status st = pn_hf_json_parse(text, len, name, 0, &idx, err);
+    const char **names = NULL;
+    if (st == PN_OK) st = index_names(idx, name, &names, n_shards, err);
+    free(names);
+    json_decref(idx);
+    return st;
+}
+
 /* The shard names: from the index's weight_map (sorted, unique), or the
  * single model.safetensors. */
 static pn_status list_shards(pn_hf_model *m, const char *index_path, const char *single,
                              json_t **weight_map_out, pn_error *err)
 {
     *weight_map_out = NULL;
-    char **names = NULL;
-    size_t n = 0;
     if (index_path) {
         json_t *idx = NULL;
         pn_status st = pn_hf_json_load(index_path, &idx, err);
         if (st != PN_OK) return st;
-        json_t *wm = json_object_get(idx, "weight_map");
-        if (!json_is_object(wm)) {
-            json_decref(idx);
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: key weight_map is missing or not an "
-                                "object", index_path);
-        }
-        size_t k = json_object_size(wm);
-        names = calloc(k ? k : 1, sizeof *names);
-        if (!names) { json_decref(idx); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
-        const char *key;
-        json_t *v;
-        json_object_foreach(wm, key, v) {
-            if (!json_is_string(v)) {
-                free(names);
-                json_decref(idx);
-                return pn_error_set(err, PN_ERR_FORMAT,
-                                    "%s: weight_map: tensor %s: shard is not a string",
-                                    index_path, key);
-            }
-            const char *s = json_string_value(v);
-            if ((st = check_shard_name(index_path, s, err)) != PN_OK) {
-                free(names);
-                json_decref(idx);
-                return st;
-            }
-            names[n++] = (char *)s;
-        }
-        qsort(names, n, sizeof *names, cmp_str);
-        size_t u = 0;
-        for (size_t i = 0; i < n; i++)
-            if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
-        n = u;
-        m->shards = calloc(n ? n : 1, sizeof *m->shards);
-        if (!m->shards) { free(names); json_decref(idx); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
-        for (size_t i = 0; i < n; i++) {
+        const char **names = NULL;
+        size_t n = 0;
+        st = index_names(idx, index_path, &names, &n, err);
+        if (st == PN_OK && !(m->shards = calloc(n, sizeof *m->shards)))
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; st == PN_OK && i < n; i++) {
             m->shards[i].fd = -1;
             m->shards[i].name = strdup(names[i]);
             m->shards[i].path = join(m->dir, names[i]);
             m->n_shards++;
-            if (!m->shards[i].name || !m->shards[i].path) {
-                free(names); json_decref(idx);
-                return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-            }
+            if (!m->shards[i].name || !m->shards[i].path)
+                st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         }
         free(names);
-        *weight_map_out = json_incref(wm);
+        if (st == PN_OK) *weight_map_out = json_incref(json_object_get(idx, "weight_map"));
         json_decref(idx);
-        if (n == 0)
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map names no shard", index_path);
-        return PN_OK;
+        return st;
     }
     m->shards = calloc(1, sizeof *m->shards);
     if (!m->shards) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -399,6 +419,14 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     char *cfg_path = join(m->dir, "config.json");
     if (!cfg_path) { free(index_path); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
     json_t *root = NULL;
+    struct stat cb;
+    if (lstat(cfg_path, &cb) != 0 && errno == ENOENT) {
+        pn_error_set(err, PN_ERR_IO, "%s: config.json is missing (a Hugging Face model folder "
+                     "holds config.json beside its safetensors)", m->dir);
+        free(cfg_path);
+        free(index_path);
+        return PN_ERR_IO;
+    }
     pn_status st = pn_hf_json_load(cfg_path, &root, err);
     if (st == PN_OK) st = merge_config(root, cfg_path, &m->hp, err);
     if (st == PN_OK) st = config_of(root, m->hp, cfg_path, m->opts.no_mtp, &m->cfg, err);
@@ -411,6 +439,16 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
         struct stat ib;
         if (ip && lstat(ip, &ib) == 0) index_path = ip;
         else free(ip);
+    }
+    if (!index_path && !given_single) {
+        char *sp = join(m->dir, single);
+        struct stat ss;
+        bool none = sp && lstat(sp, &ss) != 0 && errno == ENOENT;
+        free(sp);
+        if (none)
+            return pn_error_set(err, PN_ERR_IO, "%s: there is no model.safetensors.index.json "
+                                "and no model.safetensors: the folder names no weights (a "
+                                "checkpoint in shards needs its index)", m->dir);
     }
     json_t *wm = NULL;
     st = list_shards(m, index_path, single, &wm, err);
@@ -478,6 +516,12 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     }
     /* auto outtype: the first kept tensor of 2 or more dimensions */
     int auto_type = -1;
+    /* first the names: every kept tensor mapped, with its source shape */
+    const pn_hf_st_tensor **kept = calloc(total ? total : 1, sizeof *kept);
+    if (!kept) {
+        free(by_name); free(index_path);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
     for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) {
         shard *sh = &m->shards[s];
         for (size_t i = 0; i < sh->hdr.n_tensors; i++) by_name[i] = &sh->hdr.tensors[i];
@@ -499,15 +543,47 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
             if (auto_type < 0 && t->n_dims >= 2)
                 auto_type = t->dtype == PN_HF_BF16 ? PN_TYPE_BF16 : PN_TYPE_F16;
             pn_hf_tensor *o = &m->tensors[m->n_tensors];
-            st = pn_hf_plan_tensor(&m->cfg, t->name, t, gname, PN_TYPE_BF16, o, err);
-            if (st != PN_OK) { pn_error_prefix(err, "%s", sh->path); break; }
+            snprintf(o->name, sizeof o->name, "%s", gname);
+            o->src_name = t->name;
+            o->src_n_dims = t->n_dims;
+            memcpy(o->src_shape, t->shape, sizeof o->src_shape);
             o->shard = (uint32_t)s;
             o->src_begin = sh->hdr.data_offset + t->begin;
-            m->n_tensors++;
+            kept[m->n_tensors++] = t;
         }
     }
     free(by_name);
     free(index_path);
+    /* a name twice after mapping (two sources for one GGUF tensor) */
+    if (st == PN_OK) {
+        char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
+        if (!nm) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; nm && i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
+        if (nm) qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
+        for (size_t i = 1; nm && i < m->n_tensors; i++)
+            if (strcmp(nm[i], nm[i - 1]) == 0) {
+                st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
+                break;
+            }
+        free(nm);
+    }
+    /* what the architecture holds, against the config, before any plan */
+    if (st == PN_OK)
+        st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
+                              err);
+    /* then each tensor's plan: shape, type, transform */
+    for (size_t i = 0; st == PN_OK && i < m->n_tensors; i++) {
+        pn_hf_tensor *o = &m->tensors[i];
+        const uint32_t s = o->shard;
+        const uint64_t begin = o->src_begin;
+        char gname[96];
+        snprintf(gname, sizeof gname, "%s", o->name);
+        st = pn_hf_plan_tensor(&m->cfg, kept[i]->name, kept[i], gname, PN_TYPE_BF16, o, err);
+        if (st != PN_OK) { pn_error_prefix(err, "%s", m->shards[s].path); break; }
+        o->shard = s;
+        o->src_begin = begin;
+    }
+    free(kept);
     if (st != PN_OK) return st;
     int out;
     switch (m->opts.outtype) {
@@ -520,20 +596,6 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     m->file_type = out == PN_TYPE_BF16 ? 32 : out == PN_TYPE_F16 ? 1 : 0;
     for (size_t i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].type == PN_TYPE_BF16) m->tensors[i].type = out;
-    /* a name twice after mapping (two sources for one GGUF tensor) */
-    {
-        char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
-        if (!nm) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
-        qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
-        for (size_t i = 1; i < m->n_tensors; i++)
-            if (strcmp(nm[i], nm[i - 1]) == 0) {
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
-                break;
-            }
-        free(nm);
-    }
-    if (st != PN_OK) return st;
     /* the keys, built once here so that a bad tokenizer is refused at open */
     gguf_writer *w = gguf_writer_new();
     if (!w) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");

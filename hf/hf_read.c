@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hf/hf.h"
 
 #define DIRECT_ALIGN ((size_t)4096)
@@ -34,15 +35,8 @@ struct pn_hf_reader {
 
 static int open_direct(int fd)
 {
-    char link[64];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    int d = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    struct stat a, b;
-    if (d >= 0 && fstat(d, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
-        a.st_ino == b.st_ino && S_ISREG(a.st_mode))
-        return d;
-    if (d >= 0) close(d);
-    return -2;
+    int d = pn_open_direct(fd);   /* common/file.h */
+    return d >= 0 ? d : -2;
 }
 
 static size_t src_size(pn_hf_dtype d) { return d == PN_HF_F32 ? 4 : 2; }

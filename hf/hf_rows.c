@@ -199,6 +199,8 @@ pn_status pn_hf_plan_tensor(const pn_hf_config *cfg, const char *src_name,
     strcpy(t->name, gguf_name);
     t->src_name = src_name;
     t->src_dtype = src->dtype;
+    t->src_n_dims = src->n_dims;
+    memcpy(t->src_shape, src->shape, sizeof t->src_shape);
     /* shape: the conv1d weight is squeezed (every dimension of 1 dropped) */
     uint64_t shape[8];
     uint32_t nd = 0;

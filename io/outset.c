@@ -8,6 +8,7 @@
  * run writes is checked against the open-file limit.
  */
 #include "io/outset.h"
+#include "io/source_open.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -223,19 +224,16 @@ pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input,
         if (!pn_outset_writes(os, s))
             continue;
         const char *p = os->path[s];
+        /* every file the input is read from (a folder's: each of its files) */
+        for (size_t k = 0; input && k < gguf_reader_n_splits(input); k++) {
+            pn_status st = pn_source_check_target(gguf_reader_name(gguf_reader_split(input, k)),
+                                                  p, "the output", err);
+            if (st != PN_OK)
+                return st;
+        }
         struct stat ts;
         if (stat(p, &ts) != 0)
             continue;
-        for (size_t k = 0; input && k < gguf_reader_n_splits(input); k++) {
-            const char *in = gguf_reader_name(gguf_reader_split(input, k));
-            struct stat is;
-            if (strcmp(in, p) == 0 ||
-                (stat(in, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino))
-                return pn_error_set(err, PN_ERR_USAGE,
-                                    "%s: the output is a file of the input (%s); choose another "
-                                    "output path",
-                                    p, in);
-        }
         if (S_ISDIR(ts.st_mode))
             return pn_error_set(err, PN_ERR_IO, "%s: output is a directory", p);
         if (!os->force)

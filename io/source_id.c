@@ -4,30 +4,20 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "common/crc32.h"
+#include "common/hash.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "mix/measurement.h"
 #include "quant/types.h"
 
 /* Bytes read per pread (and per piece of a whole-tensor CRC). */
 #define PIECE_BYTES ((uint64_t)4 << 20)
 
-uint64_t pn_fnv1a64(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 static uint64_t fnv_u32(uint64_t h, uint32_t v)
 {
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    return pn_fnv1a64(h, b, 4);
+    return pn_fnv1a64_le(h, v, 4);
 }
 
 static uint64_t fnv_u64(uint64_t h, uint64_t v)
@@ -96,39 +86,19 @@ static int64_t first_sample_from(int64_t n_rows, int64_t M, int64_t row)
     return (int64_t)((p + (uint64_t)n_rows - 1) / (uint64_t)n_rows);
 }
 
-uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K,
-                              int64_t elem_bytes, int64_t elem_at, const uint8_t *bytes,
-                              int64_t n_elems)
+/* The one walk of the sampled rows: continues crc over the bytes of the
+ * sampled rows that [elem_at, elem_at + n_elems) holds, in row order, and
+ * adds their number to *len. */
+static uint32_t sample_crc_walk(uint32_t crc, int64_t n_rows, int64_t M, int64_t K,
+                                int64_t elem_bytes, int64_t elem_at, const uint8_t *bytes,
+                                int64_t n_elems, uint64_t *len)
 {
     if (n_elems <= 0 || K < 1)
         return crc;
-    if (n_rows <= M)
-        return (uint32_t)crc32_z(crc, bytes, (size_t)(n_elems * elem_bytes));
-    const int64_t a = elem_at, b = elem_at + n_elems;
-    const int64_t last_row = (b - 1) / K;
-    for (int64_t i = first_sample_from(n_rows, M, a / K); i < M; i++) {
-        int64_t row = pn_sample_row(n_rows, M, i);
-        if (row > last_row)
-            break;
-        int64_t s = row * K > a ? row * K : a;
-        int64_t e = row * K + K < b ? row * K + K : b;
-        crc = (uint32_t)crc32_z(crc, bytes + (s - a) * elem_bytes, (size_t)((e - s) * elem_bytes));
-    }
-    return crc;
-}
-
-uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
-                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
-                             uint64_t *len)
-{
-    *len = 0;
-    if (n_elems <= 0 || K < 1)
-        return 0;
     if (n_rows <= M) {
-        *len = (uint64_t)(n_elems * elem_bytes);
-        return pn_crc32(0, bytes, (size_t)*len);
+        *len += (uint64_t)(n_elems * elem_bytes);
+        return pn_crc32(crc, bytes, (size_t)(n_elems * elem_bytes));
     }
-    uint32_t crc = 0;
     const int64_t a = elem_at, b = elem_at + n_elems;
     const int64_t last_row = (b - 1) / K;
     for (int64_t i = first_sample_from(n_rows, M, a / K); i < M; i++) {
@@ -143,6 +113,22 @@ uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_
         *len += (uint64_t)((e - s) * elem_bytes);
     }
     return crc;
+}
+
+uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K,
+                              int64_t elem_bytes, int64_t elem_at, const uint8_t *bytes,
+                              int64_t n_elems)
+{
+    uint64_t len = 0;
+    return sample_crc_walk(crc, n_rows, M, K, elem_bytes, elem_at, bytes, n_elems, &len);
+}
+
+uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
+                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
+                             uint64_t *len)
+{
+    *len = 0;
+    return sample_crc_walk(0, n_rows, M, K, elem_bytes, elem_at, bytes, n_elems, len);
 }
 
 static bool cancelled(volatile sig_atomic_t *cancel) { return cancel && *cancel; }
@@ -161,7 +147,7 @@ static pn_status crc_range(const gguf_reader *r, size_t i, uint64_t off, uint64_
         pn_status st = gguf_reader_read_tensor(r, i, off, buf, k, err);
         if (st != PN_OK)
             return st;
-        *crc = (uint32_t)crc32_z(*crc, buf, k);
+        *crc = pn_crc32(*crc, buf, k);
         off += k;
         len -= k;
     }
@@ -287,7 +273,7 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
         for (size_t k = 0; k < n; k++)
             crcs[k] = 0;
         for (size_t j = 0; j < n_items; j++)
-            crcs[pc[j].k] = (uint32_t)crc32_combine(crcs[pc[j].k], pc[j].crc, (z_off_t)pc[j].len);
+            crcs[pc[j].k] = pn_crc32_combine(crcs[pc[j].k], pc[j].crc, pc[j].len);
     }
 done:
     for (int t = 0; t < threads; t++)
@@ -363,7 +349,7 @@ pn_status pn_recorded_source_read(const gguf_reader *r, pn_recorded_source *out,
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !out->present; i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
-        out->present = k.len >= 10 && memcmp(k.data, "pn.source.", 10) == 0;
+        out->present = k.len >= PN_KEY_SOURCE_PREFIX_LEN && memcmp(k.data, PN_KEY_SOURCE_PREFIX, PN_KEY_SOURCE_PREFIX_LEN) == 0;
     }
     if (!out->present)
         return PN_OK;

@@ -29,23 +29,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hash.h"
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 
 /* Rows of the sampled-rows identity an output records. */
 #define PN_SOURCE_SAMPLE_ROWS 256
 
-/* The keys (docs/reuse.md#the-keys). Arrays are in tensor order: element i
- * is the source tensor of output tensor i (same name, same position). */
-#define PN_KEY_SOURCE_HEADER "pn.source.header_fnv1a64"   /* u64 */
-#define PN_KEY_SOURCE_SAMPLE_ROWS "pn.source.sample_rows" /* u32: M of the rule */
-#define PN_KEY_SOURCE_SAMPLE_CRC "pn.source.sample_crc32" /* array of u32 */
-#define PN_KEY_SOURCE_TENSOR_CRC "pn.source.tensor_crc32" /* array of u32 */
-#define PN_KEY_SOURCE_TYPE "pn.source.type"               /* array of u32 */
+/* The keys, PN_KEY_SOURCE_*, are named in gguf/pn_keys.h
+ * (docs/reuse.md#the-keys). */
 
-/* FNV-1a 64 of data, continued from h. */
-uint64_t pn_fnv1a64(uint64_t h, const void *data, size_t n);
-#define PN_FNV1A64_BASIS 0xcbf29ce484222325ull
+/* pn_fnv1a64, FNV-1a 64 of the header hash, is in common/hash.h. */
 
 /* The header hash of the model r reads (source_id.c: its keys but the
  * split.* keys, its tensors' names, shapes and types; not the layout, so a
@@ -63,7 +58,7 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
 
 /* The same for one piece alone: the CRC-32 from 0 of the bytes of the
  * sampled rows among elements [elem_at, elem_at + n_elems), and in *len
- * their number. Pieces joined in element order with crc32_combine give
+ * their number. Pieces joined in element order with pn_crc32_combine give
  * pn_sample_crc_update's CRC of the whole tensor, however they are cut. */
 uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
                              int64_t elem_at, const uint8_t *bytes, int64_t n_elems,

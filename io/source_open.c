@@ -4,13 +4,100 @@
  * --no-mtp writes them). */
 #include "io/source_open.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hf/hf.h"
 
-bool pn_source_is_hf(const char *path) { return pn_hf_is_source(path); }
+/* A folder is never a GGUF: one without config.json is opened as a Hugging
+ * Face folder too, so that the message says config.json is missing. */
+bool pn_source_is_hf(const char *path)
+{
+    struct stat sb;
+    return pn_hf_is_source(path) || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+}
+
+/* ---- no output is an input ---- */
+
+/* The folder and the last name of p ("." for a bare name). */
+static void split_path(const char *p, char *dir, size_t dir_len, const char **name)
+{
+    const char *s = strrchr(p, '/');
+    *name = s ? s + 1 : p;
+    if (!s) snprintf(dir, dir_len, ".");
+    else if (s == p) snprintf(dir, dir_len, "/");
+    else snprintf(dir, dir_len, "%.*s", (int)(s - p), p);
+}
+
+/* Whether t and in name one file or one place: the same string, one
+ * existing file (links followed), or the same name in one folder. */
+static bool same_place(const char *t, const char *in)
+{
+    if (strcmp(t, in) == 0) return true;
+    struct stat a, b;
+    if (stat(t, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return true;
+    char dt[PATH_MAX], di[PATH_MAX];
+    const char *nt, *ni;
+    split_path(t, dt, sizeof dt, &nt);
+    split_path(in, di, sizeof di, &ni);
+    return strcmp(nt, ni) == 0 && stat(dt, &a) == 0 && stat(di, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Whether writing target could touch `in`: target itself, then each link
+ * of its chain in turn (a chain longer than 40 links is taken as touching). */
+static bool target_touches(const char *target, const char *in)
+{
+    char cur[PATH_MAX];
+    if (snprintf(cur, sizeof cur, "%s", target) >= (int)sizeof cur) return true;
+    for (int hop = 0; hop < 40; hop++) {
+        if (same_place(cur, in)) return true;
+        struct stat l;
+        if (lstat(cur, &l) != 0 || !S_ISLNK(l.st_mode)) return false;
+        char link[PATH_MAX];
+        ssize_t n = readlink(cur, link, sizeof link - 1);
+        if (n < 0) return false;
+        link[n] = '\0';
+        char next[PATH_MAX], dir[PATH_MAX];
+        const char *name;
+        split_path(cur, dir, sizeof dir, &name);
+        int w = link[0] == '/' ? snprintf(next, sizeof next, "%s", link)
+                               : snprintf(next, sizeof next, "%s/%s", dir, link);
+        if (w < 0 || w >= (int)sizeof next) return true;
+        memcpy(cur, next, (size_t)w + 1);
+    }
+    return true;
+}
+
+pn_status pn_source_check_target(const char *src, const char *target, const char *what,
+                                 pn_error *err)
+{
+    if (!src || !target) return PN_OK;
+    if (!pn_source_is_hf(src)) {
+        if (target_touches(target, src))
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "%s: %s is a file of the input (%s); choose another path",
+                                target, what, src);
+        return PN_OK;
+    }
+    pn_hf_inputs in;
+    pn_status st = pn_hf_input_files(src, &in, err);
+    if (st != PN_OK) return st;
+    for (size_t i = 0; i < in.n; i++)
+        if (target_touches(target, in.path[i])) {
+            st = pn_error_set(err, PN_ERR_USAGE,
+                              "%s: %s is a file of the input (%s, of the source %s); choose "
+                              "another path", target, what, in.path[i], src);
+            break;
+        }
+    pn_hf_inputs_free(&in);
+    return st;
+}
 
 typedef struct no_mtp_src {
     gguf_reader *r;
@@ -114,7 +201,7 @@ pn_status pn_source_open(const char *path, const pn_source_opts *opts, gguf_read
                          pn_error *err)
 {
     *out = NULL;
-    if (!pn_hf_is_source(path)) {
+    if (!pn_source_is_hf(path)) {
         gguf_reader *r = NULL;
         pn_status st = gguf_reader_open(path, &r, err);
         if (st != PN_OK || !opts || !opts->no_mtp) {

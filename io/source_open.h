@@ -21,8 +21,25 @@ typedef struct pn_source_opts {
     const char *tokenizer_pre;   /* a folder: tokenizer.ggml.pre when its pattern is unknown */
 } pn_source_opts;
 
-/* True when path is a Hugging Face source rather than a GGUF. */
+/* True when path is a Hugging Face source rather than a GGUF: what
+ * pn_hf_is_source takes, or any folder (one without config.json is refused
+ * at open as a folder that lacks it). */
 bool pn_source_is_hf(const char *path);
+
+/* Refuses a path a program would write (`what`: "the output", "--report")
+ * when writing it could change a file SRC is read from, whatever --force
+ * says: for a Hugging Face source every file of pn_hf_input_files (its
+ * config.json, index, shards, tokenizer files, chat template), for a GGUF
+ * SRC itself. A target is refused when it is one of them (one file by device
+ * and inode: a link to one, a hard link, another spelling), or takes one's
+ * place (the same folder and name, whether or not that file exists, so an
+ * absent chat_template.jinja is not created), and the same for what a
+ * target that is a symbolic link points at. PN_ERR_USAGE with a message
+ * that starts with the target and names the input:
+ *   "DIR/config.json: the output is a file of the input (DIR/config.json,
+ *    of the source DIR); choose another path". */
+pn_status pn_source_check_target(const char *src, const char *target, const char *what,
+                                 pn_error *err);
 
 /* Opens SRC; opts may be NULL. */
 pn_status pn_source_open(const char *path, const pn_source_opts *opts, gguf_reader **out,

@@ -1,3 +1,5 @@
+/* glob.c - matching tensor names against the recipe language's patterns
+ * (see glob.h). */
 #include "mix/glob.h"
 
 #include <stddef.h>

@@ -1,3 +1,6 @@
+/* measurement.c - the promotion measurement: the sampled rows, the error
+ * sums of pn3t and pn4t per row, and the measurement file saved, loaded and
+ * checked against a run (see measurement.h). */
 #include "mix/measurement.h"
 
 #include "common/file.h"
@@ -461,14 +464,6 @@ done:
 
 /* ---- is it the measurement this run would make? ---- */
 
-static void rotation_text(int cap, char *buf, size_t size)
-{
-    if (cap > 0)
-        snprintf(buf, size, "hadamard:%d", cap);
-    else
-        snprintf(buf, size, "none");
-}
-
 pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
                                       const pn_measure_params *want, const pn_plan *plan,
                                       pn_error *err)
@@ -485,8 +480,8 @@ pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
                             path, got->quantizer, want->quantizer);
     if (got->rotation_cap != want->rotation_cap) {
         char a[32], b[32];
-        rotation_text(got->rotation_cap, a, sizeof a);
-        rotation_text(want->rotation_cap, b, sizeof b);
+        pn_rotation_text(got->rotation_cap, a, sizeof a);
+        pn_rotation_text(want->rotation_cap, b, sizeof b);
         return pn_error_set(err, PN_ERR_MISMATCH,
                             "%s: measured with another rotation: %s, this run uses %s", path, a,
                             b);

@@ -1,6 +1,7 @@
 /* name_index.h - finding a tensor name among many in constant time.
  *
- * An open-addressing hash table (FNV-1a, linear probing, at most half full)
+ * An open-addressing hash table (common/hash.h's seeded hash, linear
+ * probing, at most half full)
  * from NUL-terminated names to indices. The names are borrowed: they must
  * outlive the index and not change. Used where a list of n names is matched
  * against another (a measurement against a plan, duplicate lines), so the

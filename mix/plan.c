@@ -1,3 +1,5 @@
+/* plan.c - the conversion plan: a recipe applied to a model's tensors, its
+ * promotions, totals and labels (see plan.h). */
 #include "mix/plan.h"
 
 #include <stdio.h>
@@ -319,4 +321,12 @@ uint64_t pn_plan_data_bytes(const pn_plan *plan, uint64_t alignment)
         total += (b + alignment - 1) / alignment * alignment;
     }
     return total;
+}
+
+void pn_rotation_text(int cap, char *buf, size_t size)
+{
+    if (cap > 0)
+        snprintf(buf, size, "hadamard:%d", cap);
+    else
+        snprintf(buf, size, "none");
 }

@@ -120,6 +120,10 @@ size_t pn_plan_promoted_names(const pn_plan *plan, const char **names, size_t ca
  * snprintf would have written. */
 int pn_plan_mix_label(const pn_plan *plan, char *buf, size_t size);
 
+/* A rotation as messages spell it: "hadamard:<cap>" for cap > 0, else
+ * "none"; into buf (always terminated). */
+void pn_rotation_text(int cap, char *buf, size_t size);
+
 void pn_plan_totals_get(const pn_plan *plan, pn_plan_totals *t);
 
 /* Bytes of the data section: each tensor's bytes padded up to the alignment

@@ -1,3 +1,5 @@
+/* promote.c - choosing the pn3t tensors to promote to pn4t from a
+ * measurement (see promote.h). */
 #include "mix/promote.h"
 
 #include <stdlib.h>

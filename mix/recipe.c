@@ -1,3 +1,5 @@
+/* recipe.c - the recipe language: parsing a recipe and matching a tensor to
+ * its rule and type (see recipe.h). */
 #include "mix/recipe.h"
 
 #include "common/file.h"

@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "gguf/pn_keys.h"
 
 #define PN_MIX_NAME_MAX 64          /* bytes, with the terminator */
 #define PN_RECIPE_MAX_CHAIN 8
@@ -141,9 +142,8 @@ typedef enum pn_override_kind {
     PN_OVERRIDE_TOKEN_EMBD,        /* value "TYPE" */
 } pn_override_kind;
 
-/* The output key that records them, in the order given: array of string. */
-#define PN_KEY_MIX_OVERRIDES "pn.mix.overrides"
-
+/* The output key that records them, in the order given, is
+ * PN_KEY_MIX_OVERRIDES (gguf/pn_keys.h). */
 typedef struct pn_recipe_override {
     pn_override_kind kind;
     const char *value;

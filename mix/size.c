@@ -1,3 +1,4 @@
+/* size.c - parsing byte sizes as a user writes them ("12.5GiB") (see size.h). */
 #include "mix/size.h"
 
 #include <string.h>

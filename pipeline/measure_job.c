@@ -1,3 +1,6 @@
+/* measure_job.c - pn-quantize's promotion measurement as a job: read from a
+ * saved file or measured on the source through the stream (see
+ * measure_job.h). */
 #include "pipeline/measure_job.h"
 
 #include <inttypes.h>

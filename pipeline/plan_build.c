@@ -1,3 +1,5 @@
+/* plan_build.c - pn-quantize's plan for one source: recipe, promotions,
+ * --target-size, the output's keys and its exact size (see plan_build.h). */
 #include "pipeline/plan_build.h"
 
 #include <errno.h>
@@ -7,6 +9,7 @@
 
 #include "common/file.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "mix/promote.h"
 #include "pipeline/measure_job.h"
 #include "pipeline/stream.h"
@@ -447,9 +450,9 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     if (st == PN_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == PN_OK && plan->has_file_type)
         st = gguf_writer_set_u32(w, "general.file_type", plan->file_type);
-    if (st == PN_OK) st = gguf_writer_set_str(w, "pn.format", "PNX-FORMAT-v0");
-    if (st == PN_OK) st = gguf_writer_set_str(w, "pn.mix", label);
-    if (st == PN_OK) st = gguf_writer_set_arr_str(w, "pn.mix.promoted", promoted, np);
+    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_FORMAT, PN_FORMAT_NAME);
+    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_MIX, label);
+    if (st == PN_OK) st = gguf_writer_set_arr_str(w, PN_KEY_MIX_PROMOTED, promoted, np);
     if (st == PN_OK && p->n_overrides) {
         /* the options that stood before the recipe, as typed (pn-check
          * --recipe takes the same to accept the file) */
@@ -468,16 +471,16 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         free(v);
     }
     if (plan->rotation == PN_ROTATION_HADAMARD) {
-        if (st == PN_OK) st = gguf_writer_set_str(w, "pn.rotation.type", "hadamard");
+        if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "hadamard");
         if (st == PN_OK)
-            st = gguf_writer_set_u32(w, "pn.rotation.block_size", (uint32_t)plan->rotation_cap);
+            st = gguf_writer_set_u32(w, PN_KEY_ROTATION_BLOCK_SIZE, (uint32_t)plan->rotation_cap);
     } else {
-        if (st == PN_OK) st = gguf_writer_set_str(w, "pn.rotation.type", "none");
-        gguf_writer_remove_kv(w, "pn.rotation.block_size");
+        if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "none");
+        gguf_writer_remove_kv(w, PN_KEY_ROTATION_BLOCK_SIZE);
     }
     if (st == PN_OK)
-        st = gguf_writer_set_arr(w, "pn.tensor_crc32", GGUF_TYPE_UINT32, zeros, p->n);
-    if (st == PN_OK) st = gguf_writer_set_str(w, "pn.quantizer", p->quantizer);
+        st = gguf_writer_set_arr(w, PN_KEY_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_QUANTIZER, p->quantizer);
     /* who the source is (docs/reuse.md#the-keys) */
     for (size_t i = 0; i < p->n; i++)
         types[i] = (uint32_t)p->t[i].src_type;

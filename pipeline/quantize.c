@@ -38,6 +38,7 @@
 #include "gguf/gguf.h"
 #include "hadamard/hadamard_fast.h"
 #include "gguf/gguf_split.h"
+#include "gguf/pn_keys.h"
 #include "io/source_open.h"
 #include "io/outset.h"
 #include "io/free_space.h"
@@ -232,6 +233,8 @@ static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_re
         what = "the output (DST)";
     if (!what && o->dst_path && split_output(o) && is_split_of(m, o->dst_path))
         what = "a file of the output set";
+    if (!what && pn_source_check_target(o->src_path, m, "the measurement", err) != PN_OK)
+        return pn_error_prefix(err, "--measurement");
     if (!what && o->reuse_path && same_place(m, o->reuse_path))
         what = "the --reuse file";
     if (!what && o->recipe_path && same_place(m, o->recipe_path))
@@ -938,7 +941,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     /* every split records its own tensors' entries: the CRCs of what is
      * written, and of the source (patched as each split closes) */
     oo.n_per_tensor = 4;
-    oo.per_tensor_key[0] = "pn.tensor_crc32";
+    oo.per_tensor_key[0] = PN_KEY_TENSOR_CRC;
     oo.per_tensor_values[0] = c->crcs;
     oo.per_tensor_key[1] = PN_KEY_SOURCE_SAMPLE_CRC;
     oo.per_tensor_values[1] = c->sid.samples_known ? c->sid.sample_crc : c->rd_sample;

@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "common/file.h"
+#include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "quant/types.h"
 
-#define PN_FORMAT_NAME "PNX-FORMAT-v0"
 /* Tensors named in one note; the rest are counted. */
 #define NOTE_NAMES_MAX 8
 
@@ -72,10 +72,10 @@ pn_status pn_reuse_open(const char *path, pn_reuse **out, pn_error *err)
         pn_error_prefix(err, "--reuse");
         goto fail;
     }
-    const gguf_kv *fmt = gguf_reader_find_kv(ru->prev, "pn.format");
+    const gguf_kv *fmt = gguf_reader_find_kv(ru->prev, PN_KEY_FORMAT);
     if (!fmt || fmt->type != GGUF_TYPE_STRING || !gguf_str_eq(fmt->v.str, PN_FORMAT_NAME)) {
         st = pn_error_set(err, PN_ERR_FORMAT, "%s: not a PN file (%s); %s", path,
-                          fmt ? "pn.format is not \"" PN_FORMAT_NAME "\"" : "no pn.format key",
+                          fmt ? PN_KEY_FORMAT " is not \"" PN_FORMAT_NAME "\"" : "no pn.format key",
                           needs);
         goto fail;
     }
@@ -87,12 +87,12 @@ pn_status pn_reuse_open(const char *path, pn_reuse **out, pn_error *err)
     }
     pn_error cerr;
     pn_error_clear(&cerr);
-    const gguf_kv *q = gguf_reader_find_kv(ru->prev, "pn.quantizer");
-    if (gguf_reader_per_tensor_u32(ru->prev, "pn.tensor_crc32", ru->prev_crc, &cerr) != PN_OK ||
+    const gguf_kv *q = gguf_reader_find_kv(ru->prev, PN_KEY_QUANTIZER);
+    if (gguf_reader_per_tensor_u32(ru->prev, PN_KEY_TENSOR_CRC, ru->prev_crc, &cerr) != PN_OK ||
         !q || q->type != GGUF_TYPE_STRING) {
         st = pn_error_set(err, PN_ERR_FORMAT,
                           "%s: not a PN file pn-quantize wrote (no usable pn.tensor_crc32 or "
-                          "pn.quantizer); %s",
+                          PN_KEY_QUANTIZER "); %s",
                           path, needs);
         goto fail;
     }
@@ -118,7 +118,7 @@ fail:
  * they say neither. */
 static bool prev_rotation(const gguf_reader *r, int *cap)
 {
-    const gguf_kv *t = gguf_reader_find_kv(r, "pn.rotation.type");
+    const gguf_kv *t = gguf_reader_find_kv(r, PN_KEY_ROTATION_TYPE);
     if (!t || t->type != GGUF_TYPE_STRING)
         return false;
     if (gguf_str_eq(t->v.str, "none")) {
@@ -127,19 +127,11 @@ static bool prev_rotation(const gguf_reader *r, int *cap)
     }
     if (!gguf_str_eq(t->v.str, "hadamard"))
         return false;
-    const gguf_kv *b = gguf_reader_find_kv(r, "pn.rotation.block_size");
+    const gguf_kv *b = gguf_reader_find_kv(r, PN_KEY_ROTATION_BLOCK_SIZE);
     if (!b || b->type != GGUF_TYPE_UINT32 || b->v.u64 < 1 || b->v.u64 > 1u << 20)
         return false;
     *cap = (int)b->v.u64;
     return true;
-}
-
-static void rotation_text(int cap, char *buf, size_t size)
-{
-    if (cap > 0)
-        snprintf(buf, size, "hadamard:%d", cap);
-    else
-        snprintf(buf, size, "none");
 }
 
 void pn_reuse_drop(pn_reuse *ru, const pn_plan *plan, size_t i, const char *why)
@@ -196,7 +188,7 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
         return pn_error_set(err, PN_ERR_INTERNAL, "--reuse: the sampled rows are not read");
 
     /* what the whole file must share with this run */
-    const gguf_kv *qk = gguf_reader_find_kv(ru->prev, "pn.quantizer");
+    const gguf_kv *qk = gguf_reader_find_kv(ru->prev, PN_KEY_QUANTIZER);
     int prev_cap = -1;
     const int cap = plan->rotation == PN_ROTATION_HADAMARD ? plan->rotation_cap : 0;
     char a[32], b[32];
@@ -212,8 +204,8 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
                  "it was made by another quantizer version ('%.*s'; this run is '%s')",
                  (int)(qk->v.str.len > 200 ? 200 : qk->v.str.len), qk->v.str.data, quantizer);
     } else if (!prev_rotation(ru->prev, &prev_cap) || prev_cap != cap) {
-        rotation_text(prev_cap, a, sizeof a);
-        rotation_text(cap, b, sizeof b);
+        pn_rotation_text(prev_cap, a, sizeof a);
+        pn_rotation_text(cap, b, sizeof b);
         snprintf(ru->none_why, sizeof ru->none_why,
                  "it was made with another rotation (%s; this run uses %s)",
                  prev_cap < 0 ? "unreadable pn.rotation keys" : a, b);

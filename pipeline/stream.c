@@ -42,13 +42,6 @@ typedef struct slice_res {
     pn_crc_part part[PN_STREAM_CRCS];
 } slice_res;
 
-double pn_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct stream {
     const pn_stream_cfg *cfg;
     const pn_stream_ops *ops;

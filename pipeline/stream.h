@@ -55,6 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h" /* pn_now_seconds, the clock of the stage times */
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
 
@@ -153,7 +154,5 @@ typedef struct pn_stream_times {
 
 pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_stream_times *t,
                         pn_error *err);
-
-double pn_now_seconds(void);
 
 #endif

@@ -1,3 +1,5 @@
+/* tensor_job.c - one tensor cut into chunks, and the rotate, quantize and
+ * CRC work on a chunk (see tensor_job.h). */
 #include "pipeline/tensor_job.h"
 
 #include <omp.h>

@@ -1,3 +1,4 @@
+/* fp16.c - binary16 and bfloat16 conversions, exactly rounded (see fp16.h). */
 #include "quant/fp16.h"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+/* scales.c - where each block type keeps its fp16 scales, and the scans for
+ * values that are not finite (see scales.h). */
 #include "quant/scales.h"
 
 #include <stddef.h>

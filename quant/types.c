@@ -1,3 +1,5 @@
+/* types.c - the sizing traits of every ggml tensor type id, and the integer
+ * helpers of sizing (see types.h). */
 #include "quant/types.h"
 
 #include <stddef.h>

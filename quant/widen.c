@@ -1,3 +1,5 @@
+/* widen.c - widening source rows (F32, F16, BF16) to float, with the
+ * finiteness check on a chosen path (see widen.h). */
 #include "quant/widen.h"
 
 #include <math.h>

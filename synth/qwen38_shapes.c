@@ -1,3 +1,5 @@
+/* qwen38_shapes.c - the tensor list of a Qwen3.8-shaped model for a
+ * configuration (see qwen38_shapes.h). */
 #include "synth/qwen38_shapes.h"
 
 #include <stdio.h>

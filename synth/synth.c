@@ -1,3 +1,5 @@
+/* synth.c - pn-synth's GGUF form: the writer, its keys and the generated
+ * tensors streamed into it (see synth.h). */
 #include "synth/synth.h"
 
 #include <omp.h>
@@ -143,7 +145,7 @@ pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_spli
 pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
 {
     synth_plan p;
-    pn_status st = synth_plan_make(&o->config, false, &p, err);
+    pn_status st = synth_plan_make(&o->config, o->profile, false, &p, err);
     if (st != PN_OK)
         return st;
     const pn_tensor_desc *t = p.g;

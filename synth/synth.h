@@ -27,10 +27,34 @@
 #include "gguf/gguf_split.h"
 #include "synth/qwen38_shapes.h"
 
+/* What the weights are like (docs/usage.md#the-trained-profile). */
+typedef enum pn_synth_profile {
+    PN_SYNTH_GAUSSIAN = 0,  /* the default above: near-Gaussian, made-up outliers */
+    PN_SYNTH_TRAINED = 1,   /* the statistics published for trained models */
+} pn_synth_profile;
+
+/* The trained profile's figures, each from a published measurement or
+ * stated as our own choice (synth_rules.c says which):
+ *   - norm gains: in PN_SYNTH_GAIN_OUTLIERS(n_embd) fixed channels, the same
+ *     in every norm that feeds matrices (attn_norm, post_attention_norm,
+ *     output_norm, the MTP layer's), a gain of PN_SYNTH_GAIN_OUTLIER, the
+ *     rest 1 + 0.05 N(0, 1) as in the default;
+ *   - 2-D weights: 0.02 x row scale x column scale x body, the scales
+ *     exp(PN_SYNTH_SCALE_SIGMA N(0, 1)) per row and per column; the body
+ *     N(0, 1) for FFN, attention output and the rest (Weibull shape of |w|
+ *     about 1.19), N(0, 1) exp(PN_SYNTH_SELECTION_TAU N(0, 1)) for the
+ *     attention input projections q, k and the linear attention's qkv
+ *     (about 1.13); no made-up outliers. */
+#define PN_SYNTH_GAIN_OUTLIERS(n_embd) ((n_embd) >= 4096 ? (n_embd) / 2048 : 2)
+#define PN_SYNTH_GAIN_OUTLIER 20.0f
+#define PN_SYNTH_SCALE_SIGMA 0.12
+#define PN_SYNTH_SELECTION_TAU 0.32
+
 typedef struct pn_synth_opts {
     const char *path;
     pn_qwen38_config config;       /* shapes and the weight dtype */
     uint64_t seed;
+    pn_synth_profile profile;      /* 0: the default (gaussian) */
     bool force;                    /* replace an existing file */
     gguf_split_limit split;        /* {GGUF_SPLIT_NONE}: one file */
     uint64_t shard_size;           /* the HF form: bytes of tensor data per shard

@@ -1,7 +1,16 @@
 /* synth_hf.c - pn-synth's model as a Hugging Face checkpoint folder:
  * config.json, safetensors shards with model.safetensors.index.json,
  * tokenizer.json and tokenizer_config.json, all JSON written with Jansson.
- * The folder is written as a temporary sibling and renamed into place. */
+ * The folder is written as a temporary sibling and renamed into place.
+ *
+ * Why not common/outfile: outfile's temporaries are unnamed files
+ * (O_TMPFILE) linked into place, and a folder cannot be made unnamed or
+ * linked; a folder is put in place by renameat2 (RENAME_NOREPLACE, or
+ * RENAME_EXCHANGE with the folder it replaces). So a SIGKILLed run leaves
+ * its temporary folder: each run holds an flock on its own temporary folder
+ * while it writes (the kernel drops it when the process dies, however it
+ * dies), and a later run for the same DIR removes every temporary folder of
+ * DIR's pattern whose lock nobody holds. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,7 +126,7 @@ static pn_status layout_make(const pn_synth_opts *o, layout *l, pn_error *err)
                             "by llama.cpp's converter and refused by pn-convert; use bf16 or f32");
     if (o->config.norm_type != PN_TYPE_F32)
         return pn_error_set(err, PN_ERR_USAGE, "--hf: the norms of the GGUF form must be f32");
-    pn_status st = synth_plan_make(&o->config, true, &l->p, err);
+    pn_status st = synth_plan_make(&o->config, o->profile, true, &l->p, err);
     if (st != PN_OK)
         return st;
     const uint64_t limit = o->shard_size ? o->shard_size : DEFAULT_SHARD_SIZE;
@@ -470,6 +480,35 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
+/* Removes the temporary folders ".BASE.pn-synth-XXXXXX" in parent that
+ * earlier runs for the same DIR left (killed before they could): those
+ * whose flock no live run holds. A folder another run is writing is left. */
+static void remove_stale_temporaries(const char *parent, const char *base)
+{
+    char prefix[4200];
+    int pl = snprintf(prefix, sizeof prefix, ".%s.pn-synth-", base);
+    if (pl < 0 || pl >= (int)sizeof prefix)
+        return;
+    DIR *d = opendir(parent);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)pl) != 0 || strlen(e->d_name) != (size_t)pl + 6)
+            continue;
+        char p[8192];
+        if (snprintf(p, sizeof p, "%s/%s", parent, e->d_name) >= (int)sizeof p)
+            continue;
+        int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;   /* not a folder (or a link): not ours */
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            remove_tree(p);   /* nobody holds it: its run is gone */
+        close(fd);
+    }
+    closedir(d);
+}
+
 /* An existing DIR may be replaced only with force, and only when it is a
  * folder (not a link) holding nothing but what pn-synth --hf writes. */
 static pn_status check_target(const char *dir, bool force, bool *exists, pn_error *err)
@@ -547,9 +586,11 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
         layout_free(&l);
         return st;
     }
-    char parent[4096], tmp[8192];
-    snprintf(parent, sizeof parent, "%s", dir);
-    snprintf(parent, sizeof parent, "%s", dirname(parent));
+    /* the folder DIR is in (dirname works on a copy: it writes into its
+     * argument, which snprintf may not also read) */
+    char parent[4096], tmp[8192], dir_copy[4096];
+    snprintf(dir_copy, sizeof dir_copy, "%s", dir);
+    snprintf(parent, sizeof parent, "%s", dirname(dir_copy));
     if (snprintf(tmp, sizeof tmp, "%s/.%s.pn-synth-XXXXXX", parent, base) >= (int)sizeof tmp ||
         !mkdtemp(tmp)) {
         st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it: %s",
@@ -559,6 +600,20 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
         return st;
     }
     chmod(tmp, 0755);
+    /* held until this run ends, however it ends: what tells a later run
+     * that this folder is being written (remove_stale_temporaries) */
+    int lock_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        st = pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder %s: %s", dir,
+                          tmp, strerror(errno));
+        if (lock_fd >= 0)
+            close(lock_fd);
+        rmdir(tmp);
+        synth_vocab_free(&v);
+        layout_free(&l);
+        return st;
+    }
+    remove_stale_temporaries(parent, base);
     uint64_t total = 0, done = 0;
     for (size_t i = 0; i < l.p.n; i++)
         total += (uint64_t)(l.p.t[i].n_rows * l.p.t[i].row_len);
@@ -600,5 +655,6 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
     /* tmp now holds the replaced folder, or what failed: remove it */
     if (st != PN_OK || exists)
         remove_tree(tmp);
+    close(lock_fd);
     return st;
 }

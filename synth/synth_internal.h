@@ -41,6 +41,13 @@ typedef enum synth_role {
     SR_DT_BIAS,      /* 0.1 N(0, 1) */
 } synth_role;
 
+/* Which published measurement a weight of the trained profile follows
+ * (synth_rules.c, docs/usage.md#the-trained-profile). */
+typedef enum synth_tail {
+    ST_TRANSMISSION = 0,  /* FFN, attention output, the rest: Gaussian body */
+    ST_SELECTION = 1,     /* attention input projections q, k (qkv): heavier tails */
+} synth_tail;
+
 /* The converter's elementwise transform. */
 typedef enum synth_op { SO_NONE, SO_PLUS_ONE, SO_NEG_EXP } synth_op;
 
@@ -61,6 +68,9 @@ typedef struct synth_tensor {
     synth_role role;
     synth_op op;
     synth_perm rows, cols;       /* GGUF row r is checkpoint row perm(r), etc. */
+    int profile;                 /* PN_SYNTH_GAUSSIAN / PN_SYNTH_TRAINED */
+    synth_tail tail;             /* trained: the weight's class */
+    bool gain_outliers;          /* trained: a norm feeding matrices (n_embd long) */
 } synth_tensor;
 
 typedef struct synth_plan {
@@ -72,8 +82,14 @@ typedef struct synth_plan {
 
 /* The plan of a config; with vision, the vision tensors a Qwen3.5 checkpoint
  * holds (a small tower) follow. The checkpoint dtype is the config's
- * weight_type. */
-pn_status synth_plan_make(const pn_qwen38_config *c, bool vision, synth_plan *p, pn_error *err);
+ * weight_type. profile: PN_SYNTH_GAUSSIAN or PN_SYNTH_TRAINED (synth.h). */
+pn_status synth_plan_make(const pn_qwen38_config *c, int profile, bool vision, synth_plan *p,
+                          pn_error *err);
+
+/* The trained profile's outlier channels of a norm of n_embd gains: *n
+ * channels (ascending) into ch (room for PN_SYNTH_MAX_GAIN_OUTLIERS). */
+#define PN_SYNTH_MAX_GAIN_OUTLIERS 64
+void synth_gain_outlier_channels(uint64_t seed, int64_t n_embd, int64_t *ch, int *n);
 void synth_plan_free(synth_plan *p);
 
 /* The 4 outlier columns of tensor ti (checkpoint columns). */

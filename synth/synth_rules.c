@@ -7,6 +7,7 @@
 
 #include "quant/fp16.h"
 #include "quant/types.h"
+#include "synth/synth.h"
 #include "synth/synth_internal.h"
 
 /* splitmix64: a tiny, well-mixed generator; one per row. */
@@ -52,11 +53,120 @@ static float stored(int type, float x)
     }
 }
 
+/* ---- the trained profile (synth.h) ----
+ *
+ * Where each figure comes from (docs/usage.md#the-trained-profile):
+ *   - Weight tails by tensor kind: Ding (2026), "A Two-Parameter Weibull
+ *     Framework for Diagnosing Transformer Weight Distributions", arXiv
+ *     2605.18898: the Weibull shape k of |w| (fitted on a probability plot of
+ *     the middle 80%) is 1.186-1.204 (median over 12 models of 7 families)
+ *     for the FFN matrices and the attention output, the value i.i.d.
+ *     Gaussian weights give (1.20), and 1.10-1.16 for the attention input
+ *     projections q and k of grouped-query models (LLaMA-3, Mistral,
+ *     Qwen2.5/3), 1.05-1.18 for Pythia's merged qkv. The bodies here are
+ *     calibrated so that the weights as written (scales included) fit those
+ *     shapes: 1.19 and 1.13.
+ *   - Outlier channels of the activations that reach the matrices: the
+ *     input of every matrix is a norm's output, gain x normalized hidden
+ *     state, so a channel's gain is its activation's scale. Dettmers et al.
+ *     (2022), LLM.int8(): outlier features are a few fixed feature
+ *     dimensions with magnitudes of at least 6 where the rest lie within
+ *     about +-3.5, and more than 99.9% of the values are not outliers; Sun
+ *     et al. (2024), "Massive Activations in Large Language Models": in
+ *     LLaMA2-7B two fixed feature dimensions (1415, 2533) of 4096 carry
+ *     activations up to 10^4-10^5 times the median. Here: 2 channels (one in
+ *     2048 for wider models), the same in every such norm, with a gain of
+ *     20: the outlier channel's activation is 20 times the median one's,
+ *     above LLM.int8()'s threshold and far below massive activations (which
+ *     are per token, not per channel, and no gain can make).
+ *   - Rows and columns of unequal scale: log-normal, sigma 0.12 each. Our
+ *     own choice, not a published figure: it is part of what the Weibull
+ *     shapes above are calibrated with.
+ */
+
+/* N(0, 1) by Marsaglia's polar method from stream s, in double (log and
+ * sqrt of libm only). */
+static double gauss_polar(uint64_t *s)
+{
+    for (;;) {
+        double u = (double)(mix64(s) >> 11) * 0x1p-52 - 1.0;
+        double v = (double)(mix64(s) >> 11) * 0x1p-52 - 1.0;
+        double q = u * u + v * v;
+        if (q > 0.0 && q < 1.0)
+            return u * sqrt(-2.0 * log(q) / q);
+    }
+}
+
+void synth_gain_outlier_channels(uint64_t seed, int64_t n_embd, int64_t *ch, int *n)
+{
+    int want = (int)PN_SYNTH_GAIN_OUTLIERS(n_embd);
+    if (want > PN_SYNTH_MAX_GAIN_OUTLIERS)
+        want = PN_SYNTH_MAX_GAIN_OUTLIERS;
+    if (want > n_embd)
+        want = (int)n_embd;
+    uint64_t s = seed ^ 0x6F75746C69657273ull;   /* "outliers" */
+    int k = 0;
+    while (k < want) {
+        int64_t c = (int64_t)(mix64(&s) % (uint64_t)n_embd);
+        int at = 0;
+        while (at < k && ch[at] < c)
+            at++;
+        if (at < k && ch[at] == c)
+            continue;
+        memmove(ch + at + 1, ch + at, (size_t)(k - at) * sizeof *ch);
+        ch[at] = c;
+        k++;
+    }
+    *n = k;
+}
+
+static void trained_values(const synth_tensor *t, size_t ti, uint64_t seed, int64_t r, float *x)
+{
+    const int64_t K = t->row_len;
+    uint64_t s = row_seed(seed, ti, r);
+    if (t->role != SR_WEIGHT) {
+        for (int64_t i = 0; i < K; i++) {
+            float g = (float)gauss_polar(&s);
+            switch (t->role) {
+            case SR_NORM_OFFSET: x[i] = 0.05f * g; break;
+            case SR_NORM: x[i] = 1.0f + 0.05f * g; break;
+            case SR_A_LOG: x[i] = (float)log(0.5 + 0.25 * fabs((double)g)); break;
+            default: x[i] = 0.1f * g; break;   /* SR_DT_BIAS */
+            }
+        }
+        if (t->gain_outliers) {
+            int64_t ch[PN_SYNTH_MAX_GAIN_OUTLIERS];
+            int n = 0;
+            synth_gain_outlier_channels(seed, K, ch, &n);
+            for (int k = 0; k < n; k++)
+                x[ch[k]] = PN_SYNTH_GAIN_OUTLIER - 1.0f;   /* stored as gain - 1 */
+        }
+        return;
+    }
+    uint64_t rs = row_seed(seed ^ 0x726F777363616C65ull, ti, r);   /* "rowscale" */
+    const double row_scale = exp(PN_SYNTH_SCALE_SIGMA * gauss_polar(&rs));
+    const double tau = t->tail == ST_SELECTION ? PN_SYNTH_SELECTION_TAU : 0.0;
+    for (int64_t i = 0; i < K; i++) {
+        uint64_t cs = row_seed(seed ^ 0x636F6C7363616C65ull, ti, i);   /* "colscale" */
+        double col_scale = exp(PN_SYNTH_SCALE_SIGMA * gauss_polar(&cs));
+        double body = gauss_polar(&s);
+        if (tau > 0.0)
+            body *= exp(tau * gauss_polar(&s));
+        x[i] = (float)(0.02 * row_scale * col_scale * body);
+    }
+}
+
 /* Checkpoint row r of tensor ti as stored (f32 values). */
 static void hf_values(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4],
                       int64_t r, float *x)
 {
     const int64_t K = t->row_len;
+    if (t->profile == PN_SYNTH_TRAINED) {
+        trained_values(t, ti, seed, r, x);
+        for (int64_t i = 0; i < K; i++)
+            x[i] = stored(t->hf_type, x[i]);
+        return;
+    }
     uint64_t s = row_seed(seed, ti, r);
     for (int64_t i = 0; i < K; i++) {
         float g = gauss_approx(mix64(&s));
@@ -188,9 +298,11 @@ void synth_plan_free(synth_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-pn_status synth_plan_make(const pn_qwen38_config *c, bool with_vision, synth_plan *p,
-                          pn_error *err)
+pn_status synth_plan_make(const pn_qwen38_config *c, int profile, bool with_vision,
+                          synth_plan *p, pn_error *err)
 {
+    if (profile != PN_SYNTH_GAUSSIAN && profile != PN_SYNTH_TRAINED)
+        return pn_error_set(err, PN_ERR_USAGE, "unknown pn-synth profile %d", profile);
     memset(p, 0, sizeof *p);
     pn_qwen38_hparams h;
     pn_status st = pn_qwen38_llama_hparams(c, &h, err);
@@ -245,6 +357,16 @@ pn_status synth_plan_make(const pn_qwen38_config *c, bool with_vision, synth_pla
                      ru->hf);
         t->role = ru->role;
         t->op = ru->op;
+        t->profile = profile;
+        t->tail = strcmp(role, "attn_q.weight") == 0 || strcmp(role, "attn_k.weight") == 0 ||
+                          strcmp(role, "attn_qkv.weight") == 0
+                      ? ST_SELECTION
+                      : ST_TRANSMISSION;
+        /* the norms whose output a matrix takes: n_embd gains (not q/k_norm) */
+        t->gain_outliers = profile == PN_SYNTH_TRAINED && ru->role == SR_NORM_OFFSET &&
+                           g->n_dims == 1 && g->ne[0] == c->n_embd &&
+                           strcmp(role, "attn_q_norm.weight") != 0 &&
+                           strcmp(role, "attn_k_norm.weight") != 0;
         if (g->n_dims == 1) {
             t->hf_dims = 1;
             t->hf_shape[0] = g->ne[0];

@@ -1,5 +1,6 @@
-/* test_common.c - the shared helpers of common/: hostile small files, text
- * that is safe for a terminal and valid JSON, the thread default. */
+/* test_common.c - the shared helpers of common/: hostile small files, the
+ * O_DIRECT reopen, text that is safe for a terminal and valid JSON, the
+ * thread default, the hashes, the clock. */
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
@@ -8,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/file.h"
+#include "common/hash.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "test_util.h"
@@ -144,4 +148,77 @@ Test(threads, a_positive_request_is_kept_and_zero_means_every_core)
     cr_assert_eq(pn_threads_resolve(3), 3);
     cr_assert_geq(pn_threads_resolve(0), 1);
     cr_assert_eq(pn_threads_resolve(-1), pn_threads_resolve(0));
+}
+
+Test(open_direct, a_regular_file_is_opened_again_and_anything_else_is_refused)
+{
+    cr_assert_eq(pn_open_direct(-1), -1);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(pn_open_direct(p[0]), -1, "a pipe has no file to read around the cache");
+    close(p[0]);
+    close(p[1]);
+
+    char *dir = tu_mkdtemp();
+    char *path = join(dir, "data.bin");
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    static char block[8192];
+    memset(block, 7, sizeof block);
+    cr_assert_eq(write(fd, block, sizeof block), (ssize_t)sizeof block);
+    int d = pn_open_direct(fd);
+    /* -1 is allowed (a file system that refuses O_DIRECT, such as some
+     * tmpfs); what comes back must be the same file, direct, on a
+     * description of its own */
+    if (d >= 0) {
+        struct stat a, b;
+        cr_assert_eq(fstat(d, &a), 0);
+        cr_assert_eq(fstat(fd, &b), 0);
+        cr_assert(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+        cr_assert(fcntl(d, F_GETFL) & O_DIRECT);
+        cr_assert_not(fcntl(fd, F_GETFL) & O_DIRECT, "O_DIRECT must not reach the caller's fd");
+        close(d);
+    }
+    close(fd);
+    tu_rm_rf(dir);
+    free(path);
+}
+
+/* FNV-1a 64 values from the algorithm's published test vectors (Fowler, Noll,
+ * Vo: "", "a", "foobar"). */
+Test(hash, fnv1a64_gives_the_published_values_and_continues_piece_by_piece)
+{
+    cr_assert_eq(pn_fnv1a64(PN_FNV1A64_BASIS, "", 0), 0xcbf29ce484222325ull);
+    cr_assert_eq(pn_fnv1a64(PN_FNV1A64_BASIS, "a", 1), 0xaf63dc4c8601ec8cull);
+    cr_assert_eq(pn_fnv1a64(PN_FNV1A64_BASIS, "foobar", 6), 0x85944171f73967e8ull);
+    cr_assert_eq(pn_fnv1a64(pn_fnv1a64(PN_FNV1A64_BASIS, "foo", 3), "bar", 3),
+                 0x85944171f73967e8ull);
+    const unsigned char le[8] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
+    cr_assert_eq(pn_fnv1a64_le(PN_FNV1A64_BASIS, 0x0807060504030201ull, 8),
+                 pn_fnv1a64(PN_FNV1A64_BASIS, le, 8));
+    cr_assert_eq(pn_fnv1a64_le(PN_FNV1A64_BASIS, 0x0807060504030201ull, 4),
+                 pn_fnv1a64(PN_FNV1A64_BASIS, le, 4), "only the low bytes count");
+}
+
+Test(hash, the_seeded_hash_depends_on_every_byte_the_length_and_the_seed)
+{
+    const char a[] = "blk.0.attn_q.weight", b[] = "blk.0.attn_k.weight";
+    const uint64_t s = 12345;
+    cr_assert_eq(pn_hash_seeded(a, strlen(a), s), pn_hash_seeded(a, strlen(a), s));
+    cr_assert_neq(pn_hash_seeded(a, strlen(a), s), pn_hash_seeded(b, strlen(b), s));
+    cr_assert_neq(pn_hash_seeded(a, strlen(a), s), pn_hash_seeded(a, strlen(a), s + 1));
+    /* "x" and "x\0" differ only in length */
+    cr_assert_neq(pn_hash_seeded("x\0", 1, s), pn_hash_seeded("x\0", 2, s));
+    int x, y;
+    cr_assert_neq(pn_hash_seed(&x), pn_hash_seed(&y), "two owners get two seeds");
+}
+
+Test(clock, the_monotonic_clock_counts_seconds_and_never_goes_back)
+{
+    double t0 = pn_now_seconds();
+    struct timespec d = {0, 20 * 1000 * 1000};
+    nanosleep(&d, NULL);
+    double t1 = pn_now_seconds();
+    cr_assert_geq(t1 - t0, 0.019, "slept 20 ms, the clock says %g s", t1 - t0);
+    cr_assert_lt(t1 - t0, 60.0);
 }

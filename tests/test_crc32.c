@@ -96,6 +96,8 @@ Test(crc32, large_buffers_and_pieces_joined_with_crc32_combine_are_zlibs)
             cr_assert_eq(fns[p](ca, b + a, big - a), want, "%s: chained at %zu", names[p], a);
             cr_assert_eq((uint32_t)crc32_combine(ca, cb, (z_off_t)(big - a)), want,
                          "%s: combined at %zu", names[p], a);
+            cr_assert_eq(pn_crc32_combine(ca, cb, big - a), want,
+                         "%s: combined by pn_crc32_combine at %zu", names[p], a);
         }
         /* in many pieces of odd sizes, combined in order */
         uLong v = 0;

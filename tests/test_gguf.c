@@ -1436,7 +1436,7 @@ Test(gguf_writer, refuses_too_many_or_too_few_bytes_and_leaves_no_file)
     free(dir);
 }
 
-/* issue 11 item 6: ulimit -f is a full disk, named, with the offset. */
+/* ulimit -f is a full disk, named, with the offset. */
 Test(gguf_writer, a_file_size_limit_is_reported_as_a_full_disk_naming_the_target_and_offset)
 {
     char *dir = tu_mkdtemp();
@@ -1495,7 +1495,7 @@ static double now_s(void)
 }
 
 /* ------------------------------------------------------------------ */
-/* The output file (common/outfile.h through the writer; issue 11)     */
+/* The output file (common/outfile.h through the writer)              */
 
 /* A one-tensor model of 64 pattern bytes at path, left closed (not
  * committed) in *out, or committed when out is NULL. */
@@ -1534,7 +1534,7 @@ static bool same_bytes(const char *a, const char *b)
     return same;
 }
 
-/* issue 11 items 1 and 3: no output replaces a file without --force. */
+/* No output replaces a file without --force. */
 Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_is_set)
 {
     char *dir = tu_mkdtemp();
@@ -1573,7 +1573,7 @@ Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_i
     free(dir);
 }
 
-/* issue 11 item 3: two runs writing one DST: the one that finishes second
+/* Two runs writing one DST: the one that finishes second
  * is refused and the first one's file stays. */
 Test(gguf_writer_output, a_target_made_by_another_run_during_this_one_is_refused_at_commit)
 {
@@ -1631,7 +1631,7 @@ Test(gguf_writer_output, a_directory_or_a_fifo_target_is_refused_at_begin_even_w
     free(dir);
 }
 
-/* issue 11: a DST name at NAME_MAX is legal, so it is written. */
+/* A DST name at NAME_MAX is legal, so it is written. */
 Test(gguf_writer_output, the_named_fallback_writes_the_same_bytes_even_for_a_name_max_target)
 {
     char *dir = tu_mkdtemp();
@@ -1659,7 +1659,7 @@ Test(gguf_writer_output, the_named_fallback_writes_the_same_bytes_even_for_a_nam
     free(dir);
 }
 
-/* issue 11: a killed run's temporary file is named by the next run. */
+/* A killed run's temporary file is named by the next run. */
 Test(gguf_writer_output, begin_names_the_stale_temporary_files_of_the_target)
 {
     char *dir = tu_mkdtemp();
@@ -1693,7 +1693,7 @@ Test(gguf_writer_output, begin_names_the_stale_temporary_files_of_the_target)
     free(dir);
 }
 
-/* issue 11: SIGKILL leaves nothing where O_TMPFILE works. */
+/* SIGKILL leaves nothing where O_TMPFILE works. */
 Test(gguf_writer_output, a_run_killed_while_writing_leaves_nothing)
 {
     char *dir = tu_mkdtemp_tmpfile();
@@ -1764,7 +1764,7 @@ Test(gguf_writer_output, a_set_of_writers_is_committed_all_or_nothing)
 }
 
 /* ------------------------------------------------------------------ */
-/* Keys the reader refuses are refused by the writer (issue 11)        */
+/* Keys the reader refuses are refused by the writer                   */
 
 Test(gguf_writer_keys, an_empty_key_or_one_holding_a_nul_is_refused_naming_its_index)
 {
@@ -1810,7 +1810,7 @@ Test(gguf_writer_keys, an_empty_key_or_one_holding_a_nul_is_refused_naming_its_i
 }
 
 /* ------------------------------------------------------------------ */
-/* Time linear in the keys and tensors (issue 11 item 10)              */
+/* Time linear in the keys and tensors                                 */
 
 /* The bound is generous: linear work takes well under a second; the
  * quadratic writer took minutes. */

@@ -82,8 +82,8 @@ static void synth(const char *path, const char *args)
 }
 
 /* One thread: these models are small, and the sanitizer build's pn-quantize
- * at K = 1280 with 2 threads trips issue 11 item 7 (a misaligned store in
- * the measurement's scratch), which is not what these tests are about. */
+ * at K = 1280 with 2 threads once tripped a misaligned store in the
+ * measurement's scratch, which is not what these tests are about. */
 static void quantize(const char *src, const char *dst, const char *args)
 {
     char cmd[8192];
@@ -418,7 +418,7 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
     free(f32);
 }
 
-/* issue 20: pn-synth --hf writes the model as a Hugging Face checkpoint;
+/* pn-synth --hf writes the model as a Hugging Face checkpoint;
  * stock llama.cpp loads pn-convert's GGUF of it and computes what it
  * computes from pn-synth's own GGUF of that model (the same tensors, keys
  * that differ only where the loader does not look), with the MTP layer and

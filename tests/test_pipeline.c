@@ -1,4 +1,4 @@
-/* The overlapped pn-quantize pipeline (issue 13): chunks of whole blocks,
+/* The overlapped pn-quantize pipeline: chunks of whole blocks,
  * fused error sums, CRCs per piece, the measurement stream and the parallel
  * validation give figures and bytes that do not depend on the thread count
  * or the chunk size, and equal the separate-pass references computed here. */

@@ -1295,7 +1295,7 @@ Test(pn_quality, the_relative_rmse_on_gaussian_weights_is_what_each_type_allows)
 Test(pn_measure_scratch, every_thread_s_slice_is_aligned_for_floats_and_doubles)
 {
     /* K = 1280 once gave 5834 bytes: thread 1's floats sat at an odd
-     * multiple of 2 (issue 11, item 7) */
+     * multiple of 2, a misaligned store in the measurement's scratch) */
     for (int64_t K = 320; K <= 17408 * 2; K += 320) {
         size_t b = pn_measure_scratch_bytes(K);
         cr_expect_eq(b % alignof(max_align_t), 0, "K = %lld: %zu bytes", (long long)K, b);

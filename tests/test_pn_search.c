@@ -7,11 +7,15 @@
  * or errors one to a few ulps apart, which is where a float score can only
  * be trusted to within its bound and the double rescoring decides). A path
  * this CPU lacks is skipped with a message saying so (cr_skip_test), each
- * path being its own test. Expected bytes always come from
- * pn_quantize_row_ref / pn_quantize_row_ref_sums. */
+ * path being its own test. Expected bytes come from pn_quantize_row_ref /
+ * pn_quantize_row_ref_sums, which the golden blocks of the independent
+ * implementation pin in turn (every path, the reference's dispatch
+ * included, against tests/data/golden). */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -340,10 +344,53 @@ static void check_path(int path, int v1, int kind, int64_t count)
     }
 }
 
-Test(pn_search, the_reference_path_equals_the_reference_on_every_kind_of_group)
+/* The golden blocks of the independent implementation (tests/data/golden,
+ * SOURCE.md): 128 groups of each type. */
+#define GOLDEN_GROUPS 128
+
+static void *read_golden(const char *type_name, const char *suffix, size_t want)
 {
-    for (int k = 0; k < KIND_COUNT; k++)
-        check_path(PN_PATH_REF, 0, k, 2000);
+    char path[4096];
+    snprintf(path, sizeof path, PN_TEST_DATA "/golden/%s.%s", type_name, suffix);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    void *p = malloc(want + 1);
+    cr_assert_not_null(p);
+    size_t got = fread(p, 1, want + 1, f);
+    fclose(f);
+    cr_assert_eq(got, want, "%s holds %zu bytes, expected %zu", path, got, want);
+    return p;
+}
+
+ParameterizedTestParameters(pn_search, every_path_gives_the_golden_blocks_of_the_independent_implementation)
+{
+    static int paths[] = {PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+    return cr_make_param_array(int, paths, sizeof paths / sizeof paths[0]);
+}
+/* The reference path (and every other) against bytes this code did not make:
+ * the one check of PN_PATH_REF that does not compare it with itself. */
+ParameterizedTest(int *path, pn_search, every_path_gives_the_golden_blocks_of_the_independent_implementation)
+{
+    SKIP_UNLESS_AVAILABLE(*path);
+    for (int t = 0; t < 2; t++) {
+        const int type = t ? PN_TYPE_PN4T : PN_TYPE_PN3T;
+        const char *name = pn_type_traits_get(type)->name;
+        const int G = pn_params_get(type)->group;
+        float *in = read_golden(name, "in.f32", (size_t)GOLDEN_GROUPS * G * sizeof(float));
+        uint8_t *want = read_golden(name, "out.bin", (size_t)GOLDEN_GROUPS * PN_BLOCK_BYTES);
+        uint8_t *got = malloc((size_t)GOLDEN_GROUPS * PN_BLOCK_BYTES);
+        cr_assert_not_null(got);
+        int64_t col = -1;
+        pn_status st = pn_quantize_row_path(*path, type, in, (int64_t)GOLDEN_GROUPS * G, got, &col);
+        cr_assert_eq(st, PN_OK, "%s on path %s: %s", name, pn_path_name(*path), pn_strerror(st));
+        for (int g = 0; g < GOLDEN_GROUPS; g++)
+            cr_expect_eq(memcmp(got + g * PN_BLOCK_BYTES, want + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES), 0,
+                         "%s group %d on path %s differs from the golden block", name, g,
+                         pn_path_name(*path));
+        free(in);
+        free(want);
+        free(got);
+    }
 }
 
 Test(pn_search, the_scalar_path_equals_the_reference_on_every_kind_of_group)

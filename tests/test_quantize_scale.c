@@ -1,8 +1,8 @@
-/* pn-quantize on headers of a few MB that hold very many keys or tensors
- * (issue 11 item 10): planning, measuring, sizing and writing stay linear,
- * and a signal is honoured while the header is planned. The bounds are
- * generous (a quadratic step takes minutes at these sizes, the linear work
- * well under a second).
+/* pn-quantize on headers of a few MB that hold very many keys or tensors:
+ * planning, measuring, sizing and writing stay linear, and a signal is
+ * honoured while the header is planned. The bounds are generous (a
+ * quadratic step takes minutes at these sizes, the linear work well under
+ * a second).
  *
  * The output's keys and tensor infos go through the GGUF writer; these tests
  * need the writer that indexes them by name (it arrived with

@@ -1,6 +1,6 @@
 /* test_reuse.c - the source identity (pn.source.*), the measurement that
  * checks what it measured, pn-quantize --reuse / --reuse-verify, and
- * pn-check --source on the recorded identity (issue 14, docs/reuse.md).
+ * pn-check --source on the recorded identity (docs/reuse.md).
  * Models: pn-synth shapes at width scale 16 (K = 320), 2 layers, 512 tokens
  * (token_embd and output have 512 rows, so odd rows are not sampled). */
 #include <criterion/criterion.h>

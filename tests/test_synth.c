@@ -60,7 +60,7 @@ Test(synth_cli, help_names_every_option)
                           "--hf", "--mtp", "--shard-size"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         cr_assert(strstr(out, opts[i]), "--help lacks %s", opts[i]);
-    /* issue 11: the text is printed with fputs, so a printf escape shows */
+    /* the text is printed with fputs, so a printf escape shows */
     cr_assert_null(strstr(out, "%%"), "--help prints a doubled percent sign:\n%s", out);
     cr_assert(strstr(out, "0.1% of entries"), "%s", out);
     free(out);
@@ -186,7 +186,7 @@ Test(synth_cli, refuses_to_replace_a_file_without_force, .init = setup, .fini = 
     free(err);
 }
 
-/* issue 11 item 6: a file-size limit is a write error like a full disk,
+/* A file-size limit is a write error like a full disk,
  * with a message, exit 1 and no temporary file, not a death by SIGXFSZ */
 Test(synth_cli, a_file_size_limit_is_a_clean_write_error, .init = setup, .fini = teardown)
 {

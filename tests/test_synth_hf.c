@@ -10,11 +10,14 @@
  * and pn-convert is checked against llama.cpp's own converter
  * (tests/test_hf.c): two implementations of the rules that must agree. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "quant/types.h"
@@ -735,4 +738,66 @@ Test(synth_quantize, the_shipped_recipe_types_the_mtp_layer_in_both_forms, .init
     free(plan_gg);
     free(gg);
     free(dir);
+}
+
+/* The entries of g_dir whose names start with ".m.pn-synth-": temporary
+ * folders of runs for g_dir/m. */
+static int temporaries_of_m(void)
+{
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c '^\\.m\\.pn-synth-' || true", g_dir);
+    cr_assert_eq(tu_run(cmd, &out, NULL), 0);
+    int n = atoi(out);
+    free(out);
+    return n;
+}
+
+Test(synth_hf, a_sigkilled_run_leaves_a_temporary_that_the_next_run_removes, .init = setup,
+     .fini = teardown, .timeout = 120)
+{
+    /* the default model (hundreds of MB) is killed as soon as its
+     * temporary folder appears */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && { '%s/pn-synth' --quiet --hf m & pid=$!; "
+             "i=0; while ! ls -a | grep -q '^\\.m\\.pn-synth-' && [ $i -lt 3000 ]; do "
+             "sleep 0.01; i=$((i+1)); done; kill -KILL $pid; wait $pid; true; }",
+             g_dir, PN_BIN_DIR);
+    cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
+    char *m = in_dir("m");
+    cr_assert(!tu_exists(m), "the killed run did not put a folder in place");
+    cr_assert_eq(temporaries_of_m(), 1, "the killed run left its temporary folder");
+    /* the same command again (a smaller model, as quick): what the killed
+     * run left is removed */
+    synth_hf("m", "--layers 2 --width-scale 16 --vocab 300");
+    cr_assert_eq(temporaries_of_m(), 0, "the next run removed the killed run's temporary");
+    cr_assert_eq(tu_count_files(g_dir), 1, "only m is left in %s", g_dir);
+    free(m);
+}
+
+Test(synth_hf, a_temporary_that_a_live_run_holds_is_left_alone, .init = setup, .fini = teardown)
+{
+    /* a temporary folder as a run that is still writing holds it */
+    char *t = in_dir(".m.pn-synth-ABCDEF");
+    cr_assert_eq(mkdir(t, 0755), 0);
+    char *inside = tu_join(t, "config.json");
+    cr_assert_eq(tu_write_file(inside, "{}", 2), 0);
+    int fd = open(t, O_RDONLY | O_DIRECTORY);
+    cr_assert(fd >= 0);
+    cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    synth_hf("m", "--layers 2 --width-scale 16 --vocab 300");
+    cr_assert(tu_exists(inside), "a held temporary is another run's: left");
+    /* released (its run ended without cleaning up): the next run removes it */
+    close(fd);
+    char *other = in_dir(".n.pn-synth-ABCDEF");
+    cr_assert_eq(mkdir(other, 0755), 0);
+    char a[4096];
+    snprintf(a, sizeof a, "--quiet --hf --force --layers 2 --width-scale 16 --vocab 300 '%s/m'",
+             g_dir);
+    run_ok("pn-synth", a);
+    cr_assert(!tu_exists(t), "an unheld temporary of m is removed");
+    cr_assert(tu_exists(other), "a temporary of another target (n) is not m's: left");
+    free(other);
+    free(inside);
+    free(t);
 }

@@ -8,6 +8,8 @@
 #   pn_blocks       fuzz_pn_blocks,   corpus tests/data/golden/pn*.out.bin
 #   safetensors     fuzz_safetensors_header, corpus tests/data/hf-qwen35-tiny/hf/*.safetensors
 #   hf_config       fuzz_hf_config,   corpus tests/data/hf-qwen35-tiny/hf/config.json
+#   hf_tokenizer    fuzz_hf_tokenizer, corpus tests/data/hf-qwen35-tiny/hf/tokenizer.json
+#   hf_index        fuzz_hf_index,    corpus tests/data/hf-qwen35-tiny/hf/model.safetensors.index.json
 # Exits non-zero on any crash, sanitizer report, timeout or
 # out-of-memory; the input that caused it is kept in BUILD_DIR/fuzz-artifacts/.
 #
@@ -33,7 +35,9 @@ case $target in
     pn_blocks) exe_name=fuzz_pn_blocks; seeds=("$source_dir"/tests/data/golden/pn3t.out.bin "$source_dir"/tests/data/golden/pn4t.out.bin); dict=() ;;
     safetensors) exe_name=fuzz_safetensors_header; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/*.safetensors); dict=() ;;
     hf_config) exe_name=fuzz_hf_config; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/config.json); dict=() ;;
-    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks, safetensors, hf_config)" >&2; exit 2 ;;
+    hf_tokenizer) exe_name=fuzz_hf_tokenizer; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/tokenizer.json); dict=() ;;
+    hf_index) exe_name=fuzz_hf_index; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/model.safetensors.index.json); dict=() ;;
+    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks, safetensors, hf_config, hf_tokenizer, hf_index)" >&2; exit 2 ;;
 esac
 cmake --build "$build" --target "$exe_name" >/dev/null
 exe="$build/tests/fuzz/$exe_name"

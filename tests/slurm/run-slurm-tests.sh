@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/slurm/run-slurm-tests.sh [BUILD]: scripts/slurm-quantize on a real
-# Slurm (issue 24). Uses the cluster that sinfo reaches (SLURM_CONF, as
+# Slurm. Uses the cluster that sinfo reaches (SLURM_CONF, as
 # `eval "$(scripts/slurm-local start)"` sets it); without one it installs
 # slurm-wlm and munge where it can (root, apt-get), starts a local one
 # (scripts/slurm-local, 127.0.0.1 only) and stops it at the end.

@@ -1,5 +1,5 @@
 /* pn-llama-quantize - stock llama.cpp's quantizer (llama_model_quantize in
- * node-llama-cpp's libllama), for bench/bench-peers.sh.
+ * node-llama-cpp's libllama), for pn-compare --sweep (compare/sweep.h) and bench/bench-peers.sh.
  *
  *   pn-llama-quantize --lib LIBLLAMA.so [--threads N] [--verbose] SRC DST TYPE
  *

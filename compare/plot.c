@@ -1,0 +1,307 @@
+/* plot.c - a sweep drawn by gnuplot (plot.h): the script written here, the
+ * picture gnuplot makes written straight into the output file. */
+#include "compare/plot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/outfile.h"
+
+void pn_plot_pareto(const pn_plot_point *p, size_t n, bool *on_front)
+{
+    for (size_t i = 0; i < n; i++) {
+        on_front[i] = true;
+        for (size_t j = 0; j < n && on_front[i]; j++) {
+            if (j == i)
+                continue;
+            bool le = p[j].bytes <= p[i].bytes && p[j].kl_mean <= p[i].kl_mean;
+            bool better = p[j].bytes < p[i].bytes || p[j].kl_mean < p[i].kl_mean;
+            bool same_first = !better && j < i;
+            if (le && (better || same_first))
+                on_front[i] = false;
+        }
+    }
+}
+
+static bool is_png(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 4 && strcasecmp(path + n - 4, ".png") == 0;
+}
+
+static bool is_svg(const char *path)
+{
+    size_t n = strlen(path);
+    return n >= 4 && strcasecmp(path + n - 4, ".svg") == 0;
+}
+
+pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err)
+{
+    if (!o->path || !(is_png(o->path) || is_svg(o->path)))
+        return pn_error_set(err, PN_ERR_USAGE, "--plot %s: the name must end in .svg or .png",
+                            o->path ? o->path : "(none)");
+    struct stat sb;
+    if (lstat(o->path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode))
+            return pn_error_set(err, PN_ERR_USAGE, "--plot %s: not a regular file", o->path);
+        if (!o->force)
+            return pn_error_set(err, PN_ERR_EXISTS, "--plot %s: the file exists; use --force "
+                                "to replace it", o->path);
+    }
+    return PN_OK;
+}
+
+/* A name as the script may hold it inside double quotes. */
+static void put_name(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (size_t i = 0; s[i] && i < 80; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == ' ' || c == '+' || c == '.' || c == '_' || c == '-';
+        fputc(ok ? (int)c : '?', f);
+    }
+    fputc('"', f);
+}
+
+/* The gnuplot script, into a memory file. */
+static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, size_t n, int fd,
+                              pn_error *err)
+{
+    FILE *f = fdopen(dup(fd), "w");
+    if (!f)
+        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s",
+                            strerror(errno));
+    bool *front = calloc(n, sizeof *front);
+    size_t *order = calloc(n, sizeof *order);
+    if (!front || !order) {
+        free(front);
+        free(order);
+        fclose(f);
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    }
+    pn_plot_pareto(p, n, front);
+    double lo = INFINITY, hi = 0, kl_lo = INFINITY, kl_hi = 0;
+    bool all_positive = true;
+    size_t n_pn = 0, n_stock = 0;
+    for (size_t i = 0; i < n; i++) {
+        double gb = (double)p[i].bytes / 1e9;
+        lo = gb < lo ? gb : lo;
+        hi = gb > hi ? gb : hi;
+        kl_lo = p[i].kl_mean < kl_lo ? p[i].kl_mean : kl_lo;
+        kl_hi = p[i].kl_mean > kl_hi ? p[i].kl_mean : kl_hi;
+        if (!(p[i].kl_mean > 0))
+            all_positive = false;
+        if (p[i].stock)
+            n_stock++;
+        else
+            n_pn++;
+    }
+    if (o->budget) {
+        double b = (double)o->budget / 1e9;
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+    }
+    double pad = (hi - lo) * 0.08;
+    if (!(pad > 0))
+        pad = hi > 0 ? hi * 0.05 : 1;
+    /* room on the right for the last point's name */
+    const double x_lo = lo - pad > 0 ? lo - pad : 0, x_hi = hi + 2.5 * pad;
+    fprintf(f, "set encoding utf8\n");
+    if (is_png(o->path))
+        fprintf(f, "set terminal pngcairo size 1000,650 noenhanced font 'sans,11'\n");
+    else
+        fprintf(f, "set terminal svg size 1000,650 noenhanced font 'sans,12' background "
+                   "rgb 'white'\n");
+    fprintf(f, "set output\n");   /* stdout: the output file */
+    if (o->title) {
+        fprintf(f, "set title ");
+        put_name(f, o->title);
+        fputc('\n', f);
+    }
+    fprintf(f, "set xlabel 'file size (GB)'\n");
+    fprintf(f, "set ylabel 'mean KL divergence from the source (nats per token)'\n");
+    fprintf(f, "set xrange [%.9g:%.9g]\n", x_lo, x_hi);
+    if (o->weights > 0) {
+        /* bits per weight is proportional to the size: the same range scaled
+         * (gnuplot draws no tics on a `set link` axis without data on it) */
+        double k = 8e9 / (double)o->weights;   /* bits per weight per GB */
+        fprintf(f, "set x2label 'bits per weight (8 x file bytes / %llu weights)'\n",
+                (unsigned long long)o->weights);
+        fprintf(f, "set x2range [%.9g:%.9g]\n", x_lo * k, x_hi * k);
+        fprintf(f, "set x2tics\nset xtics nomirror\n");
+    }
+    if (all_positive && kl_hi > kl_lo * 10) {
+        fprintf(f, "set logscale y\n");
+        fprintf(f, "set yrange [%.9g:%.9g]\n", kl_lo / 1.6, kl_hi * 1.6);
+    } else {
+        fprintf(f, "set yrange [0:%.9g]\n", kl_hi > 0 ? kl_hi * 1.15 : 1);
+    }
+    fprintf(f, "set grid\nset key top right box opaque\n");
+    if (o->budget) {
+        double b = (double)o->budget / 1e9;
+        fprintf(f, "set arrow 1 from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 2 "
+                   "lc rgb '#c00000'\n", b, b);
+        fprintf(f, "set label 1 'budget %.4g GB' at %.9g, graph 0.97 right offset -0.5,0 "
+                   "tc rgb '#c00000'\n", b, b);
+    }
+    /* the data: size (GB), KL, name */
+    fprintf(f, "$pn << EOD\n");
+    for (size_t i = 0; i < n; i++)
+        if (!p[i].stock) {
+            fprintf(f, "%.9g %.9g ", (double)p[i].bytes / 1e9, p[i].kl_mean);
+            put_name(f, p[i].name);
+            fputc('\n', f);
+        }
+    fprintf(f, "EOD\n$stock << EOD\n");
+    for (size_t i = 0; i < n; i++)
+        if (p[i].stock) {
+            fprintf(f, "%.9g %.9g ", (double)p[i].bytes / 1e9, p[i].kl_mean);
+            put_name(f, p[i].name);
+            fputc('\n', f);
+        }
+    /* the front, by size */
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        if (front[i])
+            order[nf++] = i;
+    for (size_t a = 1; a < nf; a++)
+        for (size_t b = a; b > 0 && p[order[b - 1]].bytes > p[order[b]].bytes; b--) {
+            size_t t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    fprintf(f, "EOD\n$front << EOD\n");
+    for (size_t i = 0; i < nf; i++)
+        fprintf(f, "%.9g %.9g\n", (double)p[order[i]].bytes / 1e9, p[order[i]].kl_mean);
+    fprintf(f, "EOD\n");
+    fprintf(f, "plot $front using 1:2 with lines lw 2 lc rgb '#808080' title 'Pareto front'");
+    if (n_pn)
+        fprintf(f, ", \\\n  $pn using 1:2 with points pt 7 ps 1.4 lc rgb '#1f4e9c' "
+                   "title 'PN mixes', \\\n  $pn using 1:2:3 with labels left offset 0.7,0.6 "
+                   "notitle");
+    if (n_stock)
+        fprintf(f, ", \\\n  $stock using 1:2 with points pt 5 ps 1.4 lc rgb '#d07000' "
+                   "title 'stock llama.cpp types', \\\n  $stock using 1:2:3 with labels "
+                   "left offset 0.7,-0.8 notitle");
+    fprintf(f, "\n");
+    free(front);
+    free(order);
+    if (fclose(f) != 0)
+        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s",
+                            strerror(errno));
+    return PN_OK;
+}
+
+static void log_tail(int fd, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size <= 0)
+        return;
+    size_t want = cap - 1 < (size_t)size ? cap - 1 : (size_t)size;
+    ssize_t r = pread(fd, buf, want, size - (off_t)want);
+    size_t k = r > 0 ? (size_t)r : 0;
+    while (k > 0 && (buf[k - 1] == '\n' || buf[k - 1] == ' '))
+        k--;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        buf[i] = c == '\n' ? '|' : (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    buf[k] = 0;
+}
+
+pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, pn_error *err)
+{
+    if (n == 0)
+        return pn_error_set(err, PN_ERR_USAGE, "--plot: no mix to draw");
+    pn_status st = pn_plot_check_target(o, err);
+    if (st != PN_OK)
+        return st;
+    int script = memfd_create("pn-plot-script", MFD_CLOEXEC);
+    int log = memfd_create("pn-plot-log", MFD_CLOEXEC);
+    if (script < 0 || log < 0) {
+        if (script >= 0)
+            close(script);
+        if (log >= 0)
+            close(log);
+        return pn_error_set(err, PN_ERR_IO, "cannot make memory files for gnuplot: %s",
+                            strerror(errno));
+    }
+    st = write_script(o, p, n, script, err);
+    pn_outfile_opts oo = {0};
+    oo.force = o->force;
+    pn_outfile *out = NULL;
+    if (st == PN_OK)
+        st = pn_outfile_open(o->path, &oo, &out, err);
+    pid_t pid = -1;
+    const char *prog = o->gnuplot ? o->gnuplot : "gnuplot";
+    if (st == PN_OK) {
+        lseek(script, 0, SEEK_SET);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, script, 0);
+        posix_spawn_file_actions_adddup2(&fa, pn_outfile_fd(out), 1);
+        posix_spawn_file_actions_adddup2(&fa, log, 2);
+        posix_spawnattr_t at;
+        posix_spawnattr_init(&at);
+        sigset_t def, none;
+        sigemptyset(&def);
+        sigaddset(&def, SIGPIPE);
+        sigaddset(&def, SIGINT);
+        sigaddset(&def, SIGTERM);
+        sigemptyset(&none);
+        posix_spawnattr_setsigdefault(&at, &def);
+        posix_spawnattr_setsigmask(&at, &none);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+        static char *const no_env[] = {NULL};
+        char *const argv[] = {(char *)prog, NULL};
+        int rc = posix_spawnp(&pid, prog, &fa, &at, argv, o->envp ? o->envp : no_env);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&at);
+        if (rc != 0)
+            st = pn_error_set(err, PN_ERR_IO, "--plot: cannot run '%s': %s; the picture is drawn "
+                              "by gnuplot (apt-get install gnuplot-nox)", prog, strerror(rc));
+    }
+    if (st == PN_OK) {
+        int status = 0;
+        pid_t r;
+        while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+        }
+        char tail[400];
+        log_tail(log, tail, sizeof tail);
+        if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            st = pn_error_set(err, PN_ERR_IO, "--plot %s: gnuplot failed (%s %d): %s", o->path,
+                              r >= 0 && WIFEXITED(status) ? "exit" : "status",
+                              r >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : status,
+                              tail[0] ? tail : "(no message)");
+    }
+    if (st == PN_OK) {
+        unsigned char head[8] = {0};
+        ssize_t got = pread(pn_outfile_fd(out), head, sizeof head, 0);
+        static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+        bool ok = got == 8 && (is_png(o->path) ? memcmp(head, png, 8) == 0
+                                               : memcmp(head, "<?xml", 5) == 0 ||
+                                                     memcmp(head, "<svg", 4) == 0);
+        if (!ok)
+            st = pn_error_set(err, PN_ERR_IO, "--plot %s: gnuplot wrote no %s picture",
+                              o->path, is_png(o->path) ? "PNG" : "SVG");
+    }
+    if (st == PN_OK)
+        st = pn_outfile_commit(out, err);
+    pn_outfile_free(out);
+    close(script);
+    close(log);
+    return st;
+}

@@ -1,0 +1,61 @@
+/* plot.h - a sweep drawn (pn-compare --sweep --plot FILE): mean KL against
+ * file size, by gnuplot (Debian's gnuplot-nox), not by a plotter of our own.
+ *
+ * The picture: x the file size in GB (10^9 bytes), y the mean KL from the
+ * source (log scale when every KL is above 0 and they span more than
+ * a factor of 10), a second x axis on top in
+ * bits per weight (8 x file bytes / weights of the source: the first
+ * axis's range scaled, so one point sits at both), each point named by its mix, PN mixes
+ * as filled circles and stock llama.cpp types as filled squares, the Pareto
+ * front (pn_plot_pareto) as a line through its points, and a budget (a size
+ * the user gives, e.g. a 16 GB card's) as a dashed vertical line. SVG, or
+ * PNG (pngcairo) when the name ends in .png.
+ *
+ * gnuplot runs as a child (posix_spawnp of the program named, looked up in
+ * PATH): the script on its stdin, the picture from its stdout straight into
+ * the output file (common/outfile.h: a temporary file committed onto the
+ * target once gnuplot exited 0 and the file starts as an SVG or a PNG does),
+ * its messages into a memory file quoted on error. Names are written into
+ * the script with every byte outside [A-Za-z0-9 +._-] as '?'.
+ */
+#ifndef PN_COMPARE_PLOT_H
+#define PN_COMPARE_PLOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+
+typedef struct pn_plot_point {
+    const char *name;               /* the mix: "P0k+19", "stock Q4_K_M" */
+    bool stock;                     /* a stock llama.cpp type (the second mark) */
+    uint64_t bytes;                 /* file size */
+    double kl_mean;
+} pn_plot_point;
+
+typedef struct pn_plot_opts {
+    const char *path;               /* .svg, or .png */
+    const char *gnuplot;            /* the program (default "gnuplot", in PATH) */
+    char *const *envp;              /* its environment */
+    uint64_t weights;               /* of the source: the bits-per-weight axis */
+    uint64_t budget;                /* bytes; 0: no line */
+    const char *title;              /* NULL: none */
+    bool force;                     /* replace an existing file */
+} pn_plot_opts;
+
+/* on_front[i]: no other point is at most as large and at most as far
+ * (KL), and better in one of the two; of equal points the first given. */
+void pn_plot_pareto(const pn_plot_point *p, size_t n, bool *on_front);
+
+/* Checks what can be checked before a long sweep: the name's format and
+ * that the target may be written (an existing file only with force). */
+pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err);
+
+/* Draws the points (at least one). Errors: PN_ERR_USAGE (the name, no
+ * point), PN_ERR_EXISTS, PN_ERR_IO (gnuplot missing or failing: its last
+ * messages quoted; the output not a picture), the outfile's. */
+pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n,
+                       pn_error *err);
+
+#endif

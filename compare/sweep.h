@@ -1,0 +1,107 @@
+/* sweep.h - pn-compare --sweep: many mixes of one source made and judged in
+ * one command, and (compare/plot.h) drawn as size against KL.
+ *
+ * For a float GGUF source, the sweep
+ *   1. makes each PN mix (one per --promote count, and one for a target
+ *      size) with the quantize job (pipeline/quantize.h) into a private work
+ *      folder, in the order given: one promotion measurement for all of them
+ *      (the work folder's measurement file, written by the first mix that
+ *      measures and read by the others), each mix reusing the last one made
+ *      (--reuse), so a mix costs what it changes;
+ *   2. makes each stock type with stock llama.cpp's own quantizer:
+ *      llama_model_quantize of the libllama that node-llama-cpp loads to
+ *      judge (the library beside the harness, node_modules/@node-llama-cpp/
+ *      linux-x64/bins/linux-x64/), called by the helper pn-llama-quantize
+ *      (tools/llama/pn_llama_quantize.c) in a child process: the child can
+ *      be killed when the sweep is interrupted, which a call in this
+ *      process could not be, and llama.cpp's log stays out of ours;
+ *   3. compares every mix made with the source in one comparison
+ *      (compare.h: the same tokens, the same llama.cpp, the same threads).
+ * A mix that fails (its quantize job, the stock quantizer) is reported as
+ * failed with its error, and the others are still compared. An interrupt
+ * (*cancel) stops the step running, kills a child, and removes the work
+ * folder; with keep_dir the mixes finished before it are kept there (each
+ * complete: a mix appears in the work folder only once its job committed
+ * it), and nothing else is left.
+ *
+ * Files: the work folder is mkdtemp'd in keep_dir (made when absent) or
+ * else in tmp_dir. At the end, with keep_dir, each mix made and the
+ * measurement are moved into keep_dir under their names (promote-19.gguf,
+ * target-12600000000.gguf, stock-Q4_K_M.gguf, measurement.pnm), never
+ * replacing a file there (checked before anything runs); the work folder is
+ * always removed.
+ *
+ * The imatrix (imatrix_path) is parsed by the program and refused here
+ * until the quantize job takes one (issue 30): PN_ERR_USAGE "not yet
+ * supported".
+ */
+#ifndef PN_COMPARE_SWEEP_H
+#define PN_COMPARE_SWEEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pn_error.h"
+#include "compare/compare.h"
+
+#define PN_SWEEP_MAX_MIXES 64
+
+typedef enum pn_sweep_kind { PN_SWEEP_PN = 0, PN_SWEEP_STOCK = 1 } pn_sweep_kind;
+
+typedef struct pn_sweep_opts {
+    /* the comparison: source_path, text, threads, node, script, tmp_dir,
+     * envp, cancel, progress (pn_paths and n_pn are the sweep's) */
+    pn_compare_opts compare;
+    const int *promote;             /* PN mixes: promotion counts */
+    size_t n_promote;
+    uint64_t target_size;           /* one more PN mix: the most promotions within it; 0 none */
+    const char *recipe_path;        /* NULL: the built-in recipe */
+    const char *const *stock;       /* stock types: Q4_K_M, ... (pn-llama-quantize's names) */
+    size_t n_stock;
+    const char *imatrix_path;       /* NULL; anything else is refused for now */
+    const char *keep_dir;           /* NULL: nothing kept */
+    const char *quantizer;          /* the pn-llama-quantize program (needed with stock) */
+    const char *libllama;           /* NULL: the one beside compare.script */
+    int quantize_threads;           /* <= 0: all cores */
+} pn_sweep_opts;
+
+void pn_sweep_opts_init(pn_sweep_opts *o);
+
+/* The libllama that the harness at script loads (malloc'd; NULL: no memory). */
+char *pn_sweep_default_libllama(const char *script);
+
+/* Is name a stock type pn-llama-quantize knows (Q4_K_M, ...)? */
+bool pn_sweep_stock_type_known(const char *name);
+
+typedef struct pn_sweep_mix {
+    pn_sweep_kind kind;
+    char name[96];                  /* "P0k+19", "stock Q4_K_M"; "promote 19" if it failed */
+    char file[64];                  /* its file name: promote-19.gguf, stock-Q4_K_M.gguf */
+    char *kept;                     /* keep_dir/file once kept, else NULL */
+    pn_status status;               /* PN_OK: made (and compared when the sweep compared) */
+    char error[800];                /* why it failed */
+    double make_seconds;
+    long file_index;                /* its entry in report.compare.files, -1 if none */
+} pn_sweep_mix;
+
+typedef struct pn_sweep_report {
+    pn_sweep_mix *mixes;            /* PN mixes in the order given, then the stock types */
+    size_t n_mixes, n_failed;
+    bool compared;                  /* false when no mix was made */
+    pn_compare_report compare;      /* the mixes made (files[].path: kept path or file name) */
+    char *kept_measurement;         /* keep_dir/measurement.pnm when kept */
+    double seconds;
+} pn_sweep_report;
+
+/* Runs the sweep. Errors: PN_ERR_USAGE (options, a mix given twice, a file
+ * in keep_dir that would be replaced, an imatrix, stock types of a source
+ * that is not a GGUF), PN_ERR_IO (folders, the quantizer missing), the
+ * comparison's, PN_ERR_INTERRUPTED. A failed mix is no error: it is in the
+ * report (n_failed). When no mix could be made the report holds the
+ * failures and compared is false (status PN_OK). On error *rep is empty. */
+pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *err);
+
+void pn_sweep_report_free(pn_sweep_report *rep);
+
+#endif

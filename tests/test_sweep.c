@@ -1,0 +1,498 @@
+/* pn-compare --sweep (compare/sweep.h) and its picture (compare/plot.h).
+ *
+ * sweep_cli: options refused before anything runs, and an interrupt, with a
+ * fake stock quantizer (a shell script) so that no llama.cpp is needed.
+ * sweep_llama: a whole sweep of a tiny model judged by stock llama.cpp
+ * (node-llama-cpp; skipped with the reason where it is missing, except in
+ * CI, PN_REQUIRE_LLAMA=1). plot: gnuplot's pictures (gnuplot-nox, which
+ * scripts/install-deps installs: a missing gnuplot fails these tests). */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "compare/plot.h"
+#include "scratch_fixture.h"
+#include "test_util.h"
+
+#define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"
+#define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
+#define LIBLLAMA                                                                               \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+                  "libllama.v0.5.0.so"
+
+static bool in_ci(void)
+{
+    const char *v = getenv("PN_REQUIRE_LLAMA");
+    return v && strcmp(v, "1") == 0;
+}
+
+static const char *llama_missing(void)
+{
+    static char why[1200];
+    char *out = NULL, *err = NULL;
+    int rc = tu_run("node '" SCRIPT "' --version", &out, &err);
+    if (rc == 0 && out && strstr(out, "llama_cpp") && access(LIBLLAMA, R_OK) == 0)
+        why[0] = 0;
+    else
+        snprintf(why, sizeof why, "node or node-llama-cpp is not installed (exit %d: %.900s); "
+                 "run scripts/install-deps", rc, err ? err : "");
+    free(out);
+    free(err);
+    return why[0] ? why : NULL;
+}
+
+#define REQUIRE_LLAMA()                                                                        \
+    do {                                                                                       \
+        const char *why_ = llama_missing();                                                    \
+        if (why_ && in_ci())                                                                   \
+            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);       \
+        if (why_)                                                                              \
+            cr_skip_test("llama.cpp is not available: %s", why_);                              \
+    } while (0)
+
+static void synth(const char *path, const char *args)
+{
+    char cmd[8192], *out, *err;
+    snprintf(cmd, sizeof cmd, "%s/pn-synth --quiet %s '%s'", PN_BIN_DIR, args, path);
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, err);
+    free(out);
+    free(err);
+}
+
+/* pn-compare --sweep with args; its exit status, stdout and stderr. */
+static int sweep(const char *args, char **out, char **err)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s/pn-compare --sweep --quiet --threads 1 --recipe '%s' %s",
+             PN_BIN_DIR, FALLBACK_RECIPE, args);
+    return tu_run(cmd, out, err);
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* ---- refusals ---- */
+
+Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_errors,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf");
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    struct { const char *args; const char *says; } cases[] = {
+        {"--promote 0,19 '%s' '%s'", "go with --sweep"},
+        {"--sweep '%s' '%s'", "expected one SOURCE"},
+        {"--sweep '%s'", "no mix to make"},
+        {"--sweep --promote 0,x '%s'", "--promote"},
+        {"--sweep --stock Q4_K_M,Q9_K '%s'", "unknown type 'Q9_K'"},
+        {"--sweep --promote 1 --budget 16GB '%s'", "--budget"},
+        {"--sweep --promote 1 --target-size 12.6XB '%s'", "--target-size"},
+    };
+    char *hout, *herr;
+    int hrc = tu_run(PN_BIN_DIR "/pn-compare --help", &hout, &herr);
+    cr_assert(hrc == 0 && strstr(hout, "--sweep") && strstr(hout, "--plot FILE") &&
+                  strstr(hout, "--imatrix FILE"), "exit %d: %s%s", hrc, hout, herr);
+    free(hout);
+    free(herr);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char fmt[512], cmd[8192], *out, *err;
+        snprintf(fmt, sizeof fmt, "%s/pn-compare --quiet %s", PN_BIN_DIR, cases[i].args);
+        snprintf(cmd, sizeof cmd, fmt, src, src);
+        int rc = tu_run(cmd, &out, &err);
+        cr_expect_eq(rc, 2, "%s: exit %d: %s", cmd, rc, err);
+        cr_expect(strstr(err, cases[i].says), "%s: %s", cmd, err);
+        free(out);
+        free(err);
+    }
+    free(src);
+}
+
+/* The imatrix is a pass-through the quantize job does not take yet. */
+Test(sweep_cli, an_imatrix_is_refused_as_not_yet_supported_and_nothing_is_made, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *keep = path_in("keep"), *tmp = path_in("tmp");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0 --imatrix '%s' --keep '%s' '%s'", tmp,
+             src, keep, src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "--imatrix") && strstr(err, "not yet supported"), "%s", err);
+    cr_assert(!exists(keep), "the keep folder was made");
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(out);
+    free(err);
+    free(src);
+    free(keep);
+    free(tmp);
+}
+
+Test(sweep_cli, a_keep_folder_holding_a_mixs_name_is_refused_before_anything_runs,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *keep = path_in("keep"), *tmp = path_in("tmp");
+    mkdir(tmp, 0700);
+    mkdir(keep, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    tu_write_file(tu_join_static(keep, "promote-3.gguf"), "mine", 4);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0,3 --keep '%s' '%s'", tmp, keep, src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "promote-3.gguf is there already"), "%s", err);
+    size_t n;
+    char *mine = tu_read_file(tu_join_static(keep, "promote-3.gguf"), &n);
+    cr_assert(n == 4 && memcmp(mine, "mine", 4) == 0, "the file in --keep was touched");
+    cr_assert_eq(tu_count_files(keep), 1);
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(mine);
+    free(out);
+    free(err);
+    free(src);
+    free(keep);
+    free(tmp);
+}
+
+/* ---- an interrupt ---- */
+
+/* A stock quantizer that says it started (its pid) and then hangs. */
+static char *hanging_quantizer(const char *pidfile)
+{
+    char *p = path_in("hang-quantize.sh");
+    char text[2048];
+    snprintf(text, sizeof text, "#!/bin/sh\necho $$ > '%s'\nexec sleep 60\n", pidfile);
+    tu_write_file(p, text, strlen(text));
+    chmod(p, 0755);
+    return p;
+}
+
+/* pn-compare --sweep --promote 0,4 --stock Q4_K_M with the hanging
+ * quantizer, SIGINT or SIGTERM once it runs; the exit status. */
+static int interrupted_sweep(const char *src, const char *tmp, const char *keep, int sig,
+                             pid_t *quantizer_pid)
+{
+    char *pidfile = path_in("quantizer.pid");
+    unlink(pidfile);
+    char *q = hanging_quantizer(pidfile);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        tu_child_output_to_devnull();
+        const char *argv[32];
+        int a = 0;
+        argv[a++] = "pn-compare";
+        argv[a++] = "--sweep";
+        argv[a++] = "--quiet";
+        argv[a++] = "--threads";
+        argv[a++] = "1";
+        argv[a++] = "--recipe";
+        argv[a++] = FALLBACK_RECIPE;
+        argv[a++] = "--promote";
+        argv[a++] = "0,4";
+        argv[a++] = "--stock";
+        argv[a++] = "Q4_K_M";
+        argv[a++] = "--llama-quantize";
+        argv[a++] = q;
+        argv[a++] = "--libllama";
+        argv[a++] = src;           /* any readable file: the fake never opens it */
+        argv[a++] = "--llama-script";
+        argv[a++] = SCRIPT;
+        argv[a++] = "--tmpdir";
+        argv[a++] = tmp;
+        if (keep) {
+            argv[a++] = "--keep";
+            argv[a++] = keep;
+        }
+        argv[a++] = src;
+        argv[a] = NULL;
+        execv(PN_BIN_DIR "/pn-compare", (char *const *)argv);
+        _exit(127);
+    }
+    struct stat sb;
+    for (int i = 0; i < 6000 && stat(pidfile, &sb) != 0; i++)
+        usleep(10000);
+    cr_assert_eq(stat(pidfile, &sb), 0, "the stock quantizer never started");
+    usleep(100000);
+    size_t n;
+    char *text = tu_read_file(pidfile, &n);
+    *quantizer_pid = (pid_t)atoi(text);
+    free(text);
+    kill(pid, sig);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    free(pidfile);
+    free(q);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Test(sweep_cli, sigint_during_a_stock_quantization_exits_130_and_leaves_nothing,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    pid_t qp = 0;
+    int rc = interrupted_sweep(src, tmp, NULL, SIGINT, &qp);
+    cr_assert_eq(rc, 130, "exit %d", rc);
+    cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
+    cr_assert_gt(qp, 0);
+    cr_assert(kill(qp, 0) != 0, "the stock quantizer %d still runs", (int)qp);
+    cr_assert_eq(tu_count_files(g_dir), 4, "only src.gguf, tmp, the pid file and the fake "
+                 "quantizer are in the test's folder");
+    free(src);
+    free(tmp);
+}
+
+/* With --keep, the mixes finished before the interrupt are kept, whole
+ * (pn-check passes them), and nothing else is left. */
+Test(sweep_cli, sigterm_with_keep_leaves_the_finished_mixes_and_nothing_else, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    pid_t qp = 0;
+    int rc = interrupted_sweep(src, tmp, keep, SIGTERM, &qp);
+    cr_assert_eq(rc, 130, "exit %d", rc);
+    cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
+    cr_assert(kill(qp, 0) != 0, "the stock quantizer %d still runs", (int)qp);
+    cr_assert(exists(tu_join_static(keep, "promote-0.gguf")));
+    cr_assert(exists(tu_join_static(keep, "promote-4.gguf")));
+    cr_assert(exists(tu_join_static(keep, "measurement.pnm")));
+    cr_assert_eq(tu_count_files(keep), 3, "only the two mixes and the measurement are kept");
+    for (int i = 0; i < 2; i++) {
+        char cmd[8192], *out, *err;
+        snprintf(cmd, sizeof cmd, "%s/pn-check --source '%s' '%s'", PN_BIN_DIR, src,
+                 tu_join_static(keep, i ? "promote-4.gguf" : "promote-0.gguf"));
+        int c = tu_run(cmd, &out, &err);
+        cr_assert_eq(c, 0, "%s: exit %d: %s%s", cmd, c, out, err);
+        free(out);
+        free(err);
+    }
+    free(src);
+    free(tmp);
+    free(keep);
+}
+
+/* ---- a whole sweep in stock llama.cpp ---- */
+
+/* Five PN mixes, one of which fails (more promotions than the model has
+ * pn3t tensors), two stock types, one of which fails (its quantizer), and
+ * the rest compared in one run; the table, the JSON and the picture. */
+Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_drawn,
+     .init = setup, .fini = teardown, .timeout = 600)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *svg = path_in("mixes.svg");
+    char *keep = path_in("kept");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    char *failq = path_in("fail-quantize.sh");
+    /* fails for Q3_K_S only, calls the real quantizer otherwise */
+    char text[4096];
+    snprintf(text, sizeof text,
+             "#!/bin/sh\nfor a; do t=$a; done\n"
+             "if [ \"$t\" = Q3_K_S ]; then echo 'fake: no Q3_K_S today' >&2; exit 1; fi\n"
+             "exec '%s/pn-llama-quantize' \"$@\"\n", PN_BIN_DIR);
+    tu_write_file(failq, text, strlen(text));
+    chmod(failq, 0755);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --promote 0,2,100,4,7 --stock Q4_K_M,Q3_K_S --llama-quantize '%s' "
+             "--plot '%s' --budget 2MB --keep '%s' '%s'", tmp, failq, svg, keep, src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 1, "a failed mix is exit 1: %d: %s%s", rc, out, err);
+    cr_log_info("%s", out);
+    cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
+    /* the table: four PN mixes and Q4_K_M compared, two failures with why */
+    cr_assert(strstr(out, "P0k-fallback+0") && strstr(out, "P0k-fallback+2") &&
+                  strstr(out, "P0k-fallback+4") && strstr(out, "P0k-fallback+7") &&
+                  strstr(out, "stock Q4_K_M"), "%s", out);
+    cr_assert(strstr(out, "promote 100") && strstr(out, "pn3t tensors"), "%s", out);
+    cr_assert(strstr(out, "stock Q3_K_S") && strstr(out, "no Q3_K_S today"), "%s", out);
+    cr_assert_eq(count(out, " failed        -"), 2, "%s", out);
+    cr_assert(strstr(out, "(7 mixes, 2 failed)"), "%s", out);
+    cr_assert(strstr(err, "promote 100 failed") && strstr(err, "stock Q3_K_S failed"), "%s", err);
+    /* kept: the five mixes made and the measurement */
+    cr_assert_eq(tu_count_files(keep), 6);
+    cr_assert(exists(tu_join_static(keep, "stock-Q4_K_M.gguf")));
+    cr_assert(!exists(tu_join_static(keep, "stock-Q3_K_S.gguf")));
+    cr_assert(!exists(tu_join_static(keep, "promote-100.gguf")));
+    /* the picture: one mark per mix made, of its kind (one more each: the key) */
+    size_t n;
+    char *pic = tu_read_file(svg, &n);
+    cr_assert(strncmp(pic, "<?xml", 5) == 0 && strstr(pic, "</svg>"), "not an SVG");
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 4 + 1, "PN mixes (circles)");
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 1 + 1, "stock types (squares)");
+    cr_assert(strstr(pic, "P0k-fallback+7") && strstr(pic, "stock Q4_K_M") &&
+                  strstr(pic, "Pareto front") && strstr(pic, "budget 0.002 GB"),
+              "names, the front and the budget are drawn");
+    cr_assert(!strstr(pic, "promote 100"), "a failed mix is not drawn");
+    free(pic);
+    free(out);
+    free(err);
+    /* the same sweep's JSON, from the kept files' folder this time refused */
+    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0 --keep '%s' --json '%s'", tmp, keep,
+             src);
+    rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "promote-0.gguf is there already"), "%s", err);
+    free(out);
+    free(err);
+    free(failq);
+    free(src);
+    free(tmp);
+    free(svg);
+    free(keep);
+}
+
+/* The JSON of a sweep names each mix, its kind and status, and its figures;
+ * KL falls as pn3t tensors become pn4t. */
+Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked,
+     .init = setup, .fini = teardown, .timeout = 600)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0,7 --stock Q8_0 --json '%s'", tmp,
+             src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
+    const char *a = strstr(out, "\"name\": \"P0k-fallback+0\", \"kind\": \"pn\"");
+    const char *b = strstr(out, "\"name\": \"P0k-fallback+7\", \"kind\": \"pn\"");
+    const char *c = strstr(out, "\"name\": \"stock Q8_0\", \"kind\": \"stock\"");
+    cr_assert(a && b && c && a < b && b < c, "%s", out);
+    cr_assert_eq(count(out, "\"status\": \"ok\""), 3, "%s", out);
+    cr_assert(strstr(out, "\"failed\": 0"), "%s", out);
+    double kl[3];
+    const char *p = out;
+    for (int i = 0; i < 3; i++) {
+        p = strstr(p, "\"kl_mean\": ");
+        cr_assert(p, "%s", out);
+        p += strlen("\"kl_mean\": ");
+        kl[i] = strtod(p, NULL);
+    }
+    cr_log_info("mean KL: +0 %.4g, +7 %.4g, Q8_0 %.4g", kl[0], kl[1], kl[2]);
+    cr_assert_gt(kl[0], kl[1], "every pn3t tensor promoted is nearer the source");
+    cr_assert_lt(kl[2], kl[1], "Q8_0 is nearer still");
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+}
+
+/* ---- the picture ---- */
+
+static const pn_plot_point k_points[] = {
+    {"P0k+0", false, 1000000000ull, 0.30},   {"P0k+10", false, 1100000000ull, 0.20},
+    {"P0k+19", false, 1200000000ull, 0.22},  {"P0k+40", false, 1300000000ull, 0.10},
+    {"stock Q3_K_M", true, 1150000000ull, 0.25}, {"stock Q4_K_M", true, 1500000000ull, 0.05},
+};
+#define N_POINTS (sizeof k_points / sizeof k_points[0])
+
+Test(plot, the_pareto_front_is_the_points_that_nothing_beats)
+{
+    bool f[N_POINTS];
+    pn_plot_pareto(k_points, N_POINTS, f);
+    /* +19 is beaten by +10 (smaller and nearer), Q3_K_M by +10 too */
+    const bool want[N_POINTS] = {true, true, false, true, false, true};
+    for (size_t i = 0; i < N_POINTS; i++)
+        cr_expect_eq(f[i], want[i], "%s", k_points[i].name);
+    pn_plot_point same[2] = {{"a", false, 5, 0.1}, {"b", true, 5, 0.1}};
+    bool g[2];
+    pn_plot_pareto(same, 2, g);
+    cr_expect(g[0] && !g[1], "of equal points the first is on the front");
+}
+
+static void require_gnuplot(void)
+{
+    char *out, *err;
+    int rc = tu_run("gnuplot --version", &out, &err);
+    cr_assert_eq(rc, 0, "gnuplot is needed (apt-get install gnuplot-nox; scripts/install-deps "
+                 "installs it): exit %d: %s", rc, err);
+    free(out);
+    free(err);
+}
+
+Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_budget,
+     .init = setup, .fini = teardown)
+{
+    require_gnuplot();
+    char *svg = path_in("m.svg");
+    pn_plot_opts o = {.path = svg, .weights = 2000000000ull, .budget = 1400000000ull};
+    extern char **environ;
+    o.envp = environ;
+    pn_error err;
+    pn_error_clear(&err);
+    cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    char *pic = tu_read_file(svg, &n);
+    cr_assert(strncmp(pic, "<?xml", 5) == 0 && strstr(pic, "<svg") && strstr(pic, "</svg>"));
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 4 + 1, "4 PN circles and the key's");
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 2 + 1, "2 stock squares and the key's");
+    for (size_t i = 0; i < N_POINTS; i++)
+        cr_assert(strstr(pic, k_points[i].name), "%s is named", k_points[i].name);
+    cr_assert(strstr(pic, "budget 1.4 GB") && strstr(pic, "Pareto front") &&
+              strstr(pic, "bits per weight"), "the budget, the front and the second axis");
+    free(pic);
+    /* drawn again: refused without force, replaced with it */
+    cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_ERR_EXISTS);
+    o.force = true;
+    cr_assert_eq(pn_plot_draw(&o, k_points, 2, &err), PN_OK, "%s", err.msg);
+    pic = tu_read_file(svg, &n);
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 2 + 1);
+    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 0, "no stock type, no square");
+    free(pic);
+    cr_assert_eq(tu_count_files(g_dir), 1, "no temporary file is left");
+    free(svg);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+Test(plot, a_png_name_gives_a_png_and_another_name_is_refused, .init = setup, .fini = teardown)
+{
+    require_gnuplot();
+    char *png = path_in("m.png"), *pdf = path_in("m.pdf");
+    extern char **environ;
+    pn_plot_opts o = {.path = png, .weights = 2000000000ull, .envp = environ};
+    pn_error err;
+    pn_error_clear(&err);
+    cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    unsigned char *b = tu_read_file(png, &n);
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    cr_assert(n > 33 && memcmp(b, sig, 8) == 0 && memcmp(b + 12, "IHDR", 4) == 0);
+    cr_assert_eq(be32(b + 16), 1000);
+    cr_assert_eq(be32(b + 20), 650);
+    cr_assert(memcmp(b + n - 8, "IEND", 4) == 0, "the PNG ends with IEND");
+    free(b);
+    o.path = pdf;
+    cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_ERR_USAGE);
+    cr_assert(strstr(err.msg, ".svg or .png"), "%s", err.msg);
+    cr_assert(!exists(pdf));
+    o.path = png;
+    o.force = true;
+    o.gnuplot = "/nonexistent/gnuplot";
+    cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_ERR_IO);
+    cr_assert(strstr(err.msg, "gnuplot-nox"), "%s", err.msg);
+    free(png);
+    free(pdf);
+}

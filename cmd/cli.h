@@ -96,6 +96,19 @@ static inline uint64_t pn_cli_split_size(const char *text, const char **why)
     return 0;
 }
 
+/* A size option's value into *out (pn_cli_split_size); false after
+ * "<prog>: <opt>: '<v>': expected a size ..." on stderr. */
+static inline bool pn_cli_size(const char *prog, const char *opt, const char *v, uint64_t *out)
+{
+    const char *why = "";
+    if ((*out = pn_cli_split_size(v, &why)))
+        return true;
+    fprintf(stderr, "%s: %s: '", prog, opt);
+    pn_fput_safe(stderr, v);
+    fprintf(stderr, "': %s\n", why);
+    return false;
+}
+
 /* The exit status of a job that failed with st (see above). */
 static inline int pn_cli_exit_status(pn_status st)
 {

@@ -224,13 +224,8 @@ int main(int argc, char **argv)
             }
             split.mode = mode;
             if (c == O_SPLIT_SIZE) {
-                const char *why = "";
-                if (!(split.max = pn_cli_split_size(optarg, &why))) {
-                    fprintf(stderr, "pn-synth: --split-max-size: '");
-                    pn_fput_safe(stderr, optarg);
-                    fprintf(stderr, "': %s\n", why);
+                if (!pn_cli_size("pn-synth", "--split-max-size", optarg, &split.max))
                     return 2;
-                }
             } else {
                 long v;
                 if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
@@ -238,16 +233,10 @@ int main(int argc, char **argv)
             }
             break;
         }
-        case O_SHARD_SIZE: {
-            const char *why = "";
-            if (!(shard_size = pn_cli_split_size(optarg, &why))) {
-                fprintf(stderr, "pn-synth: --shard-size: '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "': %s\n", why);
+        case O_SHARD_SIZE:
+            if (!pn_cli_size("pn-synth", "--shard-size", optarg, &shard_size))
                 return 2;
-            }
             break;
-        }
         case O_HF: hf = 1; break;
         case O_MTP: mtp = 1; break;
         case O_FULL: full = 1; break;
@@ -256,14 +245,11 @@ int main(int argc, char **argv)
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
         case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return pn_cli_close_stdout("pn-synth");
         default:
-            fprintf(stderr, "pn-synth: unknown option or missing value: %s\nTry 'pn-synth --help'.\n",
-                    argv[optind - 1]);
-            return 2;
+            return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf")) {
+    if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf"))
         return 2;
-    }
     if (!combination_ok(full && (layers > 0 || wscale > 0 || vocab > 0), hf,
                         split.mode != GGUF_SPLIT_NONE, shard_size != 0, dtype))
         return 2;

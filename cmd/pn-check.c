@@ -16,7 +16,7 @@
 
 /* What pn_cli_next returns for each option. */
 enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS, OPT_KEEP_MTP, OPT_TENSOR_TYPE, OPT_OUTPUT_TYPE, OPT_EMBD_TYPE };
+       OPT_PROGRESS, OPT_KEEP_MTP, OPT_TENSOR_TYPE, OPT_OUTPUT_TYPE, OPT_EMBD_TYPE, OPT_DUMP };
 
 #define MAX_OVERRIDES 64
 
@@ -37,6 +37,9 @@ static const pn_cli_option options[] = {
     {"source", required_argument, OPT_SOURCE,
      "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
      "                    source; flag errors far above what the type gives\n"},
+    {"dump", no_argument, OPT_DUMP,
+     "  --dump            list the file's keys and tensors (type, shape, offset,\n"
+     "                    bytes) as gguf-dump does, PN keys readable; no check\n"},
     {"json", no_argument, OPT_JSON,
      "  --json            print the report as JSON instead of text\n"},
     {"threads", required_argument, OPT_THREADS,
@@ -341,11 +344,128 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     fputs("\n}\n", f);
 }
 
+/* ---- --dump: the file's keys and tensors, as gguf-dump lists them ---- */
+
+/* A string of the file, terminal-safe (or as JSON). */
+static void put_gstr(FILE *f, const char *p, uint64_t n, bool json)
+{
+    char *s = strndup(p, (size_t)n);
+    if (json)
+        pn_json_put_str(f, s ? s : "");
+    else
+        pn_fput_safe(f, s ? s : "");
+    free(s);
+}
+
+/* A key's value: scalars as they are; arrays of strings listed when they are
+ * PN's (the promoted names, the overrides), other arrays as type x count
+ * (pn.tensor_crc32 and pn.source.*: "N values", one per tensor). */
+static void put_value(FILE *f, const gguf_kv *kv, bool json)
+{
+    switch (kv->type) {
+    case GGUF_TYPE_STRING: put_gstr(f, kv->v.str.data, kv->v.str.len, json); return;
+    case GGUF_TYPE_BOOL: fputs(kv->v.u64 ? "true" : "false", f); return;
+    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: fprintf(f, "%.9g", kv->v.f64); return;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        fprintf(f, "%lld", (long long)kv->v.i64);
+        return;
+    case GGUF_TYPE_ARRAY: break;
+    default: fprintf(f, "%llu", (unsigned long long)kv->v.u64); return;
+    }
+    bool pn = kv->key.len >= 3 && memcmp(kv->key.data, "pn", 2) == 0 && kv->key.data[2] == '.';
+    if (pn && kv->arr_type == GGUF_TYPE_STRING && kv->arr_count <= 4096) {
+        fputs(json ? "[" : "[", f);
+        const uint8_t *at = kv->arr_data, *end = kv->arr_data + kv->arr_bytes;
+        for (uint64_t i = 0; i < kv->arr_count && end - at >= 8; i++) {
+            uint64_t len;
+            memcpy(&len, at, 8);
+            if (len > (uint64_t)(end - at - 8))
+                break;
+            fputs(i ? ", " : "", f);
+            put_gstr(f, (const char *)at + 8, len, json);
+            at += 8 + len;
+        }
+        fputc(']', f);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "[%s x %llu]", gguf_value_type_name(kv->arr_type),
+             (unsigned long long)kv->arr_count);
+    if (json)
+        pn_json_put_str(f, what);
+    else
+        fputs(what, f);
+}
+
+/* --dump FILE: every key (name, type, value) and every tensor (name, type,
+ * shape, offset in its file, bytes). Returns the exit status. */
+static int dump_file(const char *path, bool json)
+{
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    pn_status st = gguf_reader_open(path, &r, &err);
+    if (st) {
+        pn_cli_error("pn-check", err.msg);
+        return pn_cli_exit_status(st);
+    }
+    FILE *f = stdout;
+    const size_t nk = gguf_reader_n_kv(r), nt = gguf_reader_n_tensors(r);
+    if (json) {
+        fputs("{\"file\": ", f);
+        pn_json_put_str(f, path);
+        fprintf(f, ", \"version\": %u, \"keys\": [", gguf_reader_version(r));
+    } else {
+        pn_fput_safe(f, path);
+        fprintf(f, ": GGUF v%u, %zu keys, %zu tensors\n", gguf_reader_version(r), nk, nt);
+    }
+    for (size_t i = 0; i < nk; i++) {
+        const gguf_kv *kv = gguf_reader_kv(r, i);
+        if (json) {
+            fprintf(f, "%s\n  {\"key\": ", i ? "," : "");
+            put_gstr(f, kv->key.data, kv->key.len, true);
+            fprintf(f, ", \"type\": \"%s\", \"value\": ", gguf_value_type_name(kv->type));
+            put_value(f, kv, true);
+            fputc('}', f);
+        } else {
+            fprintf(f, "%5zu: %-7s ", i + 1, gguf_value_type_name(kv->type));
+            put_gstr(f, kv->key.data, kv->key.len, false);
+            fputs(" = ", f);
+            put_value(f, kv, false);
+            fputc('\n', f);
+        }
+    }
+    fputs(json ? "],\n \"tensors\": [" : "", f);
+    for (size_t i = 0; i < nt; i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", json ? ", " : " x ",
+                          (long long)t->ne[d]);
+        const uint64_t off = gguf_reader_tensor_file_offset(r, i);
+        if (json) {
+            fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+            pn_json_put_str(f, t->name);
+            fprintf(f, ", \"type\": \"%s\", \"shape\": [%s], \"offset\": %llu, \"bytes\": %llu}",
+                    type_name(t->type), shape, (unsigned long long)off,
+                    (unsigned long long)t->size);
+        } else {
+            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1, type_name(t->type),
+                    shape, (unsigned long long)off, (unsigned long long)t->size);
+            pn_fput_safe(f, t->name);
+            fputc('\n', f);
+        }
+    }
+    fputs(json ? "]}\n" : "", f);
+    gguf_reader_close(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pn_check_options o;
     pn_check_options_default(&o);
-    bool json = false, strict = false, progress = false;
+    bool json = false, strict = false, progress = false, dump = false;
     char recipe_buf[4096];
     pn_recipe_override overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
@@ -377,6 +497,7 @@ int main(int argc, char **argv)
         case OPT_SOURCE: o.source_path = optarg; break;
         case OPT_KEEP_MTP: o.keep_mtp = true; break;
         case OPT_JSON: json = true; break;
+        case OPT_DUMP: dump = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS:
@@ -394,6 +515,12 @@ int main(int argc, char **argv)
      * each (a JSON array of the reports with --json), the worst status */
     const int n_files = argc - optind;
     int code = 0;
+    for (int k = 0; dump && k < n_files; k++) {
+        int c1 = dump_file(argv[optind + k], json);
+        code = c1 > code ? c1 : code;
+    }
+    if (dump)
+        return pn_cli_finish_stdout(&why) != 0 ? 1 : code;
     if (json && n_files > 1)
         fputs("[\n", stdout);
     for (int k = 0; k < n_files; k++) {

@@ -899,3 +899,45 @@ Test(exit_status, sigterm_exits_143_and_says_dst_is_as_it_was)
     cr_assert_str_eq(keep, "old\n");
     cr_assert_eq(tu_count_temporary_files(g_dir), 0);
 }
+
+Test(llama_options, pn_check_dump_lists_keys_and_tensors_as_gguf_dump_with_pn_keys_readable)
+{
+    sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && "
+          "pn-quantize --quiet --threads 2 --promote 1 --recipe test-fallback "
+          "--tensor-type attn_v=q8_0 src.gguf a.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-check --dump a.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, "a.gguf: GGUF v3, "), "%s", o);
+    cr_assert(strstr(o, "pn.mix.overrides = [--tensor-type attn_v=q8_0]"), "%s", o);
+    cr_assert(strstr(o, "pn.mix.promoted = [blk."), "the promoted names: %s", o);
+    cr_assert(strstr(o, "pn.tensor_crc32 = [uint32 x "), "the CRC count: %s", o);
+    cr_assert(strstr(o, "pn.source.header_fnv1a64 = "), "%s", o);
+    /* each tensor with its type, shape, offset and bytes, as the reader has them */
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, "a.gguf"), &r, &err), PN_OK);
+    const gguf_tensor_info *t = gguf_reader_tensor(r, 0);
+    char line[256];
+    snprintf(line, sizeof line, "offset %12llu %12llu bytes  %s\n",
+             (unsigned long long)gguf_reader_tensor_file_offset(r, 0),
+             (unsigned long long)t->size, t->name);
+    cr_assert(strstr(o, line), "'%s' in:\n%s", line, o);
+    const size_t nt = gguf_reader_n_tensors(r);
+    gguf_reader_close(r);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --dump --json a.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strncmp(o, "{\"file\": \"a.gguf\"", 17) == 0, "%s", o);
+    int n = 0;
+    for (const char *p = o; (p = strstr(p, "\"offset\": ")); p++)
+        n++;
+    cr_assert_eq((size_t)n, nt, "one JSON entry per tensor");
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "pn-check --dump missing.gguf");
+    cr_assert_eq(rc, 1);
+    free(o);
+    free(e);
+}

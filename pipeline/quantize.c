@@ -953,6 +953,29 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
+/* A dry run says what the real run would refuse that a dry run does not:
+ * an existing DST without --force. */
+static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
+{
+    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !split_output(o) &&
+        access(o->dst_path, F_OK) == 0)
+        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
+                         o->dst_path);
+}
+
+/* DST a folder, the plan made: named->dst_path becomes the file in it
+ * (*dst_auto, owned by the caller), checked as any DST. */
+static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **dst_auto,
+                                    struct stat *src_stat, pn_error *err)
+{
+    pn_status st = dst_in_folder(named->dst_path, c->src, named->src_path, c->plan->mix_label,
+                                 dst_auto, err);
+    if (st != PN_OK)
+        return st;
+    named->dst_path = *dst_auto;
+    return check_paths(named, src_stat, err);
+}
+
 pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats,
                            pn_error *err)
 {
@@ -978,10 +1001,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
-    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !split_output(o) &&
-        access(o->dst_path, F_OK) == 0)
-        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
-                         o->dst_path);
+    note_dry_run_refusal(o, dst_folder);
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
     /* --backend cuda asked for: a GPU that cannot be used is said before
@@ -1046,16 +1066,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     if (st != PN_OK)
         goto out;
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
-    if (dst_folder) {
-        st = dst_in_folder(given->dst_path, c.src, given->src_path, c.plan->mix_label, &dst_auto,
-                           err);
-        if (st == PN_OK) {
-            named.dst_path = dst_auto;
-            st = check_paths(o, &src_stat, err);
-        }
-        if (st != PN_OK)
-            goto out;
-    }
+    if (dst_folder && (st = name_dst_in_folder(&c, &named, &dst_auto, &src_stat, err)) != PN_OK)
+        goto out;
     stats->weights = c.plan->weights;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
     /* the output: one file or a split set, planned on the dry run too */

@@ -5,7 +5,8 @@
 #   bench/bench-full.sh
 # prints, in one run:
 #   - `cat` of the source to /dev/null (the disk's read speed), cold;
-#   - bench_pn's pn3t fast throughput at 1 and 2 threads;
+#   - bench_pn's pn3t fast throughput at 1 and 2 threads, and bench_chunk's
+#     (the pipeline's own path on a chunk) beside it;
 #   - for each thread count in THREADS: pn-quantize's wall time, weights/s,
 #     peak RSS, its per-stage times (they overlap: each is the time its stage
 #     spent working, see docs/pipeline.md), and the ratio
@@ -35,7 +36,7 @@ threads_list=${THREADS:-"2 1"}
 backend=${BACKEND:-cpu}
 bin=$build/bin
 [ -x /usr/bin/time ] || { echo "bench-full: /usr/bin/time is missing (apt-get install time)" >&2; exit 2; }
-cmake --build "$build" -j"$(nproc)" --target pn_programs bench_pn >/dev/null
+cmake --build "$build" -j"$(nproc)" --target pn_programs bench_pn bench_chunk >/dev/null
 mkdir -p "$dir"
 
 now() { date +%s%N; }
@@ -111,6 +112,10 @@ read -r bp1 bp2 < <(echo "$bp" | awk 'NR == 1 { for (i = 1; i < NF; i++) if ($i 
            $1 == "pn3t" && $2 == best { print $3, $4 }\')
 [ -n "${bp2:-}" ] || { echo "bench-full: cannot read bench_pn's pn3t line:" >&2; echo "$bp" >&2; exit 1; }
 echo "bench_pn pn3t fast: 1 thread $bp1 w/s, 2 threads $bp2 w/s ($(echo "$bp" | head -1 | sed 's/^bench_pn: //'))"
+# the pipeline's own search path on a chunk (rotation, fused sums, the
+# team's items, CRC) beside bench_pn's loop, at 2 threads
+bc=$(OMP_NUM_THREADS=2 "$bin/bench_chunk" --types pn3t,pn4t --bf16 --passes 5 --rows 128)
+echo "bench_chunk (2 threads, BF16-valued, w/s, x bench_pn's loop):" $(echo "$bc" | awk '$2 == "row" || $2 == "chunk" {printf "%s %s %s (%s); ", $1, $2, $3, $4}')
 
 # ---- pn-quantize -----------------------------------------------------------
 json_num() { grep -o "\"$1\": [0-9.e+-]*" "$2" | head -1 | awk '{print $2}'; }

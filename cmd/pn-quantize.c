@@ -925,7 +925,27 @@ static int run(int argc, char **argv)
     return 0;
 }
 
+/* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main), and
+ * by default a team thread that runs out of work spins for a while before
+ * it sleeps: at the end of every chunk's loops and between them. On a
+ * machine with few cores, where the team shares them with the reader and
+ * the writer threads, the spinning thread holds a core that the thread it
+ * waits for needs: on 2 cores it was a quarter of the process's CPU time
+ * (bench/bench-stage.sh, WAIT=active against passive; notes of issue 33).
+ * So unless the user chose a policy, the program runs itself again, once,
+ * with OMP_WAIT_POLICY=passive and the same arguments; if that fails it
+ * goes on as it is (the same bytes either way). */
+static void openmp_wait_passive(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
+    openmp_wait_passive(argv);
     return finish_stdout(run(argc, argv));
 }

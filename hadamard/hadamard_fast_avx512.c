@@ -1,9 +1,13 @@
 /* The AVX-512 block Hadamard rotation: eight doubles per vector. Stages
  * h = 1, 2, 4 run inside one vector (a lane permutation brings each partner
  * next to its pair, and a masked subtract writes the a - b half); the larger
- * stages pair whole vectors, two stages per pass over the block. Every value
- * is the same single-rounded sum or difference as in the reference
- * (hadamard_fast.h). Compiled with -mavx512f -mavx512dq; run only when
+ * stages pair whole vectors, up to four stages a pass while sixteen vectors
+ * stay in registers: the first pass widens 64 floats and takes them through
+ * stages 1..32, the last one scales, rounds to float and stores, so a block
+ * of 1024 takes two passes over its buffer (the previous schedule took six:
+ * widening, two stages a pass, rounding). Every value is the same
+ * single-rounded sum or difference as in the reference (hadamard_fast.h).
+ * Compiled with -mavx512f -mavx512dq; run only when
  * pn_hadamard_path_available(PN_PATH_AVX512). */
 #include <immintrin.h>
 #include <math.h>
@@ -25,30 +29,101 @@ static inline __m512d stages_1_2_4(__m512d v)
     return v;
 }
 
-static void stage_pair(double *buf, int B, int h)
+/* The butterflies of the stages 1, 2, .., n/2 (in vectors) on v[0..n): the
+ * pair (i, i+s) of vectors becomes (a + b, a - b), the reference's butterfly
+ * of every lane. */
+static inline __attribute__((always_inline)) void butterflies(__m512d *v, const int n)
 {
-    for (int c = 0; c < B; c += 4 * h) {
-        for (int j = c; j < c + h; j += 8) {
-            __m512d x0 = _mm512_load_pd(buf + j), x1 = _mm512_load_pd(buf + j + h);
-            __m512d x2 = _mm512_load_pd(buf + j + 2 * h), x3 = _mm512_load_pd(buf + j + 3 * h);
-            __m512d a0 = _mm512_add_pd(x0, x1), a1 = _mm512_sub_pd(x0, x1);
-            __m512d a2 = _mm512_add_pd(x2, x3), a3 = _mm512_sub_pd(x2, x3);
-            _mm512_store_pd(buf + j, _mm512_add_pd(a0, a2));
-            _mm512_store_pd(buf + j + 2 * h, _mm512_sub_pd(a0, a2));
-            _mm512_store_pd(buf + j + h, _mm512_add_pd(a1, a3));
-            _mm512_store_pd(buf + j + 3 * h, _mm512_sub_pd(a1, a3));
+#pragma GCC unroll 16
+    for (int s = 1; s < n; s *= 2) {
+#pragma GCC unroll 16
+        for (int i = 0; i < n; i++) {
+            if (i & s)
+                continue;
+            const __m512d a = v[i], b = v[i + s];
+            v[i] = _mm512_add_pd(a, b);
+            v[i + s] = _mm512_sub_pd(a, b);
         }
     }
 }
 
-static void stage_single(double *buf, int B, int h)
+/* Widens x[0..B) (B a multiple of 8n), stages 1, 2, 4 in each vector, then
+ * the stages 8 .. 8n/2 across n vectors; into buf, or (last: no stage left)
+ * scaled and rounded back into x. */
+static inline __attribute__((always_inline)) void first_pass(float *x, double *buf, int B,
+                                                             const int n, const int last,
+                                                             __m512d scale)
 {
-    for (int c = 0; c < B; c += 2 * h) {
-        for (int j = c; j < c + h; j += 8) {
-            __m512d a = _mm512_load_pd(buf + j), b = _mm512_load_pd(buf + j + h);
-            _mm512_store_pd(buf + j, _mm512_add_pd(a, b));
-            _mm512_store_pd(buf + j + h, _mm512_sub_pd(a, b));
+    for (int j = 0; j < B; j += 8 * n) {
+        __m512d v[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++)
+            v[i] = stages_1_2_4(_mm512_cvtps_pd(_mm256_loadu_ps(x + j + 8 * i)));
+        butterflies(v, n);
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) {
+            if (last)
+                _mm256_storeu_ps(x + j + 8 * i, _mm512_cvtpd_ps(_mm512_mul_pd(v[i], scale)));
+            else
+                _mm512_store_pd(buf + j + 8 * i, v[i]);
         }
+    }
+}
+
+/* The stages h, 2h, .., h*n/2 (h a multiple of 8) on buf; with last, the
+ * results are scaled and rounded into x instead. */
+static inline __attribute__((always_inline)) void stage_pass(float *x, double *buf, int B, int h,
+                                                             const int n, const int last,
+                                                             __m512d scale)
+{
+    for (int c = 0; c < B; c += n * h) {
+        for (int j = c; j < c + h; j += 8) {
+            __m512d v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < n; i++)
+                v[i] = _mm512_load_pd(buf + j + i * h);
+            butterflies(v, n);
+#pragma GCC unroll 16
+            for (int i = 0; i < n; i++) {
+                if (last)
+                    _mm256_storeu_ps(x + j + i * h, _mm512_cvtpd_ps(_mm512_mul_pd(v[i], scale)));
+                else
+                    _mm512_store_pd(buf + j + i * h, v[i]);
+            }
+        }
+    }
+}
+
+static void rotate_block(float *x, double *buf, int B, __m512d scale)
+{
+    /* stages 1, 2, 4 in the vector, then up to three more in the first pass */
+    const int n = B / 8 < 8 ? B / 8 : 8;
+    int h = 8 * n; /* the first stage left */
+    switch (n) {
+    case 1: first_pass(x, buf, B, 1, h == B, scale); break;
+    case 2: first_pass(x, buf, B, 2, h == B, scale); break;
+    case 4: first_pass(x, buf, B, 4, h == B, scale); break;
+    default:
+        if (h == B)
+            first_pass(x, buf, B, 8, 1, scale);
+        else
+            first_pass(x, buf, B, 8, 0, scale);
+        break;
+    }
+    while (h < B) {
+        const int left = B / h; /* 2^(stages left) */
+        if (left > 16) {
+            stage_pass(x, buf, B, h, 16, 0, scale);
+            h *= 16;
+            continue;
+        }
+        switch (left) {
+        case 16: stage_pass(x, buf, B, h, 16, 1, scale); break;
+        case 8: stage_pass(x, buf, B, h, 8, 1, scale); break;
+        case 4: stage_pass(x, buf, B, h, 4, 1, scale); break;
+        default: stage_pass(x, buf, B, h, 2, 1, scale); break;
+        }
+        h = B;
     }
 }
 
@@ -60,16 +135,6 @@ void pn_hadamard_rotate_row_avx512(float *x, int64_t K, int B)
     }
     double buf[PN_HADAMARD_MAX_BLOCK] __attribute__((aligned(64)));
     const __m512d scale = _mm512_set1_pd(1.0 / sqrt((double)B));
-    for (int64_t base = 0; base + B <= K; base += B) {
-        float *xb = x + base;
-        for (int j = 0; j < B; j += 8)
-            _mm512_store_pd(buf + j, stages_1_2_4(_mm512_cvtps_pd(_mm256_loadu_ps(xb + j))));
-        int h = 8;
-        for (; 4 * h <= B; h *= 4)
-            stage_pair(buf, B, h);
-        if (2 * h <= B)
-            stage_single(buf, B, h);
-        for (int j = 0; j < B; j += 8)
-            _mm256_storeu_ps(xb + j, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_load_pd(buf + j), scale)));
-    }
+    for (int64_t base = 0; base + B <= K; base += B)
+        rotate_block(x + base, buf, B, scale);
 }

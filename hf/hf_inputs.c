@@ -79,7 +79,7 @@ pn_status pn_hf_input_files(const char *src, pn_hf_inputs *out, pn_error *err)
     char *index_path = st == PN_OK ? malloc(il) : NULL;
     if (st == PN_OK && !index_path) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     json_t *idx = NULL;
-    if (st == PN_OK) {
+    if (st == PN_OK && index_path) {
         snprintf(index_path, il, "%s/%s", dir, index_name);
         pn_error ignored = {0};
         if (stat(index_path, &sb) == 0 && pn_hf_json_load(index_path, &idx, &ignored) == PN_OK) {

@@ -185,11 +185,9 @@ static inline uint64_t survivors(const __m256 *F, __m128 F4)
 }
 
 /* Every candidate's float score (argument 3 of pn_fast_internal.h) into
- * E[0..3] (candidates 0..31) and *E4 (32..35); with carry, the loop also
- * runs the previous group's pending sums, one element a step. */
+ * E[0..3] (candidates 0..31) and *E4 (32..35). */
 static inline __attribute__((always_inline)) void
-float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 *E4out,
-             pn_search_pending *pd, const int carry)
+float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 *E4out)
 {
     __m256 S[4], R[4];
     const __m256 one = _mm256_set1_ps(1.0f);
@@ -206,11 +204,7 @@ float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 
     const float zc = (float)z - 0.5f;
     const __m256 lo = _mm256_set1_ps(-zc), hi = _mm256_set1_ps(zc), half = _mm256_set1_ps(0.5f);
     const __m128 lo4 = _mm_set1_ps(-zc), hi4 = _mm_set1_ps(zc), half4 = _mm_set1_ps(0.5f);
-    const double plo = (double)-z, phi = (double)(z - 1);
-    double perr = 0.0, pnorm = 0.0;
     for (int e = 0; e < G; e++) {
-        if (carry)
-            pn_search_pending_step(pd, e, plo, phi, &perr, &pnorm);
         const __m256 wv = _mm256_broadcast_ss(w + e);
         const __m128 w4 = _mm256_castps256_ps128(wv);
         PN_FSTEP(wv, S[0], R[0], E[0], half, lo, hi, 256);
@@ -218,11 +212,6 @@ float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 
         PN_FSTEP(wv, S[2], R[2], E[2], half, lo, hi, 256);
         PN_FSTEP(wv, S[3], R[3], E[3], half, lo, hi, 256);
         PN_FSTEP(w4, S4, R4, E4, half4, lo4, hi4, );
-    }
-    if (carry) {
-        *pd->err = perr;
-        *pd->norm = pnorm;
-        pd->live = 0;
     }
     *E4out = E4;
 }
@@ -232,32 +221,17 @@ float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 
  * cannot tell from the best rescored exactly and picked as the reference
  * does. err receives the exact double sum of every rescored candidate, the
  * winner among them when err_wanted; with norm not NULL, *norm = sum wd[e]^2
- * in element order. With pd (the sums of quant_row.h): the float loop
- * carries the previous group's pending sums, and a winner found without
- * rescoring leaves this group's pending in *pd (*deferred = 1) instead of
- * writing err and norm. */
+ * in element order. (The row's sums of quant_row.h are added after a batch
+ * of groups: pn_search_sums_batch.) */
 static inline int float_search(const float *w, const double *wd, int G, int z, const cands256 *c,
-                               double *err, int err_wanted, double *norm, pn_search_pending *pd,
-                               int *deferred)
+                               double *err, int err_wanted, double *norm)
 {
     __m256 E[4];
     __m128 E4;
-    if (pd && pd->live)
-        float_scores(w, G, z, c, E, &E4, pd, 1);
-    else
-        float_scores(w, G, z, c, E, &E4, pd, 0);
+    float_scores(w, G, z, c, E, &E4);
     const uint64_t set = survivors(E, E4);
-    *deferred = 0;
-    if ((set & (set - 1)) == 0) {
-        const int j = __builtin_ctzll(set);
-        if (pd) {
-            *pd = (pn_search_pending){wd, c->s[j], 1.0 / c->s[j], NULL, NULL, 1};
-            *deferred = 1;
-            return j;
-        }
-        if (!err_wanted && !norm)
-            return j;
-    }
+    if ((set & (set - 1)) == 0 && !err_wanted && !norm)
+        return __builtin_ctzll(set);
     rescore(wd, G, z, c, set, err, norm);
     return pn_fast_pick(err, set);
 }
@@ -274,7 +248,7 @@ static double group_norm(const double *wd, int G)
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
                     double *err_out, double *norm_out, const int v2, double *wd,
-                    pn_search_pending *pd)
+                    double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
@@ -285,7 +259,6 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
         __m256i b = _mm256_loadu_si256((const __m256i *)(w + e));
         __m256i ex = _mm256_and_si256(b, expf);
         if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(ex, expf))) {
-            pn_search_pending_flush(pd, G, z);
             return pn_fast_group_refused(p, w, bad_index);
         }
         __m256 v = _mm256_castsi256_ps(b);
@@ -306,8 +279,8 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
         famax = lanes_amax[i] > famax ? lanes_amax[i] : famax;
     }
     const double amax = famax, max = fmax, min = fmin;
+    *s_out = 0.0; /* until a winner is found: decodes to zeros */
     if (amax == 0.0) {
-        pn_search_pending_flush(pd, G, z);
         if (norm_out)
             *norm_out = *err_out = group_norm(wd, G);
         pn_fast_zero_block(p, block);
@@ -318,7 +291,6 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     cands256 c;
     make_candidates(sigma, amax, z, &c, !v2);
     if (c.valid == 0) {
-        pn_search_pending_flush(pd, G, z);
         if (c.any_overflow) {
             *bad_index = 0;
             return PN_ERR_SCALE_OVERFLOW;
@@ -331,13 +303,7 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     double err[PN_FAST_LANES];
     int best;
     if (v2) {
-        int deferred = 0;
-        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out, pd, &deferred);
-        if (deferred) {
-            pd->err = err_out;
-            pd->norm = norm_out;
-            err_out = NULL; /* written when the pending sums are */
-        }
+        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
     } else {
         if (norm_out)
             candidate_errors(wd, G, z, &c, err, 1, norm_out);
@@ -346,6 +312,7 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
         best = pn_fast_pick(err, c.valid);
     }
     const double sb = c.s[best];
+    *s_out = sb;
     if (err_out)
         *err_out = err[best];
 
@@ -389,29 +356,38 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     return PN_OK;
 }
 
-/* The row loop of both searches; v2 is a constant at each call. */
+/* The row loop of both searches; v2 is a constant at each call. With the
+ * sums, the float search's groups are searched PN_SUMS_BATCH at a time
+ * without them, and their sums are then added four groups to a vector
+ * (pn_search_sums_batch in pn_fast_internal.h). */
+#define PN_SUMS_BATCH 16
 static inline __attribute__((always_inline)) pn_status
 quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
              double *blk_err, double *blk_norm, const int v2)
 {
-    const int sums = blk_err && blk_norm;
-    /* two weight buffers, alternating: a pending group's stays intact while
-     * the next group fills the other */
-    double wd[2][80] __attribute__((aligned(32)));
-    pn_search_pending pending = {NULL, 0.0, 0.0, NULL, NULL, 0};
-    pn_search_pending *pd = v2 && sums ? &pending : NULL;
-    for (int64_t g = 0; g < n / p->group; g++) {
-        int bad = 0;
-        pn_status st = quantize_group_avx2(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
-                                           sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL,
-                                           v2, wd[g & 1], pd);
-        if (st != PN_OK) {
-            if (bad_col)
-                *bad_col = g * p->group + bad;
-            return st;
+    const int sums = blk_err && blk_norm, batched = v2 && sums;
+    const int G = p->group;
+    double wd[80] __attribute__((aligned(32)));
+    double sb[PN_SUMS_BATCH];
+    const int64_t ng = n / G;
+    for (int64_t g0 = 0; g0 < ng; g0 += PN_SUMS_BATCH) {
+        const int nb = ng - g0 < PN_SUMS_BATCH ? (int)(ng - g0) : PN_SUMS_BATCH;
+        for (int i = 0; i < nb; i++) {
+            const int64_t g = g0 + i;
+            int bad = 0;
+            pn_status st = quantize_group_avx2(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad,
+                                               sums && !batched ? blk_err + g : NULL,
+                                               sums && !batched ? blk_norm + g : NULL, v2, wd,
+                                               &sb[i]);
+            if (st != PN_OK) {
+                if (bad_col)
+                    *bad_col = g * G + bad;
+                return st;
+            }
         }
+        if (batched)
+            pn_search_sums_batch(x + g0 * G, G, p->z, sb, nb, blk_err + g0, blk_norm + g0);
     }
-    pn_search_pending_flush(pd, p->group, p->z);
     return PN_OK;
 }
 

@@ -178,8 +178,7 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
  * err_wanted (the sums of quant_row.h); with norm not NULL, *norm = sum
  * wd[e]^2 in element order. */
 static inline __attribute__((always_inline)) void
-float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512 *F1, __m128 *F2,
-             pn_search_pending *pd, const int carry)
+float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512 *F1, __m128 *F2)
 {
     /* s is a half value (or +inf): exact in float; r = fl32(1/s) */
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -196,11 +195,7 @@ float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512
     const __m128 zc4 = _mm_set1_ps((float)z - 0.5f), half4 = _mm_set1_ps(0.5f);
     __m512 E0 = _mm512_setzero_ps(), E1 = E0;
     __m128 E2 = _mm_setzero_ps();
-    const double plo = (double)-z, phi = (double)(z - 1);
-    double perr = 0.0, pnorm = 0.0;
     for (int e = 0; e < G; e++) {
-        if (carry)
-            pn_search_pending_step(pd, e, plo, phi, &perr, &pnorm);
         const __m512 wv = _mm512_set1_ps(w[e]);
         const __m128 w4 = _mm512_castps512_ps128(wv);
         __m512 q0 = _mm512_range_ps(_mm512_fmadd_ps(wv, R0, half), zc, 2);
@@ -213,11 +208,6 @@ float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512
         E1 = _mm512_fmadd_ps(d1, d1, E1);
         E2 = _mm_fmadd_ps(d2, d2, E2);
     }
-    if (carry) {
-        *pd->err = perr;
-        *pd->norm = pnorm;
-        pd->live = 0;
-    }
     *F0 = E0;
     *F1 = E1;
     *F2 = E2;
@@ -226,20 +216,14 @@ float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512
 /* The winner by the float-scored search (argument 3 of pn_fast_internal.h).
  * err receives the exact double sum of every rescored candidate, the winner
  * among them when err_wanted; with norm not NULL, *norm = sum wd[e]^2 in
- * element order. With pd (the sums of quant_row.h): the float loop carries
- * the previous group's pending sums, and a winner found without rescoring
- * leaves this group's pending in *pd (*deferred = 1) instead of writing
- * err and norm. */
+ * element order. (The row's sums of quant_row.h are added after a batch of
+ * groups: pn_search_sums_batch.) */
 static inline int float_search(const float *w, const double *wd, int G, int z, const cands512 *c,
-                               double *err, int err_wanted, double *norm, pn_search_pending *pd,
-                               int *deferred)
+                               double *err, int err_wanted, double *norm)
 {
     __m512 E0, E1;
     __m128 E2;
-    if (pd && pd->live)
-        float_scores(w, G, z, c, &E0, &E1, &E2, pd, 1);
-    else
-        float_scores(w, G, z, c, &E0, &E1, &E2, pd, 0);
+    float_scores(w, G, z, c, &E0, &E1, &E2);
     /* pn_search_survivors: a skipped lane's score is NaN (s = +inf), which
      * min ignores (it returns its second operand when either is NaN) and no
      * comparison admits; f_i <= thr in double is f_i <= thr rounded down to
@@ -255,17 +239,8 @@ static inline int float_search(const float *w, const double *wd, int G, int z, c
     const uint64_t set = (uint64_t)_mm512_cmp_ps_mask(E0, t, _CMP_LE_OQ) |
                          (uint64_t)_mm512_cmp_ps_mask(E1, t, _CMP_LE_OQ) << 16 |
                          (uint64_t)_mm_cmp_ps_mask(E2, _mm512_castps512_ps128(t), _CMP_LE_OQ) << 32;
-    *deferred = 0;
-    if ((set & (set - 1)) == 0) {
-        const int j = __builtin_ctzll(set);
-        if (pd) {
-            *pd = (pn_search_pending){wd, c->s[j], 1.0 / c->s[j], NULL, NULL, 1};
-            *deferred = 1;
-            return j;
-        }
-        if (!err_wanted && !norm)
-            return j;
-    }
+    if ((set & (set - 1)) == 0 && !err_wanted && !norm)
+        return __builtin_ctzll(set);
     rescore(wd, G, z, c, set, err, norm);
     return pn_fast_pick(err, set);
 }
@@ -282,7 +257,7 @@ static double group_norm(const double *wd, int G)
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
                       double *err_out, double *norm_out, const int v2, double *wd,
-                      pn_search_pending *pd)
+                      double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
@@ -293,7 +268,6 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
         __m512i b = _mm512_loadu_si512((const void *)(w + e));
         __m512i ex = _mm512_and_si512(b, expf);
         if (_mm512_cmpeq_epi32_mask(ex, expf)) {
-            pn_search_pending_flush(pd, G, z);
             return pn_fast_group_refused(p, w, bad_index);
         }
         __m512 v = _mm512_castsi512_ps(b);
@@ -305,8 +279,8 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     }
     const double amax = _mm512_reduce_max_ps(vamax);
     const double max = _mm512_reduce_max_ps(vmax), min = _mm512_reduce_min_ps(vmin);
+    *s_out = 0.0; /* until a winner is found: decodes to zeros */
     if (amax == 0.0) {
-        pn_search_pending_flush(pd, G, z);
         if (norm_out)
             *norm_out = *err_out = group_norm(wd, G);
         pn_fast_zero_block(p, block);
@@ -317,7 +291,6 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     cands512 c;
     make_candidates(sigma, amax, z, &c, !v2);
     if (c.valid == 0) {
-        pn_search_pending_flush(pd, G, z);
         if (c.any_overflow) {
             *bad_index = 0;
             return PN_ERR_SCALE_OVERFLOW;
@@ -330,13 +303,7 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     double err[PN_FAST_LANES];
     int best;
     if (v2) {
-        int deferred = 0;
-        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out, pd, &deferred);
-        if (deferred) {
-            pd->err = err_out;
-            pd->norm = norm_out;
-            err_out = NULL; /* written when the pending sums are */
-        }
+        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
     } else {
         if (norm_out)
             candidate_errors(wd, G, z, &c, err, 1, norm_out);
@@ -345,6 +312,7 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
         best = pn_fast_pick(err, c.valid);
     }
     const double sb = c.s[best];
+    *s_out = sb;
     if (err_out)
         *err_out = err[best];
 
@@ -384,29 +352,38 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     return PN_OK;
 }
 
-/* The row loop of both searches; v2 is a constant at each call. */
+/* The row loop of both searches; v2 is a constant at each call. With the
+ * sums, the float search's groups are searched PN_SUMS_BATCH at a time
+ * without them, and their sums are then added four groups to a vector
+ * (pn_search_sums_batch in pn_fast_internal.h). */
+#define PN_SUMS_BATCH 16
 static inline __attribute__((always_inline)) pn_status
 quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
              double *blk_err, double *blk_norm, const int v2)
 {
-    const int sums = blk_err && blk_norm;
-    /* two weight buffers, alternating: a pending group's stays intact while
-     * the next group fills the other */
-    double wd[2][80] __attribute__((aligned(64)));
-    pn_search_pending pending = {NULL, 0.0, 0.0, NULL, NULL, 0};
-    pn_search_pending *pd = v2 && sums ? &pending : NULL;
-    for (int64_t g = 0; g < n / p->group; g++) {
-        int bad = 0;
-        pn_status st = quantize_group_avx512(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
-                                             sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL,
-                                             v2, wd[g & 1], pd);
-        if (st != PN_OK) {
-            if (bad_col)
-                *bad_col = g * p->group + bad;
-            return st;
+    const int sums = blk_err && blk_norm, batched = v2 && sums;
+    const int G = p->group;
+    double wd[80] __attribute__((aligned(64)));
+    double sb[PN_SUMS_BATCH];
+    const int64_t ng = n / G;
+    for (int64_t g0 = 0; g0 < ng; g0 += PN_SUMS_BATCH) {
+        const int nb = ng - g0 < PN_SUMS_BATCH ? (int)(ng - g0) : PN_SUMS_BATCH;
+        for (int i = 0; i < nb; i++) {
+            const int64_t g = g0 + i;
+            int bad = 0;
+            pn_status st = quantize_group_avx512(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad,
+                                               sums && !batched ? blk_err + g : NULL,
+                                               sums && !batched ? blk_norm + g : NULL, v2, wd,
+                                               &sb[i]);
+            if (st != PN_OK) {
+                if (bad_col)
+                    *bad_col = g * G + bad;
+                return st;
+            }
         }
+        if (batched)
+            pn_search_sums_batch(x + g0 * G, G, p->z, sb, nb, blk_err + g0, blk_norm + g0);
     }
-    pn_search_pending_flush(pd, p->group, p->z);
     return PN_OK;
 }
 

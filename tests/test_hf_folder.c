@@ -557,7 +557,8 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
     snprintf(cmd, sizeof cmd,
              "cd '%s' && mkdir -p hub/blobs hub/snap && for f in m/*; do b=$(basename $f); "
              "cp $f hub/blobs/$b.blob && ln -s ../blobs/$b.blob hub/snap/$b; done && "
-             "ln -s m/config.json link-to-config && ln -s m/chat_template.jinja link-to-absent",
+             "ln -s m/config.json link-to-config && ln -s m/chat_template.jinja link-to-absent && "
+             "ln m/" SHARD2 " hard-link-to-shard",
              g_dir);
     cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
     const char *names[] = {"config.json", INDEX, SHARD1, SHARD2, "tokenizer.json",
@@ -584,6 +585,8 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
     targets[nt] = tu_join(g_dir, "link-to-config");
     srcs[nt++] = m;
     targets[nt] = tu_join(g_dir, "link-to-absent");
+    srcs[nt++] = m;
+    targets[nt] = tu_join(g_dir, "hard-link-to-shard");
     srcs[nt++] = m;
     char *before = snapshot(g_dir);
     const char *force[] = {"", "--force"};

@@ -134,6 +134,34 @@ ParameterizedTest(int *type, quant_row, fused_sums_equal_the_separate_pass_bit_f
     cr_expect_eq(bad, 0, "%s: %d rows disagree", tname(*type), bad);
 }
 
+/* The float search's paths search a row's groups a batch at a time (16)
+ * and add the batch's sums eight groups at once (pn_search_sums_batch):
+ * rows of every length around those counts, random and edge kinds mixed
+ * group by group, and refusals anywhere in a batch. */
+static const int PN_TYPES[2] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+
+ParameterizedTestParameters(quant_row, fused_sums_hold_across_the_search_s_batches_of_groups)
+{
+    return cr_make_param_array(int, (void *)PN_TYPES, 2);
+}
+
+ParameterizedTest(int *type, quant_row, fused_sums_hold_across_the_search_s_batches_of_groups)
+{
+    log_missing_paths();
+    static const int groups[] = {7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 49, 64, 100};
+    const int G = (int)pn_type_traits_get(*type)->block_weights;
+    float *x = xmalloc((size_t)100 * G * sizeof(float));
+    tu_rng r = {77 + (uint64_t)*type};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        for (int row = 0; row < 6; row++) {
+            rk_fill_row(&r, x, groups[i], G, row == 5);
+            bad += check_row(*type, x, (int64_t)groups[i] * G, "long row");
+        }
+    cr_expect_eq(bad, 0, "%s: %d long rows disagree", tname(*type), bad);
+    free(x);
+}
+
 ParameterizedTestParameters(quant_row, every_path_refuses_the_same_rows_at_the_same_column)
 {
     return cr_make_param_array(int, (void *)ALL_TYPES, 8);

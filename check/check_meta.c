@@ -36,6 +36,8 @@ static const key_rule key_rules[] = {
     {PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {PN_KEY_SOURCE_TYPE, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
+    {PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 

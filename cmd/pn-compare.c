@@ -23,7 +23,7 @@
 extern char **environ;
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
 enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
@@ -128,8 +128,9 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 compared (--sweep: every mix), 1 error (message on stderr;\n"
-    "--sweep: a mix failed, the others compared), 2 usage, 130 interrupted\n",
+    "exit status: 0 compared (--sweep: every mix), 1 what the files hold (message on\n"
+    "stderr; --sweep: a mix failed, the others compared), 2 the command line itself,\n"
+    "128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
@@ -518,7 +519,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
         pn_sweep_report_free(&srep);
-        return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (plot && !srep.compared)
         fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
@@ -582,18 +583,13 @@ int main(int argc, char **argv)
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
-            fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "
-                            "--help'.\n", argv[optind - 1]);
-            return 2;
+            return pn_cli_refuse_option(&program, argv);
         }
     }
     if (sweep_usage(&w, argc - optind))
         return 2;
-    if (!w.on && argc - optind < 2) {
-        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
-                        "'pn-compare --help'.\n");
+    if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
-    }
     if (!o.text_path && text_opts) {
         fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
                         "4 sequences of 64\n");
@@ -648,7 +644,7 @@ int main(int argc, char **argv)
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (json)
         print_json(&rep, decode, o.keep_rotation);

@@ -42,6 +42,12 @@
  * prints. */
 #define PN_KEY_QUANTIZER PN_KEY_PREFIX "quantizer"
 
+/* array of string: only when pn-quantize was given type overrides, each as
+ * typed and in order ("--tensor-type attn_v=q8_0", "--output-tensor-type
+ * bf16", "--token-embedding-type f16"): rules that stood before the
+ * recipe's (mix/recipe.h); pn-check --recipe takes the same options. */
+#define PN_KEY_MIX_OVERRIDES PN_KEY_PREFIX "mix.overrides"
+
 /* ---- the source identity (docs/reuse.md#the-keys; io/source_id.h) ----
  * Arrays are in tensor order: element i is the source tensor of output
  * tensor i (same name, same position). */

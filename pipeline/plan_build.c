@@ -34,21 +34,45 @@ void pn_job_plan_free(pn_job_plan *p)
     free(p);
 }
 
+/* The recipe with the run's overrides (--tensor-type ...) before its rules. */
 static pn_status load_recipe(const pn_quantize_opts *o, pn_recipe **out, pn_error *err)
 {
-    if (o->recipe_path)
-        return pn_recipe_load(o->recipe_path, out, err);
-    char source[128];
-    snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
-    return pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
-                           err);
+    pn_status st;
+    if (o->recipe_path) {
+        st = pn_recipe_load(o->recipe_path, out, err);
+    } else {
+        char source[128];
+        snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
+        st = pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
+                             err);
+    }
+    if (st == PN_OK && (st = pn_recipe_apply_overrides(*out, o->overrides, o->n_overrides, err))) {
+        pn_recipe_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
-/* Reads a promote list: one tensor name per line; blank lines and lines
- * starting with '#' are skipped, surrounding blanks trimmed. */
+pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err)
+{
+    if (o->no_mtp && o->keep_mtp)
+        return pn_error_set(err, PN_ERR_USAGE, "give --no-mtp or --keep-mtp, not both");
+    pn_recipe *r = NULL;
+    pn_status st = load_recipe(o, &r, err);
+    if (st != PN_OK)
+        return st;
+    *drop = o->no_mtp || (!o->keep_mtp && r->mtp == PN_RECIPE_MTP_DROP);
+    pn_recipe_free(r);
+    return PN_OK;
+}
+
+/* Reads a promote list: one tensor name per line, as recipes are read:
+ * '#' to the end of the line is a comment wherever it stands, blank lines
+ * are skipped and surrounding blanks trimmed; *lines_out gets each name's
+ * 1-based line, for the messages. */
 #define PN_PROMOTE_LIST_MAX_BYTES ((size_t)64 << 20)
-static pn_status read_name_list(const char *path, char ***names_out, size_t *n_out,
-                                pn_error *err)
+static pn_status read_name_list(const char *path, char ***names_out, int **lines_out,
+                                size_t *n_out, pn_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -56,36 +80,47 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
         pn_read_small_file(path, PN_PROMOTE_LIST_MAX_BYTES, "promote list", &text, &len, err);
     if (st != PN_OK)
         return st;
-    if (memchr(text, '\0', len)) {
-        free(text);
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: the promote list holds a NUL byte", path);
-    }
     char **names = NULL;
+    int *lines = NULL;
     size_t n = 0, cap = 0;
+    int line_no = 0;
     for (char *line = text; st == PN_OK && line < text + len;) {
         char *nl = memchr(line, '\n', (size_t)(text + len - line));
         char *s = line, *e = nl ? nl : text + len;
         line = nl ? nl + 1 : text + len;
+        line_no++;
+        if (memchr(s, '\0', (size_t)(e - s))) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s:%d: the promote list holds a NUL byte",
+                              path, line_no);
+            break;
+        }
+        char *hash = memchr(s, '#', (size_t)(e - s));
+        if (hash)
+            e = hash;
         while (s < e && (*s == ' ' || *s == '\t'))
             s++;
         while (e > s && (e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
             e--;
-        if (e == s || *s == '#')
+        if (e == s)
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 32;
             char **nn = realloc(names, cap * sizeof *names);
-            if (!nn) {
+            int *nli = nn ? realloc(lines, cap * sizeof *lines) : NULL;
+            if (nn)
+                names = nn;
+            if (!nn || !nli) {
                 st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
                 break;
             }
-            names = nn;
+            lines = nli;
         }
         names[n] = strndup(s, (size_t)(e - s));
         if (!names[n]) {
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             break;
         }
+        lines[n] = line_no;
         n++;
     }
     free(text);
@@ -93,9 +128,11 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
         for (size_t i = 0; i < n; i++)
             free(names[i]);
         free(names);
+        free(lines);
         return st;
     }
     *names_out = names;
+    *lines_out = lines;
     *n_out = n;
     return PN_OK;
 }
@@ -113,7 +150,8 @@ static int cmp_name_ref(const void *a, const void *b)
 /* Promotes exactly the listed names, as pn_plan_promote_by_names does (the
  * same refusals and messages), with a sorted index of the plan's names so
  * that a list of n names costs n log n, not n times the tensor count. */
-static pn_status promote_listed(pn_plan *plan, char **names, size_t n, pn_error *err)
+static pn_status promote_listed(pn_plan *plan, char **names, const int *lines, size_t n,
+                                const char *path, pn_error *err)
 {
     pn_plan_clear_promotions(plan);
     name_ref *idx = malloc((plan->n_tensors ? plan->n_tensors : 1) * sizeof *idx);
@@ -129,10 +167,12 @@ static pn_status promote_listed(pn_plan *plan, char **names, size_t n, pn_error 
         name_ref key = {names[i], 0};
         const name_ref *hit = bsearch(&key, idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
         if (!hit)
-            st = pn_error_set(err, PN_ERR_USAGE, "promotion: no tensor named '%s' in the model",
+            st = pn_error_set(err, PN_ERR_MISMATCH, "promotion: no tensor named '%s' in the model",
                               names[i]);
         else
             st = pn_plan_promote_index(plan, hit->index, err);
+        if (st != PN_OK && st != PN_ERR_NOMEM)
+            pn_error_prefix(err, "--promote-list %s:%d", path, lines[i]);
     }
     free(idx);
     if (st != PN_OK)
@@ -205,7 +245,7 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
             hi = k - 1;
     }
     if (st == PN_OK && !any)
-        st = pn_error_set(err, PN_ERR_USAGE,
+        st = pn_error_set(err, PN_ERR_MISMATCH,
                           "target size: even with no promotion the file is %llu bytes (%.3f GB), "
                           "more than the limit of %llu bytes (%.3f GB)",
                           (unsigned long long)size0, (double)size0 / 1e9,
@@ -232,6 +272,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     p->source_header_hash = sid->header_hash;
     p->quantizer = pn_job_quantizer_name(o);
+    p->overrides = o->overrides;
+    p->n_overrides = o->n_overrides;
     pn_status st = load_recipe(o, &p->recipe, err);
     if (st != PN_OK)
         goto fail;
@@ -291,18 +333,18 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
     /* promotions */
     if (o->promote_list_path) {
         char **names = NULL;
+        int *lines = NULL;
         size_t nn = 0;
-        st = read_name_list(o->promote_list_path, &names, &nn, err);
+        st = read_name_list(o->promote_list_path, &names, &lines, &nn, err);
         if (st != PN_OK)
             goto fail;
-        st = promote_listed(p->plan, names, nn, err);
+        st = promote_listed(p->plan, names, lines, nn, o->promote_list_path, err);
         for (size_t i = 0; i < nn; i++)
             free(names[i]);
         free(names);
-        if (st != PN_OK) {
-            pn_error_prefix(err, "%s", o->promote_list_path);
+        free(lines);
+        if (st != PN_OK)
             goto fail;
-        }
     } else {
         int64_t want = o->promote >= 0 ? o->promote : p->recipe->promote;
         if (want > 0 || o->target_size) {
@@ -320,7 +362,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                 want = (int64_t)p->plan->n_candidates;
             }
             if (!o->target_size && (size_t)want > p->plan->n_candidates) {
-                st = pn_error_set(err, PN_ERR_USAGE,
+                st = pn_error_set(err, PN_ERR_MISMATCH,
                                   "%" PRId64 " promotions asked for, but %s has only %zu pn3t "
                                   "tensors that pn4t can hold",
                                   want, o->src_path, p->plan->n_candidates);
@@ -411,6 +453,23 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_FORMAT, PN_FORMAT_NAME);
     if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_MIX, label);
     if (st == PN_OK) st = gguf_writer_set_arr_str(w, PN_KEY_MIX_PROMOTED, promoted, np);
+    if (st == PN_OK && p->n_overrides) {
+        /* the options that stood before the recipe, as typed (pn-check
+         * --recipe takes the same to accept the file) */
+        char (*texts)[320] = calloc(p->n_overrides, sizeof *texts);
+        const char **v = calloc(p->n_overrides, sizeof *v);
+        if (texts && v) {
+            for (size_t i = 0; i < p->n_overrides; i++) {
+                pn_recipe_override_text(&p->overrides[i], texts[i], sizeof texts[i]);
+                v[i] = texts[i];
+            }
+            st = gguf_writer_set_arr_str(w, PN_KEY_MIX_OVERRIDES, v, p->n_overrides);
+        } else {
+            st = PN_ERR_NOMEM;
+        }
+        free(texts);
+        free(v);
+    }
     if (plan->rotation == PN_ROTATION_HADAMARD) {
         if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "hadamard");
         if (st == PN_OK)

@@ -161,10 +161,19 @@ typedef pn_status (*pn_result_fn)(const pn_quantize_result *r, void *user, pn_er
 
 typedef struct pn_quantize_opts {
     const char *src_path;           /* a GGUF, or a Hugging Face folder (io/source_open.h) */
-    bool no_mtp;                    /* a folder: drop its MTP layer (the converter's --no-mtp) */
+    /* The source's MTP layer (a folder's, or a GGUF's blk.L.* with nextn.*):
+     * dropped with no_mtp (the converter's --no-mtp), kept with keep_mtp,
+     * else as the recipe's 'mtp keep|drop' says (kept when it says
+     * nothing); both set is PN_ERR_USAGE. */
+    bool no_mtp;
+    bool keep_mtp;
     const char *tokenizer_pre;      /* a folder: tokenizer.ggml.pre for an unknown pattern */
     const char *dst_path;
     const char *recipe_path;        /* NULL: the built-in P0k+19 recipe */
+    /* --tensor-type, --output-tensor-type, --token-embedding-type: rules
+     * before the recipe's (mix/recipe.h), recorded in pn.mix.overrides */
+    const pn_recipe_override *overrides;
+    size_t n_overrides;
     int promote;                    /* -1: the recipe's `promote` */
     const char *promote_list_path;  /* NULL or a file of tensor names */
     const char *measurement_path;   /* NULL or a file to read/write */

@@ -243,6 +243,19 @@ Test(install, the_installed_pn_quantize_records_its_version_line_in_pn_quantizer
     cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, qerr);
     cr_assert_str_empty(qout);
     cr_assert_str_empty(qerr);
+    free(qout);
+    free(qerr);
+    /* the same recipe by name: the installed share folder beside bin/ */
+    char *by_name = under_prefix("by-name.pn.gguf");
+    snprintf(cmd, sizeof cmd,
+             "'%s/bin/pn-quantize' --quiet --backend cpu --promote 0 --recipe test-fallback "
+             "'%s' '%s' && cmp '%s' '%s' && '%s/bin/pn-check' --strict --recipe test-fallback '%s'",
+             g_prefix, PN_TEST_DATA "/golden/tiny.f32.gguf", by_name, by_name, dst, g_prefix,
+             by_name);
+    rc = tu_run(cmd, &qout, &qerr);
+    cr_assert_eq(rc, 0, "--recipe NAME from the installed prefix: %s: exit %d: %s%s", cmd, rc,
+                 qout, qerr);
+    free(by_name);
 
     gguf_reader *r;
     pn_error e;

@@ -277,7 +277,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         return -1;
     for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
-            fprintf(stderr, "pn-compare: --stock: unknown type '");
+            fprintf(stderr, "pn-compare: --stock: not a type the stock quantizer takes: '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
             return -1;
@@ -413,6 +413,133 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
     printf("\n ],\n \"failed\": %zu, \"seconds\": %.3f}\n", s->n_failed, s->seconds);
 }
 
+/* What --sweep's options set. */
+typedef struct sweep_cli {
+    pn_sweep_opts so;
+    int on, given, qthreads, force;
+    int counts[PN_SWEEP_MAX_MIXES];
+    const char *types[PN_SWEEP_MAX_MIXES];
+    char *types_buf, *quantizer;
+    const char *plot, *gnuplot;
+    uint64_t budget;
+} sweep_cli;
+
+/* A --sweep option: 1 taken, 0 not one of them, -1 refused (message out). */
+static int sweep_option(int c, sweep_cli *w)
+{
+    int bad = 0;
+    switch (c) {
+    case O_SWEEP: w->on = 1; return 1;
+    case O_FORCE: w->force = 1; return 1;
+    case O_PROMOTE: bad = parse_counts(optarg, w->counts, &w->so.n_promote); w->so.promote = w->counts; break;
+    case O_TARGET: bad = parse_size_opt("--target-size", optarg, &w->so.target_size); break;
+    case O_RECIPE: w->so.recipe_path = optarg; break;
+    case O_STOCK: bad = parse_types(optarg, &w->types_buf, w->types, &w->so.n_stock); w->so.stock = w->types; break;
+    case O_IMATRIX: w->so.imatrix_path = optarg; break;
+    case O_KEEP_DIR: w->so.keep_dir = optarg; break;
+    case O_PLOT: w->plot = optarg; break;
+    case O_BUDGET: bad = parse_size_opt("--budget", optarg, &w->budget); break;
+    case O_QTHREADS: bad = parse_int("--quantize-threads", optarg, 1, 4096, &w->qthreads); break;
+    case O_QUANTIZER: free(w->quantizer); w->quantizer = strdup(optarg); break;
+    case O_LIBLLAMA: w->so.libllama = optarg; break;
+    case O_GNUPLOT: w->gnuplot = optarg; break;
+    default: return 0;
+    }
+    w->given = 1;
+    return bad ? -1 : 1;
+}
+
+/* The usage rules of --sweep: 0, or 2 after the message. */
+static int sweep_usage(const sweep_cli *w, int n_args)
+{
+    const char *why = NULL;
+    if (!w->on && w->given)
+        why = "--promote, --target-size, --stock, --imatrix, --keep, --plot and the like go "
+              "with --sweep";
+    else if (w->on && n_args != 1)
+        why = "--sweep: expected one SOURCE (the mixes are made from it)\nTry 'pn-compare "
+              "--help'.";
+    else if (w->on && !w->so.n_promote && !w->so.target_size && !w->so.n_stock)
+        why = "--sweep: no mix to make: give --promote, --target-size or --stock";
+    else if (w->budget && !w->plot)
+        why = "--budget is a line of the --plot picture";
+    if (!why)
+        return 0;
+    fprintf(stderr, "pn-compare: %s\n", why);
+    return 2;
+}
+
+/* The sweep, its picture and its table: the exit status. */
+static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const char *decode)
+{
+    pn_sweep_opts so = w->so;
+    char *quantizer = w->quantizer;
+    const char *plot = w->plot;
+    pn_error err;
+    pn_error_clear(&err);
+    pn_plot_opts po = {0};
+    po.path = plot;
+    po.gnuplot = w->gnuplot;
+    po.envp = environ;
+    po.budget = w->budget;
+    po.force = w->force;
+    pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
+    if (st == PN_OK) {
+        so.compare = *o;
+        so.quantize_threads = w->qthreads ? w->qthreads : o->threads;
+        if (!quantizer)
+            quantizer = beside_exe("pn-llama-quantize");
+        so.quantizer = quantizer;
+    }
+    pn_sweep_report srep;
+    memset(&srep, 0, sizeof srep);
+    if (st == PN_OK)
+        st = pn_sweep_run(&so, &srep, &err);
+    free(quantizer);
+    if (st == PN_OK && plot && srep.compared) {
+        pn_plot_point pts[PN_SWEEP_MAX_MIXES];
+        size_t np = 0;
+        for (size_t i = 0; i < srep.n_mixes; i++) {
+            const pn_sweep_mix *m = &srep.mixes[i];
+            if (m->file_index < 0)
+                continue;
+            const pn_compare_file *f = &srep.compare.files[m->file_index];
+            pts[np].name = m->name;
+            pts[np].stock = m->kind == PN_SWEEP_STOCK;
+            pts[np].bytes = f->file_bytes;
+            pts[np].kl_mean = f->kl_mean;
+            np++;
+        }
+        po.weights = srep.compare.source.weights;
+        st = pn_plot_draw(&po, pts, np, &err);
+    }
+    if (st != PN_OK) {
+        free(w->types_buf);
+        fputs("pn-compare: error: ", stderr);
+        pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
+        fputc('\n', stderr);
+        pn_sweep_report_free(&srep);
+        return pn_cli_exit_status_signal(st, g_cancel);
+    }
+    if (plot && !srep.compared)
+        fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
+    if (json)
+        print_sweep_json(&srep, decode);
+    else
+        print_sweep_table(&srep, decode);
+    for (size_t i = 0; i < srep.n_mixes; i++)
+        if (srep.mixes[i].status != PN_OK) {
+            fprintf(stderr, "pn-compare: error: %s failed: ", srep.mixes[i].name);
+            pn_fput_safe(stderr, srep.mixes[i].error);
+            fputc('\n', stderr);
+        }
+    size_t failed = srep.n_failed;
+    pn_sweep_report_free(&srep);
+    free(w->types_buf);
+    int rc = pn_cli_close_stdout("pn-compare");
+    return rc ? rc : failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     pn_compare_opts o;
@@ -421,17 +548,16 @@ int main(int argc, char **argv)
     int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
-    /* --sweep */
-    pn_sweep_opts so;
-    pn_sweep_opts_init(&so);
-    int sweep = 0, sweep_opts = 0, qthreads = 0, force = 0;
-    int counts[PN_SWEEP_MAX_MIXES];
-    const char *types[PN_SWEEP_MAX_MIXES];
-    char *types_buf = NULL, *quantizer = NULL;
-    const char *plot = NULL, *gnuplot = NULL;
-    uint64_t budget = 0;
+    sweep_cli w;
+    memset(&w, 0, sizeof w);
+    pn_sweep_opts_init(&w.so);
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
+        int taken = sweep_option(c, &w);
+        if (taken < 0)
+            return 2;
+        if (taken)
+            continue;
         switch (c) {
         case O_TEXT: o.text_path = optarg; break;
         case O_SEQ_LEN: if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len)) return 2; text_opts = 1; break;
@@ -454,50 +580,15 @@ int main(int argc, char **argv)
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
         case O_QUIET: quiet = 1; break;
-        case O_SWEEP: sweep = 1; break;
-        case O_PROMOTE:
-            if (parse_counts(optarg, counts, &so.n_promote)) return 2;
-            so.promote = counts; sweep_opts = 1; break;
-        case O_TARGET: if (parse_size_opt("--target-size", optarg, &so.target_size)) return 2; sweep_opts = 1; break;
-        case O_RECIPE: so.recipe_path = optarg; sweep_opts = 1; break;
-        case O_STOCK:
-            if (parse_types(optarg, &types_buf, types, &so.n_stock)) return 2;
-            so.stock = types; sweep_opts = 1; break;
-        case O_IMATRIX: so.imatrix_path = optarg; sweep_opts = 1; break;
-        case O_KEEP_DIR: so.keep_dir = optarg; sweep_opts = 1; break;
-        case O_PLOT: plot = optarg; sweep_opts = 1; break;
-        case O_BUDGET: if (parse_size_opt("--budget", optarg, &budget)) return 2; sweep_opts = 1; break;
-        case O_FORCE: force = 1; break;
-        case O_QTHREADS: if (parse_int("--quantize-threads", optarg, 1, 4096, &qthreads)) return 2; sweep_opts = 1; break;
-        case O_QUANTIZER: free(quantizer); quantizer = strdup(optarg); sweep_opts = 1; break;
-        case O_LIBLLAMA: so.libllama = optarg; sweep_opts = 1; break;
-        case O_GNUPLOT: gnuplot = optarg; sweep_opts = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
             return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (!sweep && sweep_opts) {
-        fprintf(stderr, "pn-compare: --promote, --target-size, --stock, --imatrix, --keep, "
-                        "--plot and the like go with --sweep\n");
+    if (sweep_usage(&w, argc - optind))
         return 2;
-    }
-    if (sweep && argc - optind != 1) {
-        fprintf(stderr, "pn-compare: --sweep: expected one SOURCE (the mixes are made from "
-                        "it)\nTry 'pn-compare --help'.\n");
-        return 2;
-    }
-    if (sweep && !so.n_promote && !so.target_size && !so.n_stock) {
-        fprintf(stderr, "pn-compare: --sweep: no mix to make: give --promote, --target-size "
-                        "or --stock\n");
-        return 2;
-    }
-    if (budget && !plot) {
-        fprintf(stderr, "pn-compare: --budget is a line of the --plot picture\n");
-        return 2;
-    }
-    if (!sweep && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
+    if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
     if (!o.text_path && text_opts) {
         fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
@@ -539,71 +630,13 @@ int main(int argc, char **argv)
 
     pn_error err;
     pn_error_clear(&err);
-    if (sweep) {
-        pn_plot_opts po = {0};
-        po.path = plot;
-        po.gnuplot = gnuplot;
-        po.envp = environ;
-        po.budget = budget;
-        po.force = force;
-        pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
-        if (st == PN_OK) {
-            so.compare = o;
-            so.quantize_threads = qthreads ? qthreads : o.threads;
-            if (!quantizer)
-                quantizer = beside_exe("pn-llama-quantize");
-            so.quantizer = quantizer;
-        }
-        pn_sweep_report srep;
-        memset(&srep, 0, sizeof srep);
-        if (st == PN_OK)
-            st = pn_sweep_run(&so, &srep, &err);
+    if (w.on) {
+        int rc = run_sweep(&w, &o, json, decode);
         free(script);
-        free(quantizer);
-        if (st == PN_OK && plot && srep.compared) {
-            pn_plot_point pts[PN_SWEEP_MAX_MIXES];
-            size_t np = 0;
-            for (size_t i = 0; i < srep.n_mixes; i++) {
-                const pn_sweep_mix *m = &srep.mixes[i];
-                if (m->file_index < 0)
-                    continue;
-                const pn_compare_file *f = &srep.compare.files[m->file_index];
-                pts[np].name = m->name;
-                pts[np].stock = m->kind == PN_SWEEP_STOCK;
-                pts[np].bytes = f->file_bytes;
-                pts[np].kl_mean = f->kl_mean;
-                np++;
-            }
-            po.weights = srep.compare.source.weights;
-            st = pn_plot_draw(&po, pts, np, &err);
-        }
-        if (st != PN_OK) {
-            free(types_buf);
-            fputs("pn-compare: error: ", stderr);
-            pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
-            fputc('\n', stderr);
-            pn_sweep_report_free(&srep);
-            return pn_cli_exit_status_signal(st, g_cancel);
-        }
-        if (plot && !srep.compared)
-            fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
-        if (json)
-            print_sweep_json(&srep, decode);
-        else
-            print_sweep_table(&srep, decode);
-        for (size_t i = 0; i < srep.n_mixes; i++)
-            if (srep.mixes[i].status != PN_OK) {
-                fprintf(stderr, "pn-compare: error: %s failed: ", srep.mixes[i].name);
-                pn_fput_safe(stderr, srep.mixes[i].error);
-                fputc('\n', stderr);
-            }
-        size_t failed = srep.n_failed;
-        pn_sweep_report_free(&srep);
-        free(types_buf);
-        int rc = pn_cli_close_stdout("pn-compare");
-        return rc ? rc : failed ? 1 : 0;
+        return rc;
     }
-    free(types_buf);
+    free(w.types_buf);
+    free(w.quantizer);
     pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);
     free(script);

@@ -181,6 +181,22 @@ static void print_wrote(const pn_synth_opts *o, int hf, size_t n_files, uint64_t
            (unsigned long long)bytes, seconds);
 }
 
+/* --profile's value; -1 after the message. */
+static int parse_profile(const char *v, pn_synth_profile *out)
+{
+    if (strcmp(v, "gaussian") == 0)
+        *out = PN_SYNTH_GAUSSIAN;
+    else if (strcmp(v, "trained") == 0)
+        *out = PN_SYNTH_TRAINED;
+    else {
+        fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
+        pn_fput_safe(stderr, v);
+        fprintf(stderr, "'\n");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
@@ -194,16 +210,7 @@ int main(int argc, char **argv)
         case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
         case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
         case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
-        case O_PROFILE:
-            if (strcmp(optarg, "gaussian") == 0) profile = PN_SYNTH_GAUSSIAN;
-            else if (strcmp(optarg, "trained") == 0) profile = PN_SYNTH_TRAINED;
-            else {
-                fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "'\n");
-                return 2;
-            }
-            break;
+        case O_PROFILE: if (parse_profile(optarg, &profile)) return 2; break;
         case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
         case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_DTYPE:

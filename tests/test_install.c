@@ -186,8 +186,13 @@ Test(install, puts_the_recipes_with_their_readme_and_the_docs_under_share,
 
     char *top[MAX_NAMES];
     int m = names_in(g_prefix, "", false, top);
-    cr_assert(m == 2 && strcmp(top[0], "bin") == 0 && strcmp(top[1], "share") == 0,
-              "the prefix holds more than bin/ and share/");
+    cr_assert(m == 3 && strcmp(top[0], "bin") == 0 && strcmp(top[1], "libexec") == 0 &&
+                  strcmp(top[2], "share") == 0,
+              "the prefix holds more than bin/, libexec/ and share/");
+    /* pn-compare --sweep's stock quantizer, beside no user's PATH */
+    char *helper = under_prefix("libexec/pn-quantize/pn-llama-quantize");
+    cr_assert(access(helper, X_OK) == 0, "%s is not installed", helper);
+    free(helper);
     free_names(top, m);
     free(recipes);
     free(recipe);

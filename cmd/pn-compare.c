@@ -72,7 +72,7 @@ static const pn_cli_option options[] = {
      "                      libllama that judges: Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"
      "                      Q5_K_M Q6_K Q8_0, comma-separated\n"},
     {"imatrix", required_argument, O_IMATRIX,
-     "  --imatrix FILE      llama-imatrix's file, for every mix (not yet supported)\n"},
+     "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n"},
     {"keep", required_argument, O_KEEP_DIR,
      "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
      "                      absent; nothing there is replaced); default: removed\n"},

@@ -109,8 +109,13 @@ static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *
                             strerror(errno));
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->quantize_threads > 0 ? o->quantize_threads : 0);
-    char *const argv[] = {(char *)o->quantizer, "--lib", (char *)lib, "--threads", threads,
-                          (char *)src, (char *)dst, (char *)type, NULL};
+    /* the same importance matrix as the PN mixes', as llama-quantize --imatrix takes it */
+    char *const argv_plain[] = {(char *)o->quantizer, "--lib", (char *)lib, "--threads", threads,
+                                (char *)src, (char *)dst, (char *)type, NULL};
+    char *const argv_imatrix[] = {(char *)o->quantizer, "--lib", (char *)lib, "--threads",
+                                  threads, "--imatrix", (char *)o->imatrix_path, (char *)src,
+                                  (char *)dst, (char *)type, NULL};
+    char *const *argv = o->imatrix_path ? argv_imatrix : argv_plain;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -358,6 +363,7 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
     q.backend = PN_BACKEND_CPU;
     q.cancel = o->compare.cancel;
+    q.imatrix_path = o->imatrix_path;
     pn_quantize_stats stats;
     memset(&stats, 0, sizeof stats);
     pn_error qe;
@@ -390,11 +396,6 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     if (!src || !o->compare.tmp_dir || !o->compare.script)
         return pn_error_set(err, PN_ERR_USAGE, "sweep: a source, a folder and the harness are "
                             "needed");
-    if (o->imatrix_path)
-        return pn_error_set(err, PN_ERR_USAGE, "--imatrix %s: not yet supported: the quantize "
-                            "job takes no importance matrix yet (issue 30); the sweep will "
-                            "pass it to the PN mixes and to llama_model_quantize once it does",
-                            o->imatrix_path);
     pn_status st = plan_mixes(o, rep, err);
     if (st == PN_OK && o->n_stock && pn_source_is_hf(src))
         st = pn_error_set(err, PN_ERR_USAGE, "%s: --stock needs a GGUF source (llama.cpp's "

@@ -31,9 +31,10 @@
  * replacing a file there (checked before anything runs); the work folder is
  * always removed.
  *
- * The imatrix (imatrix_path) is parsed by the program and refused here
- * until the quantize job takes one (issue 30): PN_ERR_USAGE "not yet
- * supported".
+ * The imatrix (imatrix_path, either form of mix/imatrix.h) weights every
+ * mix: the PN mixes' measurement and k-quants through the quantize job, and
+ * the stock types through pn-llama-quantize --imatrix (llama_model_quantize
+ * given the same per-column weights).
  */
 #ifndef PN_COMPARE_SWEEP_H
 #define PN_COMPARE_SWEEP_H
@@ -59,7 +60,7 @@ typedef struct pn_sweep_opts {
     const char *recipe_path;        /* NULL: the built-in recipe */
     const char *const *stock;       /* stock types: Q4_K_M, ... (pn-llama-quantize's names) */
     size_t n_stock;
-    const char *imatrix_path;       /* NULL; anything else is refused for now */
+    const char *imatrix_path;       /* NULL: none; else every mix is made with it */
     const char *keep_dir;           /* NULL: nothing kept */
     const char *quantizer;          /* the pn-llama-quantize program (needed with stock) */
     const char *libllama;           /* NULL: the one beside compare.script */

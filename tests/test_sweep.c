@@ -117,26 +117,45 @@ Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_
     free(src);
 }
 
-/* The imatrix is a pass-through the quantize job does not take yet. */
-Test(sweep_cli, an_imatrix_is_refused_as_not_yet_supported_and_nothing_is_made, .init = setup,
+/* The imatrix reaches both kinds of mix: the PN mixes' quantize job reads
+ * it (one made for another model fails there, naming the entry), and the
+ * stock quantizer is given it as llama-quantize --imatrix takes it (a stand-in
+ * quantizer records its arguments). */
+Test(sweep_cli, the_imatrix_is_given_to_every_pn_mix_and_to_the_stock_quantizer, .init = setup,
      .fini = teardown)
 {
-    char *src = path_in("src.gguf"), *keep = path_in("keep"), *tmp = path_in("tmp");
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *fakeq = path_in("record.sh");
+    char *args_file = path_in("args.txt");
     mkdir(tmp, 0700);
-    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    synth(src, "--layers 2 --width-scale 10 --vocab 64");
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\necho \"$@\" > '%s'\nexit 1\n", args_file);
+    tu_write_file(fakeq, text, strlen(text));
+    chmod(fakeq, 0755);
+    const char *imx = PN_SOURCE_DIR "/tests/data/imatrix/m4.imatrix.gguf";
     char args[8192], *out, *err;
-    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0 --imatrix '%s' --keep '%s' '%s'", tmp,
-             src, keep, src);
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --recipe '%s/recipes/test-fallback.mix' --promote 0 --stock Q4_K_M "
+             "--llama-quantize '%s' --imatrix '%s' '%s'", tmp, PN_SOURCE_DIR, fakeq, imx, src);
     int rc = sweep(args, &out, &err);
-    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
-    cr_assert(strstr(err, "--imatrix") && strstr(err, "not yet supported"), "%s", err);
-    cr_assert(!exists(keep), "the keep folder was made");
-    cr_assert_eq(tu_count_files(tmp), 0);
+    cr_assert_eq(rc, 1, "every mix failed: exit %d: %s%s", rc, out, err);
+    cr_assert(strstr(out, "m4.imatrix.gguf") && strstr(out, "blk.0.attn_gate.weight") &&
+                  strstr(out, "another model"),
+              "the PN mix read the imatrix: %s", out);
+    size_t n = 0;
+    char *recorded = tu_read_file(args_file, &n);
+    cr_assert(recorded, "the stock quantizer ran");
+    char want[4096];
+    snprintf(want, sizeof want, "--imatrix %s ", imx);
+    cr_assert(strstr(recorded, want), "the stock quantizer was given the imatrix: %s", recorded);
+    cr_assert_eq(tu_count_files(tmp), 0, "the work folder is removed");
+    free(recorded);
     free(out);
     free(err);
     free(src);
-    free(keep);
     free(tmp);
+    free(fakeq);
+    free(args_file);
 }
 
 Test(sweep_cli, a_keep_folder_holding_a_mixs_name_is_refused_before_anything_runs,

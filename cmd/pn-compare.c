@@ -412,6 +412,122 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
     printf("\n ],\n \"failed\": %zu, \"seconds\": %.3f}\n", s->n_failed, s->seconds);
 }
 
+/* What --sweep's picture options say (--plot, --gnuplot, --budget, --force,
+ * --quantize-threads). */
+typedef struct sweep_cli {
+    const char *plot, *gnuplot;
+    uint64_t budget;
+    int force, qthreads;
+} sweep_cli;
+
+/* The options that do not go together, and the positional arguments; false
+ * (after saying why) when they are wrong. */
+static bool options_ok(int sweep, int sweep_opts, int npos, const pn_sweep_opts *so,
+                       const sweep_cli *sw, bool has_text, int text_opts)
+{
+    if (!sweep && sweep_opts) {
+        fprintf(stderr, "pn-compare: --promote, --target-size, --stock, --imatrix, --keep, "
+                        "--plot and the like go with --sweep\n");
+        return false;
+    }
+    if (sweep && npos != 1) {
+        fprintf(stderr, "pn-compare: --sweep: expected one SOURCE (the mixes are made from "
+                        "it)\nTry 'pn-compare --help'.\n");
+        return false;
+    }
+    if (sweep && !so->n_promote && !so->target_size && !so->n_stock) {
+        fprintf(stderr, "pn-compare: --sweep: no mix to make: give --promote, --target-size "
+                        "or --stock\n");
+        return false;
+    }
+    if (sw->budget && !sw->plot) {
+        fprintf(stderr, "pn-compare: --budget is a line of the --plot picture\n");
+        return false;
+    }
+    if (!sweep && npos < 2) {
+        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
+                        "'pn-compare --help'.\n");
+        return false;
+    }
+    if (!has_text && text_opts) {
+        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
+                        "4 sequences of 64\n");
+        return false;
+    }
+    return true;
+}
+
+/* pn-compare --sweep: the mixes made, compared, drawn and printed; the exit
+ * status. Frees script, quantizer and types_buf. */
+static int run_sweep(pn_sweep_opts *so, const pn_compare_opts *o, const sweep_cli *sw,
+                     char *script, char *quantizer, char *types_buf, int json, const char *decode)
+{
+    pn_error err;
+    pn_error_clear(&err);
+    pn_plot_opts po = {0};
+    po.path = sw->plot;
+    po.gnuplot = sw->gnuplot;
+    po.envp = environ;
+    po.budget = sw->budget;
+    po.force = sw->force;
+    pn_status st = sw->plot ? pn_plot_check_target(&po, &err) : PN_OK;
+    if (st == PN_OK) {
+        so->compare = *o;
+        so->quantize_threads = sw->qthreads ? sw->qthreads : o->threads;
+        if (!quantizer)
+            quantizer = beside_exe("pn-llama-quantize");
+        so->quantizer = quantizer;
+    }
+    pn_sweep_report srep;
+    memset(&srep, 0, sizeof srep);
+    if (st == PN_OK)
+        st = pn_sweep_run(so, &srep, &err);
+    free(script);
+    free(quantizer);
+    if (st == PN_OK && sw->plot && srep.compared) {
+        pn_plot_point pts[PN_SWEEP_MAX_MIXES];
+        size_t np = 0;
+        for (size_t i = 0; i < srep.n_mixes; i++) {
+            const pn_sweep_mix *m = &srep.mixes[i];
+            if (m->file_index < 0)
+                continue;
+            const pn_compare_file *f = &srep.compare.files[m->file_index];
+            pts[np].name = m->name;
+            pts[np].stock = m->kind == PN_SWEEP_STOCK;
+            pts[np].bytes = f->file_bytes;
+            pts[np].kl_mean = f->kl_mean;
+            np++;
+        }
+        po.weights = srep.compare.source.weights;
+        st = pn_plot_draw(&po, pts, np, &err);
+    }
+    if (st != PN_OK) {
+        free(types_buf);
+        fputs("pn-compare: error: ", stderr);
+        pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
+        fputc('\n', stderr);
+        pn_sweep_report_free(&srep);
+        return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
+    }
+    if (sw->plot && !srep.compared)
+        fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
+    if (json)
+        print_sweep_json(&srep, decode);
+    else
+        print_sweep_table(&srep, decode);
+    for (size_t i = 0; i < srep.n_mixes; i++)
+        if (srep.mixes[i].status != PN_OK) {
+            fprintf(stderr, "pn-compare: error: %s failed: ", srep.mixes[i].name);
+            pn_fput_safe(stderr, srep.mixes[i].error);
+            fputc('\n', stderr);
+        }
+    size_t failed = srep.n_failed;
+    pn_sweep_report_free(&srep);
+    free(types_buf);
+    int rc = pn_cli_close_stdout("pn-compare");
+    return rc ? rc : failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     pn_compare_opts o;
@@ -423,12 +539,11 @@ int main(int argc, char **argv)
     /* --sweep */
     pn_sweep_opts so;
     pn_sweep_opts_init(&so);
-    int sweep = 0, sweep_opts = 0, qthreads = 0, force = 0;
+    int sweep = 0, sweep_opts = 0;
     int counts[PN_SWEEP_MAX_MIXES];
     const char *types[PN_SWEEP_MAX_MIXES];
     char *types_buf = NULL, *quantizer = NULL;
-    const char *plot = NULL, *gnuplot = NULL;
-    uint64_t budget = 0;
+    sweep_cli sw = {0};
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
@@ -464,13 +579,13 @@ int main(int argc, char **argv)
             so.stock = types; sweep_opts = 1; break;
         case O_IMATRIX: so.imatrix_path = optarg; sweep_opts = 1; break;
         case O_KEEP_DIR: so.keep_dir = optarg; sweep_opts = 1; break;
-        case O_PLOT: plot = optarg; sweep_opts = 1; break;
-        case O_BUDGET: if (parse_size_opt("--budget", optarg, &budget)) return 2; sweep_opts = 1; break;
-        case O_FORCE: force = 1; break;
-        case O_QTHREADS: if (parse_int("--quantize-threads", optarg, 1, 4096, &qthreads)) return 2; sweep_opts = 1; break;
+        case O_PLOT: sw.plot = optarg; sweep_opts = 1; break;
+        case O_BUDGET: if (parse_size_opt("--budget", optarg, &sw.budget)) return 2; sweep_opts = 1; break;
+        case O_FORCE: sw.force = 1; break;
+        case O_QTHREADS: if (parse_int("--quantize-threads", optarg, 1, 4096, &sw.qthreads)) return 2; sweep_opts = 1; break;
         case O_QUANTIZER: free(quantizer); quantizer = strdup(optarg); sweep_opts = 1; break;
         case O_LIBLLAMA: so.libllama = optarg; sweep_opts = 1; break;
-        case O_GNUPLOT: gnuplot = optarg; sweep_opts = 1; break;
+        case O_GNUPLOT: sw.gnuplot = optarg; sweep_opts = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
@@ -479,35 +594,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!sweep && sweep_opts) {
-        fprintf(stderr, "pn-compare: --promote, --target-size, --stock, --imatrix, --keep, "
-                        "--plot and the like go with --sweep\n");
+    if (!options_ok(sweep, sweep_opts, argc - optind, &so, &sw, o.text_path != NULL, text_opts))
         return 2;
-    }
-    if (sweep && argc - optind != 1) {
-        fprintf(stderr, "pn-compare: --sweep: expected one SOURCE (the mixes are made from "
-                        "it)\nTry 'pn-compare --help'.\n");
-        return 2;
-    }
-    if (sweep && !so.n_promote && !so.target_size && !so.n_stock) {
-        fprintf(stderr, "pn-compare: --sweep: no mix to make: give --promote, --target-size "
-                        "or --stock\n");
-        return 2;
-    }
-    if (budget && !plot) {
-        fprintf(stderr, "pn-compare: --budget is a line of the --plot picture\n");
-        return 2;
-    }
-    if (!sweep && argc - optind < 2) {
-        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
-                        "'pn-compare --help'.\n");
-        return 2;
-    }
-    if (!o.text_path && text_opts) {
-        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
-                        "4 sequences of 64\n");
-        return 2;
-    }
     if (o.threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n > 0 && n <= 4096 ? (int)n : 1;
@@ -543,70 +631,8 @@ int main(int argc, char **argv)
 
     pn_error err;
     pn_error_clear(&err);
-    if (sweep) {
-        pn_plot_opts po = {0};
-        po.path = plot;
-        po.gnuplot = gnuplot;
-        po.envp = environ;
-        po.budget = budget;
-        po.force = force;
-        pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
-        if (st == PN_OK) {
-            so.compare = o;
-            so.quantize_threads = qthreads ? qthreads : o.threads;
-            if (!quantizer)
-                quantizer = beside_exe("pn-llama-quantize");
-            so.quantizer = quantizer;
-        }
-        pn_sweep_report srep;
-        memset(&srep, 0, sizeof srep);
-        if (st == PN_OK)
-            st = pn_sweep_run(&so, &srep, &err);
-        free(script);
-        free(quantizer);
-        if (st == PN_OK && plot && srep.compared) {
-            pn_plot_point pts[PN_SWEEP_MAX_MIXES];
-            size_t np = 0;
-            for (size_t i = 0; i < srep.n_mixes; i++) {
-                const pn_sweep_mix *m = &srep.mixes[i];
-                if (m->file_index < 0)
-                    continue;
-                const pn_compare_file *f = &srep.compare.files[m->file_index];
-                pts[np].name = m->name;
-                pts[np].stock = m->kind == PN_SWEEP_STOCK;
-                pts[np].bytes = f->file_bytes;
-                pts[np].kl_mean = f->kl_mean;
-                np++;
-            }
-            po.weights = srep.compare.source.weights;
-            st = pn_plot_draw(&po, pts, np, &err);
-        }
-        if (st != PN_OK) {
-            free(types_buf);
-            fputs("pn-compare: error: ", stderr);
-            pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
-            fputc('\n', stderr);
-            pn_sweep_report_free(&srep);
-            return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
-        }
-        if (plot && !srep.compared)
-            fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
-        if (json)
-            print_sweep_json(&srep, decode);
-        else
-            print_sweep_table(&srep, decode);
-        for (size_t i = 0; i < srep.n_mixes; i++)
-            if (srep.mixes[i].status != PN_OK) {
-                fprintf(stderr, "pn-compare: error: %s failed: ", srep.mixes[i].name);
-                pn_fput_safe(stderr, srep.mixes[i].error);
-                fputc('\n', stderr);
-            }
-        size_t failed = srep.n_failed;
-        pn_sweep_report_free(&srep);
-        free(types_buf);
-        int rc = pn_cli_close_stdout("pn-compare");
-        return rc ? rc : failed ? 1 : 0;
-    }
+    if (sweep)
+        return run_sweep(&so, &o, &sw, script, quantizer, types_buf, json, decode);
     free(types_buf);
     pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);

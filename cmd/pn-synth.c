@@ -120,6 +120,33 @@ static void on_progress(uint64_t done, uint64_t total, void *user)
             p->tty ? "\033[K" : "\n");
 }
 
+/* --split-max-size / --split-max-tensors (option c, value arg) into split;
+ * false (after saying why) for a bad value or both options. */
+static bool parse_split_option(int c, const char *arg, gguf_split_limit *split)
+{
+    gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+    if (split->mode != GGUF_SPLIT_NONE && split->mode != mode) {
+        fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
+        return false;
+    }
+    split->mode = mode;
+    if (c == O_SPLIT_SIZE) {
+        const char *why = "";
+        if (!(split->max = pn_cli_split_size(arg, &why))) {
+            fprintf(stderr, "pn-synth: --split-max-size: '");
+            pn_fput_safe(stderr, arg);
+            fprintf(stderr, "': %s\n", why);
+            return false;
+        }
+    } else {
+        long v;
+        if (!pn_cli_long("pn-synth", "--split-max-tensors", arg, 1, 1L << 31, &v))
+            return false;
+        split->max = (uint64_t)v;
+    }
+    return true;
+}
+
 /* The options that do not go together; false (after saying why) when
  * these do not. */
 static bool combination_ok(bool full_with_shape, int hf, bool gguf_split, bool shard_size,
@@ -215,28 +242,10 @@ int main(int argc, char **argv)
             }
             break;
         case O_SPLIT_SIZE:
-        case O_SPLIT_TENSORS: {
-            gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
-            if (split.mode != GGUF_SPLIT_NONE && split.mode != mode) {
-                fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
+        case O_SPLIT_TENSORS:
+            if (!parse_split_option(c, optarg, &split))
                 return 2;
-            }
-            split.mode = mode;
-            if (c == O_SPLIT_SIZE) {
-                const char *why = "";
-                if (!(split.max = pn_cli_split_size(optarg, &why))) {
-                    fprintf(stderr, "pn-synth: --split-max-size: '");
-                    pn_fput_safe(stderr, optarg);
-                    fprintf(stderr, "': %s\n", why);
-                    return 2;
-                }
-            } else {
-                long v;
-                if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
-                split.max = (uint64_t)v;
-            }
             break;
-        }
         case O_SHARD_SIZE: {
             const char *why = "";
             if (!(shard_size = pn_cli_split_size(optarg, &why))) {

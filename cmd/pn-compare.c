@@ -276,7 +276,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         return -1;
     for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
-            fprintf(stderr, "pn-compare: --stock: unknown type '");
+            fprintf(stderr, "pn-compare: --stock: no such stock type '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
             return -1;

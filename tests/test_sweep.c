@@ -94,7 +94,7 @@ Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_
         {"--sweep '%s' '%s'", "expected one SOURCE"},
         {"--sweep '%s'", "no mix to make"},
         {"--sweep --promote 0,x '%s'", "--promote"},
-        {"--sweep --stock Q4_K_M,Q9_K '%s'", "unknown type 'Q9_K'"},
+        {"--sweep --stock Q4_K_M,Q9_K '%s'", "no such stock type 'Q9_K'"},
         {"--sweep --promote 1 --budget 16GB '%s'", "--budget"},
         {"--sweep --promote 1 --target-size 12.6XB '%s'", "--target-size"},
     };

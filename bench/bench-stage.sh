@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pipeline's quantize stage against the search's own benchmark, for one
-# or two builds, in one run (issue 33).
+# or two builds, in one run (docs/pipeline.md, "Speed of the parts").
 #   bench/bench-stage.sh SRC.gguf [BUILD...]      default BUILD: build
 # For each build, in alternating rounds (ROUNDS, default 2; the best round
 # of each counts, so load from other work falls on all alike), on a warm

@@ -1,6 +1,6 @@
 /* bench_chunk - the pipeline's own search path on a chunk, beside bench_pn's
  * row loop, in one run, so that the two rates can be compared and the
- * difference split into its parts (issue 33).
+ * difference split into its parts (docs/pipeline.md, "Speed of the parts").
  *
  *   bench_chunk [--rows R] [--cols K] [--passes N] [--seed S] [--types LIST] [--bf16]
  *

@@ -931,7 +931,7 @@ static int run(int argc, char **argv)
  * machine with few cores, where the team shares them with the reader and
  * the writer threads, the spinning thread holds a core that the thread it
  * waits for needs: on 2 cores it was a quarter of the process's CPU time
- * (bench/bench-stage.sh, WAIT=active against passive; notes of issue 33).
+ * (bench/bench-stage.sh, WAIT=active against passive; docs/pipeline.md).
  * So unless the user chose a policy, the program runs itself again, once,
  * with OMP_WAIT_POLICY=passive and the same arguments; if that fails it
  * goes on as it is (the same bytes either way). */

@@ -246,189 +246,245 @@ pn_status pn_hf_tokenizer_parse(const char *text, size_t len, const char *name,
     return st;
 }
 
-/* The tokenizer keys from the parsed files (taken: freed here). */
-static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
-                                   const pn_hf_config *cfg, const pn_hf_opts *opts, json_t *tok,
-                                   char *tok_path, json_t *tcfg, char *tcfg_path)
+/* What the steps of the tokenizer keys share. */
+typedef struct tok_job {
+    kctx *k;
+    const char *dir;
+    const json_t *root, *tok, *tcfg, *model, *added;
+    const char *tok_path, *tcfg_path;
+    const pn_hf_opts *opts;
+    uint64_t nv;               /* vocab_size */
+    char **tokens;             /* by id, borrowed from tok (NULL: a pad) */
+    int32_t *types;
+    const char *pre;
+    const char **merges;
+    char **merges_own;         /* the pairs written as strings */
+    size_t n_merges;
+} tok_job;
+
+/* model.vocab and added_tokens: the text and type of every id. */
+static pn_status tok_vocab(tok_job *j)
 {
-    char **tokens = NULL;
-    int32_t *types = NULL;
-    const char **merges = NULL;
-    char **merges_own = NULL;
-    size_t n_merges = 0;
-    pn_error *err = k->err;
-    pn_status st = PN_OK;
-    const json_t *model = json_object_get(tok, "model");
-    const json_t *vocab = json_object_get(model, "vocab");
-    const char *mtype = json_string_value(json_object_get(model, "type"));
-    if (!json_is_object(model) || !json_is_object(vocab) || !mtype || strcmp(mtype, "BPE") != 0) {
-        st = pn_error_set(err, PN_ERR_FORMAT,
-                          "%s: key model must be an object of type \"BPE\" with a vocab object",
-                          tok_path);
-        goto done;
-    }
-    const uint64_t nv = cfg->vocab_size;
-    tokens = calloc(nv, sizeof *tokens);
-    types = calloc(nv, sizeof *types);
-    if (!tokens || !types) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); goto done; }
+    pn_error *err = j->k->err;
+    const json_t *vocab = json_object_get(j->model, "vocab");
+    const char *mtype = json_string_value(json_object_get(j->model, "type"));
+    if (!json_is_object(j->model) || !json_is_object(vocab) || !mtype || strcmp(mtype, "BPE") != 0)
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: key model must be an object of type \"BPE\" with a vocab object",
+                            j->tok_path);
+    const uint64_t nv = j->nv;
+    j->tokens = calloc(nv, sizeof *j->tokens);
+    j->types = calloc(nv, sizeof *j->types);
+    if (!j->tokens || !j->types) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            (uint64_t)json_integer_value(v) >= nv) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: key model.vocab: token \"%.40s\" has id %s, not an integer "
-                              "below vocab_size %llu", tok_path, key,
-                              json_is_integer(v) ? "out of range" : "of the wrong type",
-                              (unsigned long long)nv);
-            goto done;
-        }
+            (uint64_t)json_integer_value(v) >= nv)
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: key model.vocab: token \"%.40s\" has id %s, not an integer "
+                                "below vocab_size %llu", j->tok_path, key,
+                                json_is_integer(v) ? "out of range" : "of the wrong type",
+                                (unsigned long long)nv);
         size_t id = (size_t)json_integer_value(v);
-        if (tokens[id]) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.vocab: id %zu is given to two "
-                              "tokens", tok_path, id);
-            goto done;
-        }
-        tokens[id] = (char *)key;
-        types[id] = 1;
+        if (j->tokens[id])
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.vocab: id %zu is given to two "
+                                "tokens", j->tok_path, id);
+        j->tokens[id] = (char *)key;
+        j->types[id] = 1;
     }
-    const json_t *added = json_object_get(tok, "added_tokens");
-    if (added && !json_is_array(added)) {
-        st = pn_error_set(err, PN_ERR_FORMAT, "%s: key added_tokens is not an array", tok_path);
-        goto done;
-    }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        const json_t *a = json_array_get(added, i);
+    j->added = json_object_get(j->tok, "added_tokens");
+    if (j->added && !json_is_array(j->added))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key added_tokens is not an array",
+                            j->tok_path);
+    for (size_t i = 0; i < json_array_size(j->added); i++) {
+        const json_t *a = json_array_get(j->added, i);
         const json_t *jid = json_object_get(a, "id");
         const json_t *jc = json_object_get(a, "content");
         if (!json_is_integer(jid) || !json_is_string(jc) || json_integer_value(jid) < 0 ||
-            (uint64_t)json_integer_value(jid) >= nv) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: key added_tokens[%zu]: needs an integer id below vocab_size "
-                              "%llu and a string content", tok_path, i, (unsigned long long)nv);
-            goto done;
-        }
+            (uint64_t)json_integer_value(jid) >= nv)
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: key added_tokens[%zu]: needs an integer id below vocab_size "
+                                "%llu and a string content", j->tok_path, i,
+                                (unsigned long long)nv);
         size_t id = (size_t)json_integer_value(jid);
-        if (tokens[id] && types[id] == 1 && strcmp(tokens[id], json_string_value(jc)) != 0) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: key added_tokens[%zu]: id %zu is \"%.40s\" in model.vocab",
-                              tok_path, i, id, tokens[id]);
-            goto done;
-        }
-        if (types[id] > 1) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key added_tokens[%zu]: id %zu added twice",
-                              tok_path, i, id);
-            goto done;
-        }
-        tokens[id] = (char *)json_string_value(jc);
+        if (j->tokens[id] && j->types[id] == 1 && strcmp(j->tokens[id], json_string_value(jc)) != 0)
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: key added_tokens[%zu]: id %zu is \"%.40s\" in model.vocab",
+                                j->tok_path, i, id, j->tokens[id]);
+        if (j->types[id] > 1)
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: key added_tokens[%zu]: id %zu added twice", j->tok_path, i,
+                                id);
+        j->tokens[id] = (char *)json_string_value(jc);
         bool special = json_is_true(json_object_get(a, "special"));
-        types[id] = (special || looks_special(tokens[id])) ? 3 : 4;
+        j->types[id] = (special || looks_special(j->tokens[id])) ? 3 : 4;
     }
-    /* the text of every token, owned: pads and user-defined respacing */
+    return PN_OK;
+}
+
+/* tokenizer.ggml.pre: --tokenizer-pre, else the known pattern's name. */
+static pn_status tok_pre(tok_job *j)
+{
+    j->pre = j->opts->tokenizer_pre;
+    if (j->pre) return PN_OK;
+    const char *rx = find_pre_regex(json_object_get(j->tok, "pre_tokenizer"));
+    for (size_t i = 0; rx && i < sizeof known_pre / sizeof *known_pre; i++)
+        if (strcmp(rx, known_pre[i].regex) == 0) j->pre = known_pre[i].name;
+    if (!j->pre)
+        return pn_error_set(j->k->err, PN_ERR_FORMAT,
+                            "%s: key pre_tokenizer: the split pattern is not one llama.cpp "
+                            "knows here (known: qwen35, qwen2); name it with --tokenizer-pre",
+                            j->tok_path);
+    return PN_OK;
+}
+
+/* A pair merge [a, b] as "a b", the spaces inside a or b as U+0120. */
+static char *pair_text(const char *a, const char *b)
+{
+    const char *p[2] = {a, b};
+    size_t len = 2;
+    for (int q = 0; q < 2; q++)
+        for (const char *c = p[q]; *c; c++) len += *c == ' ' ? 2 : 1;
+    char *s = malloc(len);
+    if (!s) return NULL;
+    char *o = s;
+    for (int q = 0; q < 2; q++) {
+        if (q) *o++ = ' ';
+        for (const char *c = p[q]; *c; c++) {
+            if (*c == ' ') { *o++ = (char)0xc4; *o++ = (char)0xa0; }  /* U+0120 */
+            else *o++ = *c;
+        }
+    }
+    *o = '\0';
+    return s;
+}
+
+/* model.merges: strings of two tokens with one space between, or pairs of
+ * non-empty strings. */
+static pn_status tok_merges(tok_job *j)
+{
+    pn_error *err = j->k->err;
+    const json_t *jm = json_object_get(j->model, "merges");
+    if (jm && !json_is_array(jm))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges is not an array",
+                            j->tok_path);
+    if (json_array_size(jm) == 0) return PN_OK;
+    j->n_merges = json_array_size(jm);
+    j->merges = calloc(j->n_merges, sizeof *j->merges);
+    j->merges_own = calloc(j->n_merges, sizeof *j->merges_own);
+    if (!j->merges || !j->merges_own) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    bool as_str = json_is_string(json_array_get(jm, 0));
+    for (size_t i = 0; i < j->n_merges; i++) {
+        const json_t *e = json_array_get(jm, i);
+        if (as_str) {
+            if (!json_is_string(e))
+                return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a "
+                                    "string", j->tok_path, i);
+            /* a merge is two tokens: "left right", one space between */
+            const char *ms = json_string_value(e), *sp = strchr(ms, ' ');
+            if (!sp || sp == ms || !sp[1] || strchr(sp + 1, ' '))
+                return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] (\"%.40s\") "
+                                    "is not two tokens separated by one space", j->tok_path, i,
+                                    ms);
+            j->merges[i] = ms;
+            continue;
+        }
+        if (!json_is_array(e) || json_array_size(e) != 2 ||
+            !json_is_string(json_array_get(e, 0)) || !json_is_string(json_array_get(e, 1)))
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a pair "
+                                "of strings", j->tok_path, i);
+        const char *a = json_string_value(json_array_get(e, 0));
+        const char *b = json_string_value(json_array_get(e, 1));
+        if (!a[0] || !b[0])
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] has an empty "
+                                "token", j->tok_path, i);
+        if (!(j->merges_own[i] = pair_text(a, b)))
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        j->merges[i] = j->merges_own[i];
+    }
+    return PN_OK;
+}
+
+/* tokenizer.ggml.model, pre, tokens (pads named, user-defined tokens
+ * respaced), token_type and merges. */
+static pn_status tok_write_vocab(tok_job *j)
+{
+    kctx *k = j->k;
+    const uint64_t nv = j->nv;
     char **owned = calloc(nv, sizeof *owned);
-    if (!owned) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); goto done; }
+    if (!owned) return pn_error_set(k->err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = PN_OK;
     for (uint64_t i = 0; i < nv && st == PN_OK; i++) {
-        if (!tokens[i]) {
+        if (!j->tokens[i]) {
             char b[32];
             snprintf(b, sizeof b, "[PAD%llu]", (unsigned long long)i);
             owned[i] = strdup(b);
-            types[i] = 5;
+            j->types[i] = 5;
         } else {
-            owned[i] = strdup(tokens[i]);
-            if (owned[i] && types[i] == 4) unspace(owned[i]);
+            owned[i] = strdup(j->tokens[i]);
+            if (owned[i] && j->types[i] == 4) unspace(owned[i]);
         }
-        if (!owned[i]) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    }
-    /* pre-tokenizer */
-    const char *pre = opts->tokenizer_pre;
-    if (st == PN_OK && !pre) {
-        const char *rx = find_pre_regex(json_object_get(tok, "pre_tokenizer"));
-        for (size_t i = 0; rx && i < sizeof known_pre / sizeof *known_pre; i++)
-            if (strcmp(rx, known_pre[i].regex) == 0) pre = known_pre[i].name;
-        if (!pre)
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: key pre_tokenizer: the split pattern is not one llama.cpp "
-                              "knows here (known: qwen35, qwen2); name it with --tokenizer-pre",
-                              tok_path);
-    }
-    /* merges */
-    const json_t *jm = json_object_get(model, "merges");
-    if (st == PN_OK && jm && !json_is_array(jm))
-        st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges is not an array", tok_path);
-    if (st == PN_OK && json_array_size(jm) > 0) {
-        n_merges = json_array_size(jm);
-        merges = calloc(n_merges, sizeof *merges);
-        merges_own = calloc(n_merges, sizeof *merges_own);
-        if (!merges || !merges_own) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        bool as_str = json_is_string(json_array_get(jm, 0));
-        for (size_t i = 0; i < n_merges && st == PN_OK; i++) {
-            const json_t *e = json_array_get(jm, i);
-            if (as_str) {
-                if (!json_is_string(e)) {
-                    st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a "
-                                      "string", tok_path, i);
-                    break;
-                }
-                /* a merge is two tokens: "left right", one space between */
-                const char *ms = json_string_value(e), *sp = strchr(ms, ' ');
-                if (!sp || sp == ms || !sp[1] || strchr(sp + 1, ' ')) {
-                    st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] (\"%.40s\") "
-                                      "is not two tokens separated by one space", tok_path, i, ms);
-                    break;
-                }
-                merges[i] = ms;
-                continue;
-            }
-            if (!json_is_array(e) || json_array_size(e) != 2 ||
-                !json_is_string(json_array_get(e, 0)) || !json_is_string(json_array_get(e, 1))) {
-                st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] is not a pair "
-                                  "of strings", tok_path, i);
-                break;
-            }
-            const char *p[2] = {json_string_value(json_array_get(e, 0)),
-                                json_string_value(json_array_get(e, 1))};
-            if (!p[0][0] || !p[1][0]) {
-                st = pn_error_set(err, PN_ERR_FORMAT, "%s: key model.merges[%zu] has an empty "
-                                  "token", tok_path, i);
-                break;
-            }
-            size_t len = 2;
-            for (int q = 0; q < 2; q++)
-                for (const char *c = p[q]; *c; c++) len += *c == ' ' ? 2 : 1;
-            char *s = malloc(len);
-            if (!s) { st = pn_error_set(err, PN_ERR_NOMEM, "out of memory"); break; }
-            char *o = s;
-            for (int q = 0; q < 2; q++) {
-                if (q) *o++ = ' ';
-                for (const char *c = p[q]; *c; c++) {
-                    if (*c == ' ') { *o++ = (char)0xc4; *o++ = (char)0xa0; }  /* U+0120 */
-                    else *o++ = *c;
-                }
-            }
-            *o = '\0';
-            merges_own[i] = s;
-            merges[i] = s;
-        }
+        if (!owned[i]) st = pn_error_set(k->err, PN_ERR_NOMEM, "out of memory");
     }
     if (st == PN_OK) {
         put_str(k, "tokenizer.ggml.model", "gpt2");
-        put_str(k, "tokenizer.ggml.pre", pre);
+        put_str(k, "tokenizer.ggml.pre", j->pre);
         if (k->st == PN_OK &&
             gguf_writer_set_arr_str(k->w, "tokenizer.ggml.tokens", (const char *const *)owned, nv) != PN_OK)
             wfail(k, "tokenizer.ggml.tokens");
         if (k->st == PN_OK &&
-            gguf_writer_set_arr(k->w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, nv) != PN_OK)
+            gguf_writer_set_arr(k->w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, j->types, nv) != PN_OK)
             wfail(k, "tokenizer.ggml.token_type");
-        if (k->st == PN_OK && n_merges &&
-            gguf_writer_set_arr_str(k->w, "tokenizer.ggml.merges", merges, n_merges) != PN_OK)
+        if (k->st == PN_OK && j->n_merges &&
+            gguf_writer_set_arr_str(k->w, "tokenizer.ggml.merges", j->merges, j->n_merges) != PN_OK)
             wfail(k, "tokenizer.ggml.merges");
         st = k->st;
     }
     for (uint64_t i = 0; i < nv; i++) free(owned[i]);
     free(owned);
-    if (st != PN_OK) goto done;
+    return st;
+}
 
-    /* special tokens: tokenizer_config.json by content, then config.json ids */
+/* A post-processor with template processing is not taken. */
+static pn_status tok_post_processor(const tok_job *j)
+{
+    const json_t *pp = json_object_get(j->tok, "post_processor");
+    if (!json_is_object(pp)) return PN_OK;
+    const char *ptype = json_string_value(json_object_get(pp, "type"));
+    const json_t *procs = json_object_get(pp, "processors");
+    bool template = ptype && (strcmp(ptype, "TemplateProcessing") == 0 ||
+                              strcmp(ptype, "RobertaProcessing") == 0);
+    for (size_t i = 0; i < json_array_size(procs); i++) {
+        const char *t2 = json_string_value(json_object_get(json_array_get(procs, i), "type"));
+        if (t2 && (strcmp(t2, "TemplateProcessing") == 0 || strcmp(t2, "RobertaProcessing") == 0))
+            template = true;
+    }
+    if (template)
+        return pn_error_set(j->k->err, PN_ERR_FORMAT,
+                            "%s: key post_processor: template post-processing is not taken "
+                            "(the qwen35 tokenizers use ByteLevel)", j->tok_path);
+    return PN_OK;
+}
+
+/* The id of the added token whose content is `content`, or -1. */
+static int64_t added_id(const json_t *added, const char *content)
+{
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *a = json_array_get(added, i);
+        if (json_is_string(json_object_get(a, "content")) &&
+            strcmp(json_string_value(json_object_get(a, "content")), content) == 0) {
+            const json_t *jid = json_object_get(a, "id");
+            return json_is_integer(jid) ? json_integer_value(jid) : -1;
+        }
+    }
+    return -1;
+}
+
+/* The special token ids: tokenizer_config.json by content, then
+ * config.json's ids; and the add_*_token flags. */
+static pn_status tok_special(tok_job *j)
+{
     static const char *const typs[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
     static const char *const id_keys[] = {
         "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
@@ -436,80 +492,46 @@ static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
         "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
         "tokenizer.ggml.mask_token_id",
     };
+    kctx *k = j->k;
     int64_t ids[7];
     int order[7], n_order = 0;
     int add[7], add_order[7], n_add = 0;
     for (int t = 0; t < 7; t++) { ids[t] = -1; add[t] = -1; }
-    const json_t *pp = json_object_get(tok, "post_processor");
-    if (json_is_object(pp)) {
-        const char *ptype = json_string_value(json_object_get(pp, "type"));
-        const json_t *procs = json_object_get(pp, "processors");
-        bool template = ptype && (strcmp(ptype, "TemplateProcessing") == 0 ||
-                                  strcmp(ptype, "RobertaProcessing") == 0);
-        for (size_t i = 0; i < json_array_size(procs); i++) {
-            const char *t2 = json_string_value(json_object_get(json_array_get(procs, i), "type"));
-            if (t2 && (strcmp(t2, "TemplateProcessing") == 0 || strcmp(t2, "RobertaProcessing") == 0))
-                template = true;
+    for (int t = 0; j->tcfg && t < 7; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "add_%s_token", typs[t]);
+        const json_t *a = json_object_get(j->tcfg, name);
+        if (json_is_boolean(a)) { add[t] = json_is_true(a); add_order[n_add++] = t; }
+        snprintf(name, sizeof name, "%s_token", typs[t]);
+        const json_t *e = json_object_get(j->tcfg, name);
+        /* bos falls back to cls, eos to sep */
+        if (!truthy(e) && (t == 0 || t == 1)) {
+            const json_t *alt = json_object_get(j->tcfg, t == 0 ? "cls_token" : "sep_token");
+            if (truthy(alt)) e = alt;
         }
-        if (template) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: key post_processor: template post-processing is not taken "
-                              "(the qwen35 tokenizers use ByteLevel)", tok_path);
-            goto done;
-        }
+        const char *content = NULL;
+        if (json_is_string(e)) content = json_string_value(e);
+        else if (json_is_object(e) && json_is_string(json_object_get(e, "content")))
+            content = json_string_value(json_object_get(e, "content"));
+        int64_t id = content ? added_id(j->added, content) : -1;
+        if (id >= 0 && ids[t] < 0) { ids[t] = id; order[n_order++] = t; }
     }
-    if (tcfg) {
-        for (int t = 0; t < 7; t++) {
-            char name[32];
-            snprintf(name, sizeof name, "add_%s_token", typs[t]);
-            const json_t *a = json_object_get(tcfg, name);
-            if (json_is_boolean(a)) { add[t] = json_is_true(a); add_order[n_add++] = t; }
-            snprintf(name, sizeof name, "%s_token", typs[t]);
-            const json_t *e = json_object_get(tcfg, name);
-            /* bos falls back to cls, eos to sep */
-            if (!truthy(e) && (t == 0 || t == 1)) {
-                const json_t *alt = json_object_get(tcfg, t == 0 ? "cls_token" : "sep_token");
-                if (truthy(alt)) e = alt;
-            }
-            const char *content = NULL;
-            if (json_is_string(e)) content = json_string_value(e);
-            else if (json_is_object(e) && json_is_string(json_object_get(e, "content")))
-                content = json_string_value(json_object_get(e, "content"));
-            if (!content) continue;
-            for (size_t i = 0; i < json_array_size(added); i++) {
-                const json_t *a2 = json_array_get(added, i);
-                if (json_is_string(json_object_get(a2, "content")) &&
-                    strcmp(json_string_value(json_object_get(a2, "content")), content) == 0) {
-                    const json_t *jid = json_object_get(a2, "id");
-                    if (json_is_integer(jid) && ids[t] < 0) {
-                        ids[t] = json_integer_value(jid);
-                        order[n_order++] = t;
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    const json_t *tc = json_object_get(root, "text_config");
+    const json_t *tc = json_object_get(j->root, "text_config");
     for (int t = 0; t < 7; t++) {
         char name[32];
         snprintf(name, sizeof name, "%s_token_id", typs[t]);
-        const json_t *v2 = json_object_get(root, name);
+        const json_t *v2 = json_object_get(j->root, name);
         if ((!v2 || json_is_null(v2)) && json_is_object(tc)) v2 = json_object_get(tc, name);
         if (!json_is_integer(v2)) continue;
-        if (json_integer_value(v2) < 0 || json_integer_value(v2) > (json_int_t)UINT32_MAX) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s/config.json: key %s is %lld", dir, name,
-                              (long long)json_integer_value(v2));
-            goto done;
-        }
+        if (json_integer_value(v2) < 0 || json_integer_value(v2) > (json_int_t)UINT32_MAX)
+            return pn_error_set(k->err, PN_ERR_FORMAT, "%s/config.json: key %s is %lld", j->dir,
+                                name, (long long)json_integer_value(v2));
         if (ids[t] < 0) { ids[t] = json_integer_value(v2); order[n_order++] = t; }
     }
     for (int i = 0; i < n_order; i++) {
-        if (ids[order[i]] > (int64_t)UINT32_MAX) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: special token %s id out of range",
-                              tok_path, typs[order[i]]);
-            goto done;
-        }
+        if (ids[order[i]] > (int64_t)UINT32_MAX)
+            return pn_error_set(k->err, PN_ERR_FORMAT, "%s: special token %s id out of range",
+                                j->tok_path, typs[order[i]]);
         put_u32(k, id_keys[order[i]], (uint64_t)ids[order[i]]);
     }
     for (int i = 0; i < n_add; i++) {
@@ -519,41 +541,74 @@ static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
         snprintf(name, sizeof name, "tokenizer.ggml.add_%s_token", typs[t]);
         put_bool(k, name, add[t] != 0);
     }
-    if (tcfg) {
-        const json_t *ct = json_object_get(tcfg, "chat_template");
+    return PN_OK;
+}
+
+/* tokenizer.chat_template: tokenizer_config.json's, else chat_template.jinja. */
+static pn_status tok_chat_template(tok_job *j)
+{
+    kctx *k = j->k;
+    if (!j->tcfg) return PN_OK;
+    const json_t *ct = json_object_get(j->tcfg, "chat_template");
+    if (!ct || json_is_null(ct)) {
         char *jinja = NULL;
         size_t jinja_len = 0;
-        if (!ct || json_is_null(ct)) {
-            st = read_chat_template(dir, &jinja, &jinja_len, err);
-            if (st != PN_OK) goto done;
-            if (jinja && k->st == PN_OK &&
-                gguf_writer_set_str_n(k->w, "tokenizer.chat_template", jinja, jinja_len) != PN_OK)
-                wfail(k, "tokenizer.chat_template");
-            free(jinja);
-        } else if (json_is_string(ct)) {
-            if (k->st == PN_OK &&
-                gguf_writer_set_str_n(k->w, "tokenizer.chat_template", json_string_value(ct),
-                                      json_string_length(ct)) != PN_OK)
-                wfail(k, "tokenizer.chat_template");
-        } else {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: key chat_template is not a string "
-                              "(named templates are not taken)", tcfg_path);
-            goto done;
-        }
+        pn_status st = read_chat_template(j->dir, &jinja, &jinja_len, k->err);
+        if (st != PN_OK) return st;
+        if (jinja && k->st == PN_OK &&
+            gguf_writer_set_str_n(k->w, "tokenizer.chat_template", jinja, jinja_len) != PN_OK)
+            wfail(k, "tokenizer.chat_template");
+        free(jinja);
+    } else if (json_is_string(ct)) {
+        if (k->st == PN_OK &&
+            gguf_writer_set_str_n(k->w, "tokenizer.chat_template", json_string_value(ct),
+                                  json_string_length(ct)) != PN_OK)
+            wfail(k, "tokenizer.chat_template");
+    } else {
+        return pn_error_set(k->err, PN_ERR_FORMAT, "%s: key chat_template is not a string "
+                            "(named templates are not taken)", j->tcfg_path);
     }
-    int lower = -1, strip = -1;
-    const json_t *norm = json_object_get(tok, "normalizer");
-    if (json_is_object(norm)) parse_normalizer(norm, &lower, &strip);
-    if (lower >= 0) put_bool(k, "tokenizer.ggml.normalizer.lowercase", lower != 0);
-    if (strip >= 0) put_bool(k, "tokenizer.ggml.normalizer.strip_accents", strip != 0);
-    st = k->st;
-done:
-    if (merges_own)
-        for (size_t i = 0; i < n_merges; i++) free(merges_own[i]);
-    free(merges_own);
-    free(merges);
-    free(tokens);
-    free(types);
+    return PN_OK;
+}
+
+/* The tokenizer keys from the parsed files (taken: freed here), step by
+ * step in the converter's order. */
+static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
+                                   const pn_hf_config *cfg, const pn_hf_opts *opts, json_t *tok,
+                                   char *tok_path, json_t *tcfg, char *tcfg_path)
+{
+    tok_job j = {0};
+    j.k = k;
+    j.dir = dir;
+    j.root = root;
+    j.tok = tok;
+    j.tcfg = tcfg;
+    j.model = json_object_get(tok, "model");
+    j.tok_path = tok_path;
+    j.tcfg_path = tcfg_path;
+    j.opts = opts;
+    j.nv = cfg->vocab_size;
+    pn_status st = tok_vocab(&j);
+    if (st == PN_OK) st = tok_pre(&j);
+    if (st == PN_OK) st = tok_merges(&j);
+    if (st == PN_OK) st = tok_write_vocab(&j);
+    if (st == PN_OK) st = tok_post_processor(&j);
+    if (st == PN_OK) st = tok_special(&j);
+    if (st == PN_OK) st = tok_chat_template(&j);
+    if (st == PN_OK) {
+        int lower = -1, strip = -1;
+        const json_t *norm = json_object_get(tok, "normalizer");
+        if (json_is_object(norm)) parse_normalizer(norm, &lower, &strip);
+        if (lower >= 0) put_bool(k, "tokenizer.ggml.normalizer.lowercase", lower != 0);
+        if (strip >= 0) put_bool(k, "tokenizer.ggml.normalizer.strip_accents", strip != 0);
+        st = k->st;
+    }
+    if (j.merges_own)
+        for (size_t i = 0; i < j.n_merges; i++) free(j.merges_own[i]);
+    free(j.merges_own);
+    free(j.merges);
+    free(j.tokens);
+    free(j.types);
     json_decref(tok);
     json_decref(tcfg);
     free(tok_path);

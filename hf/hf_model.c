@@ -395,133 +395,88 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
     return PN_OK;
 }
 
-static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
+/* config.json of m->dir: read, text_config merged, the values checked. */
+static pn_status open_config(pn_hf_model *m, pn_error *err)
 {
-    struct stat sb;
-    if (stat(src, &sb) != 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: %s", src, strerror(errno));
-    char *index_path = NULL;
-    const char *single = "model.safetensors";
-    bool given_single = false;
-    if (S_ISDIR(sb.st_mode)) {
-        m->dir = strdup(src);
-    } else {
-        m->dir = dir_of(src);
-        const char *b = base_name(src);
-        if (ends_with(b, ".safetensors.index.json")) index_path = strdup(src);
-        else if (ends_with(b, ".safetensors")) { single = b; given_single = true; }
-        else if (strcmp(b, "config.json") != 0)
-            return pn_error_set(err, PN_ERR_USAGE,
-                                "%s: not a Hugging Face model folder, config.json, index or "
-                                ".safetensors file", src);
-    }
-    if (!m->dir) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     char *cfg_path = join(m->dir, "config.json");
-    if (!cfg_path) { free(index_path); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
-    json_t *root = NULL;
+    if (!cfg_path) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     struct stat cb;
     if (lstat(cfg_path, &cb) != 0 && errno == ENOENT) {
-        pn_error_set(err, PN_ERR_IO, "%s: config.json is missing (a Hugging Face model folder "
-                     "holds config.json beside its safetensors)", m->dir);
         free(cfg_path);
-        free(index_path);
-        return PN_ERR_IO;
+        return pn_error_set(err, PN_ERR_IO, "%s: config.json is missing (a Hugging Face model "
+                            "folder holds config.json beside its safetensors)", m->dir);
     }
+    json_t *root = NULL;
     pn_status st = pn_hf_json_load(cfg_path, &root, err);
     if (st == PN_OK) st = merge_config(root, cfg_path, &m->hp, err);
     if (st == PN_OK) st = config_of(root, m->hp, cfg_path, m->opts.no_mtp, &m->cfg, err);
     m->root = root;
     free(cfg_path);
-    if (st != PN_OK) { free(index_path); return st; }
+    return st;
+}
 
-    if (!index_path && !given_single) {
-        char *ip = join(m->dir, "model.safetensors.index.json");
-        struct stat ib;
-        if (ip && lstat(ip, &ib) == 0) index_path = ip;
-        else free(ip);
-    }
-    if (!index_path && !given_single) {
-        char *sp = join(m->dir, single);
-        struct stat ss;
-        bool none = sp && lstat(sp, &ss) != 0 && errno == ENOENT;
-        free(sp);
-        if (none)
-            return pn_error_set(err, PN_ERR_IO, "%s: there is no model.safetensors.index.json "
-                                "and no model.safetensors: the folder names no weights (a "
-                                "checkpoint in shards needs its index)", m->dir);
-    }
-    json_t *wm = NULL;
-    st = list_shards(m, index_path, single, &wm, err);
-    if (st != PN_OK) { free(index_path); json_decref(wm); return st; }
-    for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) st = open_shard(&m->shards[s], err);
-    if (st != PN_OK) { free(index_path); json_decref(wm); return st; }
-
-    /* every tensor name once, in one shard; the index agrees with the shards */
-    size_t total = 0;
-    for (size_t s = 0; s < m->n_shards; s++) total += m->shards[s].hdr.n_tensors;
+/* Every tensor name once, in one shard, and the index (weight_map, when
+ * there is one) agreeing with the shards both ways. */
+static pn_status check_index_agrees(const pn_hf_model *m, const char *index_path,
+                                    const json_t *wm, size_t total, pn_error *err)
+{
     name_ref *refs = calloc(total ? total : 1, sizeof *refs);
-    if (!refs) { free(index_path); json_decref(wm); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
+    if (!refs) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     size_t k = 0;
     for (size_t s = 0; s < m->n_shards; s++)
         for (size_t i = 0; i < m->shards[s].hdr.n_tensors; i++)
             refs[k++] = (name_ref){m->shards[s].hdr.tensors[i].name, s, i};
     qsort(refs, total, sizeof *refs, cmp_ref);
+    pn_status st = PN_OK;
     for (size_t i = 1; i < total && st == PN_OK; i++)
         if (strcmp(refs[i].name, refs[i - 1].name) == 0)
             st = pn_error_set(err, PN_ERR_TENSOR, "tensor %s is in two shards: %s and %s",
                               refs[i].name, m->shards[refs[i - 1].shard].path,
                               m->shards[refs[i].shard].path);
-    if (st == PN_OK && wm) {
-        for (size_t i = 0; i < total && st == PN_OK; i++) {
-            const json_t *v = json_object_get(wm, refs[i].name);
-            if (!v)
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s but not in "
-                                  "the index's weight_map", index_path, refs[i].name,
-                                  m->shards[refs[i].shard].name);
-            else if (strcmp(json_string_value(v), m->shards[refs[i].shard].name) != 0)
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s, the index "
-                                  "says %s", index_path, refs[i].name,
-                                  m->shards[refs[i].shard].name, json_string_value(v));
-        }
-        if (st == PN_OK && json_object_size(wm) != total) {
-            const char *key;
-            json_t *v;
-            json_object_foreach(wm, key, v) {
-                name_ref probe = {key, 0, 0};
-                /* binary search by name only */
-                size_t lo = 0, hi = total;
-                while (lo < hi) {
-                    size_t mid = (lo + hi) / 2;
-                    if (strcmp(refs[mid].name, probe.name) < 0) lo = mid + 1; else hi = mid;
-                }
-                if (lo == total || strcmp(refs[lo].name, key) != 0) {
-                    st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s: the index names shard "
-                                      "%s, which does not hold it", index_path, key,
-                                      json_string_value(v));
-                    break;
-                }
+    for (size_t i = 0; wm && i < total && st == PN_OK; i++) {
+        const json_t *v = json_object_get(wm, refs[i].name);
+        if (!v)
+            st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s but not in "
+                              "the index's weight_map", index_path, refs[i].name,
+                              m->shards[refs[i].shard].name);
+        else if (strcmp(json_string_value(v), m->shards[refs[i].shard].name) != 0)
+            st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s, the index "
+                              "says %s", index_path, refs[i].name,
+                              m->shards[refs[i].shard].name, json_string_value(v));
+    }
+    if (st == PN_OK && wm && json_object_size(wm) != total) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)wm, key, v) {
+            /* binary search by name only */
+            size_t lo = 0, hi = total;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (strcmp(refs[mid].name, key) < 0) lo = mid + 1; else hi = mid;
+            }
+            if (lo == total || strcmp(refs[lo].name, key) != 0) {
+                st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s: the index names shard "
+                                  "%s, which does not hold it", index_path, key,
+                                  json_string_value(v));
+                break;
             }
         }
     }
     free(refs);
-    json_decref(wm);
-    if (st != PN_OK) { free(index_path); return st; }
+    return st;
+}
 
-    /* the converted tensors: shards in order, each shard's tensors by name */
-    m->tensors = calloc(total ? total : 1, sizeof *m->tensors);
+/* The kept tensors, in the converter's order (shards in order, each
+ * shard's tensors by name): mapped, with their source shapes, into
+ * m->tensors (not planned yet); kept[i] is tensor i's header entry.
+ * *auto_type: the auto outtype (the first kept tensor of 2 or more dims). */
+static pn_status map_tensors(pn_hf_model *m, size_t total, const pn_hf_st_tensor **kept,
+                             int *auto_type, pn_error *err)
+{
+    *auto_type = -1;
     pn_hf_st_tensor **by_name = calloc(total ? total : 1, sizeof *by_name);
-    if (!m->tensors || !by_name) {
-        free(by_name); free(index_path);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    }
-    /* auto outtype: the first kept tensor of 2 or more dimensions */
-    int auto_type = -1;
-    /* first the names: every kept tensor mapped, with its source shape */
-    const pn_hf_st_tensor **kept = calloc(total ? total : 1, sizeof *kept);
-    if (!kept) {
-        free(by_name); free(index_path);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    }
+    if (!by_name) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = PN_OK;
     for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) {
         shard *sh = &m->shards[s];
         for (size_t i = 0; i < sh->hdr.n_tensors; i++) by_name[i] = &sh->hdr.tensors[i];
@@ -540,8 +495,8 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
                                   sh->path, t->name);
                 break;
             }
-            if (auto_type < 0 && t->n_dims >= 2)
-                auto_type = t->dtype == PN_HF_BF16 ? PN_TYPE_BF16 : PN_TYPE_F16;
+            if (*auto_type < 0 && t->n_dims >= 2)
+                *auto_type = t->dtype == PN_HF_BF16 ? PN_TYPE_BF16 : PN_TYPE_F16;
             pn_hf_tensor *o = &m->tensors[m->n_tensors];
             snprintf(o->name, sizeof o->name, "%s", gname);
             o->src_name = t->name;
@@ -553,25 +508,28 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
         }
     }
     free(by_name);
-    free(index_path);
-    /* a name twice after mapping (two sources for one GGUF tensor) */
-    if (st == PN_OK) {
-        char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
-        if (!nm) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; nm && i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
-        if (nm) qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
-        for (size_t i = 1; nm && i < m->n_tensors; i++)
-            if (strcmp(nm[i], nm[i - 1]) == 0) {
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
-                break;
-            }
-        free(nm);
-    }
-    /* what the architecture holds, against the config, before any plan */
+    return st;
+}
+
+/* No GGUF name twice (two sources for one GGUF tensor), what the
+ * architecture holds (hf_arch.c), then each tensor's plan: shape, type,
+ * transform. */
+static pn_status plan_tensors(pn_hf_model *m, const pn_hf_st_tensor *const *kept, pn_error *err)
+{
+    pn_status st = PN_OK;
+    char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
+    if (!nm) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
+    qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
+    for (size_t i = 1; i < m->n_tensors; i++)
+        if (strcmp(nm[i], nm[i - 1]) == 0) {
+            st = pn_error_set(err, PN_ERR_TENSOR, "%s: two tensors map to %s", m->dir, nm[i]);
+            break;
+        }
+    free(nm);
     if (st == PN_OK)
         st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
                               err);
-    /* then each tensor's plan: shape, type, transform */
     for (size_t i = 0; st == PN_OK && i < m->n_tensors; i++) {
         pn_hf_tensor *o = &m->tensors[i];
         const uint32_t s = o->shard;
@@ -583,6 +541,78 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
         o->shard = s;
         o->src_begin = begin;
     }
+    return st;
+}
+
+/* Where the shards are named: SRC itself (an index or a .safetensors),
+ * else the folder's index, else its model.safetensors; neither is said so. */
+static pn_status find_weights(pn_hf_model *m, const char *src, bool is_dir, char **index_path,
+                              const char **single, pn_error *err)
+{
+    *index_path = NULL;
+    *single = "model.safetensors";
+    if (!is_dir) {
+        const char *b = base_name(src);
+        if (ends_with(b, ".safetensors.index.json"))
+            return (*index_path = strdup(src)) ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        if (ends_with(b, ".safetensors")) {
+            *single = b;
+            return PN_OK;
+        }
+    }
+    char *ip = join(m->dir, "model.safetensors.index.json");
+    struct stat sb;
+    if (ip && lstat(ip, &sb) == 0) {
+        *index_path = ip;
+        return PN_OK;
+    }
+    free(ip);
+    char *sp = join(m->dir, *single);
+    bool none = sp && lstat(sp, &sb) != 0 && errno == ENOENT;
+    free(sp);
+    if (none)
+        return pn_error_set(err, PN_ERR_IO, "%s: there is no model.safetensors.index.json "
+                            "and no model.safetensors: the folder names no weights (a "
+                            "checkpoint in shards needs its index)", m->dir);
+    return PN_OK;
+}
+
+static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
+{
+    struct stat sb;
+    if (stat(src, &sb) != 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: %s", src, strerror(errno));
+    const bool is_dir = S_ISDIR(sb.st_mode);
+    if (!is_dir) {
+        const char *b = base_name(src);
+        if (!ends_with(b, ".safetensors.index.json") && !ends_with(b, ".safetensors") &&
+            strcmp(b, "config.json") != 0)
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "%s: not a Hugging Face model folder, config.json, index or "
+                                ".safetensors file", src);
+    }
+    m->dir = is_dir ? strdup(src) : dir_of(src);
+    if (!m->dir) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = open_config(m, err);
+    char *index_path = NULL;
+    const char *single = NULL;
+    if (st == PN_OK) st = find_weights(m, src, is_dir, &index_path, &single, err);
+    json_t *wm = NULL;
+    if (st == PN_OK) st = list_shards(m, index_path, single, &wm, err);
+    for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) st = open_shard(&m->shards[s], err);
+    size_t total = 0;
+    for (size_t s = 0; st == PN_OK && s < m->n_shards; s++) total += m->shards[s].hdr.n_tensors;
+    if (st == PN_OK) st = check_index_agrees(m, index_path, wm, total, err);
+    json_decref(wm);
+    free(index_path);
+    if (st != PN_OK) return st;
+
+    m->tensors = calloc(total ? total : 1, sizeof *m->tensors);
+    const pn_hf_st_tensor **kept = calloc(total ? total : 1, sizeof *kept);
+    int auto_type = -1;
+    if (!m->tensors || !kept) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (st == PN_OK) st = map_tensors(m, total, kept, &auto_type, err);
+    if (st == PN_OK) st = plan_tensors(m, kept, err);
     free(kept);
     if (st != PN_OK) return st;
     int out;

@@ -158,7 +158,7 @@ void pn_check_report_free(pn_check_report *r)
 int pn_check_exit_code(const pn_check_report *r, bool strict)
 {
     if (!r || !r->readable)
-        return 2;
+        return 1;   /* what the file holds (or lacks): cmd/cli.h's rule */
     if (r->n_errors > 0 || (strict && r->n_warnings > 0))
         return 1;
     return 0;
@@ -571,7 +571,7 @@ static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
     for (size_t i = 0; i < gguf_reader_n_tensors(src); i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(src, i);
         if (!pn_type_is_float(ti->type))
-            return pn_error_set(err, PN_ERR_USAGE,
+            return pn_error_set(err, PN_ERR_TYPE,
                                 "source %s: not a float model: tensor '%s' is %s (a source holds "
                                 "only f32, f16 and bf16 tensors)",
                                 gguf_reader_name(src), ti->name,
@@ -664,7 +664,8 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
     }
 
     if ((st = pn_check_metadata(&c, err)) || (st = pn_check_source_identity(&c, err)) ||
-        (st = pn_check_recipe(&c, err)) || (st = pn_check_data(&c, err)))
+        (st = pn_check_recipe(&c, err)) || (st = pn_check_imatrix(&c, err)) ||
+        (st = pn_check_data(&c, err)))
         goto fail_msg;
     if (c.nomem) {
         st = PN_ERR_NOMEM;

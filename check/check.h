@@ -12,10 +12,15 @@
  *            weights, the fp16 scales of q8_0/q4_K/q3_K blocks;
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
  *            (present, typed, consistent with the tensors), CRC-32 per tensor;
- *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name;
+ *   RECIPE-* with a recipe: each tensor's type, the promotions, the mix name,
+ *            the overrides the file records against those given
+ *            (RECIPE-OVERRIDES),
+ *            the MTP layer kept where the recipe drops it (RECIPE-MTP);
  *   SRC-*    with the source float GGUF: the relative error of each tensor
  *            after decoding (and un-rotating PN tensors) against the source,
  *            compared with what the type gives on that data.
+ *   IMATRIX-* with --imatrix: the imatrix the file records, and with
+ *            --source whether the promotions follow it (check_imatrix.c);
  *   SPLIT-*  a split set (docs/split.md) that does not open as one model: a
  *            finding per bad split, naming its file (missing, unreadable,
  *            another set's), or about the set as a whole.
@@ -52,6 +57,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "mix/recipe.h"
 
 typedef enum pn_severity {
     PN_SEV_WARNING = 1,
@@ -130,11 +136,22 @@ typedef struct pn_check_report {
     long recipe_promote_n;     /* the recipe's promotion count, -1 if none */
     /* --source */
     char *source_path;
+    /* --imatrix (check_imatrix.c): checked, the file records FILE's hash,
+     * that hash, and with --source whether the promotions follow it */
+    bool imatrix_checked, imatrix_same;
+    uint64_t imatrix_hash;
+    bool imatrix_promotions_checked, imatrix_promotions_follow;
 } pn_check_report;
 
 typedef struct pn_check_options {
     const char *recipe_path;   /* NULL: no recipe conformance */
+    bool keep_mtp;             /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
+    /* --tensor-type, --output-tensor-type, --token-embedding-type as the
+     * file was made with: before the recipe's rules (mix/recipe.h) */
+    const pn_recipe_override *overrides;
+    size_t n_overrides;
     const char *source_path;   /* NULL: no source comparison */
+    const char *imatrix_path;  /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
     int threads;               /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the
      * error of the reference quantizer on sample rows of the source. */
@@ -167,7 +184,8 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
 
 void pn_check_report_free(pn_check_report *r);
 
-/* 0 valid, 1 invalid (errors, or warnings under strict), 2 not readable. */
+/* 0 valid, 1 invalid (errors, or warnings under strict) or not readable
+ * (the verdict says which); 2 is left to the command line (cmd/cli.h). */
 int pn_check_exit_code(const pn_check_report *r, bool strict);
 
 /* The finding with this code (and tensor, when tensor is not NULL), or NULL. */

@@ -57,6 +57,8 @@ pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
 void pn_check_source_keys(pn_check_ctx *c);
 pn_status pn_check_source_identity(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);
+/* check_imatrix.c: --imatrix (and with --source, the promotions it chooses). */
+pn_status pn_check_imatrix(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_data(pn_check_ctx *c, pn_error *err);
 
 #endif

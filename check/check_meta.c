@@ -36,6 +36,11 @@ static const key_rule key_rules[] = {
     {PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
     {PN_KEY_SOURCE_TYPE, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    /* optional, checked by check_imatrix.c with --imatrix */
+    {PN_KEY_MIX_IMATRIX_HASH, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
+    {PN_KEY_MIX_IMATRIX_USED, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
+    {PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 

@@ -87,12 +87,74 @@ static void check_file_type(pn_check_ctx *c, const pn_recipe *rc)
                      kv ? "has another value" : "has none");
 }
 
+/* The MTP layer: the block (or blocks) that holds nextn.* tensors, as the
+ * converter writes it. A file that holds it against a recipe that drops it
+ * (mtp drop, unless pn-check --keep-mtp) was made with --keep-mtp or by
+ * another recipe: RECIPE-MTP says so, so that the format's file (the PN3
+ * recipe drops the layer) and the one with the layer are told apart. */
+static void check_mtp(pn_check_ctx *c, const pn_recipe *rc)
+{
+    if (rc->mtp != PN_RECIPE_MTP_DROP || c->opt.keep_mtp)
+        return;
+    const pn_check_report *rep = c->rep;
+    long layer = -1;
+    for (size_t i = 0; i < rep->n_tensors && layer < 0; i++) {
+        long b;
+        int at = 0;
+        if (strstr(rep->tensors[i].name, ".nextn.") &&
+            sscanf(rep->tensors[i].name, "blk.%ld.%n", &b, &at) == 1 && at > 0 && b >= 0)
+            layer = b;
+    }
+    if (layer < 0)
+        return;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "blk.%ld.", layer);
+    size_t n = 0;
+    for (size_t i = 0; i < rep->n_tensors; i++)
+        n += strncmp(rep->tensors[i].name, prefix, strlen(prefix)) == 0;
+    pn_check_add(c, PN_SEV_WARNING, "RECIPE-MTP", NULL, NULL, -1,
+                 "the file holds the MTP layer (block %ld, %zu tensors), which the recipe drops "
+                 "('mtp drop' at %s:%d): it was made with --keep-mtp (give pn-check --keep-mtp "
+                 "to check it as such) or by another recipe",
+                 layer, n, c->opt.recipe_path, rc->mtp_line);
+}
+
+/* The overrides given against those the file records (pn.mix.overrides,
+ * in order): a file made with other overrides than the check assumes is
+ * told so, whatever its types. */
+static void check_overrides(pn_check_ctx *c)
+{
+    const gguf_kv *kv = gguf_reader_find_kv(c->r, PN_KEY_MIX_OVERRIDES);
+    if (kv && !(kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING))
+        return;   /* the metadata stage's finding */
+    const uint64_t n_file = kv ? kv->arr_count : 0;
+    bool same = n_file == c->opt.n_overrides;
+    pn_str_walk walk = kv ? pn_str_walk_start(kv) : (pn_str_walk){0};
+    for (uint64_t i = 0; same && i < n_file; i++) {
+        char want[320];
+        pn_recipe_override_text(&c->opt.overrides[i], want, sizeof want);
+        same = gguf_str_eq(pn_str_walk_next(&walk), want);
+    }
+    if (same)
+        return;
+    pn_check_add(c, PN_SEV_WARNING, "RECIPE-OVERRIDES", NULL, PN_KEY_MIX_OVERRIDES, -1,
+                 "the file was made with %llu type override%s (%s%s), the check assumes %zu: give "
+                 "pn-check the same --tensor-type, --output-tensor-type and "
+                 "--token-embedding-type options as pn-quantize",
+                 (unsigned long long)n_file, n_file == 1 ? "" : "s",
+                 n_file ? PN_KEY_MIX_OVERRIDES : "none", n_file ? " lists them" : "",
+                 c->opt.n_overrides);
+}
+
 pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
 {
     if (!c->opt.recipe_path)
         return PN_OK;
     pn_recipe *rc = NULL;
     pn_status st = pn_recipe_load(c->opt.recipe_path, &rc, err);
+    if (st == PN_OK &&
+        (st = pn_recipe_apply_overrides(rc, c->opt.overrides, c->opt.n_overrides, err)))
+        pn_recipe_free(rc);
     if (st)
         return st;
     pn_check_report *rep = c->rep;
@@ -167,6 +229,8 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
                      rep->n_promoted, expected);
     check_rotation(c, rc);
     check_file_type(c, rc);
+    check_mtp(c, rc);
+    check_overrides(c);
     free(listed);
     pn_recipe_free(rc);
     return PN_OK;

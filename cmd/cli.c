@@ -2,8 +2,13 @@
  * usage printed from the same table (cli.h). */
 #include "cmd/cli.h"
 
+#include <dirent.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The longest table of any program, with room to grow. */
 #define PN_CLI_MAX_OPTIONS 64
@@ -93,8 +98,86 @@ int pn_cli_refuse_option(const pn_cli_program *p, char **argv)
     } else {
         fprintf(stderr, "%s: unknown option '-%c'\n", p->name, optopt);
     }
-    pn_cli_usage(stderr, p);
+    return pn_cli_try_help(p->name);
+}
+
+int pn_cli_try_help(const char *prog)
+{
+    fprintf(stderr, "Try '%s --help'.\n", prog);
     return 2;
+}
+
+bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
+                       const char *names)
+{
+    const int n = argc - optind;
+    if (n >= min && (max < 0 || n <= max))
+        return true;
+    fprintf(stderr, "%s: expected %s: ", prog, names);
+    if (n < min) {
+        /* the first word of names not given */
+        const char *w = names;
+        for (int i = 0; i < n && w; i++) {
+            w = strchr(w, ' ');
+            if (w)
+                w++;
+        }
+        size_t len = w ? strcspn(w, " ") : 0;
+        if (n == 0)
+            fputs("no arguments were given\n", stderr);
+        else
+            fprintf(stderr, "%.*s is missing\n", (int)len, w ? w : "an argument");
+    } else {
+        fputc('\'', stderr);
+        pn_fput_safe(stderr, argv[optind + max]);
+        fprintf(stderr, "' is %s too many (options start with --)\n",
+                n - max == 1 ? "one argument" : "the first of the arguments");
+    }
+    pn_cli_try_help(prog);
+    return false;
+}
+
+/* <dir of the program>/../share/pn-quantize/recipes into buf; false when
+ * /proc/self/exe cannot be read. */
+static bool shipped_recipes_dir(char *buf, size_t size)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return false;
+    exe[n] = 0;
+    int k = snprintf(buf, size, "%s/../share/pn-quantize/recipes", dirname(exe));
+    return k > 0 && (size_t)k < size;
+}
+
+const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size)
+{
+    struct stat sb;
+    size_t n = strlen(arg);
+    if (stat(arg, &sb) == 0 || strchr(arg, '/') || (n > 4 && strcmp(arg + n - 4, ".mix") == 0))
+        return arg;   /* a file: opened (and refused, naming it) by the job */
+    char dir[PATH_MAX] = "";
+    if (shipped_recipes_dir(dir, sizeof dir)) {
+        int k = snprintf(buf, size, "%s/%s.mix", dir, arg);
+        if (k > 0 && (size_t)k < size && stat(buf, &sb) == 0 && S_ISREG(sb.st_mode))
+            return buf;
+    }
+    fprintf(stderr, "%s: --recipe ", prog);
+    pn_fput_safe(stderr, arg);
+    fputs(": no such file, nor a shipped recipe of that name; shipped:", stderr);
+    DIR *d = dir[0] ? opendir(dir) : NULL;
+    int listed = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && strcmp(e->d_name + l - 4, ".mix") == 0) {
+            fprintf(stderr, " %.*s", (int)(l - 4), e->d_name);
+            listed++;
+        }
+    }
+    if (d)
+        closedir(d);
+    fputs(listed ? "\n" : " none found beside this program\n", stderr);
+    return NULL;
 }
 
 int pn_cli_close_stdout(const char *prog)

@@ -2,11 +2,23 @@
  * line on stderr, the check that what it wrote to stdout arrived, and the
  * exit status.
  *
- * Exit status of pn-quantize and pn-dequant (as llama.cpp's tools): 0
- * done, 1 an error while doing it (a file that cannot be read, a full
- * disk), 2 a usage error: an option, or a path refused before anything is
- * done (the output is the input or one of its files), 130 interrupted.
- * pn-check's 1 means an invalid file, so its errors are 2.
+ * Exit status, one rule for every program (docs/usage.md#exit-status):
+ *   0    done (pn-check: the file is valid);
+ *   1    what the files hold, or the system, stops the job: an input that
+ *        is missing, unreadable, damaged or of the wrong kind, a model that
+ *        does not fit the request (more promotions than candidates, a
+ *        --target-size even no promotion fits, a --promote-list name the
+ *        model lacks), an output that exists without --force, a full disk
+ *        (pn-check: the file is invalid or unreadable; its verdict says
+ *        which);
+ *   2    the command line itself, whatever the files hold: an unknown
+ *        option, a bad or missing value, a missing or extra argument,
+ *        options that do not go together, one path given as an input and
+ *        as the output (or twice);
+ *   128 + N  interrupted by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+ * The library says which with its status: PN_ERR_USAGE is 2, every other
+ * error 1 (pn_cli_exit_status); tests/test_surface.c (exit_status/) holds
+ * the table of every refusal of every program.
  *
  * Options: each program has one table (pn_cli_option) that getopt_long
  * parses with and that the usage's option list is printed from, so the
@@ -66,26 +78,49 @@ static inline int pn_cli_finish_stdout(const char **why)
     return bad ? -1 : 0;
 }
 
-/* The argument of --split-max-size: gguf-split's form (a whole number and
- * M or G: 500M, 50G, powers of 10) or the project's sizes (mix/size.h:
- * 48GiB, 2.5GB, 4096). 0 with *why set when it is neither or is zero. */
+/* What every size option says its values are (docs/usage.md#sizes). */
+#define PN_CLI_SIZE_FORMS                                                                      \
+    "expected a size above 0: 50G or 500M as gguf-split takes them, 2.5GB, 13e9 (powers of "   \
+    "10), 48GiB (powers of 2) or 4096 (bytes)"
+
+/* The value of a size option (--split-max-size, --target-size,
+ * --shard-size): the one parser, mix/size.h, and above 0. 0 with *why set
+ * when it is not such a size. */
 static inline uint64_t pn_cli_split_size(const char *text, const char **why)
 {
     uint64_t v = 0;
     pn_error e;
-    if (gguf_split_parse_size(text, &v, &e) == PN_OK)
-        return v;
     if (pn_parse_size(text, &v, &e) == PN_OK && v > 0)
         return v;
-    *why = "expected a size: 50G or 500M as gguf-split takes it (powers of 10), or 48GiB, "
-           "2.5GB, 4096 (bytes)";
+    *why = PN_CLI_SIZE_FORMS;
     return 0;
+}
+
+/* A size option's value into *out (pn_cli_split_size); false after
+ * "<prog>: <opt>: '<v>': expected a size ..." on stderr. */
+static inline bool pn_cli_size(const char *prog, const char *opt, const char *v, uint64_t *out)
+{
+    const char *why = "";
+    if ((*out = pn_cli_split_size(v, &why)))
+        return true;
+    fprintf(stderr, "%s: %s: '", prog, opt);
+    pn_fput_safe(stderr, v);
+    fprintf(stderr, "': %s\n", why);
+    return false;
 }
 
 /* The exit status of a job that failed with st (see above). */
 static inline int pn_cli_exit_status(pn_status st)
 {
     return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
+}
+
+/* The same, with the signal that interrupted it (the program's cancel flag
+ * holds its number): 128 + the signal, as a shell reports a program the
+ * signal killed (SIGINT 130, SIGTERM 143, SIGHUP 129). */
+static inline int pn_cli_exit_status_signal(pn_status st, int sig)
+{
+    return st == PN_ERR_INTERRUPTED && sig > 0 ? 128 + sig : pn_cli_exit_status(st);
 }
 
 /* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */
@@ -137,9 +172,28 @@ bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long
 bool pn_cli_threads(const char *prog, const char *v, int *threads);
 
 /* An option pn_cli_next returned '?' for, refused: "<prog>: option '--x'
- * needs a value or is unknown" (or "unknown option '-x'") and the usage,
- * on stderr. Returns 2, the exit status. */
+ * needs a value or is unknown" (or "unknown option '-x'") and "Try '<prog>
+ * --help'." on stderr, the one style of every program's refusals. Returns
+ * 2, the exit status. */
 int pn_cli_refuse_option(const pn_cli_program *p, char **argv);
+
+/* "Try '<prog> --help'." on stderr, after a usage message. Returns 2. */
+int pn_cli_try_help(const char *prog);
+
+/* The positional arguments argv[optind..argc): at least min, at most max
+ * (max < 0: no limit). names is how the usage names them, one word each
+ * ("SRC DST.gguf"). false after "<prog>: expected NAMES: DST.gguf is
+ * missing" or "...: 'x' is one argument too many" and the help hint. */
+bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
+                       const char *names);
+
+/* --recipe ARG: a file (ARG names one, or holds '/' or ends in .mix), or
+ * the name of a shipped recipe, <dir of the program>/../share/pn-quantize/
+ * recipes/ARG.mix (the build's share/ and an installed prefix's alike).
+ * Returns the path (ARG itself, or the shipped file's in buf), or NULL
+ * after "<prog>: --recipe ARG: no such file nor shipped recipe; shipped:
+ * ..." on stderr. */
+const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
 
 /* Flushes and closes stdout. Returns 0, or 1 after "<prog>: error: writing
  * to standard output: <why>" (a closed pipe, a full disk). */

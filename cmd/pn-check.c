@@ -16,15 +16,34 @@
 
 /* What pn_cli_next returns for each option. */
 enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS };
+       OPT_PROGRESS, OPT_KEEP_MTP, OPT_TENSOR_TYPE, OPT_OUTPUT_TYPE, OPT_EMBD_TYPE, OPT_DUMP,
+       OPT_IMATRIX };
+
+#define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, OPT_RECIPE,
-     "  --recipe FILE     check each tensor's type, the promotions and pn.mix against\n"
-     "                    this mix recipe\n"},
+     "  --recipe FILE|NAME  check each tensor's type, the promotions and pn.mix against\n"
+     "                    this mix recipe (a file, or a shipped recipe by name)\n"},
+    {"tensor-type", required_argument, OPT_TENSOR_TYPE,
+     "  --tensor-type PATTERN=TYPE  with --recipe: the override pn-quantize was given\n"
+     "                    (repeatable; also --output-tensor-type, --token-embedding-type)\n"},
+    {"output-tensor-type", required_argument, OPT_OUTPUT_TYPE,
+     "  --output-tensor-type TYPE  with --recipe: as pn-quantize was given it\n"},
+    {"token-embedding-type", required_argument, OPT_EMBD_TYPE,
+     "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n"},
+    {"keep-mtp", no_argument, OPT_KEEP_MTP,
+     "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
+     "                    (the recipe's 'mtp drop' is taken as keep)\n"},
     {"source", required_argument, OPT_SOURCE,
      "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
      "                    source; flag errors far above what the type gives\n"},
+    {"imatrix", required_argument, OPT_IMATRIX,
+     "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
+     "                    with --source, whether its promotions are the ones it chooses\n"},
+    {"dump", no_argument, OPT_DUMP,
+     "  --dump            list the file's keys and tensors (type, shape, offset,\n"
+     "                    bytes) as gguf-dump does, PN keys readable; no check\n"},
     {"json", no_argument, OPT_JSON,
      "  --json            print the report as JSON instead of text\n"},
     {"threads", required_argument, OPT_THREADS,
@@ -42,13 +61,15 @@ static const pn_cli_option options[] = {
 
 static const pn_cli_program program = {
     "pn-check",
-    "usage: pn-check [options] FILE.gguf\n"
+    "usage: pn-check [options] FILE.gguf...\n"
     "\n"
     "Checks a GGUF file that may hold PN tensors (pn3t, pn4t): the GGUF structure,\n"
     "every PN block (finite scale, pn3t reserved bits clear), the pn.* keys, the\n"
     "CRC-32 of every tensor recorded in pn.tensor_crc32; with --recipe, the type of\n"
     "each tensor; with --source, the error of each tensor against the float model it\n"
-    "was made from. Prints one line per finding and a final verdict.\n"
+    "was made from. Prints one line per finding and a final verdict, for each FILE\n"
+    "in turn (with --json, an array of the reports when there are several); the\n"
+    "exit status is the worst of them.\n"
     "\n"
     "options:\n",
     options,
@@ -60,11 +81,11 @@ static const pn_cli_program program = {
     "Names, keys and messages from the file are printed with control bytes and\n"
     "invalid UTF-8 shown as \\xNN (in JSON, as valid JSON strings).\n"
     "\n"
-    "exit status: 0 valid, 1 invalid (findings printed), 2 the file could not be\n"
-    "read (not GGUF, cut short inside its header, missing, changed during the\n"
-    "check), bad usage, a --recipe or --source that cannot be read, a --source\n"
-    "that is not a float model (f32, f16, bf16 tensors only), or the report could\n"
-    "not be written\n",
+    "exit status: 0 valid; 1 invalid (findings printed) or unreadable (not GGUF,\n"
+    "cut short inside its header, missing, changed during the check: the verdict\n"
+    "says so), or a --recipe or --source that cannot be used, or the report could\n"
+    "not be written; 2 the command line itself (an unknown option, a bad value, a\n"
+    "missing argument)\n",
 };
 
 /* ---- text ---- */
@@ -130,6 +151,8 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
     if (r->readable && r->n_tensors)
         fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
                 (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
+    else if (!r->readable && !set && r->n_findings && strcmp(r->findings[0].code, "GGUF-IO") == 0)
+        fputs("not opened\n", f);   /* missing, a folder, a FIFO: it has no size to tell */
     else
         fprintf(f, "%llu bytes\n", (unsigned long long)r->file_size);
     for (size_t s = 0; set && s < r->n_splits; s++) {
@@ -181,6 +204,13 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
             pn_fput_safe(f, r->promoted[i]);
             fputc('\n', f);
         }
+    }
+    if (r->imatrix_checked) {
+        fprintf(f, "imatrix: entries hash %016llx, %s", (unsigned long long)r->imatrix_hash,
+                r->imatrix_same ? "the one the file records" : "not the file's");
+        if (r->imatrix_promotions_checked)
+            fprintf(f, "; promotions %s it", r->imatrix_promotions_follow ? "follow" : "do not follow");
+        fputc('\n', f);
     }
     fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
             r->n_errors == 1 ? "" : "s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
@@ -322,14 +352,143 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         }
         fputs("]}", f);
     }
+    fputs(",\n  \"imatrix\": ", f);
+    if (!r->imatrix_checked)
+        fputs("null", f);
+    else {
+        fprintf(f, "{\"entries_fnv1a64\": \"%016llx\", \"recorded\": %s, \"promotions_follow\": %s}",
+                (unsigned long long)r->imatrix_hash, r->imatrix_same ? "true" : "false",
+                !r->imatrix_promotions_checked ? "null"
+                : r->imatrix_promotions_follow ? "true" : "false");
+    }
     fputs("\n}\n", f);
+}
+
+/* ---- --dump: the file's keys and tensors, as gguf-dump lists them ---- */
+
+/* A string of the file, terminal-safe (or as JSON). */
+static void put_gstr(FILE *f, const char *p, uint64_t n, bool json)
+{
+    char *s = strndup(p, (size_t)n);
+    if (json)
+        pn_json_put_str(f, s ? s : "");
+    else
+        pn_fput_safe(f, s ? s : "");
+    free(s);
+}
+
+/* A key's value: scalars as they are; arrays of strings listed when they are
+ * PN's (the promoted names, the overrides), other arrays as type x count
+ * (pn.tensor_crc32 and pn.source.*: "N values", one per tensor). */
+static void put_value(FILE *f, const gguf_kv *kv, bool json)
+{
+    switch (kv->type) {
+    case GGUF_TYPE_STRING: put_gstr(f, kv->v.str.data, kv->v.str.len, json); return;
+    case GGUF_TYPE_BOOL: fputs(kv->v.u64 ? "true" : "false", f); return;
+    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: fprintf(f, "%.9g", kv->v.f64); return;
+    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
+        fprintf(f, "%lld", (long long)kv->v.i64);
+        return;
+    case GGUF_TYPE_ARRAY: break;
+    default: fprintf(f, "%llu", (unsigned long long)kv->v.u64); return;
+    }
+    bool pn = kv->key.len >= 3 && memcmp(kv->key.data, "pn", 2) == 0 && kv->key.data[2] == '.';
+    if (pn && kv->arr_type == GGUF_TYPE_STRING && kv->arr_count <= 4096) {
+        fputs(json ? "[" : "[", f);
+        const uint8_t *at = kv->arr_data, *end = kv->arr_data + kv->arr_bytes;
+        for (uint64_t i = 0; i < kv->arr_count && end - at >= 8; i++) {
+            uint64_t len;
+            memcpy(&len, at, 8);
+            if (len > (uint64_t)(end - at - 8))
+                break;
+            fputs(i ? ", " : "", f);
+            put_gstr(f, (const char *)at + 8, len, json);
+            at += 8 + len;
+        }
+        fputc(']', f);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "[%s x %llu]", gguf_value_type_name(kv->arr_type),
+             (unsigned long long)kv->arr_count);
+    if (json)
+        pn_json_put_str(f, what);
+    else
+        fputs(what, f);
+}
+
+/* --dump FILE: every key (name, type, value) and every tensor (name, type,
+ * shape, offset in its file, bytes). Returns the exit status. */
+static int dump_file(const char *path, bool json)
+{
+    gguf_reader *r = NULL;
+    pn_error err = {0};
+    pn_status st = gguf_reader_open(path, &r, &err);
+    if (st) {
+        pn_cli_error("pn-check", err.msg);
+        return pn_cli_exit_status(st);
+    }
+    FILE *f = stdout;
+    const size_t nk = gguf_reader_n_kv(r), nt = gguf_reader_n_tensors(r);
+    if (json) {
+        fputs("{\"file\": ", f);
+        pn_json_put_str(f, path);
+        fprintf(f, ", \"version\": %u, \"keys\": [", gguf_reader_version(r));
+    } else {
+        pn_fput_safe(f, path);
+        fprintf(f, ": GGUF v%u, %zu keys, %zu tensors\n", gguf_reader_version(r), nk, nt);
+    }
+    for (size_t i = 0; i < nk; i++) {
+        const gguf_kv *kv = gguf_reader_kv(r, i);
+        if (json) {
+            fprintf(f, "%s\n  {\"key\": ", i ? "," : "");
+            put_gstr(f, kv->key.data, kv->key.len, true);
+            fprintf(f, ", \"type\": \"%s\", \"value\": ", gguf_value_type_name(kv->type));
+            put_value(f, kv, true);
+            fputc('}', f);
+        } else {
+            fprintf(f, "%5zu: %-7s ", i + 1, gguf_value_type_name(kv->type));
+            put_gstr(f, kv->key.data, kv->key.len, false);
+            fputs(" = ", f);
+            put_value(f, kv, false);
+            fputc('\n', f);
+        }
+    }
+    fputs(json ? "],\n \"tensors\": [" : "", f);
+    for (size_t i = 0; i < nt; i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", json ? ", " : " x ",
+                          (long long)t->ne[d]);
+        const uint64_t off = gguf_reader_tensor_file_offset(r, i);
+        if (json) {
+            fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+            pn_json_put_str(f, t->name);
+            fprintf(f, ", \"type\": \"%s\", \"shape\": [%s], \"offset\": %llu, \"bytes\": %llu}",
+                    type_name(t->type), shape, (unsigned long long)off,
+                    (unsigned long long)t->size);
+        } else {
+            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1, type_name(t->type),
+                    shape, (unsigned long long)off, (unsigned long long)t->size);
+            pn_fput_safe(f, t->name);
+            fputc('\n', f);
+        }
+    }
+    fputs(json ? "]}\n" : "", f);
+    gguf_reader_close(r);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     pn_check_options o;
     pn_check_options_default(&o);
-    bool json = false, strict = false, progress = false;
+    bool json = false, strict = false, progress = false, dump = false;
+    char recipe_buf[4096];
+    pn_recipe_override overrides[MAX_OVERRIDES];
+    size_t n_overrides = 0;
     const char *why;
     /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
      * like any write error, instead of the signal killing the program. */
@@ -337,50 +496,93 @@ int main(int argc, char **argv)
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
-        case OPT_RECIPE: o.recipe_path = optarg; break;
+        case OPT_RECIPE:
+            if (!(o.recipe_path = pn_cli_recipe_path("pn-check", optarg, recipe_buf,
+                                                     sizeof recipe_buf)))
+                return 1;
+            break;
+        case OPT_TENSOR_TYPE:
+        case OPT_OUTPUT_TYPE:
+        case OPT_EMBD_TYPE:
+            if (n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "pn-check: at most %d type overrides\n", MAX_OVERRIDES);
+                return 2;
+            }
+            overrides[n_overrides++] = (pn_recipe_override){
+                c == OPT_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
+                : c == OPT_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+            o.overrides = overrides;
+            o.n_overrides = n_overrides;
+            break;
         case OPT_SOURCE: o.source_path = optarg; break;
+        case OPT_IMATRIX: o.imatrix_path = optarg; break;
+        case OPT_KEEP_MTP: o.keep_mtp = true; break;
         case OPT_JSON: json = true; break;
+        case OPT_DUMP: dump = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;
         case OPT_THREADS:
             if (!pn_cli_threads("pn-check", optarg, &o.threads))
                 return 2;
             break;
-        case 'h': return pn_cli_help(&program, 2);
+        case 'h': return pn_cli_help(&program, 1);
         case OPT_VERSION: printf("pn-check %s\n", PN_VERSION); return 0;
         default: return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (argc - optind != 1) {
-        fprintf(stderr, "pn-check: expected one FILE.gguf, got %d arguments\n", argc - optind);
-        pn_cli_usage(stderr, &program);
+    if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
+    /* several files, as llama.cpp users list them: one report and verdict
+     * each (a JSON array of the reports with --json), the worst status */
+    const int n_files = argc - optind;
+    int code = 0;
+    for (int k = 0; dump && k < n_files; k++) {
+        int c1 = dump_file(argv[optind + k], json);
+        code = c1 > code ? c1 : code;
     }
-    const char *path = argv[optind];
-    pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
-    if (progress) {
-        o.progress = pn_cli_show_progress;
-        o.progress_ctx = &pl;
+    if (dump)
+        return pn_cli_finish_stdout(&why) != 0 ? 1 : code;
+    if (json && n_files > 1)
+        fputs("[\n", stdout);
+    for (int k = 0; k < n_files; k++) {
+        const char *path = argv[optind + k];
+        pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
+        if (progress) {
+            o.progress = pn_cli_show_progress;
+            o.progress_ctx = &pl;
+        }
+        pn_check_report *r = NULL;
+        pn_error err = {0};
+        pn_status st = pn_check_file(path, &o, &r, &err);
+        if (st) {
+            pn_cli_error("pn-check", err.msg);
+            int s = pn_cli_exit_status(st);
+            if (s > code)
+                code = s;
+            if (st == PN_ERR_USAGE || st == PN_ERR_NOMEM || st == PN_ERR_INTERRUPTED)
+                break;
+            continue;
+        }
+        if (json) {
+            if (n_files > 1 && k > 0)
+                fputs(",\n", stdout);
+            print_json(stdout, r, strict);
+        } else {
+            if (k > 0)
+                fputc('\n', stdout);
+            print_text(stdout, r, strict);
+        }
+        int c1 = pn_check_exit_code(r, strict);
+        if (c1 > code)
+            code = c1;
+        /* the report names why the file is unreadable: once, on stdout */
+        pn_check_report_free(r);
     }
-
-    pn_check_report *r = NULL;
-    pn_error err = {0};
-    pn_status st = pn_check_file(path, &o, &r, &err);
-    if (st) {
-        pn_cli_error("pn-check", err.msg);
-        return 2;
-    }
-    if (json)
-        print_json(stdout, r, strict);
-    else
-        print_text(stdout, r, strict);
-    int code = pn_check_exit_code(r, strict);
-    if (!r->readable && r->n_findings)
-        pn_cli_error("pn-check", r->findings[0].message);
-    pn_check_report_free(r);
+    if (json && n_files > 1)
+        fputs("]\n", stdout);
     if (pn_cli_finish_stdout(&why) != 0) {
         fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
-        return 2;
+        return 1;
     }
     return code;
 }

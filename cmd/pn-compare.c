@@ -23,7 +23,7 @@
 extern char **environ;
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
 enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
@@ -128,8 +128,9 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 compared (--sweep: every mix), 1 error (message on stderr;\n"
-    "--sweep: a mix failed, the others compared), 2 usage, 130 interrupted\n",
+    "exit status: 0 compared (--sweep: every mix), 1 what the files hold (message on\n"
+    "stderr; --sweep: a mix failed, the others compared), 2 the command line itself,\n"
+    "128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
@@ -276,7 +277,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         return -1;
     for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
-            fprintf(stderr, "pn-compare: --stock: no such stock type '");
+            fprintf(stderr, "pn-compare: --stock: not a type the stock quantizer takes: '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
             return -1;
@@ -412,79 +413,90 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
     printf("\n ],\n \"failed\": %zu, \"seconds\": %.3f}\n", s->n_failed, s->seconds);
 }
 
-/* What --sweep's picture options say (--plot, --gnuplot, --budget, --force,
- * --quantize-threads). */
+/* What --sweep's options set. */
 typedef struct sweep_cli {
+    pn_sweep_opts so;
+    int on, given, qthreads, force;
+    int counts[PN_SWEEP_MAX_MIXES];
+    const char *types[PN_SWEEP_MAX_MIXES];
+    char *types_buf, *quantizer;
     const char *plot, *gnuplot;
     uint64_t budget;
-    int force, qthreads;
 } sweep_cli;
 
-/* The options that do not go together, and the positional arguments; false
- * (after saying why) when they are wrong. */
-static bool options_ok(int sweep, int sweep_opts, int npos, const pn_sweep_opts *so,
-                       const sweep_cli *sw, bool has_text, int text_opts)
+/* A --sweep option: 1 taken, 0 not one of them, -1 refused (message out). */
+static int sweep_option(int c, sweep_cli *w)
 {
-    if (!sweep && sweep_opts) {
-        fprintf(stderr, "pn-compare: --promote, --target-size, --stock, --imatrix, --keep, "
-                        "--plot and the like go with --sweep\n");
-        return false;
+    int bad = 0;
+    switch (c) {
+    case O_SWEEP: w->on = 1; return 1;
+    case O_FORCE: w->force = 1; return 1;
+    case O_PROMOTE: bad = parse_counts(optarg, w->counts, &w->so.n_promote); w->so.promote = w->counts; break;
+    case O_TARGET: bad = parse_size_opt("--target-size", optarg, &w->so.target_size); break;
+    case O_RECIPE: w->so.recipe_path = optarg; break;
+    case O_STOCK: bad = parse_types(optarg, &w->types_buf, w->types, &w->so.n_stock); w->so.stock = w->types; break;
+    case O_IMATRIX: w->so.imatrix_path = optarg; break;
+    case O_KEEP_DIR: w->so.keep_dir = optarg; break;
+    case O_PLOT: w->plot = optarg; break;
+    case O_BUDGET: bad = parse_size_opt("--budget", optarg, &w->budget); break;
+    case O_QTHREADS: bad = parse_int("--quantize-threads", optarg, 1, 4096, &w->qthreads); break;
+    case O_QUANTIZER: free(w->quantizer); w->quantizer = strdup(optarg); break;
+    case O_LIBLLAMA: w->so.libllama = optarg; break;
+    case O_GNUPLOT: w->gnuplot = optarg; break;
+    default: return 0;
     }
-    if (sweep && npos != 1) {
-        fprintf(stderr, "pn-compare: --sweep: expected one SOURCE (the mixes are made from "
-                        "it)\nTry 'pn-compare --help'.\n");
-        return false;
-    }
-    if (sweep && !so->n_promote && !so->target_size && !so->n_stock) {
-        fprintf(stderr, "pn-compare: --sweep: no mix to make: give --promote, --target-size "
-                        "or --stock\n");
-        return false;
-    }
-    if (sw->budget && !sw->plot) {
-        fprintf(stderr, "pn-compare: --budget is a line of the --plot picture\n");
-        return false;
-    }
-    if (!sweep && npos < 2) {
-        fprintf(stderr, "pn-compare: expected SOURCE.gguf and at least one PN.gguf\nTry "
-                        "'pn-compare --help'.\n");
-        return false;
-    }
-    if (!has_text && text_opts) {
-        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
-                        "4 sequences of 64\n");
-        return false;
-    }
-    return true;
+    w->given = 1;
+    return bad ? -1 : 1;
 }
 
-/* pn-compare --sweep: the mixes made, compared, drawn and printed; the exit
- * status. Frees script, quantizer and types_buf. */
-static int run_sweep(pn_sweep_opts *so, const pn_compare_opts *o, const sweep_cli *sw,
-                     char *script, char *quantizer, char *types_buf, int json, const char *decode)
+/* The usage rules of --sweep: 0, or 2 after the message. */
+static int sweep_usage(const sweep_cli *w, int n_args)
 {
+    const char *why = NULL;
+    if (!w->on && w->given)
+        why = "--promote, --target-size, --stock, --imatrix, --keep, --plot and the like go "
+              "with --sweep";
+    else if (w->on && n_args != 1)
+        why = "--sweep: expected one SOURCE (the mixes are made from it)\nTry 'pn-compare "
+              "--help'.";
+    else if (w->on && !w->so.n_promote && !w->so.target_size && !w->so.n_stock)
+        why = "--sweep: no mix to make: give --promote, --target-size or --stock";
+    else if (w->budget && !w->plot)
+        why = "--budget is a line of the --plot picture";
+    if (!why)
+        return 0;
+    fprintf(stderr, "pn-compare: %s\n", why);
+    return 2;
+}
+
+/* The sweep, its picture and its table: the exit status. */
+static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const char *decode)
+{
+    pn_sweep_opts so = w->so;
+    char *quantizer = w->quantizer;
+    const char *plot = w->plot;
     pn_error err;
     pn_error_clear(&err);
     pn_plot_opts po = {0};
-    po.path = sw->plot;
-    po.gnuplot = sw->gnuplot;
+    po.path = plot;
+    po.gnuplot = w->gnuplot;
     po.envp = environ;
-    po.budget = sw->budget;
-    po.force = sw->force;
-    pn_status st = sw->plot ? pn_plot_check_target(&po, &err) : PN_OK;
+    po.budget = w->budget;
+    po.force = w->force;
+    pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
     if (st == PN_OK) {
-        so->compare = *o;
-        so->quantize_threads = sw->qthreads ? sw->qthreads : o->threads;
+        so.compare = *o;
+        so.quantize_threads = w->qthreads ? w->qthreads : o->threads;
         if (!quantizer)
             quantizer = beside_exe("pn-llama-quantize");
-        so->quantizer = quantizer;
+        so.quantizer = quantizer;
     }
     pn_sweep_report srep;
     memset(&srep, 0, sizeof srep);
     if (st == PN_OK)
-        st = pn_sweep_run(so, &srep, &err);
-    free(script);
+        st = pn_sweep_run(&so, &srep, &err);
     free(quantizer);
-    if (st == PN_OK && sw->plot && srep.compared) {
+    if (st == PN_OK && plot && srep.compared) {
         pn_plot_point pts[PN_SWEEP_MAX_MIXES];
         size_t np = 0;
         for (size_t i = 0; i < srep.n_mixes; i++) {
@@ -502,14 +514,14 @@ static int run_sweep(pn_sweep_opts *so, const pn_compare_opts *o, const sweep_cl
         st = pn_plot_draw(&po, pts, np, &err);
     }
     if (st != PN_OK) {
-        free(types_buf);
+        free(w->types_buf);
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
         pn_sweep_report_free(&srep);
-        return st == PN_ERR_INTERRUPTED ? 130 : st == PN_ERR_USAGE ? 2 : 1;
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
-    if (sw->plot && !srep.compared)
+    if (plot && !srep.compared)
         fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
     if (json)
         print_sweep_json(&srep, decode);
@@ -523,7 +535,7 @@ static int run_sweep(pn_sweep_opts *so, const pn_compare_opts *o, const sweep_cl
         }
     size_t failed = srep.n_failed;
     pn_sweep_report_free(&srep);
-    free(types_buf);
+    free(w->types_buf);
     int rc = pn_cli_close_stdout("pn-compare");
     return rc ? rc : failed ? 1 : 0;
 }
@@ -536,16 +548,16 @@ int main(int argc, char **argv)
     int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
-    /* --sweep */
-    pn_sweep_opts so;
-    pn_sweep_opts_init(&so);
-    int sweep = 0, sweep_opts = 0;
-    int counts[PN_SWEEP_MAX_MIXES];
-    const char *types[PN_SWEEP_MAX_MIXES];
-    char *types_buf = NULL, *quantizer = NULL;
-    sweep_cli sw = {0};
+    sweep_cli w;
+    memset(&w, 0, sizeof w);
+    pn_sweep_opts_init(&w.so);
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
+        int taken = sweep_option(c, &w);
+        if (taken < 0)
+            return 2;
+        if (taken)
+            continue;
         switch (c) {
         case O_TEXT: o.text_path = optarg; break;
         case O_SEQ_LEN: if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len)) return 2; text_opts = 1; break;
@@ -568,34 +580,21 @@ int main(int argc, char **argv)
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT: free(script); script = strdup(optarg); break;
         case O_QUIET: quiet = 1; break;
-        case O_SWEEP: sweep = 1; break;
-        case O_PROMOTE:
-            if (parse_counts(optarg, counts, &so.n_promote)) return 2;
-            so.promote = counts; sweep_opts = 1; break;
-        case O_TARGET: if (parse_size_opt("--target-size", optarg, &so.target_size)) return 2; sweep_opts = 1; break;
-        case O_RECIPE: so.recipe_path = optarg; sweep_opts = 1; break;
-        case O_STOCK:
-            if (parse_types(optarg, &types_buf, types, &so.n_stock)) return 2;
-            so.stock = types; sweep_opts = 1; break;
-        case O_IMATRIX: so.imatrix_path = optarg; sweep_opts = 1; break;
-        case O_KEEP_DIR: so.keep_dir = optarg; sweep_opts = 1; break;
-        case O_PLOT: sw.plot = optarg; sweep_opts = 1; break;
-        case O_BUDGET: if (parse_size_opt("--budget", optarg, &sw.budget)) return 2; sweep_opts = 1; break;
-        case O_FORCE: sw.force = 1; break;
-        case O_QTHREADS: if (parse_int("--quantize-threads", optarg, 1, 4096, &sw.qthreads)) return 2; sweep_opts = 1; break;
-        case O_QUANTIZER: free(quantizer); quantizer = strdup(optarg); sweep_opts = 1; break;
-        case O_LIBLLAMA: so.libllama = optarg; sweep_opts = 1; break;
-        case O_GNUPLOT: sw.gnuplot = optarg; sweep_opts = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
         default:
-            fprintf(stderr, "pn-compare: unknown option or missing value: %s\nTry 'pn-compare "
-                            "--help'.\n", argv[optind - 1]);
-            return 2;
+            return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (!options_ok(sweep, sweep_opts, argc - optind, &so, &sw, o.text_path != NULL, text_opts))
+    if (sweep_usage(&w, argc - optind))
         return 2;
+    if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
+        return 2;
+    if (!o.text_path && text_opts) {
+        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
+                        "4 sequences of 64\n");
+        return 2;
+    }
     if (o.threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n > 0 && n <= 4096 ? (int)n : 1;
@@ -631,9 +630,13 @@ int main(int argc, char **argv)
 
     pn_error err;
     pn_error_clear(&err);
-    if (sweep)
-        return run_sweep(&so, &o, &sw, script, quantizer, types_buf, json, decode);
-    free(types_buf);
+    if (w.on) {
+        int rc = run_sweep(&w, &o, json, decode);
+        free(script);
+        return rc;
+    }
+    free(w.types_buf);
+    free(w.quantizer);
     pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);
     free(script);
@@ -641,7 +644,7 @@ int main(int argc, char **argv)
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (json)
         print_json(&rep, decode, o.keep_rotation);

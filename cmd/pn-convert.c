@@ -40,7 +40,8 @@ static const char usage[] =
     "  -h, --help           this text\n"
     "  --version            the version\n"
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage\n";
+    "exit status: 0 written, 1 what the files hold (message on stderr), 2 the\n"
+    "command line itself\n";
 
 int main(int argc, char **argv)
 {
@@ -62,6 +63,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int c;
+    opterr = 0;   /* one message, ours */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_OUTTYPE:
@@ -108,13 +110,15 @@ int main(int argc, char **argv)
         case OPT_QUIET: quiet = true; break;
         case 'h': fputs(usage, stdout); return 0;
         case OPT_VERSION: printf("pn-convert %s\n", PN_VERSION); return 0;
-        default: fputs(usage, stderr); return 2;
+        default:
+            fputs("pn-convert: option '", stderr);
+            pn_fput_safe(stderr, argv[optind - 1]);
+            fputs("' needs a value or is unknown\n", stderr);
+            return pn_cli_try_help("pn-convert");
         }
     }
-    if (argc - optind != 2) {
-        fputs(usage, stderr);
+    if (!pn_cli_positional("pn-convert", argc, argv, 2, 2, "SRC OUT.gguf"))
         return 2;
-    }
     const char *src = argv[optind], *dst = argv[optind + 1];
     pn_error err = {0};
     pn_hf_model *m = NULL;
@@ -124,7 +128,7 @@ int main(int argc, char **argv)
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         pn_hf_close(m);
-        return 1;
+        return pn_cli_exit_status(st);
     }
     if (!quiet) {
         printf("pn-convert: ");

@@ -16,8 +16,7 @@ static volatile sig_atomic_t g_cancel = 0;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    g_cancel = 1;
+    g_cancel = sig;   /* non-zero: the run stops; the exit status names it */
 }
 
 /* What pn_cli_next returns for each option. */
@@ -70,7 +69,8 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+    "exit status: 0 written, 1 what the files hold (message on stderr), 2 the command\n"
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 int main(int argc, char **argv)
@@ -140,12 +140,8 @@ int main(int argc, char **argv)
                         "--split-max-size or --split-max-tensors too\n");
         return 2;
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "pn-dequant: expected IN.gguf and OUT.gguf, got %d arguments\n",
-                argc - optind);
-        pn_cli_usage(stderr, &program);
+    if (!pn_cli_positional("pn-dequant", argc, argv, 2, 2, "IN.gguf OUT.gguf"))
         return 2;
-    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -167,7 +163,7 @@ int main(int argc, char **argv)
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
     if (st) {
         pn_cli_error("pn-dequant", err.msg);
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (s.rotation_key_missing) {
         fputs("pn-dequant: warning: ", stderr);

@@ -28,20 +28,34 @@ static volatile sig_atomic_t g_cancel = 0;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    g_cancel = 1;
+    g_cancel = sig;   /* non-zero: the run stops; the exit status names it */
 }
 
 /* What pn_cli_next returns for each option. */
 enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
        O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
        O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
-       O_NO_MTP, O_TOKPRE };
+       O_NO_MTP, O_KEEP_MTP, O_TOKPRE, O_TENSOR_TYPE, O_OUTPUT_TYPE, O_EMBD_TYPE, O_IMATRIX,
+       O_IMATRIX_MISSING };
+
+/* The most --tensor-type options one run takes. */
+#define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
     {"recipe", required_argument, O_RECIPE,
-     "  --recipe FILE           mix recipe (default: the built-in P0k+19,\n"
-     "                          recipes/qwen3.8-27b-pn3.mix)\n"},
+     "  --recipe FILE|NAME      mix recipe: a file, or a shipped recipe by name\n"
+     "                          (qwen3.8-27b-pn3, test-fallback; default: the built-in\n"
+     "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n"},
+    {"tensor-type", required_argument, O_TENSOR_TYPE,
+     "  --tensor-type PATTERN=TYPE\n"
+     "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
+     "                          glob of the whole name when it has * or ?) get TYPE;\n"
+     "                          repeatable, the first match wins, before the recipe's\n"
+     "                          rules; recorded in pn.mix.overrides\n"},
+    {"output-tensor-type", required_argument, O_OUTPUT_TYPE,
+     "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n"},
+    {"token-embedding-type", required_argument, O_EMBD_TYPE,
+     "  --token-embedding-type TYPE  token_embd.weight gets TYPE (after --tensor-type)\n"},
     {"promote", required_argument, O_PROMOTE,
      "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n"},
     {"promote-list", required_argument, O_PLIST,
@@ -49,6 +63,14 @@ static const pn_cli_option options[] = {
     {"measurement", required_argument, O_MEAS,
      "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
      "                          else measure and save it there\n"},
+    {"imatrix", required_argument, O_IMATRIX,
+     "  --imatrix FILE          llama.cpp's importance matrix (llama-imatrix, GGUF or .dat):\n"
+     "                          weight the promotion measurement and the q3_K/q4_K search\n"
+     "                          by what the model's activations see (docs/usage.md#imatrix)\n"},
+    {"imatrix-missing", required_argument, O_IMATRIX_MISSING,
+     "  --imatrix-missing error|unweighted\n"
+     "                          a promotion candidate without an entry: an error (default),\n"
+     "                          or measured unweighted\n"},
     {"measure-rows", required_argument, O_MROWS,
      "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"},
     {"reuse", required_argument, O_REUSE,
@@ -61,7 +83,7 @@ static const pn_cli_option options[] = {
      "                          match PREV's record (reads them, quantizes nothing more)\n"},
     {"target-size", required_argument, O_TARGET,
      "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
-     "                          order) whose file still fits SIZE (e.g. 12.5GiB, 13e9)\n"},
+     "                          order) whose file still fits SIZE (12.5GiB, 13G, 13e9)\n"},
     {"rotation", required_argument, O_ROT,
      "  --rotation none|hadamard[:CAP]\n"
      "                          override the recipe's rotation (none is for experiments)\n"},
@@ -88,7 +110,11 @@ static const pn_cli_option options[] = {
      "  --keep-split            split DST the way the split source is split\n"},
     {"no-mtp", no_argument, O_NO_MTP,
      "  --no-mtp                drop the source's MTP layer (blk.L.nextn.*), keys fixed as\n"
-     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md)\n"},
+     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md);\n"
+     "                          the shipped PN3 recipe drops it already ('mtp drop')\n"},
+    {"keep-mtp", no_argument, O_KEEP_MTP,
+     "  --keep-mtp              keep the source's MTP layer where the recipe says\n"
+     "                          'mtp drop' (Qwen3.8-27B: 866 tensors instead of 851)\n"},
     {"tokenizer-pre", required_argument, O_TOKPRE,
      "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n"},
     {"split-index", required_argument, O_SPLIT_INDEX,
@@ -103,7 +129,7 @@ static const pn_cli_option options[] = {
     {"force", no_argument, O_FORCE,
      "  --force                 allow replacing an existing DST (and report)\n"},
     {"quiet", no_argument, O_QUIET,
-     "  --quiet                 no progress and no plan totals\n"},
+     "  --quiet                 no progress, no plan totals and no notes (errors still)\n"},
     {"progress", no_argument, O_PROGRESS,
      "  --progress              progress on stderr even when it is not a terminal\n"},
     {"help", no_argument, 'h',
@@ -116,6 +142,7 @@ static const pn_cli_option options[] = {
 static const pn_cli_program program = {
     "pn-quantize",
     "usage: pn-quantize [options] SRC DST.gguf\n"
+    "       pn-quantize [options] SRC DIR       (writes DIR/<general.name>-<pn.mix>.gguf)\n"
     "\n"
     "Quantizes a float GGUF (F32/F16/BF16) to a PN GGUF: rotates the weights that\n"
     "become pn3t/pn4t, assigns every tensor a type by a mix recipe, runs the\n"
@@ -136,8 +163,8 @@ static const pn_cli_program program = {
     "                          depend on it)\n"
     "  PN_CUDA_EMULATE=1       run the CUDA backend's kernel on the host (tests)\n"
     "\n"
-    "exit status: 0 written and validated, 1 error (message on stderr), 2 usage,\n"
-    "130 interrupted\n",
+    "exit status: 0 written and validated, 1 what the files hold (message on\n"
+    "stderr), 2 the command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 typedef struct cli_state {
@@ -156,6 +183,10 @@ typedef struct cli_state {
     size_t files_len;
     size_t n_splits;           /* of the output */
     long split_index;
+    char *dst_written;         /* DST, or the file named in DST the folder */
+    char recipe_path[4096];    /* --recipe NAME: the shipped file */
+    pn_recipe_override overrides[MAX_OVERRIDES];
+    size_t n_overrides;
 } cli_state;
 
 /* ---- the plan table, the totals and the report (from the job's data) ---- */
@@ -408,10 +439,10 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
 {
     const char *rp = s->report_path;
     const char *inputs[] = {o->src_path, o->recipe_path, o->promote_list_path,
-                            o->measurement_path, o->reuse_path};
+                            o->measurement_path, o->reuse_path, o->imatrix_path};
     const char *what[] = {"the source", "the recipe", "the promote list", "the measurement",
-                          "the --reuse file"};
-    for (int i = 0; i < 5; i++)
+                          "the --reuse file", "the imatrix"};
+    for (int i = 0; i < 6; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
             fprintf(stderr, "pn-quantize: --report ");
             pn_fput_safe(stderr, rp);
@@ -472,6 +503,8 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
     cli_state *s = user;
     s->n_splits = r->n_splits;
     s->split_index = r->split_index;
+    free(s->dst_written);
+    s->dst_written = r->dst_path ? strdup(r->dst_path) : NULL;
     if (r->dry_run) {
         print_plan_table(stdout, r);
         print_totals(stdout, r);
@@ -557,6 +590,8 @@ static void put_lines(FILE *f, const char *prefix, const char *msg)
 static void on_note(const char *msg, void *user)
 {
     cli_state *s = user;
+    if (s->quiet)
+        return;   /* --quiet: notes too (errors are no notes: they always print) */
     if (s->tty && s->show_progress)
         fputs("\r\033[K", stderr);
     put_lines(stderr, "pn-quantize: ", msg);
@@ -636,23 +671,53 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
 {
     long v;
     switch (c) {
-    case O_RECIPE: o->recipe_path = optarg; break;
+    case O_RECIPE:
+        if (!(o->recipe_path = pn_cli_recipe_path("pn-quantize", optarg, cs->recipe_path,
+                                                  sizeof cs->recipe_path)))
+            return 1;
+        break;
+    case O_TENSOR_TYPE:
+    case O_OUTPUT_TYPE:
+    case O_EMBD_TYPE:
+        if (cs->n_overrides == MAX_OVERRIDES) {
+            fprintf(stderr, "pn-quantize: at most %d type overrides\n", MAX_OVERRIDES);
+            return 2;
+        }
+        cs->overrides[cs->n_overrides++] = (pn_recipe_override){
+            c == O_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
+            : c == O_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+        o->overrides = cs->overrides;
+        o->n_overrides = cs->n_overrides;
+        break;
     case O_PROMOTE:
         if (!pn_cli_long("pn-quantize", "--promote", optarg, 0, 1000000, &v)) return 2;
         o->promote = (int)v;
         break;
     case O_PLIST: o->promote_list_path = optarg; break;
     case O_MEAS: o->measurement_path = optarg; break;
+    case O_IMATRIX: o->imatrix_path = optarg; break;
+    case O_IMATRIX_MISSING:
+        if (strcmp(optarg, "error") == 0)
+            o->imatrix_missing_unweighted = false;
+        else if (strcmp(optarg, "unweighted") == 0)
+            o->imatrix_missing_unweighted = true;
+        else {
+            fprintf(stderr, "pn-quantize: --imatrix-missing: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "' is neither error nor unweighted\n");
+            return 2;
+        }
+        break;
     case O_MROWS:
         if (!pn_cli_long("pn-quantize", "--measure-rows", optarg, 1, 1L << 30, &v)) return 2;
         o->measure_rows = (uint64_t)v;
         break;
     case O_TARGET: {
-        pn_error e;
-        if (pn_parse_size(optarg, &o->target_size, &e) != PN_OK || o->target_size == 0) {
+        const char *why = "";
+        if (!(o->target_size = pn_cli_split_size(optarg, &why))) {
             fprintf(stderr, "pn-quantize: --target-size: '");
             pn_fput_safe(stderr, optarg);
-            fprintf(stderr, "' is not a size (examples: 12.5GiB, 13000MB, 13e9)\n");
+            fprintf(stderr, "': %s\n", why);
             return 2;
         }
         break;
@@ -726,6 +791,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         break;
     case O_KEEP_SPLIT: o->keep_split = true; break;
     case O_NO_MTP: o->no_mtp = true; break;
+    case O_KEEP_MTP: o->keep_mtp = true; break;
     case O_TOKPRE: o->tokenizer_pre = optarg; break;
     case O_SPLIT_INDEX:
         if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v)) return 2;
@@ -736,15 +802,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_REUSE: o->reuse_path = optarg; break;
     case O_REUSE_VERIFY: o->reuse_verify = true; break;
     default:
-        if (optopt && optopt < 256)
-            fprintf(stderr, "pn-quantize: unknown option -%c\n", optopt);
-        else {
-            fprintf(stderr, "pn-quantize: unknown option or missing value: ");
-            pn_fput_safe(stderr, argv[optind - 1]);
-            fputc('\n', stderr);
-        }
-        fprintf(stderr, "Try 'pn-quantize --help'.\n");
-        return 2;
+        return pn_cli_refuse_option(&program, argv);
     }
     return -1;
 }
@@ -770,6 +828,10 @@ static int check_combinations(const pn_quantize_opts *o)
                         "--split-max-tensors or --keep-split\n");
         return 2;
     }
+    if (o->no_mtp && o->keep_mtp) {
+        fprintf(stderr, "pn-quantize: give --no-mtp or --keep-mtp, not both\n");
+        return 2;
+    }
     if (o->reuse_verify && !o->reuse_path) {
         fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
         return 2;
@@ -786,11 +848,9 @@ static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state
         if ((rc = take_option(c, o, cs, argv)) >= 0)
             return rc;
     int npos = argc - optind;
-    if (npos < 1 || npos > 2 || (npos == 1 && !o->dry_run)) {
-        fprintf(stderr, "pn-quantize: expected SRC.gguf DST.gguf%s\nTry 'pn-quantize --help'.\n",
-                o->dry_run ? " (DST is optional with --dry-run)" : "");
+    if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run ? 1 : 2, 2,
+                           o->dry_run ? "SRC [DST.gguf]" : "SRC DST.gguf"))
         return 2;
-    }
     if (check_combinations(o) != 0 || read_environment(o) != 0)
         return 2;
     o->src_path = argv[optind];
@@ -861,14 +921,18 @@ static int run(int argc, char **argv)
             fprintf(stderr, "pn-quantize: the disk is full, or a file-size limit (ulimit -f) "
                             "was reached\n");
         if (o.dst_path && !o.dry_run) {
-            fprintf(stderr, "pn-quantize: nothing was written to ");
+            fprintf(stderr, "pn-quantize: %snothing was written to ",
+                    st == PN_ERR_INTERRUPTED ? "interrupted: " : "");
             pn_fput_safe(stderr, o.dst_path);
             if (o.split.mode != GGUF_SPLIT_NONE || o.keep_split)
                 fprintf(stderr, " (nor to any split of it)");
+            /* an interrupted run: DST (replaced with --force, or PREV) is as it was */
+            if (st == PN_ERR_INTERRUPTED)
+                fprintf(stderr, "; what was there is as it was");
             fputc('\n', stderr);
         }
         free(cs.files);
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (cs.report_path) {
         pn_error re;
@@ -904,7 +968,7 @@ static int run(int argc, char **argv)
             printf("split %ld of %zu of ", cs.split_index + 1, cs.n_splits);
         else if (cs.n_splits > 1)
             printf("%zu splits of ", cs.n_splits);
-        pn_fput_safe(stdout, o.dst_path);
+        pn_fput_safe(stdout, cs.dst_written ? cs.dst_written : o.dst_path);
         printf(": ");
         pn_fput_safe(stdout, stats.mix_name);
         printf(", %llu bytes, %.1f s, %.3g weights/s, backend %s\n",
@@ -922,6 +986,7 @@ static int run(int argc, char **argv)
             printf("reuse seconds: sampled rows %.1f, --reuse-verify %.1f, PREV checked %.1f\n",
                    stats.t_identity, stats.t_verify, stats.t_reuse_check);
     }
+    free(cs.dst_written);
     return 0;
 }
 

@@ -17,7 +17,7 @@
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { (void)sig; g_cancel = 1; }
+static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
 enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
@@ -101,7 +101,8 @@ static const pn_cli_program program = {
     "options:\n",
     options,
     "\n"
-    "exit status: 0 written, 1 error (message on stderr), 2 usage, 130 interrupted\n",
+    "exit status: 0 written, 1 what the files hold (message on stderr), 2 the command\n"
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
 typedef struct prog { int on, tty; double t0, last; } prog;
@@ -118,33 +119,6 @@ static void on_progress(uint64_t done, uint64_t total, void *user)
     fprintf(stderr, "%sgenerating %5.1f%%  %.3g weights/s%s", p->tty ? "\r" : "",
             100.0 * (double)done / (double)total, t > 0 ? (double)done / t : 0.0,
             p->tty ? "\033[K" : "\n");
-}
-
-/* --split-max-size / --split-max-tensors (option c, value arg) into split;
- * false (after saying why) for a bad value or both options. */
-static bool parse_split_option(int c, const char *arg, gguf_split_limit *split)
-{
-    gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
-    if (split->mode != GGUF_SPLIT_NONE && split->mode != mode) {
-        fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
-        return false;
-    }
-    split->mode = mode;
-    if (c == O_SPLIT_SIZE) {
-        const char *why = "";
-        if (!(split->max = pn_cli_split_size(arg, &why))) {
-            fprintf(stderr, "pn-synth: --split-max-size: '");
-            pn_fput_safe(stderr, arg);
-            fprintf(stderr, "': %s\n", why);
-            return false;
-        }
-    } else {
-        long v;
-        if (!pn_cli_long("pn-synth", "--split-max-tensors", arg, 1, 1L << 31, &v))
-            return false;
-        split->max = (uint64_t)v;
-    }
-    return true;
 }
 
 /* The options that do not go together; false (after saying why) when
@@ -207,6 +181,22 @@ static void print_wrote(const pn_synth_opts *o, int hf, size_t n_files, uint64_t
            (unsigned long long)bytes, seconds);
 }
 
+/* --profile's value; -1 after the message. */
+static int parse_profile(const char *v, pn_synth_profile *out)
+{
+    if (strcmp(v, "gaussian") == 0)
+        *out = PN_SYNTH_GAUSSIAN;
+    else if (strcmp(v, "trained") == 0)
+        *out = PN_SYNTH_TRAINED;
+    else {
+        fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
+        pn_fput_safe(stderr, v);
+        fprintf(stderr, "'\n");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
@@ -220,16 +210,7 @@ int main(int argc, char **argv)
         case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
         case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
         case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
-        case O_PROFILE:
-            if (strcmp(optarg, "gaussian") == 0) profile = PN_SYNTH_GAUSSIAN;
-            else if (strcmp(optarg, "trained") == 0) profile = PN_SYNTH_TRAINED;
-            else {
-                fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "'\n");
-                return 2;
-            }
-            break;
+        case O_PROFILE: if (parse_profile(optarg, &profile)) return 2; break;
         case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
         case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_DTYPE:
@@ -242,20 +223,27 @@ int main(int argc, char **argv)
             }
             break;
         case O_SPLIT_SIZE:
-        case O_SPLIT_TENSORS:
-            if (!parse_split_option(c, optarg, &split))
+        case O_SPLIT_TENSORS: {
+            gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+            if (split.mode != GGUF_SPLIT_NONE && split.mode != mode) {
+                fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
-            break;
-        case O_SHARD_SIZE: {
-            const char *why = "";
-            if (!(shard_size = pn_cli_split_size(optarg, &why))) {
-                fprintf(stderr, "pn-synth: --shard-size: '");
-                pn_fput_safe(stderr, optarg);
-                fprintf(stderr, "': %s\n", why);
-                return 2;
+            }
+            split.mode = mode;
+            if (c == O_SPLIT_SIZE) {
+                if (!pn_cli_size("pn-synth", "--split-max-size", optarg, &split.max))
+                    return 2;
+            } else {
+                long v;
+                if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+                split.max = (uint64_t)v;
             }
             break;
         }
+        case O_SHARD_SIZE:
+            if (!pn_cli_size("pn-synth", "--shard-size", optarg, &shard_size))
+                return 2;
+            break;
         case O_HF: hf = 1; break;
         case O_MTP: mtp = 1; break;
         case O_FULL: full = 1; break;
@@ -264,15 +252,11 @@ int main(int argc, char **argv)
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
         case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return pn_cli_close_stdout("pn-synth");
         default:
-            fprintf(stderr, "pn-synth: unknown option or missing value: %s\nTry 'pn-synth --help'.\n",
-                    argv[optind - 1]);
-            return 2;
+            return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (argc - optind != 1) {
-        fprintf(stderr, "pn-synth: expected one output file\nTry 'pn-synth --help'.\n");
+    if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf"))
         return 2;
-    }
     if (!combination_ok(full && (layers > 0 || wscale > 0 || vocab > 0), hf,
                         split.mode != GGUF_SPLIT_NONE, shard_size != 0, dtype))
         return 2;
@@ -317,7 +301,7 @@ int main(int argc, char **argv)
                        : pn_synth_files(&o, &bytes, &n_files, &err);
     if (pst != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg);
-        return pst == PN_ERR_USAGE ? 2 : 1;
+        return pn_cli_exit_status(pst);
     }
     if (!space_ok(o.path, bytes))
         return 1;
@@ -338,7 +322,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
-        return st == PN_ERR_INTERRUPTED ? 130 : 1;
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (!quiet)
         print_wrote(&o, hf, n_files, bytes, pn_now_seconds() - t0);

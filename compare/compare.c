@@ -940,7 +940,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
             return st;
         struct stat sb;
         if (stat(o->text_path, &sb) == 0 && sb.st_size > TEXT_MAX_BYTES)
-            return pn_error_set(err, PN_ERR_USAGE, "%s: the text has %lld bytes, at most %lld",
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: the text has %lld bytes, at most %lld",
                                 o->text_path, (long long)sb.st_size, (long long)TEXT_MAX_BYTES);
     }
     /* every input is checked before anything runs */

@@ -285,7 +285,7 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
         pn_sweep_mix *m = &rep->mixes[k];
         m->kind = PN_SWEEP_STOCK;
         if (!pn_sweep_stock_type_known(o->stock[i]))
-            return pn_error_set(err, PN_ERR_USAGE, "--stock: no such stock type '%.40s' (Q3_K_S "
+            return pn_error_set(err, PN_ERR_USAGE, "--stock: not a type the stock quantizer takes: '%.40s' (Q3_K_S "
                                 "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)", o->stock[i]);
         snprintf(m->name, sizeof m->name, "stock %s", o->stock[i]);
         snprintf(m->file, sizeof m->file, "stock-%s.gguf", o->stock[i]);

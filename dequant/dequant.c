@@ -7,7 +7,10 @@
  * decoded or copied: an invalid PN block (non-finite scale, pn3t reserved
  * bit), a non-finite scale of a q8_0/q4_K/q3_K block or a non-finite f32,
  * f16 or bf16 weight stops the run with its tensor, row and block or column
- * named, since its decode would be meaningless.
+ * named, since its decode would be meaningless. Each tensor's bytes are also
+ * checked against the file's pn.tensor_crc32 as they are read: a damaged
+ * tensor is refused by name (before any fault its damage causes in the
+ * decode is reported), so no damaged byte is ever decoded into an output.
  */
 #include "dequant/dequant.h"
 
@@ -20,6 +23,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/crc32.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
@@ -189,6 +193,7 @@ typedef struct tjob {
     int64_t unit;         /* elements: blocks and rotation blocks divide it */
     int64_t seg;          /* elements per segment, a multiple of unit */
     int B;                /* rotation block undone, 0 none */
+    uint32_t crc;         /* CRC-32 of the bytes read so far */
 } tjob;
 
 /* What went wrong first in a segment, and where. */
@@ -339,7 +344,55 @@ typedef struct stream {
     uint8_t *in;                    /* input chunk */
     size_t in_bytes;
     uint64_t done, total;           /* tensor data bytes written / to write */
+    const uint32_t *want_crc;       /* the file's pn.tensor_crc32, or NULL without it */
 } stream;
+
+/* The file's pn.tensor_crc32 into *out (NULL when the file has no such key:
+ * a float GGUF, or a PN file of before the key; a key that is there but
+ * malformed is refused, naming it). */
+static pn_status read_tensor_crcs(const gguf_reader *r, uint32_t **out, pn_error *err)
+{
+    *out = NULL;
+    if (!gguf_reader_find_kv(r, PN_KEY_TENSOR_CRC))
+        return PN_OK;
+    const size_t nt = gguf_reader_n_tensors(r);
+    uint32_t *crc = calloc(nt ? nt : 1, sizeof *crc);
+    if (!crc)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", gguf_reader_name(r));
+    pn_status st = gguf_reader_per_tensor_u32(r, PN_KEY_TENSOR_CRC, crc, err);
+    if (st) {
+        free(crc);
+        return st;
+    }
+    *out = crc;
+    return PN_OK;
+}
+
+/* PN_ERR_CRC naming the tensor when j's bytes read from offset `from` to
+ * its end, after those whose CRC j->crc holds, do not give the recorded
+ * CRC; PN_OK when they do or nothing is recorded. Reads what is left of
+ * the tensor through s->in. */
+static pn_status check_tensor_crc(tjob *j, stream *s, uint64_t from, pn_error *err)
+{
+    if (!s->want_crc)
+        return PN_OK;
+    for (uint64_t off = from; off < j->ti->size;) {
+        size_t n = j->ti->size - off < s->in_bytes ? (size_t)(j->ti->size - off) : s->in_bytes;
+        pn_status st = gguf_reader_read_tensor(j->r, j->index, off, s->in, n, err);
+        if (st)
+            return st;
+        j->crc = pn_crc32(j->crc, s->in, n);
+        off += n;
+    }
+    const uint32_t want = s->want_crc[j->index];
+    if (j->crc == want)
+        return PN_OK;
+    return pn_error_set(err, PN_ERR_CRC,
+                        "%s: tensor '%s' is damaged: the CRC-32 of its %llu data bytes is "
+                        "0x%08x, pn.tensor_crc32[%zu] records 0x%08x; it is not decoded",
+                        s->path, j->ti->name, (unsigned long long)j->ti->size, j->crc, j->index,
+                        want);
+}
 
 /* Bytes of tensor i, to the file of the output that holds it. */
 static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_t n,
@@ -370,11 +423,13 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while decoding tensor '%s'",
                                 j->ti->name);
         const int64_t cn = j->n - c0 < chunk ? j->n - c0 : chunk;
-        pn_status rs = gguf_reader_read_tensor(j->r, j->index, (uint64_t)(c0 / j->bw * j->bb),
-                                               s->in, (size_t)((cn + j->bw - 1) / j->bw * j->bb),
-                                               err);
+        const uint64_t in_at = (uint64_t)(c0 / j->bw * j->bb);
+        const size_t in_n = (size_t)((cn + j->bw - 1) / j->bw * j->bb);
+        pn_status rs = gguf_reader_read_tensor(j->r, j->index, in_at, s->in, in_n, err);
         if (rs)
             return rs;
+        if (s->want_crc)
+            j->crc = pn_crc32(j->crc, s->in, in_n);
         j->data = s->in;
         j->data_e0 = c0;
         const int64_t nseg = (cn + seg - 1) / seg;
@@ -398,8 +453,13 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
                 }
             }
         }
-        if (first.st)
-            return describe_failure(s->path, j, first, err);
+        if (first.st) {
+            /* damage is named as damage, not as the fault it makes */
+            pn_status cs = check_tensor_crc(j, s, in_at + in_n, err);
+            return cs ? cs : describe_failure(s->path, j, first, err);
+        }
+        if (c0 + cn >= j->n && (rs = check_tensor_crc(j, s, j->ti->size, err)))
+            return rs;
         pn_status st = written(w, j->index, s, s->buf, (size_t)(cn * j->out_es), err);
         if (st)
             return st;
@@ -408,7 +468,7 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
 }
 
 /* Streams a tensor of the output type as it is, checking float weights. */
-static pn_status write_copied(pn_outset *w, const tjob *j, stream *s, pn_error *err)
+static pn_status write_copied(pn_outset *w, tjob *j, stream *s, pn_error *err)
 {
     const uint64_t total = j->ti->size;
     /* whole elements per chunk, so a value is never split between two */
@@ -423,10 +483,16 @@ static pn_status write_copied(pn_outset *w, const tjob *j, stream *s, pn_error *
         pn_status st = gguf_reader_read_tensor(j->r, j->index, off, s->buf, n, err);
         if (st)
             return st;
+        if (s->want_crc)
+            j->crc = pn_crc32(j->crc, s->buf, n);
         seg_err e;
         if (find_bad_weight(j->in_type, s->buf, (int64_t)(off / (uint64_t)j->bb),
-                            (int64_t)(n / (size_t)j->bb), &e))
-            return describe_failure(s->path, j, e, err);
+                            (int64_t)(n / (size_t)j->bb), &e)) {
+            pn_status cs = check_tensor_crc(j, s, off + n, err);
+            return cs ? cs : describe_failure(s->path, j, e, err);
+        }
+        if (off + n >= total && (st = check_tensor_crc(j, s, total, err)))
+            return st;
         if ((st = written(w, j->index, s, s->buf, n, err)))
             return st;
     }
@@ -470,11 +536,12 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
         return PN_OK;
     if (stat(in_path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return pn_error_set(err, PN_ERR_USAGE, "%s: the output is the input file", out_path);
+    if (S_ISDIR(so.st_mode))
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: is a folder; name the output file in it",
+                            out_path);
     if (!force)
         return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)",
                             out_path);
-    if (S_ISDIR(so.st_mode))
-        return pn_error_set(err, PN_ERR_USAGE, "%s: is a folder", out_path);
     return PN_OK;
 }
 
@@ -554,6 +621,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     tjob *jobs = calloc(nt ? nt : 1, sizeof *jobs);
     int *out_types = calloc(nt ? nt : 1, sizeof *out_types);
     uint8_t *buf = NULL;
+    uint32_t *want_crc = NULL;
     stream sm = {0};
     pn_outset *os = NULL;
     gguf_writer *w = gguf_writer_new();
@@ -564,7 +632,8 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
 
     int cap = 0;
     bool missing = false;
-    if ((st = read_rotation(r, in_path, &cap, &missing, err)))
+    if ((st = read_rotation(r, in_path, &cap, &missing, err)) ||
+        (st = read_tensor_crcs(r, &want_crc, err)))
         goto done;
     const int use_cap = o.keep_rotation ? 0 : cap;
     stats->rotation_cap = use_cap;
@@ -596,7 +665,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     const size_t slack = (size_t)seg_max * 4;
     const size_t in_bytes = 2 * o.chunk_bytes + slack;
     sm = (stream){in_path, &o, pn_threads_resolve(o.threads), NULL, seg_max, NULL, o.chunk_bytes,
-                  NULL, in_bytes, 0, stats->bytes_out};
+                  NULL, in_bytes, 0, stats->bytes_out, want_crc};
     buf = malloc(o.chunk_bytes + slack + in_bytes);
     sm.y = malloc((size_t)sm.nthreads * (size_t)seg_max * sizeof(float));
     if (!buf || !sm.y) {
@@ -640,6 +709,7 @@ done:
     free(buf);
     free(out_types);
     free(jobs);
+    free(want_crc);
     gguf_reader_close(r);
     stats->seconds = pn_now_seconds() - t0;
     return st;

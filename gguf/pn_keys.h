@@ -42,6 +42,12 @@
  * prints. */
 #define PN_KEY_QUANTIZER PN_KEY_PREFIX "quantizer"
 
+/* array of string: only when pn-quantize was given type overrides, each as
+ * typed and in order ("--tensor-type attn_v=q8_0", "--output-tensor-type
+ * bf16", "--token-embedding-type f16"): rules that stood before the
+ * recipe's (mix/recipe.h); pn-check --recipe takes the same options. */
+#define PN_KEY_MIX_OVERRIDES PN_KEY_PREFIX "mix.overrides"
+
 /* ---- the source identity (docs/reuse.md#the-keys; io/source_id.h) ----
  * Arrays are in tensor order: element i is the source tensor of output
  * tensor i (same name, same position). */
@@ -63,6 +69,22 @@
 #define PN_KEY_SOURCE_TENSOR_CRC PN_KEY_SOURCE_PREFIX "tensor_crc32"
 /* array of u32: per tensor, the ggml type id of the source tensor. */
 #define PN_KEY_SOURCE_TYPE PN_KEY_SOURCE_PREFIX "type"
+
+/* ---- the importance matrix a file was made with (mix/imatrix.h;
+ * docs/format.md#the-importance-matrix) ---- */
+
+/* u64: FNV-1a 64 of the imatrix entries that name a tensor of the model
+ * (pn_imatrix_hash_used). */
+#define PN_KEY_MIX_IMATRIX_HASH PN_KEY_PREFIX "mix.imatrix.entries_fnv1a64"
+/* u32: how many entries that hash covers. */
+#define PN_KEY_MIX_IMATRIX_USED PN_KEY_PREFIX "mix.imatrix.entries_used"
+/* llama-quantize's own keys (not PN keys), written so that tools reading
+ * them work: string, the imatrix file's base name; string, its first
+ * dataset; u32, its entry count; u32, its chunk count (when above 0). */
+#define PN_KEY_QUANTIZE_IMATRIX_FILE "quantize.imatrix.file"
+#define PN_KEY_QUANTIZE_IMATRIX_DATASET "quantize.imatrix.dataset"
+#define PN_KEY_QUANTIZE_IMATRIX_ENTRIES "quantize.imatrix.entries_count"
+#define PN_KEY_QUANTIZE_IMATRIX_CHUNKS "quantize.imatrix.chunks_count"
 
 /* ---- split sets (docs/split.md; gguf/gguf_split.h) ---- */
 

@@ -186,8 +186,14 @@ const char *pn_hf_shard_path(const pn_hf_model *m, size_t s);
 int pn_hf_shard_fd(const pn_hf_model *m, size_t s);
 uint64_t pn_hf_shard_size(const pn_hf_model *m, size_t s);
 
+/* general.name of the model in folder dir: the folder's base name however
+ * the path is typed (X, X/, ./X/, /abs/X: "X"; ".", "..": the resolved
+ * folder's), and NAME for a hub-cache snapshot .../models--ORG--NAME/
+ * snapshots/REV (hf_name.c). PN_ERR_FORMAT when it exceeds out_len - 1. */
+pn_status pn_hf_model_name(const char *dir, char *out, size_t out_len, pn_error *err);
+
 /* Writes every key the converter writes, in its order (general.architecture,
- * general.type and general.name first; general.name is the folder's name). */
+ * general.type and general.name first; general.name is pn_hf_model_name). */
 pn_status pn_hf_set_keys(const pn_hf_model *m, gguf_writer *w, pn_error *err);
 /* Adds every tensor info in the converter's order. */
 pn_status pn_hf_add_tensors(const pn_hf_model *m, gguf_writer *w, pn_error *err);

@@ -625,8 +625,10 @@ pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
     kctx k = {w, file, err, PN_OK};
-    const char *slash = strrchr(dir, '/');
-    const char *name = slash && slash[1] ? slash + 1 : dir;
+    char name[1024];
+    pn_status name_st = pn_hf_model_name(dir, name, sizeof name, err);
+    if (name_st != PN_OK)
+        return name_st;
     put_str(&k, "general.architecture", ARCH);
     put_str(&k, "general.type", "model");
     put_str(&k, "general.name", name);

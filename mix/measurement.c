@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hadamard/hadamard_double.h"
 #include "mix/name_index.h"
 #include "quant/pn.h"
 #include "quant/types.h"
@@ -91,6 +92,71 @@ pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err
     pn_status st = quantize_error(PN_TYPE_PN3T, row, K, q, y, err3, norm, err);
     if (!st)
         st = quantize_error(PN_TYPE_PN4T, row, K, q, y, err4, NULL, err);
+    return st;
+}
+
+size_t pn_measure_weighted_scratch_bytes(int64_t K)
+{
+    if (K < 1)
+        return 0;
+    const size_t align = _Alignof(max_align_t);
+    return pn_measure_scratch_bytes(K) + ((size_t)K * sizeof(double) + align - 1) / align * align;
+}
+
+double pn_weighted_error_sum(const float *x_rot, const float *y_rot, int64_t n, int B,
+                             const float *v, double *tmp, double sum)
+{
+    for (int64_t j = 0; j < n; j++)
+        tmp[j] = (double)x_rot[j] - (double)y_rot[j];
+    pn_hadamard_rotate_double(tmp, n, B);
+    for (int64_t j = 0; j < n; j++)
+        sum = sum + (double)v[j] * (tmp[j] * tmp[j]);
+    return sum;
+}
+
+double pn_weighted_norm_sum(const float *x, int64_t n, const float *v, double sum)
+{
+    for (int64_t j = 0; j < n; j++)
+        sum = sum + (double)v[j] * ((double)x[j] * (double)x[j]);
+    return sum;
+}
+
+static pn_status weighted_error(int type, const float *orig, const float *rot, int64_t K, int B,
+                                const float *v, uint8_t *q, float *y, double *tmp, double *sum,
+                                pn_error *err)
+{
+    int64_t bad_col = 0;
+    pn_status st = pn_quantize_row(type, rot, K, q, &bad_col);
+    (void)orig;
+    if (st == PN_ERR_NONFINITE)
+        return pn_error_set(err, st, "column %lld: weight is NaN or infinite", (long long)bad_col);
+    if (st == PN_ERR_SCALE_OVERFLOW)
+        return pn_error_set(err, st, "columns %lld..: group too large for an fp16 scale (%s)",
+                            (long long)bad_col, pn_type_traits_get(type)->name);
+    if (st)
+        return pn_error_set(err, st, "%s quantizer failed: %s", pn_type_traits_get(type)->name,
+                            pn_strerror(st));
+    pn_dequantize_row(type, q, y, K);
+    *sum = pn_weighted_error_sum(rot, y, K, B, v, tmp, 0.0);
+    return PN_OK;
+}
+
+pn_status pn_measure_row_weighted(const float *orig, const float *rotated, int64_t K, int B,
+                                  const float *v, void *scratch, double *err3, double *err4,
+                                  double *norm, pn_error *err)
+{
+    if (K < 1 || K % 80 != 0 || K % 64 != 0 || (B > 1 && K % B != 0))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "measure: expected K a multiple of 80, of 64 and of the rotation "
+                            "block, found K %lld, block %d", (long long)K, B);
+    float *y = scratch;
+    uint8_t *q = (uint8_t *)scratch + (size_t)K * sizeof(float);
+    double *tmp = (double *)((uint8_t *)scratch + pn_measure_scratch_bytes(K));
+    pn_status st = weighted_error(PN_TYPE_PN3T, orig, rotated, K, B, v, q, y, tmp, err3, err);
+    if (!st)
+        st = weighted_error(PN_TYPE_PN4T, orig, rotated, K, B, v, q, y, tmp, err4, err);
+    if (!st)
+        *norm = pn_weighted_norm_sum(orig, K, v, 0.0);
     return st;
 }
 
@@ -234,6 +300,9 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
         else
             fprintf(f, "rotation\tnone\n");
         fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
+        if (m->params.weighted)
+            fprintf(f, "imatrix\tentries-fnv1a64\t%016" PRIx64 "\t%s\n", m->params.imatrix_hash,
+                    m->params.missing_unweighted ? "unweighted" : "error");
         fprintf(f, "candidates\t%zu\n", m->n);
         for (size_t i = 0; i < m->n; i++)
             fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name,
@@ -410,11 +479,24 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         LFAIL(PN_ERR_FORMAT, "%s:5: expected a maximum row count >= 1, found '%s'", path, fl[2]);
 
     s = next_line(&lr);
+    if (s && strncmp(s, "imatrix\t", 8) == 0) {
+        if (split_tabs(s, fl, 4) != 4 || strcmp(fl[1], "entries-fnv1a64") != 0 ||
+            !parse_hex(fl[2], 16, &h) ||
+            (strcmp(fl[3], "error") != 0 && strcmp(fl[3], "unweighted") != 0))
+            LFAIL(PN_ERR_FORMAT,
+                  "%s:6: expected 'imatrix<TAB>entries-fnv1a64<TAB><16 hex digits><TAB>"
+                  "error|unweighted'", path);
+        m->params.weighted = true;
+        m->params.imatrix_hash = h;
+        m->params.missing_unweighted = strcmp(fl[3], "unweighted") == 0;
+        s = next_line(&lr);
+    }
     int64_t count;
     if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "candidates") != 0 ||
         !parse_i64(fl[1], &count) || count < 0 || (uint64_t)count > len / 4)
         LFAIL(PN_ERR_FORMAT,
-              "%s:6: expected 'candidates<TAB><count>' with a count the file can hold", path);
+              "%s:%d: expected 'candidates<TAB><count>' with a count the file can hold", path,
+              lr.line);
     m->entries = calloc(count ? (size_t)count : 1, sizeof *m->entries);
     seen = pn_name_index_new((size_t)count);
     if (!m->entries || !seen)
@@ -492,6 +574,24 @@ pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
                             "samples %lld (--measure-rows)",
                             path, (long long)got->sample_max_rows,
                             (long long)want->sample_max_rows);
+    if (got->weighted != want->weighted ||
+        (want->weighted && (got->imatrix_hash != want->imatrix_hash ||
+                            got->missing_unweighted != want->missing_unweighted))) {
+        char a[64], b[64];
+        if (got->weighted)
+            snprintf(a, sizeof a, "entries %016" PRIx64 "%s", got->imatrix_hash,
+                     got->missing_unweighted ? " (missing unweighted)" : "");
+        else
+            snprintf(a, sizeof a, "none");
+        if (want->weighted)
+            snprintf(b, sizeof b, "entries %016" PRIx64 "%s", want->imatrix_hash,
+                     want->missing_unweighted ? " (missing unweighted)" : "");
+        else
+            snprintf(b, sizeof b, "none");
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: measured with another importance matrix: %s, this run uses %s",
+                            path, a, b);
+    }
     /* the same candidates in the same (tensor) order */
     size_t k = 0;
     for (size_t i = 0; i < plan->n_tensors; i++) {

@@ -21,6 +21,19 @@
  * with pn_measure_row and adds them in row order with pn_measure_acc_add.
  * A tensor whose sampled rows are all zero has E3 = E4 = 0.
  *
+ * Weighted by an importance matrix (mix/imatrix.h; docs/format.md#imatrix):
+ * v_j the weight of original column j. The rows measured are rotated
+ * (x' = H x block by block, hadamard.h); the pn3t/pn4t error of a row is
+ * e'_j = (double)x'_j - (double)dq(x')_j, taken back to the original
+ * columns with the rotation's own butterflies in double
+ * (hadamard/hadamard_double.h: e = H e', no rounding), so that
+ *   err = sum_j v_j * e_j^2        norm = sum_j v_j * x_j^2
+ * with x the row before rotation (the widened source floats), each product
+ * (double)v_j * (e_j * e_j) added in double over columns 0..K-1 in order;
+ * rows are added as above. Without rotation e = e'. A candidate without an
+ * entry is measured unweighted (v_j = 1 everywhere, the sums above) only
+ * with --imatrix-missing unweighted.
+ *
  * Measurement file, format 2 (text, UTF-8, '\n' line ends, fields
  * separated by one tab):
  *   pn-measure	2
@@ -28,6 +41,11 @@
  *   quantizer	<text>                  pn.quantizer of the run that measured
  *   rotation	hadamard	<cap>            or: rotation	none
  *   sample	evenly-spaced	<M>           the sampling rule and its maximum
+ *   imatrix	entries-fnv1a64	<16 hex digits>	<missing>   only when weighted: the
+ *                                      hash of the imatrix entries used
+ *                                      (pn_imatrix_hash_used) and how a
+ *                                      candidate without one was measured
+ *                                      ("error": none was; "unweighted")
  *   candidates	<count>
  *   <name>	<E3>	<E4>	<crc>              count lines, tensor order, %.17g;
  *                                      crc: 8 hex digits, the CRC-32 of the
@@ -46,6 +64,7 @@
 #ifndef PN_MIX_MEASURE_H
 #define PN_MIX_MEASURE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +102,22 @@ pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err
                          double *err4, double *norm, pn_error *err);
 void pn_measure_acc_add(pn_measure_acc *acc, double err3, double err4, double norm);
 
+/* The weighted sums of one row (the rule above): orig the K floats before
+ * rotation, rotated the same row rotated with block B (B <= 1: not rotated,
+ * rotated == orig), v the K column weights. scratch must hold
+ * pn_measure_weighted_scratch_bytes(K) bytes (a multiple of
+ * _Alignof(max_align_t)). */
+size_t pn_measure_weighted_scratch_bytes(int64_t K);
+pn_status pn_measure_row_weighted(const float *orig, const float *rotated, int64_t K, int B,
+                                  const float *v, void *scratch, double *err3, double *err4,
+                                  double *norm, pn_error *err);
+/* The pieces of the rule, continued from a carried sum (a row measured in
+ * pieces, each a whole number of rotation blocks): sum + sum_j v_j e_j^2 for
+ * e = H(x' - y') over n columns (tmp: n doubles), and sum + sum_j v_j x_j^2. */
+double pn_weighted_error_sum(const float *x_rot, const float *y_rot, int64_t n, int B,
+                             const float *v, double *tmp, double sum);
+double pn_weighted_norm_sum(const float *x, int64_t n, const float *v, double sum);
+
 /* Adds n_rows consecutive rotated rows of K weights to acc, in order
  * (allocates its own scratch). Errors name the row (0-based within this
  * call) and column. */
@@ -97,6 +132,9 @@ typedef struct pn_measure_params {
     char quantizer[PN_MEASURE_TEXT_MAX];     /* pn.quantizer: one line, no tab */
     int rotation_cap;                        /* 0: none; else the Hadamard cap */
     int64_t sample_max_rows;                 /* M, >= 1 */
+    bool weighted;                           /* by an imatrix */
+    uint64_t imatrix_hash;                   /* pn_imatrix_hash_used, when weighted */
+    bool missing_unweighted;                 /* --imatrix-missing unweighted */
 } pn_measure_params;
 
 typedef struct pn_measure_entry {

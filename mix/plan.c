@@ -237,13 +237,13 @@ pn_status pn_plan_promote_index(pn_plan *plan, size_t index, pn_error *err)
                             index, plan->n_tensors);
     pn_plan_tensor *t = &plan->tensors[index];
     if (!t->candidate)
-        return pn_error_set(err, PN_ERR_USAGE,
+        return pn_error_set(err, PN_ERR_MISMATCH,
                             "promotion: tensor '%s' is not a promotion candidate (it is %s%s; "
                             "candidates are pn3t tensors with K a multiple of 64)",
                             t->name, type_name(t->base_type),
                             t->base_type == PN_TYPE_PN3T ? ", but K is not a multiple of 64" : "");
     if (t->promoted)
-        return pn_error_set(err, PN_ERR_USAGE, "promotion: tensor '%s' is listed twice", t->name);
+        return pn_error_set(err, PN_ERR_MISMATCH, "promotion: tensor '%s' is listed twice", t->name);
     t->promoted = true;
     t->promote_rank = (int)plan->n_promoted++;
     t->type = PN_TYPE_PN4T;
@@ -259,7 +259,7 @@ pn_status pn_plan_promote_by_names(pn_plan *plan, const char *const *names, size
         long idx = pn_plan_find(plan, names[i]);
         pn_status st;
         if (idx < 0)
-            st = pn_error_set(err, PN_ERR_USAGE, "promotion: no tensor named '%s' in the model",
+            st = pn_error_set(err, PN_ERR_MISMATCH, "promotion: no tensor named '%s' in the model",
                               names[i]);
         else
             st = pn_plan_promote_index(plan, (size_t)idx, err);

@@ -90,7 +90,7 @@ pn_status pn_plan_promote_top(pn_plan *plan, const pn_measurement *m, size_t n, 
 {
     pn_plan_clear_promotions(plan);
     if (n > plan->n_candidates)
-        return pn_error_set(err, PN_ERR_USAGE,
+        return pn_error_set(err, PN_ERR_MISMATCH,
                             "promotion: asked to promote %zu tensors, but the plan has only %zu "
                             "candidates (pn3t tensors with K a multiple of 64)",
                             n, plan->n_candidates);
@@ -156,7 +156,7 @@ pn_status pn_plan_choose_n_for_size(pn_plan *plan, const pn_measurement *m,
     }
     pn_plan_clear_promotions(plan);
     if (!st && !any)
-        st = pn_error_set(err, PN_ERR_USAGE,
+        st = pn_error_set(err, PN_ERR_MISMATCH,
                           "target size: even with no promotion the file is %llu bytes (%.3f GB), "
                           "more than the limit of %llu bytes (%.3f GB)",
                           (unsigned long long)size0, (double)size0 / 1e9,

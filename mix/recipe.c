@@ -104,7 +104,7 @@ typedef struct parser {
     int line;
     pn_recipe *r;
     size_t rules_cap;
-    int line_mix, line_rotation, line_promote, line_file_type;
+    int line_mix, line_rotation, line_promote, line_file_type, line_mtp;
     pn_error *err;
 } parser;
 
@@ -168,6 +168,28 @@ static pn_status parse_rotation(parser *p, char **tok, size_t n)
     }
     return FAIL(p, "%s:%d: expected 'rotation hadamard [cap]' or 'rotation none', found 'rotation%s%s%s'",
                 p->source, p->line, n > 1 ? " " : "", n > 1 ? shown(tok[1], b, sizeof b) : "",
+                n > 2 ? " ..." : "");
+}
+
+/* mtp keep | mtp drop: whether a source's MTP layer (blk.L.nextn.* and the
+ * block it belongs to) is part of the output. */
+static pn_status parse_mtp(parser *p, char **tok, size_t n)
+{
+    pn_status st = once(p, &p->line_mtp, "mtp");
+    if (st)
+        return st;
+    p->r->mtp_line = p->line;
+    char b[64];
+    if (n == 2 && strcmp(tok[1], "keep") == 0) {
+        p->r->mtp = PN_RECIPE_MTP_KEEP;
+        return PN_OK;
+    }
+    if (n == 2 && strcmp(tok[1], "drop") == 0) {
+        p->r->mtp = PN_RECIPE_MTP_DROP;
+        return PN_OK;
+    }
+    return FAIL(p, "%s:%d: expected 'mtp keep' or 'mtp drop', found 'mtp%s%s%s'", p->source,
+                p->line, n > 1 ? " " : "", n > 1 ? shown(tok[1], b, sizeof b) : "",
                 n > 2 ? " ..." : "");
 }
 
@@ -425,6 +447,8 @@ static pn_status parse_statement(parser *p, char *stmt)
         return parse_mix(p, tok, n);
     if (strcmp(tok[0], "rotation") == 0)
         return parse_rotation(p, tok, n);
+    if (strcmp(tok[0], "mtp") == 0)
+        return parse_mtp(p, tok, n);
     if (strcmp(tok[0], "promote") == 0) {
         int64_t v;
         pn_status st = parse_count(p, tok, n, "promote", &p->line_promote,
@@ -443,7 +467,7 @@ static pn_status parse_statement(parser *p, char *stmt)
         }
         return st;
     }
-    return FAIL(p, "%s:%d: expected a statement (mix, rotation, promote, file_type or rule), found '%s'",
+    return FAIL(p, "%s:%d: expected a statement (mix, rotation, promote, file_type, mtp or rule), found '%s'",
                 p->source, p->line, shown(tok[0], b, sizeof b));
 }
 

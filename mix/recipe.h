@@ -12,6 +12,11 @@
  *                             promotions (default 0)
  *   file_type <N>             optional, once: general.file_type to write (u32);
  *                             without it the output has no general.file_type
+ *   mtp keep | mtp drop       optional, once: whether the source's MTP layer
+ *                             (the converter's blk.L.* with nextn.*) is
+ *                             written; without it, kept (as the converter
+ *                             keeps it). pn-quantize's --keep-mtp / --no-mtp
+ *                             override it.
  *   rule <selector>... => <type>[|<type>...]
  *
  * Rules are tried in file order and the first that matches a tensor wins.
@@ -42,6 +47,7 @@
 #include <stdint.h>
 
 #include "common/pn_error.h"
+#include "gguf/pn_keys.h"
 
 #define PN_MIX_NAME_MAX 64          /* bytes, with the terminator */
 #define PN_RECIPE_MAX_CHAIN 8
@@ -52,6 +58,12 @@ typedef enum pn_rotation_kind {
     PN_ROTATION_NONE = 0,
     PN_ROTATION_HADAMARD = 1,
 } pn_rotation_kind;
+
+typedef enum pn_recipe_mtp {
+    PN_RECIPE_MTP_UNSTATED = 0,          /* no mtp statement: kept */
+    PN_RECIPE_MTP_KEEP,
+    PN_RECIPE_MTP_DROP,
+} pn_recipe_mtp;
 
 typedef enum pn_shape_var {
     PN_SHAPE_K = 0,       /* ne[0] */
@@ -95,6 +107,8 @@ typedef struct pn_recipe {
     int64_t promote;                     /* default promotion count */
     bool has_file_type;
     uint32_t file_type;
+    pn_recipe_mtp mtp;                   /* the mtp statement */
+    int mtp_line;                        /* its line, 0 when there is none */
     size_t n_rules;
     pn_recipe_rule *rules;
 } pn_recipe;
@@ -115,6 +129,34 @@ const pn_recipe_rule *pn_recipe_match(const pn_recipe *r, const char *name, uint
 /* The first type of the rule's chain whose block divides K, with its position
  * in the chain in *chain_index (may be NULL); -1 when none divides. */
 int pn_recipe_rule_pick_type(const pn_recipe_rule *rule, int64_t K, int *chain_index);
+
+/* The overrides of llama-quantize's options, in front of a recipe's rules
+ * (recipe_override.c): every --tensor-type in the order given (PATTERN is
+ * searched in the name as llama-quantize does, "attn_v" = "*attn_v*",
+ * unless it holds * or ?, then it is a glob of the whole name), then
+ * --output-tensor-type (output.weight), then --token-embedding-type
+ * (token_embd.weight); the first match wins. */
+typedef enum pn_override_kind {
+    PN_OVERRIDE_TENSOR_TYPE = 0,   /* value "PATTERN=TYPE" */
+    PN_OVERRIDE_OUTPUT,            /* value "TYPE" */
+    PN_OVERRIDE_TOKEN_EMBD,        /* value "TYPE" */
+} pn_override_kind;
+
+/* The output key that records them, in the order given, is
+ * PN_KEY_MIX_OVERRIDES (gguf/pn_keys.h). */
+typedef struct pn_recipe_override {
+    pn_override_kind kind;
+    const char *value;
+} pn_recipe_override;
+
+/* Puts the overrides' rules before r's (each rule's text is the option as
+ * typed, its line 0). PN_ERR_USAGE naming the option for a malformed value
+ * or a type the toolchain does not write. */
+pn_status pn_recipe_apply_overrides(pn_recipe *r, const pn_recipe_override *ov, size_t n,
+                                    pn_error *err);
+/* The option as typed: "--tensor-type attn_v=q8_0" (what the output
+ * records in pn.mix.overrides). */
+void pn_recipe_override_text(const pn_recipe_override *ov, char *buf, size_t size);
 
 /* True for the types a recipe may name (the ones the toolchain writes). */
 bool pn_recipe_type_supported(int type);

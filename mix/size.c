@@ -16,14 +16,20 @@ static const struct {
     {"MB", 1000000ull},
     {"GB", 1000000000ull},
     {"TB", 1000000000000ull},
+    {"k", 1000ull},
+    {"K", 1000ull},
+    {"M", 1000000ull},
+    {"G", 1000000000ull},
+    {"T", 1000000000000ull},
     {"KiB", 1ull << 10},
     {"MiB", 1ull << 20},
     {"GiB", 1ull << 30},
     {"TiB", 1ull << 40},
 };
 
-/* Keeps every product below 2^128: 10^20 * 2^40 < 2^107. */
+/* Keeps every product below 2^128: 10^20 * 10^19 * 2^40 < 2^127. */
 #define MAX_DIGITS 20
+#define MAX_EXPONENT 19
 
 pn_status pn_parse_size(const char *text, uint64_t *bytes, pn_error *err)
 {
@@ -50,6 +56,21 @@ pn_status pn_parse_size(const char *text, uint64_t *bytes, pn_error *err)
     }
     if (n_int == 0)
         goto junk;
+    u128 scale = 1;
+    if (*s == 'e') {
+        s++;
+        int exp = 0, n_exp = 0;
+        while (*s >= '0' && *s <= '9') {
+            exp = exp * 10 + (*s - '0');
+            if (++n_exp > 2 || exp > MAX_EXPONENT)
+                goto junk;
+            s++;
+        }
+        if (n_exp == 0)
+            goto junk;
+        while (exp-- > 0)
+            scale *= 10;
+    }
     if (*s == ' ')
         s++;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
@@ -57,7 +78,7 @@ pn_status pn_parse_size(const char *text, uint64_t *bytes, pn_error *err)
             continue;
         if (*s == '\0' && s > text && s[-1] == ' ')
             goto junk;   /* "12 " with no unit */
-        u128 v = whole * units[i].mult + frac * units[i].mult / frac_scale;
+        u128 v = whole * scale * units[i].mult + frac * scale * units[i].mult / frac_scale;
         if (whole > (u128)UINT64_MAX || v > (u128)UINT64_MAX)
             return pn_error_set(err, PN_ERR_USAGE, "size '%s' is larger than %llu bytes", text,
                                 (unsigned long long)UINT64_MAX);
@@ -66,7 +87,8 @@ pn_status pn_parse_size(const char *text, uint64_t *bytes, pn_error *err)
     }
 junk:
     return pn_error_set(err, PN_ERR_USAGE,
-                        "expected a size such as 13000000000, 12.5GiB or 13GB (units B, kB, MB, GB, "
-                        "TB = powers of 1000; KiB, MiB, GiB, TiB = powers of 1024), found '%s'",
+                        "expected a size such as 13000000000, 13e9, 12.5GiB, 13GB or 50G (units "
+                        "B; kB, MB, GB, TB and k, M, G, T = powers of 1000; KiB, MiB, GiB, TiB = "
+                        "powers of 1024), found '%s'",
                         text);
 }

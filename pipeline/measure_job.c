@@ -30,6 +30,7 @@ typedef struct cand {
     int64_t n_sample;          /* rows measured */
     int64_t rows_per_chunk;    /* whole rows per chunk; 0: pieces of one row */
     int64_t piece;             /* columns per piece */
+    const float *v;            /* imatrix column weights, or NULL: unweighted */
 } cand;
 
 typedef struct measure_job {
@@ -45,8 +46,10 @@ typedef struct measure_job {
     int64_t cur_s, cur_col;
     size_t advised;            /* candidates whose rows were advised */
     uint32_t *rows_crc;        /* per candidate, in order (finish): the rows read */
-    /* per-thread scratch: decoded floats then blocks */
+    /* per-thread scratch: decoded floats, blocks, then (weighted) the row
+     * before rotation and the error in double */
     uint8_t **scratch;
+    size_t scratch_orig, scratch_err;   /* offsets of those two */
     /* in-order state */
     double carry3, carry4, carry_n;   /* sums of the row being measured in pieces */
     pn_measure_acc acc;
@@ -160,6 +163,26 @@ static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8
     return PN_OK;
 }
 
+/* The weighted sums (mix/measurement.h) continued from *err and *norm:
+ * quantize the rotated x, decode, then sum v_j e_j^2 with the error taken
+ * back through the rotation's butterflies in double, and v_j x0_j^2 over the
+ * row before rotation. */
+static pn_status piece_sums_weighted(int type, int path, const float *x, const float *x0,
+                                     int64_t n, int B, const float *v, uint8_t *scratch,
+                                     double *tmp, double *err, double *norm, int64_t *bad_col)
+{
+    float *y = (float *)scratch;
+    uint8_t *q = scratch + (size_t)n * sizeof(float);
+    pn_status st = pn_quantize_row_path(path, type, x, n, q, bad_col);
+    if (st != PN_OK)
+        return st;
+    pn_dequantize_row(type, q, y, n);
+    *err = pn_weighted_error_sum(x, y, n, B, v, tmp, *err);
+    if (norm)
+        *norm = pn_weighted_norm_sum(x0, n, v, *norm);
+    return PN_OK;
+}
+
 /* Sums per row of the chunk into blk_err[3r..3r+2] (pn3t error, pn4t error,
  * norm), in parallel over rows; a piece continues the row's carried sums. */
 static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
@@ -175,6 +198,10 @@ static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
     for (int64_t r = 0; r < ch->n_rows; r++) {
         float *x = ch->x + r * ch->n_cols;
         uint8_t *scratch = j->scratch[omp_get_thread_num()];
+        float *x0 = (float *)(scratch + j->scratch_orig);
+        double *tmp = (double *)(scratch + j->scratch_err);
+        if (c->v)
+            memcpy(x0, x, (size_t)ch->n_cols * sizeof(float));
         if (B > 1)
             pn_hadamard_rotate_row_path(j->path, x, ch->n_cols, B);
         double e3 = 0.0, e4 = 0.0, w2 = 0.0;
@@ -184,11 +211,18 @@ static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
             w2 = j->carry_n;
         }
         int64_t col = 0;
-        pn_status st = piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
+        /* an expert tensor's row takes its expert's weights (matrix after matrix) */
+        const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
+        pn_status st = v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v,
+                                               scratch, tmp, &e3, &w2, &col)
+                         : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2,
+                                      &col);
         int type = PN_TYPE_PN3T;
         if (st == PN_OK) {
             type = PN_TYPE_PN4T;
-            st = piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
+            st = v ? piece_sums_weighted(PN_TYPE_PN4T, j->path, x, x0, ch->n_cols, B, v, scratch,
+                                         tmp, &e4, NULL, &col)
+                   : piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
         }
         ch->blk_err[3 * r] = e3;
         ch->blk_err[3 * r + 1] = e4;
@@ -254,7 +288,8 @@ static pn_status measure_finish(void *ctx, pn_chunk *ch, pn_error *err)
 
 static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
                              const pn_plan *plan, const pn_job_env *env,
-                             const pn_measure_params *params, pn_measurement **out,
+                             const pn_measure_params *params, const pn_imatrix *im,
+                             pn_measurement **out,
                              pn_measure_times *times, pn_error *err)
 {
     const int64_t max_rows = params->sample_max_rows;
@@ -292,6 +327,7 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
         const int64_t K = t->ne[0];
         c->index = i;
         c->t = t;
+        c->v = pn_imatrix_weights_for(im, t->name);
         c->n_sample = t->rows < max_rows ? t->rows : max_rows;
         if (K <= cw) {
             int64_t n = cw / K;
@@ -325,10 +361,16 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
     }
+    /* floats first: the scratch is float-aligned for any K; the weighted
+     * parts after, each aligned for its type */
+    const size_t al = _Alignof(max_align_t);
+    j.scratch_orig = ((size_t)max_seg * sizeof(float) + (size_t)(max_seg / 64 + 1) * PN_BLOCK_BYTES +
+                      al - 1) / al * al;
+    j.scratch_err = j.scratch_orig + ((size_t)max_seg * sizeof(float) + al - 1) / al * al;
+    const size_t scratch_bytes = im ? j.scratch_err + (size_t)max_seg * sizeof(double)
+                                    : j.scratch_orig;
     for (int i = 0; i < j.threads; i++) {
-        /* floats first: the scratch is float-aligned for any K */
-        j.scratch[i] = malloc((size_t)max_seg * sizeof(float) +
-                              (size_t)(max_seg / 64 + 1) * PN_BLOCK_BYTES);
+        j.scratch[i] = malloc(scratch_bytes);
         if (!j.scratch[i]) {
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the measurement");
             goto done;
@@ -418,6 +460,7 @@ static void note_msg(const pn_quantize_opts *o, const char *msg)
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
                                 const pn_plan *plan, const pn_job_env *env,
                                 const pn_source_id *sid, const char *quantizer,
+                                const pn_imatrix *im, uint64_t im_hash,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err)
 {
     *out = NULL;
@@ -427,6 +470,9 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
     snprintf(want.quantizer, sizeof want.quantizer, "%s", quantizer);
     want.rotation_cap = plan->rotation == PN_ROTATION_HADAMARD ? plan->rotation_cap : 0;
     want.sample_max_rows = o->measure_rows ? (int64_t)o->measure_rows : PN_SAMPLE_ROWS_DEFAULT;
+    want.weighted = im != NULL;
+    want.imatrix_hash = im ? im_hash : 0;
+    want.missing_unweighted = im && o->imatrix_missing_unweighted;
     struct stat sb;
     const char *path = o->measurement_path;
     char msg[PN_ERROR_MSG_MAX + 128];
@@ -481,7 +527,7 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
                  why.msg);
         note_msg(o, msg);
     }
-    st = measure_all(o, src, plan, env, &want, out, times, err);
+    st = measure_all(o, src, plan, env, &want, im, out, times, err);
     if (st == PN_OK && path) {
         st = pn_measurement_save(*out, path, err);
         if (st == PN_OK) {

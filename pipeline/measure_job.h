@@ -14,6 +14,7 @@
 #define PN_PIPELINE_MEASURE_H
 
 #include "gguf/gguf.h"
+#include "mix/imatrix.h"
 #include "mix/measurement.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
@@ -37,9 +38,14 @@ typedef struct pn_measure_times {
  * measurement replaces it. Any other unreadable file is an error. The
  * caller frees *out with pn_measurement_free. times (may be NULL) is
  * filled when measured. */
+/* With im (not NULL) every candidate that has an entry is measured
+ * weighted by it (mix/measurement.h), the others unweighted (the caller
+ * has checked that o->imatrix_missing_unweighted allows them); im_hash is
+ * pn_imatrix_hash_used, recorded in the file and checked on reuse. */
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
                                 const pn_plan *plan, const pn_job_env *env,
                                 const pn_source_id *sid, const char *quantizer,
+                                const pn_imatrix *im, uint64_t im_hash,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err);
 
 #endif

@@ -2,6 +2,8 @@
  * --target-size, the output's keys and its exact size (see plan_build.h). */
 #include "pipeline/plan_build.h"
 
+#include "common/text.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -29,26 +31,51 @@ void pn_job_plan_free(pn_job_plan *p)
         return;
     pn_plan_free(p->plan);
     pn_recipe_free(p->recipe);
+    pn_imatrix_free(p->imatrix);
     free(p->rel_error);
     free(p->seconds);
     free(p);
 }
 
+/* The recipe with the run's overrides (--tensor-type ...) before its rules. */
 static pn_status load_recipe(const pn_quantize_opts *o, pn_recipe **out, pn_error *err)
 {
-    if (o->recipe_path)
-        return pn_recipe_load(o->recipe_path, out, err);
-    char source[128];
-    snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
-    return pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
-                           err);
+    pn_status st;
+    if (o->recipe_path) {
+        st = pn_recipe_load(o->recipe_path, out, err);
+    } else {
+        char source[128];
+        snprintf(source, sizeof source, "built-in recipe %s", pn_default_recipe_name);
+        st = pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text), source, out,
+                             err);
+    }
+    if (st == PN_OK && (st = pn_recipe_apply_overrides(*out, o->overrides, o->n_overrides, err))) {
+        pn_recipe_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
-/* Reads a promote list: one tensor name per line; blank lines and lines
- * starting with '#' are skipped, surrounding blanks trimmed. */
+pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err)
+{
+    if (o->no_mtp && o->keep_mtp)
+        return pn_error_set(err, PN_ERR_USAGE, "give --no-mtp or --keep-mtp, not both");
+    pn_recipe *r = NULL;
+    pn_status st = load_recipe(o, &r, err);
+    if (st != PN_OK)
+        return st;
+    *drop = o->no_mtp || (!o->keep_mtp && r->mtp == PN_RECIPE_MTP_DROP);
+    pn_recipe_free(r);
+    return PN_OK;
+}
+
+/* Reads a promote list: one tensor name per line, as recipes are read:
+ * '#' to the end of the line is a comment wherever it stands, blank lines
+ * are skipped and surrounding blanks trimmed; *lines_out gets each name's
+ * 1-based line, for the messages. */
 #define PN_PROMOTE_LIST_MAX_BYTES ((size_t)64 << 20)
-static pn_status read_name_list(const char *path, char ***names_out, size_t *n_out,
-                                pn_error *err)
+static pn_status read_name_list(const char *path, char ***names_out, int **lines_out,
+                                size_t *n_out, pn_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -56,36 +83,47 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
         pn_read_small_file(path, PN_PROMOTE_LIST_MAX_BYTES, "promote list", &text, &len, err);
     if (st != PN_OK)
         return st;
-    if (memchr(text, '\0', len)) {
-        free(text);
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: the promote list holds a NUL byte", path);
-    }
     char **names = NULL;
+    int *lines = NULL;
     size_t n = 0, cap = 0;
+    int line_no = 0;
     for (char *line = text; st == PN_OK && line < text + len;) {
         char *nl = memchr(line, '\n', (size_t)(text + len - line));
         char *s = line, *e = nl ? nl : text + len;
         line = nl ? nl + 1 : text + len;
+        line_no++;
+        if (memchr(s, '\0', (size_t)(e - s))) {
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s:%d: the promote list holds a NUL byte",
+                              path, line_no);
+            break;
+        }
+        char *hash = memchr(s, '#', (size_t)(e - s));
+        if (hash)
+            e = hash;
         while (s < e && (*s == ' ' || *s == '\t'))
             s++;
         while (e > s && (e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
             e--;
-        if (e == s || *s == '#')
+        if (e == s)
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 32;
             char **nn = realloc(names, cap * sizeof *names);
-            if (!nn) {
+            int *nli = nn ? realloc(lines, cap * sizeof *lines) : NULL;
+            if (nn)
+                names = nn;
+            if (!nn || !nli) {
                 st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
                 break;
             }
-            names = nn;
+            lines = nli;
         }
         names[n] = strndup(s, (size_t)(e - s));
         if (!names[n]) {
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             break;
         }
+        lines[n] = line_no;
         n++;
     }
     free(text);
@@ -93,9 +131,11 @@ static pn_status read_name_list(const char *path, char ***names_out, size_t *n_o
         for (size_t i = 0; i < n; i++)
             free(names[i]);
         free(names);
+        free(lines);
         return st;
     }
     *names_out = names;
+    *lines_out = lines;
     *n_out = n;
     return PN_OK;
 }
@@ -113,7 +153,8 @@ static int cmp_name_ref(const void *a, const void *b)
 /* Promotes exactly the listed names, as pn_plan_promote_by_names does (the
  * same refusals and messages), with a sorted index of the plan's names so
  * that a list of n names costs n log n, not n times the tensor count. */
-static pn_status promote_listed(pn_plan *plan, char **names, size_t n, pn_error *err)
+static pn_status promote_listed(pn_plan *plan, char **names, const int *lines, size_t n,
+                                const char *path, pn_error *err)
 {
     pn_plan_clear_promotions(plan);
     name_ref *idx = malloc((plan->n_tensors ? plan->n_tensors : 1) * sizeof *idx);
@@ -129,10 +170,12 @@ static pn_status promote_listed(pn_plan *plan, char **names, size_t n, pn_error 
         name_ref key = {names[i], 0};
         const name_ref *hit = bsearch(&key, idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
         if (!hit)
-            st = pn_error_set(err, PN_ERR_USAGE, "promotion: no tensor named '%s' in the model",
+            st = pn_error_set(err, PN_ERR_MISMATCH, "promotion: no tensor named '%s' in the model",
                               names[i]);
         else
             st = pn_plan_promote_index(plan, hit->index, err);
+        if (st != PN_OK && st != PN_ERR_NOMEM)
+            pn_error_prefix(err, "--promote-list %s:%d", path, lines[i]);
     }
     free(idx);
     if (st != PN_OK)
@@ -205,7 +248,7 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
             hi = k - 1;
     }
     if (st == PN_OK && !any)
-        st = pn_error_set(err, PN_ERR_USAGE,
+        st = pn_error_set(err, PN_ERR_MISMATCH,
                           "target size: even with no promotion the file is %llu bytes (%.3f GB), "
                           "more than the limit of %llu bytes (%.3f GB)",
                           (unsigned long long)size0, (double)size0 / 1e9,
@@ -222,6 +265,89 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
     return PN_OK;
 }
 
+/* --imatrix: read it, check it against the model (unknown entry names are
+ * reported in a note), hash the entries used, and say which candidates
+ * have an entry. */
+static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_error *err)
+{
+    pn_status st = pn_imatrix_load(o->imatrix_path, &p->imatrix, err);
+    if (st != PN_OK)
+        return st;
+    p->imatrix_path = o->imatrix_path;
+    size_t n_unknown = 0;
+    char *unknown = NULL;
+    st = pn_imatrix_check_model(p->imatrix, o->imatrix_path, p->plan, &n_unknown, &unknown, err);
+    if (st != PN_OK)
+        return st;
+    p->imatrix_hash = pn_imatrix_hash_used(p->imatrix, p->plan, &p->imatrix_used);
+    if (o->note) {
+        size_t with = 0, cand = 0;
+        for (size_t i = 0; i < p->n; i++)
+            if (p->t[i].candidate) {
+                cand++;
+                with += pn_imatrix_find(p->imatrix, p->t[i].name) != NULL;
+            }
+        char msg[PN_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "imatrix %s (%s form): %zu entries, %zu name tensors of this model; %zu of %zu "
+                 "promotion candidates have an entry",
+                 o->imatrix_path, p->imatrix->form == PN_IMATRIX_GGUF ? "GGUF" : ".dat",
+                 p->imatrix->n, p->imatrix_used, with, cand);
+        o->note(msg, o->user);
+        if (n_unknown) {
+            size_t len = strlen(unknown) + 160;
+            char *m2 = malloc(len);
+            if (m2) {
+                snprintf(m2, len, "imatrix %s: entries that name no tensor of this model (%zu):\n%s",
+                         o->imatrix_path, n_unknown, unknown);
+                o->note(m2, o->user);
+                free(m2);
+            }
+        }
+    }
+    free(unknown);
+    return PN_OK;
+}
+
+/* Before measuring with an imatrix: the candidates without an entry, an
+ * error naming them unless --imatrix-missing unweighted (ranking weighted
+ * against unweighted errors means nothing), else a note naming them. */
+static pn_status check_missing_entries(const pn_quantize_opts *o, const pn_job_plan *p,
+                                       pn_error *err)
+{
+    if (!p->imatrix)
+        return PN_OK;
+    size_t missing = 0;
+    char names[PN_ERROR_MSG_MAX / 2];
+    size_t used = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!p->t[i].candidate || pn_imatrix_find(p->imatrix, p->t[i].name))
+            continue;
+        if (missing++ < 8) {
+            char b[160];
+            int k = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                             pn_safe_text(p->t[i].name, b, sizeof b));
+            if (k > 0 && (size_t)k < sizeof names - used)
+                used += (size_t)k;
+        }
+    }
+    if (missing == 0)
+        return PN_OK;
+    if (!o->imatrix_missing_unweighted)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%s: %zu promotion candidates have no entry: %s%s (measure them "
+                            "unweighted with --imatrix-missing unweighted)",
+                            p->imatrix_path, missing, names, missing > 8 ? ", ..." : "");
+    if (o->note) {
+        char msg[PN_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "imatrix %s: %zu candidates measured unweighted (no entry): %s%s",
+                 p->imatrix_path, missing, names, missing > 8 ? ", ..." : "");
+        o->note(msg, o->user);
+    }
+    return PN_OK;
+}
+
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
                            pn_error *err)
@@ -232,6 +358,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     p->source_header_hash = sid->header_hash;
     p->quantizer = pn_job_quantizer_name(o);
+    p->overrides = o->overrides;
+    p->n_overrides = o->n_overrides;
     pn_status st = load_recipe(o, &p->recipe, err);
     if (st != PN_OK)
         goto fail;
@@ -284,6 +412,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
     for (size_t i = 0; i < p->n; i++)
         p->weights += (uint64_t)p->t[i].n_weights;
 
+    if (o->imatrix_path && (st = load_imatrix(o, p, err)) != PN_OK)
+        goto fail;
     st = measure_file_size(p, src, o->cancel, err); /* the alignment, and the size with no promotion */
     if (st != PN_OK)
         goto fail;
@@ -291,18 +421,18 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
     /* promotions */
     if (o->promote_list_path) {
         char **names = NULL;
+        int *lines = NULL;
         size_t nn = 0;
-        st = read_name_list(o->promote_list_path, &names, &nn, err);
+        st = read_name_list(o->promote_list_path, &names, &lines, &nn, err);
         if (st != PN_OK)
             goto fail;
-        st = promote_listed(p->plan, names, nn, err);
+        st = promote_listed(p->plan, names, lines, nn, o->promote_list_path, err);
         for (size_t i = 0; i < nn; i++)
             free(names[i]);
         free(names);
-        if (st != PN_OK) {
-            pn_error_prefix(err, "%s", o->promote_list_path);
+        free(lines);
+        if (st != PN_OK)
             goto fail;
-        }
     } else {
         int64_t want = o->promote >= 0 ? o->promote : p->recipe->promote;
         if (want > 0 || o->target_size) {
@@ -320,7 +450,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                 want = (int64_t)p->plan->n_candidates;
             }
             if (!o->target_size && (size_t)want > p->plan->n_candidates) {
-                st = pn_error_set(err, PN_ERR_USAGE,
+                st = pn_error_set(err, PN_ERR_MISMATCH,
                                   "%" PRId64 " promotions asked for, but %s has only %zu pn3t "
                                   "tensors that pn4t can hold",
                                   want, o->src_path, p->plan->n_candidates);
@@ -329,7 +459,10 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
             pn_measurement *m = NULL;
             pn_measure_times mt = {0, 0, 0};
             double t0 = pn_now_seconds();
-            st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, &m, &mt, err);
+            st = check_missing_entries(o, p, err);
+            if (st == PN_OK)
+                st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
+                                           p->imatrix_hash, &m, &mt, err);
             stats->t_measure += pn_now_seconds() - t0;
             stats->t_measure_read += mt.read;
             stats->t_measure_compute += mt.compute;
@@ -411,6 +544,23 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_FORMAT, PN_FORMAT_NAME);
     if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_MIX, label);
     if (st == PN_OK) st = gguf_writer_set_arr_str(w, PN_KEY_MIX_PROMOTED, promoted, np);
+    if (st == PN_OK && p->n_overrides) {
+        /* the options that stood before the recipe, as typed (pn-check
+         * --recipe takes the same to accept the file) */
+        char (*texts)[320] = calloc(p->n_overrides, sizeof *texts);
+        const char **v = calloc(p->n_overrides, sizeof *v);
+        if (texts && v) {
+            for (size_t i = 0; i < p->n_overrides; i++) {
+                pn_recipe_override_text(&p->overrides[i], texts[i], sizeof texts[i]);
+                v[i] = texts[i];
+            }
+            st = gguf_writer_set_arr_str(w, PN_KEY_MIX_OVERRIDES, v, p->n_overrides);
+        } else {
+            st = PN_ERR_NOMEM;
+        }
+        free(texts);
+        free(v);
+    }
     if (plan->rotation == PN_ROTATION_HADAMARD) {
         if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "hadamard");
         if (st == PN_OK)
@@ -433,6 +583,31 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
     if (st == PN_OK)
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->n);
+    /* the imatrix it was made with: llama-quantize's keys, and ours */
+    for (size_t k = 0; k < 4; k++) {
+        static const char *const keys[] = {PN_KEY_QUANTIZE_IMATRIX_FILE,
+                                           PN_KEY_QUANTIZE_IMATRIX_DATASET,
+                                           PN_KEY_QUANTIZE_IMATRIX_ENTRIES,
+                                           PN_KEY_QUANTIZE_IMATRIX_CHUNKS};
+        gguf_writer_remove_kv(w, keys[k]);   /* a source's own are not this file's */
+    }
+    gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_HASH);
+    gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_USED);
+    if (p->imatrix) {
+        if (st == PN_OK)
+            st = gguf_writer_set_str(w, PN_KEY_QUANTIZE_IMATRIX_FILE,
+                                     pn_imatrix_base_name(p->imatrix_path));
+        if (st == PN_OK && p->imatrix->dataset[0])
+            st = gguf_writer_set_str(w, PN_KEY_QUANTIZE_IMATRIX_DATASET, p->imatrix->dataset);
+        if (st == PN_OK)
+            st = gguf_writer_set_u32(w, PN_KEY_QUANTIZE_IMATRIX_ENTRIES, (uint32_t)p->imatrix->n);
+        if (st == PN_OK && p->imatrix->chunk_count > 0)
+            st = gguf_writer_set_u32(w, PN_KEY_QUANTIZE_IMATRIX_CHUNKS,
+                                     (uint32_t)p->imatrix->chunk_count);
+        if (st == PN_OK) st = gguf_writer_set_u64(w, PN_KEY_MIX_IMATRIX_HASH, p->imatrix_hash);
+        if (st == PN_OK)
+            st = gguf_writer_set_u32(w, PN_KEY_MIX_IMATRIX_USED, (uint32_t)p->imatrix_used);
+    }
     free(promoted);
     free(zeros);
     free(types);

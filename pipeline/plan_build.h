@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "gguf/gguf.h"
+#include "mix/imatrix.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
 #include "io/source_id.h"
@@ -35,6 +36,15 @@ typedef struct pn_job_plan {
     double *seconds;          /* per tensor, filled by the run */
     uint64_t source_header_hash;   /* pn.source.header_fnv1a64 */
     const char *quantizer;    /* pn.quantizer (pn_job_quantizer_name) */
+    /* --imatrix: the file read and checked against the plan (NULL without),
+     * its path as given, the hash of the entries naming a tensor of the
+     * model and their number (pn_imatrix_hash_used) */
+    pn_imatrix *imatrix;
+    const char *imatrix_path;
+    uint64_t imatrix_hash;
+    size_t imatrix_used;
+    const pn_recipe_override *overrides;   /* the run's, recorded in pn.mix.overrides */
+    size_t n_overrides;
 } pn_job_plan;
 
 /* pn.quantizer of a run: o->quantizer_name when set (tests), else
@@ -45,6 +55,11 @@ const char *pn_job_quantizer_name(const pn_quantize_opts *o);
  * target size) and sizes. sid is the source's identity so far (its header
  * hash at least; a saved measurement is checked against it). Adds the
  * measuring time to stats->t_measure. */
+/* Whether the run drops the source's MTP layer (pn_quantize_opts.no_mtp,
+ * keep_mtp, else the recipe's mtp statement). Reads the recipe, so that a
+ * recipe that cannot be used is refused before the source is opened. */
+pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err);
+
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
                            pn_error *err);

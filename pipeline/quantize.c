@@ -41,6 +41,7 @@
 #include "gguf/pn_keys.h"
 #include "io/source_open.h"
 #include "io/outset.h"
+#include "io/free_space.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/reuse.h"
 #include "io/source_id.h"
@@ -87,14 +88,36 @@ static bool split_output(const pn_quantize_opts *o)
     return o->split.mode != GGUF_SPLIT_NONE || o->keep_split;
 }
 
+static bool is_folder(const char *path)
+{
+    struct stat sb;
+    return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err)
 {
     struct stat ds;
     if (stat(o->src_path, ss) != 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot open source: %s", o->src_path,
                             strerror(errno));
+    if (o->backend == PN_BACKEND_CUDA && !o->cuda_emulate && !pn_cuda_build_enabled())
+        return pn_error_set(err, PN_ERR_CUDA,
+                            "--backend cuda: this pn-quantize was built without CUDA (use "
+                            "--backend cpu or auto; docs/usage.md#gpu)");
+    if (o->measurement_path && !o->dry_run && stat(o->measurement_path, &ds) != 0) {
+        pn_status st = pn_check_parent_folder(o->measurement_path, "the measurement", err);
+        if (st != PN_OK)
+            return st;
+    }
+    if (is_folder(o->dst_path))
+        return PN_OK;   /* a file in it, named once the plan is made (dst_in_folder) */
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
+    if (!o->dry_run) {
+        pn_status st = pn_check_parent_folder(o->dst_path, "the output", err);
+        if (st != PN_OK)
+            return st;
+    }
     /* a split output is checked file by file once its plan is made
      * (pn_outset_check_targets): DST itself is only a name then */
     if (split_output(o))
@@ -104,15 +127,50 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: the output is the source file; choose another output path",
                             o->dst_path);
+    if (o->imatrix_path && pn_same_file(o->imatrix_path, o->dst_path))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: the output is the --imatrix file; choose another output path",
+                            o->dst_path);
     if (o->dry_run)
         return PN_OK;
-    if (stat(o->dst_path, &ds) == 0) {
-        if (!o->force)
-            return pn_error_set(err, PN_ERR_EXISTS,
-                                "%s: output exists; use --force to replace it", o->dst_path);
-        if (S_ISDIR(ds.st_mode))
-            return pn_error_set(err, PN_ERR_IO, "%s: output is a directory", o->dst_path);
+    if (stat(o->dst_path, &ds) == 0 && !o->force)
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
+                            o->dst_path);
+    return PN_OK;
+}
+
+/* DST a folder: the output is <general.name>-<pn.mix>.gguf in it (the
+ * source's file name, less .gguf, where it has no general.name), any '/'
+ * or control byte of the name made '-'. *out is malloc'd. */
+static pn_status dst_in_folder(const char *folder, const gguf_reader *src, const char *src_path,
+                               const char *mix_label, char **out, pn_error *err)
+{
+    char name[256];
+    const gguf_kv *kv = gguf_reader_find_kv(src, "general.name");
+    if (kv && kv->type == GGUF_TYPE_STRING && kv->v.str.len > 0) {
+        snprintf(name, sizeof name, "%.*s", (int)(kv->v.str.len < 200 ? kv->v.str.len : 200),
+                 kv->v.str.data);
+    } else {
+        size_t n = strlen(src_path);
+        while (n > 1 && src_path[n - 1] == '/')
+            n--;
+        size_t b = n;
+        while (b > 0 && src_path[b - 1] != '/')
+            b--;
+        if (n - b > 5 && strncmp(src_path + n - 5, ".gguf", 5) == 0)
+            n -= 5;
+        snprintf(name, sizeof name, "%.*s", (int)(n - b < 200 ? n - b : 200), src_path + b);
     }
+    for (char *p = name; *p; p++)
+        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '-';
+    size_t len = strlen(folder) + strlen(name) + strlen(mix_label) + 8;
+    *out = malloc(len);
+    if (!*out)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    snprintf(*out, len, "%s%s%s-%s.gguf", folder,
+             folder[0] && folder[strlen(folder) - 1] == '/' ? "" : "/",
+             name[0] && strcmp(name, ".") && strcmp(name, "..") ? name : "model", mix_label);
     return PN_OK;
 }
 
@@ -446,6 +504,11 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
             pn_error_prefix(err, "%s", c->o->src_path);
             goto done;
         }
+        /* dense only: an expert tensor's rows would need their expert's
+         * weights (left unweighted for now) */
+        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[2] == 1 &&
+            t->ne[3] == 1)
+            q.jt[k].qweights = pn_imatrix_weights_for(c->plan->imatrix, t->name);
         int64_t w, b;
         uint64_t ob;
         pn_job_tensor_needs(&q.jt[k], &w, &ob, &b);
@@ -745,6 +808,8 @@ static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *er
 {
     const pn_quantize_opts *o = c->o;
     pn_status st = pn_reuse_match(c->ru, c->plan->plan, &c->sid, c->plan->quantizer, o, err);
+    if (st == PN_OK)
+        pn_reuse_drop_imatrix(c->ru, c->plan->plan, c->plan->imatrix, c->plan->imatrix_hash, o);
     if (st == PN_OK && o->reuse_verify && !o->dry_run) {
         double t0 = pn_now_seconds();
         progress_phase(c, PN_PHASE_REUSE_CHECK, "reading the source tensors to copy");
@@ -899,12 +964,41 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
-pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, pn_error *err)
+/* A dry run says what the real run would refuse that a dry run does not:
+ * an existing DST without --force. */
+static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
+{
+    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !split_output(o) &&
+        access(o->dst_path, F_OK) == 0)
+        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
+                         o->dst_path);
+}
+
+/* DST a folder, the plan made: named->dst_path becomes the file in it
+ * (*dst_auto, owned by the caller), checked as any DST. */
+static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **dst_auto,
+                                    struct stat *src_stat, pn_error *err)
+{
+    pn_status st = dst_in_folder(named->dst_path, c->src, named->src_path, c->plan->mix_label,
+                                 dst_auto, err);
+    if (st != PN_OK)
+        return st;
+    named->dst_path = *dst_auto;
+    return check_paths(named, src_stat, err);
+}
+
+pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats,
+                           pn_error *err)
 {
     pn_quantize_stats local;
     if (!stats)
         stats = &local;
     memset(stats, 0, sizeof *stats);
+    /* the options, with DST a folder made a file in it once the plan names the mix */
+    pn_quantize_opts named = *given;
+    const pn_quantize_opts *o = &named;
+    char *dst_auto = NULL;
+    const bool dst_folder = is_folder(given->dst_path);
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
@@ -918,8 +1012,18 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     st = check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
+    note_dry_run_refusal(o, dst_folder);
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+    /* --backend cuda asked for: a GPU that cannot be used is said before
+     * any work, not after the measurement and the plan */
+    bool backend_ready = false;
+    if (o->backend == PN_BACKEND_CUDA && !o->dry_run) {
+        st = setup_backend(&c, stats, err);
+        if (st != PN_OK)
+            goto out;
+        backend_ready = true;
+    }
     if (o->reuse_path) {
         /* PREV is refused at once when it cannot be one */
         st = pn_reuse_open(o->reuse_path, &c.ru, err);
@@ -927,8 +1031,11 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
             return st;
     }
     {
-        pn_source_opts so = {o->no_mtp, o->tokenizer_pre};
-        st = pn_source_open(o->src_path, &so, &c.src, err);
+        bool drop_mtp = false;
+        st = pn_job_drop_mtp(o, &drop_mtp, err);
+        pn_source_opts so = {drop_mtp, o->tokenizer_pre};
+        if (st == PN_OK)
+            st = pn_source_open(o->src_path, &so, &c.src, err);
     }
     if (st != PN_OK)
         goto out;
@@ -970,6 +1077,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
     if (st != PN_OK)
         goto out;
     snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
+    if (dst_folder && (st = name_dst_in_folder(&c, &named, &dst_auto, &src_stat, err)) != PN_OK)
+        goto out;
     stats->weights = c.plan->weights;
     stats->n_promoted = (int)c.plan->plan->n_promoted;
     /* the output: one file or a split set, planned on the dry run too */
@@ -995,6 +1104,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         goto out;
     }
     st = pn_outset_check_targets(c.out, c.src, err);
+    if (st == PN_OK)   /* the plan's exact bytes, before the first one is written */
+        st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
     if (st != PN_OK)
         goto out;
     if (cancelled(o)) {
@@ -1002,7 +1113,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *o, pn_quantize_stats *stats, 
         goto out;
     }
 
-    st = setup_backend(&c, stats, err);
+    if (!backend_ready)
+        st = setup_backend(&c, stats, err);
     if (st != PN_OK)
         goto out;
 
@@ -1077,5 +1189,6 @@ out:
     pn_source_id_free(&c.sid);
     /* PREV is read until the output is committed (it may be DST) */
     pn_reuse_free(c.ru);
+    free(dst_auto);
     return st;
 }

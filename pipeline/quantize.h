@@ -161,10 +161,19 @@ typedef pn_status (*pn_result_fn)(const pn_quantize_result *r, void *user, pn_er
 
 typedef struct pn_quantize_opts {
     const char *src_path;           /* a GGUF, or a Hugging Face folder (io/source_open.h) */
-    bool no_mtp;                    /* a folder: drop its MTP layer (the converter's --no-mtp) */
+    /* The source's MTP layer (a folder's, or a GGUF's blk.L.* with nextn.*):
+     * dropped with no_mtp (the converter's --no-mtp), kept with keep_mtp,
+     * else as the recipe's 'mtp keep|drop' says (kept when it says
+     * nothing); both set is PN_ERR_USAGE. */
+    bool no_mtp;
+    bool keep_mtp;
     const char *tokenizer_pre;      /* a folder: tokenizer.ggml.pre for an unknown pattern */
     const char *dst_path;
     const char *recipe_path;        /* NULL: the built-in P0k+19 recipe */
+    /* --tensor-type, --output-tensor-type, --token-embedding-type: rules
+     * before the recipe's (mix/recipe.h), recorded in pn.mix.overrides */
+    const pn_recipe_override *overrides;
+    size_t n_overrides;
     int promote;                    /* -1: the recipe's `promote` */
     const char *promote_list_path;  /* NULL or a file of tensor names */
     const char *measurement_path;   /* NULL or a file to read/write */
@@ -186,6 +195,15 @@ typedef struct pn_quantize_opts {
     long split_index;               /* --split-index: write only this split (from 0); -1: all */
     const char *reuse_path;         /* --reuse PREV: copy what PREV holds; NULL: none */
     bool reuse_verify;              /* --reuse-verify: the whole source tensor must match too */
+    /* --imatrix FILE: llama.cpp's importance matrix (mix/imatrix.h, either
+     * form). The promotion measurement is weighted by it through the rotation
+     * (mix/measurement.h), the q3_K/q4_K tensors with an entry are searched
+     * for the least weighted error, and the output records it
+     * (quantize.imatrix.*, pn.mix.imatrix.*). NULL: none. */
+    const char *imatrix_path;
+    /* --imatrix-missing unweighted: a candidate without an entry is measured
+     * unweighted; false: such a candidate is an error naming it. */
+    bool imatrix_missing_unweighted;
     const char *quantizer_name;     /* tests only: pn.quantizer instead of "pn-quantize <v>" */
     pn_progress_fn progress;
     pn_note_fn note;

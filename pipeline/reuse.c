@@ -286,6 +286,35 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
     return PN_OK;
 }
 
+void pn_reuse_drop_imatrix(pn_reuse *ru, const pn_plan *plan, const pn_imatrix *im,
+                           uint64_t im_hash, const pn_quantize_opts *o)
+{
+    const gguf_kv *kv = gguf_reader_find_kv(ru->prev, PN_KEY_MIX_IMATRIX_HASH);
+    const bool prev_has = kv != NULL;
+    const bool same = prev_has && im && kv->type == GGUF_TYPE_UINT64 && kv->v.u64 == im_hash;
+    if (same || (!prev_has && !im))
+        return;
+    size_t dropped = 0;
+    for (size_t i = 0; i < ru->n; i++) {
+        const pn_plan_tensor *t = &plan->tensors[i];
+        if (ru->from[i] < 0 || (t->type != PN_TYPE_Q3_K && t->type != PN_TYPE_Q4_K))
+            continue;
+        if (!prev_has && !pn_imatrix_find(im, t->name))
+            continue;
+        pn_reuse_drop(ru, plan, i, "its bytes depend on the imatrix, and PREV's is another");
+        dropped++;
+    }
+    if (dropped)
+        pn_quantize_note(o,
+                         "--reuse %s: PREV was made with %s: %zu q3_K/q4_K tensor%s quantized "
+                         "again",
+                         ru->path,
+                         prev_has ? (im ? "another imatrix than this run's"
+                                        : "an imatrix, this run has none")
+                                  : "no imatrix, this run has one",
+                         dropped, dropped == 1 ? "" : "s");
+}
+
 /* The indices to read for the tensors still copied: theirs in the source
  * (source) or in PREV (!source). */
 static size_t copied_indices(const pn_reuse *ru, bool source, size_t *idx, size_t *which)

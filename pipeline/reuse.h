@@ -38,6 +38,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
+#include "mix/imatrix.h"
 #include "mix/plan.h"
 #include "pipeline/quantize.h"
 #include "io/source_id.h"
@@ -68,6 +69,16 @@ void pn_reuse_free(pn_reuse *ru);
 /* Decides from the keys and sid's sampled rows (which must be known). */
 pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *sid,
                          const char *quantizer, const pn_quantize_opts *o, pn_error *err);
+/* After pn_reuse_match, with this run's imatrix (NULL: none) and
+ * pn_imatrix_hash_used of it: when PREV records another imatrix
+ * (pn.mix.imatrix.entries_fnv1a64, or none where this run has one, or one
+ * where this run has none), no tensor whose bytes depend on the imatrix is
+ * copied: a q3_K or q4_K tensor with an entry in this run's imatrix, and
+ * when PREV had one every q3_K and q4_K tensor (it may have been weighted).
+ * pn3t/pn4t bytes never depend on it (the promotions do, and the type is
+ * compared already). A note names how many were dropped. */
+void pn_reuse_drop_imatrix(pn_reuse *ru, const pn_plan *plan, const pn_imatrix *im,
+                           uint64_t im_hash, const pn_quantize_opts *o);
 /* Reads the whole source tensor of every tensor still to be copied into
  * sid->tensor_crc and drops those whose CRC differs from PREV's record. */
 pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *src,

@@ -2,6 +2,8 @@
  * CRC work on a chunk (see tensor_job.h). */
 #include "pipeline/tensor_job.h"
 
+#include "quant/kquants_weighted.h"
+
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,8 +261,18 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
             tt[0] += t1 - t0;
             if (what & PN_JOB_QUANTIZE) {
                 int64_t col = 0;
-                ist = pn_quantize_row_sums(t->type, path, x, len, out, &col, c->blk_err + blk,
-                                           c->blk_norm + blk);
+                if (t->qweights) {
+                    /* weighted: its own encoder, then the sums by the
+                     * reference's separate pass (the same definition) */
+                    ist = pn_quantize_row_kquant_weighted(t->type, x, len, t->qweights + col_base,
+                                                          out, &col);
+                    if (ist == PN_OK)
+                        ist = pn_row_sums_ref(t->type, x, out, len, c->blk_err + blk,
+                                              c->blk_norm + blk);
+                } else {
+                    ist = pn_quantize_row_sums(t->type, path, x, len, out, &col,
+                                               c->blk_err + blk, c->blk_norm + blk);
+                }
                 if (ist != PN_OK) {
                     bad_row = row;
                     bad_col = col_base + (col > 0 ? col : 0);

@@ -271,6 +271,7 @@ Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
     const char *bad = path_in("bad.gguf");
     cr_assert_eq(tu_write_file(bad, buf, n), 0);
     free(buf);
+    fx_fix_crcs(bad);   /* the block itself is invalid, not damaged in storage */
     int before = count_entries(g_dir);
     char *out, *err;
     int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", bad, path_in("never.gguf"));
@@ -459,7 +460,10 @@ Test(pn_dequant, refuses_an_empty_key_or_one_holding_a_nul_naming_its_offset)
     }
 }
 
-/* The good file with `bits` stored (n bytes) at byte `at`; CRCs left. */
+/* The good file with `bits` stored (n bytes) at byte `at`, its
+ * pn.tensor_crc32 made to match (a file another tool wrote so): the
+ * decoder's own checks of what it decodes, past the CRC check that stops
+ * damage (decode_crc/ in test_surface.c). */
 static const char *with_bits(const char *from, const char *name, uint64_t at, uint32_t bits, int n)
 {
     size_t size;
@@ -469,6 +473,7 @@ static const char *with_bits(const char *from, const char *name, uint64_t at, ui
     const char *p = path_in(name);
     cr_assert_eq(tu_write_file(p, buf, size), 0);
     free(buf);
+    fx_fix_crcs(p);
     return p;
 }
 

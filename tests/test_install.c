@@ -186,8 +186,13 @@ Test(install, puts_the_recipes_with_their_readme_and_the_docs_under_share,
 
     char *top[MAX_NAMES];
     int m = names_in(g_prefix, "", false, top);
-    cr_assert(m == 2 && strcmp(top[0], "bin") == 0 && strcmp(top[1], "share") == 0,
-              "the prefix holds more than bin/ and share/");
+    cr_assert(m == 3 && strcmp(top[0], "bin") == 0 && strcmp(top[1], "libexec") == 0 &&
+                  strcmp(top[2], "share") == 0,
+              "the prefix holds more than bin/, libexec/ and share/");
+    /* pn-compare --sweep's stock quantizer, beside no user's PATH */
+    char *helper = under_prefix("libexec/pn-quantize/pn-llama-quantize");
+    cr_assert(access(helper, X_OK) == 0, "%s is not installed", helper);
+    free(helper);
     free_names(top, m);
     free(recipes);
     free(recipe);
@@ -238,6 +243,19 @@ Test(install, the_installed_pn_quantize_records_its_version_line_in_pn_quantizer
     cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, qerr);
     cr_assert_str_empty(qout);
     cr_assert_str_empty(qerr);
+    free(qout);
+    free(qerr);
+    /* the same recipe by name: the installed share folder beside bin/ */
+    char *by_name = under_prefix("by-name.pn.gguf");
+    snprintf(cmd, sizeof cmd,
+             "'%s/bin/pn-quantize' --quiet --backend cpu --promote 0 --recipe test-fallback "
+             "'%s' '%s' && cmp '%s' '%s' && '%s/bin/pn-check' --strict --recipe test-fallback '%s'",
+             g_prefix, PN_TEST_DATA "/golden/tiny.f32.gguf", by_name, by_name, dst, g_prefix,
+             by_name);
+    rc = tu_run(cmd, &qout, &qerr);
+    cr_assert_eq(rc, 0, "--recipe NAME from the installed prefix: %s: exit %d: %s%s", cmd, rc,
+                 qout, qerr);
+    free(by_name);
 
     gguf_reader *r;
     pn_error e;

@@ -122,10 +122,12 @@ Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard
     pn_recipe_free(r);
 }
 
-Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_and_two_fallbacks)
+Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_two_fallbacks_and_mtp)
 {
     pn_recipe *a = load_ok(MAIN_RECIPE), *b = load_ok(TEST_RECIPE);
     cr_assert_str_eq(b->name, "P0k-fallback");
+    cr_assert_eq(a->mtp, PN_RECIPE_MTP_DROP, "the format's PN3 file has no MTP layer");
+    cr_assert_eq(b->mtp, PN_RECIPE_MTP_UNSTATED, "the test recipe keeps a model's MTP layer");
     cr_assert_eq(a->rotation, b->rotation);
     cr_assert_eq(a->rotation_cap, b->rotation_cap);
     cr_assert_eq(a->promote, b->promote);
@@ -652,16 +654,16 @@ Test(qwen38, promote_by_names_refuses_a_non_candidate_naming_it)
     pn_plan *p = full_plan(MAIN_RECIPE, &d, &n);
     pn_error err = {0};
     const char *a[] = {"blk.0.ffn_up.weight", "blk.3.attn_k.weight"};
-    cr_assert_eq(pn_plan_promote_by_names(p, a, 2, &err), PN_ERR_USAGE);
+    cr_assert_eq(pn_plan_promote_by_names(p, a, 2, &err), PN_ERR_MISMATCH);
     cr_assert_not_null(strstr(err.msg, "blk.3.attn_k.weight"), "%s", err.msg);
     cr_assert_not_null(strstr(err.msg, "not a promotion candidate"), "%s", err.msg);
     cr_assert_eq(p->n_promoted, 0, "a failed promotion leaves none");
     cr_assert_eq(p->tensors[pn_plan_find(p, "blk.0.ffn_up.weight")].type, PN_TYPE_PN3T);
     const char *b[] = {"blk.0.nothing.weight"};
-    cr_assert_eq(pn_plan_promote_by_names(p, b, 1, &err), PN_ERR_USAGE);
+    cr_assert_eq(pn_plan_promote_by_names(p, b, 1, &err), PN_ERR_MISMATCH);
     cr_assert_not_null(strstr(err.msg, "blk.0.nothing.weight"), "%s", err.msg);
     const char *c[] = {"blk.0.ffn_up.weight", "blk.0.ffn_up.weight"};
-    cr_assert_eq(pn_plan_promote_by_names(p, c, 2, &err), PN_ERR_USAGE);
+    cr_assert_eq(pn_plan_promote_by_names(p, c, 2, &err), PN_ERR_MISMATCH);
     cr_assert_not_null(strstr(err.msg, "twice"), "%s", err.msg);
     pn_plan_free(p);
     free(d);
@@ -933,7 +935,7 @@ Test(plan, a_pn3t_tensor_is_a_candidate_only_when_64_divides_k)
     cr_assert_eq(p->n_candidates, 1);
     pn_error err = {0};
     const char *b[] = {"b"};
-    cr_assert_eq(pn_plan_promote_by_names(p, b, 1, &err), PN_ERR_USAGE);
+    cr_assert_eq(pn_plan_promote_by_names(p, b, 1, &err), PN_ERR_MISMATCH);
     cr_assert_not_null(strstr(err.msg, "K is not a multiple of 64"), "%s", err.msg);
     pn_plan_free(p);
     pn_recipe_free(r);
@@ -1150,7 +1152,7 @@ Test(promote, candidates_are_ordered_by_gain_with_ties_to_the_earlier_tensor)
     cr_assert_eq(p->tensors[order[4]].type, PN_TYPE_PN3T);
     cr_assert_eq(pn_plan_promote_top(p, m, 1, &err), PN_OK);
     cr_assert_eq(p->n_promoted, 1, "promote_top replaces the earlier promotions");
-    cr_assert_eq(pn_plan_promote_top(p, m, 7, &err), PN_ERR_USAGE);
+    cr_assert_eq(pn_plan_promote_top(p, m, 7, &err), PN_ERR_MISMATCH);
     cr_assert_not_null(strstr(err.msg, "only 6 candidates"), "%s", err.msg);
     cr_assert_eq(pn_plan_promote_top(p, m, 6, &err), PN_OK);
     cr_assert_eq(pn_plan_promote_top(p, m, 0, &err), PN_OK);
@@ -1229,7 +1231,7 @@ Test(promote, choose_n_for_size_takes_the_largest_n_that_fits)
     cr_assert(!p->tensors[order[2]].promoted);
 
     cr_assert_eq(pn_plan_choose_n_for_size(p, m, header_with_names, &g, 32, size[0] - 1, &n, NULL,
-                                           &err), PN_ERR_USAGE);
+                                           &err), PN_ERR_MISMATCH);
     char want[64];
     snprintf(want, sizeof want, "%" PRIu64 " bytes", size[0]);
     cr_assert_not_null(strstr(err.msg, want), "'%s' should give the size at N=0", err.msg);
@@ -1500,6 +1502,20 @@ ParameterizedTestParameters(size, parses_bytes_decimal_and_binary_units_exactly)
         {"1.9999B", 1},
         {"18446744073709551615", UINT64_MAX},
         {"16777215.999999999999TiB", 18446744073709551614ull},
+        /* gguf-split's single letters, powers of 1000, decimals exact */
+        {"50G", 50000000000ull},
+        {"500M", 500000000ull},
+        {"13G", 13000000000ull},
+        {"1.5G", 1500000000ull},
+        {"0.05GB", 50000000ull},
+        {"2k", 2000},
+        {"2K", 2000},
+        {"1T", 1000000000000ull},
+        /* exponents, as the help's 13e9 */
+        {"13e9", 13000000000ull},
+        {"1.25e3", 1250},
+        {"1e0", 1},
+        {"2e3 KiB", 2048000},
     };
     return cr_make_param_array(size_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -1516,7 +1532,9 @@ ParameterizedTestParameters(size, refuses_junk_quoting_it)
 {
     static size_case cases[] = {
         {"", 0},         {"GiB", 0},     {"1.GiB", 0},   {".5GiB", 0},  {"-1", 0},
-        {"+1", 0},       {"1e9", 0},     {"12.5 gib", 0}, {"12x", 0},   {"12 ", 0},
+        {"+1", 0},       {"1e", 0},      {"12.5 gib", 0}, {"12x", 0},   {"12 ", 0},
+        {"1e-3", 0},     {"1e20", 0},    {"1e100", 0},    {"1E9", 0},   {"12g", 0},
+        {"1m", 0},       {"5GG", 0},
         {" 12", 0},      {"12  GB", 0},  {"12Gb", 0},    {"12EiB", 0},  {"1,000", 0},
         {"18446744073709551616", 0},     {"17179869184GiB", 0},
         {"123456789012345678901", 0},
@@ -1569,5 +1587,33 @@ Test(recipe, the_shipped_recipes_type_every_mtp_tensor)
                           recipes[r], mtp[i].name);
         }
         pn_recipe_free(rec);
+    }
+}
+
+Test(recipe, the_mtp_statement_keeps_or_drops_the_mtp_layer_once)
+{
+    pn_recipe *r = parse_ok("mix A\nrotation none\nmtp drop\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_DROP);
+    cr_assert_eq(r->mtp_line, 3);
+    pn_recipe_free(r);
+    r = parse_ok("mix A\nrotation none\nmtp keep # as the converter\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_KEEP);
+    pn_recipe_free(r);
+    r = parse_ok("mix A\nrotation none\nrule * => f32\n");
+    cr_assert_eq(r->mtp, PN_RECIPE_MTP_UNSTATED);
+    cr_assert_eq(r->mtp_line, 0);
+    pn_recipe_free(r);
+    static const char *const bad[] = {
+        "mix A\nrotation none\nmtp\nrule * => f32\n",
+        "mix A\nrotation none\nmtp remove\nrule * => f32\n",
+        "mix A\nrotation none\nmtp drop keep\nrule * => f32\n",
+        "mix A\nrotation none\nmtp drop\nmtp keep\nrule * => f32\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pn_error err = {0};
+        cr_assert_eq(pn_recipe_parse(bad[i], strlen(bad[i]), "t.mix", &r, &err), PN_ERR_RECIPE,
+                     "%s", bad[i]);
+        cr_assert(strstr(err.msg, i == 3 ? "t.mix:4" : "t.mix:3"), "%s", err.msg);
+        cr_assert(strstr(err.msg, "mtp"), "%s", err.msg);
     }
 }

@@ -692,21 +692,22 @@ Test(synth_quantize, pn_quantize_of_the_folder_is_pn_quantize_of_the_gguf_form, 
     free(dir);
 }
 
-/* The shipped recipe (P0k+19) at width 4, where its q3_K/q4_K fit: it types
- * every tensor of pn-synth's MTP layer (eh_proj q8_0, norms f32, attention
- * and FFN as in every block), and the dry run of the folder shows the plan
- * of the GGUF form, line for line. */
+/* The shipped recipe (P0k+19) at width 4, where its q3_K/q4_K fit: with
+ * --keep-mtp (it drops the layer itself) it types every tensor of
+ * pn-synth's MTP layer (eh_proj q8_0, norms f32, attention and FFN as in
+ * every block), and the dry run of the folder shows the plan of the GGUF
+ * form, line for line. */
 Test(synth_quantize, the_shipped_recipe_types_the_mtp_layer_in_both_forms, .init = setup,
      .fini = teardown)
 {
     const char *opts = "--layers 4 --width-scale 4 --vocab 512 --mtp";
     char *dir = synth_hf("hf", opts), *gg = synth_gguf("m.gguf", opts);
     char cmd[8192], *plan_dir, *plan_gg, *err;
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run '%s' '%s/o.gguf' | grep -E "
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
              "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, dir, g_dir);
     cr_assert_eq(tu_run(cmd, &plan_dir, &err), 0, "%s", err);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run '%s' '%s/o.gguf' | grep -E "
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
              "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, gg, g_dir);
     cr_assert_eq(tu_run(cmd, &plan_gg, &err), 0, "%s", err);
     free(err);

@@ -6,7 +6,8 @@
 #    by cli_usage/*).
 # 2. The first example, `pn-quantize ./Qwen3.8-27B/ qwen3.8-27b-pn3.gguf`,
 #    runs as written on a Hugging Face folder (a small pn-synth --hf model
-#    under that name), and pn-check finds the output valid.
+#    under that name), pn-check finds the output valid, and it is the
+#    shipped recipe's file, without the folder's MTP layer.
 # Prints "readme: N passed, N failed" and exits 1 on any failure.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +40,11 @@ if (cd "$work" && "$bin/pn-synth" --quiet --hf --mtp --layers 2 --width-scale 4 
     ok
     if "$bin/pn-check" "$work/qwen3.8-27b-pn3.gguf" >"$work/check.txt" 2>&1; then ok
     else bad "pn-check of the first example's output: $(tail -3 "$work/check.txt")"; fi
+    # the format's file: the shipped recipe drops the folder's MTP layer
+    if "$bin/pn-check" --strict --recipe "$root/recipes/qwen3.8-27b-pn3.mix" \
+         "$work/qwen3.8-27b-pn3.gguf" >"$work/check.txt" 2>&1 \
+       && ! grep -q 'nextn' "$work/check.txt"; then ok
+    else bad "the first example's output is not the recipe's file without the MTP layer: $(grep -m3 -E 'RECIPE|nextn|invalid' "$work/check.txt")"; fi
   else
     bad "the first example failed: $(tail -3 "$work/err.txt")"
   fi

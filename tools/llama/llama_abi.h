@@ -50,6 +50,14 @@ typedef struct pnl_quantize_params {
     size_t max_buf_size;
 } pnl_quantize_params;
 
+/* struct llama_model_imatrix_data of v0.5.0: one entry's per-column
+ * weights; an array of them ends with a NULL name */
+typedef struct pnl_imatrix_data {
+    const char *name;
+    const float *data;
+    size_t size;
+} pnl_imatrix_data;
+
 /* the functions (names as exported by libllama) */
 typedef pnl_quantize_params (*pnl_default_params_fn)(void);   /* llama_model_quantize_default_params */
 typedef uint32_t (*pnl_quantize_fn)(const char *fname_inp, const char *fname_out,

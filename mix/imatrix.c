@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/file.h"
+#include "common/hash.h"
 #include "common/text.h"
 #include "gguf/gguf.h"
 #include "mix/name_index.h"
@@ -572,12 +573,7 @@ pn_status pn_imatrix_check_model(const pn_imatrix *im, const char *path, const p
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    return pn_fnv1a64(h, data, n);   /* common/hash.h */
 }
 
 static uint64_t fnv_u64(uint64_t h, uint64_t v)

@@ -1,10 +1,9 @@
 /* The portable fast PN quantizer, the pieces every fast path shares, and the
  * run-time choice among the paths. Exactness argument: pn_fast_internal.h. */
-#include <cpuid.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
 #include "quant/pn_fast_internal.h"
@@ -228,35 +227,6 @@ pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_
 
 static const char *const path_names[PN_PATH_COUNT] = {"ref", "scalar", "avx2", "avx512"};
 
-/* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does
- * not know the "f16c" name. The OS's saving of the AVX state is covered by
- * the "avx2" check beside it. */
-static bool f16c_by_cpuid(void)
-{
-    unsigned int eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
-        return false;
-    return (ecx & (1u << 29)) != 0;
-}
-
-/* A fact about the CPU, asked once (as common/crc32.c does for PCLMUL): in a
- * virtual machine CPUID traps to the hypervisor, about 10 us, and every row
- * operation on the AVX2 path asked it (the pipeline three times a row: the
- * rotation, pn_quantize_row_sums, pn_quantize_row_path_sums), as long as
- * the search of a 5120-weight row itself. Every thread computes the same
- * value, so the race of two first callers is harmless. 0 unknown, 1 no,
- * 2 yes. */
-static bool cpu_has_f16c(void)
-{
-    static _Atomic int known;
-    int k = atomic_load_explicit(&known, memory_order_relaxed);
-    if (k == 0) {
-        k = f16c_by_cpuid() ? 2 : 1;
-        atomic_store_explicit(&known, k, memory_order_relaxed);
-    }
-    return k == 2;
-}
-
 bool pn_path_available(int path)
 {
     switch (path) {
@@ -265,7 +235,7 @@ bool pn_path_available(int path)
         return true;
     case PN_PATH_AVX2: /* the files are built with -mavx2 -mf16c -mfma */
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && cpu_has_f16c() &&
+        return __builtin_cpu_supports("avx2") && pn_cpu_has_f16c() &&
                __builtin_cpu_supports("fma");
     case PN_PATH_AVX512:
         __builtin_cpu_init();

@@ -1,6 +1,6 @@
 /* test_common.c - the shared helpers of common/: hostile small files, the
  * O_DIRECT reopen, text that is safe for a terminal and valid JSON, the
- * thread default, the hashes, the clock. */
+ * thread default, the hashes, the clock, the CPU features. */
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/cpu.h"
 #include "common/file.h"
 #include "common/hash.h"
 #include "common/text.h"
@@ -221,4 +222,25 @@ Test(clock, the_monotonic_clock_counts_seconds_and_never_goes_back)
     double t1 = pn_now_seconds();
     cr_assert_geq(t1 - t0, 0.019, "slept 20 ms, the clock says %g s", t1 - t0);
     cr_assert_lt(t1 - t0, 60.0);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+/* The cached answers are CPUID's own, on the first call and on later ones. */
+Test(cpu, the_cached_features_are_what_cpuid_says)
+{
+    bool pclmul = false, f16c = false;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned int eax, ebx, ecx, edx;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        pclmul = (edx & (1u << 26)) && (ecx & (1u << 1));
+        f16c = (ecx & (1u << 29)) != 0;
+    }
+#endif
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(pn_cpu_has_pclmul(), pclmul, "call %d", i);
+        cr_assert_eq(pn_cpu_has_f16c(), f16c, "call %d", i);
+    }
 }

@@ -58,7 +58,10 @@ static uint64_t rng_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double rng_uniform(uint64_t *s) { return (double)(rng_u64(s) >> 11) * 0x1p-53; }
+static double rng_uniform(uint64_t *s)
+{
+    return (double)(rng_u64(s) >> 11) * 0x1p-53;
+}
 
 static double rng_gauss(uint64_t *s)
 {
@@ -74,8 +77,8 @@ static double clock_s(clockid_t id)
 }
 
 enum { J_ROW, J_ROW_SUMS, J_ROT_SUMS, J_CHUNK_Q, J_CHUNK, J_ROTATE, J_COUNT };
-static const char *const job_names[J_COUNT] = {"row", "row+sums", "rot+sums", "chunk-q", "chunk",
-                                               "rotate"};
+static const char *const job_names[J_COUNT] = { "row",     "row+sums", "rot+sums",
+                                                "chunk-q", "chunk",    "rotate" };
 
 typedef struct setup {
     int type, path, threads;
@@ -105,13 +108,12 @@ static double run_job(setup *s, int j, double *cpu)
             int64_t bad = 0;
             pn_status st;
             if (!sums && pn_type_is_pn(s->type))
-                st = pn_quantize_row_path(s->path, s->type, x + r * K, K, s->out[j] + r * s->row_bytes,
-                                          &bad);
+                st = pn_quantize_row_path(s->path, s->type, x + r * K, K,
+                                          s->out[j] + r * s->row_bytes, &bad);
             else
-                st = pn_quantize_row_sums(s->type, s->path, x + r * K, K,
-                                          s->out[j] + r * s->row_bytes, &bad,
-                                          sums ? s->err[j] + r * s->nblk : NULL,
-                                          sums ? s->norm[j] + r * s->nblk : NULL);
+                st = pn_quantize_row_sums(
+                    s->type, s->path, x + r * K, K, s->out[j] + r * s->row_bytes, &bad,
+                    sums ? s->err[j] + r * s->nblk : NULL, sums ? s->norm[j] + r * s->nblk : NULL);
             failed |= st != PN_OK;
         }
     } else {
@@ -129,7 +131,7 @@ static double run_job(setup *s, int j, double *cpu)
                          : j == J_CHUNK ? PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC
                                         : PN_JOB_QUANTIZE | PN_JOB_CRC;
         uint32_t crc = 0;
-        pn_error e = {0};
+        pn_error e = { 0 };
         failed = pn_job_chunk_work(&s->k, &s->t, &c, what, &crc, "bench", &e) != PN_OK;
         if (failed)
             fprintf(stderr, "bench_chunk: %s\n", e.msg);
@@ -154,13 +156,14 @@ static int bench_type(int type, int path, int threads, int64_t rows, int64_t K, 
     s.src = src;
     const int pn = pn_type_is_pn(type);
     const int B = pn ? pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP) : 0;
-    pn_error e = {0};
+    pn_error e = { 0 };
     if (s.row_bytes < 0 ||
-        pn_job_tensor_init(&s.t, 0, "bench", K, rows, PN_TYPE_F32, type, B, rows * K,
-                           rows * s.nblk, &e) != PN_OK ||
+        pn_job_tensor_init(&s.t, 0, "bench", K, rows, PN_TYPE_F32, type, B, rows * K, rows * s.nblk,
+                           &e) != PN_OK ||
         pn_job_kernels_init(&s.k, threads, path) != PN_OK) {
-        fprintf(stderr, "bench_chunk: %s: rows of %lld weights: %s\n", pn_type_traits_get(type)->name,
-                (long long)K, e.msg[0] ? e.msg : "cannot be set up");
+        fprintf(stderr, "bench_chunk: %s: rows of %lld weights: %s\n",
+                pn_type_traits_get(type)->name, (long long)K,
+                e.msg[0] ? e.msg : "cannot be set up");
         return 2;
     }
     const size_t n = (size_t)(rows * K);
@@ -208,8 +211,8 @@ static int bench_type(int type, int path, int threads, int64_t rows, int64_t K, 
         const int j = jobs[i];
         if (j == J_ROTATE)
             continue;
-        const int ref_j = (pn && (j == J_ROT_SUMS || j == J_CHUNK_Q || j == J_CHUNK)) ? J_ROT_SUMS
-                                                                                       : J_ROW_SUMS;
+        const int ref_j =
+            (pn && (j == J_ROT_SUMS || j == J_CHUNK_Q || j == J_CHUNK)) ? J_ROT_SUMS : J_ROW_SUMS;
         const int bytes_ok = memcmp(s.out[j], s.out[j == J_ROW ? J_ROW : ref_j], ob) == 0 &&
                              (pn ? 1 : memcmp(s.out[j], s.out[J_ROW], ob) == 0);
         const int sums_ok = j == J_ROW || (memcmp(s.err[j], s.err[ref_j], sb) == 0 &&
@@ -300,11 +303,13 @@ int main(int argc, char **argv)
     printf("bench_chunk: %lld rows x %lld weights, path %s, %d thread(s), best of %d alternating "
            "passes\n",
            (long long)rows, (long long)K, pn_path_name(path), threads, passes);
-    printf("%-6s %-9s %12s %9s %14s %9s\n", "type", "job", "w/s (wall)", "x row", "w/cpu-s", "x row");
+    printf("%-6s %-9s %12s %9s %14s %9s\n", "type", "job", "w/s (wall)", "x row", "w/cpu-s",
+           "x row");
     int status = 0;
     char list[256];
     snprintf(list, sizeof list, "%s", types);
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) {
         const pn_type_traits *tt = pn_type_traits_by_name(name);
         const int type = tt && pn_sum_block_weights(tt->id) > 0 ? tt->id : -1;
         if (type < 0) {

@@ -47,7 +47,10 @@ static uint64_t rng_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double rng_uniform(uint64_t *s) { return (double)(rng_u64(s) >> 11) * 0x1.0p-53; }
+static double rng_uniform(uint64_t *s)
+{
+    return (double)(rng_u64(s) >> 11) * 0x1.0p-53;
+}
 
 static double rng_gauss(uint64_t *s)
 {
@@ -75,8 +78,9 @@ static double run_pass(int type, int path, int threads, int sums, const float *w
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(| : failed)
     for (int64_t r = 0; r < rows; r++) {
-        pn_status st = pn_quantize_row_sums(type, path, w + r * COLS, COLS, q + r * rb, NULL,
-                                            sums ? err + r * nblk : NULL, sums ? norm + r * nblk : NULL);
+        pn_status st =
+            pn_quantize_row_sums(type, path, w + r * COLS, COLS, q + r * rb, NULL,
+                                 sums ? err + r * nblk : NULL, sums ? norm + r * nblk : NULL);
         failed |= st != PN_OK;
     }
     double t = clock_s(CLOCK_MONOTONIC) - t0;
@@ -102,7 +106,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--sums"))
             with_sums = 1;
         else {
-            fprintf(stderr, "usage: %s [--rows R] [--repeat N] [--seed S] [--type T] [--sums]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows R] [--repeat N] [--seed S] [--type T] [--sums]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -116,8 +121,8 @@ int main(int argc, char **argv)
     if (env && *env) {
         int p = pn_path_from_name(env);
         if (p < 0 || !pn_path_available(p)) {
-            fprintf(stderr, "bench_kquants: %s=%s: %s (ref, scalar, avx2, avx512)\n", PN_CPU_PATH_ENV, env,
-                    p < 0 ? "no such path" : "this CPU cannot run it");
+            fprintf(stderr, "bench_kquants: %s=%s: %s (ref, scalar, avx2, avx512)\n",
+                    PN_CPU_PATH_ENV, env, p < 0 ? "no such path" : "this CPU cannot run it");
             return 2;
         }
         if (p != PN_PATH_REF)
@@ -131,7 +136,8 @@ int main(int argc, char **argv)
     float *w = malloc((size_t)n * sizeof *w);
     float *dq = malloc((size_t)n * sizeof *dq);
     uint8_t *hit = calloc((size_t)n, 1);
-    uint8_t *qref = malloc((size_t)n * 2), *q = malloc((size_t)n * 2); /* more than any type needs */
+    uint8_t *qref = malloc((size_t)n * 2),
+            *q = malloc((size_t)n * 2); /* more than any type needs */
     double *err = malloc((size_t)(rows * (COLS / 32)) * sizeof(double));
     double *norm = malloc((size_t)(rows * (COLS / 32)) * sizeof(double));
     if (!w || !dq || !hit || !qref || !q || !err || !norm) {
@@ -170,15 +176,19 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < n; i++)
         sww += (double)w[i] * w[i];
 
-    static const struct { int type; const char *name; double ref_err; } types[] = {
-        {PN_TYPE_Q8_0, "q8_0", 0.00672},
-        {PN_TYPE_Q4_K, "q4_K", 0.0776},
-        {PN_TYPE_Q3_K, "q3_K", 0.163},
+    static const struct {
+        int type;
+        const char *name;
+        double ref_err;
+    } types[] = {
+        { PN_TYPE_Q8_0, "q8_0", 0.00672 },
+        { PN_TYPE_Q4_K, "q4_K", 0.0776 },
+        { PN_TYPE_Q3_K, "q3_K", 0.163 },
     };
     printf("matrix %lld x %d, Gaussian(0, 0.02), 0.1%% x10, columns %d %d %d %d x8, seed %llu; "
            "best of %d interleaved passes%s\n",
-           (long long)rows, COLS, cols[0], cols[1], cols[2], cols[3], (unsigned long long)seed, repeat,
-           with_sums ? "; with the fused per-block sums" : "");
+           (long long)rows, COLS, cols[0], cols[1], cols[2], cols[3], (unsigned long long)seed,
+           repeat, with_sums ? "; with the fused per-block sums" : "");
     int status = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         if (only && strcmp(only, types[t].name) != 0)
@@ -197,11 +207,11 @@ int main(int argc, char **argv)
             for (int c = 0; c < ncfg; c++) {
                 const int path = c < 2 ? PN_PATH_REF : paths[c / 2 - 1], threads = 1 + c % 2;
                 double cpu = 0.0;
-                double dt = run_pass(type, path, threads, with_sums, w, rows, c == 0 ? qref : q, err, norm,
-                                     &cpu);
+                double dt = run_pass(type, path, threads, with_sums, w, rows, c == 0 ? qref : q,
+                                     err, norm, &cpu);
                 if (dt < 0) {
-                    fprintf(stderr, "bench_kquants: %s path %s failed to encode the matrix\n", types[t].name,
-                            pn_path_name(path));
+                    fprintf(stderr, "bench_kquants: %s path %s failed to encode the matrix\n",
+                            types[t].name, pn_path_name(path));
                     return 1;
                 }
                 best[c] = dt < best[c] ? dt : best[c];
@@ -218,15 +228,18 @@ int main(int argc, char **argv)
             see += e * e;
         }
         const double rel = sqrt(see / sww);
-        printf("%s: rel_rmse %.5f (ggml's reference %.5f, ratio %.4f)\n", types[t].name, rel, types[t].ref_err,
-               rel / types[t].ref_err);
-        printf("  %-7s %7s %12s %9s %14s %9s %s\n", "path", "threads", "w/s (wall)", "x ref", "w/s per cpu-s",
-               "x ref", "bytes");
+        printf("%s: rel_rmse %.5f (ggml's reference %.5f, ratio %.4f)\n", types[t].name, rel,
+               types[t].ref_err, rel / types[t].ref_err);
+        printf("  %-7s %7s %12s %9s %14s %9s %s\n", "path", "threads", "w/s (wall)", "x ref",
+               "w/s per cpu-s", "x ref", "bytes");
         for (int c = 0; c < ncfg; c++) {
             const int path = c < 2 ? PN_PATH_REF : paths[c / 2 - 1], threads = 1 + c % 2;
             printf("  %-7s %7d %12.3e %8.2fx %14.3e %8.2fx %s\n", pn_path_name(path), threads,
                    (double)n / best[c], best[c % 2] / best[c], (double)n / best_cpu[c],
-                   best_cpu[c % 2] / best_cpu[c], c == 0 ? "reference" : same[c] ? "same" : "DIFFER");
+                   best_cpu[c % 2] / best_cpu[c],
+                   c == 0    ? "reference"
+                   : same[c] ? "same"
+                             : "DIFFER");
             if (!same[c])
                 status = 1;
         }

@@ -15,7 +15,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct { char name[160]; int nd; uint64_t shape[3]; int kind; } tdesc;
+typedef struct {
+    char name[160];
+    int nd;
+    uint64_t shape[3];
+    int kind;
+} tdesc;
 enum { K_W = 0, K_NORM, K_ALOG };
 
 static tdesc *g_t;
@@ -26,26 +31,34 @@ static void add(const char *name, int kind, int nd, uint64_t a, uint64_t b, uint
     if (g_n == g_cap) {
         g_cap = g_cap ? 2 * g_cap : 256;
         g_t = realloc(g_t, g_cap * sizeof *g_t);
-        if (!g_t) { perror("realloc"); exit(1); }
+        if (!g_t) {
+            perror("realloc");
+            exit(1);
+        }
     }
     tdesc *t = &g_t[g_n++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->nd = nd;
-    t->shape[0] = a; t->shape[1] = b; t->shape[2] = c;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->shape[2] = c;
     t->kind = kind;
 }
 
 static uint64_t bytes_of(const tdesc *t)
 {
     uint64_t n = 2;
-    for (int d = 0; d < t->nd; d++) n *= t->shape[d];
+    for (int d = 0; d < t->nd; d++)
+        n *= t->shape[d];
     return n;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint16_t next_bf16(int kind)
 {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     double u = (double)(rng >> 11) / 9007199254740992.0 - 0.5;
     float f = (float)(kind == K_W ? u * 0.07 : u * 0.2);
     uint32_t b;
@@ -56,7 +69,8 @@ static uint16_t next_bf16(int kind)
 static void layer(const char *pre, int full, uint64_t E, uint64_t F)
 {
     char n[160];
-#define T(suffix, kind, nd, a, b, c) (snprintf(n, sizeof n, "%s.%s", pre, suffix), add(n, kind, nd, a, b, c))
+#define T(suffix, kind, nd, a, b, c)                                                               \
+    (snprintf(n, sizeof n, "%s.%s", pre, suffix), add(n, kind, nd, a, b, c))
     T("input_layernorm.weight", K_NORM, 1, E, 0, 0);
     T("post_attention_layernorm.weight", K_NORM, 1, E, 0, 0);
     T("mlp.gate_proj.weight", K_W, 2, F, E, 0);
@@ -88,7 +102,10 @@ static FILE *open_w(const char *dir, const char *name)
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
-    if (!f) { fprintf(stderr, "bench_make_hf: %s: %s\n", p, strerror(errno)); exit(1); }
+    if (!f) {
+        fprintf(stderr, "bench_make_hf: %s: %s\n", p, strerror(errno));
+        exit(1);
+    }
     return f;
 }
 
@@ -102,7 +119,10 @@ int main(int argc, char **argv)
     int L = atoi(argv[2]);
     uint64_t V = argc > 3 ? strtoull(argv[3], NULL, 10) : 248320;
     const uint64_t E = 5120, F = 17408;
-    if (L < 1 || V < 300) { fprintf(stderr, "bench_make_hf: LAYERS >= 1, VOCAB >= 300\n"); return 2; }
+    if (L < 1 || V < 300) {
+        fprintf(stderr, "bench_make_hf: LAYERS >= 1, VOCAB >= 300\n");
+        return 2;
+    }
     mkdir(dir, 0755);
     add("model.language_model.embed_tokens.weight", K_W, 2, V, E, 0);
     add("lm_head.weight", K_W, 2, V, E, 0);
@@ -124,7 +144,10 @@ int main(int argc, char **argv)
     size_t n_sh = 0;
     uint64_t acc = 0;
     for (size_t i = 0; i < g_n; i++) {
-        if (i == 0 || acc + bytes_of(&g_t[i]) > cap) { first[n_sh++] = i; acc = 0; }
+        if (i == 0 || acc + bytes_of(&g_t[i]) > cap) {
+            first[n_sh++] = i;
+            acc = 0;
+        }
         acc += bytes_of(&g_t[i]);
     }
     first[n_sh] = g_n;
@@ -141,16 +164,19 @@ int main(int argc, char **argv)
         uint64_t off = 0;
         for (size_t i = first[s]; i < first[s + 1]; i++) {
             const tdesc *t = &g_t[i];
-            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[", t->name);
+            hl += (size_t)snprintf(h + hl, hcap - hl, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[",
+                                   t->name);
             for (int d = 0; d < t->nd; d++)
                 hl += (size_t)snprintf(h + hl, hcap - hl, "%s%" PRIu64, d ? "," : "", t->shape[d]);
-            hl += (size_t)snprintf(h + hl, hcap - hl, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                                   off, off + bytes_of(t));
+            hl +=
+                (size_t)snprintf(h + hl, hcap - hl, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                                 off, off + bytes_of(t));
             off += bytes_of(t);
             fprintf(idx, "%s\"%s\": \"%s\"", (s || i) ? ", " : "", t->name, sn);
         }
         hl += (size_t)snprintf(h + hl, hcap - hl, "}");
-        while (hl % 8) h[hl++] = ' ';
+        while (hl % 8)
+            h[hl++] = ' ';
         FILE *f = open_w(dir, sn);
         uint64_t hl64 = hl;
         fwrite(&hl64, 8, 1, f);
@@ -160,25 +186,34 @@ int main(int argc, char **argv)
             uint64_t n = bytes_of(&g_t[i]) / 2;
             while (n) {
                 size_t k = n < ((size_t)1 << 23) ? (size_t)n : ((size_t)1 << 23);
-                for (size_t j = 0; j < k; j++) buf[j] = next_bf16(g_t[i].kind);
-                if (fwrite(buf, 2, k, f) != k) { perror("fwrite"); return 1; }
+                for (size_t j = 0; j < k; j++)
+                    buf[j] = next_bf16(g_t[i].kind);
+                if (fwrite(buf, 2, k, f) != k) {
+                    perror("fwrite");
+                    return 1;
+                }
                 n -= k;
             }
         }
-        if (fclose(f) != 0) { perror("fclose"); return 1; }
+        if (fclose(f) != 0) {
+            perror("fclose");
+            return 1;
+        }
     }
     fprintf(idx, "}}\n");
     fclose(idx);
 
     FILE *c = open_w(dir, "config.json");
-    fprintf(c, "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\",\n"
-               " \"vocab_size\": %" PRIu64 ", \"hidden_size\": %" PRIu64 ", \"intermediate_size\": %" PRIu64 ",\n"
-               " \"num_hidden_layers\": %d, \"num_attention_heads\": 24, \"num_key_value_heads\": 4,\n"
-               " \"head_dim\": 256, \"max_position_embeddings\": 262144, \"rms_norm_eps\": 1e-06,\n"
-               " \"full_attention_interval\": 4, \"linear_conv_kernel_dim\": 4,\n"
-               " \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,\n"
-               " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 48,\n"
-               " \"mtp_num_hidden_layers\": 1, \"eos_token_id\": 257, \"layer_types\": [",
+    fprintf(c,
+            "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\",\n"
+            " \"vocab_size\": %" PRIu64 ", \"hidden_size\": %" PRIu64
+            ", \"intermediate_size\": %" PRIu64 ",\n"
+            " \"num_hidden_layers\": %d, \"num_attention_heads\": 24, \"num_key_value_heads\": 4,\n"
+            " \"head_dim\": 256, \"max_position_embeddings\": 262144, \"rms_norm_eps\": 1e-06,\n"
+            " \"full_attention_interval\": 4, \"linear_conv_kernel_dim\": 4,\n"
+            " \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128,\n"
+            " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 48,\n"
+            " \"mtp_num_hidden_layers\": 1, \"eos_token_id\": 257, \"layer_types\": [",
             V, E, F, L);
     for (int i = 0; i < L; i++)
         fprintf(c, "%s\"%s\"", i ? ", " : "", i % 4 == 3 ? "full_attention" : "linear_attention");
@@ -188,17 +223,23 @@ int main(int argc, char **argv)
 
     /* a byte-level BPE vocabulary of 256 tokens and two added ones */
     FILE *t = open_w(dir, "tokenizer.json");
-    fprintf(t, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 256, \"content\": \"<|endoftext|>\", "
-               "\"special\": true, \"normalized\": false}, {\"id\": 257, \"content\": \"<|im_end|>\", "
-               "\"special\": true, \"normalized\": false}],\n \"pre_tokenizer\": {\"type\": \"Sequence\", "
-               "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"%s\"}}]},\n"
-               " \"model\": {\"type\": \"BPE\", \"vocab\": {",
-            "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{L}\\\\p{M}]+|\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{M}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+");
-    for (int i = 0; i < 256; i++) fprintf(t, "%s\"<0x%02X>\": %d", i ? ", " : "", i, i);
+    fprintf(
+        t,
+        "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 256, \"content\": \"<|endoftext|>\", "
+        "\"special\": true, \"normalized\": false}, {\"id\": 257, \"content\": \"<|im_end|>\", "
+        "\"special\": true, \"normalized\": false}],\n \"pre_tokenizer\": {\"type\": \"Sequence\", "
+        "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"%s\"}}]},\n"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {",
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{L}\\\\p{M}]+|\\\\p{N}| "
+        "?[^\\\\s\\\\p{L}\\\\p{M}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|"
+        "\\\\s+");
+    for (int i = 0; i < 256; i++)
+        fprintf(t, "%s\"<0x%02X>\": %d", i ? ", " : "", i, i);
     fprintf(t, "}, \"merges\": []}}\n");
     fclose(t);
     FILE *tc = open_w(dir, "tokenizer_config.json");
-    fprintf(tc, "{\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\", \"add_bos_token\": false}\n");
+    fprintf(tc, "{\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\", "
+                "\"add_bos_token\": false}\n");
     fclose(tc);
     printf("bench_make_hf: %s: %d layers + MTP, %zu tensors in %zu shards\n", dir, L, g_n, n_sh);
     free(buf);

@@ -41,7 +41,9 @@
 #include "quant/pn_fast.h"
 #include "quant/types.h"
 
-typedef struct rng { uint64_t s; } rng;
+typedef struct rng {
+    uint64_t s;
+} rng;
 
 static uint64_t rng_u64(rng *r)
 {
@@ -51,7 +53,10 @@ static uint64_t rng_u64(rng *r)
     return z ^ (z >> 31);
 }
 
-static double rng_uniform(rng *r) { return (double)(rng_u64(r) >> 11) * 0x1p-53; }
+static double rng_uniform(rng *r)
+{
+    return (double)(rng_u64(r) >> 11) * 0x1p-53;
+}
 
 static double rng_gauss(rng *r)
 {
@@ -82,9 +87,9 @@ typedef enum job_kind { JOB_QUANT, JOB_ROTATE } job_kind;
 typedef struct job {
     job_kind kind;
     int path;
-    int v1;         /* JOB_QUANT: the path's previous search (pn_quantize_row_path_v1) */
-    int type;       /* JOB_QUANT */
-    int B;          /* JOB_ROTATE */
+    int v1;   /* JOB_QUANT: the path's previous search (pn_quantize_row_path_v1) */
+    int type; /* JOB_QUANT */
+    int B;    /* JOB_ROTATE */
     const float *src;
     float *scratch; /* JOB_ROTATE: rows are copied here, then rotated */
     uint8_t *out;   /* JOB_QUANT */
@@ -151,7 +156,7 @@ static double measure(const job *j, int threads, double seconds, double *per_cpu
 static int measure_pair(const job *const j[2], int threads, double seconds, double rate[2],
                         double per_cpu[2])
 {
-    double best[2] = {1e30, 1e30}, best_cpu[2] = {1e30, 1e30}, spent = 0.0;
+    double best[2] = { 1e30, 1e30 }, best_cpu[2] = { 1e30, 1e30 }, spent = 0.0;
     int passes = 0;
     while (passes < 3 || spent < 2.0 * seconds) {
         for (int i = 0; i < 2; i++) {
@@ -200,8 +205,8 @@ static int chosen_paths(int *paths)
     if (env && *env) {
         int path = pn_path_from_name(env);
         if (path < 0 || !pn_path_available(path)) {
-            fprintf(stderr, "bench_pn: %s=%s: %s (ref, scalar, avx2, avx512)\n", PN_CPU_PATH_ENV, env,
-                    path < 0 ? "no such path" : "this CPU cannot run it");
+            fprintf(stderr, "bench_pn: %s=%s: %s (ref, scalar, avx2, avx512)\n", PN_CPU_PATH_ENV,
+                    env, path < 0 ? "no such path" : "this CPU cannot run it");
             return -1;
         }
         if (path != PN_PATH_REF)
@@ -222,7 +227,7 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     if (nfast < 0)
         return 2;
     /* the SIMD paths twice: their previous search (v1) first, then today's */
-    int paths[2 * PN_PATH_COUNT + 1] = {PN_PATH_REF}, v1[2 * PN_PATH_COUNT + 1] = {0};
+    int paths[2 * PN_PATH_COUNT + 1] = { PN_PATH_REF }, v1[2 * PN_PATH_COUNT + 1] = { 0 };
     int npaths = 1;
     for (int k = 0; k < nfast; k++) {
         if (fast_paths[k] == PN_PATH_AVX2 || fast_paths[k] == PN_PATH_AVX512) {
@@ -245,7 +250,7 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
         fprintf(stderr, "bench_pn: out of memory\n");
         return 2;
     }
-    rng r = {seed};
+    rng r = { seed };
     for (int64_t i = 0; i < rows * K; i++) {
         double v = 0.02 * rng_gauss(&r);
         if (rng_uniform(&r) < 0.001)
@@ -256,11 +261,11 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     printf("bench_pn: %lld rows x %lld weights, %d thread(s) available, best path %s, "
            "rotation block B = %d\n",
            (long long)rows, (long long)K, threads, pn_path_name(pn_cpu_path_best()), B);
-    printf("%-8s %-9s %14s %14s %9s %9s %9s %14s\n", "kernel", "path", "1 thread w/s", "all threads",
-           "scaling", "x ref 1t", "x ref all", "1t w/cpu-s");
+    printf("%-8s %-9s %14s %14s %9s %9s %9s %14s\n", "kernel", "path", "1 thread w/s",
+           "all threads", "scaling", "x ref 1t", "x ref all", "1t w/cpu-s");
 
     int status = 0;
-    static const char *const kernel[3] = {"pn3t", "pn4t", "rotate"};
+    static const char *const kernel[3] = { "pn3t", "pn4t", "rotate" };
     for (int kind = 0; kind < 3; kind++) {
         const int type = kind == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
         if (kind < 2 && K % pn_params_get(type)->group != 0)
@@ -269,16 +274,20 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
         for (int k = 0; k < npaths; k++) {
             if (kind == 2 && v1[k])
                 continue; /* the rotation has one implementation per path */
-            job j = kind < 2 ? (job){JOB_QUANT, paths[k], v1[k], type, 0, src, NULL, k ? out_fast : out_ref, rows, K}
-                             : (job){JOB_ROTATE, paths[k], 0, 0, B, src, k ? scratch2 : scratch, NULL, rows, K};
+            job j = kind < 2 ? (job){ JOB_QUANT, paths[k], v1[k], type,
+                                      0,         src,      NULL,  k ? out_fast : out_ref,
+                                      rows,      K }
+                             : (job){ JOB_ROTATE, paths[k], 0, 0, B, src, k ? scratch2 : scratch,
+                                      NULL,       rows,     K };
             if (kind < 2 && k + 1 < npaths && v1[k] && paths[k + 1] == paths[k]) {
                 /* the previous search and the current one of this path, in
                  * alternating passes; then each once more for the bytes */
-                const job jn = {JOB_QUANT, paths[k], 0, type, 0, src, NULL, out_fast, rows, K};
-                const job *const pair[2] = {&j, &jn};
+                const job jn = { JOB_QUANT, paths[k], 0, type, 0, src, NULL, out_fast, rows, K };
+                const job *const pair[2] = { &j, &jn };
                 for (int t = 0; t < 2; t++) {
                     double r2[2], c2[2];
-                    if (measure_pair(pair, t == 0 ? 1 : threads, seconds, r2, t == 0 ? c2 : NULL) < 0)
+                    if (measure_pair(pair, t == 0 ? 1 : threads, seconds, r2, t == 0 ? c2 : NULL) <
+                        0)
                         r2[0] = r2[1] = c2[0] = c2[1] = -1.0;
                     rate[k][t] = r2[0];
                     rate[k + 1][t] = r2[1];
@@ -290,15 +299,18 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
                 run_once(&j, 1, NULL);
             } else if (!(kind < 2 && k > 0 && v1[k - 1] && paths[k - 1] == paths[k])) {
                 for (int t = 0; t < 2; t++)
-                    rate[k][t] = measure(&j, t == 0 ? 1 : threads, seconds, t == 0 ? &rate_cpu[k] : NULL);
+                    rate[k][t] =
+                        measure(&j, t == 0 ? 1 : threads, seconds, t == 0 ? &rate_cpu[k] : NULL);
             } else {
                 run_once(&j, 1, NULL); /* timed with its v1 above; its bytes */
             }
-            const int same = kind < 2 ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
-                                      : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
+            const int same =
+                kind < 2
+                    ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
+                    : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
             if (k > 0 && !same) {
-                fprintf(stderr, "bench_pn: %s: path %s%s differs from the reference\n", kernel[kind],
-                        pn_path_name(paths[k]), v1[k] ? "-v1" : "");
+                fprintf(stderr, "bench_pn: %s: path %s%s differs from the reference\n",
+                        kernel[kind], pn_path_name(paths[k]), v1[k] ? "-v1" : "");
                 status = 1;
             }
             char name[32];
@@ -346,8 +358,7 @@ static void make_group(rng *r, const pn_params *p, float *w)
     for (int e = 0; e < G; e++)
         w[e] = (float)(scale * rng_gauss(r));
     switch (kind) {
-    case 0: /* plain Gaussian */
-        break;
+    case 0: /* plain Gaussian */ break;
     case 1: /* heavy tails: Student-t-like */
         for (int e = 0; e < G; e++)
             w[e] = (float)(scale * rng_gauss(r) / (fabs(rng_gauss(r)) + 0.05));
@@ -368,7 +379,8 @@ static void make_group(rng *r, const pn_params *p, float *w)
         w[ia] = (float)(sign * A);
         for (int e = 0; e < G; e++) {
             int i = (int)(rng_u64(r) % PN_N_CANDIDATES);
-            double s = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
+            double s = pn_fp16_to_double(
+                pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
             int k = (int)(rng_u64(r) % (uint64_t)(2 * z - 1)) - z;
             double v = (k + 0.5) * s;
             if (e != ia && rng_uniform(r) < 0.5 && isfinite(s) && fabs(v) < A)
@@ -381,10 +393,13 @@ static void make_group(rng *r, const pn_params *p, float *w)
         const int i = (z == 4 ? 20 : 22) + (int)(rng_u64(r) % (z == 4 ? 5 : 3));
         const double A = few_bits(scale * (1.0 + rng_uniform(r)), 8);
         const double sign = rng_uniform(r) < 0.5 ? -1.0 : 1.0, sigma = -sign;
-        const double si = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
-        const double sj = pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(52 + 2 * i) / 100.0) * A / z));
+        const double si =
+            pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(50 + 2 * i) / 100.0) * A / z));
+        const double sj =
+            pn_fp16_to_double(pn_fp16_from_double(sigma * ((double)(52 + 2 * i) / 100.0) * A / z));
         memset(w, 0, (size_t)G * sizeof(float));
-        const int ea = (int)(rng_u64(r) % (uint64_t)G), eb = (ea + 1 + (int)(rng_u64(r) % (uint64_t)(G - 1))) % G;
+        const int ea = (int)(rng_u64(r) % (uint64_t)G),
+                  eb = (ea + 1 + (int)(rng_u64(r) % (uint64_t)(G - 1))) % G;
         w[ea] = (float)(sign * A);
         w[eb] = (float)(sign * (z * (fabs(si) + fabs(sj)) - A));
         for (int q = (int)(rng_u64(r) % 12); q > 0; q--) {
@@ -497,7 +512,7 @@ static int verify(double millions, uint64_t seed, const char *only)
             float *w = malloc((size_t)(cn * G) * sizeof(float));
             uint8_t *ref = malloc((size_t)cn * PN_BLOCK_BYTES);
             uint8_t *got = malloc((size_t)cn * PN_BLOCK_BYTES);
-            rng r = {seed ^ ((uint64_t)type << 56) ^ (uint64_t)c0 * 0x2545f4914f6cdd1dull};
+            rng r = { seed ^ ((uint64_t)type << 56) ^ (uint64_t)c0 * 0x2545f4914f6cdd1dull };
             for (int64_t g = 0; g < cn; g++)
                 make_group(&r, p, w + g * G);
             /* the whole row's expected answer, from the groups': the first
@@ -506,8 +521,8 @@ static int verify(double millions, uint64_t seed, const char *only)
             int64_t row_bad = -1;
             for (int64_t g = 0; g < cn && !status; g++) {
                 int64_t bad_ref = -1;
-                pn_status st_ref = pn_quantize_row_ref(type, w + g * G, G, ref + g * PN_BLOCK_BYTES,
-                                                       &bad_ref);
+                pn_status st_ref =
+                    pn_quantize_row_ref(type, w + g * G, G, ref + g * PN_BLOCK_BYTES, &bad_ref);
                 refused += st_ref != PN_OK;
                 if (st_ref != PN_OK && row_st == PN_OK) {
                     row_st = st_ref;
@@ -517,14 +532,15 @@ static int verify(double millions, uint64_t seed, const char *only)
                     int64_t bad = -1;
                     pn_status st = pn_quantize_row_path(paths[k], type, w + g * G, G,
                                                         got + g * PN_BLOCK_BYTES, &bad);
-                    bool same = st == st_ref &&
-                                (st != PN_OK ? bad == bad_ref
-                                             : memcmp(got + g * PN_BLOCK_BYTES,
-                                                      ref + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) == 0);
+                    bool same = st == st_ref && (st != PN_OK ? bad == bad_ref
+                                                             : memcmp(got + g * PN_BLOCK_BYTES,
+                                                                      ref + g * PN_BLOCK_BYTES,
+                                                                      PN_BLOCK_BYTES) == 0);
                     if (!same) {
 #pragma omp critical
                         {
-                            fprintf(stderr, "verify: %s path %s differs on group %lld (status %d/%d):",
+                            fprintf(stderr,
+                                    "verify: %s path %s differs on group %lld (status %d/%d):",
                                     pn_type_traits_get(type)->name, pn_path_name(paths[k]),
                                     (long long)(c0 + g), (int)st, (int)st_ref);
                             for (int e = 0; e < G; e++)
@@ -541,8 +557,9 @@ static int verify(double millions, uint64_t seed, const char *only)
                 for (int k = 0; k < npaths; k++) {
                     int64_t bad = -1;
                     pn_status b = pn_quantize_row_path(paths[k], type, w, cn * G, got, &bad);
-                    if (row_st != b || (b == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
-                                                   : bad != row_bad)) {
+                    if (row_st != b ||
+                        (b == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
+                                    : bad != row_bad)) {
 #pragma omp critical
                         fprintf(stderr, "verify: %s path %s differs on the row of chunk %lld\n",
                                 pn_type_traits_get(type)->name, pn_path_name(paths[k]),
@@ -556,8 +573,8 @@ static int verify(double millions, uint64_t seed, const char *only)
             free(ref);
             free(got);
         }
-        printf("verify: %s: %lld groups, %lld refused, every path (", pn_type_traits_get(type)->name,
-               (long long)done, (long long)refused);
+        printf("verify: %s: %lld groups, %lld refused, every path (",
+               pn_type_traits_get(type)->name, (long long)done, (long long)refused);
         for (int k = 0; k < npaths; k++)
             printf("%s%s", k ? ", " : "", pn_path_name(paths[k]));
         printf(") %s the reference (%.1f s)\n", status ? "DIFFERS from" : "identical to",
@@ -599,8 +616,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--paths") == 0) {
             only = v;
             end = (char *)v + strlen(v);
-        }
-        else {
+        } else {
             usage();
             return 2;
         }

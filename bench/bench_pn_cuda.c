@@ -50,7 +50,7 @@ static void fill_weights(float *x, int64_t n, uint64_t seed)
         double u1 = ((double)(mix64(&s) >> 11) + 1.0) * 0x1p-53;
         double u2 = (double)(mix64(&s) >> 11) * 0x1p-53;
         double r = sqrt(-2.0 * log(u1));
-        double g[2] = {r * cos(6.283185307179586 * u2), r * sin(6.283185307179586 * u2)};
+        double g[2] = { r * cos(6.283185307179586 * u2), r * sin(6.283185307179586 * u2) };
         for (int k = 0; k < 2 && i + k < n; k++) {
             double v = 0.02 * g[k];
             if ((mix64(&s) & 1023u) == 0)
@@ -67,8 +67,8 @@ typedef struct bench_case {
 } bench_case;
 
 static const bench_case CASES[] = {
-    {PN_TYPE_PN3T, 5120, 8192},  /* 41.9M weights */
-    {PN_TYPE_PN4T, 17408, 2304}, /* 40.1M weights */
+    { PN_TYPE_PN3T, 5120, 8192 },  /* 41.9M weights */
+    { PN_TYPE_PN4T, 17408, 2304 }, /* 40.1M weights */
 };
 
 static int row_bytes(int type, int64_t K)
@@ -77,8 +77,8 @@ static int row_bytes(int type, int64_t K)
 }
 
 /* The CPU fast path over rows on `threads` threads; returns weights/s. */
-static double time_cpu(int type, const float *x, int64_t rows, int64_t K, uint8_t *out,
-                       int threads, double min_s, int *failed)
+static double time_cpu(int type, const float *x, int64_t rows, int64_t K, uint8_t *out, int threads,
+                       double min_s, int *failed)
 {
     const int rb = row_bytes(type, K);
     double t0 = now_s(), t;
@@ -170,9 +170,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--min-seconds") && i + 1 < argc)
             min_s = atof(argv[++i]);
         else {
-            fprintf(stderr,
-                    "usage: bench_pn_cuda [--device N | --emulator] [--scale F] "
-                    "[--cpu-threads N] [--min-seconds S]\n");
+            fprintf(stderr, "usage: bench_pn_cuda [--device N | --emulator] [--scale F] "
+                            "[--cpu-threads N] [--min-seconds S]\n");
             return 2;
         }
     }

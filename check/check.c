@@ -52,7 +52,7 @@ char *pn_check_strdup_gguf(gguf_str s)
 
 pn_str_walk pn_str_walk_start(const gguf_kv *kv)
 {
-    return (pn_str_walk){kv->arr_data};
+    return (pn_str_walk){ kv->arr_data };
 }
 
 /* The reader checked every length of the array against the file at open. */
@@ -61,7 +61,7 @@ gguf_str pn_str_walk_next(pn_str_walk *w)
     uint64_t len = 0;
     for (int i = 0; i < 8; i++)
         len |= (uint64_t)w->p[i] << (8 * i);
-    gguf_str s = {len, (const char *)w->p + 8};
+    gguf_str s = { len, (const char *)w->p + 8 };
     w->p += 8 + len;
     return s;
 }
@@ -158,7 +158,7 @@ void pn_check_report_free(pn_check_report *r)
 int pn_check_exit_code(const pn_check_report *r, bool strict)
 {
     if (!r || !r->readable)
-        return 1;   /* what the file holds (or lacks): cmd/cli.h's rule */
+        return 1; /* what the file holds (or lacks): cmd/cli.h's rule */
     if (r->n_errors > 0 || (strict && r->n_warnings > 0))
         return 1;
     return 0;
@@ -201,11 +201,26 @@ static void add_reader_refusal(pn_check_ctx *c, const pn_error *e)
     const char *code = "GGUF-MALFORMED";
     bool readable = true;
     switch (e->code) {
-    case PN_ERR_IO: code = "GGUF-IO"; readable = false; break;
-    case PN_ERR_TRUNCATED: code = "GGUF-TRUNCATED-HEADER"; readable = false; break;
-    case PN_ERR_BAD_MAGIC: code = "GGUF-NOT-GGUF"; readable = false; break;
-    case PN_ERR_VERSION: code = "GGUF-VERSION"; readable = false; break;
-    case PN_ERR_TYPE: code = "GGUF-UNKNOWN-TYPE"; readable = false; break;
+    case PN_ERR_IO:
+        code = "GGUF-IO";
+        readable = false;
+        break;
+    case PN_ERR_TRUNCATED:
+        code = "GGUF-TRUNCATED-HEADER";
+        readable = false;
+        break;
+    case PN_ERR_BAD_MAGIC:
+        code = "GGUF-NOT-GGUF";
+        readable = false;
+        break;
+    case PN_ERR_VERSION:
+        code = "GGUF-VERSION";
+        readable = false;
+        break;
+    case PN_ERR_TYPE:
+        code = "GGUF-UNKNOWN-TYPE";
+        readable = false;
+        break;
     case PN_ERR_ALIGNMENT: code = "GGUF-ALIGNMENT"; break;
     case PN_ERR_TENSOR: code = "GGUF-TENSOR-INFO"; break;
     default: code = "GGUF-MALFORMED"; break;
@@ -379,9 +394,9 @@ static pn_status check_file_layout(pn_check_ctx *c, const gguf_reader *sr, size_
 static pn_status check_data_layout(pn_check_ctx *c)
 {
     for (size_t s = 0; s < gguf_reader_n_splits(c->r); s++) {
-        pn_status st = check_file_layout(c, gguf_reader_split(c->r, s),
-                                         gguf_reader_split_first(c->r, s),
-                                         gguf_reader_split_first(c->r, s + 1));
+        pn_status st =
+            check_file_layout(c, gguf_reader_split(c->r, s), gguf_reader_split_first(c->r, s),
+                              gguf_reader_split_first(c->r, s + 1));
         if (st)
             return st;
     }
@@ -406,7 +421,7 @@ static pn_status fill_tensors(pn_check_ctx *c)
         t->n_dims = ti->n_dims;
         for (int d = 0; d < 4; d++)
             t->ne[d] = ti->ne[d];
-        t->file_offset = gguf_reader_tensor_file_offset(c->r, i);  /* UINT64_MAX: overflow */
+        t->file_offset = gguf_reader_tensor_file_offset(c->r, i); /* UINT64_MAX: overflow */
         t->split = ti->split;
         t->bytes = ti->size;
         t->bad_blocks = 0;
@@ -440,8 +455,7 @@ static pn_status fill_splits(pn_check_ctx *c)
 }
 
 /* A split finding naming `file` (the message names it too). */
-static void add_split_finding(pn_check_ctx *c, const char *code, const char *file,
-                              const char *msg)
+static void add_split_finding(pn_check_ctx *c, const char *code, const char *file, const char *msg)
 {
     c->finding_file = file;
     pn_check_add(c, PN_SEV_ERROR, code, NULL, NULL, offset_in_message(msg), "%s", msg);
@@ -462,7 +476,7 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
     rep->set_unopened = true;
     rep->file_size = gguf_reader_file_size(given);
     gguf_split_keys gk;
-    pn_error e = {0};
+    pn_error e = { 0 };
     if (gguf_split_read_keys(given, &gk, &e) != PN_OK) {
         add_split_finding(c, "SPLIT-KEYS", name, e.msg);
         return PN_OK;
@@ -512,8 +526,8 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
             continue;
         }
         gguf_reader *m = NULL;
-        pn_status ms = gguf_reader_open_flags(f->path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE, &m,
-                                              &e);
+        pn_status ms =
+            gguf_reader_open_flags(f->path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE, &m, &e);
         if (ms == PN_ERR_NOMEM) {
             st = ms;
             break;
@@ -543,8 +557,8 @@ static pn_status survey_set(pn_check_ctx *c, const gguf_reader *given, const pn_
             PN_OK)
             add_split_finding(c, "SPLIT-MIXED", gguf_reader_name(members[odd]), e.msg);
         else
-            pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL,
-                         offset_in_message(set_err->msg), "%s", set_err->msg);
+            pn_check_add(c, PN_SEV_ERROR, "SPLIT-SET", NULL, NULL, offset_in_message(set_err->msg),
+                         "%s", set_err->msg);
         members[gk.no] = NULL;
     }
     for (uint32_t s = 0; s < gk.count; s++)
@@ -574,8 +588,7 @@ static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
             return pn_error_set(err, PN_ERR_TYPE,
                                 "source %s: not a float model: tensor '%s' is %s (a source holds "
                                 "only f32, f16 and bf16 tensors)",
-                                gguf_reader_name(src), ti->name,
-                                gguf_type_traits(ti->type)->name);
+                                gguf_reader_name(src), ti->name, gguf_type_traits(ti->type)->name);
     }
     return PN_OK;
 }
@@ -593,7 +606,7 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
                         pn_error *err)
 {
     *out = NULL;
-    pn_check_ctx c = {0};
+    pn_check_ctx c = { 0 };
     if (opt)
         c.opt = *opt;
     else
@@ -614,16 +627,16 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
         goto fail;
     }
 
-    pn_error rerr = {0};
+    pn_error rerr = { 0 };
     st = gguf_reader_open_lenient(path, &c.r, &rerr);
     if (st == PN_ERR_NOMEM)
         goto fail;
     if (st != PN_OK) {
         /* the file itself, or the split set it belongs to? */
         gguf_reader *one = NULL;
-        pn_error oerr = {0};
-        pn_status ost = gguf_reader_open_flags(path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE,
-                                               &one, &oerr);
+        pn_error oerr = { 0 };
+        pn_status ost =
+            gguf_reader_open_flags(path, GGUF_OPEN_LENIENT | GGUF_OPEN_ONE_FILE, &one, &oerr);
         if (ost == PN_OK) {
             st = survey_set(&c, one, &rerr);
             gguf_reader_close(one);

@@ -64,76 +64,76 @@ typedef enum pn_severity {
     PN_SEV_ERROR = 2,
 } pn_severity;
 
-const char *pn_severity_name(pn_severity s);   /* "warning" / "error" */
+const char *pn_severity_name(pn_severity s); /* "warning" / "error" */
 
 typedef struct pn_finding {
     pn_severity severity;
-    const char *code;          /* stable code, e.g. "PN-RESERVED-BITS" (static) */
-    char *tensor;              /* tensor concerned, or NULL */
-    char *key;                 /* metadata key concerned, or NULL */
-    int64_t offset;            /* file byte offset concerned, or -1 */
-    int64_t row;               /* first bad row (tensor row index), or -1 */
-    int64_t block;             /* first bad block within that row, or -1 */
-    int64_t count;             /* how many things are bad (blocks...), or -1 */
-    char *message;             /* one line, no trailing newline */
-    char *file;                /* the file concerned (a split of a set), or NULL */
+    const char *code; /* stable code, e.g. "PN-RESERVED-BITS" (static) */
+    char *tensor;     /* tensor concerned, or NULL */
+    char *key;        /* metadata key concerned, or NULL */
+    int64_t offset;   /* file byte offset concerned, or -1 */
+    int64_t row;      /* first bad row (tensor row index), or -1 */
+    int64_t block;    /* first bad block within that row, or -1 */
+    int64_t count;    /* how many things are bad (blocks...), or -1 */
+    char *message;    /* one line, no trailing newline */
+    char *file;       /* the file concerned (a split of a set), or NULL */
 } pn_finding;
 
 /* What the check learned about one tensor (in tensor-info order). */
 typedef struct pn_check_tensor {
     char *name;
-    int type;                  /* ggml type id */
+    int type; /* ggml type id */
     uint32_t n_dims;
     int64_t ne[4];
-    uint64_t file_offset;      /* absolute byte offset of the data, in its split's file */
-    uint32_t split;            /* the split holding it (0 for one file) */
+    uint64_t file_offset; /* absolute byte offset of the data, in its split's file */
+    uint32_t split;       /* the split holding it (0 for one file) */
     uint64_t bytes;
-    bool in_file;              /* all bytes lie inside the file */
-    bool overlaps;             /* its bytes overlap an earlier tensor's: data not checked */
-    bool too_many_weights;     /* more than 2^63 - 1 weights: data not checked */
+    bool in_file;          /* all bytes lie inside the file */
+    bool overlaps;         /* its bytes overlap an earlier tensor's: data not checked */
+    bool too_many_weights; /* more than 2^63 - 1 weights: data not checked */
     bool crc_computed;
-    uint32_t crc32;            /* zlib CRC-32 of the data bytes (when computed) */
+    uint32_t crc32; /* zlib CRC-32 of the data bytes (when computed) */
     bool crc_recorded;
-    uint32_t crc32_recorded;   /* pn.tensor_crc32 entry (when recorded) */
-    int64_t bad_blocks;        /* PN tensors: blocks failing validation */
-    int rotation_block;        /* PN tensors: rotation block B undone; 0 = none */
+    uint32_t crc32_recorded; /* pn.tensor_crc32 entry (when recorded) */
+    int64_t bad_blocks;      /* PN tensors: blocks failing validation */
+    int rotation_block;      /* PN tensors: rotation block B undone; 0 = none */
     /* --source (compared == false when not compared; `note` says why) */
     bool compared;
-    double rel_error;          /* E = sum (w - dq)^2 / sum w^2 over the tensor */
-    double expected_error;     /* PN: E_ref on the sample; other types: NaN */
-    double limit;              /* the error above which the tensor is flagged */
-    char *note;                /* why not compared, or NULL */
+    double rel_error;      /* E = sum (w - dq)^2 / sum w^2 over the tensor */
+    double expected_error; /* PN: E_ref on the sample; other types: NaN */
+    double limit;          /* the error above which the tensor is flagged */
+    char *note;            /* why not compared, or NULL */
 } pn_check_tensor;
 
 /* One file of what was checked: the file itself, or each split of a set. */
 typedef struct pn_check_split {
     char *path;
-    bool present;              /* opened (a set that does not open: found and readable) */
+    bool present; /* opened (a set that does not open: found and readable) */
     uint64_t file_size;
-    size_t first_tensor, n_tensors;   /* its tensors in the report (0, 0 when not read) */
+    size_t first_tensor, n_tensors; /* its tensors in the report (0, 0 when not read) */
 } pn_check_split;
 
 typedef struct pn_check_report {
     char *path;
-    bool readable;             /* false: not read (not GGUF, cut in its header...) */
+    bool readable; /* false: not read (not GGUF, cut in its header...) */
     pn_finding *findings;
     size_t n_findings;
     size_t n_errors, n_warnings;
     pn_check_tensor *tensors;
     size_t n_tensors;
-    uint64_t file_size;        /* of a set: all its splits' */
-    uint64_t data_bytes;       /* tensor bytes read in the data pass */
-    pn_check_split *splits;    /* the files: 1 for a plain file, every split of a set */
+    uint64_t file_size;     /* of a set: all its splits' */
+    uint64_t data_bytes;    /* tensor bytes read in the data pass */
+    pn_check_split *splits; /* the files: 1 for a plain file, every split of a set */
     size_t n_splits;
-    bool set_unopened;         /* a split set that does not open: its tensors are not checked */
-    double seconds;            /* wall time of the check */
+    bool set_unopened; /* a split set that does not open: its tensors are not checked */
+    double seconds;    /* wall time of the check */
     /* --recipe */
     bool recipe_checked;
-    char *recipe_mix;          /* the recipe's mix name */
-    char *expected_mix;        /* "<recipe mix>+<promotions>" */
-    char **promoted;           /* tensors whose type is the recipe's promotion */
+    char *recipe_mix;   /* the recipe's mix name */
+    char *expected_mix; /* "<recipe mix>+<promotions>" */
+    char **promoted;    /* tensors whose type is the recipe's promotion */
     size_t n_promoted;
-    long recipe_promote_n;     /* the recipe's promotion count, -1 if none */
+    long recipe_promote_n; /* the recipe's promotion count, -1 if none */
     /* --source */
     char *source_path;
     /* --imatrix (check_imatrix.c): checked, the file records FILE's hash,
@@ -144,23 +144,23 @@ typedef struct pn_check_report {
 } pn_check_report;
 
 typedef struct pn_check_options {
-    const char *recipe_path;   /* NULL: no recipe conformance */
-    bool keep_mtp;             /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
+    const char *recipe_path; /* NULL: no recipe conformance */
+    bool keep_mtp;           /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
     /* --tensor-type, --output-tensor-type, --token-embedding-type as the
      * file was made with: before the recipe's rules (mix/recipe.h) */
     const pn_recipe_override *overrides;
     size_t n_overrides;
-    const char *source_path;   /* NULL: no source comparison */
-    const char *imatrix_path;  /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
-    int threads;               /* <= 0: all cores (pn_threads_resolve) */
+    const char *source_path;  /* NULL: no source comparison */
+    const char *imatrix_path; /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
+    int threads;              /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the
      * error of the reference quantizer on sample rows of the source. */
-    double source_factor;      /* default 4 */
-    double source_floor;       /* default 1e-4 */
-    double stock_limit;        /* other types: flagged when E > this; default 0.5 */
-    int sample_rows;           /* source rows re-quantized per PN tensor; default 16 */
-    int max_locations;         /* bad blocks located per finding; default 5 */
-    size_t chunk_bytes;        /* data-pass work unit; default 8 MiB */
+    double source_factor; /* default 4 */
+    double source_floor;  /* default 1e-4 */
+    double stock_limit;   /* other types: flagged when E > this; default 0.5 */
+    int sample_rows;      /* source rows re-quantized per PN tensor; default 16 */
+    int max_locations;    /* bad blocks located per finding; default 5 */
+    size_t chunk_bytes;   /* data-pass work unit; default 8 MiB */
     /* Progress of the data pass, or NULL: called with done = 0 before the
      * first byte is read (from the calling thread), then after each work item
      * with the data bytes checked so far, from whichever thread finished it

@@ -41,23 +41,23 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 
-#define SEG_TARGET 16384            /* elements decoded per step */
+#define SEG_TARGET 16384 /* elements decoded per step */
 
 typedef struct tplan {
-    bool in_file;                   /* the tensor's bytes are all in the file */
-    const gguf_reader *r;           /* the file, and this tensor's index in it */
+    bool in_file;         /* the tensor's bytes are all in the file */
+    const gguf_reader *r; /* the file, and this tensor's index in it */
     size_t index;
-    int64_t n;                      /* elements */
+    int64_t n; /* elements */
     int64_t K, rows;
-    int64_t bw, bb;                 /* block weights and bytes */
-    int64_t unit;                   /* elements; the type's and rotation's blocks divide it */
-    int64_t seg;                    /* elements per step, a multiple of unit */
-    int64_t item_len;               /* elements per work item, a multiple of unit */
-    const pn_params *pn;            /* pn3t/pn4t, else NULL */
-    int scan;                       /* what else is checked for finiteness (SCAN_*) */
+    int64_t bw, bb;      /* block weights and bytes */
+    int64_t unit;        /* elements; the type's and rotation's blocks divide it */
+    int64_t seg;         /* elements per step, a multiple of unit */
+    int64_t item_len;    /* elements per work item, a multiple of unit */
+    const pn_params *pn; /* pn3t/pn4t, else NULL */
+    int scan;            /* what else is checked for finiteness (SCAN_*) */
     bool compare;
-    int B;                          /* rotation block undone, 0 none */
-    const gguf_reader *src;         /* the source, and the tensor's index there */
+    int B;                  /* rotation block undone, 0 none */
+    const gguf_reader *src; /* the source, and the tensor's index there */
     size_t src_index;
     int src_type;
     int64_t src_es;
@@ -67,28 +67,28 @@ typedef struct tplan {
 
 enum {
     SCAN_NONE,
-    SCAN_SCALES,                    /* q8_0, q4_K, q3_K: the fp16 scale fields */
-    SCAN_VALUES,                    /* f32, f16, bf16: every weight */
+    SCAN_SCALES, /* q8_0, q4_K, q3_K: the fp16 scale fields */
+    SCAN_VALUES, /* f32, f16, bf16: every weight */
 };
 
 typedef struct loc {
-    int64_t block;                  /* block index in the tensor (a weight for SCAN_VALUES) */
-    uint32_t bits;                  /* the value found: a scale's fp16, a weight's bits */
-    int field;                      /* the scale field (pn_scale_fields), 0 otherwise */
+    int64_t block; /* block index in the tensor (a weight for SCAN_VALUES) */
+    uint32_t bits; /* the value found: a scale's fp16, a weight's bits */
+    int field;     /* the scale field (pn_scale_fields), 0 otherwise */
 } loc;
 
 /* A read that failed: the file (or the source) changed or shrank during the
  * check. Kept per work item and reported for the first item in file order. */
 typedef struct read_fail {
-    pn_status st;                   /* PN_OK: none */
+    pn_status st; /* PN_OK: none */
     bool in_source;
-    uint64_t at;                    /* byte offset within the tensor */
+    uint64_t at; /* byte offset within the tensor */
     uint64_t n;
 } read_fail;
 
 typedef struct item {
     size_t t;
-    int64_t e0, e1;                 /* element range */
+    int64_t e0, e1; /* element range */
     uint32_t crc;
     int64_t n_nan, n_inf, n_res;
     int n_loc_nf, n_loc_res;
@@ -115,7 +115,7 @@ static bool read_bytes(const gguf_reader *r, size_t index, bool in_source, uint6
     if (st == PN_OK)
         return true;
     if (rf->st == PN_OK)
-        *rf = (read_fail){st, in_source, at, n};
+        *rf = (read_fail){ st, in_source, at, n };
     return false;
 }
 
@@ -164,8 +164,8 @@ static void validate_blocks(const tplan *tp, const uint8_t *p, int64_t gb0, int6
 }
 
 /* The scales of nblk q8_0/q4_K/q3_K blocks starting at tensor block gb0. */
-static void scan_scales(int type, const uint8_t *p, int64_t bb, int64_t gb0, int64_t nblk,
-                        item *it, loc *nf, int maxloc)
+static void scan_scales(int type, const uint8_t *p, int64_t bb, int64_t gb0, int64_t nblk, item *it,
+                        loc *nf, int maxloc)
 {
     int64_t start = 0;
     while (start < nblk) {
@@ -225,7 +225,7 @@ static void prefetch(const tplan *tp, int64_t e0, int64_t e1)
 static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int maxloc, float *a,
                      float *b, uint8_t *raw, uint8_t *sraw)
 {
-    uint32_t crc = 0;   /* pn_crc32 starts from 0 */
+    uint32_t crc = 0; /* pn_crc32 starts from 0 */
     prefetch(tp, it->e0, it->e1);
     for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
         const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
@@ -364,12 +364,11 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
     }
     const gguf_tensor_info *s = gguf_reader_tensor(c->src, (size_t)si);
     if (memcmp(s->ne, t->ne, sizeof t->ne) != 0) {
-        pn_check_add(c, PN_SEV_ERROR, "SRC-SHAPE", t->name, NULL, (int64_t)t->file_offset,
-                     "shape %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64
-                     " differs from the source's %" PRId64 " x %" PRId64 " x %" PRId64
-                     " x %" PRId64,
-                     t->ne[0], t->ne[1], t->ne[2], t->ne[3], s->ne[0], s->ne[1], s->ne[2],
-                     s->ne[3]);
+        pn_check_add(
+            c, PN_SEV_ERROR, "SRC-SHAPE", t->name, NULL, (int64_t)t->file_offset,
+            "shape %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64
+            " differs from the source's %" PRId64 " x %" PRId64 " x %" PRId64 " x %" PRId64,
+            t->ne[0], t->ne[1], t->ne[2], t->ne[3], s->ne[0], s->ne[1], s->ne[2], s->ne[3]);
         set_note(c, t, "shape differs from the source");
         return;
     }
@@ -378,8 +377,9 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
         return;
     }
     if (t->overlaps || t->too_many_weights) {
-        set_note(c, t, t->overlaps ? "its bytes overlap another tensor's"
-                                   : "its shape holds more than 2^63 - 1 weights");
+        set_note(c, t,
+                 t->overlaps ? "its bytes overlap another tensor's"
+                             : "its shape holds more than 2^63 - 1 weights");
         return;
     }
     if (tp->pn && !c->rotation_known) {
@@ -463,7 +463,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     if (!tp->in_file)
         return;
 
-    uint32_t crc = 0;   /* the items' CRCs joined in file order */
+    uint32_t crc = 0; /* the items' CRCs joined in file order */
     int64_t n_nan = 0, n_inf = 0, n_res = 0;
     loc *nf = malloc((size_t)maxloc * sizeof *nf), *res = malloc((size_t)maxloc * sizeof *res);
     if (!nf || !res) {
@@ -498,20 +498,19 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     char where[640];
 
     if (t->crc_recorded && t->crc32 != t->crc32_recorded)
-        pn_check_add(c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, PN_KEY_TENSOR_CRC,
-                     (int64_t)t->file_offset,
-                     "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
-                     "records 0x%08x",
-                     t->bytes, t->crc32, gguf_reader_tensor_index_in_split(c->r, i),
-                     t->crc32_recorded);
+        pn_check_add(
+            c, PN_SEV_ERROR, "PN-CRC-MISMATCH", t->name, PN_KEY_TENSOR_CRC, (int64_t)t->file_offset,
+            "CRC-32 of its %" PRIu64 " data bytes is 0x%08x, pn.tensor_crc32[%zu] "
+            "records 0x%08x",
+            t->bytes, t->crc32, gguf_reader_tensor_index_in_split(c->r, i), t->crc32_recorded);
     if (n_nan + n_inf > 0 && tp->pn) {
         t->bad_blocks += n_nan + n_inf;
         format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_SCALE);
-        pn_finding *f = pn_check_add(
-            c, PN_SEV_ERROR, "PN-NONFINITE-SCALE", t->name, NULL, -1,
-            "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale d (%" PRId64
-            " NaN, %" PRId64 " infinite); first: %s",
-            n_nan + n_inf, nblocks, type_name(t->type), n_nan, n_inf, where);
+        pn_finding *f =
+            pn_check_add(c, PN_SEV_ERROR, "PN-NONFINITE-SCALE", t->name, NULL, -1,
+                         "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale d (%" PRId64
+                         " NaN, %" PRId64 " infinite); first: %s",
+                         n_nan + n_inf, nblocks, type_name(t->type), n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     } else if (n_nan + n_inf > 0 && tp->scan == SCAN_SCALES) {
         const pn_scale_field *fields;
@@ -521,26 +520,26 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
             c, PN_SEV_ERROR, "TENSOR-NONFINITE-SCALE", t->name, NULL, -1,
             "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale %s%s%s (%" PRId64
             " NaN, %" PRId64 " infinite); first: %s",
-            n_nan + n_inf, nblocks, type_name(t->type), fields[0].name,
-            nfields > 1 ? " or " : "", nfields > 1 ? fields[1].name : "", n_nan, n_inf, where);
+            n_nan + n_inf, nblocks, type_name(t->type), fields[0].name, nfields > 1 ? " or " : "",
+            nfields > 1 ? fields[1].name : "", n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     } else if (n_nan + n_inf > 0 && tp->scan == SCAN_VALUES) {
         format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_WEIGHT);
-        pn_finding *f = pn_check_add(
-            c, PN_SEV_ERROR, "TENSOR-NONFINITE-WEIGHT", t->name, NULL, -1,
-            "%" PRId64 " of %" PRId64 " %s weights are not finite (%" PRId64 " NaN, %" PRId64
-            " infinite); first: %s",
-            n_nan + n_inf, tp->n, type_name(t->type), n_nan, n_inf, where);
+        pn_finding *f =
+            pn_check_add(c, PN_SEV_ERROR, "TENSOR-NONFINITE-WEIGHT", t->name, NULL, -1,
+                         "%" PRId64 " of %" PRId64 " %s weights are not finite (%" PRId64
+                         " NaN, %" PRId64 " infinite); first: %s",
+                         n_nan + n_inf, tp->n, type_name(t->type), n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     }
     if (n_res > 0) {
         t->bad_blocks += n_res;
         format_locations(where, sizeof where, res, n_rs, tp, t, LOC_BLOCK);
-        pn_finding *f = pn_check_add(
-            c, PN_SEV_ERROR, "PN-RESERVED-BITS", t->name, NULL, -1,
-            "%" PRId64 " of %" PRId64 " pn3t blocks have reserved bit 15 or 31 of a word set; "
-            "first: %s",
-            n_res, nblocks, where);
+        pn_finding *f = pn_check_add(c, PN_SEV_ERROR, "PN-RESERVED-BITS", t->name, NULL, -1,
+                                     "%" PRId64 " of %" PRId64
+                                     " pn3t blocks have reserved bit 15 or 31 of a word set; "
+                                     "first: %s",
+                                     n_res, nblocks, where);
         set_location(f, &res[0], tp, t, n_res);
     }
     free(nf);
@@ -561,8 +560,9 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
             if (s->st) {
                 t->compared = false;
                 t->rel_error = NAN;
-                set_note(c, t, "re-quantizing source row %" PRId64 " failed at column %" PRId64
-                               ": %s", s->row, s->bad_col, pn_strerror(s->st));
+                set_note(c, t,
+                         "re-quantizing source row %" PRId64 " failed at column %" PRId64 ": %s",
+                         s->row, s->bad_col, pn_strerror(s->st));
                 return;
             }
             snum += s->num;
@@ -634,8 +634,8 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
         free(locs);
         free(samples);
         free(plans);
-        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for %zu work items",
-                            rep->path, n_items);
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for %zu work items", rep->path,
+                            n_items);
     }
     for (size_t i = 0; i < nt; i++) {
         const tplan *tp = &plans[i];
@@ -657,8 +657,8 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
     int alloc_failed = 0;
     uint64_t bytes = 0, total = 0;
     for (size_t k = 0; k < n_items; k++)
-        total += (uint64_t)((items[k].e1 - items[k].e0) / plans[items[k].t].bw *
-                            plans[items[k].t].bb);
+        total +=
+            (uint64_t)((items[k].e1 - items[k].e0) / plans[items[k].t].bw * plans[items[k].t].bb);
     if (c->opt.progress)
         c->opt.progress(c->opt.progress_ctx, 0, total);
 #pragma omp parallel num_threads(nthreads)
@@ -684,8 +684,8 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
             for (size_t k = 0; k < n_items; k++) {
                 const tplan *tp = &plans[items[k].t];
                 run_item(tp, rep->tensors[items[k].t].type, &items[k],
-                         &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc],
-                         maxloc, a, b, raw, sraw);
+                         &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc], maxloc,
+                         a, b, raw, sraw);
 #pragma omp critical(pn_check_progress)
                 {
                     bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);

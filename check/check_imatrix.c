@@ -50,7 +50,7 @@ static pn_status measure_gain(pn_check_ctx *c, size_t ti, const float *v, double
     pn_status s = PN_OK;
     if (!raw || !x0 || !x || !scratch)
         s = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    pn_measure_acc acc = {0};
+    pn_measure_acc acc = { 0 };
     const int64_t n = pn_sample_count(rows, PN_SAMPLE_ROWS_DEFAULT);
     for (int64_t i = 0; i < n && s == PN_OK; i++) {
         int64_t r = pn_sample_row(rows, PN_SAMPLE_ROWS_DEFAULT, i);
@@ -67,7 +67,7 @@ static pn_status measure_gain(pn_check_ctx *c, size_t ti, const float *v, double
         /* an expert tensor's row takes its expert's weights */
         const float *vr = v ? v + (r / st->ne[1]) * K : NULL;
         s = vr ? pn_measure_row_weighted(x0, x, K, B, vr, scratch, &e3, &e4, &nw, err)
-              : pn_measure_row(x, K, scratch, &e3, &e4, &nw, err);
+               : pn_measure_row(x, K, scratch, &e3, &e4, &nw, err);
         if (s == PN_OK)
             pn_measure_acc_add(&acc, e3, e4, nw);
     }
@@ -97,7 +97,7 @@ static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_erro
 {
     const gguf_kv *pk = gguf_reader_find_kv(c->r, PN_KEY_MIX_PROMOTED);
     if (!pk || pk->type != GGUF_TYPE_ARRAY || pk->arr_type != GGUF_TYPE_STRING)
-        return PN_OK;   /* the metadata stage has said what is wrong */
+        return PN_OK; /* the metadata stage has said what is wrong */
     const size_t nt = c->rep->n_tensors;
     cand *cs = calloc(nt ? nt : 1, sizeof *cs);
     bool *promoted = calloc(nt ? nt : 1, sizeof *promoted);

@@ -18,15 +18,15 @@
 typedef struct pn_check_ctx {
     pn_check_report *rep;
     pn_check_options opt;
-    gguf_reader *r;            /* the file checked */
-    gguf_reader *src;          /* --source, or NULL */
-    bool nomem;                /* a finding could not be recorded */
-    size_t findings_cap;       /* allocated entries of rep->findings */
+    gguf_reader *r;      /* the file checked */
+    gguf_reader *src;    /* --source, or NULL */
+    bool nomem;          /* a finding could not be recorded */
+    size_t findings_cap; /* allocated entries of rep->findings */
     /* From the metadata stage, used by the data pass. */
-    bool rotation_hadamard;    /* PN tensors are rotated (pn.rotation.type) */
-    bool rotation_known;       /* false: the rotation keys are unusable */
-    int rotation_cap;          /* pn.rotation.block_size, or the default */
-    const gguf_kv *crc_kv;     /* pn.tensor_crc32 when well-formed, else NULL */
+    bool rotation_hadamard; /* PN tensors are rotated (pn.rotation.type) */
+    bool rotation_known;    /* false: the rotation keys are unusable */
+    int rotation_cap;       /* pn.rotation.block_size, or the default */
+    const gguf_kv *crc_kv;  /* pn.tensor_crc32 when well-formed, else NULL */
     /* The file findings name when pn_check_add is given no tensor of the
      * file: NULL for the default, the first split's (the keys' file). */
     const char *finding_file;

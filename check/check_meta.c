@@ -19,28 +19,28 @@
 typedef struct key_rule {
     const char *key;
     gguf_value_type type;
-    gguf_value_type arr_type;     /* for arrays */
+    gguf_value_type arr_type; /* for arrays */
 } key_rule;
 
 static const key_rule key_rules[] = {
-    {PN_KEY_FORMAT, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {PN_KEY_MIX, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {PN_KEY_MIX_PROMOTED, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
-    {PN_KEY_ROTATION_TYPE, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
-    {PN_KEY_ROTATION_BLOCK_SIZE, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
-    {PN_KEY_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {PN_KEY_QUANTIZER, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_},
+    { PN_KEY_FORMAT, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
+    { PN_KEY_MIX, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
+    { PN_KEY_MIX_PROMOTED, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING },
+    { PN_KEY_ROTATION_TYPE, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
+    { PN_KEY_ROTATION_BLOCK_SIZE, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_ },
+    { PN_KEY_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32 },
+    { PN_KEY_QUANTIZER, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
     /* optional, checked by check_source.c */
-    {PN_KEY_SOURCE_HEADER, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
-    {PN_KEY_SOURCE_SAMPLE_ROWS, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
-    {PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
-    {PN_KEY_SOURCE_TYPE, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32},
+    { PN_KEY_SOURCE_HEADER, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_ },
+    { PN_KEY_SOURCE_SAMPLE_ROWS, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_ },
+    { PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32 },
+    { PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32 },
+    { PN_KEY_SOURCE_TYPE, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT32 },
     /* optional, checked by check_imatrix.c with --imatrix */
-    {PN_KEY_MIX_IMATRIX_HASH, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_},
-    {PN_KEY_MIX_IMATRIX_USED, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_},
+    { PN_KEY_MIX_IMATRIX_HASH, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_ },
+    { PN_KEY_MIX_IMATRIX_USED, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_ },
     /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
-    {PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING},
+    { PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING },
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 
@@ -73,8 +73,8 @@ static const gguf_kv *typed_key_of(pn_check_ctx *c, const gguf_reader *r, const 
     const gguf_kv *kv = gguf_reader_find_kv(r, k->key);
     *raw = kv;
     if (!kv) {
-        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, k->key, -1,
-                     "key %s is absent", k->key);
+        pn_check_add(c, PN_SEV_WARNING, "PN-META-MISSING", NULL, k->key, -1, "key %s is absent",
+                     k->key);
         return NULL;
     }
     bool ok = kv->type == k->type && (k->type != GGUF_TYPE_ARRAY || kv->arr_type == k->arr_type);
@@ -100,7 +100,8 @@ static bool has_pn_keys(const gguf_reader *r)
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
         /* a split set's identity is any split set's, not a PN key */
-        if (k.len >= PN_KEY_PREFIX_LEN && memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0 && !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
+        if (k.len >= PN_KEY_PREFIX_LEN && memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0 &&
+            !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
             return true;
     }
     return false;
@@ -112,7 +113,7 @@ static void check_unknown_keys(pn_check_ctx *c)
         gguf_str k = gguf_reader_kv(c->r, i)->key;
         if (k.len < PN_KEY_PREFIX_LEN || memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) != 0)
             continue;
-        bool known = gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID);   /* docs/split.md */
+        bool known = gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID); /* docs/split.md */
         for (size_t j = 0; j < N_KEY_RULES && !known; j++)
             known = gguf_str_eq(k, key_rules[j].key);
         if (known)
@@ -161,7 +162,7 @@ static void check_rotation(pn_check_ctx *c)
         if (v < 1 || v > PN_HADAMARD_MAX_BLOCK || !pn_is_pow2(v)) {
             pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_ROTATION_BLOCK_SIZE, -1,
                          PN_KEY_ROTATION_BLOCK_SIZE " is %" PRId64
-                         ", expected a power of two from 1 to %d",
+                                                    ", expected a power of two from 1 to %d",
                          v, PN_HADAMARD_MAX_BLOCK);
             if (c->rotation_hadamard)
                 c->rotation_known = false;
@@ -248,7 +249,8 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
         if (ti < 0) {
             pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", name, PN_KEY_MIX_PROMOTED, -1,
                          PN_KEY_MIX_PROMOTED " entry %" PRIu64 " names tensor '%s', which the file "
-                         "does not hold", i, name);
+                                             "does not hold",
+                         i, name);
         } else {
             if (times[ti]++ == 0)
                 first[ti] = i;
@@ -258,18 +260,19 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
     for (size_t ti = 0; ti < nt && !c->nomem; ti++) {
         const pn_check_tensor *t = &c->rep->tensors[ti];
         if (times[ti] > 1) {
-            pn_finding *f = pn_check_add(
-                c, PN_SEV_ERROR, "PN-META-VALUE", t->name, PN_KEY_MIX_PROMOTED, -1,
-                PN_KEY_MIX_PROMOTED " names tensor '%s' %" PRIu64 " times (first at entry %" PRIu64
-                "), not once", t->name, times[ti], first[ti]);
+            pn_finding *f =
+                pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", t->name, PN_KEY_MIX_PROMOTED, -1,
+                             PN_KEY_MIX_PROMOTED " names tensor '%s' %" PRIu64
+                                                 " times (first at entry %" PRIu64 "), not once",
+                             t->name, times[ti], first[ti]);
             if (f)
                 f->count = (int64_t)times[ti];
         }
         if (times[ti] > 0 && t->type != PN_TYPE_PN4T) {
             const pn_type_traits *tt = pn_type_traits_get(t->type);
             pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", t->name, PN_KEY_MIX_PROMOTED, -1,
-                         PN_KEY_MIX_PROMOTED " names tensor '%s', whose type is %s, not pn4t", t->name,
-                         tt ? tt->name : "?");
+                         PN_KEY_MIX_PROMOTED " names tensor '%s', whose type is %s, not pn4t",
+                         t->name, tt ? tt->name : "?");
         }
     }
     free(times);
@@ -294,8 +297,7 @@ static void check_promoted(pn_check_ctx *c, const gguf_kv *mix)
         pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_MIX, -1,
                      PN_KEY_MIX " \"%.*s\" says %.*s promotions but pn.mix.promoted lists %" PRIu64,
                      (int)(len > 64 ? 64 : len), m,
-                     (int)(len - plus - 1 > 40 ? 40 : len - plus - 1), m + plus + 1,
-                     kv->arr_count);
+                     (int)(len - plus - 1 > 40 ? 40 : len - plus - 1), m + plus + 1, kv->arr_count);
 }
 
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err)

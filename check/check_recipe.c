@@ -49,7 +49,7 @@ static bool *listed_as_promoted(const pn_check_ctx *c, const gguf_kv *kv)
 static void check_rotation(pn_check_ctx *c, const pn_recipe *rc)
 {
     if (!c->rotation_known)
-        return;   /* already an error of the metadata stage */
+        return; /* already an error of the metadata stage */
     bool file_h = c->rotation_hadamard;
     bool rec_h = rc->rotation == PN_ROTATION_HADAMARD;
     if (file_h != rec_h || (file_h && c->rotation_cap != rc->rotation_cap)) {
@@ -64,14 +64,15 @@ static void check_rotation(pn_check_ctx *c, const pn_recipe *rc)
 static bool kv_unsigned(const gguf_kv *kv, uint64_t *v)
 {
     switch (kv->type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
-        *v = kv->v.u64;
-        return true;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        *v = (uint64_t)kv->v.i64;
-        return kv->v.i64 >= 0;
-    default:
-        return false;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64: *v = kv->v.u64; return true;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: *v = (uint64_t)kv->v.i64; return kv->v.i64 >= 0;
+    default: return false;
     }
 }
 
@@ -126,10 +127,10 @@ static void check_overrides(pn_check_ctx *c)
 {
     const gguf_kv *kv = gguf_reader_find_kv(c->r, PN_KEY_MIX_OVERRIDES);
     if (kv && !(kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING))
-        return;   /* the metadata stage's finding */
+        return; /* the metadata stage's finding */
     const uint64_t n_file = kv ? kv->arr_count : 0;
     bool same = n_file == c->opt.n_overrides;
-    pn_str_walk walk = kv ? pn_str_walk_start(kv) : (pn_str_walk){0};
+    pn_str_walk walk = kv ? pn_str_walk_start(kv) : (pn_str_walk){ 0 };
     for (uint64_t i = 0; same && i < n_file; i++) {
         char want[320];
         pn_recipe_override_text(&c->opt.overrides[i], want, sizeof want);
@@ -168,8 +169,8 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
     }
 
     const gguf_kv *promoted_kv = gguf_reader_find_kv(c->r, PN_KEY_MIX_PROMOTED);
-    if (promoted_kv && !(promoted_kv->type == GGUF_TYPE_ARRAY &&
-                         promoted_kv->arr_type == GGUF_TYPE_STRING))
+    if (promoted_kv &&
+        !(promoted_kv->type == GGUF_TYPE_ARRAY && promoted_kv->arr_type == GGUF_TYPE_STRING))
         promoted_kv = NULL;
     bool *listed = listed_as_promoted(c, promoted_kv);
     if (!listed) {
@@ -180,7 +181,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
     for (size_t i = 0; i < rep->n_tensors; i++) {
         const pn_check_tensor *t = &rep->tensors[i];
         if (t->too_many_weights)
-            continue;   /* already an error; a rule's row count would overflow */
+            continue; /* already an error; a rule's row count would overflow */
         const pn_recipe_rule *rule = pn_recipe_match(rc, t->name, t->n_dims, t->ne);
         if (!rule) {
             pn_check_add(c, PN_SEV_WARNING, "RECIPE-UNMATCHED", t->name, NULL, -1,
@@ -191,8 +192,8 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
         int want = pn_recipe_rule_pick_type(rule, t->ne[0], NULL);
         if (want < 0) {
             pn_check_add(c, PN_SEV_WARNING, "RECIPE-UNMATCHED", t->name, NULL, -1,
-                         "no type of the rule at %s:%d divides K = %" PRId64,
-                         c->opt.recipe_path, rule->line, t->ne[0]);
+                         "no type of the rule at %s:%d divides K = %" PRId64, c->opt.recipe_path,
+                         rule->line, t->ne[0]);
             continue;
         }
         if (t->type == want)
@@ -205,9 +206,10 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
             }
             rep->n_promoted++;
             if (!listed[i])
-                pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, PN_KEY_MIX_PROMOTED, -1,
-                             "stored as pn4t where the recipe gives pn3t (a promotion), but "
-                             PN_KEY_MIX_PROMOTED " does not list it");
+                pn_check_add(c, PN_SEV_WARNING, "RECIPE-PROMOTION", t->name, PN_KEY_MIX_PROMOTED,
+                             -1,
+                             "stored as pn4t where the recipe gives pn3t (a promotion), "
+                             "but " PN_KEY_MIX_PROMOTED " does not list it");
             continue;
         }
         pn_check_add(c, PN_SEV_WARNING, "RECIPE-TYPE", t->name, NULL, -1,
@@ -224,7 +226,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
     if (mix && mix->type == GGUF_TYPE_STRING && !gguf_str_eq(mix->v.str, expected))
         pn_check_add(c, PN_SEV_WARNING, "RECIPE-MIX", NULL, PN_KEY_MIX, -1,
                      PN_KEY_MIX " is \"%.*s\"; with the recipe's mix \"%s\" and the %zu promotions "
-                     "found it would be \"%s\"",
+                                "found it would be \"%s\"",
                      (int)(mix->v.str.len > 64 ? 64 : mix->v.str.len), mix->v.str.data, rc->name,
                      rep->n_promoted, expected);
     check_rotation(c, rc);

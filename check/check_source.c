@@ -28,7 +28,8 @@ static bool recorded(pn_check_ctx *c, pn_recorded_source *rec)
     pn_error e;
     pn_error_clear(&e);
     if (pn_recorded_source_read(c->r, rec, &e) != PN_OK) {
-        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_SOURCE_PREFIX "*", -1, "%s", e.msg);
+        pn_check_add(c, PN_SEV_ERROR, "PN-META-VALUE", NULL, PN_KEY_SOURCE_PREFIX "*", -1, "%s",
+                     e.msg);
         return false;
     }
     return rec->present;
@@ -108,8 +109,7 @@ pn_status pn_check_source_identity(pn_check_ctx *c, pn_error *err)
                 first = i;
                 first_type = type_differs;
                 first_got = type_differs ? (uint32_t)s->type : crc[m];
-                first_want = type_differs ? rec.type[i]
-                                          : rec.sample_crc[i];
+                first_want = type_differs ? rec.type[i] : rec.sample_crc[i];
             }
         }
         if (differ > 0) {

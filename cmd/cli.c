@@ -47,8 +47,8 @@ int pn_cli_next(const pn_cli_program *p, int argc, char **argv)
     struct option longopts[PN_CLI_MAX_OPTIONS + 1];
     size_t n = 0;
     for (const pn_cli_option *o = p->options; o->name && n < PN_CLI_MAX_OPTIONS; o++, n++)
-        longopts[n] = (struct option){o->name, o->has_arg, NULL, o->id};
-    longopts[n] = (struct option){NULL, 0, NULL, 0};
+        longopts[n] = (struct option){ o->name, o->has_arg, NULL, o->id };
+    longopts[n] = (struct option){ NULL, 0, NULL, 0 };
     opterr = 0;
     return getopt_long(argc, argv, "h", longopts, NULL);
 }
@@ -107,8 +107,7 @@ int pn_cli_try_help(const char *prog)
     return 2;
 }
 
-bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
-                       const char *names)
+bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max, const char *names)
 {
     const int n = argc - optind;
     if (n >= min && (max < 0 || n <= max))
@@ -155,7 +154,7 @@ const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, siz
     struct stat sb;
     size_t n = strlen(arg);
     if (stat(arg, &sb) == 0 || strchr(arg, '/') || (n > 4 && strcmp(arg + n - 4, ".mix") == 0))
-        return arg;   /* a file: opened (and refused, naming it) by the job */
+        return arg; /* a file: opened (and refused, naming it) by the job */
     char dir[PATH_MAX] = "";
     if (shipped_recipes_dir(dir, sizeof dir)) {
         int k = snprintf(buf, size, "%s/%s.mix", dir, arg);

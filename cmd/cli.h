@@ -79,8 +79,8 @@ static inline int pn_cli_finish_stdout(const char **why)
 }
 
 /* What every size option says its values are (docs/usage.md#sizes). */
-#define PN_CLI_SIZE_FORMS                                                                      \
-    "expected a size above 0: 50G or 500M as gguf-split takes them, 2.5GB, 13e9 (powers of "   \
+#define PN_CLI_SIZE_FORMS                                                                          \
+    "expected a size above 0: 50G or 500M as gguf-split takes them, 2.5GB, 13e9 (powers of "       \
     "10), 48GiB (powers of 2) or 4096 (bytes)"
 
 /* The value of a size option (--split-max-size, --target-size,
@@ -134,10 +134,10 @@ static inline void pn_cli_error(const char *prog, const char *msg)
 /* One option of a program: its getopt_long entry and its lines of the
  * usage text. */
 typedef struct pn_cli_option {
-    const char *name;   /* the long name, without "--"; NULL ends a table */
-    int has_arg;        /* no_argument or required_argument */
-    int id;             /* what pn_cli_next returns for it: 'h' (also -h), or 256 and up */
-    const char *help;   /* its lines of the usage: "  --name ARG   what it does\n" ... */
+    const char *name; /* the long name, without "--"; NULL ends a table */
+    int has_arg;      /* no_argument or required_argument */
+    int id;           /* what pn_cli_next returns for it: 'h' (also -h), or 256 and up */
+    const char *help; /* its lines of the usage: "  --name ARG   what it does\n" ... */
 } pn_cli_option;
 
 /* A program's usage: head (down to "options:\n"), the lines of each option

@@ -15,48 +15,58 @@
 #include "quant/types.h"
 
 /* What pn_cli_next returns for each option. */
-enum { OPT_RECIPE = 256, OPT_SOURCE, OPT_JSON, OPT_THREADS, OPT_STRICT, OPT_VERSION,
-       OPT_PROGRESS, OPT_KEEP_MTP, OPT_TENSOR_TYPE, OPT_OUTPUT_TYPE, OPT_EMBD_TYPE, OPT_DUMP,
-       OPT_IMATRIX };
+enum {
+    OPT_RECIPE = 256,
+    OPT_SOURCE,
+    OPT_JSON,
+    OPT_THREADS,
+    OPT_STRICT,
+    OPT_VERSION,
+    OPT_PROGRESS,
+    OPT_KEEP_MTP,
+    OPT_TENSOR_TYPE,
+    OPT_OUTPUT_TYPE,
+    OPT_EMBD_TYPE,
+    OPT_DUMP,
+    OPT_IMATRIX
+};
 
 #define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
-    {"recipe", required_argument, OPT_RECIPE,
-     "  --recipe FILE|NAME  check each tensor's type, the promotions and pn.mix against\n"
-     "                    this mix recipe (a file, or a shipped recipe by name)\n"},
-    {"tensor-type", required_argument, OPT_TENSOR_TYPE,
-     "  --tensor-type PATTERN=TYPE  with --recipe: the override pn-quantize was given\n"
-     "                    (repeatable; also --output-tensor-type, --token-embedding-type)\n"},
-    {"output-tensor-type", required_argument, OPT_OUTPUT_TYPE,
-     "  --output-tensor-type TYPE  with --recipe: as pn-quantize was given it\n"},
-    {"token-embedding-type", required_argument, OPT_EMBD_TYPE,
-     "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n"},
-    {"keep-mtp", no_argument, OPT_KEEP_MTP,
-     "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
-     "                    (the recipe's 'mtp drop' is taken as keep)\n"},
-    {"source", required_argument, OPT_SOURCE,
-     "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
-     "                    source; flag errors far above what the type gives\n"},
-    {"imatrix", required_argument, OPT_IMATRIX,
-     "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
-     "                    with --source, whether its promotions are the ones it chooses\n"},
-    {"dump", no_argument, OPT_DUMP,
-     "  --dump            list the file's keys and tensors (type, shape, offset,\n"
-     "                    bytes) as gguf-dump does, PN keys readable; no check\n"},
-    {"json", no_argument, OPT_JSON,
-     "  --json            print the report as JSON instead of text\n"},
-    {"threads", required_argument, OPT_THREADS,
-     "  --threads N       worker threads (default: all cores)\n"},
-    {"progress", no_argument, OPT_PROGRESS,
-     "  --progress        print the progress of the data pass on standard error\n"},
-    {"strict", no_argument, OPT_STRICT,
-     "  --strict          warnings make the file invalid too\n"},
-    {"help", no_argument, 'h',
-     "  -h, --help        this text\n"},
-    {"version", no_argument, OPT_VERSION,
-     "  --version         the version\n"},
-    {NULL, 0, 0, NULL},
+    { "recipe", required_argument, OPT_RECIPE,
+      "  --recipe FILE|NAME  check each tensor's type, the promotions and pn.mix against\n"
+      "                    this mix recipe (a file, or a shipped recipe by name)\n" },
+    { "tensor-type", required_argument, OPT_TENSOR_TYPE,
+      "  --tensor-type PATTERN=TYPE  with --recipe: the override pn-quantize was given\n"
+      "                    (repeatable; also --output-tensor-type, --token-embedding-type)\n" },
+    { "output-tensor-type", required_argument, OPT_OUTPUT_TYPE,
+      "  --output-tensor-type TYPE  with --recipe: as pn-quantize was given it\n" },
+    { "token-embedding-type", required_argument, OPT_EMBD_TYPE,
+      "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n" },
+    { "keep-mtp", no_argument, OPT_KEEP_MTP,
+      "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
+      "                    (the recipe's 'mtp drop' is taken as keep)\n" },
+    { "source", required_argument, OPT_SOURCE,
+      "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
+      "                    source; flag errors far above what the type gives\n" },
+    { "imatrix", required_argument, OPT_IMATRIX,
+      "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
+      "                    with --source, whether its promotions are the ones it chooses\n" },
+    { "dump", no_argument, OPT_DUMP,
+      "  --dump            list the file's keys and tensors (type, shape, offset,\n"
+      "                    bytes) as gguf-dump does, PN keys readable; no check\n" },
+    { "json", no_argument, OPT_JSON,
+      "  --json            print the report as JSON instead of text\n" },
+    { "threads", required_argument, OPT_THREADS,
+      "  --threads N       worker threads (default: all cores)\n" },
+    { "progress", no_argument, OPT_PROGRESS,
+      "  --progress        print the progress of the data pass on standard error\n" },
+    { "strict", no_argument, OPT_STRICT,
+      "  --strict          warnings make the file invalid too\n" },
+    { "help", no_argument, 'h', "  -h, --help        this text\n" },
+    { "version", no_argument, OPT_VERSION, "  --version         the version\n" },
+    { NULL, 0, 0, NULL },
 };
 
 static const pn_cli_program program = {
@@ -152,7 +162,7 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
         fprintf(f, "%zu tensors, %llu bytes, %llu data bytes read in %.2f s\n", r->n_tensors,
                 (unsigned long long)r->file_size, (unsigned long long)r->data_bytes, r->seconds);
     else if (!r->readable && !set && r->n_findings && strcmp(r->findings[0].code, "GGUF-IO") == 0)
-        fputs("not opened\n", f);   /* missing, a folder, a FIFO: it has no size to tell */
+        fputs("not opened\n", f); /* missing, a folder, a FIFO: it has no size to tell */
     else
         fprintf(f, "%llu bytes\n", (unsigned long long)r->file_size);
     for (size_t s = 0; set && s < r->n_splits; s++) {
@@ -164,8 +174,8 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
         else if (r->set_unopened)
             fprintf(f, ": %llu bytes\n", (unsigned long long)sp->file_size);
         else
-            fprintf(f, ": %zu tensor%s, %llu bytes\n", sp->n_tensors,
-                    sp->n_tensors == 1 ? "" : "s", (unsigned long long)sp->file_size);
+            fprintf(f, ": %zu tensor%s, %llu bytes\n", sp->n_tensors, sp->n_tensors == 1 ? "" : "s",
+                    (unsigned long long)sp->file_size);
     }
     for (size_t i = 0; i < r->n_findings; i++)
         print_finding_text(f, &r->findings[i], set || r->set_unopened);
@@ -209,7 +219,8 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
         fprintf(f, "imatrix: entries hash %016llx, %s", (unsigned long long)r->imatrix_hash,
                 r->imatrix_same ? "the one the file records" : "not the file's");
         if (r->imatrix_promotions_checked)
-            fprintf(f, "; promotions %s it", r->imatrix_promotions_follow ? "follow" : "do not follow");
+            fprintf(f, "; promotions %s it",
+                    r->imatrix_promotions_follow ? "follow" : "do not follow");
         fputc('\n', f);
     }
     fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
@@ -286,10 +297,11 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         const pn_check_split *sp = &r->splits[s];
         fprintf(f, "%s\n    {\"file\": ", s ? "," : "");
         json_str_or_null(f, sp->path);
-        fprintf(f, ", \"present\": %s, \"bytes\": %llu, \"first_tensor\": %zu, "
-                   "\"tensors\": %zu}",
-                sp->present ? "true" : "false", (unsigned long long)sp->file_size,
-                sp->first_tensor, sp->n_tensors);
+        fprintf(f,
+                ", \"present\": %s, \"bytes\": %llu, \"first_tensor\": %zu, "
+                "\"tensors\": %zu}",
+                sp->present ? "true" : "false", (unsigned long long)sp->file_size, sp->first_tensor,
+                sp->n_tensors);
     }
     fputs(r->n_splits ? "\n  ],\n" : "],\n", f);
 
@@ -301,8 +313,9 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         fprintf(f, ", \"type\": \"%s\", \"ne\": [", type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
-        fprintf(f, "], \"split\": %u, \"offset\": %llu, \"bytes\": %llu, \"in_file\": %s, "
-                   "\"crc32\": ",
+        fprintf(f,
+                "], \"split\": %u, \"offset\": %llu, \"bytes\": %llu, \"in_file\": %s, "
+                "\"crc32\": ",
                 t->split, (unsigned long long)t->file_offset, (unsigned long long)t->bytes,
                 t->in_file ? "true" : "false");
         if (t->crc_computed)
@@ -356,10 +369,12 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     if (!r->imatrix_checked)
         fputs("null", f);
     else {
-        fprintf(f, "{\"entries_fnv1a64\": \"%016llx\", \"recorded\": %s, \"promotions_follow\": %s}",
+        fprintf(f,
+                "{\"entries_fnv1a64\": \"%016llx\", \"recorded\": %s, \"promotions_follow\": %s}",
                 (unsigned long long)r->imatrix_hash, r->imatrix_same ? "true" : "false",
                 !r->imatrix_promotions_checked ? "null"
-                : r->imatrix_promotions_follow ? "true" : "false");
+                : r->imatrix_promotions_follow ? "true"
+                                               : "false");
     }
     fputs("\n}\n", f);
 }
@@ -385,10 +400,12 @@ static void put_value(FILE *f, const gguf_kv *kv, bool json)
     switch (kv->type) {
     case GGUF_TYPE_STRING: put_gstr(f, kv->v.str.data, kv->v.str.len, json); return;
     case GGUF_TYPE_BOOL: fputs(kv->v.u64 ? "true" : "false", f); return;
-    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64: fprintf(f, "%.9g", kv->v.f64); return;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        fprintf(f, "%lld", (long long)kv->v.i64);
-        return;
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: fprintf(f, "%.9g", kv->v.f64); return;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: fprintf(f, "%lld", (long long)kv->v.i64); return;
     case GGUF_TYPE_ARRAY: break;
     default: fprintf(f, "%llu", (unsigned long long)kv->v.u64); return;
     }
@@ -422,7 +439,7 @@ static void put_value(FILE *f, const gguf_kv *kv, bool json)
 static int dump_file(const char *path, bool json)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_status st = gguf_reader_open(path, &r, &err);
     if (st) {
         pn_cli_error("pn-check", err.msg);
@@ -497,8 +514,8 @@ int main(int argc, char **argv)
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
         case OPT_RECIPE:
-            if (!(o.recipe_path = pn_cli_recipe_path("pn-check", optarg, recipe_buf,
-                                                     sizeof recipe_buf)))
+            if (!(o.recipe_path =
+                      pn_cli_recipe_path("pn-check", optarg, recipe_buf, sizeof recipe_buf)))
                 return 1;
             break;
         case OPT_TENSOR_TYPE:
@@ -508,9 +525,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "pn-check: at most %d type overrides\n", MAX_OVERRIDES);
                 return 2;
             }
-            overrides[n_overrides++] = (pn_recipe_override){
-                c == OPT_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
-                : c == OPT_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+            overrides[n_overrides++] =
+                (pn_recipe_override){ c == OPT_TENSOR_TYPE   ? PN_OVERRIDE_TENSOR_TYPE
+                                      : c == OPT_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT
+                                                             : PN_OVERRIDE_TOKEN_EMBD,
+                                      optarg };
             o.overrides = overrides;
             o.n_overrides = n_overrides;
             break;
@@ -546,13 +565,13 @@ int main(int argc, char **argv)
         fputs("[\n", stdout);
     for (int k = 0; k < n_files; k++) {
         const char *path = argv[optind + k];
-        pn_cli_progress pl = {"pn-check", path, "data bytes checked", -1};
+        pn_cli_progress pl = { "pn-check", path, "data bytes checked", -1 };
         if (progress) {
             o.progress = pn_cli_show_progress;
             o.progress_ctx = &pl;
         }
         pn_check_report *r = NULL;
-        pn_error err = {0};
+        pn_error err = { 0 };
         pn_status st = pn_check_file(path, &o, &r, &err);
         if (st) {
             pn_cli_error("pn-check", err.msg);

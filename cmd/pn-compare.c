@@ -23,82 +23,105 @@
 extern char **environ;
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
+static void on_signal(int sig)
+{
+    g_cancel = sig;
+} /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
-enum { O_TEXT = 256, O_SEQ_LEN, O_MAX_SEQS, O_THREADS, O_DECODE, O_KEEP, O_TMPDIR, O_JSON,
-       O_NODE, O_SCRIPT, O_QUIET, O_VERSION, O_SWEEP, O_PROMOTE, O_TARGET, O_IMATRIX, O_STOCK,
-       O_KEEP_DIR, O_PLOT, O_BUDGET, O_FORCE, O_RECIPE, O_QTHREADS, O_QUANTIZER, O_LIBLLAMA,
-       O_GNUPLOT };
+enum {
+    O_TEXT = 256,
+    O_SEQ_LEN,
+    O_MAX_SEQS,
+    O_THREADS,
+    O_DECODE,
+    O_KEEP,
+    O_TMPDIR,
+    O_JSON,
+    O_NODE,
+    O_SCRIPT,
+    O_QUIET,
+    O_VERSION,
+    O_SWEEP,
+    O_PROMOTE,
+    O_TARGET,
+    O_IMATRIX,
+    O_STOCK,
+    O_KEEP_DIR,
+    O_PLOT,
+    O_BUDGET,
+    O_FORCE,
+    O_RECIPE,
+    O_QTHREADS,
+    O_QUANTIZER,
+    O_LIBLLAMA,
+    O_GNUPLOT
+};
 
 static const pn_cli_option options[] = {
-    {"text", required_argument, O_TEXT,
-     "  --text FILE         tokens from this UTF-8 text, cut by the source's tokenizer\n"
-     "                      (default: the fixed set, 4 sequences of 64 token ids)\n"},
-    {"seq-len", required_argument, O_SEQ_LEN,
-     "  --seq-len N         with --text: tokens per sequence (default 512)\n"},
-    {"max-seqs", required_argument, O_MAX_SEQS,
-     "  --max-seqs N        with --text: at most N sequences (default 16)\n"},
-    {"threads", required_argument, O_THREADS,
-     "  --threads N         llama.cpp threads, the same for every model (default: all\n"
-     "                      cores); also the decoder's\n"},
-    {"decode-type", required_argument, O_DECODE,
-     "  --decode-type f32|f16|bf16  type of the decoded models (default f32)\n"},
-    {"keep-rotation", no_argument, O_KEEP,
-     "  --keep-rotation     decode PN tensors without undoing the rotation (an\n"
-     "                      experiment: llama.cpp does not rotate activations)\n"},
-    {"tmpdir", required_argument, O_TMPDIR,
-     "  --tmpdir DIR        folder for the temporary files (default $TMPDIR, or /tmp);\n"
-     "                      needs one decoded model (4 bytes per weight in f32) plus\n"
-     "                      positions x vocabulary x 4 bytes\n"},
-    {"json", no_argument, O_JSON,
-     "  --json              print JSON instead of the table\n"},
-    {"node", required_argument, O_NODE,
-     "  --node PROG         the Node.js program (default: node, looked up in PATH)\n"},
-    {"llama-script", required_argument, O_SCRIPT,
-     "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
-     "                      pn-llama-logits.mjs beside this program)\n"},
-    {"sweep", no_argument, O_SWEEP,
-     "  --sweep             make the mixes the options below name from the one SOURCE,\n"
-     "                      then compare them all (see above):\n"},
-    {"promote", required_argument, O_PROMOTE,
-     "  --promote LIST      PN mixes: promotion counts, comma-separated (0,10,19,40)\n"},
-    {"target-size", required_argument, O_TARGET,
-     "  --target-size SIZE  one more PN mix: the most promotions within SIZE (12.6GB)\n"},
-    {"recipe", required_argument, O_RECIPE,
-     "  --recipe FILE       the PN mixes' recipe (default: the built-in P0k+19)\n"},
-    {"stock", required_argument, O_STOCK,
-     "  --stock LIST        stock llama.cpp types made by llama_model_quantize of the\n"
-     "                      libllama that judges: Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"
-     "                      Q5_K_M Q6_K Q8_0, comma-separated\n"},
-    {"imatrix", required_argument, O_IMATRIX,
-     "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n"},
-    {"keep", required_argument, O_KEEP_DIR,
-     "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
-     "                      absent; nothing there is replaced); default: removed\n"},
-    {"plot", required_argument, O_PLOT,
-     "  --plot FILE         draw mean KL against size (FILE.svg, or FILE.png) with gnuplot\n"},
-    {"budget", required_argument, O_BUDGET,
-     "  --budget SIZE       with --plot: a size drawn as a line (16GB)\n"},
-    {"force", no_argument, O_FORCE,
-     "  --force             with --plot: replace an existing picture\n"},
-    {"quantize-threads", required_argument, O_QTHREADS,
-     "  --quantize-threads N  threads of the mixes' quantizers (default: --threads)\n"},
-    {"llama-quantize", required_argument, O_QUANTIZER,
-     "  --llama-quantize PROG  the stock quantizer (default: pn-llama-quantize beside\n"
-     "                      this program, or ../libexec/pn-quantize/)\n"},
-    {"libllama", required_argument, O_LIBLLAMA,
-     "  --libllama FILE     the libllama it calls (default: node-llama-cpp's, beside\n"
-     "                      the harness)\n"},
-    {"gnuplot", required_argument, O_GNUPLOT,
-     "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n"},
-    {"quiet", no_argument, O_QUIET,
-     "  --quiet             no progress on stderr\n"},
-    {"help", no_argument, 'h',
-     "  -h, --help          this text\n"},
-    {"version", no_argument, O_VERSION,
-     "  --version           the version\n"},
-    {NULL, 0, 0, NULL},
+    { "text", required_argument, O_TEXT,
+      "  --text FILE         tokens from this UTF-8 text, cut by the source's tokenizer\n"
+      "                      (default: the fixed set, 4 sequences of 64 token ids)\n" },
+    { "seq-len", required_argument, O_SEQ_LEN,
+      "  --seq-len N         with --text: tokens per sequence (default 512)\n" },
+    { "max-seqs", required_argument, O_MAX_SEQS,
+      "  --max-seqs N        with --text: at most N sequences (default 16)\n" },
+    { "threads", required_argument, O_THREADS,
+      "  --threads N         llama.cpp threads, the same for every model (default: all\n"
+      "                      cores); also the decoder's\n" },
+    { "decode-type", required_argument, O_DECODE,
+      "  --decode-type f32|f16|bf16  type of the decoded models (default f32)\n" },
+    { "keep-rotation", no_argument, O_KEEP,
+      "  --keep-rotation     decode PN tensors without undoing the rotation (an\n"
+      "                      experiment: llama.cpp does not rotate activations)\n" },
+    { "tmpdir", required_argument, O_TMPDIR,
+      "  --tmpdir DIR        folder for the temporary files (default $TMPDIR, or /tmp);\n"
+      "                      needs one decoded model (4 bytes per weight in f32) plus\n"
+      "                      positions x vocabulary x 4 bytes\n" },
+    { "json", no_argument, O_JSON, "  --json              print JSON instead of the table\n" },
+    { "node", required_argument, O_NODE,
+      "  --node PROG         the Node.js program (default: node, looked up in PATH)\n" },
+    { "llama-script", required_argument, O_SCRIPT,
+      "  --llama-script FILE the harness (default: ../share/pn-quantize/llama/\n"
+      "                      pn-llama-logits.mjs beside this program)\n" },
+    { "sweep", no_argument, O_SWEEP,
+      "  --sweep             make the mixes the options below name from the one SOURCE,\n"
+      "                      then compare them all (see above):\n" },
+    { "promote", required_argument, O_PROMOTE,
+      "  --promote LIST      PN mixes: promotion counts, comma-separated (0,10,19,40)\n" },
+    { "target-size", required_argument, O_TARGET,
+      "  --target-size SIZE  one more PN mix: the most promotions within SIZE (12.6GB)\n" },
+    { "recipe", required_argument, O_RECIPE,
+      "  --recipe FILE       the PN mixes' recipe (default: the built-in P0k+19)\n" },
+    { "stock", required_argument, O_STOCK,
+      "  --stock LIST        stock llama.cpp types made by llama_model_quantize of the\n"
+      "                      libllama that judges: Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"
+      "                      Q5_K_M Q6_K Q8_0, comma-separated\n" },
+    { "imatrix", required_argument, O_IMATRIX,
+      "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n" },
+    { "keep", required_argument, O_KEEP_DIR,
+      "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
+      "                      absent; nothing there is replaced); default: removed\n" },
+    { "plot", required_argument, O_PLOT,
+      "  --plot FILE         draw mean KL against size (FILE.svg, or FILE.png) with gnuplot\n" },
+    { "budget", required_argument, O_BUDGET,
+      "  --budget SIZE       with --plot: a size drawn as a line (16GB)\n" },
+    { "force", no_argument, O_FORCE,
+      "  --force             with --plot: replace an existing picture\n" },
+    { "quantize-threads", required_argument, O_QTHREADS,
+      "  --quantize-threads N  threads of the mixes' quantizers (default: --threads)\n" },
+    { "llama-quantize", required_argument, O_QUANTIZER,
+      "  --llama-quantize PROG  the stock quantizer (default: pn-llama-quantize beside\n"
+      "                      this program, or ../libexec/pn-quantize/)\n" },
+    { "libllama", required_argument, O_LIBLLAMA,
+      "  --libllama FILE     the libllama it calls (default: node-llama-cpp's, beside\n"
+      "                      the harness)\n" },
+    { "gnuplot", required_argument, O_GNUPLOT,
+      "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n" },
+    { "quiet", no_argument, O_QUIET, "  --quiet             no progress on stderr\n" },
+    { "help", no_argument, 'h', "  -h, --help          this text\n" },
+    { "version", no_argument, O_VERSION, "  --version           the version\n" },
+    { NULL, 0, 0, NULL },
 };
 
 static const pn_cli_program program = {
@@ -176,8 +199,8 @@ static void print_table(const pn_compare_report *r, const char *decode)
     printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
            "positions, vocabulary %u; decoded as %s\n\n",
            r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
-           r->from_text ? "tokens of the text" :
-           "the fixed token set", r->n_seqs, r->n_positions, r->n_vocab, decode);
+           r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs, r->n_positions,
+           r->n_vocab, decode);
     printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
            "KL p99", "KL max", "top-1", "mix", "file");
     printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
@@ -189,8 +212,8 @@ static void print_table(const pn_compare_report *r, const char *decode)
         char bpw_pn[16];
         snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
         printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
-               (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99,
-               f->kl_max, 100.0 * f->top1, f->mix ? f->mix : "?");
+               (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99, f->kl_max,
+               100.0 * f->top1, f->mix ? f->mix : "?");
         pn_fput_safe(stdout, f->path);
         putchar('\n');
     }
@@ -231,8 +254,8 @@ static void print_json(const pn_compare_report *r, const char *decode, bool keep
     pn_json_put_str(stdout, r->node_llama_cpp);
     printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
     printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
-           "\"vocabulary\": %u},\n", r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions,
-           r->n_vocab);
+           "\"vocabulary\": %u},\n",
+           r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions, r->n_vocab);
     printf(" \"decode_type\": \"%s\", \"keep_rotation\": %s,\n \"files\": [", decode,
            keep_rotation ? "true" : "false");
     for (size_t i = 0; i < r->n_files; i++) {
@@ -334,8 +357,8 @@ static void print_sweep_table(const pn_sweep_report *s, const char *decode)
                r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
                r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
                r->n_positions, r->n_vocab, decode);
-        printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN",
-               "KL mean", "KL p99", "KL max", "top-1", "mix", "file");
+        printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
+               "KL p99", "KL max", "top-1", "mix", "file");
         printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ",
                (unsigned long long)r->source.file_bytes, r->source.bpw, "-", "-", "-", "-", "-",
                "(source)");
@@ -384,8 +407,8 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
         pn_json_put_str(stdout, r->node_llama_cpp);
         printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
         printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
-               "\"vocabulary\": %u},\n \"decode_type\": \"%s\"", r->from_text ? "text" : "fixed",
-               r->n_seqs, r->n_positions, r->n_vocab, decode);
+               "\"vocabulary\": %u},\n \"decode_type\": \"%s\"",
+               r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions, r->n_vocab, decode);
     }
     printf(",\n \"mixes\": [");
     for (size_t i = 0; i < s->n_mixes; i++) {
@@ -431,16 +454,25 @@ static int sweep_option(int c, sweep_cli *w)
     switch (c) {
     case O_SWEEP: w->on = 1; return 1;
     case O_FORCE: w->force = 1; return 1;
-    case O_PROMOTE: bad = parse_counts(optarg, w->counts, &w->so.n_promote); w->so.promote = w->counts; break;
+    case O_PROMOTE:
+        bad = parse_counts(optarg, w->counts, &w->so.n_promote);
+        w->so.promote = w->counts;
+        break;
     case O_TARGET: bad = parse_size_opt("--target-size", optarg, &w->so.target_size); break;
     case O_RECIPE: w->so.recipe_path = optarg; break;
-    case O_STOCK: bad = parse_types(optarg, &w->types_buf, w->types, &w->so.n_stock); w->so.stock = w->types; break;
+    case O_STOCK:
+        bad = parse_types(optarg, &w->types_buf, w->types, &w->so.n_stock);
+        w->so.stock = w->types;
+        break;
     case O_IMATRIX: w->so.imatrix_path = optarg; break;
     case O_KEEP_DIR: w->so.keep_dir = optarg; break;
     case O_PLOT: w->plot = optarg; break;
     case O_BUDGET: bad = parse_size_opt("--budget", optarg, &w->budget); break;
     case O_QTHREADS: bad = parse_int("--quantize-threads", optarg, 1, 4096, &w->qthreads); break;
-    case O_QUANTIZER: free(w->quantizer); w->quantizer = strdup(optarg); break;
+    case O_QUANTIZER:
+        free(w->quantizer);
+        w->quantizer = strdup(optarg);
+        break;
     case O_LIBLLAMA: w->so.libllama = optarg; break;
     case O_GNUPLOT: w->gnuplot = optarg; break;
     default: return 0;
@@ -477,7 +509,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
     const char *plot = w->plot;
     pn_error err;
     pn_error_clear(&err);
-    pn_plot_opts po = {0};
+    pn_plot_opts po = { 0 };
     po.path = plot;
     po.gnuplot = w->gnuplot;
     po.envp = environ;
@@ -560,13 +592,27 @@ int main(int argc, char **argv)
             continue;
         switch (c) {
         case O_TEXT: o.text_path = optarg; break;
-        case O_SEQ_LEN: if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len)) return 2; text_opts = 1; break;
-        case O_MAX_SEQS: if (parse_int("--max-seqs", optarg, 1, 1 << 20, &o.max_seqs)) return 2; text_opts = 1; break;
-        case O_THREADS: if (parse_int("--threads", optarg, 1, 4096, &o.threads)) return 2; break;
+        case O_SEQ_LEN:
+            if (parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len))
+                return 2;
+            text_opts = 1;
+            break;
+        case O_MAX_SEQS:
+            if (parse_int("--max-seqs", optarg, 1, 1 << 20, &o.max_seqs))
+                return 2;
+            text_opts = 1;
+            break;
+        case O_THREADS:
+            if (parse_int("--threads", optarg, 1, 4096, &o.threads))
+                return 2;
+            break;
         case O_DECODE:
-            if (strcmp(optarg, "f32") == 0) o.decode_type = PN_TYPE_F32;
-            else if (strcmp(optarg, "f16") == 0) o.decode_type = PN_TYPE_F16;
-            else if (strcmp(optarg, "bf16") == 0) o.decode_type = PN_TYPE_BF16;
+            if (strcmp(optarg, "f32") == 0)
+                o.decode_type = PN_TYPE_F32;
+            else if (strcmp(optarg, "f16") == 0)
+                o.decode_type = PN_TYPE_F16;
+            else if (strcmp(optarg, "bf16") == 0)
+                o.decode_type = PN_TYPE_BF16;
             else {
                 fprintf(stderr, "pn-compare: --decode-type: expected f32, f16 or bf16, got '%s'\n",
                         optarg);
@@ -575,15 +621,22 @@ int main(int argc, char **argv)
             decode = optarg;
             break;
         case O_KEEP: o.keep_rotation = true; break;
-        case O_TMPDIR: o.tmp_dir = optarg; tmp_given = 1; break;
+        case O_TMPDIR:
+            o.tmp_dir = optarg;
+            tmp_given = 1;
+            break;
         case O_JSON: json = 1; break;
         case O_NODE: o.node = optarg; break;
-        case O_SCRIPT: free(script); script = strdup(optarg); break;
+        case O_SCRIPT:
+            free(script);
+            script = strdup(optarg);
+            break;
         case O_QUIET: quiet = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
-        case O_VERSION: printf("pn-compare %s\n", PN_VERSION); return pn_cli_close_stdout("pn-compare");
-        default:
-            return pn_cli_refuse_option(&program, argv);
+        case O_VERSION:
+            printf("pn-compare %s\n", PN_VERSION);
+            return pn_cli_close_stdout("pn-compare");
+        default: return pn_cli_refuse_option(&program, argv);
         }
     }
     if (sweep_usage(&w, argc - optind))
@@ -623,7 +676,7 @@ int main(int argc, char **argv)
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;   /* no SA_RESTART: a blocked read returns and sees the flag */
+    sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns and sees the flag */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGXFSZ, SIG_IGN);

@@ -45,32 +45,44 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-    pn_hf_opts ho = {0};
-    pn_convert_opts co = {0};
+    pn_hf_opts ho = { 0 };
+    pn_convert_opts co = { 0 };
     bool quiet = false;
-    enum { OPT_OUTTYPE = 256, OPT_NO_MTP, OPT_PRE, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS,
-           OPT_FORCE, OPT_QUIET, OPT_VERSION };
+    enum {
+        OPT_OUTTYPE = 256,
+        OPT_NO_MTP,
+        OPT_PRE,
+        OPT_SPLIT_SIZE,
+        OPT_SPLIT_TENSORS,
+        OPT_FORCE,
+        OPT_QUIET,
+        OPT_VERSION
+    };
     static const struct option longopts[] = {
-        {"outtype", required_argument, NULL, OPT_OUTTYPE},
-        {"no-mtp", no_argument, NULL, OPT_NO_MTP},
-        {"tokenizer-pre", required_argument, NULL, OPT_PRE},
-        {"split-max-size", required_argument, NULL, OPT_SPLIT_SIZE},
-        {"split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"quiet", no_argument, NULL, OPT_QUIET},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
+        { "outtype", required_argument, NULL, OPT_OUTTYPE },
+        { "no-mtp", no_argument, NULL, OPT_NO_MTP },
+        { "tokenizer-pre", required_argument, NULL, OPT_PRE },
+        { "split-max-size", required_argument, NULL, OPT_SPLIT_SIZE },
+        { "split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS },
+        { "force", no_argument, NULL, OPT_FORCE },
+        { "quiet", no_argument, NULL, OPT_QUIET },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, OPT_VERSION },
+        { NULL, 0, NULL, 0 },
     };
     int c;
-    opterr = 0;   /* one message, ours */
+    opterr = 0; /* one message, ours */
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_OUTTYPE:
-            if (strcmp(optarg, "bf16") == 0) ho.outtype = PN_HF_OUT_BF16;
-            else if (strcmp(optarg, "f16") == 0) ho.outtype = PN_HF_OUT_F16;
-            else if (strcmp(optarg, "f32") == 0) ho.outtype = PN_HF_OUT_F32;
-            else if (strcmp(optarg, "auto") == 0) ho.outtype = PN_HF_OUT_AUTO;
+            if (strcmp(optarg, "bf16") == 0)
+                ho.outtype = PN_HF_OUT_BF16;
+            else if (strcmp(optarg, "f16") == 0)
+                ho.outtype = PN_HF_OUT_F16;
+            else if (strcmp(optarg, "f32") == 0)
+                ho.outtype = PN_HF_OUT_F32;
+            else if (strcmp(optarg, "auto") == 0)
+                ho.outtype = PN_HF_OUT_AUTO;
             else {
                 fprintf(stderr, "pn-convert: --outtype: '");
                 pn_fput_safe(stderr, optarg);
@@ -82,9 +94,11 @@ int main(int argc, char **argv)
         case OPT_PRE: ho.tokenizer_pre = optarg; break;
         case OPT_SPLIT_SIZE:
         case OPT_SPLIT_TENSORS: {
-            gguf_split_mode mode = c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+            gguf_split_mode mode =
+                c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (co.split.mode != GGUF_SPLIT_NONE && co.split.mode != mode) {
-                fprintf(stderr, "pn-convert: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(stderr,
+                        "pn-convert: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             co.split.mode = mode;
@@ -95,11 +109,12 @@ int main(int argc, char **argv)
                 char *end;
                 errno = 0;
                 long long v = strtoll(optarg, &end, 10);
-                co.split.max = errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
+                co.split.max =
+                    errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
             }
             if (!co.split.max) {
-                fprintf(stderr, "pn-convert: %s: '", c == OPT_SPLIT_SIZE ? "--split-max-size"
-                                                                         : "--split-max-tensors");
+                fprintf(stderr, "pn-convert: %s: '",
+                        c == OPT_SPLIT_SIZE ? "--split-max-size" : "--split-max-tensors");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "': %s\n", bad);
                 return 2;
@@ -120,11 +135,12 @@ int main(int argc, char **argv)
     if (!pn_cli_positional("pn-convert", argc, argv, 2, 2, "SRC OUT.gguf"))
         return 2;
     const char *src = argv[optind], *dst = argv[optind + 1];
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, &ho, &m, &err);
     size_t n_files = 0;
-    if (st == PN_OK) st = pn_convert(m, src, dst, &co, &n_files, &err);
+    if (st == PN_OK)
+        st = pn_convert(m, src, dst, &co, &n_files, &err);
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         pn_hf_close(m);
@@ -134,7 +150,8 @@ int main(int argc, char **argv)
         printf("pn-convert: ");
         pn_fput_safe(stdout, dst);
         printf(": %zu tensors", pn_hf_n_tensors(m));
-        if (n_files > 1) printf(", written as %zu splits beside it", n_files);
+        if (n_files > 1)
+            printf(", written as %zu splits beside it", n_files);
         printf("\n");
     }
     pn_hf_close(m);

@@ -16,43 +16,49 @@ static volatile sig_atomic_t g_cancel = 0;
 
 static void on_signal(int sig)
 {
-    g_cancel = sig;   /* non-zero: the run stops; the exit status names it */
+    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
 }
 
 /* What pn_cli_next returns for each option. */
-enum { OPT_TYPE = 256, OPT_KEEP, OPT_THREADS, OPT_FORCE, OPT_QUIET, OPT_VERSION,
-       OPT_PROGRESS, OPT_SPLIT_SIZE, OPT_SPLIT_TENSORS, OPT_KEEP_SPLIT };
+enum {
+    OPT_TYPE = 256,
+    OPT_KEEP,
+    OPT_THREADS,
+    OPT_FORCE,
+    OPT_QUIET,
+    OPT_VERSION,
+    OPT_PROGRESS,
+    OPT_SPLIT_SIZE,
+    OPT_SPLIT_TENSORS,
+    OPT_KEEP_SPLIT
+};
 
 static const pn_cli_option options[] = {
-    {"type", required_argument, OPT_TYPE,
-     "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n"},
-    {"keep-rotation", no_argument, OPT_KEEP,
-     "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
-     "                       a model run on them needs rotated activations)\n"},
-    {"split-max-size", required_argument, OPT_SPLIT_SIZE,
-     "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
-     "                       does (a decoded 27 B model is over the hubs' 50 GB per\n"
-     "                       file): NAME.gguf becomes NAME-00001-of-0000N.gguf ...\n"
-     "                       beside it, each split at most SIZE of tensor data (50G,\n"
-     "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"},
-    {"split-max-tensors", required_argument, OPT_SPLIT_TENSORS,
-     "  --split-max-tensors N  the same, at most N tensors per split\n"},
-    {"keep-split", no_argument, OPT_KEEP_SPLIT,
-     "  --keep-split         split OUT the way IN is split (IN may be any file of a\n"
-     "                       split set, with or without this option)\n"},
-    {"threads", required_argument, OPT_THREADS,
-     "  --threads N          worker threads (default: all cores)\n"},
-    {"progress", no_argument, OPT_PROGRESS,
-     "  --progress           print the progress on standard error\n"},
-    {"force", no_argument, OPT_FORCE,
-     "  --force              replace an existing OUT\n"},
-    {"quiet", no_argument, OPT_QUIET,
-     "  --quiet              print nothing on success\n"},
-    {"help", no_argument, 'h',
-     "  -h, --help           this text\n"},
-    {"version", no_argument, OPT_VERSION,
-     "  --version            the version\n"},
-    {NULL, 0, 0, NULL},
+    { "type", required_argument, OPT_TYPE,
+      "  --type f32|f16|bf16  type of the decoded tensors (default f32)\n" },
+    { "keep-rotation", no_argument, OPT_KEEP,
+      "  --keep-rotation      leave PN tensors in the rotated domain (for experiments:\n"
+      "                       a model run on them needs rotated activations)\n" },
+    { "split-max-size", required_argument, OPT_SPLIT_SIZE,
+      "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+      "                       does (a decoded 27 B model is over the hubs' 50 GB per\n"
+      "                       file): NAME.gguf becomes NAME-00001-of-0000N.gguf ...\n"
+      "                       beside it, each split at most SIZE of tensor data (50G,\n"
+      "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n" },
+    { "split-max-tensors", required_argument, OPT_SPLIT_TENSORS,
+      "  --split-max-tensors N  the same, at most N tensors per split\n" },
+    { "keep-split", no_argument, OPT_KEEP_SPLIT,
+      "  --keep-split         split OUT the way IN is split (IN may be any file of a\n"
+      "                       split set, with or without this option)\n" },
+    { "threads", required_argument, OPT_THREADS,
+      "  --threads N          worker threads (default: all cores)\n" },
+    { "progress", no_argument, OPT_PROGRESS,
+      "  --progress           print the progress on standard error\n" },
+    { "force", no_argument, OPT_FORCE, "  --force              replace an existing OUT\n" },
+    { "quiet", no_argument, OPT_QUIET, "  --quiet              print nothing on success\n" },
+    { "help", no_argument, 'h', "  -h, --help           this text\n" },
+    { "version", no_argument, OPT_VERSION, "  --version            the version\n" },
+    { NULL, 0, 0, NULL },
 };
 
 static const pn_cli_program program = {
@@ -98,9 +104,11 @@ int main(int argc, char **argv)
         case OPT_KEEP_SPLIT: o.keep_split = true; break;
         case OPT_SPLIT_SIZE:
         case OPT_SPLIT_TENSORS: {
-            gguf_split_mode mode = c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
+            gguf_split_mode mode =
+                c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != mode) {
-                fprintf(stderr, "pn-dequant: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(stderr,
+                        "pn-dequant: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             o.split.mode = mode;
@@ -111,12 +119,13 @@ int main(int argc, char **argv)
                 char *end;
                 errno = 0;
                 long long v = strtoll(optarg, &end, 10);
-                o.split.max = errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
+                o.split.max =
+                    errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
                 bad = "expected an integer in [1, 2147483648]";
             }
             if (!o.split.max) {
-                fprintf(stderr, "pn-dequant: %s: '", c == OPT_SPLIT_SIZE ? "--split-max-size"
-                                                                         : "--split-max-tensors");
+                fprintf(stderr, "pn-dequant: %s: '",
+                        c == OPT_SPLIT_SIZE ? "--split-max-size" : "--split-max-tensors");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "': %s\n", bad);
                 return 2;
@@ -152,14 +161,14 @@ int main(int argc, char **argv)
      * run ends like on a full disk, cleaning up, instead of being killed. */
     signal(SIGXFSZ, SIG_IGN);
     o.cancel = &g_cancel;
-    pn_cli_progress pl = {"pn-dequant", argv[optind + 1], "bytes written", -1};
+    pn_cli_progress pl = { "pn-dequant", argv[optind + 1], "bytes written", -1 };
     if (progress) {
         o.progress = pn_cli_show_progress;
         o.progress_ctx = &pl;
     }
 
     pn_dequant_stats s;
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
     if (st) {
         pn_cli_error("pn-dequant", err.msg);
@@ -169,17 +178,18 @@ int main(int argc, char **argv)
         fputs("pn-dequant: warning: ", stderr);
         pn_fput_safe(stderr, argv[optind]);
         fputs(" has PN tensors but no pn.rotation.type; they were decoded without "
-              "un-rotating\n", stderr);
+              "un-rotating\n",
+              stderr);
     }
     if (!quiet) {
         pn_fput_safe(stdout, argv[optind + 1]);
         printf(": %zu tensors (%zu PN%s, %zu other decoded, %zu copied), %llu -> %llu data "
                "bytes in %.2f s\n",
                s.n_tensors, s.n_pn,
-               s.n_pn == 0            ? ""
-               : s.rotation_undone    ? ", rotation undone"
-               : o.keep_rotation      ? ", rotation kept"
-                                      : ", no rotation",
+               s.n_pn == 0         ? ""
+               : s.rotation_undone ? ", rotation undone"
+               : o.keep_rotation   ? ", rotation kept"
+                                   : ", no rotation",
                s.n_stock, s.n_copied, (unsigned long long)s.bytes_in,
                (unsigned long long)s.bytes_out, s.seconds);
         if (s.n_files > 1)
@@ -190,8 +200,10 @@ int main(int argc, char **argv)
         /* OUT is complete and in place: say so rather than pretend it is not */
         fputs("pn-dequant: ", stderr);
         pn_fput_safe(stderr, argv[optind + 1]);
-        fprintf(stderr, " was written, but the summary could not be written to standard "
-                        "output: %s\n", why);
+        fprintf(stderr,
+                " was written, but the summary could not be written to standard "
+                "output: %s\n",
+                why);
         return 1;
     }
     return 0;

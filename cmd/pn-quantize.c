@@ -28,115 +28,140 @@ static volatile sig_atomic_t g_cancel = 0;
 
 static void on_signal(int sig)
 {
-    g_cancel = sig;   /* non-zero: the run stops; the exit status names it */
+    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
 }
 
 /* What pn_cli_next returns for each option. */
-enum { O_RECIPE = 256, O_PROMOTE, O_PLIST, O_MEAS, O_MROWS, O_TARGET, O_ROT, O_THREADS,
-       O_BACKEND, O_DEVICE, O_DRY, O_REPORT, O_FORCE, O_QUIET, O_PROGRESS, O_VERSION,
-       O_SPLIT_SIZE, O_SPLIT_TENSORS, O_KEEP_SPLIT, O_SPLIT_INDEX, O_REUSE, O_REUSE_VERIFY,
-       O_NO_MTP, O_KEEP_MTP, O_TOKPRE, O_TENSOR_TYPE, O_OUTPUT_TYPE, O_EMBD_TYPE, O_IMATRIX,
-       O_IMATRIX_MISSING };
+enum {
+    O_RECIPE = 256,
+    O_PROMOTE,
+    O_PLIST,
+    O_MEAS,
+    O_MROWS,
+    O_TARGET,
+    O_ROT,
+    O_THREADS,
+    O_BACKEND,
+    O_DEVICE,
+    O_DRY,
+    O_REPORT,
+    O_FORCE,
+    O_QUIET,
+    O_PROGRESS,
+    O_VERSION,
+    O_SPLIT_SIZE,
+    O_SPLIT_TENSORS,
+    O_KEEP_SPLIT,
+    O_SPLIT_INDEX,
+    O_REUSE,
+    O_REUSE_VERIFY,
+    O_NO_MTP,
+    O_KEEP_MTP,
+    O_TOKPRE,
+    O_TENSOR_TYPE,
+    O_OUTPUT_TYPE,
+    O_EMBD_TYPE,
+    O_IMATRIX,
+    O_IMATRIX_MISSING
+};
 
 /* The most --tensor-type options one run takes. */
 #define MAX_OVERRIDES 64
 
 static const pn_cli_option options[] = {
-    {"recipe", required_argument, O_RECIPE,
-     "  --recipe FILE|NAME      mix recipe: a file, or a shipped recipe by name\n"
-     "                          (qwen3.8-27b-pn3, test-fallback; default: the built-in\n"
-     "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n"},
-    {"tensor-type", required_argument, O_TENSOR_TYPE,
-     "  --tensor-type PATTERN=TYPE\n"
-     "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
-     "                          glob of the whole name when it has * or ?) get TYPE;\n"
-     "                          repeatable, the first match wins, before the recipe's\n"
-     "                          rules; recorded in pn.mix.overrides\n"},
-    {"output-tensor-type", required_argument, O_OUTPUT_TYPE,
-     "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n"},
-    {"token-embedding-type", required_argument, O_EMBD_TYPE,
-     "  --token-embedding-type TYPE  token_embd.weight gets TYPE (after --tensor-type)\n"},
-    {"promote", required_argument, O_PROMOTE,
-     "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n"},
-    {"promote-list", required_argument, O_PLIST,
-     "  --promote-list FILE     promote exactly these tensor names, one per line\n"},
-    {"measurement", required_argument, O_MEAS,
-     "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
-     "                          else measure and save it there\n"},
-    {"imatrix", required_argument, O_IMATRIX,
-     "  --imatrix FILE          llama.cpp's importance matrix (llama-imatrix, GGUF or .dat):\n"
-     "                          weight the promotion measurement and the q3_K/q4_K search\n"
-     "                          by what the model's activations see (docs/usage.md#imatrix)\n"},
-    {"imatrix-missing", required_argument, O_IMATRIX_MISSING,
-     "  --imatrix-missing error|unweighted\n"
-     "                          a promotion candidate without an entry: an error (default),\n"
-     "                          or measured unweighted\n"},
-    {"measure-rows", required_argument, O_MROWS,
-     "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n"},
-    {"reuse", required_argument, O_REUSE,
-     "  --reuse PREV.gguf       copy from PREV, an earlier output of this source, every\n"
-     "                          tensor it holds with the same type, rotation and quantizer\n"
-     "                          whose sampled source rows are unchanged; quantize the rest\n"
-     "                          (the output is the same bytes; PREV may be DST, with --force)\n"},
-    {"reuse-verify", no_argument, O_REUSE_VERIFY,
-     "  --reuse-verify          with --reuse: copy only tensors whose whole source bytes\n"
-     "                          match PREV's record (reads them, quantizes nothing more)\n"},
-    {"target-size", required_argument, O_TARGET,
-     "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
-     "                          order) whose file still fits SIZE (12.5GiB, 13G, 13e9)\n"},
-    {"rotation", required_argument, O_ROT,
-     "  --rotation none|hadamard[:CAP]\n"
-     "                          override the recipe's rotation (none is for experiments)\n"},
-    {"threads", required_argument, O_THREADS,
-     "  --threads N             worker threads (default: all cores)\n"},
-    {"backend", required_argument, O_BACKEND,
-     "  --backend auto|cpu|cuda scale search on the CPU or a CUDA GPU (default auto:\n"
-     "                          the GPU when one is usable, else the CPU)\n"},
-    {"device", required_argument, O_DEVICE,
-     "  --device N              CUDA device index (default 0)\n"},
-    {"dry-run", no_argument, O_DRY,
-     "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
-     "                          files of a split output) and exit without writing; DST\n"
-     "                          may be omitted\n"},
-    {"split-max-size", required_argument, O_SPLIT_SIZE,
-     "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
-     "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"
-     "                          each split at most SIZE of tensor data (50G, 500M as\n"
-     "                          gguf-split takes them, or 48GiB, 2.5GB); SRC may be any\n"
-     "                          file of a split set too\n"},
-    {"split-max-tensors", required_argument, O_SPLIT_TENSORS,
-     "  --split-max-tensors N   the same, at most N tensors per split\n"},
-    {"keep-split", no_argument, O_KEEP_SPLIT,
-     "  --keep-split            split DST the way the split source is split\n"},
-    {"no-mtp", no_argument, O_NO_MTP,
-     "  --no-mtp                drop the source's MTP layer (blk.L.nextn.*), keys fixed as\n"
-     "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md);\n"
-     "                          the shipped PN3 recipe drops it already ('mtp drop')\n"},
-    {"keep-mtp", no_argument, O_KEEP_MTP,
-     "  --keep-mtp              keep the source's MTP layer where the recipe says\n"
-     "                          'mtp drop' (Qwen3.8-27B: 866 tensors instead of 851)\n"},
-    {"tokenizer-pre", required_argument, O_TOKPRE,
-     "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n"},
-    {"split-index", required_argument, O_SPLIT_INDEX,
-     "  --split-index I         write only split I (from 0) of that plan, under its name\n"
-     "                          in a full run and byte for byte that file, given the same\n"
-     "                          options and --measurement: one task per split of a batch\n"
-     "                          scheduler (docs/split.md)\n"},
-    {"report", required_argument, O_REPORT,
-     "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
-     "                          relative error, seconds; and the per-phase times\n"
-     "                          (written before DST is committed, in place right after)\n"},
-    {"force", no_argument, O_FORCE,
-     "  --force                 allow replacing an existing DST (and report)\n"},
-    {"quiet", no_argument, O_QUIET,
-     "  --quiet                 no progress, no plan totals and no notes (errors still)\n"},
-    {"progress", no_argument, O_PROGRESS,
-     "  --progress              progress on stderr even when it is not a terminal\n"},
-    {"help", no_argument, 'h',
-     "  -h, --help              this text\n"},
-    {"version", no_argument, O_VERSION,
-     "  --version               the version\n"},
-    {NULL, 0, 0, NULL},
+    { "recipe", required_argument, O_RECIPE,
+      "  --recipe FILE|NAME      mix recipe: a file, or a shipped recipe by name\n"
+      "                          (qwen3.8-27b-pn3, test-fallback; default: the built-in\n"
+      "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n" },
+    { "tensor-type", required_argument, O_TENSOR_TYPE,
+      "  --tensor-type PATTERN=TYPE\n"
+      "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
+      "                          glob of the whole name when it has * or ?) get TYPE;\n"
+      "                          repeatable, the first match wins, before the recipe's\n"
+      "                          rules; recorded in pn.mix.overrides\n" },
+    { "output-tensor-type", required_argument, O_OUTPUT_TYPE,
+      "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n" },
+    { "token-embedding-type", required_argument, O_EMBD_TYPE,
+      "  --token-embedding-type TYPE  token_embd.weight gets TYPE (after --tensor-type)\n" },
+    { "promote", required_argument, O_PROMOTE,
+      "  --promote N             number of pn3t -> pn4t promotions (overrides the recipe)\n" },
+    { "promote-list", required_argument, O_PLIST,
+      "  --promote-list FILE     promote exactly these tensor names, one per line\n" },
+    { "measurement", required_argument, O_MEAS,
+      "  --measurement FILE      read the promotion measurement from FILE if it exists,\n"
+      "                          else measure and save it there\n" },
+    { "imatrix", required_argument, O_IMATRIX,
+      "  --imatrix FILE          llama.cpp's importance matrix (llama-imatrix, GGUF or .dat):\n"
+      "                          weight the promotion measurement and the q3_K/q4_K search\n"
+      "                          by what the model's activations see (docs/usage.md#imatrix)\n" },
+    { "imatrix-missing", required_argument, O_IMATRIX_MISSING,
+      "  --imatrix-missing error|unweighted\n"
+      "                          a promotion candidate without an entry: an error (default),\n"
+      "                          or measured unweighted\n" },
+    { "measure-rows", required_argument, O_MROWS,
+      "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n" },
+    { "reuse", required_argument, O_REUSE,
+      "  --reuse PREV.gguf       copy from PREV, an earlier output of this source, every\n"
+      "                          tensor it holds with the same type, rotation and quantizer\n"
+      "                          whose sampled source rows are unchanged; quantize the rest\n"
+      "                          (the output is the same bytes; PREV may be DST, with --force)\n" },
+    { "reuse-verify", no_argument, O_REUSE_VERIFY,
+      "  --reuse-verify          with --reuse: copy only tensors whose whole source bytes\n"
+      "                          match PREV's record (reads them, quantizes nothing more)\n" },
+    { "target-size", required_argument, O_TARGET,
+      "  --target-size SIZE      choose the number of promotions: the most (in measured\n"
+      "                          order) whose file still fits SIZE (12.5GiB, 13G, 13e9)\n" },
+    { "rotation", required_argument, O_ROT,
+      "  --rotation none|hadamard[:CAP]\n"
+      "                          override the recipe's rotation (none is for experiments)\n" },
+    { "threads", required_argument, O_THREADS,
+      "  --threads N             worker threads (default: all cores)\n" },
+    { "backend", required_argument, O_BACKEND,
+      "  --backend auto|cpu|cuda scale search on the CPU or a CUDA GPU (default auto:\n"
+      "                          the GPU when one is usable, else the CPU)\n" },
+    { "device", required_argument, O_DEVICE,
+      "  --device N              CUDA device index (default 0)\n" },
+    { "dry-run", no_argument, O_DRY,
+      "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
+      "                          files of a split output) and exit without writing; DST\n"
+      "                          may be omitted\n" },
+    { "split-max-size", required_argument, O_SPLIT_SIZE,
+      "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
+      "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"
+      "                          each split at most SIZE of tensor data (50G, 500M as\n"
+      "                          gguf-split takes them, or 48GiB, 2.5GB); SRC may be any\n"
+      "                          file of a split set too\n" },
+    { "split-max-tensors", required_argument, O_SPLIT_TENSORS,
+      "  --split-max-tensors N   the same, at most N tensors per split\n" },
+    { "keep-split", no_argument, O_KEEP_SPLIT,
+      "  --keep-split            split DST the way the split source is split\n" },
+    { "no-mtp", no_argument, O_NO_MTP,
+      "  --no-mtp                drop the source's MTP layer (blk.L.nextn.*), keys fixed as\n"
+      "                          convert_hf_to_gguf.py --no-mtp writes them (docs/hf.md);\n"
+      "                          the shipped PN3 recipe drops it already ('mtp drop')\n" },
+    { "keep-mtp", no_argument, O_KEEP_MTP,
+      "  --keep-mtp              keep the source's MTP layer where the recipe says\n"
+      "                          'mtp drop' (Qwen3.8-27B: 866 tensors instead of 851)\n" },
+    { "tokenizer-pre", required_argument, O_TOKPRE,
+      "  --tokenizer-pre NAME    SRC a folder: tokenizer.ggml.pre where its pattern is unknown\n" },
+    { "split-index", required_argument, O_SPLIT_INDEX,
+      "  --split-index I         write only split I (from 0) of that plan, under its name\n"
+      "                          in a full run and byte for byte that file, given the same\n"
+      "                          options and --measurement: one task per split of a batch\n"
+      "                          scheduler (docs/split.md)\n" },
+    { "report", required_argument, O_REPORT,
+      "  --report FILE.json      per-tensor report: name, shape, source type, type, bytes,\n"
+      "                          relative error, seconds; and the per-phase times\n"
+      "                          (written before DST is committed, in place right after)\n" },
+    { "force", no_argument, O_FORCE,
+      "  --force                 allow replacing an existing DST (and report)\n" },
+    { "quiet", no_argument, O_QUIET,
+      "  --quiet                 no progress, no plan totals and no notes (errors still)\n" },
+    { "progress", no_argument, O_PROGRESS,
+      "  --progress              progress on stderr even when it is not a terminal\n" },
+    { "help", no_argument, 'h', "  -h, --help              this text\n" },
+    { "version", no_argument, O_VERSION, "  --version               the version\n" },
+    { NULL, 0, 0, NULL },
 };
 
 static const pn_cli_program program = {
@@ -172,19 +197,19 @@ typedef struct cli_state {
     int tty;
     double last;
     int quiet;
-    int force_progress;        /* --progress: even when stderr is no terminal */
+    int force_progress; /* --progress: even when stderr is no terminal */
     int force;
     const char *report_path;
-    pn_outfile *report;        /* the report: opened before the run, written before
+    pn_outfile *report; /* the report: opened before the run, written before
                                   the output's commit, committed after it */
-    char *totals;              /* the plan totals, printed after a successful run */
+    char *totals;       /* the plan totals, printed after a successful run */
     size_t totals_len;
-    char *files;               /* the files of a split output, printed after it */
+    char *files; /* the files of a split output, printed after it */
     size_t files_len;
-    size_t n_splits;           /* of the output */
+    size_t n_splits; /* of the output */
     long split_index;
-    char *dst_written;         /* DST, or the file named in DST the folder */
-    char recipe_path[4096];    /* --recipe NAME: the shipped file */
+    char *dst_written;      /* DST, or the file named in DST the folder */
+    char recipe_path[4096]; /* --recipe NAME: the shipped file */
     pn_recipe_override overrides[MAX_OVERRIDES];
     size_t n_overrides;
 } cli_state;
@@ -218,8 +243,7 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
             snprintf(note, sizeof note, "promoted #%d", t->promote_rank + 1);
         if (t->rotated) {
             size_t l = strlen(note);
-            snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "",
-                     t->rotation_block);
+            snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "", t->rotation_block);
         }
         if (r->reused && r->reused[i]) {
             size_t l = strlen(note);
@@ -241,7 +265,8 @@ static void print_reuse(FILE *f, const pn_quantize_result *r)
     fprintf(f, "reuse ");
     pn_fput_safe(f, r->reuse_path);
     fprintf(f, ": %s %zu of %zu tensors, %llu bytes (%.3f GB)",
-            r->dry_run ? "would copy" : "copied", s->n_reused, n, (unsigned long long)s->reused_bytes, (double)s->reused_bytes / 1e9);
+            r->dry_run ? "would copy" : "copied", s->n_reused, n,
+            (unsigned long long)s->reused_bytes, (double)s->reused_bytes / 1e9);
     if (r->dry_run)
         fprintf(f, " (PREV's bytes are checked in a real run)");
     fprintf(f, "; %s %zu", r->dry_run ? "would quantize" : "quantized", n - s->n_reused);
@@ -338,8 +363,8 @@ static void print_files(FILE *f, const pn_quantize_result *r)
 
 static bool tensor_written(const pn_quantize_result *r, size_t i)
 {
-    return r->split_index < 0 || (i >= r->split_first[r->split_index] &&
-                                  i < r->split_first[r->split_index + 1]);
+    return r->split_index < 0 ||
+           (i >= r->split_first[r->split_index] && i < r->split_first[r->split_index + 1]);
 }
 
 static void write_report_json(FILE *f, const pn_quantize_result *r)
@@ -353,8 +378,9 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
     pn_json_put_str(f, s->mix_name);
     fprintf(f, ",\n  \"backend\": ");
     pn_json_put_str(f, s->backend);
-    fprintf(f, ",\n  \"threads\": %d,\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n"
-               "  \"weights\": %llu,\n",
+    fprintf(f,
+            ",\n  \"threads\": %d,\n  \"dry_run\": %s,\n  \"file_bytes\": %llu,\n"
+            "  \"weights\": %llu,\n",
             s->threads, r->dry_run ? "true" : "false", (unsigned long long)s->file_bytes,
             (unsigned long long)s->weights);
     /* the stages overlap: each figure is the time its stage spent on that
@@ -367,9 +393,9 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
             "\"wait_input\": %.3f, \"wait_output\": %.3f, \"validate\": %.3f, "
             "\"source_crc\": %.3f, \"identity\": %.3f, \"verify\": %.3f, \"reuse_check\": %.3f},\n",
             s->t_total, s->t_plan, s->t_measure, s->t_measure_read, s->t_measure_compute,
-            s->t_measure_wait_input, s->t_read, s->t_widen, s->t_rotate, s->t_quantize,
-            s->t_error, s->t_crc, s->t_write, s->t_flush, s->t_wait_input, s->t_wait_output,
-            s->t_validate, s->t_source_crc, s->t_identity, s->t_verify, s->t_reuse_check);
+            s->t_measure_wait_input, s->t_read, s->t_widen, s->t_rotate, s->t_quantize, s->t_error,
+            s->t_crc, s->t_write, s->t_flush, s->t_wait_input, s->t_wait_output, s->t_validate,
+            s->t_source_crc, s->t_identity, s->t_verify, s->t_reuse_check);
     write_report_reuse(f, r);
     fprintf(f, "  \"promoted\": [");
     int k = 0;
@@ -415,12 +441,12 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
             pn_json_put_str(f, r->split_paths[s]);
         else
             fputs("null", f);
-        fprintf(f, ", \"first_tensor\": %zu, \"tensors\": %zu, \"bytes\": %llu, \"written\": %s}%s\n",
-                r->split_first[s], r->split_first[s + 1] - r->split_first[s],
-                (unsigned long long)r->split_bytes[s],
-                !r->dry_run && (r->split_index < 0 || (size_t)r->split_index == s) ? "true"
-                                                                                     : "false",
-                s + 1 < r->n_splits ? "," : "");
+        fprintf(
+            f, ", \"first_tensor\": %zu, \"tensors\": %zu, \"bytes\": %llu, \"written\": %s}%s\n",
+            r->split_first[s], r->split_first[s + 1] - r->split_first[s],
+            (unsigned long long)r->split_bytes[s],
+            !r->dry_run && (r->split_index < 0 || (size_t)r->split_index == s) ? "true" : "false",
+            s + 1 < r->n_splits ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
 }
@@ -429,7 +455,7 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
 
 static void discard_report(cli_state *s)
 {
-    pn_outfile_free(s->report);   /* discards it unless committed */
+    pn_outfile_free(s->report); /* discards it unless committed */
     s->report = NULL;
 }
 
@@ -438,10 +464,10 @@ static void discard_report(cli_state *s)
 static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
 {
     const char *rp = s->report_path;
-    const char *inputs[] = {o->src_path, o->recipe_path, o->promote_list_path,
-                            o->measurement_path, o->reuse_path, o->imatrix_path};
-    const char *what[] = {"the source", "the recipe", "the promote list", "the measurement",
-                          "the --reuse file", "the imatrix"};
+    const char *inputs[] = { o->src_path,         o->recipe_path, o->promote_list_path,
+                             o->measurement_path, o->reuse_path,  o->imatrix_path };
+    const char *what[] = { "the source",      "the recipe",       "the promote list",
+                           "the measurement", "the --reuse file", "the imatrix" };
     for (int i = 0; i < 6; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
             fprintf(stderr, "pn-quantize: --report ");
@@ -449,7 +475,7 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
             fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
             return 2;
         }
-    pn_error se = {0};
+    pn_error se = { 0 };
     if (pn_source_check_target(o->src_path, rp, "the report", &se) != PN_OK) {
         pn_cli_error("pn-quantize: error: --report", se.msg);
         return 2;
@@ -566,8 +592,8 @@ static void on_progress(const pn_progress *p, void *user)
     pn_safe_text(p->tensor_name ? p->tensor_name : "", name, sizeof name);
     fprintf(stderr, "%s%s tensor %zu/%zu %-36.36s %5.1f%%  %.3g w/s  ETA %.0fs%s",
             s->tty ? "\r" : "", phase_name(p->phase),
-            p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors, name, pct, rate,
-            eta, s->tty ? "\033[K" : "\n");
+            p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors, name, pct, rate, eta,
+            s->tty ? "\033[K" : "\n");
     fflush(stderr);
 }
 
@@ -591,7 +617,7 @@ static void on_note(const char *msg, void *user)
 {
     cli_state *s = user;
     if (s->quiet)
-        return;   /* --quiet: notes too (errors are no notes: they always print) */
+        return; /* --quiet: notes too (errors are no notes: they always print) */
     if (s->tty && s->show_progress)
         fputs("\r\033[K", stderr);
     put_lines(stderr, "pn-quantize: ", msg);
@@ -658,8 +684,7 @@ static int finish_stdout(int status)
         e = errno;
     }
     if (bad) {
-        fprintf(stderr, "pn-quantize: error: cannot write to standard output: %s\n",
-                strerror(e));
+        fprintf(stderr, "pn-quantize: error: cannot write to standard output: %s\n", strerror(e));
         return status ? status : 1;
     }
     return status;
@@ -683,14 +708,17 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
             fprintf(stderr, "pn-quantize: at most %d type overrides\n", MAX_OVERRIDES);
             return 2;
         }
-        cs->overrides[cs->n_overrides++] = (pn_recipe_override){
-            c == O_TENSOR_TYPE ? PN_OVERRIDE_TENSOR_TYPE
-            : c == O_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT : PN_OVERRIDE_TOKEN_EMBD, optarg};
+        cs->overrides[cs->n_overrides++] =
+            (pn_recipe_override){ c == O_TENSOR_TYPE   ? PN_OVERRIDE_TENSOR_TYPE
+                                  : c == O_OUTPUT_TYPE ? PN_OVERRIDE_OUTPUT
+                                                       : PN_OVERRIDE_TOKEN_EMBD,
+                                  optarg };
         o->overrides = cs->overrides;
         o->n_overrides = cs->n_overrides;
         break;
     case O_PROMOTE:
-        if (!pn_cli_long("pn-quantize", "--promote", optarg, 0, 1000000, &v)) return 2;
+        if (!pn_cli_long("pn-quantize", "--promote", optarg, 0, 1000000, &v))
+            return 2;
         o->promote = (int)v;
         break;
     case O_PLIST: o->promote_list_path = optarg; break;
@@ -709,7 +737,8 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         }
         break;
     case O_MROWS:
-        if (!pn_cli_long("pn-quantize", "--measure-rows", optarg, 1, 1L << 30, &v)) return 2;
+        if (!pn_cli_long("pn-quantize", "--measure-rows", optarg, 1, 1L << 30, &v))
+            return 2;
         o->measure_rows = (uint64_t)v;
         break;
     case O_TARGET: {
@@ -728,7 +757,8 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         else if (strcmp(optarg, "hadamard") == 0)
             o->rotation_cap = 1024;
         else if (strncmp(optarg, "hadamard:", 9) == 0) {
-            if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", optarg + 9, 1, 4096, &v)) return 2;
+            if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", optarg + 9, 1, 4096, &v))
+                return 2;
             if (v & (v - 1)) {
                 fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
                 return 2;
@@ -743,12 +773,16 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         }
         break;
     case O_THREADS:
-        if (!pn_cli_threads("pn-quantize", optarg, &o->threads)) return 2;
+        if (!pn_cli_threads("pn-quantize", optarg, &o->threads))
+            return 2;
         break;
     case O_BACKEND:
-        if (strcmp(optarg, "auto") == 0) o->backend = PN_BACKEND_AUTO;
-        else if (strcmp(optarg, "cpu") == 0) o->backend = PN_BACKEND_CPU;
-        else if (strcmp(optarg, "cuda") == 0) o->backend = PN_BACKEND_CUDA;
+        if (strcmp(optarg, "auto") == 0)
+            o->backend = PN_BACKEND_AUTO;
+        else if (strcmp(optarg, "cpu") == 0)
+            o->backend = PN_BACKEND_CPU;
+        else if (strcmp(optarg, "cuda") == 0)
+            o->backend = PN_BACKEND_CUDA;
         else {
             fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
             pn_fput_safe(stderr, optarg);
@@ -757,7 +791,8 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         }
         break;
     case O_DEVICE:
-        if (!pn_cli_long("pn-quantize", "--device", optarg, 0, 1024, &v)) return 2;
+        if (!pn_cli_long("pn-quantize", "--device", optarg, 0, 1024, &v))
+            return 2;
         o->device = (int)v;
         break;
     case O_DRY: o->dry_run = true; break;
@@ -768,7 +803,8 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_SPLIT_SIZE: {
         const char *why = "";
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_SIZE) {
-            fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+            fprintf(stderr,
+                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
         o->split.mode = GGUF_SPLIT_MAX_SIZE;
@@ -782,10 +818,12 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     }
     case O_SPLIT_TENSORS:
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_TENSORS) {
-            fprintf(stderr, "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+            fprintf(stderr,
+                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
-        if (!pn_cli_long("pn-quantize", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+        if (!pn_cli_long("pn-quantize", "--split-max-tensors", optarg, 1, 1L << 31, &v))
+            return 2;
         o->split.mode = GGUF_SPLIT_MAX_TENSORS;
         o->split.max = (uint64_t)v;
         break;
@@ -794,15 +832,15 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_KEEP_MTP: o->keep_mtp = true; break;
     case O_TOKPRE: o->tokenizer_pre = optarg; break;
     case O_SPLIT_INDEX:
-        if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v)) return 2;
+        if (!pn_cli_long("pn-quantize", "--split-index", optarg, 0, 65534, &v))
+            return 2;
         o->split_index = v;
         break;
     case 'h': pn_cli_usage(stdout, &program); return 0;
     case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
     case O_REUSE: o->reuse_path = optarg; break;
     case O_REUSE_VERIFY: o->reuse_verify = true; break;
-    default:
-        return pn_cli_refuse_option(&program, argv);
+    default: return pn_cli_refuse_option(&program, argv);
     }
     return -1;
 }
@@ -811,11 +849,13 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
 static int check_combinations(const pn_quantize_opts *o)
 {
     if (o->promote_list_path && (o->promote >= 0 || o->target_size)) {
-        fprintf(stderr, "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
+        fprintf(stderr,
+                "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
         return 2;
     }
     if (o->target_size && o->promote >= 0) {
-        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give --promote too\n");
+        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give "
+                        "--promote too\n");
         return 2;
     }
     if (o->keep_split && o->split.mode != GGUF_SPLIT_NONE) {
@@ -873,7 +913,7 @@ static int run(int argc, char **argv)
     if (cs.report_path && (rc = check_report_path(&cs, &o)) != 0)
         return rc;
     if (cs.report_path) {
-        pn_outfile_opts ro = {.force = cs.force != 0};
+        pn_outfile_opts ro = { .force = cs.force != 0 };
         pn_error re;
         if (pn_outfile_open(cs.report_path, &ro, &cs.report, &re) != PN_OK) {
             put_lines(stderr, "pn-quantize: error: ", re.msg);
@@ -951,7 +991,7 @@ static int run(int argc, char **argv)
                 pn_fput_safe(stderr, cs.report_path);
                 fprintf(stderr, ": it appeared during the run; use --force to replace it\n");
             } else {
-                put_lines(stderr, "", re.msg);   /* the message names the report path */
+                put_lines(stderr, "", re.msg); /* the message names the report path */
             }
             return 1;
         }

@@ -17,71 +17,85 @@
 #include "quant/types.h"
 
 static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig) { g_cancel = sig; }   /* the exit status names it */
+static void on_signal(int sig)
+{
+    g_cancel = sig;
+} /* the exit status names it */
 
 /* What pn_cli_next returns for each option. */
-enum { O_LAYERS = 256, O_WS, O_VOCAB, O_DTYPE, O_SEED, O_FULL, O_THREADS, O_FORCE, O_QUIET,
-       O_VERSION, O_SPLIT_SIZE, O_SPLIT_TENSORS, O_HF, O_MTP, O_SHARD_SIZE, O_PROFILE };
+enum {
+    O_LAYERS = 256,
+    O_WS,
+    O_VOCAB,
+    O_DTYPE,
+    O_SEED,
+    O_FULL,
+    O_THREADS,
+    O_FORCE,
+    O_QUIET,
+    O_VERSION,
+    O_SPLIT_SIZE,
+    O_SPLIT_TENSORS,
+    O_HF,
+    O_MTP,
+    O_SHARD_SIZE,
+    O_PROFILE
+};
 
 static const pn_cli_option options[] = {
-    {"layers", required_argument, O_LAYERS,
-     "  --layers N          blocks (default 6; every 4th block is full attention; with\n"
-     "                      fewer than 4 blocks the last one is)\n"},
-    {"width-scale", required_argument, O_WS,
-     "  --width-scale S     1..16: divide the widths of the 27 B model by S in whole\n"
-     "                      heads (default 4); n_embd is a multiple of 1280 up to S 4\n"
-     "                      (1280 at 3 and 4), of 320 above (320 at 16: the shipped\n"
-     "                      recipe's q3_K/q4_K need a fallback there)\n"},
-    {"vocab", required_argument, O_VOCAB,
-     "  --vocab N           tokens (rows of token_embd and output; default 8192;\n"
-     "                      at least 259 for all 256 byte tokens and 3 special ones)\n"},
-    {"dtype", required_argument, O_DTYPE,
-     "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms, every\n"
-     "                      1-D tensor and ssm_conv1d are f32)\n"},
-    {"seed", required_argument, O_SEED,
-     "  --seed N            generator seed (default 1)\n"},
-    {"profile", required_argument, O_PROFILE,
-     "  --profile gaussian|trained  what the weights are like: gaussian (default:\n"
-     "                      near-Gaussian, made-up outliers, norm gains near 1) or\n"
-     "                      trained (the tails, outlier channels and unequal row and\n"
-     "                      column scales published for trained models;\n"
-     "                      docs/usage.md#the-trained-profile)\n"},
-    {"full", no_argument, O_FULL,
-     "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
-     "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n"},
-    {"split-max-size", required_argument, O_SPLIT_SIZE,
-     "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
-     "                      does: OUT NAME.gguf becomes NAME-00001-of-0000N.gguf ...,\n"
-     "                      each split at most SIZE of tensor data (50G, 500M as\n"
-     "                      gguf-split takes them, or 48GiB, 2.5GB)\n"},
-    {"split-max-tensors", required_argument, O_SPLIT_TENSORS,
-     "  --split-max-tensors N  the same, at most N tensors per split\n"},
-    {"mtp", no_argument, O_MTP,
-     "  --mtp               add an MTP layer: block LAYERS with the nextn.* tensors,\n"
-     "                      qwen35.nextn_predict_layers 1 (block_count counts it), as\n"
-     "                      llama.cpp's converter keeps it; mtp.* in the --hf form\n"},
-    {"hf", no_argument, O_HF,
-     "  --hf                write DIR, a Hugging Face checkpoint folder of the same\n"
-     "                      model (Qwen3_5ForConditionalGeneration): config.json,\n"
-     "                      safetensors shards with model.safetensors.index.json,\n"
-     "                      tokenizer.json, tokenizer_config.json, and a few vision\n"
-     "                      tensors; pn-convert DIR makes of it, tensor for tensor,\n"
-     "                      the GGUF pn-synth writes with the same options (bf16 or\n"
-     "                      f32; --outtype f32 for f32)\n"},
-    {"shard-size", required_argument, O_SHARD_SIZE,
-     "  --shard-size SIZE   with --hf: at most SIZE of tensor data per shard (as\n"
-     "                      --split-max-size takes it; default 5G)\n"},
-    {"threads", required_argument, O_THREADS,
-     "  --threads N         worker threads (default: all cores)\n"},
-    {"force", no_argument, O_FORCE,
-     "  --force             replace an existing OUT\n"},
-    {"quiet", no_argument, O_QUIET,
-     "  --quiet             no progress\n"},
-    {"help", no_argument, 'h',
-     "  -h, --help          this text\n"},
-    {"version", no_argument, O_VERSION,
-     "  --version           the version\n"},
-    {NULL, 0, 0, NULL},
+    { "layers", required_argument, O_LAYERS,
+      "  --layers N          blocks (default 6; every 4th block is full attention; with\n"
+      "                      fewer than 4 blocks the last one is)\n" },
+    { "width-scale", required_argument, O_WS,
+      "  --width-scale S     1..16: divide the widths of the 27 B model by S in whole\n"
+      "                      heads (default 4); n_embd is a multiple of 1280 up to S 4\n"
+      "                      (1280 at 3 and 4), of 320 above (320 at 16: the shipped\n"
+      "                      recipe's q3_K/q4_K need a fallback there)\n" },
+    { "vocab", required_argument, O_VOCAB,
+      "  --vocab N           tokens (rows of token_embd and output; default 8192;\n"
+      "                      at least 259 for all 256 byte tokens and 3 special ones)\n" },
+    { "dtype", required_argument, O_DTYPE,
+      "  --dtype bf16|f16|f32  type of the 2-D weights (default bf16; norms, every\n"
+      "                      1-D tensor and ssm_conv1d are f32)\n" },
+    { "seed", required_argument, O_SEED, "  --seed N            generator seed (default 1)\n" },
+    { "profile", required_argument, O_PROFILE,
+      "  --profile gaussian|trained  what the weights are like: gaussian (default:\n"
+      "                      near-Gaussian, made-up outliers, norm gains near 1) or\n"
+      "                      trained (the tails, outlier channels and unequal row and\n"
+      "                      column scales published for trained models;\n"
+      "                      docs/usage.md#the-trained-profile)\n" },
+    { "full", no_argument, O_FULL,
+      "  --full              the real Qwen3.8-27B shape: 64 layers, width scale 1,\n"
+      "                      vocab 248320 (about 54 GB in BF16; free disk is checked)\n" },
+    { "split-max-size", required_argument, O_SPLIT_SIZE,
+      "  --split-max-size SIZE  write OUT as a split set, as llama.cpp's gguf-split\n"
+      "                      does: OUT NAME.gguf becomes NAME-00001-of-0000N.gguf ...,\n"
+      "                      each split at most SIZE of tensor data (50G, 500M as\n"
+      "                      gguf-split takes them, or 48GiB, 2.5GB)\n" },
+    { "split-max-tensors", required_argument, O_SPLIT_TENSORS,
+      "  --split-max-tensors N  the same, at most N tensors per split\n" },
+    { "mtp", no_argument, O_MTP,
+      "  --mtp               add an MTP layer: block LAYERS with the nextn.* tensors,\n"
+      "                      qwen35.nextn_predict_layers 1 (block_count counts it), as\n"
+      "                      llama.cpp's converter keeps it; mtp.* in the --hf form\n" },
+    { "hf", no_argument, O_HF,
+      "  --hf                write DIR, a Hugging Face checkpoint folder of the same\n"
+      "                      model (Qwen3_5ForConditionalGeneration): config.json,\n"
+      "                      safetensors shards with model.safetensors.index.json,\n"
+      "                      tokenizer.json, tokenizer_config.json, and a few vision\n"
+      "                      tensors; pn-convert DIR makes of it, tensor for tensor,\n"
+      "                      the GGUF pn-synth writes with the same options (bf16 or\n"
+      "                      f32; --outtype f32 for f32)\n" },
+    { "shard-size", required_argument, O_SHARD_SIZE,
+      "  --shard-size SIZE   with --hf: at most SIZE of tensor data per shard (as\n"
+      "                      --split-max-size takes it; default 5G)\n" },
+    { "threads", required_argument, O_THREADS,
+      "  --threads N         worker threads (default: all cores)\n" },
+    { "force", no_argument, O_FORCE, "  --force             replace an existing OUT\n" },
+    { "quiet", no_argument, O_QUIET, "  --quiet             no progress\n" },
+    { "help", no_argument, 'h', "  -h, --help          this text\n" },
+    { "version", no_argument, O_VERSION, "  --version           the version\n" },
+    { NULL, 0, 0, NULL },
 };
 
 static const pn_cli_program program = {
@@ -105,7 +119,10 @@ static const pn_cli_program program = {
     "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
-typedef struct prog { int on, tty; double t0, last; } prog;
+typedef struct prog {
+    int on, tty;
+    double t0, last;
+} prog;
 
 static void on_progress(uint64_t done, uint64_t total, void *user)
 {
@@ -127,7 +144,9 @@ static bool combination_ok(bool full_with_shape, int hf, bool gguf_split, bool s
                            int dtype)
 {
     if (full_with_shape) {
-        fprintf(stderr, "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
+        fprintf(
+            stderr,
+            "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
         return false;
     }
     if (hf && gguf_split) {
@@ -135,12 +154,14 @@ static bool combination_ok(bool full_with_shape, int hf, bool gguf_split, bool s
         return false;
     }
     if (shard_size && !hf) {
-        fprintf(stderr, "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
+        fprintf(stderr,
+                "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
         return false;
     }
     if (hf && dtype == PN_TYPE_F16) {
-        fprintf(stderr, "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
-                        "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
+        fprintf(stderr,
+                "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
+                "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
         return false;
     }
     return true;
@@ -203,20 +224,41 @@ int main(int argc, char **argv)
     pn_synth_profile profile = PN_SYNTH_GAUSSIAN;
     int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0;
     uint64_t shard_size = 0;
-    gguf_split_limit split = {GGUF_SPLIT_NONE, 0};
+    gguf_split_limit split = { GGUF_SPLIT_NONE, 0 };
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
-        case O_LAYERS: if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers)) return 2; break;
-        case O_WS: if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale)) return 2; break;
-        case O_VOCAB: if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab)) return 2; break;
-        case O_PROFILE: if (parse_profile(optarg, &profile)) return 2; break;
-        case O_SEED: if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed)) return 2; break;
-        case O_THREADS: if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads)) return 2; break;
+        case O_LAYERS:
+            if (!pn_cli_long("pn-synth", "--layers", optarg, 1, 4096, &layers))
+                return 2;
+            break;
+        case O_WS:
+            if (!pn_cli_long("pn-synth", "--width-scale", optarg, 1, 16, &wscale))
+                return 2;
+            break;
+        case O_VOCAB:
+            if (!pn_cli_long("pn-synth", "--vocab", optarg, 1, 1L << 24, &vocab))
+                return 2;
+            break;
+        case O_PROFILE:
+            if (parse_profile(optarg, &profile))
+                return 2;
+            break;
+        case O_SEED:
+            if (!pn_cli_long("pn-synth", "--seed", optarg, 0, __LONG_MAX__, &seed))
+                return 2;
+            break;
+        case O_THREADS:
+            if (!pn_cli_long("pn-synth", "--threads", optarg, 1, 4096, &threads))
+                return 2;
+            break;
         case O_DTYPE:
-            if (strcmp(optarg, "bf16") == 0) dtype = PN_TYPE_BF16;
-            else if (strcmp(optarg, "f16") == 0) dtype = PN_TYPE_F16;
-            else if (strcmp(optarg, "f32") == 0) dtype = PN_TYPE_F32;
+            if (strcmp(optarg, "bf16") == 0)
+                dtype = PN_TYPE_BF16;
+            else if (strcmp(optarg, "f16") == 0)
+                dtype = PN_TYPE_F16;
+            else if (strcmp(optarg, "f32") == 0)
+                dtype = PN_TYPE_F32;
             else {
                 fprintf(stderr, "pn-synth: --dtype: expected bf16, f16 or f32, got '%s'\n", optarg);
                 return 2;
@@ -226,7 +268,8 @@ int main(int argc, char **argv)
         case O_SPLIT_TENSORS: {
             gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (split.mode != GGUF_SPLIT_NONE && split.mode != mode) {
-                fprintf(stderr, "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(stderr,
+                        "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             split.mode = mode;
@@ -235,7 +278,8 @@ int main(int argc, char **argv)
                     return 2;
             } else {
                 long v;
-                if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v)) return 2;
+                if (!pn_cli_long("pn-synth", "--split-max-tensors", optarg, 1, 1L << 31, &v))
+                    return 2;
                 split.max = (uint64_t)v;
             }
             break;
@@ -251,8 +295,7 @@ int main(int argc, char **argv)
         case O_QUIET: quiet = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
         case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return pn_cli_close_stdout("pn-synth");
-        default:
-            return pn_cli_refuse_option(&program, argv);
+        default: return pn_cli_refuse_option(&program, argv);
         }
     }
     if (!pn_cli_positional("pn-synth", argc, argv, 1, 1, hf ? "DIR" : "OUT.gguf"))
@@ -286,7 +329,7 @@ int main(int argc, char **argv)
     o.split = split;
     o.threads = (int)threads;
     o.cancel = &g_cancel;
-    prog pg = {!quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9};
+    prog pg = { !quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9 };
     o.progress = on_progress;
     o.user = &pg;
 

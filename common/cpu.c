@@ -33,4 +33,7 @@ bool pn_cpu_has_pclmul(void)
     return (v & (1ull << (32 + 26))) && (v & (1ull << 1));
 }
 
-bool pn_cpu_has_f16c(void) { return (cpuid_leaf1() & (1ull << 29)) != 0; }
+bool pn_cpu_has_f16c(void)
+{
+    return (cpuid_leaf1() & (1ull << 29)) != 0;
+}

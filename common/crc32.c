@@ -20,7 +20,7 @@ uint32_t pn_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
 
 bool pn_crc32_pclmul_available(void)
 {
-    return pn_cpu_has_pclmul();   /* asked once (common/cpu.h) */
+    return pn_cpu_has_pclmul(); /* asked once (common/cpu.h) */
 }
 
 uint32_t pn_crc32_xpow_mod(unsigned n)

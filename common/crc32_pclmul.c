@@ -59,7 +59,10 @@ static inline __m128i fold(__m128i x, __m128i k)
     return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
 }
 
-static inline __m128i load(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
+static inline __m128i load(const uint8_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
 
 uint32_t pn_crc32_pclmul(uint32_t crc, const void *buf, size_t len)
 {

@@ -60,8 +60,7 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot stat the %s: %s", path, what,
-                            strerror(e));
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot stat the %s: %s", path, what, strerror(e));
     }
     const char *kind = pn_file_kind(sb.st_mode);
     if (kind) {
@@ -72,8 +71,8 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
     if ((uint64_t)sb.st_size > max_bytes) {
         close(fd);
         return pn_error_set(err, PN_ERR_FORMAT,
-                            "%s: the %s is %lld bytes, more than the %zu this program reads",
-                            path, what, (long long)sb.st_size, max_bytes);
+                            "%s: the %s is %lld bytes, more than the %zu this program reads", path,
+                            what, (long long)sb.st_size, max_bytes);
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
@@ -98,19 +97,18 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
                 free(buf);
                 close(fd);
                 if (k < 0)
-                    return pn_error_set(err, PN_ERR_IO, "%s: cannot read the %s: %s", path,
-                                        what, strerror(e));
+                    return pn_error_set(err, PN_ERR_IO, "%s: cannot read the %s: %s", path, what,
+                                        strerror(e));
                 return pn_error_set(err, PN_ERR_FORMAT,
-                                    "%s: the %s grew past the %zu bytes this program reads",
-                                    path, what, max_bytes);
+                                    "%s: the %s grew past the %zu bytes this program reads", path,
+                                    what, max_bytes);
             }
             size_t nc = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
             char *nb = realloc(buf, nc);
             if (!nb) {
                 free(buf);
                 close(fd);
-                return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the %s", path,
-                                    what);
+                return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the %s", path, what);
             }
             buf = nb;
             cap = nc;

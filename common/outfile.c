@@ -51,20 +51,20 @@ typedef enum outfile_state {
 } outfile_state;
 
 struct pn_outfile {
-    char *target;          /* as given */
-    char *dir;             /* the target's folder, for messages */
-    char *base;            /* the target's last name component */
-    size_t prefix_len;     /* bytes of base in temporary names */
-    int dirfd;             /* O_PATH descriptor of the folder */
+    char *target;      /* as given */
+    char *dir;         /* the target's folder, for messages */
+    char *base;        /* the target's last name component */
+    size_t prefix_len; /* bytes of base in temporary names */
+    int dirfd;         /* O_PATH descriptor of the folder */
     int fd;
     bool unnamed;
-    char *tmp_name;        /* named temporary file in the folder, or NULL */
-    char *tmp_path;        /* dir + tmp_name, for display */
+    char *tmp_name; /* named temporary file in the folder, or NULL */
+    char *tmp_path; /* dir + tmp_name, for display */
     char *note;
     FILE *stream;
-    int stream_errno;      /* first write error of the stream, and where */
+    int stream_errno; /* first write error of the stream, and where */
     uint64_t stream_error_at;
-    uint64_t pos;          /* bytes appended (pn_outfile_write, the stream) */
+    uint64_t pos; /* bytes appended (pn_outfile_write, the stream) */
     uint64_t rng;
     outfile_state state;
     pn_outfile_opts opts;
@@ -96,8 +96,7 @@ static uint64_t name_seed(const void *p)
     return s;
 }
 
-static const char name_chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+static const char name_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 static bool is_name_char(char c)
 {
@@ -168,7 +167,7 @@ static void note_add(char **note, size_t *len, size_t *cap, const char *s)
 {
     size_t n = strlen(s);
     if (!*note && *cap == (size_t)-1)
-        return;   /* an earlier allocation failed: no note */
+        return; /* an earlier allocation failed: no note */
     if (*len + n + 1 > *cap) {
         size_t nc = (*len + n + 1) * 2;
         char *p = realloc(*note, nc);
@@ -242,8 +241,7 @@ static const char *reason(int e)
     }
 }
 
-static pn_status io_fail(const pn_outfile *f, pn_error *err, int e, const char *what,
-                         uint64_t at)
+static pn_status io_fail(const pn_outfile *f, pn_error *err, int e, const char *what, uint64_t at)
 {
     pn_status code = (e == ENOSPC || e == EDQUOT || e == EFBIG) ? PN_ERR_NOSPACE : PN_ERR_IO;
     return pn_error_set(err, code, "%s: %s at byte offset %llu: %s", f->target, what,
@@ -273,7 +271,7 @@ static pn_status split_target(pn_outfile *f, pn_error *err)
     if (cut > (size_t)TEMP_PREFIX_MAX) {
         cut = (size_t)TEMP_PREFIX_MAX;
         while (cut > 0 && ((unsigned char)base[cut] & 0xC0) == 0x80)
-            cut--;   /* not inside a UTF-8 sequence */
+            cut--; /* not inside a UTF-8 sequence */
     }
     f->prefix_len = cut;
     return PN_OK;
@@ -294,8 +292,7 @@ static pn_status check_target(pn_outfile *f, pn_error *err)
                             "%s: the output is %s, not a regular file; refusing to write there",
                             f->target, kind);
     if (!f->opts.force)
-        return pn_error_set(err, PN_ERR_EXISTS, "%s: exists; use --force to replace it",
-                            f->target);
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: exists; use --force to replace it", f->target);
     return PN_OK;
 }
 
@@ -356,7 +353,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", target);
     f->fd = -1;
     f->dirfd = -1;
-    f->state = OF_OPEN;   /* so that a failure below discards what was made */
+    f->state = OF_OPEN; /* so that a failure below discards what was made */
     if (opts)
         f->opts = *opts;
     f->rng = name_seed(f);
@@ -403,13 +400,22 @@ int pn_outfile_fd(const pn_outfile *f)
 {
     return f && (f->state == OF_OPEN || f->state == OF_FINISHED) ? f->fd : -1;
 }
-const char *pn_outfile_target(const pn_outfile *f) { return f ? f->target : NULL; }
-bool pn_outfile_unnamed(const pn_outfile *f) { return f && f->unnamed; }
+const char *pn_outfile_target(const pn_outfile *f)
+{
+    return f ? f->target : NULL;
+}
+bool pn_outfile_unnamed(const pn_outfile *f)
+{
+    return f && f->unnamed;
+}
 const char *pn_outfile_temp_path(const pn_outfile *f)
 {
     return f && f->tmp_name ? f->tmp_path : NULL;
 }
-const char *pn_outfile_note(const pn_outfile *f) { return f ? f->note : NULL; }
+const char *pn_outfile_note(const pn_outfile *f)
+{
+    return f ? f->note : NULL;
+}
 
 /* ------------------------------------------------------------------ */
 /* Writing                                                             */
@@ -418,8 +424,10 @@ static pn_status not_open(const pn_outfile *f, pn_error *err)
 {
     return pn_error_set(err, PN_ERR_USAGE, "%s: write to an output that is %s",
                         f ? f->target : "(null)",
-                        !f ? "missing" : f->state == OF_FINISHED ? "finished already"
-                                       : f->state == OF_COMMITTED ? "committed" : "discarded");
+                        !f                         ? "missing"
+                        : f->state == OF_FINISHED  ? "finished already"
+                        : f->state == OF_COMMITTED ? "committed"
+                                                   : "discarded");
 }
 
 /* Writes all n bytes at `at`, or at the current position (advancing it)
@@ -432,8 +440,8 @@ static pn_status write_loop(pn_outfile *f, const void *data, size_t n, bool appe
     if (n && !data)
         return pn_error_set(err, PN_ERR_USAGE, "%s: write of %zu bytes from NULL", f->target, n);
     if (!append && at > (uint64_t)INT64_MAX - n)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: write at byte offset %llu overflows",
-                            f->target, (unsigned long long)at);
+        return pn_error_set(err, PN_ERR_USAGE, "%s: write at byte offset %llu overflows", f->target,
+                            (unsigned long long)at);
     const uint8_t *p = data;
     while (n > 0) {
         ssize_t r = append ? write(f->fd, p, n) : pwrite(f->fd, p, n, (off_t)at);
@@ -459,8 +467,7 @@ pn_status pn_outfile_write(pn_outfile *f, const void *data, size_t n, pn_error *
     return write_loop(f, data, n, true, 0, err);
 }
 
-pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at,
-                            pn_error *err)
+pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at, pn_error *err)
 {
     return write_loop(f, data, n, false, at, err);
 }
@@ -470,8 +477,8 @@ pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t 
 #define COPY_STEP ((size_t)1 << 20)
 #define COPY_KERNEL_STEP ((uint64_t)64 << 20)
 
-static pn_status copy_by_read(pn_outfile *f, int fd, uint64_t off, uint64_t n,
-                              const char *src_name, pn_error *err)
+static pn_status copy_by_read(pn_outfile *f, int fd, uint64_t off, uint64_t n, const char *src_name,
+                              pn_error *err)
 {
     uint8_t *buf = malloc(n < COPY_STEP ? (size_t)(n ? n : 1) : COPY_STEP);
     if (!buf)
@@ -484,8 +491,8 @@ static pn_status copy_by_read(pn_outfile *f, int fd, uint64_t off, uint64_t n,
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            st = pn_error_set(err, PN_ERR_IO, "%s: cannot read at byte offset %llu: %s",
-                              src_name, (unsigned long long)off, strerror(errno));
+            st = pn_error_set(err, PN_ERR_IO, "%s: cannot read at byte offset %llu: %s", src_name,
+                              (unsigned long long)off, strerror(errno));
             break;
         }
         if (r == 0) {
@@ -511,8 +518,8 @@ pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
     if (!src_name)
         src_name = "(input)";
     if (off > (uint64_t)INT64_MAX - n)
-        return pn_error_set(err, PN_ERR_USAGE, "%s: copy from byte offset %llu overflows",
-                            src_name, (unsigned long long)off);
+        return pn_error_set(err, PN_ERR_USAGE, "%s: copy from byte offset %llu overflows", src_name,
+                            (unsigned long long)off);
     while (n > 0 && !f->opts.copy_by_read) {
         loff_t in = (loff_t)off;
         size_t want = n < COPY_KERNEL_STEP ? (size_t)n : (size_t)COPY_KERNEL_STEP;
@@ -522,7 +529,7 @@ pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
         if (r < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
             return io_fail(f, err, errno, "cannot copy into the file", f->pos);
         if (r <= 0)
-            break;     /* the kernel cannot (or the input ended): the reads say which */
+            break; /* the kernel cannot (or the input ended): the reads say which */
         off += (uint64_t)r;
         n -= (uint64_t)r;
         f->pos += (uint64_t)r;
@@ -564,7 +571,7 @@ FILE *pn_outfile_stream(pn_outfile *f, pn_error *err)
     }
     if (f->stream)
         return f->stream;
-    cookie_io_functions_t io = {.write = stream_write};
+    cookie_io_functions_t io = { .write = stream_write };
     f->stream = fopencookie(f, "w", io);
     if (!f->stream)
         pn_error_set(err, PN_ERR_IO, "%s: cannot make a stream on the output: %s", f->target,
@@ -585,8 +592,7 @@ pn_status pn_outfile_finish(pn_outfile *f, pn_error *err)
         bad |= fflush(s) != 0;
         bad |= fclose(s) != 0;
         if (f->stream_errno)
-            return io_fail(f, err, f->stream_errno, "cannot write the text",
-                           f->stream_error_at);
+            return io_fail(f, err, f->stream_errno, "cannot write the text", f->stream_error_at);
         if (bad)
             return io_fail(f, err, EIO, "cannot write the text", f->pos);
     }
@@ -731,7 +737,7 @@ pn_status pn_outfile_commit_set(pn_outfile *const *files, size_t n, pn_error *er
         if (!files[i] || (files[i]->state != OF_OPEN && files[i]->state != OF_FINISHED)) {
             pn_status st = pn_error_set(err, PN_ERR_USAGE, "%s: commit of an output that is %s",
                                         files[i] ? files[i]->target : "(null)",
-                                        !files[i] ? "missing"
+                                        !files[i]                         ? "missing"
                                         : files[i]->state == OF_COMMITTED ? "committed already"
                                                                           : "discarded");
             abort_all(files, n);
@@ -777,7 +783,7 @@ pn_status pn_outfile_commit_set(pn_outfile *const *files, size_t n, pn_error *er
         if (!force)
             for (size_t j = k + 1; j < n; j++) {
                 unplace(files[j]);
-                files[j]->state = OF_FINISHED;   /* so that the abort below closes it */
+                files[j]->state = OF_FINISHED; /* so that the abort below closes it */
             }
         abort_all(files, n);
         return st;

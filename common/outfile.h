@@ -43,7 +43,7 @@
 #include "common/pn_error.h"
 
 typedef struct pn_outfile_opts {
-    bool force;        /* replace an existing target */
+    bool force; /* replace an existing target */
     /* For tests of the fallbacks: use the named temporary file even where
      * O_TMPFILE works; and, with it, commit without force by link() and
      * unlink() as where renameat2(RENAME_NOREPLACE) is unavailable. */
@@ -78,8 +78,7 @@ const char *pn_outfile_note(const pn_outfile *f);
 pn_status pn_outfile_write(pn_outfile *f, const void *data, size_t n, pn_error *err);
 /* Writes n bytes at byte offset `at` (e.g. a header patched after the
  * data); the current position does not move. */
-pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at,
-                            pn_error *err);
+pn_status pn_outfile_pwrite(pn_outfile *f, const void *data, size_t n, uint64_t at, pn_error *err);
 /* Appends n bytes that lie in another file: descriptor fd (opened for
  * reading; its position does not move) from byte offset `off`. They go
  * with copy_file_range, which lets the kernel copy them without passing

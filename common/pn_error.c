@@ -63,7 +63,7 @@ pn_status pn_error_prefix(pn_error *err, const char *fmt, ...)
     char old[PN_ERROR_MSG_MAX];
     memcpy(old, err->msg, sizeof old);
     size_t cap = sizeof err->msg - 1, n = 0;
-    for (const char *parts[3] = {prefix, ": ", old}, **p = parts; p < parts + 3; p++)
+    for (const char *parts[3] = { prefix, ": ", old }, **p = parts; p < parts + 3; p++)
         for (const char *c = *p; *c && n < cap; c++)
             err->msg[n++] = *c;
     err->msg[n] = '\0';

@@ -65,14 +65,17 @@ static void safe_walk(const char *s, size_t n, put_fn put, void *ctx)
         /* one byte shown as \xNN; a C1 control's two bytes become two escapes */
         size_t k = len > 0 ? len : 1;
         for (size_t j = 0; j < k; j++) {
-            char e[4] = {'\\', 'x', hex[u[i + j] >> 4], hex[u[i + j] & 15]};
+            char e[4] = { '\\', 'x', hex[u[i + j] >> 4], hex[u[i + j] & 15] };
             put(ctx, e, 4);
         }
         i += k;
     }
 }
 
-static void put_file(void *ctx, const char *p, size_t n) { fwrite(p, 1, n, (FILE *)ctx); }
+static void put_file(void *ctx, const char *p, size_t n)
+{
+    fwrite(p, 1, n, (FILE *)ctx);
+}
 
 void pn_fput_safe(FILE *f, const char *s)
 {
@@ -91,7 +94,7 @@ static void put_buf(void *ctx, const char *p, size_t n)
     buf_ctx *b = ctx;
     if (b->full)
         return;
-    if (b->len + n + 4 > b->cap) {   /* room for "..." and the terminator */
+    if (b->len + n + 4 > b->cap) { /* room for "..." and the terminator */
         b->full = true;
         return;
     }
@@ -103,7 +106,7 @@ char *pn_safe_text(const char *s, char *buf, size_t cap)
 {
     if (cap == 0)
         return buf;
-    buf_ctx b = {buf, cap, 0, false};
+    buf_ctx b = { buf, cap, 0, false };
     if (cap >= 4 && s)
         safe_walk(s, strlen(s), put_buf, &b);
     if (b.full) {

@@ -123,7 +123,10 @@ void pn_compare_opts_init(pn_compare_opts *o)
 
 /* ---- small helpers ---- */
 
-static bool cancelled(const pn_compare_opts *o) { return o->cancel && *o->cancel; }
+static bool cancelled(const pn_compare_opts *o)
+{
+    return o->cancel && *o->cancel;
+}
 
 /* A copy holding printable ASCII only (others as '?'), for names from files. */
 static char *safe_dup(const char *s, size_t n)
@@ -153,7 +156,7 @@ static int high_fd(int fd)
 typedef struct file_info {
     uint64_t file_bytes, weights, tensor_bytes, pn_weights, pn_bytes;
     char *mix;
-    bool stock;               /* a stock quantization: llama.cpp loads it as it is */
+    bool stock; /* a stock quantization: llama.cpp loads it as it is */
     dev_t dev;
     ino_t ino;
 } file_info;
@@ -213,7 +216,8 @@ static pn_status open_source(const char *path, gguf_reader **out, file_info *fi,
             const pn_type_traits *tt = pn_type_traits_get(t->type);
             pn_error_set(err, PN_ERR_TYPE,
                          "%s: the source must be a float model (f32, f16, bf16): tensor '%s' is "
-                         "%s", path, name ? name : "?", tt ? tt->name : "of an unknown type");
+                         "%s",
+                         path, name ? name : "?", tt ? tt->name : "of an unknown type");
             free(name);
             gguf_reader_close(r);
             return PN_ERR_TYPE;
@@ -222,12 +226,14 @@ static pn_status open_source(const char *path, gguf_reader **out, file_info *fi,
     const gguf_kv *tok = gguf_reader_find_kv(r, "tokenizer.ggml.tokens");
     long emb = gguf_reader_find_tensor(r, "token_embd.weight");
     uint64_t v = tok && tok->type == GGUF_TYPE_ARRAY ? tok->arr_count
-                 : emb >= 0 ? (uint64_t)gguf_reader_tensor(r, (size_t)emb)->ne[1] : 0;
+                 : emb >= 0 ? (uint64_t)gguf_reader_tensor(r, (size_t)emb)->ne[1]
+                            : 0;
     if (v == 0 || v > MAX_VOCAB) {
         gguf_reader_close(r);
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: no usable vocabulary (tokenizer.ggml.tokens or token_embd.weight: "
-                            "%llu tokens)", path, (unsigned long long)v);
+                            "%llu tokens)",
+                            path, (unsigned long long)v);
     }
     *n_vocab = (uint32_t)v;
     account(r, fi);
@@ -271,7 +277,8 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
             return pn_error_set(err, PN_ERR_FORMAT,
                                 "%s: not a PN file (no pn.format key) nor a quantized model; "
                                 "pn-compare compares PN files and stock quantizations with their "
-                                "float source", path);
+                                "float source",
+                                path);
         }
         const gguf_kv *ft = gguf_reader_find_kv(r, "general.file_type");
         const char *name = ft && ft->type == GGUF_TYPE_UINT32 ? ftype_name(ft->v.u64) : NULL;
@@ -281,8 +288,7 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     } else {
         const gguf_kv *mix = gguf_reader_find_kv(r, PN_KEY_MIX);
         if (mix && mix->type == GGUF_TYPE_STRING)
-            fi->mix = safe_dup(mix->v.str.data,
-                               mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
+            fi->mix = safe_dup(mix->v.str.data, mix->v.str.len > 64 ? 64 : (size_t)mix->v.str.len);
     }
     const char *what = fi->stock ? "a quantization" : "a PN file";
     size_t n = gguf_reader_n_tensors(r), ns = gguf_reader_n_tensors(src);
@@ -295,17 +301,15 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
             same = s->ne[d] == t->ne[d];
         if (!same) {
             char *name = safe_dup(t->name, strlen(t->name));
-            st = pn_error_set(err, PN_ERR_MISMATCH,
-                              "%s: not %s of %s: tensor '%s' %s", path, what, src_path,
-                              name ? name : "?",
+            st = pn_error_set(err, PN_ERR_MISMATCH, "%s: not %s of %s: tensor '%s' %s", path, what,
+                              src_path, name ? name : "?",
                               s ? "has another shape in the source" : "is not in the source");
             free(name);
         }
     }
     if (st == PN_OK && n != ns)
-        st = pn_error_set(err, PN_ERR_MISMATCH,
-                          "%s: not %s of %s: %zu tensors, the source has %zu", path, what,
-                          src_path, n, ns);
+        st = pn_error_set(err, PN_ERR_MISMATCH, "%s: not %s of %s: %zu tensors, the source has %zu",
+                          path, what, src_path, n, ns);
     if (st == PN_OK)
         account(r, fi);
     gguf_reader_close(r);
@@ -316,12 +320,15 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
 
 typedef struct child {
     pid_t pid;
-    int in_fd;   /* our end of its stdin (a socket), -1 once closed */
-    int out_fd;  /* read end of its fd 3 */
-    int log_fd;  /* memory file holding its stdout and stderr */
+    int in_fd;  /* our end of its stdin (a socket), -1 once closed */
+    int out_fd; /* read end of its fd 3 */
+    int log_fd; /* memory file holding its stdout and stderr */
 } child;
 
-static void child_init(child *c) { c->pid = -1, c->in_fd = c->out_fd = c->log_fd = -1; }
+static void child_init(child *c)
+{
+    c->pid = -1, c->in_fd = c->out_fd = c->log_fd = -1;
+}
 
 static void close_fd(int *fd)
 {
@@ -362,11 +369,10 @@ static void child_kill(child *c)
     close_fd(&c->log_fd);
 }
 
-static pn_status child_start(const pn_compare_opts *o, char *const argv[], child *c,
-                             pn_error *err)
+static pn_status child_start(const pn_compare_opts *o, char *const argv[], child *c, pn_error *err)
 {
     child_init(c);
-    int sv[2] = {-1, -1}, pp[2] = {-1, -1};
+    int sv[2] = { -1, -1 }, pp[2] = { -1, -1 };
     c->log_fd = high_fd(memfd_create("pn-compare-llama-log", MFD_CLOEXEC));
     if (c->log_fd < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
         pipe2(pp, O_CLOEXEC) != 0) {
@@ -399,7 +405,7 @@ static pn_status child_start(const pn_compare_opts *o, char *const argv[], child
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    static char *const no_env[] = {NULL};
+    static char *const no_env[] = { NULL };
     pid_t pid;
     int rc = posix_spawnp(&pid, o->node, &fa, &at, argv, o->envp ? o->envp : no_env);
     posix_spawn_file_actions_destroy(&fa);
@@ -445,8 +451,10 @@ static pn_status child_finish(child *c, const char *what, pn_error *err)
         return pn_error_set(err, PN_ERR_IO, "llama.cpp (node-llama-cpp) is not available: %s",
                             tail[0] ? tail : "(no message)");
     if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-        return pn_error_set(err, PN_ERR_IO, "llama.cpp on %s: the node program could not start "
-                            "the harness (exit 127): %s", what, tail);
+        return pn_error_set(err, PN_ERR_IO,
+                            "llama.cpp on %s: the node program could not start "
+                            "the harness (exit 127): %s",
+                            what, tail);
     if (WIFEXITED(status))
         return pn_error_set(err, PN_ERR_IO, "llama.cpp on %s failed (exit %d): %s", what,
                             WEXITSTATUS(status), tail[0] ? tail : "(no message)");
@@ -463,7 +471,7 @@ static pn_status send_all(child *c, const void *data, size_t n)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return PN_ERR_IO;   /* the child is gone; its exit says why */
+            return PN_ERR_IO; /* the child is gone; its exit says why */
         p += w;
         n -= (size_t)w;
     }
@@ -496,8 +504,8 @@ static uint32_t le32(const uint8_t *b)
 /* The token sequences: lengths and ids, as sent or as llama.cpp reports them. */
 typedef struct seqs {
     size_t n;
-    uint32_t *len;   /* n */
-    uint32_t *ids;   /* sum of len */
+    uint32_t *len; /* n */
+    uint32_t *ids; /* sum of len */
     size_t total;
 } seqs;
 
@@ -562,8 +570,15 @@ static pn_status send_seqs(child *c, const seqs *s)
     if (!b)
         return PN_ERR_NOMEM;
     uint8_t *p = b;
-#define PUT(v) do { uint32_t v_ = (v); p[0] = (uint8_t)v_; p[1] = (uint8_t)(v_ >> 8); \
-                    p[2] = (uint8_t)(v_ >> 16); p[3] = (uint8_t)(v_ >> 24); p += 4; } while (0)
+#define PUT(v)                                                                                     \
+    do {                                                                                           \
+        uint32_t v_ = (v);                                                                         \
+        p[0] = (uint8_t)v_;                                                                        \
+        p[1] = (uint8_t)(v_ >> 8);                                                                 \
+        p[2] = (uint8_t)(v_ >> 16);                                                                \
+        p[3] = (uint8_t)(v_ >> 24);                                                                \
+        p += 4;                                                                                    \
+    } while (0)
     PUT((uint32_t)s->n);
     size_t at = 0;
     for (size_t k = 0; k < s->n; k++) {
@@ -583,12 +598,12 @@ static pn_status send_seqs(child *c, const seqs *s)
 
 typedef struct run {
     const pn_compare_opts *o;
-    char *dir;               /* the private folder */
-    char *decoded;           /* dir/decoded.gguf */
-    char *src_gguf;          /* dir/source.gguf: a Hugging Face source converted; else NULL */
-    int logits_fd;           /* the source's rows, unlinked */
+    char *dir;      /* the private folder */
+    char *decoded;  /* dir/decoded.gguf */
+    char *src_gguf; /* dir/source.gguf: a Hugging Face source converted; else NULL */
+    int logits_fd;  /* the source's rows, unlinked */
     uint32_t n_vocab;
-    seqs tokens;             /* the source run's */
+    seqs tokens; /* the source run's */
     float *row_p, *row_q;
     double *kl;
 } run;
@@ -652,8 +667,8 @@ static void parse_version(int log_fd, pn_compare_report *rep)
     char buf[4096];
     ssize_t n = log_fd >= 0 ? pread(log_fd, buf, sizeof buf - 1, 0) : -1;
     buf[n > 0 ? n : 0] = 0;
-    const char *keys[2] = {"\"llama_cpp\":\"", "\"node_llama_cpp\":\""};
-    char *dst[2] = {rep->llama_cpp, rep->node_llama_cpp};
+    const char *keys[2] = { "\"llama_cpp\":\"", "\"node_llama_cpp\":\"" };
+    char *dst[2] = { rep->llama_cpp, rep->node_llama_cpp };
     for (int k = 0; k < 2; k++) {
         const char *p = strstr(buf, keys[k]);
         size_t len = 0;
@@ -676,9 +691,10 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
     snprintf(threads, sizeof threads, "%d", o->threads);
     snprintf(seq_len, sizeof seq_len, "%d", o->seq_len);
     snprintf(max_seqs, sizeof max_seqs, "%d", o->max_seqs);
-    char *argv[13] = {(char *)o->node, (char *)o->script,
-                      R->src_gguf ? R->src_gguf : (char *)o->source_path, "--threads",
-                      threads, "--print-version"};
+    char *argv[13] = {
+        (char *)o->node, (char *)o->script, R->src_gguf ? R->src_gguf : (char *)o->source_path,
+        "--threads",     threads,           "--print-version"
+    };
     if (o->text_path) {
         argv[6] = "--text";
         argv[7] = (char *)o->text_path;
@@ -687,7 +703,7 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
         argv[10] = "--max-seqs";
         argv[11] = max_seqs;
     }
-    seqs fixed = {0};
+    seqs fixed = { 0 };
     if (!o->text_path) {
         fixed.n = PN_COMPARE_FIXED_SEQS;
         fixed.total = (size_t)PN_COMPARE_FIXED_SEQS * PN_COMPARE_FIXED_LEN;
@@ -787,8 +803,8 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
         o->progress("llama.cpp on", path, o->user);
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->threads);
-    char *argv[] = {(char *)o->node, (char *)o->script, stock ? (char *)path : R->decoded,
-                    "--threads", threads, NULL};
+    char *argv[] = { (char *)o->node, (char *)o->script, stock ? (char *)path : R->decoded,
+                     "--threads",     threads,           NULL };
     child c;
     st = child_start(o, argv, &c, err);
     if (st != PN_OK)
@@ -836,8 +852,9 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
             child_kill(&c);
             return pn_error_set(err, PN_ERR_NONFINITE,
                                 "%s: sequence %zu position %zu: a non-finite logit (token %zu) "
-                                "from llama.cpp on %s", src ? o->source_path : path, seq, in_seq,
-                                bad, src ? "the source" : "the decoded model");
+                                "from llama.cpp on %s",
+                                src ? o->source_path : path, seq, in_seq, bad,
+                                src ? "the source" : "the decoded model");
         }
         R->kl[pos] = kl;
         sum += kl;
@@ -906,12 +923,12 @@ void pn_compare_report_free(pn_compare_report *rep)
 /* A Hugging Face source written as the converter's bf16 GGUF at path. */
 static pn_status convert_source(const char *src, const char *path, pn_error *err)
 {
-    pn_hf_opts ho = {0};
+    pn_hf_opts ho = { 0 };
     ho.outtype = PN_HF_OUT_BF16;
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, &ho, &m, err);
     if (st == PN_OK) {
-        pn_convert_opts co = {0};
+        pn_convert_opts co = { 0 };
         st = pn_convert(m, src, path, &co, NULL, err);
     }
     pn_hf_close(m);
@@ -922,17 +939,19 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
 {
     memset(rep, 0, sizeof *rep);
     double t0 = pn_now_seconds();
-    if (!o->source_path || !o->script || !o->node || !o->tmp_dir || o->n_pn == 0 ||
-        !o->pn_paths || o->threads < 1 || (o->text_path && (o->seq_len < 1 || o->max_seqs < 1)) ||
+    if (!o->source_path || !o->script || !o->node || !o->tmp_dir || o->n_pn == 0 || !o->pn_paths ||
+        o->threads < 1 || (o->text_path && (o->seq_len < 1 || o->max_seqs < 1)) ||
         !(o->decode_type == PN_TYPE_F32 || o->decode_type == PN_TYPE_F16 ||
           o->decode_type == PN_TYPE_BF16))
-        return pn_error_set(err, PN_ERR_USAGE, "compare: a source, PN files, the node program, "
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "compare: a source, PN files, the node program, "
                             "the script, a folder and a thread count are needed");
     if (access(o->script, R_OK) != 0)
         return pn_error_set(err, PN_ERR_IO,
                             "%s: the llama.cpp harness is missing (%s): pn-compare looks for it "
                             "in ../share/pn-quantize/llama/ beside the program, or give "
-                            "--llama-script", o->script, strerror(errno));
+                            "--llama-script",
+                            o->script, strerror(errno));
     if (o->text_path) {
         file_info tf;
         pn_status st = stat_regular(o->text_path, "text", &tf, err);
@@ -945,7 +964,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
     }
     /* every input is checked before anything runs */
     gguf_reader *src = NULL;
-    file_info sfi = {0};
+    file_info sfi = { 0 };
     uint32_t n_vocab = 0;
     pn_status st = open_source(o->source_path, &src, &sfi, &n_vocab, err);
     if (st != PN_OK)
@@ -965,7 +984,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
                                   o->pn_paths[i], o->pn_paths[k]);
     }
     gguf_reader_close(src);
-    run R = {.o = o, .logits_fd = -1, .n_vocab = n_vocab};
+    run R = { .o = o, .logits_fd = -1, .n_vocab = n_vocab };
     if (st == PN_OK) {
         char *tmpl = join(o->tmp_dir, "pn-compare.XXXXXX");
         if (tmpl && mkdtemp(tmpl)) {
@@ -980,8 +999,8 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
                                 : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             }
         } else {
-            st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder: %s",
-                              o->tmp_dir, strerror(errno));
+            st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder: %s", o->tmp_dir,
+                              strerror(errno));
             free(tmpl);
         }
     }

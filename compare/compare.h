@@ -73,20 +73,20 @@ pn_status pn_compare_kl(const float *p, const float *q, size_t n, double *kl, ui
 double pn_compare_quantile(double *v, size_t n, double q);
 
 typedef struct pn_compare_opts {
-    const char *source_path;        /* float GGUF (f32/f16/bf16 tensors) */
-    const char *const *pn_paths;    /* PN files of that source */
+    const char *source_path;     /* float GGUF (f32/f16/bf16 tensors) */
+    const char *const *pn_paths; /* PN files of that source */
     size_t n_pn;
-    const char *node;               /* the node program: a path, or a name looked up in PATH */
-    const char *script;             /* tools/llama/pn-llama-logits.mjs */
-    char *const *envp;              /* the child's environment (PATH is searched in it) */
-    const char *tmp_dir;            /* where the private temporary folder goes */
-    const char *text_path;          /* NULL: the fixed token set */
-    int seq_len, max_seqs;          /* text mode: tokens per sequence, most sequences */
-    int threads;                    /* llama.cpp threads (>= 1), the same for every model */
-    int decode_type;                /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
-    bool keep_rotation;             /* decode with the rotation kept (an experiment) */
-    int dequant_threads;            /* <= 0: all cores */
-    volatile sig_atomic_t *cancel;  /* checked while waiting; may be NULL */
+    const char *node;              /* the node program: a path, or a name looked up in PATH */
+    const char *script;            /* tools/llama/pn-llama-logits.mjs */
+    char *const *envp;             /* the child's environment (PATH is searched in it) */
+    const char *tmp_dir;           /* where the private temporary folder goes */
+    const char *text_path;         /* NULL: the fixed token set */
+    int seq_len, max_seqs;         /* text mode: tokens per sequence, most sequences */
+    int threads;                   /* llama.cpp threads (>= 1), the same for every model */
+    int decode_type;               /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
+    bool keep_rotation;            /* decode with the rotation kept (an experiment) */
+    int dequant_threads;           /* <= 0: all cores */
+    volatile sig_atomic_t *cancel; /* checked while waiting; may be NULL */
     /* called before each step ("decoding X", "llama.cpp on X"); may be NULL */
     void (*progress)(const char *step, const char *path, void *user);
     void *user;
@@ -96,28 +96,28 @@ void pn_compare_opts_init(pn_compare_opts *o);
 
 typedef struct pn_compare_file {
     char *path;
-    char *mix;                      /* pn.mix, or NULL (terminal-safe copy) */
+    char *mix; /* pn.mix, or NULL (terminal-safe copy) */
     uint64_t file_bytes;
     uint64_t weights, tensor_bytes; /* over all tensors */
     uint64_t pn_weights, pn_bytes;  /* over pn3t/pn4t tensors */
     double bpw, bpw_pn;             /* bits per weight; bpw_pn 0 without PN tensors */
     double kl_mean, kl_p99, kl_max;
-    double top1;                    /* share of positions, 0..1 */
-    size_t kl_max_seq, kl_max_pos;  /* where the maximum is */
-    double seconds;                 /* decode and llama.cpp run */
+    double top1;                   /* share of positions, 0..1 */
+    size_t kl_max_seq, kl_max_pos; /* where the maximum is */
+    double seconds;                /* decode and llama.cpp run */
 } pn_compare_file;
 
 typedef struct pn_compare_report {
-    pn_compare_file source;         /* path, size and bits per weight (no KL) */
-    pn_compare_file *files;         /* n_files, in the order given */
+    pn_compare_file source; /* path, size and bits per weight (no KL) */
+    pn_compare_file *files; /* n_files, in the order given */
     size_t n_files;
     uint32_t n_vocab;
     size_t n_seqs, n_positions;
     bool from_text;
-    char llama_cpp[64];             /* llama.cpp release as node-llama-cpp names it */
-    char node_llama_cpp[64];        /* node-llama-cpp's version */
+    char llama_cpp[64];      /* llama.cpp release as node-llama-cpp names it */
+    char node_llama_cpp[64]; /* node-llama-cpp's version */
     int threads;
-    double seconds;                 /* the whole comparison */
+    double seconds; /* the whole comparison */
 } pn_compare_report;
 
 /* Runs the comparison. Errors (each naming the file): PN_ERR_USAGE (options,

@@ -56,8 +56,10 @@ pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err)
         if (!S_ISREG(sb.st_mode))
             return pn_error_set(err, PN_ERR_USAGE, "--plot %s: not a regular file", o->path);
         if (!o->force)
-            return pn_error_set(err, PN_ERR_EXISTS, "--plot %s: the file exists; use --force "
-                                "to replace it", o->path);
+            return pn_error_set(err, PN_ERR_EXISTS,
+                                "--plot %s: the file exists; use --force "
+                                "to replace it",
+                                o->path);
     }
     return PN_OK;
 }
@@ -81,8 +83,7 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
 {
     FILE *f = fdopen(dup(fd), "w");
     if (!f)
-        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s",
-                            strerror(errno));
+        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s", strerror(errno));
     bool *front = calloc(n, sizeof *front);
     size_t *order = calloc(n, sizeof *order);
     if (!front || !order) {
@@ -124,7 +125,7 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     else
         fprintf(f, "set terminal svg size 1000,650 noenhanced font 'sans,12' background "
                    "rgb 'white'\n");
-    fprintf(f, "set output\n");   /* stdout: the output file */
+    fprintf(f, "set output\n"); /* stdout: the output file */
     if (o->title) {
         fprintf(f, "set title ");
         put_name(f, o->title);
@@ -136,7 +137,7 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     if (o->weights > 0) {
         /* bits per weight is proportional to the size: the same range scaled
          * (gnuplot draws no tics on a `set link` axis without data on it) */
-        double k = 8e9 / (double)o->weights;   /* bits per weight per GB */
+        double k = 8e9 / (double)o->weights; /* bits per weight per GB */
         fprintf(f, "set x2label 'bits per weight (8 x file bytes / %llu weights)'\n",
                 (unsigned long long)o->weights);
         fprintf(f, "set x2range [%.9g:%.9g]\n", x_lo * k, x_hi * k);
@@ -151,10 +152,14 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     fprintf(f, "set grid\nset key top right box opaque\n");
     if (o->budget) {
         double b = (double)o->budget / 1e9;
-        fprintf(f, "set arrow 1 from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 2 "
-                   "lc rgb '#c00000'\n", b, b);
-        fprintf(f, "set label 1 'budget %.4g GB' at %.9g, graph 0.97 right offset -0.5,0 "
-                   "tc rgb '#c00000'\n", b, b);
+        fprintf(f,
+                "set arrow 1 from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 2 "
+                "lc rgb '#c00000'\n",
+                b, b);
+        fprintf(f,
+                "set label 1 'budget %.4g GB' at %.9g, graph 0.97 right offset -0.5,0 "
+                "tc rgb '#c00000'\n",
+                b, b);
     }
     /* the data: size (GB), KL, name */
     fprintf(f, "$pn << EOD\n");
@@ -199,8 +204,7 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     free(front);
     free(order);
     if (fclose(f) != 0)
-        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s",
-                            strerror(errno));
+        return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s", strerror(errno));
     return PN_OK;
 }
 
@@ -240,7 +244,7 @@ pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, 
                             strerror(errno));
     }
     st = write_script(o, p, n, script, err);
-    pn_outfile_opts oo = {0};
+    pn_outfile_opts oo = { 0 };
     oo.force = o->force;
     pn_outfile *out = NULL;
     if (st == PN_OK)
@@ -265,14 +269,16 @@ pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, 
         posix_spawnattr_setsigdefault(&at, &def);
         posix_spawnattr_setsigmask(&at, &none);
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-        static char *const no_env[] = {NULL};
-        char *const argv[] = {(char *)prog, NULL};
+        static char *const no_env[] = { NULL };
+        char *const argv[] = { (char *)prog, NULL };
         int rc = posix_spawnp(&pid, prog, &fa, &at, argv, o->envp ? o->envp : no_env);
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&at);
         if (rc != 0)
-            st = pn_error_set(err, PN_ERR_IO, "--plot: cannot run '%s': %s; the picture is drawn "
-                              "by gnuplot (apt-get install gnuplot-nox)", prog, strerror(rc));
+            st = pn_error_set(err, PN_ERR_IO,
+                              "--plot: cannot run '%s': %s; the picture is drawn "
+                              "by gnuplot (apt-get install gnuplot-nox)",
+                              prog, strerror(rc));
     }
     if (st == PN_OK) {
         int status = 0;
@@ -288,15 +294,15 @@ pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, 
                               tail[0] ? tail : "(no message)");
     }
     if (st == PN_OK) {
-        unsigned char head[8] = {0};
+        unsigned char head[8] = { 0 };
         ssize_t got = pread(pn_outfile_fd(out), head, sizeof head, 0);
-        static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-        bool ok = got == 8 && (is_png(o->path) ? memcmp(head, png, 8) == 0
-                                               : memcmp(head, "<?xml", 5) == 0 ||
-                                                     memcmp(head, "<svg", 4) == 0);
+        static const unsigned char png[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        bool ok = got == 8 &&
+                  (is_png(o->path) ? memcmp(head, png, 8) == 0
+                                   : memcmp(head, "<?xml", 5) == 0 || memcmp(head, "<svg", 4) == 0);
         if (!ok)
-            st = pn_error_set(err, PN_ERR_IO, "--plot %s: gnuplot wrote no %s picture",
-                              o->path, is_png(o->path) ? "PNG" : "SVG");
+            st = pn_error_set(err, PN_ERR_IO, "--plot %s: gnuplot wrote no %s picture", o->path,
+                              is_png(o->path) ? "PNG" : "SVG");
     }
     if (st == PN_OK)
         st = pn_outfile_commit(out, err);

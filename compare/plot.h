@@ -28,20 +28,20 @@
 #include "common/pn_error.h"
 
 typedef struct pn_plot_point {
-    const char *name;               /* the mix: "P0k+19", "stock Q4_K_M" */
-    bool stock;                     /* a stock llama.cpp type (the second mark) */
-    uint64_t bytes;                 /* file size */
+    const char *name; /* the mix: "P0k+19", "stock Q4_K_M" */
+    bool stock;       /* a stock llama.cpp type (the second mark) */
+    uint64_t bytes;   /* file size */
     double kl_mean;
 } pn_plot_point;
 
 typedef struct pn_plot_opts {
-    const char *path;               /* .svg, or .png */
-    const char *gnuplot;            /* the program (default "gnuplot", in PATH) */
-    char *const *envp;              /* its environment */
-    uint64_t weights;               /* of the source: the bits-per-weight axis */
-    uint64_t budget;                /* bytes; 0: no line */
-    const char *title;              /* NULL: none */
-    bool force;                     /* replace an existing file */
+    const char *path;    /* .svg, or .png */
+    const char *gnuplot; /* the program (default "gnuplot", in PATH) */
+    char *const *envp;   /* its environment */
+    uint64_t weights;    /* of the source: the bits-per-weight axis */
+    uint64_t budget;     /* bytes; 0: no line */
+    const char *title;   /* NULL: none */
+    bool force;          /* replace an existing file */
 } pn_plot_opts;
 
 /* on_front[i]: no other point is at most as large and at most as far
@@ -55,7 +55,6 @@ pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err);
 /* Draws the points (at least one). Errors: PN_ERR_USAGE (the name, no
  * point), PN_ERR_EXISTS, PN_ERR_IO (gnuplot missing or failing: its last
  * messages quoted; the output not a picture), the outfile's. */
-pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n,
-                       pn_error *err);
+pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, pn_error *err);
 
 #endif

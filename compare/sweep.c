@@ -21,8 +21,8 @@
 
 #define MEASUREMENT_NAME "measurement.pnm"
 
-static const char *const k_stock_types[] = {"Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
-                                            "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K"};
+static const char *const k_stock_types[] = { "Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
+                                             "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K" };
 
 bool pn_sweep_stock_type_known(const char *name)
 {
@@ -59,7 +59,10 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool cancelled(const pn_sweep_opts *o) { return o->compare.cancel && *o->compare.cancel; }
+static bool cancelled(const pn_sweep_opts *o)
+{
+    return o->compare.cancel && *o->compare.cancel;
+}
 
 static char *join(const char *a, const char *b)
 {
@@ -73,8 +76,8 @@ static char *join(const char *a, const char *b)
 /* ---- the work folder ---- */
 
 typedef struct work {
-    char *dir;                      /* the private folder */
-    bool made_keep;                 /* keep_dir was made by this run */
+    char *dir;      /* the private folder */
+    bool made_keep; /* keep_dir was made by this run */
 } work;
 
 /* Removes the files this run put in the folder (it holds nothing else),
@@ -110,11 +113,13 @@ static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->quantize_threads > 0 ? o->quantize_threads : 0);
     /* the same importance matrix as the PN mixes', as llama-quantize --imatrix takes it */
-    char *const argv_plain[] = {(char *)o->quantizer, "--lib", (char *)lib, "--threads", threads,
-                                (char *)src, (char *)dst, (char *)type, NULL};
-    char *const argv_imatrix[] = {(char *)o->quantizer, "--lib", (char *)lib, "--threads",
-                                  threads, "--imatrix", (char *)o->imatrix_path, (char *)src,
-                                  (char *)dst, (char *)type, NULL};
+    char *const argv_plain[] = { (char *)o->quantizer, "--lib",      (char *)lib,
+                                 "--threads",          threads,      (char *)src,
+                                 (char *)dst,          (char *)type, NULL };
+    char *const argv_imatrix[] = {
+        (char *)o->quantizer,    "--lib",     (char *)lib, "--threads",  threads, "--imatrix",
+        (char *)o->imatrix_path, (char *)src, (char *)dst, (char *)type, NULL
+    };
     char *const *argv = o->imatrix_path ? argv_imatrix : argv_plain;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -135,16 +140,16 @@ static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETPGROUP);
-    static char *const no_env[] = {NULL};
+    static char *const no_env[] = { NULL };
     pid_t pid;
-    int rc = posix_spawn(&pid, o->quantizer, &fa, &at, argv,
-                         o->compare.envp ? o->compare.envp : no_env);
+    int rc =
+        posix_spawn(&pid, o->quantizer, &fa, &at, argv, o->compare.envp ? o->compare.envp : no_env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (rc != 0) {
         close(log_fd);
-        snprintf(m->error, sizeof m->error, "cannot run the stock quantizer %s: %s",
-                 o->quantizer, strerror(rc));
+        snprintf(m->error, sizeof m->error, "cannot run the stock quantizer %s: %s", o->quantizer,
+                 strerror(rc));
         m->status = PN_ERR_IO;
         return PN_OK;
     }
@@ -160,7 +165,7 @@ static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *
             kill(pid, SIGKILL);
             killed = true;
         }
-        struct timespec ts = {0, 20 * 1000 * 1000};
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
     }
     if (killed) {
@@ -230,8 +235,8 @@ static pn_status keep_file(const char *work_dir, const char *keep_dir, const cha
     if (!from || !to)
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     else if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) != 0)
-        st = pn_error_set(err, PN_ERR_IO, "%s: cannot keep it as %s: %s", from, to,
-                          strerror(errno));
+        st =
+            pn_error_set(err, PN_ERR_IO, "%s: cannot keep it as %s: %s", from, to, strerror(errno));
     free(from);
     if (st == PN_OK)
         *kept = to;
@@ -262,7 +267,8 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
 {
     size_t n = o->n_promote + (o->target_size ? 1 : 0) + o->n_stock;
     if (n == 0)
-        return pn_error_set(err, PN_ERR_USAGE, "--sweep: no mix to make (give --promote, "
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "--sweep: no mix to make (give --promote, "
                             "--target-size or --stock)");
     if (n > PN_SWEEP_MAX_MIXES)
         return pn_error_set(err, PN_ERR_USAGE, "--sweep: %zu mixes, at most %d", n,
@@ -275,23 +281,23 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
     for (size_t i = 0; i < o->n_promote; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
         if (o->promote[i] < 0)
-            return pn_error_set(err, PN_ERR_USAGE, "--promote: %d is not a count",
-                                o->promote[i]);
+            return pn_error_set(err, PN_ERR_USAGE, "--promote: %d is not a count", o->promote[i]);
         snprintf(m->name, sizeof m->name, "promote %d", o->promote[i]);
         snprintf(m->file, sizeof m->file, "promote-%d.gguf", o->promote[i]);
     }
     if (o->target_size) {
         pn_sweep_mix *m = &rep->mixes[k++];
         snprintf(m->name, sizeof m->name, "target %llu B", (unsigned long long)o->target_size);
-        snprintf(m->file, sizeof m->file, "target-%llu.gguf",
-                 (unsigned long long)o->target_size);
+        snprintf(m->file, sizeof m->file, "target-%llu.gguf", (unsigned long long)o->target_size);
     }
     for (size_t i = 0; i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
         m->kind = PN_SWEEP_STOCK;
         if (!pn_sweep_stock_type_known(o->stock[i]))
-            return pn_error_set(err, PN_ERR_USAGE, "--stock: not a type the stock quantizer takes: '%.40s' (Q3_K_S "
-                                "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)", o->stock[i]);
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--stock: not a type the stock quantizer takes: '%.40s' (Q3_K_S "
+                                "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)",
+                                o->stock[i]);
         snprintf(m->name, sizeof m->name, "stock %s", o->stock[i]);
         snprintf(m->file, sizeof m->file, "stock-%s.gguf", o->stock[i]);
     }
@@ -329,9 +335,10 @@ static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, 
         bool there = lstat(p, &sb) == 0;
         free(p);
         if (there)
-            return pn_error_set(err, PN_ERR_EXISTS, "--keep %s: %s is there already; the sweep "
-                                "replaces nothing (another folder, or remove it)", o->keep_dir,
-                                name);
+            return pn_error_set(err, PN_ERR_EXISTS,
+                                "--keep %s: %s is there already; the sweep "
+                                "replaces nothing (another folder, or remove it)",
+                                o->keep_dir, name);
     }
     if (stat(o->keep_dir, &sb) != 0) {
         if (mkdir(o->keep_dir, 0777) != 0)
@@ -394,14 +401,18 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     const double t0 = now_s();
     const char *src = o->compare.source_path;
     if (!src || !o->compare.tmp_dir || !o->compare.script)
-        return pn_error_set(err, PN_ERR_USAGE, "sweep: a source, a folder and the harness are "
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "sweep: a source, a folder and the harness are "
                             "needed");
     pn_status st = plan_mixes(o, rep, err);
     if (st == PN_OK && o->n_stock && pn_source_is_hf(src))
-        st = pn_error_set(err, PN_ERR_USAGE, "%s: --stock needs a GGUF source (llama.cpp's "
-                          "quantizer reads GGUF): convert it first with pn-convert", src);
+        st = pn_error_set(err, PN_ERR_USAGE,
+                          "%s: --stock needs a GGUF source (llama.cpp's "
+                          "quantizer reads GGUF): convert it first with pn-convert",
+                          src);
     if (st == PN_OK && o->n_stock && (!o->quantizer || access(o->quantizer, X_OK) != 0))
-        st = pn_error_set(err, PN_ERR_IO, "%s: the stock quantizer pn-llama-quantize is not "
+        st = pn_error_set(err, PN_ERR_IO,
+                          "%s: the stock quantizer pn-llama-quantize is not "
                           "there: build it (cmake --build build --target pn-llama-quantize)",
                           o->quantizer ? o->quantizer : "(none)");
     char *lib = NULL;
@@ -410,10 +421,12 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         if (!lib)
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         else if (access(lib, R_OK) != 0)
-            st = pn_error_set(err, PN_ERR_IO, "%s: the libllama that judges is missing (%s): "
-                              "run scripts/install-deps", lib, strerror(errno));
+            st = pn_error_set(err, PN_ERR_IO,
+                              "%s: the libllama that judges is missing (%s): "
+                              "run scripts/install-deps",
+                              lib, strerror(errno));
     }
-    work w = {0};
+    work w = { 0 };
     if (st == PN_OK)
         st = check_keep(o, rep, &w, err);
     if (st == PN_OK) {
@@ -435,8 +448,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         progress(o, "making", m->name);
         double t = now_s();
         bool target = k >= o->n_promote;
-        st = make_pn(o, &w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev,
-                     err);
+        st = make_pn(o, &w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev, err);
         m->make_seconds = now_s() - t;
         if (st == PN_OK && m->status == PN_OK) {
             free(prev_path);
@@ -516,7 +528,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     if (st != PN_OK) {
         /* nothing but what --keep asked for */
         if (w.made_keep)
-            rmdir(o->keep_dir);   /* fails, as it should, when an interrupt kept mixes in it */
+            rmdir(o->keep_dir); /* fails, as it should, when an interrupt kept mixes in it */
         pn_sweep_report_free(rep);
         return st;
     }

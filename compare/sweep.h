@@ -54,17 +54,17 @@ typedef struct pn_sweep_opts {
     /* the comparison: source_path, text, threads, node, script, tmp_dir,
      * envp, cancel, progress (pn_paths and n_pn are the sweep's) */
     pn_compare_opts compare;
-    const int *promote;             /* PN mixes: promotion counts */
+    const int *promote; /* PN mixes: promotion counts */
     size_t n_promote;
-    uint64_t target_size;           /* one more PN mix: the most promotions within it; 0 none */
-    const char *recipe_path;        /* NULL: the built-in recipe */
-    const char *const *stock;       /* stock types: Q4_K_M, ... (pn-llama-quantize's names) */
+    uint64_t target_size;     /* one more PN mix: the most promotions within it; 0 none */
+    const char *recipe_path;  /* NULL: the built-in recipe */
+    const char *const *stock; /* stock types: Q4_K_M, ... (pn-llama-quantize's names) */
     size_t n_stock;
-    const char *imatrix_path;       /* NULL: none; else every mix is made with it */
-    const char *keep_dir;           /* NULL: nothing kept */
-    const char *quantizer;          /* the pn-llama-quantize program (needed with stock) */
-    const char *libllama;           /* NULL: the one beside compare.script */
-    int quantize_threads;           /* <= 0: all cores */
+    const char *imatrix_path; /* NULL: none; else every mix is made with it */
+    const char *keep_dir;     /* NULL: nothing kept */
+    const char *quantizer;    /* the pn-llama-quantize program (needed with stock) */
+    const char *libllama;     /* NULL: the one beside compare.script */
+    int quantize_threads;     /* <= 0: all cores */
 } pn_sweep_opts;
 
 void pn_sweep_opts_init(pn_sweep_opts *o);
@@ -77,21 +77,21 @@ bool pn_sweep_stock_type_known(const char *name);
 
 typedef struct pn_sweep_mix {
     pn_sweep_kind kind;
-    char name[96];                  /* "P0k+19", "stock Q4_K_M"; "promote 19" if it failed */
-    char file[64];                  /* its file name: promote-19.gguf, stock-Q4_K_M.gguf */
-    char *kept;                     /* keep_dir/file once kept, else NULL */
-    pn_status status;               /* PN_OK: made (and compared when the sweep compared) */
-    char error[800];                /* why it failed */
+    char name[96];    /* "P0k+19", "stock Q4_K_M"; "promote 19" if it failed */
+    char file[64];    /* its file name: promote-19.gguf, stock-Q4_K_M.gguf */
+    char *kept;       /* keep_dir/file once kept, else NULL */
+    pn_status status; /* PN_OK: made (and compared when the sweep compared) */
+    char error[800];  /* why it failed */
     double make_seconds;
-    long file_index;                /* its entry in report.compare.files, -1 if none */
+    long file_index; /* its entry in report.compare.files, -1 if none */
 } pn_sweep_mix;
 
 typedef struct pn_sweep_report {
-    pn_sweep_mix *mixes;            /* PN mixes in the order given, then the stock types */
+    pn_sweep_mix *mixes; /* PN mixes in the order given, then the stock types */
     size_t n_mixes, n_failed;
-    bool compared;                  /* false when no mix was made */
-    pn_compare_report compare;      /* the mixes made (files[].path: kept path or file name) */
-    char *kept_measurement;         /* keep_dir/measurement.pnm when kept */
+    bool compared;             /* false when no mix was made */
+    pn_compare_report compare; /* the mixes made (files[].path: kept path or file name) */
+    char *kept_measurement;    /* keep_dir/measurement.pnm when kept */
     double seconds;
 } pn_sweep_report;
 

@@ -14,37 +14,46 @@
 pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
                      const pn_convert_opts *o, size_t *n_files, pn_error *err)
 {
-    if (n_files) *n_files = 0;
+    if (n_files)
+        *n_files = 0;
     gguf_writer *w = gguf_writer_new();
-    if (!w) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!w)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_status st = pn_hf_set_keys(m, w, err);
-    if (st == PN_OK) st = pn_hf_add_tensors(m, w, err);
+    if (st == PN_OK)
+        st = pn_hf_add_tensors(m, w, err);
     pn_outset_opts oo;
     pn_outset_opts_init(&oo);
     oo.limit = o->split;
     oo.force = o->force;
     pn_outset *os = NULL;
-    if (st == PN_OK) st = pn_outset_make(w, dst, &oo, &os, err);
+    if (st == PN_OK)
+        st = pn_outset_make(w, dst, &oo, &os, err);
     /* no target is a file of the folder, before anything is opened */
     for (size_t s = 0; st == PN_OK && s < pn_outset_n_splits(os); s++)
         st = pn_source_check_target(src, pn_outset_path(os, s), "the output", err);
-    if (st == PN_OK) st = pn_outset_check_targets(os, NULL, err);
+    if (st == PN_OK)
+        st = pn_outset_check_targets(os, NULL, err);
     pn_hf_reader *rd = NULL;
     uint8_t *buf = NULL;
-    if (st == PN_OK) st = pn_hf_reader_open(m, CHUNK, &rd, err);
+    if (st == PN_OK)
+        st = pn_hf_reader_open(m, CHUNK, &rd, err);
     if (st == PN_OK && !(buf = malloc(CHUNK)))
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    if (st == PN_OK) st = pn_outset_begin(os, err);
+    if (st == PN_OK)
+        st = pn_outset_begin(os, err);
     for (size_t i = 0; st == PN_OK && i < pn_hf_n_tensors(m); i++) {
         const pn_hf_tensor *t = pn_hf_tensor_at(m, i);
         uint64_t total = t->n_rows * t->row_elems * pn_hf_type_size(t->type);
         for (uint64_t off = 0; st == PN_OK && off < total; off += CHUNK) {
             size_t n = total - off < CHUNK ? (size_t)(total - off) : CHUNK;
             st = pn_hf_read(rd, i, off, buf, n, err);
-            if (st == PN_OK) st = pn_outset_write(os, i, buf, n, err);
+            if (st == PN_OK)
+                st = pn_outset_write(os, i, buf, n, err);
         }
     }
-    if (st == PN_OK) st = pn_outset_close(os, err);
+    if (st == PN_OK)
+        st = pn_outset_close(os, err);
     /* each written file is read back as a GGUF (its split keys checked
      * against the plan) before any is committed */
     for (size_t s = 0; st == PN_OK && s < pn_outset_n_splits(os); s++) {
@@ -52,8 +61,10 @@ pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
         st = pn_outset_open_written(os, s, &chk, err);
         gguf_reader_close(chk);
     }
-    if (st == PN_OK) st = pn_outset_commit(os, err);
-    if (st == PN_OK && n_files) *n_files = pn_outset_n_splits(os);
+    if (st == PN_OK)
+        st = pn_outset_commit(os, err);
+    if (st == PN_OK && n_files)
+        *n_files = pn_outset_n_splits(os);
     pn_outset_free(os);
     free(buf);
     pn_hf_reader_close(rd);

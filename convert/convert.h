@@ -12,8 +12,8 @@
 #include "hf/hf.h"
 
 typedef struct pn_convert_opts {
-    gguf_split_limit split;      /* GGUF_SPLIT_NONE: one file */
-    bool force;                  /* replace an existing target (never a file of SRC) */
+    gguf_split_limit split; /* GGUF_SPLIT_NONE: one file */
+    bool force;             /* replace an existing target (never a file of SRC) */
 } pn_convert_opts;
 
 /* Writes the opened folder m, read from src (the path it was opened by), at

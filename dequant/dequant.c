@@ -36,7 +36,7 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 
-#define SEG_TARGET 16384   /* elements per parallel step */
+#define SEG_TARGET 16384 /* elements per parallel step */
 
 void pn_dequant_opts_init(pn_dequant_opts *o)
 {
@@ -54,14 +54,15 @@ static const char *type_name(int type)
 static bool kv_integer(const gguf_kv *kv, int64_t *v)
 {
     switch (kv->type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
-        *v = kv->v.u64 > INT64_MAX ? -1 : (int64_t)kv->v.u64;
-        return true;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        *v = kv->v.i64;
-        return true;
-    default:
-        return false;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64: *v = kv->v.u64 > INT64_MAX ? -1 : (int64_t)kv->v.u64; return true;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: *v = kv->v.i64; return true;
+    default: return false;
     }
 }
 
@@ -77,8 +78,9 @@ static pn_status read_rotation(const gguf_reader *r, const char *path, int *cap,
         return PN_OK;
     }
     if (type->type != GGUF_TYPE_STRING)
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: key pn.rotation.type has type %s, expected string",
-                            path, gguf_value_type_name(type->type));
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: key pn.rotation.type has type %s, expected string", path,
+                            gguf_value_type_name(type->type));
     if (gguf_str_eq(type->v.str, "none"))
         return PN_OK;
     if (!gguf_str_eq(type->v.str, "hadamard"))
@@ -112,8 +114,7 @@ static bool is_per_tensor_key(gguf_str k)
 /* A split input's per-tensor key `pn.X` as `pn_decoded.X`: the output's key
  * holds every split's entries, as it does from the unsplit file. A set whose
  * splits do not all record it gives no key. */
-static pn_status copy_set_array(gguf_writer *w, const gguf_reader *r, gguf_str key,
-                                pn_error *err)
+static pn_status copy_set_array(gguf_writer *w, const gguf_reader *r, gguf_str key, pn_error *err)
 {
     const size_t n = gguf_reader_n_tensors(r);
     uint32_t *v = malloc((n ? n : 1) * sizeof *v);
@@ -148,14 +149,16 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
                 return st;
             continue;
         }
-        if (kv->key.len >= PN_KEY_PREFIX_LEN && memcmp(kv->key.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0) {
+        if (kv->key.len >= PN_KEY_PREFIX_LEN &&
+            memcmp(kv->key.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0) {
             /* pn.X -> pn_decoded.X */
             if (kv->key.len + 8 >= sizeof key)
                 return pn_error_set(err, PN_ERR_FORMAT, "key %.*s... is too long to rename", 64,
                                     kv->key.data);
             gguf_kv renamed = *kv;
-            int n = snprintf(key, sizeof key, PN_KEY_DECODED_PREFIX "%.*s",
-                             (int)(kv->key.len - PN_KEY_PREFIX_LEN), kv->key.data + PN_KEY_PREFIX_LEN);
+            int n =
+                snprintf(key, sizeof key, PN_KEY_DECODED_PREFIX "%.*s",
+                         (int)(kv->key.len - PN_KEY_PREFIX_LEN), kv->key.data + PN_KEY_PREFIX_LEN);
             renamed.key.data = key;
             renamed.key.len = (uint64_t)n;
             st = gguf_writer_copy_kv(w, &renamed);
@@ -163,8 +166,9 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
             st = gguf_writer_copy_kv(w, kv);
         }
         if (st)
-            return pn_error_set(err, st, "copying key %.*s: %s", (int)(kv->key.len > 128 ? 128 : kv->key.len),
-                                kv->key.data, pn_strerror(st));
+            return pn_error_set(err, st, "copying key %.*s: %s",
+                                (int)(kv->key.len > 128 ? 128 : kv->key.len), kv->key.data,
+                                pn_strerror(st));
     }
     uint32_t ftype = out_type == PN_TYPE_F16    ? PN_FTYPE_MOSTLY_F16
                      : out_type == PN_TYPE_BF16 ? PN_FTYPE_MOSTLY_BF16
@@ -184,16 +188,16 @@ typedef struct tjob {
     const gguf_reader *r;
     size_t index;
     const gguf_tensor_info *ti;
-    const uint8_t *data;  /* the current chunk's input bytes (read_chunk) */
-    int64_t data_e0;      /* the element that data starts with */
+    const uint8_t *data; /* the current chunk's input bytes (read_chunk) */
+    int64_t data_e0;     /* the element that data starts with */
     int in_type, out_type;
     int64_t n, K;
-    int64_t bw, bb;       /* input block weights / bytes */
-    int64_t out_es;       /* output bytes per element */
-    int64_t unit;         /* elements: blocks and rotation blocks divide it */
-    int64_t seg;          /* elements per segment, a multiple of unit */
-    int B;                /* rotation block undone, 0 none */
-    uint32_t crc;         /* CRC-32 of the bytes read so far */
+    int64_t bw, bb; /* input block weights / bytes */
+    int64_t out_es; /* output bytes per element */
+    int64_t unit;   /* elements: blocks and rotation blocks divide it */
+    int64_t seg;    /* elements per segment, a multiple of unit */
+    int B;          /* rotation block undone, 0 none */
+    uint32_t crc;   /* CRC-32 of the bytes read so far */
 } tjob;
 
 /* What went wrong first in a segment, and where. */
@@ -201,11 +205,11 @@ enum { AT_ELEM, AT_PN_BLOCK, AT_SCALE, AT_WEIGHT };
 
 typedef struct seg_err {
     pn_status st;
-    int64_t elem;         /* element where it happened (tensor-wide index) */
-    int where;            /* AT_*: which of the fields below say more */
-    int64_t block;        /* tensor-wide block index (AT_PN_BLOCK, AT_SCALE) */
-    int field;            /* the scale field (AT_SCALE) */
-    uint32_t bits;        /* the value found (AT_SCALE, AT_WEIGHT) */
+    int64_t elem;  /* element where it happened (tensor-wide index) */
+    int where;     /* AT_*: which of the fields below say more */
+    int64_t block; /* tensor-wide block index (AT_PN_BLOCK, AT_SCALE) */
+    int field;     /* the scale field (AT_SCALE) */
+    uint32_t bits; /* the value found (AT_SCALE, AT_WEIGHT) */
 } seg_err;
 
 /* The first non-finite f32/f16/bf16 weight among m stored ones that start at
@@ -216,14 +220,14 @@ static bool find_bad_weight(int type, const uint8_t *p, int64_t e, int64_t m, se
     int64_t bad = pn_find_nonfinite_value(type, p, m, &bits);
     if (bad < 0)
         return false;
-    *r = (seg_err){PN_ERR_NONFINITE, e + bad, AT_WEIGHT, -1, 0, bits};
+    *r = (seg_err){ PN_ERR_NONFINITE, e + bad, AT_WEIGHT, -1, 0, bits };
     return true;
 }
 
 /* Decodes elements [e, e+m) of the tensor into out (m * out_es bytes). */
 static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uint8_t *out)
 {
-    seg_err r = {PN_OK, -1, AT_ELEM, -1, 0, 0};
+    seg_err r = { PN_OK, -1, AT_ELEM, -1, 0, 0 };
     const uint8_t *p = j->data + (e - j->data_e0) / j->bw * j->bb;
     const pn_scale_field *fields;
     if (pn_type_is_pn(j->in_type)) {
@@ -245,8 +249,8 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
             uint16_t bits = 0;
             int64_t bad = pn_find_nonfinite_scale(j->in_type, p, m / j->bw, &field, &bits);
             if (bad >= 0) {
-                r = (seg_err){PN_ERR_NONFINITE, e + bad * j->bw, AT_SCALE, e / j->bw + bad,
-                              field, bits};
+                r = (seg_err){ PN_ERR_NONFINITE, e + bad * j->bw, AT_SCALE,
+                               e / j->bw + bad,  field,           bits };
                 return r;
             }
         }
@@ -268,7 +272,7 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
     if (j->B > 1)
         pn_hadamard_rotate_row(y, m, j->B);
     if (j->out_type == PN_TYPE_F32) {
-        memcpy(out, y, (size_t)m * sizeof(float));   /* the host is little-endian */
+        memcpy(out, y, (size_t)m * sizeof(float)); /* the host is little-endian */
         return r;
     }
     int64_t bad_col = -1;
@@ -293,8 +297,8 @@ static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn
         return pn_error_set(err, e.st,
                             "%s: tensor '%s' (%s) row %lld column %lld: the weight is %s (0x%0*x); "
                             "the file is invalid (pn-check tells more)",
-                            path, name, tn, row, col, nan ? "NaN" : "infinite",
-                            (int)(2 * j->bb), (unsigned)e.bits);
+                            path, name, tn, row, col, nan ? "NaN" : "infinite", (int)(2 * j->bb),
+                            (unsigned)e.bits);
     case AT_SCALE:
         pn_scale_fields(j->in_type, &fields);
         return pn_error_set(err, e.st,
@@ -311,8 +315,7 @@ static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn
                             (long long)(e.block % per_row),
                             e.st == PN_ERR_RESERVED_BITS ? "a pn3t reserved bit is set"
                                                          : "the scale d is not finite");
-    default:
-        break;
+    default: break;
     }
     switch (e.st) {
     case PN_ERR_NONFINITE:
@@ -337,14 +340,14 @@ typedef struct stream {
     const char *path;
     const pn_dequant_opts *o;
     int nthreads;
-    float *y;                       /* nthreads x seg_max floats */
+    float *y; /* nthreads x seg_max floats */
     int64_t seg_max;
-    uint8_t *buf;                   /* output chunk */
+    uint8_t *buf; /* output chunk */
     size_t buf_bytes;
-    uint8_t *in;                    /* input chunk */
+    uint8_t *in; /* input chunk */
     size_t in_bytes;
-    uint64_t done, total;           /* tensor data bytes written / to write */
-    const uint32_t *want_crc;       /* the file's pn.tensor_crc32, or NULL without it */
+    uint64_t done, total;     /* tensor data bytes written / to write */
+    const uint32_t *want_crc; /* the file's pn.tensor_crc32, or NULL without it */
 } stream;
 
 /* The file's pn.tensor_crc32 into *out (NULL when the file has no such key:
@@ -395,8 +398,7 @@ static pn_status check_tensor_crc(tjob *j, stream *s, uint64_t from, pn_error *e
 }
 
 /* Bytes of tensor i, to the file of the output that holds it. */
-static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_t n,
-                         pn_error *err)
+static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_t n, pn_error *err)
 {
     pn_status st = pn_outset_write(w, i, p, n, err);
     if (st)
@@ -433,7 +435,7 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
         j->data = s->in;
         j->data_e0 = c0;
         const int64_t nseg = (cn + seg - 1) / seg;
-        seg_err first = {PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0};
+        seg_err first = { PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0 };
         if (nseg == 1) {
             /* a small tensor: starting threads would cost more than the work */
             first = decode_segment(j, c0, cn, s->y, s->buf);
@@ -474,7 +476,7 @@ static pn_status write_copied(pn_outset *w, tjob *j, stream *s, pn_error *err)
     /* whole elements per chunk, so a value is never split between two */
     size_t step = s->buf_bytes / (size_t)j->bb * (size_t)j->bb;
     if (step == 0)
-        step = (size_t)j->bb;   /* the buffer has a segment's slack past buf_bytes */
+        step = (size_t)j->bb; /* the buffer has a segment's slack past buf_bytes */
     for (uint64_t off = 0; off < total; off += step) {
         if (s->o->cancel && *s->o->cancel)
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while copying tensor '%s'",
@@ -520,8 +522,8 @@ static pn_status verify_output(const pn_outset *os, const gguf_reader *in, const
             if (strcmp(a->name, b->name) != 0 || a->n_dims != b->n_dims ||
                 memcmp(a->ne, b->ne, sizeof a->ne) != 0 || b->type != out_types[i])
                 st = pn_error_set(err, PN_ERR_INTERNAL,
-                                  "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)",
-                                  tmp, i - lo, b->name, type_name(b->type), a->name,
+                                  "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)", tmp,
+                                  i - lo, b->name, type_name(b->type), a->name,
                                   type_name(out_types[i]));
         }
         gguf_reader_close(r);
@@ -540,8 +542,7 @@ static pn_status check_paths(const char *in_path, const char *out_path, bool for
         return pn_error_set(err, PN_ERR_EXISTS, "%s: is a folder; name the output file in it",
                             out_path);
     if (!force)
-        return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)",
-                            out_path);
+        return pn_error_set(err, PN_ERR_EXISTS, "%s: exists (use --force to replace it)", out_path);
     return PN_OK;
 }
 
@@ -582,8 +583,8 @@ static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_ty
         stats->n_stock++;
     } else {
         return pn_error_set(err, PN_ERR_TYPE,
-                            "%s: tensor '%s' has type %s, which this build cannot decode",
-                            in_path, ti->name, type_name(ti->type));
+                            "%s: tensor '%s' has type %s, which this build cannot decode", in_path,
+                            ti->name, type_name(ti->type));
     }
     j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
     j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
@@ -622,7 +623,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     int *out_types = calloc(nt ? nt : 1, sizeof *out_types);
     uint8_t *buf = NULL;
     uint32_t *want_crc = NULL;
-    stream sm = {0};
+    stream sm = { 0 };
     pn_outset *os = NULL;
     gguf_writer *w = gguf_writer_new();
     if (!jobs || !out_types || !w) {
@@ -664,8 +665,18 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
      * of floats per thread */
     const size_t slack = (size_t)seg_max * 4;
     const size_t in_bytes = 2 * o.chunk_bytes + slack;
-    sm = (stream){in_path, &o, pn_threads_resolve(o.threads), NULL, seg_max, NULL, o.chunk_bytes,
-                  NULL, in_bytes, 0, stats->bytes_out, want_crc};
+    sm = (stream){ in_path,
+                   &o,
+                   pn_threads_resolve(o.threads),
+                   NULL,
+                   seg_max,
+                   NULL,
+                   o.chunk_bytes,
+                   NULL,
+                   in_bytes,
+                   0,
+                   stats->bytes_out,
+                   want_crc };
     buf = malloc(o.chunk_bytes + slack + in_bytes);
     sm.y = malloc((size_t)sm.nthreads * (size_t)seg_max * sizeof(float));
     if (!buf || !sm.y) {
@@ -703,7 +714,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         st = pn_outset_commit(os, err);
 
 done:
-    pn_outset_free(os);   /* aborts what is not committed */
+    pn_outset_free(os); /* aborts what is not committed */
     gguf_writer_free(w);
     free(sm.y);
     free(buf);

@@ -56,14 +56,14 @@ enum {
 };
 
 typedef struct pn_dequant_opts {
-    int out_type;                   /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
-    bool keep_rotation;             /* leave PN tensors in the rotated domain */
-    bool force;                     /* replace an existing OUT */
-    gguf_split_limit split;         /* {GGUF_SPLIT_NONE}: one file */
-    bool keep_split;                /* split OUT the way IN is split */
-    int threads;                    /* <= 0: all cores (pn_threads_resolve) */
-    size_t chunk_bytes;             /* output bytes per step; 0: 64 MiB */
-    volatile sig_atomic_t *cancel;  /* checked between chunks; may be NULL */
+    int out_type;                  /* PN_TYPE_F32 (default), PN_TYPE_F16 or PN_TYPE_BF16 */
+    bool keep_rotation;            /* leave PN tensors in the rotated domain */
+    bool force;                    /* replace an existing OUT */
+    gguf_split_limit split;        /* {GGUF_SPLIT_NONE}: one file */
+    bool keep_split;               /* split OUT the way IN is split */
+    int threads;                   /* <= 0: all cores (pn_threads_resolve) */
+    size_t chunk_bytes;            /* output bytes per step; 0: 64 MiB */
+    volatile sig_atomic_t *cancel; /* checked between chunks; may be NULL */
     /* Progress, or NULL: called from the calling thread with done = 0 before
      * the first tensor byte is read, then after each chunk written, with the
      * tensor data bytes written so far out of total (stats.bytes_out). */
@@ -75,15 +75,15 @@ void pn_dequant_opts_init(pn_dequant_opts *o);
 
 typedef struct pn_dequant_stats {
     size_t n_tensors;
-    size_t n_pn;                    /* PN tensors decoded */
-    size_t n_stock;                 /* other non-f32 tensors decoded */
-    size_t n_copied;                /* f32 tensors copied */
-    bool rotation_undone;           /* at least one PN tensor was un-rotated */
-    bool rotation_key_missing;      /* PN tensors but no pn.rotation.type: taken as none */
-    int rotation_cap;               /* the cap used (0: no rotation) */
-    uint64_t bytes_in, bytes_out;   /* tensor data bytes */
-    size_t n_files;                 /* 1, or the splits of a split output */
-    uint64_t file_bytes;            /* the size of every file written */
+    size_t n_pn;                  /* PN tensors decoded */
+    size_t n_stock;               /* other non-f32 tensors decoded */
+    size_t n_copied;              /* f32 tensors copied */
+    bool rotation_undone;         /* at least one PN tensor was un-rotated */
+    bool rotation_key_missing;    /* PN tensors but no pn.rotation.type: taken as none */
+    int rotation_cap;             /* the cap used (0: no rotation) */
+    uint64_t bytes_in, bytes_out; /* tensor data bytes */
+    size_t n_files;               /* 1, or the splits of a split output */
+    uint64_t file_bytes;          /* the size of every file written */
     double seconds;
 } pn_dequant_stats;
 

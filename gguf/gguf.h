@@ -104,7 +104,7 @@ size_t gguf_value_type_size(gguf_value_type t);
 
 typedef struct gguf_str {
     uint64_t len;
-    const char *data;            /* not NUL-terminated */
+    const char *data; /* not NUL-terminated */
 } gguf_str;
 
 /* A key/value as read. For arrays, `arr_type`/`arr_count` describe the
@@ -114,26 +114,26 @@ typedef struct gguf_kv {
     gguf_str key;
     gguf_value_type type;
     union {
-        uint64_t u64;            /* UINT8..UINT64 and BOOL, zero-extended */
-        int64_t i64;             /* INT8..INT64, sign-extended */
-        double f64;              /* FLOAT32 / FLOAT64 */
+        uint64_t u64; /* UINT8..UINT64 and BOOL, zero-extended */
+        int64_t i64;  /* INT8..INT64, sign-extended */
+        double f64;   /* FLOAT32 / FLOAT64 */
         gguf_str str;
     } v;
     gguf_value_type arr_type;
     uint64_t arr_count;
-    const uint8_t *arr_data;     /* raw little-endian element bytes */
-    uint64_t arr_bytes;          /* total bytes of the array's elements */
+    const uint8_t *arr_data; /* raw little-endian element bytes */
+    uint64_t arr_bytes;      /* total bytes of the array's elements */
 } gguf_kv;
 
 typedef struct gguf_tensor_info {
-    char *name;                  /* NUL-terminated copy */
+    char *name; /* NUL-terminated copy */
     uint32_t n_dims;
-    int64_t ne[GGUF_MAX_DIMS];   /* unused dims are 1 */
-    int type;                    /* ggml type id */
-    uint64_t offset;             /* relative to the data section */
-    uint64_t size;               /* bytes, from type and shape */
-    uint64_t info_offset;        /* file offset of this tensor info (for messages) */
-    uint32_t split;              /* the split of a set holding it (gguf_reader_split); 0
+    int64_t ne[GGUF_MAX_DIMS]; /* unused dims are 1 */
+    int type;                  /* ggml type id */
+    uint64_t offset;           /* relative to the data section */
+    uint64_t size;             /* bytes, from type and shape */
+    uint64_t info_offset;      /* file offset of this tensor info (for messages) */
+    uint32_t split;            /* the split of a set holding it (gguf_reader_split); 0
                                   * in a reader of one file. `offset` and `info_offset`
                                   * are in that split's file. */
 } gguf_tensor_info;
@@ -165,8 +165,8 @@ typedef struct gguf_reader gguf_reader;
 pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
 /* Flags of gguf_reader_open_flags. */
 enum {
-    GGUF_OPEN_LENIENT = 1u << 0,   /* as gguf_reader_open_lenient, for every split */
-    GGUF_OPEN_ONE_FILE = 1u << 1,  /* this file alone, even a split of a set; its split
+    GGUF_OPEN_LENIENT = 1u << 0,  /* as gguf_reader_open_lenient, for every split */
+    GGUF_OPEN_ONE_FILE = 1u << 1, /* this file alone, even a split of a set; its split
                                     * keys are not checked (gguf_split_read_keys does) */
 };
 /* gguf_reader_open with flags; 0 is gguf_reader_open itself. */
@@ -195,13 +195,11 @@ void gguf_reader_close(gguf_reader *r);
  * reader is closed, also when the open fails. */
 typedef struct gguf_provider {
     void *ctx;
-    pn_status (*read)(void *ctx, size_t tensor, uint64_t off, void *dst, size_t n,
-                      pn_error *err);
+    pn_status (*read)(void *ctx, size_t tensor, uint64_t off, void *dst, size_t n, pn_error *err);
     void (*close)(void *ctx);
 } gguf_provider;
 pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *name,
-                                   const gguf_provider *provider, gguf_reader **out,
-                                   pn_error *err);
+                                   const gguf_provider *provider, gguf_reader **out, pn_error *err);
 /* True for a virtual reader. */
 bool gguf_reader_is_virtual(const gguf_reader *r);
 /* For a checker that names every bad tensor itself: like gguf_reader_open,
@@ -226,7 +224,7 @@ const pn_type_traits *gguf_type_traits(int id);
 uint32_t gguf_reader_version(const gguf_reader *r);
 uint64_t gguf_reader_file_size(const gguf_reader *r);
 uint64_t gguf_reader_alignment(const gguf_reader *r);
-uint64_t gguf_reader_data_offset(const gguf_reader *r);   /* file offset of the data section */
+uint64_t gguf_reader_data_offset(const gguf_reader *r); /* file offset of the data section */
 
 size_t gguf_reader_n_kv(const gguf_reader *r);
 const gguf_kv *gguf_reader_kv(const gguf_reader *r, size_t i);
@@ -242,8 +240,8 @@ long gguf_reader_find_tensor(const gguf_reader *r, const char *name);
  * file has fewer bytes than it had at open (it changed or shrank during the
  * run) or, opened leniently, the tensor is not inside the file; PN_ERR_IO
  * for a read error. Messages name the file, the tensor and the offset. */
-pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
-                                  size_t n, pn_error *err);
+pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst, size_t n,
+                                  pn_error *err);
 /* The same for n bytes at file offset `at`. */
 pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
                               pn_error *err);
@@ -321,10 +319,10 @@ pn_status gguf_reader_per_tensor_u32(const gguf_reader *r, const char *key, uint
                                      pn_error *err);
 
 /* Array element access (bounds are the caller's: i < kv->arr_count). */
-uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i);  /* unsigned ints and bool */
-int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i);   /* signed ints */
-double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i);    /* floats */
-gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i);  /* strings (O(i) walk) */
+uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i); /* unsigned ints and bool */
+int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i);  /* signed ints */
+double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i);   /* floats */
+gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i); /* strings (O(i) walk) */
 /* Element i of an array of arrays, as a gguf_kv with an empty key and
  * type ARRAY (O(i) walk); a zeroed gguf_kv if kv is not an array of arrays. */
 gguf_kv gguf_kv_arr_arr(const gguf_kv *kv, uint64_t i);
@@ -345,7 +343,7 @@ uint64_t gguf_reader_bytes_len(const gguf_reader *r);
 typedef struct gguf_writer gguf_writer;
 
 gguf_writer *gguf_writer_new(void);
-void gguf_writer_free(gguf_writer *w);   /* also aborts if still open */
+void gguf_writer_free(gguf_writer *w); /* also aborts if still open */
 
 /* Keys keep insertion order; setting an existing key replaces its value in
  * place. Strings and arrays are copied. An empty key (or, copied, one holding
@@ -429,8 +427,8 @@ pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n
                                 const char *src_name, pn_error *err);
 /* Overwrites the elements of an existing fixed-size array key in the already
  * written header (e.g. CRCs known only after the data); count must match. */
-pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
-                                uint64_t count, pn_error *err);
+pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data, uint64_t count,
+                                pn_error *err);
 /* Checks every tensor got exactly its bytes, flushes and fsyncs. The file
  * stays open for validation. */
 pn_status gguf_writer_close(gguf_writer *w, pn_error *err);

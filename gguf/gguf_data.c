@@ -20,16 +20,15 @@
 /* ------------------------------------------------------------------ */
 /* Reading tensor data                                                 */
 
-pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n,
-                              pn_error *err)
+pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size_t n, pn_error *err)
 {
     r = gguf_file_of_(r);
     uint64_t end;
     if (r->virt && !__builtin_add_overflow(at, (uint64_t)n, &end) && end > r->avail)
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: bytes [%llu, %llu) are tensor data of a virtual reader: read "
-                            "them by tensor", r->name, (unsigned long long)at,
-                            (unsigned long long)end);
+                            "them by tensor",
+                            r->name, (unsigned long long)at, (unsigned long long)end);
     if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > r->size)
         return pn_error_set(err, PN_ERR_TRUNCATED,
                             "%s: bytes [%llu, %llu) lie past the end of the file (%llu bytes)",
@@ -42,8 +41,8 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
     }
     ssize_t k = gguf_pread_full_(r->fd, dst, n, at);
     if (k < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot read %zu bytes at byte %llu: %s",
-                            r->name, n, (unsigned long long)at, strerror(errno));
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot read %zu bytes at byte %llu: %s", r->name,
+                            n, (unsigned long long)at, strerror(errno));
     if ((size_t)k < n) {
         struct stat sb;
         long long now = fstat(r->fd, &sb) == 0 ? (long long)sb.st_size : -1;
@@ -51,8 +50,8 @@ pn_status gguf_reader_read_at(const gguf_reader *r, uint64_t at, void *dst, size
                             "%s: the file changed or shrank during the run: it was %llu bytes "
                             "when opened and is now %lld; reading %zu bytes at byte %llu got "
                             "only %zd",
-                            r->name, (unsigned long long)r->size, now, n,
-                            (unsigned long long)at, k);
+                            r->name, (unsigned long long)r->size, now, n, (unsigned long long)at,
+                            k);
     }
     return PN_OK;
 }
@@ -70,9 +69,9 @@ static pn_status tensor_range(const gguf_reader *r, size_t i, uint64_t off, size
     uint64_t end;
     if (__builtin_add_overflow(off, (uint64_t)n, &end) || end > ti->size)
         return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: tensor %s: bytes [%llu, %llu) are outside its %llu bytes",
-                            f->name, ti->name, (unsigned long long)off,
-                            (unsigned long long)off + n, (unsigned long long)ti->size);
+                            "%s: tensor %s: bytes [%llu, %llu) are outside its %llu bytes", f->name,
+                            ti->name, (unsigned long long)off, (unsigned long long)off + n,
+                            (unsigned long long)ti->size);
     uint64_t at;
     if (__builtin_add_overflow(f->data_offset, ti->offset, &at) ||
         __builtin_add_overflow(at, off, &at))
@@ -83,8 +82,8 @@ static pn_status tensor_range(const gguf_reader *r, size_t i, uint64_t off, size
     return PN_OK;
 }
 
-pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst,
-                                  size_t n, pn_error *err)
+pn_status gguf_reader_read_tensor(const gguf_reader *r, size_t i, uint64_t off, void *dst, size_t n,
+                                  pn_error *err)
 {
     uint64_t at = 0;
     const gguf_reader *f = NULL;
@@ -146,10 +145,10 @@ uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i)
 #define DIRECT_ALIGN ((uint64_t)4096)
 
 struct gguf_direct {
-    const gguf_reader *r;       /* the reader (a set's, or one file's) */
-    const gguf_reader *file;    /* the file the descriptor and window are of */
-    int fd;                     /* that file opened with O_DIRECT, or -1: buffered */
-    uint8_t *buf;               /* DIRECT_ALIGN-aligned, cap bytes */
+    const gguf_reader *r;    /* the reader (a set's, or one file's) */
+    const gguf_reader *file; /* the file the descriptor and window are of */
+    int fd;                  /* that file opened with O_DIRECT, or -1: buffered */
+    uint8_t *buf;            /* DIRECT_ALIGN-aligned, cap bytes */
     size_t cap, max_bytes;
     /* direct reads: buf holds bytes [win_at, win_at + win_len) of `file` */
     uint64_t win_at, win_len;
@@ -162,8 +161,7 @@ static int open_direct(const gguf_reader *f)
     return pn_open_direct(f->fd);
 }
 
-pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
-                           pn_error *err)
+pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out, pn_error *err)
 {
     *out = NULL;
     gguf_direct *d = calloc(1, sizeof *d);
@@ -194,7 +192,10 @@ void gguf_direct_close(gguf_direct *d)
     free(d);
 }
 
-bool gguf_direct_is_direct(const gguf_direct *d) { return d && d->fd >= 0; }
+bool gguf_direct_is_direct(const gguf_direct *d)
+{
+    return d && d->fd >= 0;
+}
 
 /* Reads bytes [a0, a0 + len) with O_DIRECT into d->buf until at least
  * `need` are in, and makes them the window; false when it could not (an

@@ -18,12 +18,12 @@
 
 struct gguf_reader {
     char *name;
-    const uint8_t *base;        /* bytes [0, avail) of the file */
-    uint64_t size;              /* the file's size when it was opened */
-    uint64_t avail;             /* bytes in base: size for a memory reader */
-    uint8_t *owned;             /* base when it is our buffer (a file), else NULL */
-    int fd;                     /* the open file, or -1 for a memory reader or a set */
-    bool virt;                  /* a virtual reader: tensor data from prov */
+    const uint8_t *base; /* bytes [0, avail) of the file */
+    uint64_t size;       /* the file's size when it was opened */
+    uint64_t avail;      /* bytes in base: size for a memory reader */
+    uint8_t *owned;      /* base when it is our buffer (a file), else NULL */
+    int fd;              /* the open file, or -1 for a memory reader or a set */
+    bool virt;           /* a virtual reader: tensor data from prov */
     gguf_provider prov;
 
     bool lenient;
@@ -35,14 +35,14 @@ struct gguf_reader {
     gguf_kv *kvs;
     const gguf_kv **kv_by_key;
 
-    size_t n_tensors;           /* of a set: over all its splits */
-    gguf_tensor_info *tensors;  /* NULL for a set */
+    size_t n_tensors;          /* of a set: over all its splits */
+    gguf_tensor_info *tensors; /* NULL for a set */
     const gguf_tensor_info **tensor_by_name;
 
     /* A split set (see above); NULL / 0 for one file. */
     gguf_reader **splits;
     size_t n_splits;
-    size_t *split_first;        /* n_splits + 1 entries */
+    size_t *split_first; /* n_splits + 1 entries */
     const gguf_tensor_info **set_by_name;
 };
 
@@ -61,8 +61,7 @@ pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_r
  * keys make it no split of a set of several, else opens the rest of its set
  * and returns the set (see gguf_reader_open). On failure `given` is closed
  * and *out is NULL. */
-pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out,
-                               pn_error *err);
+pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out, pn_error *err);
 
 /* The reader whose file holds the set's file-level data: the first split of
  * a set, else the reader itself. */

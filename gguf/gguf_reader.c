@@ -51,7 +51,7 @@
 
 /* Smallest possible encodings, used to bound counts by the bytes left. */
 enum {
-    MIN_KV_BYTES = 8 + 4 + 1,           /* empty key, type, a one-byte value */
+    MIN_KV_BYTES = 8 + 4 + 1,                  /* empty key, type, a one-byte value */
     MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8, /* empty name, 1 dim */
     MIN_STRING_BYTES = 8,
     MIN_ARRAY_BYTES = 4 + 8,
@@ -66,9 +66,9 @@ typedef struct parser {
     uint64_t pos;
     pn_error *err;
     /* The key or tensor being read, named in truncation messages. */
-    const char *item_kind;      /* "key", "tensor" or NULL */
+    const char *item_kind; /* "key", "tensor" or NULL */
     gguf_str item_name;
-    uint64_t want;              /* bytes the buffer must hold for the parse to go on */
+    uint64_t want; /* bytes the buffer must hold for the parse to go on */
 } parser;
 
 /* Not an error: the header runs past the bytes read so far (parse again with
@@ -102,11 +102,14 @@ static pn_status fail(const parser *ps, pn_status code, uint64_t at, const char 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return pn_error_set(ps->err, code, "%s: at byte %llu: %s", ps->r->name,
-                        (unsigned long long)at, msg);
+    return pn_error_set(ps->err, code, "%s: at byte %llu: %s", ps->r->name, (unsigned long long)at,
+                        msg);
 }
 
-static uint64_t bytes_left(const parser *ps) { return ps->r->size - ps->pos; }
+static uint64_t bytes_left(const parser *ps)
+{
+    return ps->r->size - ps->pos;
+}
 
 #define QUOTE_MAX 112
 
@@ -139,7 +142,7 @@ static const char *quoted(gguf_str s, char *buf, size_t cap)
 }
 
 /* Quotes a gguf_str into a buffer that lives until the end of the block. */
-#define Q(s) quoted((s), (char[QUOTE_MAX]){0}, QUOTE_MAX)
+#define Q(s) quoted((s), (char[QUOTE_MAX]){ 0 }, QUOTE_MAX)
 
 /* "key 'x': " or "tensor 'y': " while inside one, else "". */
 static const char *item_context(const parser *ps, char *buf, size_t cap)
@@ -164,8 +167,8 @@ static pn_status need(parser *ps, uint64_t n, const char *what, uint64_t index)
         char ctx[QUOTE_MAX + 16];
         return fail(ps, PN_ERR_TRUNCATED, ps->pos,
                     "%s%s%s needs %llu bytes, but the file ends after %llu (file size %llu)",
-                    item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)n, (unsigned long long)bytes_left(ps),
-                    (unsigned long long)ps->r->size);
+                    item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)n,
+                    (unsigned long long)bytes_left(ps), (unsigned long long)ps->r->size);
     }
     return in_buffer(ps, n);
 }
@@ -208,8 +211,8 @@ static pn_status read_str(parser *ps, gguf_str *s, const char *what, uint64_t in
         char ctx[QUOTE_MAX + 16];
         return fail(ps, PN_ERR_TRUNCATED, ps->pos - 8,
                     "%s%s%s: string of %llu bytes, but the file ends after %llu",
-                    item_context(ps, ctx, sizeof ctx), what, num,
-                    (unsigned long long)len, (unsigned long long)bytes_left(ps));
+                    item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)len,
+                    (unsigned long long)bytes_left(ps));
     }
     if ((st = in_buffer(ps, len)))
         return st;
@@ -240,7 +243,7 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
 static pn_status parse_magic_and_version(parser *ps)
 {
     const gguf_reader *r = ps->r;
-    static const uint8_t magic[4] = {'G', 'G', 'U', 'F'};
+    static const uint8_t magic[4] = { 'G', 'G', 'U', 'F' };
     if (r->size < 4) {
         if (memcmp(r->base, magic, r->size) == 0)
             return fail(ps, PN_ERR_TRUNCATED, 0,
@@ -276,8 +279,8 @@ static pn_status parse_magic_and_version(parser *ps)
                     "big-endian GGUF file: the version reads 0x%08x little-endian, i.e. v%u "
                     "big-endian; only little-endian files are supported",
                     v, swapped);
-    return fail(ps, PN_ERR_VERSION, 4,
-                "unsupported GGUF version %u (0x%08x); expected 2 or 3", v, v);
+    return fail(ps, PN_ERR_VERSION, 4, "unsupported GGUF version %u (0x%08x); expected 2 or 3", v,
+                v);
 }
 
 static pn_status parse_counts(parser *ps, uint64_t *n_tensors, uint64_t *n_kv)
@@ -307,15 +310,14 @@ static pn_status check_value_type(const parser *ps, uint32_t t, uint64_t at, ggu
                                   const char *what)
 {
     if (t >= GGUF_TYPE_COUNT_)
-        return fail(ps, PN_ERR_FORMAT, at, "key %s: unknown %s %u, expected 0..%d", Q(key), what,
-                    t, GGUF_TYPE_COUNT_ - 1);
+        return fail(ps, PN_ERR_FORMAT, at, "key %s: unknown %s %u, expected 0..%d", Q(key), what, t,
+                    GGUF_TYPE_COUNT_ - 1);
     return PN_OK;
 }
 
 /* Walks `count` elements of type `et` at the cursor, checking every length.
  * Work is bounded by the bytes walked: each element takes at least 1 byte. */
-static pn_status walk_array(parser *ps, gguf_value_type et, uint64_t count, int depth,
-                            gguf_str key)
+static pn_status walk_array(parser *ps, gguf_value_type et, uint64_t count, int depth, gguf_str key)
 {
     uint64_t at = ps->pos;
     if (depth > GGUF_MAX_ARRAY_DEPTH)
@@ -425,8 +427,7 @@ static pn_status parse_kvs(parser *ps, uint64_t n_kv)
     size_t cap = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
         if (!grow((void **)&r->kvs, &cap, r->n_kv, sizeof *r->kvs))
-            return pn_error_set(ps->err, PN_ERR_NOMEM, "%s: out of memory reading keys",
-                                r->name);
+            return pn_error_set(ps->err, PN_ERR_NOMEM, "%s: out of memory reading keys", r->name);
         gguf_kv *kv = &r->kvs[r->n_kv];
         memset(kv, 0, sizeof *kv);
         ps->item_kind = NULL;
@@ -471,7 +472,7 @@ static int cmp_kv_by_key(const void *a, const void *b)
 {
     const gguf_kv *x = *(const gguf_kv *const *)a, *y = *(const gguf_kv *const *)b;
     int c = cmp_str(x->key, y->key);
-    return c ? c : (x > y) - (x < y);   /* stable: file order among equals */
+    return c ? c : (x > y) - (x < y); /* stable: file order among equals */
 }
 
 static uint64_t key_offset(const gguf_reader *r, const gguf_kv *kv)
@@ -532,12 +533,12 @@ static pn_status read_alignment(parser *ps)
  * never computes: their block weights and bytes, facts from ggml's type
  * traits (ggml.c, type_traits), as of llama.cpp v0.5.0. */
 static const pn_type_traits k_stock_types[] = {
-    {2, "q4_0", 32, 18},    {3, "q4_1", 32, 20},     {6, "q5_0", 32, 22},
-    {7, "q5_1", 32, 24},    {9, "q8_1", 32, 36},     {10, "q2_K", 256, 84},
-    {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210},  {15, "q8_K", 256, 292},
-    {20, "iq4_nl", 32, 18}, {23, "iq4_xs", 256, 136}, {24, "i8", 1, 1},
-    {25, "i16", 1, 2},      {26, "i32", 1, 4},       {27, "i64", 1, 8},
-    {28, "f64", 1, 8},
+    { 2, "q4_0", 32, 18 },    { 3, "q4_1", 32, 20 },      { 6, "q5_0", 32, 22 },
+    { 7, "q5_1", 32, 24 },    { 9, "q8_1", 32, 36 },      { 10, "q2_K", 256, 84 },
+    { 13, "q5_K", 256, 176 }, { 14, "q6_K", 256, 210 },   { 15, "q8_K", 256, 292 },
+    { 20, "iq4_nl", 32, 18 }, { 23, "iq4_xs", 256, 136 }, { 24, "i8", 1, 1 },
+    { 25, "i16", 1, 2 },      { 26, "i32", 1, 4 },        { 27, "i64", 1, 8 },
+    { 28, "f64", 1, 8 },
 };
 
 const pn_type_traits *gguf_type_traits(int id)
@@ -634,7 +635,7 @@ static pn_status parse_tensor_infos(parser *ps, uint64_t n_tensors)
                                 r->name);
         gguf_tensor_info *ti = &r->tensors[r->n_tensors];
         memset(ti, 0, sizeof *ti);
-        r->n_tensors++;   /* counted now so that close frees its name on failure */
+        r->n_tensors++; /* counted now so that close frees its name on failure */
         pn_status st = parse_tensor_info(ps, i, ti);
         if (st)
             return st;
@@ -649,7 +650,7 @@ static pn_status place_data_section(parser *ps)
     uint64_t pad = (r->alignment - ps->pos % r->alignment) % r->alignment;
     if (r->lenient) {
         if (__builtin_add_overflow(ps->pos, pad, &r->data_offset))
-            r->data_offset = UINT64_MAX;   /* past any file: no tensor is inside */
+            r->data_offset = UINT64_MAX; /* past any file: no tensor is inside */
         return PN_OK;
     }
     if (pad > bytes_left(ps))
@@ -727,11 +728,11 @@ static pn_status check_names_and_overlap(parser *ps)
         const gguf_tensor_info *a = by_off[i - 1], *b = by_off[i];
         /* place_data_section ruled out overflow of offset + size. */
         if (a->offset + a->size > b->offset)
-            st = fail(ps, PN_ERR_TENSOR, b->info_offset,
-                      "tensors '%s' (data bytes [%llu, %llu)) and '%s' (from %llu) overlap",
-                      a->name, (unsigned long long)a->offset,
-                      (unsigned long long)(a->offset + a->size), b->name,
-                      (unsigned long long)b->offset);
+            st =
+                fail(ps, PN_ERR_TENSOR, b->info_offset,
+                     "tensors '%s' (data bytes [%llu, %llu)) and '%s' (from %llu) overlap", a->name,
+                     (unsigned long long)a->offset, (unsigned long long)(a->offset + a->size),
+                     b->name, (unsigned long long)b->offset);
     }
     free(by_off);
     return st;
@@ -743,7 +744,7 @@ static pn_status check_names_and_overlap(parser *ps)
 static pn_status parse_with(gguf_reader *r, pn_error *err, parser *out)
 {
     parser *ps = out;
-    *ps = (parser){.r = r, .pos = 0, .err = err};
+    *ps = (parser){ .r = r, .pos = 0, .err = err };
     uint64_t n_tensors, n_kv;
     pn_status st = parse_magic_and_version(ps);
     if (!st)
@@ -812,7 +813,7 @@ static pn_status open_memory(const void *data, size_t size, const char *name, bo
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name ? name : "(memory)");
     r->base = size ? data : (const uint8_t *)"";
     r->size = r->avail = size;
-    pn_status st = parse(r, err);   /* never NEED_MORE: the buffer is the whole file */
+    pn_status st = parse(r, err); /* never NEED_MORE: the buffer is the whole file */
     if (st) {
         gguf_reader_close(r);
         return st;
@@ -865,8 +866,8 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t 
     for (;;) {
         if (want > SIZE_MAX) {
             gguf_reader_close(r);
-            return pn_error_set(err, PN_ERR_NOMEM, "%s: a header of %llu bytes is too large",
-                                name, (unsigned long long)want);
+            return pn_error_set(err, PN_ERR_NOMEM, "%s: a header of %llu bytes is too large", name,
+                                (unsigned long long)want);
         }
         uint8_t *buf = realloc(r->owned, want ? (size_t)want : 1);
         if (!buf) {
@@ -889,8 +890,7 @@ static pn_status open_fd_owned(int fd, const char *name, bool lenient, uint64_t 
                 return pn_error_set(err, PN_ERR_TRUNCATED,
                                     "%s: the file changed or shrank while it was opened: it was "
                                     "%llu bytes, but reading ended at byte %llu",
-                                    name, (unsigned long long)sb.st_size,
-                                    (unsigned long long)got);
+                                    name, (unsigned long long)sb.st_size, (unsigned long long)got);
             }
             r->avail = want;
         }
@@ -925,8 +925,7 @@ pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_r
     return open_fd_owned(fd, path, lenient, first_read, out, err);
 }
 
-pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out,
-                                 pn_error *err)
+pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out, pn_error *err)
 {
     *out = NULL;
     if (!path)
@@ -1001,8 +1000,7 @@ void gguf_reader_close(gguf_reader *r)
 }
 
 pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *name,
-                                   const gguf_provider *provider, gguf_reader **out,
-                                   pn_error *err)
+                                   const gguf_provider *provider, gguf_reader **out, pn_error *err)
 {
     *out = NULL;
     gguf_reader *r = new_reader(name, false);
@@ -1044,21 +1042,54 @@ pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *n
     return PN_OK;
 }
 
-bool gguf_reader_is_virtual(const gguf_reader *r) { return r && !r->splits && r->virt; }
+bool gguf_reader_is_virtual(const gguf_reader *r)
+{
+    return r && !r->splits && r->virt;
+}
 
 /* ------------------------------------------------------------------ */
 /* Accessors                                                           */
 
-const char *gguf_reader_name(const gguf_reader *r) { return gguf_file_of_(r)->name; }
-int gguf_reader_fd(const gguf_reader *r) { return gguf_file_of_(r)->fd; }
-const uint8_t *gguf_reader_bytes(const gguf_reader *r) { return gguf_file_of_(r)->base; }
-uint32_t gguf_reader_version(const gguf_reader *r) { return gguf_file_of_(r)->version; }
-uint64_t gguf_reader_file_size(const gguf_reader *r) { return gguf_file_of_(r)->size; }
-uint64_t gguf_reader_alignment(const gguf_reader *r) { return gguf_file_of_(r)->alignment; }
-uint64_t gguf_reader_data_offset(const gguf_reader *r) { return gguf_file_of_(r)->data_offset; }
-size_t gguf_reader_n_kv(const gguf_reader *r) { return gguf_file_of_(r)->n_kv; }
-size_t gguf_reader_n_tensors(const gguf_reader *r) { return r->n_tensors; }
-uint64_t gguf_reader_bytes_len(const gguf_reader *r) { return gguf_file_of_(r)->avail; }
+const char *gguf_reader_name(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->name;
+}
+int gguf_reader_fd(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->fd;
+}
+const uint8_t *gguf_reader_bytes(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->base;
+}
+uint32_t gguf_reader_version(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->version;
+}
+uint64_t gguf_reader_file_size(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->size;
+}
+uint64_t gguf_reader_alignment(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->alignment;
+}
+uint64_t gguf_reader_data_offset(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->data_offset;
+}
+size_t gguf_reader_n_kv(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->n_kv;
+}
+size_t gguf_reader_n_tensors(const gguf_reader *r)
+{
+    return r->n_tensors;
+}
+uint64_t gguf_reader_bytes_len(const gguf_reader *r)
+{
+    return gguf_file_of_(r)->avail;
+}
 
 uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv)
 {
@@ -1076,7 +1107,7 @@ const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key)
     r = gguf_file_of_(r);
     if (!key)
         return NULL;
-    gguf_str want = {strlen(key), key};
+    gguf_str want = { strlen(key), key };
     size_t lo = 0, hi = r->kv_by_key ? r->n_kv : 0;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -1098,7 +1129,7 @@ const gguf_kv *gguf_reader_find_kv(const gguf_reader *r, const char *key)
  * first tensor is at or before i (a split may hold no tensor). */
 static size_t split_of(const gguf_reader *r, size_t i)
 {
-    size_t lo = 0, hi = r->n_splits;   /* split_first[lo] <= i < split_first[hi] */
+    size_t lo = 0, hi = r->n_splits; /* split_first[lo] <= i < split_first[hi] */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         if (r->split_first[mid] <= i)
@@ -1155,14 +1186,17 @@ const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i)
     uint64_t start, end;
     if (__builtin_add_overflow(f->data_offset, ti->offset, &start) ||
         __builtin_add_overflow(start, ti->size, &end) || end > f->avail)
-        return NULL;   /* outside the file (lenient), or not in the buffer */
+        return NULL; /* outside the file (lenient), or not in the buffer */
     return f->base + start;
 }
 
 /* ------------------------------------------------------------------ */
 /* The splits of a set                                                 */
 
-size_t gguf_reader_n_splits(const gguf_reader *r) { return r->splits ? r->n_splits : 1; }
+size_t gguf_reader_n_splits(const gguf_reader *r)
+{
+    return r->splits ? r->n_splits : 1;
+}
 
 const gguf_reader *gguf_reader_split(const gguf_reader *r, size_t s)
 {

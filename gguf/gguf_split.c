@@ -123,7 +123,10 @@ pn_status gguf_split_read_keys(const gguf_reader *r, gguf_split_keys *k, pn_erro
     return PN_OK;
 }
 
-bool gguf_split_keys_in_set(const gguf_split_keys *k) { return k->has_count && k->count >= 2; }
+bool gguf_split_keys_in_set(const gguf_split_keys *k)
+{
+    return k->has_count && k->count >= 2;
+}
 
 /* ------------------------------------------------------------------ */
 /* Opening a set                                                       */
@@ -264,7 +267,7 @@ static pn_status index_set(gguf_reader *set, const gguf_split_keys *gk, pn_error
     for (size_t s = 0; s < set->n_splits; s++) {
         gguf_reader *sr = set->splits[s];
         set->split_first[s] = total;
-        total += sr->n_tensors;   /* each bounded by its file's size: no overflow */
+        total += sr->n_tensors; /* each bounded by its file's size: no overflow */
         for (size_t j = 0; j < sr->n_tensors; j++)
             sr->tensors[j].split = (uint32_t)s;
     }
@@ -302,8 +305,7 @@ static pn_status index_set(gguf_reader *set, const gguf_split_keys *gk, pn_error
     return PN_OK;
 }
 
-pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out,
-                               pn_error *err)
+pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **out, pn_error *err)
 {
     *out = NULL;
     gguf_split_keys gk;
@@ -315,7 +317,7 @@ pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **o
         return st;
     }
     if (!gguf_split_keys_in_set(&gk)) {
-        *out = given;   /* no split keys, or a set of one (split.count 0 or 1) */
+        *out = given; /* no split keys, or a set of one (split.count 0 or 1) */
         return PN_OK;
     }
     const char *gname = given->name;
@@ -355,8 +357,8 @@ pn_status gguf_split_open_set_(gguf_reader *given, bool lenient, gguf_reader **o
             st = open_member(given, &gk, prefix, s, lenient, &set->splits[s], err);
     free(prefix);
     if (!st)
-        st = gguf_split_check_set_ids((const gguf_reader *const *)set->splits, set->n_splits,
-                                      NULL, err);
+        st = gguf_split_check_set_ids((const gguf_reader *const *)set->splits, set->n_splits, NULL,
+                                      err);
     if (!st)
         st = index_set(set, &gk, err);
     if (st) {
@@ -384,8 +386,7 @@ pn_status gguf_split_read_set_id(const gguf_reader *r, bool *has, uint64_t *id, 
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: at byte %llu: key %s has type %s, expected uint64 (the "
                             "identity of the split set this file belongs to)",
-                            gguf_reader_name(r),
-                            (unsigned long long)gguf_reader_key_offset_(r, kv),
+                            gguf_reader_name(r), (unsigned long long)gguf_reader_key_offset_(r, kv),
                             GGUF_SPLIT_KEY_SET_ID, gguf_value_type_name(kv->type));
     *has = true;
     *id = kv->v.u64;
@@ -478,18 +479,16 @@ pn_status gguf_reader_per_tensor_u32(const gguf_reader *r, const char *key, uint
         if (!kv)
             return pn_error_set(err, PN_ERR_FORMAT, "%s: no key '%s' (one per tensor)",
                                 gguf_reader_name(sr), key);
-        if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_UINT32 ||
-            kv->arr_count != n)
-            return pn_error_set(err, PN_ERR_FORMAT,
-                                "%s: at byte %llu: key '%s' should be an array of %zu uint32, "
-                                "one per tensor of this file; it is %s%s of %llu",
-                                gguf_reader_name(sr),
-                                (unsigned long long)gguf_reader_key_offset_(sr, kv), key, n,
-                                kv->type == GGUF_TYPE_ARRAY ? "an array of " : "a ",
-                                kv->type == GGUF_TYPE_ARRAY ? gguf_value_type_name(kv->arr_type)
-                                                            : gguf_value_type_name(kv->type),
-                                (unsigned long long)(kv->type == GGUF_TYPE_ARRAY ? kv->arr_count
-                                                                                 : 1));
+        if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_UINT32 || kv->arr_count != n)
+            return pn_error_set(
+                err, PN_ERR_FORMAT,
+                "%s: at byte %llu: key '%s' should be an array of %zu uint32, "
+                "one per tensor of this file; it is %s%s of %llu",
+                gguf_reader_name(sr), (unsigned long long)gguf_reader_key_offset_(sr, kv), key, n,
+                kv->type == GGUF_TYPE_ARRAY ? "an array of " : "a ",
+                kv->type == GGUF_TYPE_ARRAY ? gguf_value_type_name(kv->arr_type)
+                                            : gguf_value_type_name(kv->type),
+                (unsigned long long)(kv->type == GGUF_TYPE_ARRAY ? kv->arr_count : 1));
         for (size_t j = 0; j < n; j++)
             out[at + j] = (uint32_t)gguf_kv_arr_u64(kv, j);
         at += n;
@@ -528,7 +527,7 @@ static bool padded(uint64_t n, uint64_t *out)
 static size_t walk_plan(const uint64_t *bytes, size_t n, gguf_split_limit lim, size_t *first,
                         uint64_t *data, pn_error *err)
 {
-    size_t n_splits = 1, cur_first = 0;   /* the split being filled starts at cur_first */
+    size_t n_splits = 1, cur_first = 0; /* the split being filled starts at cur_first */
     uint64_t cur = 0;
     if (first)
         first[0] = 0;
@@ -671,7 +670,7 @@ pn_status gguf_split_plan_of_reader(const gguf_reader *src, const uint64_t *tens
 
 size_t gguf_split_plan_split_of(const gguf_split_plan *p, size_t i)
 {
-    size_t lo = 0, hi = p->n_splits;   /* first[lo] <= i < first[hi] */
+    size_t lo = 0, hi = p->n_splits; /* first[lo] <= i < first[hi] */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         if (p->first[mid] <= i)
@@ -721,8 +720,8 @@ void gguf_split_remove_keys(gguf_writer *w)
     gguf_writer_remove_kv(w, GGUF_SPLIT_KEY_SET_ID);
 }
 
-pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
-                              uint64_t n_tensors, pn_error *err)
+pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count, uint64_t n_tensors,
+                              pn_error *err)
 {
     if (!w || !split_args_ok(index, count))
         return pn_error_set(err, PN_ERR_USAGE,

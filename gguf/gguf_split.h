@@ -87,9 +87,9 @@ pn_status gguf_split_check_set_ids(const gguf_reader *const *splits, size_t n, s
 
 typedef struct gguf_split_keys {
     bool has_no, has_count, has_tensors_count;
-    uint16_t no;                 /* split.no: this file's index in its set, from 0 */
-    uint16_t count;              /* split.count */
-    int32_t tensors_count;       /* split.tensors.count: the set's tensors */
+    uint16_t no;           /* split.no: this file's index in its set, from 0 */
+    uint16_t count;        /* split.count */
+    int32_t tensors_count; /* split.tensors.count: the set's tensors */
 } gguf_split_keys;
 
 /* Reads a file's split keys (a set's reader: its first split's). A present
@@ -115,20 +115,20 @@ pn_status gguf_split_check_member(const gguf_reader *given, const gguf_split_key
 /* ---- the plan ---- */
 
 typedef enum gguf_split_mode {
-    GGUF_SPLIT_NONE = 0,         /* one file */
-    GGUF_SPLIT_MAX_SIZE,         /* --split-max-size: bytes of tensor data per split */
-    GGUF_SPLIT_MAX_TENSORS,      /* --split-max-tensors: tensors per split */
+    GGUF_SPLIT_NONE = 0,    /* one file */
+    GGUF_SPLIT_MAX_SIZE,    /* --split-max-size: bytes of tensor data per split */
+    GGUF_SPLIT_MAX_TENSORS, /* --split-max-tensors: tensors per split */
 } gguf_split_mode;
 
 typedef struct gguf_split_limit {
     gguf_split_mode mode;
-    uint64_t max;                /* bytes or tensors, at least 1 */
+    uint64_t max; /* bytes or tensors, at least 1 */
 } gguf_split_limit;
 
 typedef struct gguf_split_plan {
-    size_t n_splits;             /* at least 1 */
-    size_t *first;               /* n_splits + 1: split s holds tensors [first[s], first[s+1]) */
-    uint64_t *data_bytes;        /* n_splits: its tensors' bytes, each padded to 32 (what
+    size_t n_splits;      /* at least 1 */
+    size_t *first;        /* n_splits + 1: split s holds tensors [first[s], first[s+1]) */
+    uint64_t *data_bytes; /* n_splits: its tensors' bytes, each padded to 32 (what
                                   * --split-max-size counts; the header is not counted) */
 } gguf_split_plan;
 
@@ -174,8 +174,8 @@ void gguf_split_remove_keys(gguf_writer *w);
  * tensors, after every other key (earlier split keys are removed first).
  * PN_ERR_USAGE when index >= count, count is 0 or above
  * GGUF_SPLIT_MAX_COUNT, or n_tensors above GGUF_SPLIT_MAX_SET_TENSORS. */
-pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
-                              uint64_t n_tensors, pn_error *err);
+pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count, uint64_t n_tensors,
+                              pn_error *err);
 
 /* A new writer for split `index` of the plan, from `model`, a writer that
  * holds the whole model's keys and tensors (not begun; it is only read):
@@ -193,9 +193,9 @@ pn_status gguf_split_set_keys(gguf_writer *w, uint32_t index, uint32_t count,
  * gguf_writer_commit_set. PN_ERR_USAGE when the plan is not the model's
  * (another tensor count) or index is out of range, or a per-tensor key has
  * another shape; PN_ERR_ALIGNMENT for a bad general.alignment. */
-pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan,
-                                size_t index, const char *const *per_tensor_keys,
-                                size_t n_per_tensor_keys, gguf_writer **out, pn_error *err);
+pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan, size_t index,
+                                const char *const *per_tensor_keys, size_t n_per_tensor_keys,
+                                gguf_writer **out, pn_error *err);
 /* Bytes of tensor i of a writer (its data, without padding); 0 when out of
  * range. */
 uint64_t gguf_writer_tensor_bytes(const gguf_writer *w, size_t i);

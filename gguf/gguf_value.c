@@ -9,12 +9,10 @@
 #include <string.h>
 
 static const char *const value_type_names[GGUF_TYPE_COUNT_] = {
-    [GGUF_TYPE_UINT8] = "uint8",     [GGUF_TYPE_INT8] = "int8",
-    [GGUF_TYPE_UINT16] = "uint16",   [GGUF_TYPE_INT16] = "int16",
-    [GGUF_TYPE_UINT32] = "uint32",   [GGUF_TYPE_INT32] = "int32",
-    [GGUF_TYPE_FLOAT32] = "float32", [GGUF_TYPE_BOOL] = "bool",
-    [GGUF_TYPE_STRING] = "string",   [GGUF_TYPE_ARRAY] = "array",
-    [GGUF_TYPE_UINT64] = "uint64",   [GGUF_TYPE_INT64] = "int64",
+    [GGUF_TYPE_UINT8] = "uint8",     [GGUF_TYPE_INT8] = "int8",     [GGUF_TYPE_UINT16] = "uint16",
+    [GGUF_TYPE_INT16] = "int16",     [GGUF_TYPE_UINT32] = "uint32", [GGUF_TYPE_INT32] = "int32",
+    [GGUF_TYPE_FLOAT32] = "float32", [GGUF_TYPE_BOOL] = "bool",     [GGUF_TYPE_STRING] = "string",
+    [GGUF_TYPE_ARRAY] = "array",     [GGUF_TYPE_UINT64] = "uint64", [GGUF_TYPE_INT64] = "int64",
     [GGUF_TYPE_FLOAT64] = "float64",
 };
 
@@ -28,10 +26,17 @@ const char *gguf_value_type_name(gguf_value_type t)
 size_t gguf_value_type_size(gguf_value_type t)
 {
     switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_BOOL: return 1;
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_FLOAT32: return 4;
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_INT64:
+    case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -149,7 +154,7 @@ static uint64_t value_span(gguf_value_type t, const uint8_t *p)
 
 gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i)
 {
-    gguf_str s = {0, ""};
+    gguf_str s = { 0, "" };
     if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING ||
         i >= kv->arr_count)
         return s;
@@ -165,8 +170,7 @@ gguf_kv gguf_kv_arr_arr(const gguf_kv *kv, uint64_t i)
 {
     gguf_kv out;
     memset(&out, 0, sizeof out);
-    if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_ARRAY ||
-        i >= kv->arr_count)
+    if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_ARRAY || i >= kv->arr_count)
         return out;
     const uint8_t *p = kv->arr_data;
     for (uint64_t k = 0; k < i; k++)

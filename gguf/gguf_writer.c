@@ -47,7 +47,7 @@ gguf_writer *gguf_writer_new(void)
 {
     gguf_writer *w = calloc(1, sizeof *w);
     if (w)
-        w->seed = pn_hash_seed(w);   /* of no effect on the output */
+        w->seed = pn_hash_seed(w); /* of no effect on the output */
     return w;
 }
 
@@ -57,8 +57,14 @@ gguf_writer *gguf_writer_new(void)
 
 typedef const char *(*item_name_fn)(const gguf_writer *w, size_t item);
 
-static const char *kv_name(const gguf_writer *w, size_t i) { return w->kvs[i].key; }
-static const char *tensor_name(const gguf_writer *w, size_t i) { return w->tensors[i].name; }
+static const char *kv_name(const gguf_writer *w, size_t i)
+{
+    return w->kvs[i].key;
+}
+static const char *tensor_name(const gguf_writer *w, size_t i)
+{
+    return w->tensors[i].name;
+}
 
 /* The slot holding `name`, or the empty slot where it would go. */
 static size_t index_probe(const gguf_writer *w, const name_index *x, item_name_fn name_of,
@@ -104,8 +110,8 @@ static bool index_grow(name_index *x)
 }
 
 /* Adds `name` (not present) as item `item`; false when out of memory. */
-static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of,
-                      const char *name, size_t item)
+static bool index_add(const gguf_writer *w, name_index *x, item_name_fn name_of, const char *name,
+                      size_t item)
 {
     if ((x->used + 1) * 2 > x->cap && !index_grow(x))
         return false;
@@ -177,20 +183,19 @@ static pn_status check_key(gguf_writer *w, const char *key, uint64_t len)
     const char *nul = memchr(key, 0, len);
     if (nul)
         return refuse(w, PN_ERR_FORMAT,
-                      "key %zu ('%s...') holds a NUL byte at byte %zu of its %llu", w->n_kv,
-                      key, (size_t)(nul - key), (unsigned long long)len);
+                      "key %zu ('%s...') holds a NUL byte at byte %zu of its %llu", w->n_kv, key,
+                      (size_t)(nul - key), (unsigned long long)len);
     return PN_OK;
 }
 
 /* Stores a serialized value under key, replacing an existing one in place.
  * Takes ownership of val (NULL means out of memory). */
-pn_status gguf_writer_put_kv_(gguf_writer *w, const char *key, gguf_value_type type,
-                              uint8_t *val, uint64_t len)
+pn_status gguf_writer_put_kv_(gguf_writer *w, const char *key, gguf_value_type type, uint8_t *val,
+                              uint64_t len)
 {
     if (!w || !key || w->state != W_COLLECTING) {
         free(val);
-        return refuse(w, PN_ERR_USAGE, "a key is set %s",
-                      !key ? "without a name" : "after begin");
+        return refuse(w, PN_ERR_USAGE, "a key is set %s", !key ? "without a name" : "after begin");
     }
     pn_status st = check_key(w, key, strlen(key));
     if (st) {
@@ -299,8 +304,8 @@ pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, 
         return refuse(w, PN_ERR_USAGE, "key '%s': a string of %llu bytes from NULL",
                       key ? key : "(null)", (unsigned long long)len);
     if (len > SIZE_MAX - 8)
-        return refuse(w, PN_ERR_NOMEM, "key '%s': a string of %llu bytes",
-                      key ? key : "(null)", (unsigned long long)len);
+        return refuse(w, PN_ERR_NOMEM, "key '%s': a string of %llu bytes", key ? key : "(null)",
+                      (unsigned long long)len);
     uint8_t *val = malloc(8 + len);
     if (val) {
         store_le(val, len, 8);
@@ -356,8 +361,8 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
     uint64_t bytes = 0;
     for (uint64_t i = 0; i < count; i++) {
         if (!v[i])
-            return refuse(w, PN_ERR_USAGE, "key '%s': string %llu is NULL",
-                          key ? key : "(null)", (unsigned long long)i);
+            return refuse(w, PN_ERR_USAGE, "key '%s': string %llu is NULL", key ? key : "(null)",
+                          (unsigned long long)i);
         bytes += 8 + strlen(v[i]);
     }
     if (bytes > SIZE_MAX - 12)
@@ -400,7 +405,7 @@ pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
     pn_status st;
     size_t n = gguf_value_type_size(kv->type);
     if (kv->type == GGUF_TYPE_FLOAT32) {
-        float f = (float)kv->v.f64;   /* exact: the reader widened a float */
+        float f = (float)kv->v.f64; /* exact: the reader widened a float */
         st = gguf_writer_set_f32(w, key, f);
     } else if (kv->type == GGUF_TYPE_FLOAT64) {
         st = gguf_writer_set_f64(w, key, kv->v.f64);
@@ -416,7 +421,8 @@ pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv)
             (kv->arr_bytes && !kv->arr_data))
             st = refuse(w, PN_ERR_USAGE, "key '%s': an array whose sizes do not agree", key);
         else
-            st = gguf_writer_put_array_(w, key, kv->arr_type, kv->arr_count, kv->arr_data, kv->arr_bytes);
+            st = gguf_writer_put_array_(w, key, kv->arr_type, kv->arr_count, kv->arr_data,
+                                        kv->arr_bytes);
     } else {
         st = refuse(w, PN_ERR_USAGE, "key '%s': unknown value type %d", key, (int)kv->type);
     }
@@ -449,8 +455,14 @@ bool gguf_writer_has_kv(const gguf_writer *w, const char *key)
     return w && key && gguf_writer_find_kv_(w, key) != NULL;
 }
 
-size_t gguf_writer_n_kv(const gguf_writer *w) { return w ? w->n_kv : 0; }
-size_t gguf_writer_n_tensors(const gguf_writer *w) { return w ? w->n_tensors : 0; }
+size_t gguf_writer_n_kv(const gguf_writer *w)
+{
+    return w ? w->n_kv : 0;
+}
+size_t gguf_writer_n_tensors(const gguf_writer *w)
+{
+    return w ? w->n_tensors : 0;
+}
 
 /* ------------------------------------------------------------------ */
 /* Tensor infos                                                        */
@@ -470,13 +482,13 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
                             dup, w->n_tensors);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return pn_error_set(err, PN_ERR_TENSOR,
-                            "gguf writer: tensor '%s': n_dims is %u, expected 1..%d", name,
-                            n_dims, GGUF_MAX_DIMS);
+                            "gguf writer: tensor '%s': n_dims is %u, expected 1..%d", name, n_dims,
+                            GGUF_MAX_DIMS);
     for (uint32_t d = 0; d < n_dims; d++)
         if (ne[d] < 1)
             return pn_error_set(err, PN_ERR_TENSOR,
-                                "gguf writer: tensor '%s': ne[%u] is %lld, expected >= 1", name,
-                                d, (long long)ne[d]);
+                                "gguf writer: tensor '%s': ne[%u] is %lld, expected >= 1", name, d,
+                                (long long)ne[d]);
     const pn_type_traits *tt = pn_type_traits_get(type);
     if (!tt)
         return pn_error_set(err, PN_ERR_TYPE, "gguf writer: tensor '%s': unknown ggml type id %d",
@@ -536,11 +548,11 @@ void gguf_writer_abort(gguf_writer *w)
 }
 
 /* The error is formatted before the abort. */
-#define FAIL_ABORT(w, err, code, ...)                                                       \
-    do {                                                                                    \
-        pn_status fail_code_ = pn_error_set((err), (code), __VA_ARGS__);                    \
-        gguf_writer_abort(w);                                                               \
-        return fail_code_;                                                                  \
+#define FAIL_ABORT(w, err, code, ...)                                                              \
+    do {                                                                                           \
+        pn_status fail_code_ = pn_error_set((err), (code), __VA_ARGS__);                           \
+        gguf_writer_abort(w);                                                                      \
+        return fail_code_;                                                                         \
     } while (0)
 
 /* Output errors name the target and the byte offset (common/outfile.c). */
@@ -563,7 +575,10 @@ static pn_status flush(gguf_writer *w, pn_error *err)
     return st;
 }
 
-static uint64_t position(const gguf_writer *w) { return w->flushed + w->buf_len; }
+static uint64_t position(const gguf_writer *w)
+{
+    return w->flushed + w->buf_len;
+}
 
 static pn_status emit(gguf_writer *w, const void *data, size_t n, pn_error *err)
 {
@@ -612,7 +627,10 @@ static pn_status emit_le(gguf_writer *w, uint64_t v, size_t n, pn_error *err)
     return emit(w, b, n, err);
 }
 
-static uint64_t padding(uint64_t pos, uint64_t align) { return (align - pos % align) % align; }
+static uint64_t padding(uint64_t pos, uint64_t align)
+{
+    return (align - pos % align) % align;
+}
 
 static bool is_unsigned_int(gguf_value_type t)
 {
@@ -648,12 +666,12 @@ static pn_status choose_alignment(gguf_writer *w, pn_error *err)
     const writer_kv *kv = gguf_writer_find_kv_(w, "general.alignment");
     if (!is_unsigned_int(kv->type))
         return pn_error_set(err, PN_ERR_ALIGNMENT,
-                            "%s: key 'general.alignment' has type %s, expected uint32",
-                            w->target, gguf_value_type_name(kv->type));
+                            "%s: key 'general.alignment' has type %s, expected uint32", w->target,
+                            gguf_value_type_name(kv->type));
     uint64_t a = unsigned_value(kv);
     return pn_error_set(err, PN_ERR_ALIGNMENT,
-                        "%s: key 'general.alignment' is %llu, expected a power of two",
-                        w->target, (unsigned long long)a);
+                        "%s: key 'general.alignment' is %llu, expected a power of two", w->target,
+                        (unsigned long long)a);
 }
 
 /* Header bytes before the padding, exactly as emit_header writes them. */
@@ -668,7 +686,10 @@ static uint64_t header_bytes(const gguf_writer *w)
     return n;
 }
 
-uint64_t gguf_writer_alignment(const gguf_writer *w) { return w ? gguf_writer_alignment_of_(w) : 0; }
+uint64_t gguf_writer_alignment(const gguf_writer *w)
+{
+    return w ? gguf_writer_alignment_of_(w) : 0;
+}
 
 uint64_t gguf_writer_data_offset(const gguf_writer *w)
 {
@@ -699,8 +720,8 @@ static pn_status assign_offsets(gguf_writer *w, pn_error *err)
         if (__builtin_add_overflow(off, t->size, &off) ||
             __builtin_add_overflow(off, padding(off, w->alignment), &off))
             return pn_error_set(err, PN_ERR_TENSOR,
-                                "%s: tensor '%s': the data section overflows 64 bits",
-                                w->target, t->name);
+                                "%s: tensor '%s': the data section overflows 64 bits", w->target,
+                                t->name);
     }
     return PN_OK;
 }
@@ -708,32 +729,43 @@ static pn_status assign_offsets(gguf_writer *w, pn_error *err)
 static pn_status emit_header(gguf_writer *w, pn_error *err)
 {
     pn_status st = emit(w, "GGUF", 4, err);
-    if (!st) st = emit_le(w, 3, 4, err);
-    if (!st) st = emit_le(w, w->n_tensors, 8, err);
-    if (!st) st = emit_le(w, w->n_kv, 8, err);
+    if (!st)
+        st = emit_le(w, 3, 4, err);
+    if (!st)
+        st = emit_le(w, w->n_tensors, 8, err);
+    if (!st)
+        st = emit_le(w, w->n_kv, 8, err);
     for (size_t i = 0; i < w->n_kv_slots && !st; i++) {
         writer_kv *kv = &w->kvs[i];
         if (!kv->key)
-            continue;   /* removed */
+            continue; /* removed */
         size_t klen = strlen(kv->key);
         st = emit_le(w, klen, 8, err);
-        if (!st) st = emit(w, kv->key, klen, err);
-        if (!st) st = emit_le(w, (uint64_t)kv->type, 4, err);
+        if (!st)
+            st = emit(w, kv->key, klen, err);
+        if (!st)
+            st = emit_le(w, (uint64_t)kv->type, 4, err);
         kv->val_offset = position(w);
-        if (!st) st = emit(w, kv->val, (size_t)kv->val_len, err);
+        if (!st)
+            st = emit(w, kv->val, (size_t)kv->val_len, err);
     }
     for (size_t i = 0; i < w->n_tensors && !st; i++) {
         const writer_tensor *t = &w->tensors[i];
         size_t nlen = strlen(t->name);
         st = emit_le(w, nlen, 8, err);
-        if (!st) st = emit(w, t->name, nlen, err);
-        if (!st) st = emit_le(w, t->n_dims, 4, err);
+        if (!st)
+            st = emit(w, t->name, nlen, err);
+        if (!st)
+            st = emit_le(w, t->n_dims, 4, err);
         for (uint32_t d = 0; d < t->n_dims && !st; d++)
             st = emit_le(w, (uint64_t)t->ne[d], 8, err);
-        if (!st) st = emit_le(w, (uint64_t)t->type, 4, err);
-        if (!st) st = emit_le(w, t->offset, 8, err);
+        if (!st)
+            st = emit_le(w, (uint64_t)t->type, 4, err);
+        if (!st)
+            st = emit_le(w, t->offset, 8, err);
     }
-    if (!st) st = emit_zeros(w, padding(position(w), w->alignment), err);
+    if (!st)
+        st = emit_zeros(w, padding(position(w), w->alignment), err);
     w->data_start = position(w);
     return st;
 }
@@ -889,8 +921,8 @@ pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n
     return PN_OK;
 }
 
-pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data,
-                                uint64_t count, pn_error *err)
+pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data, uint64_t count,
+                                pn_error *err)
 {
     if (!w || !key || (count && !data))
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: patch_arr needs a key and data");
@@ -912,9 +944,8 @@ pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *dat
                             "gguf writer: key '%s' has %llu elements, patch gives %llu", key,
                             (unsigned long long)have, (unsigned long long)count);
     if (w->state != W_COLLECTING && w->state != W_OPEN)
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "gguf writer: patch of key '%s' after close", key);
-    uint64_t len = count * es;   /* fits: the array is already in memory */
+        return pn_error_set(err, PN_ERR_USAGE, "gguf writer: patch of key '%s' after close", key);
+    uint64_t len = count * es; /* fits: the array is already in memory */
     memcpy(kv->val + 12, data, (size_t)len);
     if (w->state == W_COLLECTING)
         return PN_OK;
@@ -968,7 +999,10 @@ int gguf_writer_fd(const gguf_writer *w)
     return w && (w->state == W_OPEN || w->state == W_CLOSED) ? pn_outfile_fd(w->out) : -1;
 }
 
-const char *gguf_writer_note(const gguf_writer *w) { return w ? pn_outfile_note(w->out) : NULL; }
+const char *gguf_writer_note(const gguf_writer *w)
+{
+    return w ? pn_outfile_note(w->out) : NULL;
+}
 
 void gguf_writer_set_replace(gguf_writer *w, bool force)
 {

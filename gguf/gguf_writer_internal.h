@@ -13,11 +13,11 @@
 #include "gguf/gguf.h"
 
 typedef struct writer_kv {
-    char *key;             /* NULL once removed (the slot keeps the order) */
+    char *key; /* NULL once removed (the slot keeps the order) */
     gguf_value_type type;
-    uint8_t *val;          /* serialized value, as on disk after the type */
+    uint8_t *val; /* serialized value, as on disk after the type */
     uint64_t val_len;
-    uint64_t val_offset;   /* file offset of val once the header is written */
+    uint64_t val_offset; /* file offset of val once the header is written */
 } writer_kv;
 
 typedef struct writer_tensor {
@@ -26,7 +26,7 @@ typedef struct writer_tensor {
     int64_t ne[GGUF_MAX_DIMS];
     int type;
     uint64_t size;
-    uint64_t offset;       /* in the data section, assigned by begin */
+    uint64_t offset; /* in the data section, assigned by begin */
 } writer_tensor;
 
 typedef enum writer_state {
@@ -42,43 +42,43 @@ typedef enum writer_state {
  * cannot make the table quadratic. */
 typedef struct index_slot {
     uint64_t hash;
-    size_t item;           /* item index + 1; 0 = empty */
+    size_t item; /* item index + 1; 0 = empty */
 } index_slot;
 
 typedef struct name_index {
     index_slot *slots;
-    size_t cap;            /* a power of two, or 0 */
+    size_t cap; /* a power of two, or 0 */
     size_t used;
 } name_index;
 
 struct gguf_writer {
-    writer_kv *kvs;        /* in order of insertion, removed ones included */
+    writer_kv *kvs; /* in order of insertion, removed ones included */
     size_t n_kv_slots, cap_kv, n_kv;
     writer_tensor *tensors;
     size_t n_tensors, cap_tensors;
     name_index kv_index, tensor_index;
     uint64_t seed;
-    pn_error last_error;   /* of the last refused set/copy */
+    pn_error last_error; /* of the last refused set/copy */
 
     writer_state state;
     char *target;
     pn_outfile_opts out_opts;
-    pn_outfile *out;       /* from begin until free */
+    pn_outfile *out; /* from begin until free */
     uint64_t alignment;
 
     uint8_t *buf;
     size_t buf_len;
-    uint64_t flushed;      /* bytes already in the file = file offset of buf[0] */
+    uint64_t flushed; /* bytes already in the file = file offset of buf[0] */
     uint64_t data_start;
-    size_t cur;            /* tensor being streamed */
-    uint64_t cur_done;     /* its bytes received so far */
+    size_t cur;        /* tensor being streamed */
+    uint64_t cur_done; /* its bytes received so far */
 };
 
 /* The key `key` of w, or NULL. */
 writer_kv *gguf_writer_find_kv_(const gguf_writer *w, const char *key);
 /* Sets key to a serialized value val of len bytes (taken: freed on error). */
-pn_status gguf_writer_put_kv_(gguf_writer *w, const char *key, gguf_value_type type,
-                              uint8_t *val, uint64_t len);
+pn_status gguf_writer_put_kv_(gguf_writer *w, const char *key, gguf_value_type type, uint8_t *val,
+                              uint64_t len);
 /* Sets key to an array of count elements of type et, `bytes` bytes. */
 pn_status gguf_writer_put_array_(gguf_writer *w, const char *key, gguf_value_type et,
                                  uint64_t count, const void *elems, uint64_t bytes);

@@ -52,7 +52,8 @@ static pn_status copy_model_kv(gguf_writer *w, const writer_kv *kv, bool per_ten
         uint64_t count;
         array_shape(kv, &et, &count);
         size_t es = gguf_value_type_size(et);
-        return gguf_writer_put_array_(w, kv->key, et, hi - lo, kv->val + 12 + lo * es, (hi - lo) * es);
+        return gguf_writer_put_array_(w, kv->key, et, hi - lo, kv->val + 12 + lo * es,
+                                      (hi - lo) * es);
     }
     uint8_t *val = malloc(kv->val_len ? (size_t)kv->val_len : 1);
     if (val && kv->val_len)
@@ -98,9 +99,9 @@ static uint64_t set_identity(const gguf_writer *model, const gguf_split_plan *pl
     return h;
 }
 
-pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan,
-                                size_t index, const char *const *per_tensor_keys,
-                                size_t n_per_tensor_keys, gguf_writer **out, pn_error *err)
+pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan *plan, size_t index,
+                                const char *const *per_tensor_keys, size_t n_per_tensor_keys,
+                                gguf_writer **out, pn_error *err)
 {
     *out = NULL;
     if (!model || !plan || !plan->first || plan->n_splits == 0 || index >= plan->n_splits ||
@@ -117,7 +118,8 @@ pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan 
                             "gguf writer: the model's general.alignment is not an unsigned "
                             "power of two");
     for (size_t k = 0; k < n_per_tensor_keys; k++) {
-        const writer_kv *kv = per_tensor_keys[k] ? gguf_writer_find_kv_(model, per_tensor_keys[k]) : NULL;
+        const writer_kv *kv =
+            per_tensor_keys[k] ? gguf_writer_find_kv_(model, per_tensor_keys[k]) : NULL;
         if (!kv)
             continue;
         gguf_value_type et = GGUF_TYPE_COUNT_;

@@ -3,7 +3,10 @@
 
 #include <math.h>
 
-bool pn_is_pow2(int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
+bool pn_is_pow2(int64_t v)
+{
+    return v >= 1 && (v & (v - 1)) == 0;
+}
 
 int pn_hadamard_block_size(int64_t K, int cap)
 {

@@ -57,23 +57,18 @@ void pn_hadamard_rotate_row_scalar_fast(float *x, int64_t K, int B)
 
 /* The path ids, their names and the CPU checks are the quantizer's
  * (quant/pn_fast.h): one path id picks both. */
-bool pn_hadamard_path_available(int path) { return pn_path_available(path); }
+bool pn_hadamard_path_available(int path)
+{
+    return pn_path_available(path);
+}
 
 static void rotate_on(int path, float *x, int64_t K, int B)
 {
     switch (path) {
-    case PN_PATH_SCALAR_FAST:
-        pn_hadamard_rotate_row_scalar_fast(x, K, B);
-        break;
-    case PN_PATH_AVX2:
-        pn_hadamard_rotate_row_avx2(x, K, B);
-        break;
-    case PN_PATH_AVX512:
-        pn_hadamard_rotate_row_avx512(x, K, B);
-        break;
-    default:
-        pn_hadamard_rotate_row_ref(x, K, B);
-        break;
+    case PN_PATH_SCALAR_FAST: pn_hadamard_rotate_row_scalar_fast(x, K, B); break;
+    case PN_PATH_AVX2: pn_hadamard_rotate_row_avx2(x, K, B); break;
+    case PN_PATH_AVX512: pn_hadamard_rotate_row_avx512(x, K, B); break;
+    default: pn_hadamard_rotate_row_ref(x, K, B); break;
     }
 }
 

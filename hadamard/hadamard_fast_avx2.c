@@ -45,9 +45,8 @@ static inline __attribute__((always_inline)) void butterflies(__m256d *v, const 
 /* Widens x[0..B) (B = 4n * m for some m), stages 1, 2 in each vector, then
  * the stages 4 .. 4n/2 across n vectors; into buf, or (last: no stage left)
  * scaled and rounded back into x. */
-static inline __attribute__((always_inline)) void first_pass(float *x, double *buf, int B,
-                                                             const int n, const int last,
-                                                             __m256d scale)
+static inline __attribute__((always_inline)) void
+first_pass(float *x, double *buf, int B, const int n, const int last, __m256d scale)
 {
     for (int j = 0; j < B; j += 4 * n) {
         __m256d v[8];
@@ -67,9 +66,8 @@ static inline __attribute__((always_inline)) void first_pass(float *x, double *b
 
 /* The stages h, 2h, .., h*n/2 (h a multiple of 4) on buf; with last, the
  * results are scaled and rounded into x instead. */
-static inline __attribute__((always_inline)) void stage_pass(float *x, double *buf, int B, int h,
-                                                             const int n, const int last,
-                                                             __m256d scale)
+static inline __attribute__((always_inline)) void
+stage_pass(float *x, double *buf, int B, int h, const int n, const int last, __m256d scale)
 {
     for (int c = 0; c < B; c += n * h) {
         for (int j = c; j < c + h; j += 4) {

@@ -50,9 +50,8 @@ static inline __attribute__((always_inline)) void butterflies(__m512d *v, const 
 /* Widens x[0..B) (B a multiple of 8n), stages 1, 2, 4 in each vector, then
  * the stages 8 .. 8n/2 across n vectors; into buf, or (last: no stage left)
  * scaled and rounded back into x. */
-static inline __attribute__((always_inline)) void first_pass(float *x, double *buf, int B,
-                                                             const int n, const int last,
-                                                             __m512d scale)
+static inline __attribute__((always_inline)) void
+first_pass(float *x, double *buf, int B, const int n, const int last, __m512d scale)
 {
     for (int j = 0; j < B; j += 8 * n) {
         __m512d v[8];
@@ -72,9 +71,8 @@ static inline __attribute__((always_inline)) void first_pass(float *x, double *b
 
 /* The stages h, 2h, .., h*n/2 (h a multiple of 8) on buf; with last, the
  * results are scaled and rounded into x instead. */
-static inline __attribute__((always_inline)) void stage_pass(float *x, double *buf, int B, int h,
-                                                             const int n, const int last,
-                                                             __m512d scale)
+static inline __attribute__((always_inline)) void
+stage_pass(float *x, double *buf, int B, int h, const int n, const int last, __m512d scale)
 {
     for (int c = 0; c < B; c += n * h) {
         for (int j = c; j < c + h; j += 8) {

@@ -51,24 +51,24 @@ typedef enum pn_hf_outtype {
 
 typedef struct pn_hf_opts {
     pn_hf_outtype outtype;
-    bool no_mtp;                  /* --no-mtp: drop the MTP layer */
-    const char *tokenizer_pre;    /* tokenizer.ggml.pre when the pattern is unknown; NULL */
+    bool no_mtp;               /* --no-mtp: drop the MTP layer */
+    const char *tokenizer_pre; /* tokenizer.ggml.pre when the pattern is unknown; NULL */
 } pn_hf_opts;
 
 /* One tensor of a safetensors shard, as its header states it. */
 typedef struct pn_hf_st_tensor {
-    char *name;                   /* NUL-terminated */
+    char *name; /* NUL-terminated */
     pn_hf_dtype dtype;
-    uint32_t n_dims;              /* 0..8 */
+    uint32_t n_dims; /* 0..8 */
     uint64_t shape[8];
-    uint64_t begin, end;          /* byte range, relative to the data section */
+    uint64_t begin, end; /* byte range, relative to the data section */
 } pn_hf_st_tensor;
 
 /* A parsed safetensors header. */
 typedef struct pn_hf_st_header {
-    uint64_t data_offset;         /* 8 + header length */
+    uint64_t data_offset; /* 8 + header length */
     size_t n_tensors;
-    pn_hf_st_tensor *tensors;     /* in header order */
+    pn_hf_st_tensor *tensors; /* in header order */
 } pn_hf_st_header;
 
 /* Parses a safetensors header held in memory: `bytes` is the whole file or
@@ -77,16 +77,16 @@ typedef struct pn_hf_st_header {
  * an object or has duplicate names, a tensor entry of the wrong types, a dtype
  * other than BF16/F16/F32 (named), shape x dtype size != byte range, offsets
  * out of order, overlapping or outside the data. `name` is used in messages. */
-pn_status pn_hf_st_parse(const uint8_t *bytes, size_t n_bytes, uint64_t file_size,
-                         const char *name, pn_hf_st_header *out, pn_error *err);
+pn_status pn_hf_st_parse(const uint8_t *bytes, size_t n_bytes, uint64_t file_size, const char *name,
+                         pn_hf_st_header *out, pn_error *err);
 void pn_hf_st_free(pn_hf_st_header *h);
 
 /* The transform applied to a tensor's rows. A GGUF row is ne[0] elements
  * (the source's last dimension). */
 typedef enum pn_hf_op {
     PN_HF_OP_NONE = 0,
-    PN_HF_OP_NEG_EXP,             /* -exp(x), in double, rounded once to f32 */
-    PN_HF_OP_PLUS_ONE,            /* x + 1 in f32 */
+    PN_HF_OP_NEG_EXP,  /* -exp(x), in double, rounded once to f32 */
+    PN_HF_OP_PLUS_ONE, /* x + 1 in f32 */
 } pn_hf_op;
 
 typedef struct pn_hf_transform {
@@ -102,7 +102,7 @@ typedef struct pn_hf_transform {
 
 /* The config values the rules need (text_config merged into the root). */
 typedef struct pn_hf_config {
-    char arch[64];                /* architectures[0] */
+    char arch[64]; /* architectures[0] */
     uint64_t n_layer, n_mtp, n_embd, n_ff, n_head, n_head_kv, head_dim, vocab_size;
     uint64_t lin_nk, lin_nv, lin_hk, lin_hv, conv_kernel;
     bool has_head_dim;
@@ -117,18 +117,18 @@ int pn_hf_map_name(const char *src_name, const pn_hf_config *cfg, bool no_mtp, c
 
 /* One tensor of the converted model. */
 typedef struct pn_hf_tensor {
-    char name[96];                /* GGUF name */
-    const char *src_name;         /* the safetensors name (owned by the model) */
-    uint32_t shard;               /* index into the model's shards */
+    char name[96];        /* GGUF name */
+    const char *src_name; /* the safetensors name (owned by the model) */
+    uint32_t shard;       /* index into the model's shards */
     pn_hf_dtype src_dtype;
-    uint32_t src_n_dims;          /* the shape the safetensors header states */
+    uint32_t src_n_dims; /* the shape the safetensors header states */
     uint64_t src_shape[8];
-    uint64_t src_begin;           /* file offset of the source bytes */
+    uint64_t src_begin; /* file offset of the source bytes */
     uint32_t n_dims;
-    int64_t ne[GGUF_MAX_DIMS];    /* GGUF order, unused dims 1 */
-    int type;                     /* ggml type of the output: F32, F16 or BF16 */
+    int64_t ne[GGUF_MAX_DIMS]; /* GGUF order, unused dims 1 */
+    int type;                  /* ggml type of the output: F32, F16 or BF16 */
     pn_hf_transform tf;
-    uint64_t n_rows, row_elems;   /* rows of ne[0] elements */
+    uint64_t n_rows, row_elems; /* rows of ne[0] elements */
 } pn_hf_tensor;
 
 /* Plans tensor `src` (already mapped to `gguf_name`): output shape (after
@@ -155,8 +155,7 @@ typedef struct pn_hf_model pn_hf_model;
 /* Opens SRC: a model folder, its config.json, its model.safetensors.index.json
  * or a single-shard model.safetensors. Reads and checks every header and JSON
  * file; reads no tensor data. */
-pn_status pn_hf_open(const char *src, const pn_hf_opts *opts, pn_hf_model **out,
-                     pn_error *err);
+pn_status pn_hf_open(const char *src, const pn_hf_opts *opts, pn_hf_model **out, pn_error *err);
 void pn_hf_close(pn_hf_model *m);
 
 /* True when path names something pn_hf_open takes (a folder holding
@@ -178,7 +177,7 @@ void pn_hf_inputs_free(pn_hf_inputs *in);
 
 const char *pn_hf_dir(const pn_hf_model *m);
 const pn_hf_config *pn_hf_config_of(const pn_hf_model *m);
-int pn_hf_file_type(const pn_hf_model *m);   /* general.file_type written */
+int pn_hf_file_type(const pn_hf_model *m); /* general.file_type written */
 size_t pn_hf_n_tensors(const pn_hf_model *m);
 const pn_hf_tensor *pn_hf_tensor_at(const pn_hf_model *m, size_t i);
 size_t pn_hf_n_shards(const pn_hf_model *m);
@@ -207,8 +206,7 @@ pn_status pn_hf_reader_open(const pn_hf_model *m, size_t buf_bytes, pn_hf_reader
                             pn_error *err);
 void pn_hf_reader_close(pn_hf_reader *rd);
 /* Bytes [off, off + n) of tensor i's converted data. */
-pn_status pn_hf_read(pn_hf_reader *rd, size_t i, uint64_t off, void *dst, size_t n,
-                     pn_error *err);
+pn_status pn_hf_read(pn_hf_reader *rd, size_t i, uint64_t off, void *dst, size_t n, pn_error *err);
 
 /* The folder as a virtual gguf_reader (gguf_reader_open_virtual): its keys
  * and tensor infos are exactly the converted model's, built in memory, and

@@ -18,19 +18,19 @@
 
 /* One dimension, as a product of config values. */
 typedef enum dim {
-    D_E,      /* hidden_size */
-    D_E2,     /* 2 x hidden_size */
-    D_F,      /* intermediate_size */
-    D_V,      /* vocab_size */
-    D_Q2,     /* 2 x num_attention_heads x head_dim (the query and its gate) */
-    D_QO,     /* num_attention_heads x head_dim */
-    D_KV,     /* num_key_value_heads x head_dim */
-    D_HD,     /* head_dim */
-    D_CONV,   /* 2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim */
-    D_VL,     /* linear_num_value_heads x linear_value_head_dim */
-    D_NV,     /* linear_num_value_heads */
-    D_HV,     /* linear_value_head_dim */
-    D_K,      /* linear_conv_kernel_dim */
+    D_E,    /* hidden_size */
+    D_E2,   /* 2 x hidden_size */
+    D_F,    /* intermediate_size */
+    D_V,    /* vocab_size */
+    D_Q2,   /* 2 x num_attention_heads x head_dim (the query and its gate) */
+    D_QO,   /* num_attention_heads x head_dim */
+    D_KV,   /* num_key_value_heads x head_dim */
+    D_HD,   /* head_dim */
+    D_CONV, /* 2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim */
+    D_VL,   /* linear_num_value_heads x linear_value_head_dim */
+    D_NV,   /* linear_num_value_heads */
+    D_HV,   /* linear_value_head_dim */
+    D_K,    /* linear_conv_kernel_dim */
     D_ONE,
 } dim;
 
@@ -75,56 +75,56 @@ static uint64_t dim_value(dim d, const pn_hf_config *c)
 
 /* Where a tensor of the table is. */
 typedef enum where {
-    W_MODEL,      /* once */
-    W_BLOCK,      /* every block, trunk and MTP */
-    W_LINEAR,     /* linear-attention blocks */
-    W_FULL,       /* full-attention blocks and MTP blocks */
-    W_MTP_FIRST,  /* the first MTP block */
+    W_MODEL,     /* once */
+    W_BLOCK,     /* every block, trunk and MTP */
+    W_LINEAR,    /* linear-attention blocks */
+    W_FULL,      /* full-attention blocks and MTP blocks */
+    W_MTP_FIRST, /* the first MTP block */
 } where;
 
 typedef struct need {
     where at;
-    const char *gguf;     /* the GGUF name, after blk.N. for a block */
-    const char *hf;       /* the HF name, after the layer's prefix */
+    const char *gguf; /* the GGUF name, after blk.N. for a block */
+    const char *hf;   /* the HF name, after the layer's prefix */
     uint32_t n_dims;
-    dim shape[3];         /* the checkpoint's order */
+    dim shape[3]; /* the checkpoint's order */
 } need;
 
 static const need table[] = {
-    {W_MODEL, "token_embd.weight", "embed_tokens.weight", 2, {D_V, D_E}},
-    {W_MODEL, "output_norm.weight", "norm.weight", 1, {D_E}},
-    {W_MODEL, "output.weight", "lm_head.weight", 2, {D_V, D_E}},
-    {W_BLOCK, "attn_norm.weight", "input_layernorm.weight", 1, {D_E}},
-    {W_BLOCK, "post_attention_norm.weight", "post_attention_layernorm.weight", 1, {D_E}},
-    {W_BLOCK, "ffn_gate.weight", "mlp.gate_proj.weight", 2, {D_F, D_E}},
-    {W_BLOCK, "ffn_up.weight", "mlp.up_proj.weight", 2, {D_F, D_E}},
-    {W_BLOCK, "ffn_down.weight", "mlp.down_proj.weight", 2, {D_E, D_F}},
-    {W_LINEAR, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", 2, {D_CONV, D_E}},
-    {W_LINEAR, "attn_gate.weight", "linear_attn.in_proj_z.weight", 2, {D_VL, D_E}},
-    {W_LINEAR, "ssm_alpha.weight", "linear_attn.in_proj_a.weight", 2, {D_NV, D_E}},
-    {W_LINEAR, "ssm_beta.weight", "linear_attn.in_proj_b.weight", 2, {D_NV, D_E}},
-    {W_LINEAR, "ssm_a", "linear_attn.A_log", 1, {D_NV}},
-    {W_LINEAR, "ssm_dt.bias", "linear_attn.dt_bias", 1, {D_NV}},
-    {W_LINEAR, "ssm_conv1d.weight", "linear_attn.conv1d.weight", 3, {D_CONV, D_ONE, D_K}},
-    {W_LINEAR, "ssm_norm.weight", "linear_attn.norm.weight", 1, {D_HV}},
-    {W_LINEAR, "ssm_out.weight", "linear_attn.out_proj.weight", 2, {D_E, D_VL}},
-    {W_FULL, "attn_q.weight", "self_attn.q_proj.weight", 2, {D_Q2, D_E}},
-    {W_FULL, "attn_k.weight", "self_attn.k_proj.weight", 2, {D_KV, D_E}},
-    {W_FULL, "attn_v.weight", "self_attn.v_proj.weight", 2, {D_KV, D_E}},
-    {W_FULL, "attn_output.weight", "self_attn.o_proj.weight", 2, {D_E, D_QO}},
-    {W_FULL, "attn_q_norm.weight", "self_attn.q_norm.weight", 1, {D_HD}},
-    {W_FULL, "attn_k_norm.weight", "self_attn.k_norm.weight", 1, {D_HD}},
-    {W_MTP_FIRST, "nextn.eh_proj.weight", "fc.weight", 2, {D_E, D_E2}},
-    {W_MTP_FIRST, "nextn.enorm.weight", "pre_fc_norm_embedding.weight", 1, {D_E}},
-    {W_MTP_FIRST, "nextn.hnorm.weight", "pre_fc_norm_hidden.weight", 1, {D_E}},
-    {W_MTP_FIRST, "nextn.shared_head_norm.weight", "norm.weight", 1, {D_E}},
+    { W_MODEL, "token_embd.weight", "embed_tokens.weight", 2, { D_V, D_E } },
+    { W_MODEL, "output_norm.weight", "norm.weight", 1, { D_E } },
+    { W_MODEL, "output.weight", "lm_head.weight", 2, { D_V, D_E } },
+    { W_BLOCK, "attn_norm.weight", "input_layernorm.weight", 1, { D_E } },
+    { W_BLOCK, "post_attention_norm.weight", "post_attention_layernorm.weight", 1, { D_E } },
+    { W_BLOCK, "ffn_gate.weight", "mlp.gate_proj.weight", 2, { D_F, D_E } },
+    { W_BLOCK, "ffn_up.weight", "mlp.up_proj.weight", 2, { D_F, D_E } },
+    { W_BLOCK, "ffn_down.weight", "mlp.down_proj.weight", 2, { D_E, D_F } },
+    { W_LINEAR, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", 2, { D_CONV, D_E } },
+    { W_LINEAR, "attn_gate.weight", "linear_attn.in_proj_z.weight", 2, { D_VL, D_E } },
+    { W_LINEAR, "ssm_alpha.weight", "linear_attn.in_proj_a.weight", 2, { D_NV, D_E } },
+    { W_LINEAR, "ssm_beta.weight", "linear_attn.in_proj_b.weight", 2, { D_NV, D_E } },
+    { W_LINEAR, "ssm_a", "linear_attn.A_log", 1, { D_NV } },
+    { W_LINEAR, "ssm_dt.bias", "linear_attn.dt_bias", 1, { D_NV } },
+    { W_LINEAR, "ssm_conv1d.weight", "linear_attn.conv1d.weight", 3, { D_CONV, D_ONE, D_K } },
+    { W_LINEAR, "ssm_norm.weight", "linear_attn.norm.weight", 1, { D_HV } },
+    { W_LINEAR, "ssm_out.weight", "linear_attn.out_proj.weight", 2, { D_E, D_VL } },
+    { W_FULL, "attn_q.weight", "self_attn.q_proj.weight", 2, { D_Q2, D_E } },
+    { W_FULL, "attn_k.weight", "self_attn.k_proj.weight", 2, { D_KV, D_E } },
+    { W_FULL, "attn_v.weight", "self_attn.v_proj.weight", 2, { D_KV, D_E } },
+    { W_FULL, "attn_output.weight", "self_attn.o_proj.weight", 2, { D_E, D_QO } },
+    { W_FULL, "attn_q_norm.weight", "self_attn.q_norm.weight", 1, { D_HD } },
+    { W_FULL, "attn_k_norm.weight", "self_attn.k_norm.weight", 1, { D_HD } },
+    { W_MTP_FIRST, "nextn.eh_proj.weight", "fc.weight", 2, { D_E, D_E2 } },
+    { W_MTP_FIRST, "nextn.enorm.weight", "pre_fc_norm_embedding.weight", 1, { D_E } },
+    { W_MTP_FIRST, "nextn.hnorm.weight", "pre_fc_norm_hidden.weight", 1, { D_E } },
+    { W_MTP_FIRST, "nextn.shared_head_norm.weight", "norm.weight", 1, { D_E } },
 };
 #define N_TABLE (sizeof table / sizeof *table)
 
 /* Which trunk blocks are full attention: layer_types when given, else every
  * full_attention_interval-th block (default 4), as the converter does. */
-static pn_status layer_kinds(const char *file, const json_t *hp, const pn_hf_config *c,
-                             bool *full, pn_error *err)
+static pn_status layer_kinds(const char *file, const json_t *hp, const pn_hf_config *c, bool *full,
+                             pn_error *err)
 {
     const json_t *lt = json_object_get(hp, "layer_types");
     if (json_is_array(lt)) {
@@ -133,8 +133,8 @@ static pn_status layer_kinds(const char *file, const json_t *hp, const pn_hf_con
             if (!s || (strcmp(s, "full_attention") != 0 && strcmp(s, "linear_attention") != 0))
                 return pn_error_set(err, PN_ERR_FORMAT,
                                     "%s: key layer_types: entry %llu is \"%.40s\", not "
-                                    "full_attention or linear_attention", file,
-                                    (unsigned long long)i, s ? s : "");
+                                    "full_attention or linear_attention",
+                                    file, (unsigned long long)i, s ? s : "");
             full[i] = strcmp(s, "full_attention") == 0;
         }
         return PN_OK;
@@ -142,13 +142,15 @@ static pn_status layer_kinds(const char *file, const json_t *hp, const pn_hf_con
     uint64_t every = 4;
     const json_t *fai = json_object_get(hp, "full_attention_interval");
     if (fai && !json_is_null(fai)) {
-        if (!json_is_integer(fai) || json_integer_value(fai) < 1 ||
-            json_integer_value(fai) > 1024)
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: key full_attention_interval is not an "
-                                "integer in [1, 1024]", file);
+        if (!json_is_integer(fai) || json_integer_value(fai) < 1 || json_integer_value(fai) > 1024)
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: key full_attention_interval is not an "
+                                "integer in [1, 1024]",
+                                file);
         every = (uint64_t)json_integer_value(fai);
     }
-    for (uint64_t i = 0; i < c->n_layer; i++) full[i] = (i + 1) % every == 0;
+    for (uint64_t i = 0; i < c->n_layer; i++)
+        full[i] = (i + 1) % every == 0;
     return PN_OK;
 }
 
@@ -165,8 +167,14 @@ static const pn_hf_tensor *find(const pn_hf_tensor *const *by, size_t n, const c
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(by[mid]->name, name);
-        if (c == 0) { *at = mid; return by[mid]; }
-        if (c < 0) lo = mid + 1; else hi = mid;
+        if (c == 0) {
+            *at = mid;
+            return by[mid];
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -177,7 +185,8 @@ static void shape_text(char *out, size_t len, uint32_t n, const uint64_t *s)
     size_t o = (size_t)snprintf(out, len, "[");
     for (uint32_t d = 0; d < n && o < len; d++)
         o += (size_t)snprintf(out + o, len - o, "%s%llu", d ? ", " : "", (unsigned long long)s[d]);
-    if (o < len) snprintf(out + o, len - o, "]");
+    if (o < len)
+        snprintf(out + o, len - o, "]");
 }
 
 /* Checks tensor t (entry e) against the config. */
@@ -185,10 +194,13 @@ static pn_status check_shape(const char *dir, const need *e, const pn_hf_tensor 
                              const pn_hf_config *c, pn_error *err)
 {
     uint64_t want[3];
-    for (uint32_t d = 0; d < e->n_dims; d++) want[d] = dim_value(e->shape[d], c);
+    for (uint32_t d = 0; d < e->n_dims; d++)
+        want[d] = dim_value(e->shape[d], c);
     bool ok = t->src_n_dims == e->n_dims;
-    for (uint32_t d = 0; ok && d < e->n_dims; d++) ok = t->src_shape[d] == want[d];
-    if (ok) return PN_OK;
+    for (uint32_t d = 0; ok && d < e->n_dims; d++)
+        ok = t->src_shape[d] == want[d];
+    if (ok)
+        return PN_OK;
     char got_s[160], want_s[160], fields[512];
     shape_text(got_s, sizeof got_s, t->src_n_dims, t->src_shape);
     shape_text(want_s, sizeof want_s, e->n_dims, want);
@@ -196,16 +208,17 @@ static pn_status check_shape(const char *dir, const need *e, const pn_hf_tensor 
     fields[0] = '\0';
     for (uint32_t d = 0; d < e->n_dims && o < sizeof fields; d++)
         if (d >= t->src_n_dims || t->src_shape[d] != want[d])
-            o += (size_t)snprintf(fields + o, sizeof fields - o, "%sdimension %u: %s", o ? "; " : "",
-                                  d, dim_fields[e->shape[d]]);
-    if (!fields[0]) snprintf(fields, sizeof fields, "the number of dimensions");
+            o += (size_t)snprintf(fields + o, sizeof fields - o, "%sdimension %u: %s",
+                                  o ? "; " : "", d, dim_fields[e->shape[d]]);
+    if (!fields[0])
+        snprintf(fields, sizeof fields, "the number of dimensions");
     return pn_error_set(err, PN_ERR_TENSOR,
                         "%s: tensor %s (%s) has shape %s, but config.json makes it %s (%s)", dir,
                         t->src_name, t->name, got_s, want_s, fields);
 }
 
-pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config *c,
-                           bool no_mtp, const pn_hf_tensor *tensors, size_t n, pn_error *err)
+pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config *c, bool no_mtp,
+                           const pn_hf_tensor *tensors, size_t n, pn_error *err)
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
@@ -213,11 +226,13 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
     const pn_hf_tensor **by = calloc(n ? n : 1, sizeof *by);
     bool *seen = calloc(n ? n : 1, sizeof *seen);
     pn_status st = full && by && seen ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    if (st == PN_OK) st = layer_kinds(file, hp, c, full, err);
+    if (st == PN_OK)
+        st = layer_kinds(file, hp, c, full, err);
     /* the HF spelling of the trunk's names: the prefix before "layers." of
      * a tensor that has one, else the converter's usual one */
     char prefix[128] = "model.language_model.";
-    if (strcmp(c->arch, "Qwen3_5ForCausalLM") == 0) snprintf(prefix, sizeof prefix, "model.");
+    if (strcmp(c->arch, "Qwen3_5ForCausalLM") == 0)
+        snprintf(prefix, sizeof prefix, "model.");
     for (size_t i = 0; i < n; i++) {
         by[i] = &tensors[i];
         const char *l = strstr(tensors[i].src_name, "layers.");
@@ -226,25 +241,30 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
             snprintf(prefix, sizeof prefix, "%.*s", (int)(l - tensors[i].src_name),
                      tensors[i].src_name);
     }
-    if (st == PN_OK) qsort(by, n, sizeof *by, cmp_name);
+    if (st == PN_OK)
+        qsort(by, n, sizeof *by, cmp_name);
     const json_t *tie = json_object_get(hp, "tie_word_embeddings");
     const uint64_t n_mtp = no_mtp ? 0 : c->n_mtp;
     for (uint64_t b = 0; st == PN_OK && b <= c->n_layer + n_mtp; b++) {
-        const bool last = b == c->n_layer + n_mtp;   /* the model's own tensors */
+        const bool last = b == c->n_layer + n_mtp; /* the model's own tensors */
         const bool mtp = !last && b >= c->n_layer;
         for (size_t k = 0; st == PN_OK && k < N_TABLE; k++) {
             const need *e = &table[k];
-            bool here = last ? e->at == W_MODEL
-                      : e->at == W_BLOCK ? true
-                      : e->at == W_LINEAR ? !mtp && !full[b]
-                      : e->at == W_FULL ? mtp || full[b]
-                      : e->at == W_MTP_FIRST ? mtp && b == c->n_layer : false;
-            if (!here) continue;
+            bool here = last                   ? e->at == W_MODEL
+                        : e->at == W_BLOCK     ? true
+                        : e->at == W_LINEAR    ? !mtp && !full[b]
+                        : e->at == W_FULL      ? mtp || full[b]
+                        : e->at == W_MTP_FIRST ? mtp && b == c->n_layer
+                                               : false;
+            if (!here)
+                continue;
             char gname[128], hname[320];
             if (last) {
                 snprintf(gname, sizeof gname, "%s", e->gguf);
-                if (strcmp(e->hf, "lm_head.weight") == 0) snprintf(hname, sizeof hname, "%s", e->hf);
-                else snprintf(hname, sizeof hname, "%s%s", prefix, e->hf);
+                if (strcmp(e->hf, "lm_head.weight") == 0)
+                    snprintf(hname, sizeof hname, "%s", e->hf);
+                else
+                    snprintf(hname, sizeof hname, "%s%s", prefix, e->hf);
             } else {
                 snprintf(gname, sizeof gname, "blk.%llu.%s", (unsigned long long)b, e->gguf);
                 if (e->at == W_MTP_FIRST)
@@ -253,19 +273,20 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
                     snprintf(hname, sizeof hname, "mtp.layers.%llu.%s",
                              (unsigned long long)(b - c->n_layer), e->hf);
                 else
-                    snprintf(hname, sizeof hname, "%slayers.%llu.%s", prefix,
-                             (unsigned long long)b, e->hf);
+                    snprintf(hname, sizeof hname, "%slayers.%llu.%s", prefix, (unsigned long long)b,
+                             e->hf);
             }
             size_t at = 0;
             const pn_hf_tensor *t = find(by, n, gname, &at);
             if (!t) {
                 if (last && strcmp(e->gguf, "output.weight") == 0 && json_is_true(tie))
-                    continue;   /* tied: the output is the embedding */
+                    continue; /* tied: the output is the embedding */
                 st = pn_error_set(err, PN_ERR_TENSOR,
                                   "%s: tensor %s (%s) is missing: config.json describes a "
-                                  "checkpoint that has it (%s%s)%s", dir, hname, gname,
-                                  last ? "every qwen35 model"
-                                  : mtp ? "MTP layer, mtp_num_hidden_layers"
+                                  "checkpoint that has it (%s%s)%s",
+                                  dir, hname, gname,
+                                  last      ? "every qwen35 model"
+                                  : mtp     ? "MTP layer, mtp_num_hidden_layers"
                                   : full[b] ? "a full_attention layer"
                                             : "a linear_attention layer",
                                   last || mtp ? "" : " per layer_types",
@@ -282,13 +303,14 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
             char *end = NULL;
             unsigned long long b = blk ? strtoull(blk, &end, 10) : 0;
             const char *kind = !blk || b >= c->n_layer + n_mtp ? NULL
-                               : b >= c->n_layer ? "an MTP layer"
-                               : full[b] ? "a full_attention layer"
-                                         : "a linear_attention layer";
+                               : b >= c->n_layer               ? "an MTP layer"
+                               : full[b]                       ? "a full_attention layer"
+                                                               : "a linear_attention layer";
             if (kind)
                 st = pn_error_set(err, PN_ERR_TENSOR,
                                   "%s: tensor %s (%s) is not one a qwen35 checkpoint has in %s "
-                                  "(block %llu)", dir, by[i]->src_name, by[i]->name, kind, b);
+                                  "(block %llu)",
+                                  dir, by[i]->src_name, by[i]->name, kind, b);
             else
                 st = pn_error_set(err, PN_ERR_TENSOR,
                                   "%s: tensor %s (%s) is not one a qwen35 checkpoint has", dir,

@@ -17,8 +17,8 @@
 #include "quant/types.h"
 
 typedef struct shard {
-    char *name;      /* as in the index */
-    char *path;      /* dir/name */
+    char *name; /* as in the index */
+    char *path; /* dir/name */
     int fd;
     uint64_t size;
     pn_hf_st_header hdr;
@@ -29,9 +29,9 @@ struct pn_hf_model {
     pn_hf_opts opts;
     char *tokenizer_pre;
     pn_hf_config cfg;
-    json_t *root;        /* config.json as read */
-    json_t *hp;          /* config.json with text_config merged into the root */
-    int out_type;        /* ggml type for the weights */
+    json_t *root; /* config.json as read */
+    json_t *hp;   /* config.json with text_config merged into the root */
+    int out_type; /* ggml type for the weights */
     int file_type;
     size_t n_shards;
     shard *shards;
@@ -54,8 +54,10 @@ static const char *base_name(const char *p)
 static char *dir_of(const char *p)
 {
     const char *s = strrchr(p, '/');
-    if (!s) return strdup(".");
-    if (s == p) return strdup("/");
+    if (!s)
+        return strdup(".");
+    if (s == p)
+        return strdup("/");
     return strndup(p, (size_t)(s - p));
 }
 
@@ -63,14 +65,16 @@ static char *join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
     char *s = malloc(n);
-    if (s) snprintf(s, n, "%s/%s", a, b);
+    if (s)
+        snprintf(s, n, "%s/%s", a, b);
     return s;
 }
 
 bool pn_hf_is_source(const char *path)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0) return false;
+    if (stat(path, &sb) != 0)
+        return false;
     if (S_ISDIR(sb.st_mode)) {
         char *c = join(path, "config.json");
         bool ok = c && stat(c, &sb) == 0;
@@ -89,9 +93,11 @@ static pn_status get_uint(const json_t *hp, const char *key, bool required, uint
                           pn_error *err)
 {
     const json_t *v = json_object_get(hp, key);
-    if (present) *present = v != NULL && !json_is_null(v);
+    if (present)
+        *present = v != NULL && !json_is_null(v);
     if (!v || json_is_null(v)) {
-        if (!required) return PN_OK;
+        if (!required)
+            return PN_OK;
         return pn_error_set(err, PN_ERR_FORMAT, "%s: key %s is missing", name, key);
     }
     if (!json_is_integer(v))
@@ -108,7 +114,8 @@ static pn_status get_uint(const json_t *hp, const char *key, bool required, uint
 static pn_status merge_config(json_t *root, const char *name, json_t **out, pn_error *err)
 {
     json_t *hp = json_deep_copy(root);
-    if (!hp) return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
+    if (!hp)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
     json_t *tc = json_object_get(root, "text_config");
     if (tc) {
         if (!json_is_object(tc)) {
@@ -138,12 +145,14 @@ static pn_status config_of(const json_t *root, const json_t *hp, const char *nam
     if (strcmp(a, "Qwen3_5ForCausalLM") != 0 && strcmp(a, "Qwen3_5ForConditionalGeneration") != 0)
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: architecture %.60s is not taken (only Qwen3_5ForCausalLM and "
-                            "Qwen3_5ForConditionalGeneration, written as qwen35)", name, a);
+                            "Qwen3_5ForConditionalGeneration, written as qwen35)",
+                            name, a);
     snprintf(c->arch, sizeof c->arch, "%s", a);
     const uint64_t DIM = 1u << 20, HEADS = 1u << 16;
     pn_status st;
-#define U(key, req, lo, hi, field, pres) \
-    if ((st = get_uint(hp, key, req, lo, hi, &c->field, pres, name, err)) != PN_OK) return st
+#define U(key, req, lo, hi, field, pres)                                                           \
+    if ((st = get_uint(hp, key, req, lo, hi, &c->field, pres, name, err)) != PN_OK)                \
+    return st
     U("num_hidden_layers", true, 1, 1024, n_layer, NULL);
     U("mtp_num_hidden_layers", false, 0, 16, n_mtp, NULL);
     U("hidden_size", true, 1, DIM, n_embd, NULL);
@@ -161,19 +170,20 @@ static pn_status config_of(const json_t *root, const json_t *hp, const char *nam
     if (c->n_head % c->n_head_kv != 0)
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: key num_attention_heads (%llu) is not a multiple of "
-                            "num_key_value_heads (%llu)", name, (unsigned long long)c->n_head,
-                            (unsigned long long)c->n_head_kv);
+                            "num_key_value_heads (%llu)",
+                            name, (unsigned long long)c->n_head, (unsigned long long)c->n_head_kv);
     if (c->lin_nv % c->lin_nk != 0)
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: key linear_num_value_heads (%llu) is not a multiple of "
-                            "linear_num_key_heads (%llu)", name, (unsigned long long)c->lin_nv,
-                            (unsigned long long)c->lin_nk);
+                            "linear_num_key_heads (%llu)",
+                            name, (unsigned long long)c->lin_nv, (unsigned long long)c->lin_nk);
     if (!c->has_head_dim && c->n_embd % c->n_head != 0)
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: key hidden_size (%llu) is not a multiple of "
-                            "num_attention_heads (%llu) and head_dim is not given", name,
-                            (unsigned long long)c->n_embd, (unsigned long long)c->n_head);
-    if (!c->has_head_dim) c->head_dim = c->n_embd / c->n_head;
+                            "num_attention_heads (%llu) and head_dim is not given",
+                            name, (unsigned long long)c->n_embd, (unsigned long long)c->n_head);
+    if (!c->has_head_dim)
+        c->head_dim = c->n_embd / c->n_head;
     const json_t *lt = json_object_get(hp, "layer_types");
     if (lt && !json_is_null(lt)) {
         if (!json_is_array(lt))
@@ -181,8 +191,8 @@ static pn_status config_of(const json_t *root, const json_t *hp, const char *nam
         if (json_array_size(lt) != c->n_layer)
             return pn_error_set(err, PN_ERR_FORMAT,
                                 "%s: key layer_types has %zu entries, expected "
-                                "num_hidden_layers (%llu)", name, json_array_size(lt),
-                                (unsigned long long)c->n_layer);
+                                "num_hidden_layers (%llu)",
+                                name, json_array_size(lt), (unsigned long long)c->n_layer);
         for (size_t i = 0; i < json_array_size(lt); i++)
             if (!json_is_string(json_array_get(lt, i)))
                 return pn_error_set(err, PN_ERR_FORMAT,
@@ -200,8 +210,10 @@ pn_status pn_hf_config_parse(const char *text, size_t len, const char *name, boo
 {
     json_t *root = NULL, *hp = NULL;
     pn_status st = pn_hf_json_parse(text, len, name, 0, &root, err);
-    if (st == PN_OK) st = merge_config(root, name, &hp, err);
-    if (st == PN_OK) st = config_of(root, hp, name, no_mtp, out, err);
+    if (st == PN_OK)
+        st = merge_config(root, name, &hp, err);
+    if (st == PN_OK)
+        st = config_of(root, hp, name, no_mtp, out, err);
     json_decref(hp);
     json_decref(root);
     return st;
@@ -218,8 +230,8 @@ static pn_status check_shard_name(const char *index, const char *s, pn_error *er
         const char *e = strchr(p, '/');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         if ((n == 2 && p[0] == '.' && p[1] == '.') || n == 0)
-            return pn_error_set(err, PN_ERR_FORMAT,
-                                "%s: shard name \"%s\" leaves the model folder", index, s);
+            return pn_error_set(err, PN_ERR_FORMAT, "%s: shard name \"%s\" leaves the model folder",
+                                index, s);
         p = e ? e + 1 : p + n;
     }
     return PN_OK;
@@ -229,8 +241,7 @@ static pn_status open_shard(shard *sh, pn_error *err)
 {
     sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (sh->fd < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot open shard: %s", sh->path,
-                            strerror(errno));
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open shard: %s", sh->path, strerror(errno));
     struct stat sb;
     if (fstat(sh->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         return pn_error_set(err, PN_ERR_IO, "%s: shard is not a regular file", sh->path);
@@ -238,20 +249,24 @@ static pn_status open_shard(shard *sh, pn_error *err)
     uint8_t lenb[8];
     if (sh->size < 8)
         return pn_error_set(err, PN_ERR_TRUNCATED,
-                            "%s: at byte 0: the file ends before the 8-byte header length", sh->path);
+                            "%s: at byte 0: the file ends before the 8-byte header length",
+                            sh->path);
     if (pread(sh->fd, lenb, 8, 0) != 8)
         return pn_error_set(err, PN_ERR_IO, "%s: at byte 0: cannot read", sh->path);
     uint64_t len = 0;
-    for (int i = 7; i >= 0; i--) len = (len << 8) | lenb[i];
+    for (int i = 7; i >= 0; i--)
+        len = (len << 8) | lenb[i];
     if (len > PN_HF_MAX_HEADER || len > sh->size - 8)
         return pn_hf_st_parse(lenb, 8, sh->size, sh->path, &sh->hdr, err);
     size_t n = 8 + (size_t)len;
     uint8_t *buf = malloc(n);
-    if (!buf) return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", sh->path);
+    if (!buf)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", sh->path);
     size_t got = 0;
     while (got < n) {
         ssize_t r = pread(sh->fd, buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0) {
             free(buf);
             return pn_error_set(err, PN_ERR_TRUNCATED, "%s: at byte %zu: cannot read the header",
@@ -269,12 +284,16 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-typedef struct name_ref { const char *name; size_t shard, idx; } name_ref;
+typedef struct name_ref {
+    const char *name;
+    size_t shard, idx;
+} name_ref;
 static int cmp_ref(const void *a, const void *b)
 {
     const name_ref *x = a, *y = b;
     int c = strcmp(x->name, y->name);
-    if (c) return c;
+    if (c)
+        return c;
     return x->shard < y->shard ? -1 : (x->shard > y->shard);
 }
 static int cmp_tensor_name(const void *a, const void *b)
@@ -285,9 +304,11 @@ static int cmp_tensor_name(const void *a, const void *b)
 
 void pn_hf_close(pn_hf_model *m)
 {
-    if (!m) return;
+    if (!m)
+        return;
     for (size_t i = 0; i < m->n_shards; i++) {
-        if (m->shards[i].fd >= 0) close(m->shards[i].fd);
+        if (m->shards[i].fd >= 0)
+            close(m->shards[i].fd);
         free(m->shards[i].name);
         free(m->shards[i].path);
         pn_hf_st_free(&m->shards[i].hdr);
@@ -310,22 +331,29 @@ static pn_status index_names(const json_t *idx, const char *index_path, const ch
     *n_out = 0;
     const json_t *wm = json_object_get(idx, "weight_map");
     if (!json_is_object(wm))
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: key weight_map is missing or not an "
-                            "object", index_path);
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: key weight_map is missing or not an "
+                            "object",
+                            index_path);
     size_t k = json_object_size(wm), n = 0;
     const char **names = calloc(k ? k : 1, sizeof *names);
-    if (!names) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!names)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     const char *key;
     json_t *v;
     pn_status st = PN_OK;
-    json_object_foreach((json_t *)wm, key, v) {
+    json_object_foreach((json_t *)wm, key, v)
+    {
         if (!json_is_string(v)) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: weight_map: tensor %s: shard is not a "
-                              "string", index_path, key);
+            st = pn_error_set(err, PN_ERR_FORMAT,
+                              "%s: weight_map: tensor %s: shard is not a "
+                              "string",
+                              index_path, key);
             break;
         }
         const char *s = json_string_value(v);
-        if ((st = check_shard_name(index_path, s, err)) != PN_OK) break;
+        if ((st = check_shard_name(index_path, s, err)) != PN_OK)
+            break;
         names[n++] = s;
     }
     if (st == PN_OK && n == 0)
@@ -337,7 +365,8 @@ static pn_status index_names(const json_t *idx, const char *index_path, const ch
     qsort(names, n, sizeof *names, cmp_str);
     size_t u = 0;
     for (size_t i = 0; i < n; i++)
-        if (u == 0 || strcmp(names[u - 1], names[i]) != 0) names[u++] = names[i];
+        if (u == 0 || strcmp(names[u - 1], names[i]) != 0)
+            names[u++] = names[i];
     *out = names;
     *n_out = u;
     return PN_OK;
@@ -350,7 +379,8 @@ pn_status pn_hf_index_parse(const char *text, size_t len, const char *name, size
     json_t *idx = NULL;
     pn_status st = pn_hf_json_parse(text, len, name, 0, &idx, err);
     const char **names = NULL;
-    if (st == PN_OK) st = index_names(idx, name, &names, n_shards, err);
+    if (st == PN_OK)
+        st = index_names(idx, name, &names, n_shards, err);
     free(names);
     json_decref(idx);
     return st;
@@ -365,7 +395,8 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
     if (index_path) {
         json_t *idx = NULL;
         pn_status st = pn_hf_json_load(index_path, &idx, err);
-        if (st != PN_OK) return st;
+        if (st != PN_OK)
+            return st;
         const char **names = NULL;
         size_t n = 0;
         st = index_names(idx, index_path, &names, &n, err);
@@ -380,12 +411,14 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
                 st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         }
         free(names);
-        if (st == PN_OK) *weight_map_out = json_incref(json_object_get(idx, "weight_map"));
+        if (st == PN_OK)
+            *weight_map_out = json_incref(json_object_get(idx, "weight_map"));
         json_decref(idx);
         return st;
     }
     m->shards = calloc(1, sizeof *m->shards);
-    if (!m->shards) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!m->shards)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     m->shards[0].fd = -1;
     m->shards[0].name = strdup(single);
     m->shards[0].path = join(m->dir, single);
@@ -399,17 +432,22 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
 static pn_status open_config(pn_hf_model *m, pn_error *err)
 {
     char *cfg_path = join(m->dir, "config.json");
-    if (!cfg_path) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!cfg_path)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     struct stat cb;
     if (lstat(cfg_path, &cb) != 0 && errno == ENOENT) {
         free(cfg_path);
-        return pn_error_set(err, PN_ERR_IO, "%s: config.json is missing (a Hugging Face model "
-                            "folder holds config.json beside its safetensors)", m->dir);
+        return pn_error_set(err, PN_ERR_IO,
+                            "%s: config.json is missing (a Hugging Face model "
+                            "folder holds config.json beside its safetensors)",
+                            m->dir);
     }
     json_t *root = NULL;
     pn_status st = pn_hf_json_load(cfg_path, &root, err);
-    if (st == PN_OK) st = merge_config(root, cfg_path, &m->hp, err);
-    if (st == PN_OK) st = config_of(root, m->hp, cfg_path, m->opts.no_mtp, &m->cfg, err);
+    if (st == PN_OK)
+        st = merge_config(root, cfg_path, &m->hp, err);
+    if (st == PN_OK)
+        st = config_of(root, m->hp, cfg_path, m->opts.no_mtp, &m->cfg, err);
     m->root = root;
     free(cfg_path);
     return st;
@@ -417,15 +455,16 @@ static pn_status open_config(pn_hf_model *m, pn_error *err)
 
 /* Every tensor name once, in one shard, and the index (weight_map, when
  * there is one) agreeing with the shards both ways. */
-static pn_status check_index_agrees(const pn_hf_model *m, const char *index_path,
-                                    const json_t *wm, size_t total, pn_error *err)
+static pn_status check_index_agrees(const pn_hf_model *m, const char *index_path, const json_t *wm,
+                                    size_t total, pn_error *err)
 {
     name_ref *refs = calloc(total ? total : 1, sizeof *refs);
-    if (!refs) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!refs)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     size_t k = 0;
     for (size_t s = 0; s < m->n_shards; s++)
         for (size_t i = 0; i < m->shards[s].hdr.n_tensors; i++)
-            refs[k++] = (name_ref){m->shards[s].hdr.tensors[i].name, s, i};
+            refs[k++] = (name_ref){ m->shards[s].hdr.tensors[i].name, s, i };
     qsort(refs, total, sizeof *refs, cmp_ref);
     pn_status st = PN_OK;
     for (size_t i = 1; i < total && st == PN_OK; i++)
@@ -436,28 +475,36 @@ static pn_status check_index_agrees(const pn_hf_model *m, const char *index_path
     for (size_t i = 0; wm && i < total && st == PN_OK; i++) {
         const json_t *v = json_object_get(wm, refs[i].name);
         if (!v)
-            st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s but not in "
-                              "the index's weight_map", index_path, refs[i].name,
-                              m->shards[refs[i].shard].name);
+            st = pn_error_set(err, PN_ERR_TENSOR,
+                              "%s: tensor %s is in shard %s but not in "
+                              "the index's weight_map",
+                              index_path, refs[i].name, m->shards[refs[i].shard].name);
         else if (strcmp(json_string_value(v), m->shards[refs[i].shard].name) != 0)
-            st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s is in shard %s, the index "
-                              "says %s", index_path, refs[i].name,
-                              m->shards[refs[i].shard].name, json_string_value(v));
+            st = pn_error_set(err, PN_ERR_TENSOR,
+                              "%s: tensor %s is in shard %s, the index "
+                              "says %s",
+                              index_path, refs[i].name, m->shards[refs[i].shard].name,
+                              json_string_value(v));
     }
     if (st == PN_OK && wm && json_object_size(wm) != total) {
         const char *key;
         json_t *v;
-        json_object_foreach((json_t *)wm, key, v) {
+        json_object_foreach((json_t *)wm, key, v)
+        {
             /* binary search by name only */
             size_t lo = 0, hi = total;
             while (lo < hi) {
                 size_t mid = (lo + hi) / 2;
-                if (strcmp(refs[mid].name, key) < 0) lo = mid + 1; else hi = mid;
+                if (strcmp(refs[mid].name, key) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
             }
             if (lo == total || strcmp(refs[lo].name, key) != 0) {
-                st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s: the index names shard "
-                                  "%s, which does not hold it", index_path, key,
-                                  json_string_value(v));
+                st = pn_error_set(err, PN_ERR_TENSOR,
+                                  "%s: tensor %s: the index names shard "
+                                  "%s, which does not hold it",
+                                  index_path, key, json_string_value(v));
                 break;
             }
         }
@@ -475,18 +522,25 @@ static pn_status map_tensors(pn_hf_model *m, size_t total, const pn_hf_st_tensor
 {
     *auto_type = -1;
     pn_hf_st_tensor **by_name = calloc(total ? total : 1, sizeof *by_name);
-    if (!by_name) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!by_name)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_status st = PN_OK;
     for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) {
         shard *sh = &m->shards[s];
-        for (size_t i = 0; i < sh->hdr.n_tensors; i++) by_name[i] = &sh->hdr.tensors[i];
+        for (size_t i = 0; i < sh->hdr.n_tensors; i++)
+            by_name[i] = &sh->hdr.tensors[i];
         qsort(by_name, sh->hdr.n_tensors, sizeof *by_name, cmp_tensor_name);
         for (size_t i = 0; i < sh->hdr.n_tensors && st == PN_OK; i++) {
             const pn_hf_st_tensor *t = by_name[i];
             char gname[96];
             int r = pn_hf_map_name(t->name, &m->cfg, m->opts.no_mtp, gname, sizeof gname, err);
-            if (r < 0) { pn_error_prefix(err, "%s", sh->path); st = err ? err->code : PN_ERR_TENSOR; break; }
-            if (r == 0) continue;
+            if (r < 0) {
+                pn_error_prefix(err, "%s", sh->path);
+                st = err ? err->code : PN_ERR_TENSOR;
+                break;
+            }
+            if (r == 0)
+                continue;
             if (t->dtype == PN_HF_F16) {
                 st = pn_error_set(err, PN_ERR_TYPE,
                                   "%s: tensor %s: F16 checkpoints are refused (the converter "
@@ -518,8 +572,10 @@ static pn_status plan_tensors(pn_hf_model *m, const pn_hf_st_tensor *const *kept
 {
     pn_status st = PN_OK;
     char **nm = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *nm);
-    if (!nm) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < m->n_tensors; i++) nm[i] = m->tensors[i].name;
+    if (!nm)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_tensors; i++)
+        nm[i] = m->tensors[i].name;
     qsort(nm, m->n_tensors, sizeof *nm, cmp_str);
     for (size_t i = 1; i < m->n_tensors; i++)
         if (strcmp(nm[i], nm[i - 1]) == 0) {
@@ -528,8 +584,8 @@ static pn_status plan_tensors(pn_hf_model *m, const pn_hf_st_tensor *const *kept
         }
     free(nm);
     if (st == PN_OK)
-        st = pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors,
-                              err);
+        st =
+            pn_hf_check_arch(m->dir, m->hp, &m->cfg, m->opts.no_mtp, m->tensors, m->n_tensors, err);
     for (size_t i = 0; st == PN_OK && i < m->n_tensors; i++) {
         pn_hf_tensor *o = &m->tensors[i];
         const uint32_t s = o->shard;
@@ -537,7 +593,10 @@ static pn_status plan_tensors(pn_hf_model *m, const pn_hf_st_tensor *const *kept
         char gname[96];
         snprintf(gname, sizeof gname, "%s", o->name);
         st = pn_hf_plan_tensor(&m->cfg, kept[i]->name, kept[i], gname, PN_TYPE_BF16, o, err);
-        if (st != PN_OK) { pn_error_prefix(err, "%s", m->shards[s].path); break; }
+        if (st != PN_OK) {
+            pn_error_prefix(err, "%s", m->shards[s].path);
+            break;
+        }
         o->shard = s;
         o->src_begin = begin;
     }
@@ -554,7 +613,8 @@ static pn_status find_weights(pn_hf_model *m, const char *src, bool is_dir, char
     if (!is_dir) {
         const char *b = base_name(src);
         if (ends_with(b, ".safetensors.index.json"))
-            return (*index_path = strdup(src)) ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            return (*index_path = strdup(src)) ? PN_OK
+                                               : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         if (ends_with(b, ".safetensors")) {
             *single = b;
             return PN_OK;
@@ -571,9 +631,11 @@ static pn_status find_weights(pn_hf_model *m, const char *src, bool is_dir, char
     bool none = sp && lstat(sp, &sb) != 0 && errno == ENOENT;
     free(sp);
     if (none)
-        return pn_error_set(err, PN_ERR_IO, "%s: there is no model.safetensors.index.json "
+        return pn_error_set(err, PN_ERR_IO,
+                            "%s: there is no model.safetensors.index.json "
                             "and no model.safetensors: the folder names no weights (a "
-                            "checkpoint in shards needs its index)", m->dir);
+                            "checkpoint in shards needs its index)",
+                            m->dir);
     return PN_OK;
 }
 
@@ -589,32 +651,44 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
             strcmp(b, "config.json") != 0)
             return pn_error_set(err, PN_ERR_USAGE,
                                 "%s: not a Hugging Face model folder, config.json, index or "
-                                ".safetensors file", src);
+                                ".safetensors file",
+                                src);
     }
     m->dir = is_dir ? strdup(src) : dir_of(src);
-    if (!m->dir) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!m->dir)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_status st = open_config(m, err);
     char *index_path = NULL;
     const char *single = NULL;
-    if (st == PN_OK) st = find_weights(m, src, is_dir, &index_path, &single, err);
+    if (st == PN_OK)
+        st = find_weights(m, src, is_dir, &index_path, &single, err);
     json_t *wm = NULL;
-    if (st == PN_OK) st = list_shards(m, index_path, single, &wm, err);
-    for (size_t s = 0; s < m->n_shards && st == PN_OK; s++) st = open_shard(&m->shards[s], err);
+    if (st == PN_OK)
+        st = list_shards(m, index_path, single, &wm, err);
+    for (size_t s = 0; s < m->n_shards && st == PN_OK; s++)
+        st = open_shard(&m->shards[s], err);
     size_t total = 0;
-    for (size_t s = 0; st == PN_OK && s < m->n_shards; s++) total += m->shards[s].hdr.n_tensors;
-    if (st == PN_OK) st = check_index_agrees(m, index_path, wm, total, err);
+    for (size_t s = 0; st == PN_OK && s < m->n_shards; s++)
+        total += m->shards[s].hdr.n_tensors;
+    if (st == PN_OK)
+        st = check_index_agrees(m, index_path, wm, total, err);
     json_decref(wm);
     free(index_path);
-    if (st != PN_OK) return st;
+    if (st != PN_OK)
+        return st;
 
     m->tensors = calloc(total ? total : 1, sizeof *m->tensors);
     const pn_hf_st_tensor **kept = calloc(total ? total : 1, sizeof *kept);
     int auto_type = -1;
-    if (!m->tensors || !kept) st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    if (st == PN_OK) st = map_tensors(m, total, kept, &auto_type, err);
-    if (st == PN_OK) st = plan_tensors(m, kept, err);
+    if (!m->tensors || !kept)
+        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (st == PN_OK)
+        st = map_tensors(m, total, kept, &auto_type, err);
+    if (st == PN_OK)
+        st = plan_tensors(m, kept, err);
     free(kept);
-    if (st != PN_OK) return st;
+    if (st != PN_OK)
+        return st;
     int out;
     switch (m->opts.outtype) {
     case PN_HF_OUT_BF16: out = PN_TYPE_BF16; break;
@@ -625,10 +699,12 @@ static pn_status build(pn_hf_model *m, const char *src, pn_error *err)
     m->out_type = out;
     m->file_type = out == PN_TYPE_BF16 ? 32 : out == PN_TYPE_F16 ? 1 : 0;
     for (size_t i = 0; i < m->n_tensors; i++)
-        if (m->tensors[i].type == PN_TYPE_BF16) m->tensors[i].type = out;
+        if (m->tensors[i].type == PN_TYPE_BF16)
+            m->tensors[i].type = out;
     /* the keys, built once here so that a bad tokenizer is refused at open */
     gguf_writer *w = gguf_writer_new();
-    if (!w) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (!w)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     st = pn_hf_set_keys(m, w, err);
     gguf_writer_free(w);
     return st;
@@ -638,31 +714,63 @@ pn_status pn_hf_open(const char *src, const pn_hf_opts *opts, pn_hf_model **out,
 {
     *out = NULL;
     pn_hf_model *m = calloc(1, sizeof *m);
-    if (!m) return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    if (opts) m->opts = *opts;
+    if (!m)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (opts)
+        m->opts = *opts;
     if (opts && opts->tokenizer_pre) {
         m->tokenizer_pre = strdup(opts->tokenizer_pre);
-        if (!m->tokenizer_pre) { free(m); return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
+        if (!m->tokenizer_pre) {
+            free(m);
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        }
     }
     m->opts.tokenizer_pre = m->tokenizer_pre;
     pn_status st = build(m, src, err);
-    if (st != PN_OK) { pn_hf_close(m); return st; }
+    if (st != PN_OK) {
+        pn_hf_close(m);
+        return st;
+    }
     *out = m;
     return PN_OK;
 }
 
-const char *pn_hf_dir(const pn_hf_model *m) { return m->dir; }
-const pn_hf_config *pn_hf_config_of(const pn_hf_model *m) { return &m->cfg; }
-int pn_hf_file_type(const pn_hf_model *m) { return m->file_type; }
-size_t pn_hf_n_tensors(const pn_hf_model *m) { return m->n_tensors; }
+const char *pn_hf_dir(const pn_hf_model *m)
+{
+    return m->dir;
+}
+const pn_hf_config *pn_hf_config_of(const pn_hf_model *m)
+{
+    return &m->cfg;
+}
+int pn_hf_file_type(const pn_hf_model *m)
+{
+    return m->file_type;
+}
+size_t pn_hf_n_tensors(const pn_hf_model *m)
+{
+    return m->n_tensors;
+}
 const pn_hf_tensor *pn_hf_tensor_at(const pn_hf_model *m, size_t i)
 {
     return i < m->n_tensors ? &m->tensors[i] : NULL;
 }
-size_t pn_hf_n_shards(const pn_hf_model *m) { return m->n_shards; }
-const char *pn_hf_shard_path(const pn_hf_model *m, size_t s) { return m->shards[s].path; }
-int pn_hf_shard_fd(const pn_hf_model *m, size_t s) { return m->shards[s].fd; }
-uint64_t pn_hf_shard_size(const pn_hf_model *m, size_t s) { return m->shards[s].size; }
+size_t pn_hf_n_shards(const pn_hf_model *m)
+{
+    return m->n_shards;
+}
+const char *pn_hf_shard_path(const pn_hf_model *m, size_t s)
+{
+    return m->shards[s].path;
+}
+int pn_hf_shard_fd(const pn_hf_model *m, size_t s)
+{
+    return m->shards[s].fd;
+}
+uint64_t pn_hf_shard_size(const pn_hf_model *m, size_t s)
+{
+    return m->shards[s].size;
+}
 
 pn_status pn_hf_set_keys(const pn_hf_model *m, gguf_writer *w, pn_error *err)
 {
@@ -674,7 +782,8 @@ pn_status pn_hf_add_tensors(const pn_hf_model *m, gguf_writer *w, pn_error *err)
     for (size_t i = 0; i < m->n_tensors; i++) {
         const pn_hf_tensor *t = &m->tensors[i];
         pn_status st = gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, err);
-        if (st != PN_OK) return st;
+        if (st != PN_OK)
+            return st;
     }
     return PN_OK;
 }

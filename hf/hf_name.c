@@ -31,7 +31,7 @@ static bool lexical_base(const char *path, const char **at, size_t *n)
         while (start > 0 && path[start - 1] != '/')
             start--;
         if (end - start == 1 && path[start] == '.' && start > 0) {
-            end = start;  /* "X/." is X */
+            end = start; /* "X/." is X */
             continue;
         }
         *at = path + start;
@@ -83,7 +83,7 @@ pn_status pn_hf_model_name(const char *dir, char *out, size_t out_len, pn_error 
     else if (real && lexical_base(real, &at, &n))
         ok = put(at, n, out, out_len);
     else
-        ok = put("", 0, out, out_len);  /* the root folder, or one that cannot be resolved */
+        ok = put("", 0, out, out_len); /* the root folder, or one that cannot be resolved */
     free(real);
     if (!ok)
         return pn_error_set(err, PN_ERR_FORMAT, "%s: the folder's name is longer than %zu bytes",

@@ -20,28 +20,34 @@ typedef struct source {
 static void source_close(void *ctx)
 {
     source *s = ctx;
-    if (!s) return;
-    for (size_t i = 0; i < s->n_free; i++) pn_hf_reader_close(s->free_rd[i]);
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n_free; i++)
+        pn_hf_reader_close(s->free_rd[i]);
     pthread_mutex_destroy(&s->lock);
     pn_hf_close(s->m);
     free(s);
 }
 
-static pn_status source_read(void *ctx, size_t i, uint64_t off, void *dst, size_t n,
-                             pn_error *err)
+static pn_status source_read(void *ctx, size_t i, uint64_t off, void *dst, size_t n, pn_error *err)
 {
     source *s = ctx;
     pn_hf_reader *rd = NULL;
     pthread_mutex_lock(&s->lock);
-    if (s->n_free) rd = s->free_rd[--s->n_free];
+    if (s->n_free)
+        rd = s->free_rd[--s->n_free];
     pthread_mutex_unlock(&s->lock);
     if (!rd) {
         pn_status st = pn_hf_reader_open(s->m, READ_BUF, &rd, err);
-        if (st != PN_OK) return st;
+        if (st != PN_OK)
+            return st;
     }
     pn_status st = pn_hf_read(rd, i, off, dst, n, err);
     pthread_mutex_lock(&s->lock);
-    if (s->n_free < POOL_MAX) { s->free_rd[s->n_free++] = rd; rd = NULL; }
+    if (s->n_free < POOL_MAX) {
+        s->free_rd[s->n_free++] = rd;
+        rd = NULL;
+    }
     pthread_mutex_unlock(&s->lock);
     pn_hf_reader_close(rd);
     return st;
@@ -61,15 +67,18 @@ pn_status pn_hf_open_gguf(pn_hf_model *m, gguf_reader **out, pn_error *err)
     uint8_t *hdr = NULL;
     size_t len = 0;
     pn_status st = w ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    if (st == PN_OK) st = pn_hf_set_keys(m, w, err);
-    if (st == PN_OK) st = pn_hf_add_tensors(m, w, err);
-    if (st == PN_OK) st = gguf_writer_header(w, &hdr, &len, err);
+    if (st == PN_OK)
+        st = pn_hf_set_keys(m, w, err);
+    if (st == PN_OK)
+        st = pn_hf_add_tensors(m, w, err);
+    if (st == PN_OK)
+        st = gguf_writer_header(w, &hdr, &len, err);
     gguf_writer_free(w);
     if (st != PN_OK) {
         source_close(s);
         return st;
     }
-    gguf_provider p = {s, source_read, source_close};
+    gguf_provider p = { s, source_read, source_close };
     st = gguf_reader_open_virtual(hdr, len, pn_hf_dir(m), &p, out, err);
     free(hdr);
     return st;
@@ -81,6 +90,7 @@ pn_status pn_hf_open_source(const char *src, const pn_hf_opts *opts, gguf_reader
     *out = NULL;
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, opts, &m, err);
-    if (st != PN_OK) return st;
+    if (st != PN_OK)
+        return st;
     return pn_hf_open_gguf(m, out, err);
 }

@@ -21,19 +21,19 @@ enum { SPLIT_NEW, SPLIT_OPEN, SPLIT_CLOSED };
 
 struct pn_outset {
     gguf_split_plan plan;
-    size_t n;                  /* plan.n_splits */
+    size_t n; /* plan.n_splits */
     size_t n_tensors;
-    gguf_writer **w;           /* n split writers */
-    char **path;               /* n targets, or NULL without a dst */
-    int *state;                /* n SPLIT_* */
-    uint64_t *bytes;           /* n file sizes */
+    gguf_writer **w; /* n split writers */
+    char **path;     /* n targets, or NULL without a dst */
+    int *state;      /* n SPLIT_* */
+    uint64_t *bytes; /* n file sizes */
     long only;
     bool force;
     size_t n_per_tensor;
     const char *per_tensor_key[PN_OUTSET_MAX_PER_TENSOR];
     const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
     uint64_t writeback_bytes;
-    size_t cur;                /* the split being written (state OPEN), or SIZE_MAX */
+    size_t cur; /* the split being written (state OPEN), or SIZE_MAX */
     uint64_t cur_written, cur_synced;
     char *notes;
 };
@@ -44,8 +44,14 @@ void pn_outset_opts_init(pn_outset_opts *o)
     o->only = -1;
 }
 
-size_t pn_outset_n_splits(const pn_outset *os) { return os->n; }
-const gguf_split_plan *pn_outset_plan(const pn_outset *os) { return &os->plan; }
+size_t pn_outset_n_splits(const pn_outset *os)
+{
+    return os->n;
+}
+const gguf_split_plan *pn_outset_plan(const pn_outset *os)
+{
+    return &os->plan;
+}
 const char *pn_outset_path(const pn_outset *os, size_t s)
 {
     return s < os->n && os->path ? os->path[s] : NULL;
@@ -84,7 +90,10 @@ uint64_t pn_outset_written_bytes(const pn_outset *os)
     return t;
 }
 
-const char *pn_outset_notes(const pn_outset *os) { return os->notes; }
+const char *pn_outset_notes(const pn_outset *os)
+{
+    return os->notes;
+}
 
 void pn_outset_free(pn_outset *os)
 {
@@ -92,7 +101,7 @@ void pn_outset_free(pn_outset *os)
         return;
     for (size_t s = 0; s < os->n; s++) {
         if (os->w)
-            gguf_writer_free(os->w[s]);   /* aborts what is not committed */
+            gguf_writer_free(os->w[s]); /* aborts what is not committed */
         if (os->path)
             free(os->path[s]);
     }
@@ -111,7 +120,7 @@ void pn_outset_free(pn_outset *os)
 static pn_status check_open_files(size_t n_written, pn_error *err)
 {
     struct rlimit rl;
-    const size_t spare = 64;   /* the source's splits, the standard streams, ... */
+    const size_t spare = 64; /* the source's splits, the standard streams, ... */
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
         n_written + spare <= rl.rlim_cur)
         return PN_OK;
@@ -122,8 +131,8 @@ static pn_status check_open_files(size_t n_written, pn_error *err)
                         n_written, (unsigned long long)rl.rlim_cur);
 }
 
-static pn_status make_plan(const gguf_writer *model, const pn_outset_opts *o,
-                           gguf_split_plan *plan, pn_error *err)
+static pn_status make_plan(const gguf_writer *model, const pn_outset_opts *o, gguf_split_plan *plan,
+                           pn_error *err)
 {
     if (!o->keep_split)
         return gguf_split_plan_of_writer(model, o->limit, plan, err);
@@ -201,8 +210,8 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
         gguf_writer_set_replace(os->w[s], o->force);
         os->bytes[s] = gguf_writer_file_bytes(os->w[s]);
         if (dst) {
-            os->path[s] = os->n == 1 ? strdup(dst) : gguf_split_path(dst, (uint32_t)s,
-                                                                     (uint32_t)os->n);
+            os->path[s] =
+                os->n == 1 ? strdup(dst) : gguf_split_path(dst, (uint32_t)s, (uint32_t)os->n);
             if (!os->path[s]) {
                 st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for split names", dst);
                 goto fail;
@@ -226,8 +235,8 @@ pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input,
         const char *p = os->path[s];
         /* every file the input is read from (a folder's: each of its files) */
         for (size_t k = 0; input && k < gguf_reader_n_splits(input); k++) {
-            pn_status st = pn_source_check_target(gguf_reader_name(gguf_reader_split(input, k)),
-                                                  p, "the output", err);
+            pn_status st = pn_source_check_target(gguf_reader_name(gguf_reader_split(input, k)), p,
+                                                  "the output", err);
             if (st != PN_OK)
                 return st;
         }
@@ -248,7 +257,7 @@ static void add_note(pn_outset *os, const char *note)
     size_t had = os->notes ? strlen(os->notes) : 0, n = strlen(note);
     char *grown = realloc(os->notes, had + n + 2);
     if (!grown)
-        return;   /* a note is advice: losing it is not an error */
+        return; /* a note is advice: losing it is not an error */
     if (had)
         grown[had++] = '\n';
     memcpy(grown + had, note, n + 1);
@@ -301,10 +310,10 @@ pn_status pn_outset_begin(pn_outset *os, pn_error *err)
  * i is its first tensor. */
 static pn_status writer_of(pn_outset *os, size_t i, gguf_writer **w, pn_error *err)
 {
-    size_t s = os->cur != SIZE_MAX && i >= os->plan.first[os->cur] &&
-                       i < os->plan.first[os->cur + 1]
-                   ? os->cur
-                   : pn_outset_split_of(os, i);
+    size_t s =
+        os->cur != SIZE_MAX && i >= os->plan.first[os->cur] && i < os->plan.first[os->cur + 1]
+            ? os->cur
+            : pn_outset_split_of(os, i);
     if (i >= os->n_tensors || !pn_outset_writes(os, s))
         return pn_error_set(err, PN_ERR_USAGE,
                             "output set: tensor %zu is in split %zu, which this run does not "

@@ -48,10 +48,10 @@
 #define PN_OUTSET_MAX_PER_TENSOR 4
 
 typedef struct pn_outset_opts {
-    gguf_split_limit limit;          /* GGUF_SPLIT_NONE: one file (unless keep_split) */
-    const gguf_reader *keep_split;   /* not NULL: the splits of this source (--keep-split) */
-    long only;                       /* -1: every split; else write this split alone */
-    bool force;                      /* replace existing targets */
+    gguf_split_limit limit;        /* GGUF_SPLIT_NONE: one file (unless keep_split) */
+    const gguf_reader *keep_split; /* not NULL: the splits of this source (--keep-split) */
+    long only;                     /* -1: every split; else write this split alone */
+    bool force;                    /* replace existing targets */
     /* Per-tensor array keys of the model (pn.tensor_crc32, pn.source.*)
      * that each split records for its own tensors, and for each the values
      * it is patched with when a split is closed: per_tensor_values[k][i]

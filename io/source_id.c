@@ -58,7 +58,7 @@ pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *e
             h = pn_fnv1a64(h, kv->arr_data, (size_t)kv->arr_bytes);
         } else {
             uint64_t bits;
-            memcpy(&bits, &kv->v, sizeof bits);   /* u64, i64 or f64: 8 bytes */
+            memcpy(&bits, &kv->v, sizeof bits); /* u64, i64 or f64: 8 bytes */
             h = fnv_u64(h, bits);
         }
     }
@@ -124,21 +124,25 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
 }
 
 uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
-                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
-                             uint64_t *len)
+                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems, uint64_t *len)
 {
     *len = 0;
     return sample_crc_walk(0, n_rows, M, K, elem_bytes, elem_at, bytes, n_elems, len);
 }
 
-static bool cancelled(volatile sig_atomic_t *cancel) { return cancel && *cancel; }
+static bool cancelled(volatile sig_atomic_t *cancel)
+{
+    return cancel && *cancel;
+}
 
-static int64_t rows_of(const gguf_tensor_info *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+static int64_t rows_of(const gguf_tensor_info *t)
+{
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
 
 /* Continues *crc over bytes [off, off + len) of tensor i. */
-static pn_status crc_range(const gguf_reader *r, size_t i, uint64_t off, uint64_t len,
-                           uint8_t *buf, volatile sig_atomic_t *cancel, uint32_t *crc,
-                           pn_error *err)
+static pn_status crc_range(const gguf_reader *r, size_t i, uint64_t off, uint64_t len, uint8_t *buf,
+                           volatile sig_atomic_t *cancel, uint32_t *crc, pn_error *err)
 {
     while (len > 0) {
         if (cancelled(cancel))
@@ -170,8 +174,8 @@ static pn_status sample_crc_one(const gguf_reader *r, size_t i, int64_t M, uint8
     } else {
         /* scattered rows: the kernel fetches them all while they are read */
         for (int64_t s = 0; s < M; s++)
-            gguf_reader_advise(r, at + (uint64_t)pn_sample_row(R, M, s) * row_bytes,
-                               row_bytes, true);
+            gguf_reader_advise(r, at + (uint64_t)pn_sample_row(R, M, s) * row_bytes, row_bytes,
+                               true);
         for (int64_t s = 0; s < M && st == PN_OK; s++)
             st = crc_range(r, i, (uint64_t)pn_sample_row(R, M, s) * row_bytes, row_bytes, buf,
                            cancel, &crc, err);
@@ -181,14 +185,13 @@ static pn_status sample_crc_one(const gguf_reader *r, size_t i, int64_t M, uint8
 }
 
 typedef struct crc_piece {
-    size_t k;                 /* position in idx */
+    size_t k; /* position in idx */
     uint64_t off, len;
     uint32_t crc;
 } crc_piece;
 
 pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int64_t sample_rows,
-                         int threads, volatile sig_atomic_t *cancel, uint32_t *crcs,
-                         pn_error *err)
+                         int threads, volatile sig_atomic_t *cancel, uint32_t *crcs, pn_error *err)
 {
     if (n == 0)
         return PN_OK;
@@ -248,9 +251,9 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
         } else {
             size_t ahead = j + 2 * (size_t)threads;
             if (ahead < n_items)
-                gguf_reader_advise(r, gguf_reader_tensor_file_offset(r, idx[pc[ahead].k]) +
-                                          pc[ahead].off,
-                                   pc[ahead].len, true);
+                gguf_reader_advise(
+                    r, gguf_reader_tensor_file_offset(r, idx[pc[ahead].k]) + pc[ahead].off,
+                    pc[ahead].len, true);
             pc[j].crc = 0;
             s = crc_range(r, idx[pc[j].k], pc[j].off, pc[j].len, bufs[t], cancel, &pc[j].crc, e);
         }
@@ -316,8 +319,8 @@ pn_status pn_source_id_read_samples(pn_source_id *id, const gguf_reader *r, int 
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < id->n; i++)
         idx[i] = i;
-    pn_status st = pn_tensor_crcs(r, idx, id->n, PN_SOURCE_SAMPLE_ROWS, threads, cancel,
-                                  id->sample_crc, err);
+    pn_status st =
+        pn_tensor_crcs(r, idx, id->n, PN_SOURCE_SAMPLE_ROWS, threads, cancel, id->sample_crc, err);
     free(idx);
     id->samples_known = st == PN_OK;
     return st;
@@ -349,7 +352,8 @@ pn_status pn_recorded_source_read(const gguf_reader *r, pn_recorded_source *out,
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !out->present; i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
-        out->present = k.len >= PN_KEY_SOURCE_PREFIX_LEN && memcmp(k.data, PN_KEY_SOURCE_PREFIX, PN_KEY_SOURCE_PREFIX_LEN) == 0;
+        out->present = k.len >= PN_KEY_SOURCE_PREFIX_LEN &&
+                       memcmp(k.data, PN_KEY_SOURCE_PREFIX, PN_KEY_SOURCE_PREFIX_LEN) == 0;
     }
     if (!out->present)
         return PN_OK;

@@ -61,8 +61,7 @@ uint32_t pn_sample_crc_update(uint32_t crc, int64_t n_rows, int64_t M, int64_t K
  * their number. Pieces joined in element order with pn_crc32_combine give
  * pn_sample_crc_update's CRC of the whole tensor, however they are cut. */
 uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_bytes,
-                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems,
-                             uint64_t *len);
+                             int64_t elem_at, const uint8_t *bytes, int64_t n_elems, uint64_t *len);
 
 /* The CRC-32 of tensors idx[0..n) of r into crcs[0..n): of their sampled
  * rows (sample_rows = M > 0) or of all their bytes (sample_rows = 0).
@@ -71,16 +70,15 @@ uint32_t pn_sample_crc_piece(int64_t n_rows, int64_t M, int64_t K, int64_t elem_
  * thread with read-ahead advice for its rows. An error names the file and
  * the tensor (the first in idx order that failed). */
 pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int64_t sample_rows,
-                         int threads, volatile sig_atomic_t *cancel, uint32_t *crcs,
-                         pn_error *err);
+                         int threads, volatile sig_atomic_t *cancel, uint32_t *crcs, pn_error *err);
 
 /* This run's source identity, filled as it becomes known. */
 typedef struct pn_source_id {
     uint64_t header_hash;
-    size_t n;                 /* tensors */
-    uint32_t *sample_crc;     /* per tensor (PN_SOURCE_SAMPLE_ROWS rule) */
-    uint32_t *tensor_crc;     /* per tensor */
-    bool samples_known;       /* sample_crc holds every tensor's */
+    size_t n;             /* tensors */
+    uint32_t *sample_crc; /* per tensor (PN_SOURCE_SAMPLE_ROWS rule) */
+    uint32_t *tensor_crc; /* per tensor */
+    bool samples_known;   /* sample_crc holds every tensor's */
 } pn_source_id;
 
 /* The header hash and zeroed arrays for r's tensors. */
@@ -92,7 +90,7 @@ pn_status pn_source_id_read_samples(pn_source_id *id, const gguf_reader *r, int 
 
 /* The identity a PN file records. */
 typedef struct pn_recorded_source {
-    bool present;             /* some pn.source.* key is there */
+    bool present; /* some pn.source.* key is there */
     uint64_t header_hash;
     int64_t sample_rows;
     /* n_tensors values each, in tensor order (owned; pn_recorded_source_free).

@@ -28,16 +28,20 @@ static void split_path(const char *p, char *dir, size_t dir_len, const char **na
 {
     const char *s = strrchr(p, '/');
     *name = s ? s + 1 : p;
-    if (!s) snprintf(dir, dir_len, ".");
-    else if (s == p) snprintf(dir, dir_len, "/");
-    else snprintf(dir, dir_len, "%.*s", (int)(s - p), p);
+    if (!s)
+        snprintf(dir, dir_len, ".");
+    else if (s == p)
+        snprintf(dir, dir_len, "/");
+    else
+        snprintf(dir, dir_len, "%.*s", (int)(s - p), p);
 }
 
 /* Whether t and in name one file or one place: the same string, one
  * existing file (links followed), or the same name in one folder. */
 static bool same_place(const char *t, const char *in)
 {
-    if (strcmp(t, in) == 0) return true;
+    if (strcmp(t, in) == 0)
+        return true;
     struct stat a, b;
     if (stat(t, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         return true;
@@ -45,8 +49,8 @@ static bool same_place(const char *t, const char *in)
     const char *nt, *ni;
     split_path(t, dt, sizeof dt, &nt);
     split_path(in, di, sizeof di, &ni);
-    return strcmp(nt, ni) == 0 && stat(dt, &a) == 0 && stat(di, &b) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return strcmp(nt, ni) == 0 && stat(dt, &a) == 0 && stat(di, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
 }
 
 /* Whether writing target could touch `in`: target itself, then each link
@@ -54,21 +58,26 @@ static bool same_place(const char *t, const char *in)
 static bool target_touches(const char *target, const char *in)
 {
     char cur[PATH_MAX];
-    if (snprintf(cur, sizeof cur, "%s", target) >= (int)sizeof cur) return true;
+    if (snprintf(cur, sizeof cur, "%s", target) >= (int)sizeof cur)
+        return true;
     for (int hop = 0; hop < 40; hop++) {
-        if (same_place(cur, in)) return true;
+        if (same_place(cur, in))
+            return true;
         struct stat l;
-        if (lstat(cur, &l) != 0 || !S_ISLNK(l.st_mode)) return false;
+        if (lstat(cur, &l) != 0 || !S_ISLNK(l.st_mode))
+            return false;
         char link[PATH_MAX];
         ssize_t n = readlink(cur, link, sizeof link - 1);
-        if (n < 0) return false;
+        if (n < 0)
+            return false;
         link[n] = '\0';
         char next[PATH_MAX], dir[PATH_MAX];
         const char *name;
         split_path(cur, dir, sizeof dir, &name);
         int w = link[0] == '/' ? snprintf(next, sizeof next, "%s", link)
                                : snprintf(next, sizeof next, "%s/%s", dir, link);
-        if (w < 0 || w >= (int)sizeof next) return true;
+        if (w < 0 || w >= (int)sizeof next)
+            return true;
         memcpy(cur, next, (size_t)w + 1);
     }
     return true;
@@ -77,22 +86,25 @@ static bool target_touches(const char *target, const char *in)
 pn_status pn_source_check_target(const char *src, const char *target, const char *what,
                                  pn_error *err)
 {
-    if (!src || !target) return PN_OK;
+    if (!src || !target)
+        return PN_OK;
     if (!pn_source_is_hf(src)) {
         if (target_touches(target, src))
             return pn_error_set(err, PN_ERR_USAGE,
-                                "%s: %s is a file of the input (%s); choose another path",
-                                target, what, src);
+                                "%s: %s is a file of the input (%s); choose another path", target,
+                                what, src);
         return PN_OK;
     }
     pn_hf_inputs in;
     pn_status st = pn_hf_input_files(src, &in, err);
-    if (st != PN_OK) return st;
+    if (st != PN_OK)
+        return st;
     for (size_t i = 0; i < in.n; i++)
         if (target_touches(target, in.path[i])) {
             st = pn_error_set(err, PN_ERR_USAGE,
                               "%s: %s is a file of the input (%s, of the source %s); choose "
-                              "another path", target, what, in.path[i], src);
+                              "another path",
+                              target, what, in.path[i], src);
             break;
         }
     pn_hf_inputs_free(&in);
@@ -101,7 +113,7 @@ pn_status pn_source_check_target(const char *src, const char *target, const char
 
 typedef struct no_mtp_src {
     gguf_reader *r;
-    size_t *map;          /* tensor of the view -> tensor of r */
+    size_t *map; /* tensor of the view -> tensor of r */
 } no_mtp_src;
 
 static pn_status nm_read(void *ctx, size_t i, uint64_t off, void *dst, size_t n, pn_error *err)
@@ -121,7 +133,8 @@ static void nm_close(void *ctx)
 /* The block index of a tensor name "blk.N....", or -1. */
 static long block_of(const char *name)
 {
-    if (strncmp(name, "blk.", 4) != 0) return -1;
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
     char *end;
     long b = strtol(name + 4, &end, 10);
     return end != name + 4 && *end == '.' ? b : -1;
@@ -143,22 +156,29 @@ static pn_status drop_mtp(gguf_reader *r, const char *path, gguf_reader **out, p
     snprintf(k_nextn, sizeof k_nextn, "%.*s.nextn_predict_layers", al, arch->v.str.data);
     snprintf(k_rec, sizeof k_rec, "%.*s.attention.recurrent_layers", al, arch->v.str.data);
     const gguf_kv *kb = gguf_reader_find_kv(r, k_blocks), *kn = gguf_reader_find_kv(r, k_nextn);
-    if (!kn) { *out = r; return PN_OK; }   /* no MTP layer: the source as it is */
+    if (!kn) {
+        *out = r;
+        return PN_OK;
+    } /* no MTP layer: the source as it is */
     if (!kb || kb->type != GGUF_TYPE_UINT32 || kn->type != GGUF_TYPE_UINT32 ||
         kn->v.u64 > kb->v.u64) {
         gguf_reader_close(r);
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: --no-mtp: keys %s and %s are not uint32 "
-                            "with the MTP layers among the blocks", path, k_blocks, k_nextn);
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: --no-mtp: keys %s and %s are not uint32 "
+                            "with the MTP layers among the blocks",
+                            path, k_blocks, k_nextn);
     }
     const uint64_t L = kb->v.u64 - kn->v.u64;
     no_mtp_src *s = calloc(1, sizeof *s);
     size_t nt = gguf_reader_n_tensors(r);
-    if (s) s->map = calloc(nt ? nt : 1, sizeof *s->map);
+    if (s)
+        s->map = calloc(nt ? nt : 1, sizeof *s->map);
     gguf_writer *w = gguf_writer_new();
     pn_status st = (s && s->map && w) ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == PN_OK && i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (gguf_str_eq(kv->key, k_nextn) || (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0))
+        if (gguf_str_eq(kv->key, k_nextn) ||
+            (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0))
             continue;
         if (gguf_str_eq(kv->key, k_blocks)) {
             st = gguf_writer_set_u32(w, k_blocks, (uint32_t)L);
@@ -176,22 +196,25 @@ static pn_status drop_mtp(gguf_reader *r, const char *path, gguf_reader **out, p
     for (size_t i = 0; st == PN_OK && i < nt; i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
         long b = block_of(t->name);
-        if (b >= 0 && (uint64_t)b >= L) continue;
+        if (b >= 0 && (uint64_t)b >= L)
+            continue;
         st = gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, err);
         s->map[n++] = i;
     }
     uint8_t *hdr = NULL;
     size_t len = 0;
-    if (st == PN_OK) st = gguf_writer_header(w, &hdr, &len, err);
+    if (st == PN_OK)
+        st = gguf_writer_header(w, &hdr, &len, err);
     gguf_writer_free(w);
     if (st != PN_OK) {
-        if (s) free(s->map);
+        if (s)
+            free(s->map);
         free(s);
         gguf_reader_close(r);
         return st;
     }
     s->r = r;
-    gguf_provider p = {s, nm_read, nm_close};
+    gguf_provider p = { s, nm_read, nm_close };
     st = gguf_reader_open_virtual(hdr, len, path, &p, out, err);
     free(hdr);
     return st;
@@ -210,7 +233,7 @@ pn_status pn_source_open(const char *path, const pn_source_opts *opts, gguf_read
         }
         return drop_mtp(r, path, out, err);
     }
-    pn_hf_opts ho = {0};
+    pn_hf_opts ho = { 0 };
     ho.outtype = PN_HF_OUT_BF16;
     if (opts) {
         ho.no_mtp = opts->no_mtp;

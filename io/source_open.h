@@ -18,7 +18,7 @@ typedef struct pn_source_opts {
      * attention.recurrent_layers cut (a GGUF without an MTP layer is read as
      * it is). */
     bool no_mtp;
-    const char *tokenizer_pre;   /* a folder: tokenizer.ggml.pre when its pattern is unknown */
+    const char *tokenizer_pre; /* a folder: tokenizer.ggml.pre when its pattern is unknown */
 } pn_source_opts;
 
 /* True when path is a Hugging Face source rather than a GGUF: what

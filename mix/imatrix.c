@@ -15,7 +15,10 @@
 
 #define GGML_TYPE_F32_ID 0
 
-static const char *safe(const char *s, char *buf, size_t cap) { return pn_safe_text(s, buf, cap); }
+static const char *safe(const char *s, char *buf, size_t cap)
+{
+    return pn_safe_text(s, buf, cap);
+}
 
 void pn_imatrix_free(pn_imatrix *im)
 {
@@ -85,8 +88,7 @@ static pn_status take_i32(cursor *c, int32_t *v, const char *what, pn_error *err
 
 static float le_f32(const uint8_t *p)
 {
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                 (uint32_t)p[3] << 24;
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     float f;
     memcpy(&f, &u, 4);
     return f;
@@ -95,14 +97,15 @@ static float le_f32(const uint8_t *p)
 static pn_status parse_dat(const uint8_t *p, size_t len, const char *file, pn_imatrix *im,
                            pn_error *err)
 {
-    cursor c = {p, len, 0, file};
+    cursor c = { p, len, 0, file };
     int32_t n_entries = 0;
     pn_status st = take_i32(&c, &n_entries, "the entry count", err);
     if (st)
         return st;
     if (n_entries < 1)
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: at byte 0: the entry count is %d (expected >= 1)",
-                            file, (int)n_entries);
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: at byte 0: the entry count is %d (expected >= 1)", file,
+                            (int)n_entries);
     /* each entry takes at least 16 bytes (three int32, one name byte, one
      * float): a count the file cannot hold is refused before any allocation */
     if ((uint64_t)n_entries > (len - 4) / 16)
@@ -151,8 +154,9 @@ static pn_status parse_dat(const uint8_t *p, size_t len, const char *file, pn_im
         if ((st = take_i32(&c, &nval, what, err)))
             return pn_error_prefix(err, "entry %s", safe(e->name, b, sizeof b));
         if (ncall < 0)
-            return pn_error_set(err, PN_ERR_FORMAT, "%s: at byte %zu: entry %s: ncall %d is negative",
-                                file, c.at - 8, safe(e->name, b, sizeof b), (int)ncall);
+            return pn_error_set(err, PN_ERR_FORMAT,
+                                "%s: at byte %zu: entry %s: ncall %d is negative", file, c.at - 8,
+                                safe(e->name, b, sizeof b), (int)ncall);
         if (nval < 1)
             return pn_error_set(err, PN_ERR_FORMAT,
                                 "%s: at byte %zu: entry %s: value count %d (expected >= 1)", file,
@@ -217,8 +221,8 @@ static const gguf_kv *need_kv(const gguf_reader *r, const char *file, const char
 {
     const gguf_kv *kv = gguf_reader_find_kv(r, key);
     if (!kv) {
-        pn_error_set(err, PN_ERR_FORMAT, "%s: an imatrix needs the key %s, which is missing",
-                     file, key);
+        pn_error_set(err, PN_ERR_FORMAT, "%s: an imatrix needs the key %s, which is missing", file,
+                     key);
         return NULL;
     }
     if (kv->type != type) {
@@ -230,8 +234,8 @@ static const gguf_kv *need_kv(const gguf_reader *r, const char *file, const char
 }
 
 /* Reads n float32 of tensor ti and refuses NaN, infinity and negatives. */
-static pn_status read_f32(const gguf_reader *r, size_t ti, const char *file, float *dst,
-                          uint64_t n, pn_error *err)
+static pn_status read_f32(const gguf_reader *r, size_t ti, const char *file, float *dst, uint64_t n,
+                          pn_error *err)
 {
     pn_status st = gguf_reader_read_tensor(r, ti, 0, dst, (size_t)n * 4, err);
     if (st)
@@ -273,8 +277,8 @@ static pn_status read_entry(const gguf_reader *r, size_t i, size_t stem, const c
     e->name[stem] = 0;
     im->n++;
     if (!name_ok(e->name, stem))
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s: the name holds a control byte",
-                            file, safe(e->name, b, sizeof b));
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s: the name holds a control byte", file,
+                            safe(e->name, b, sizeof b));
     char cname[PN_IMATRIX_NAME_MAX + 16];
     snprintf(cname, sizeof cname, "%s.counts", e->name);
     long ci = gguf_reader_find_tensor(r, cname);
@@ -303,8 +307,7 @@ static pn_status read_entry(const gguf_reader *r, size_t i, size_t stem, const c
     for (int64_t m = 0; m < n_mat; m++) {
         if (counts[m] > 9007199254740992.0f)
             return pn_error_set(err, PN_ERR_FORMAT, "%s: entry %s, matrix %lld: a count of %g",
-                                file, safe(e->name, b, sizeof b), (long long)m,
-                                (double)counts[m]);
+                                file, safe(e->name, b, sizeof b), (long long)m, (double)counts[m]);
         const int64_t cnt = (int64_t)lroundf(counts[m]);
         if (m == 0)
             e->count = cnt;
@@ -329,8 +332,10 @@ static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_i
         st = pn_error_set(err, PN_ERR_FORMAT,
                           "%s: a GGUF file that is not an imatrix (general.type is %s, expected "
                           "\"imatrix\")",
-                          file, !kv ? "missing" : kv->type != GGUF_TYPE_STRING ? "not a string"
-                                                                               : "another string");
+                          file,
+                          !kv                            ? "missing"
+                          : kv->type != GGUF_TYPE_STRING ? "not a string"
+                                                         : "another string");
         goto done;
     }
     const gguf_kv *ds = need_kv(r, file, "imatrix.datasets", GGUF_TYPE_ARRAY, err);
@@ -341,8 +346,10 @@ static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_i
         goto done;
     }
     if (ds->arr_type != GGUF_TYPE_STRING) {
-        st = pn_error_set(err, PN_ERR_FORMAT, "%s: key imatrix.datasets is an array of %s "
-                          "(expected strings)", file, gguf_value_type_name(ds->arr_type));
+        st = pn_error_set(err, PN_ERR_FORMAT,
+                          "%s: key imatrix.datasets is an array of %s "
+                          "(expected strings)",
+                          file, gguf_value_type_name(ds->arr_type));
         goto done;
     }
     im->form = PN_IMATRIX_GGUF;
@@ -350,7 +357,7 @@ static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_i
     im->chunk_size = (int64_t)cs->v.u64;
     im->n_datasets = (size_t)ds->arr_count;
     {
-        gguf_str d0 = {0, ""};
+        gguf_str d0 = { 0, "" };
         if (ds->arr_count > 0)
             d0 = gguf_kv_arr_str(ds, 0);
         if (!(im->dataset = malloc((size_t)d0.len + 1))) {
@@ -378,9 +385,8 @@ static pn_status parse_gguf(const uint8_t *p, size_t len, const char *file, pn_i
         else if (ends_with(t->name, n, ".counts", &stem))
             n_counts++;
         else {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: tensor %s is neither W.in_sum2 nor W.counts", file,
-                              safe(t->name, b, sizeof b));
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s: tensor %s is neither W.in_sum2 nor W.counts",
+                              file, safe(t->name, b, sizeof b));
             goto done;
         }
         if (t->type != GGML_TYPE_F32_ID) {
@@ -573,7 +579,7 @@ pn_status pn_imatrix_check_model(const pn_imatrix *im, const char *path, const p
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
-    return pn_fnv1a64(h, data, n);   /* common/hash.h */
+    return pn_fnv1a64(h, data, n); /* common/hash.h */
 }
 
 static uint64_t fnv_u64(uint64_t h, uint64_t v)
@@ -599,7 +605,8 @@ static uint64_t hash_indexed(const pn_imatrix *im, const pn_name_index *x, size_
         for (int64_t j = 0; j < e->n_vals; j++) {
             uint32_t u;
             memcpy(&u, &e->weights[j], 4);
-            uint8_t bb[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+            uint8_t bb[4] = { (uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16),
+                              (uint8_t)(u >> 24) };
             h = fnv(h, bb, 4);
         }
     }
@@ -613,7 +620,7 @@ uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, s
 {
     pn_name_index *x = pn_name_index_new(n_names);
     for (size_t i = 0; x && i < n_names; i++)
-        (void)pn_name_index_put(x, names[i], i, NULL);   /* a repeated name is one name */
+        (void)pn_name_index_put(x, names[i], i, NULL); /* a repeated name is one name */
     if (!x) {
         if (n_used)
             *n_used = 0;

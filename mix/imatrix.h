@@ -48,8 +48,8 @@
 #include "gguf/pn_keys.h"
 #include "mix/plan.h"
 
-#define PN_IMATRIX_NAME_MAX 1024                     /* bytes of an entry name */
-#define PN_IMATRIX_MAX_FILE_BYTES ((size_t)4 << 30)  /* 4 GiB */
+#define PN_IMATRIX_NAME_MAX 1024                    /* bytes of an entry name */
+#define PN_IMATRIX_MAX_FILE_BYTES ((size_t)4 << 30) /* 4 GiB */
 
 /* The keys an output made with an imatrix carries (llama-quantize's
  * quantize.imatrix.* and the project's pn.mix.imatrix.*) are named in
@@ -58,21 +58,21 @@
 typedef enum pn_imatrix_form { PN_IMATRIX_GGUF = 1, PN_IMATRIX_DAT = 2 } pn_imatrix_form;
 
 typedef struct pn_imatrix_entry {
-    char *name;              /* the weight's GGUF name, NUL-terminated */
-    int64_t n_vals;          /* values: K * n_mat */
-    int64_t n_mat;           /* matrices (experts); 1 for a dense weight and every .dat entry */
-    int64_t count;           /* GGUF: the first matrix's token count; .dat: ncall */
-    float *weights;          /* n_vals per-column weights, matrix after matrix */
+    char *name;     /* the weight's GGUF name, NUL-terminated */
+    int64_t n_vals; /* values: K * n_mat */
+    int64_t n_mat;  /* matrices (experts); 1 for a dense weight and every .dat entry */
+    int64_t count;  /* GGUF: the first matrix's token count; .dat: ncall */
+    float *weights; /* n_vals per-column weights, matrix after matrix */
 } pn_imatrix_entry;
 
 typedef struct pn_imatrix {
     pn_imatrix_form form;
-    char *dataset;           /* the first dataset name, or "" when there is none */
+    char *dataset; /* the first dataset name, or "" when there is none */
     size_t n_datasets;
-    int64_t chunk_count;     /* GGUF key or .dat trailer; 0 when absent */
-    int64_t chunk_size;      /* GGUF key; 0 for .dat */
+    int64_t chunk_count; /* GGUF key or .dat trailer; 0 when absent */
+    int64_t chunk_size;  /* GGUF key; 0 for .dat */
     size_t n;
-    pn_imatrix_entry *entries;   /* sorted by name, byte order */
+    pn_imatrix_entry *entries; /* sorted by name, byte order */
 } pn_imatrix;
 
 /* Reads a file (a regular file of at most PN_IMATRIX_MAX_FILE_BYTES). */

@@ -81,12 +81,13 @@ static pn_status quantize_error(int type, const float *row, int64_t K, uint8_t *
     return PN_OK;
 }
 
-pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3,
-                         double *err4, double *norm, pn_error *err)
+pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3, double *err4,
+                         double *norm, pn_error *err)
 {
     if (K < 1 || K % 80 != 0 || K % 64 != 0)
         return pn_error_set(err, PN_ERR_USAGE,
-                            "measure: expected K a multiple of 80 and of 64, found %lld", (long long)K);
+                            "measure: expected K a multiple of 80 and of 64, found %lld",
+                            (long long)K);
     float *y = scratch;
     uint8_t *q = (uint8_t *)scratch + (size_t)K * sizeof(float);
     pn_status st = quantize_error(PN_TYPE_PN3T, row, K, q, y, err3, norm, err);
@@ -148,7 +149,8 @@ pn_status pn_measure_row_weighted(const float *orig, const float *rotated, int64
     if (K < 1 || K % 80 != 0 || K % 64 != 0 || (B > 1 && K % B != 0))
         return pn_error_set(err, PN_ERR_USAGE,
                             "measure: expected K a multiple of 80, of 64 and of the rotation "
-                            "block, found K %lld, block %d", (long long)K, B);
+                            "block, found K %lld, block %d",
+                            (long long)K, B);
     float *y = scratch;
     uint8_t *q = (uint8_t *)scratch + (size_t)K * sizeof(float);
     double *tmp = (double *)((uint8_t *)scratch + pn_measure_scratch_bytes(K));
@@ -168,13 +170,14 @@ void pn_measure_acc_add(pn_measure_acc *acc, double err3, double err4, double no
     acc->rows++;
 }
 
-pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_t n_rows,
-                          int64_t K, pn_error *err)
+pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_t n_rows, int64_t K,
+                          pn_error *err)
 {
     if (n_rows < 0 || K < 1 || K % 80 != 0 || K % 64 != 0)
         return pn_error_set(err, PN_ERR_USAGE,
                             "measure: expected K a multiple of 80 and of 64 and rows >= 0, "
-                            "found K=%lld rows=%lld", (long long)K, (long long)n_rows);
+                            "found K=%lld rows=%lld",
+                            (long long)K, (long long)n_rows);
     void *scratch = malloc(pn_measure_scratch_bytes(K));
     if (!scratch)
         return pn_error_set(err, PN_ERR_NOMEM, "measure: out of memory for a row of %lld",
@@ -265,27 +268,30 @@ long pn_measurement_find(const pn_measurement *m, const char *name)
     return -1;
 }
 
-static bool e_ok(double e) { return isfinite(e) && e >= 0.0; }
+static bool e_ok(double e)
+{
+    return isfinite(e) && e >= 0.0;
+}
 
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err)
 {
     if (!params_ok(&m->params))
         return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: the quantizer name is not one line, or the sample is empty",
-                            path);
+                            "%s: the quantizer name is not one line, or the sample is empty", path);
     for (size_t i = 0; i < m->n; i++) {
         const pn_measure_entry *e = &m->entries[i];
         if (!*e->name || strpbrk(e->name, "\t\r\n"))
-            return pn_error_set(err, PN_ERR_USAGE,
-                                "%s: tensor name '%s' cannot be saved (empty, or holds a tab or line break)",
-                                path, e->name);
+            return pn_error_set(
+                err, PN_ERR_USAGE,
+                "%s: tensor name '%s' cannot be saved (empty, or holds a tab or line break)", path,
+                e->name);
         if (!e_ok(e->e3) || !e_ok(e->e4))
             return pn_error_set(err, PN_ERR_USAGE,
                                 "%s: tensor '%s': expected finite errors >= 0, found E3=%g E4=%g",
                                 path, e->name, e->e3, e->e4);
     }
     /* The user's --measurement file: replacing it is what saving means. */
-    pn_outfile_opts oo = {.force = true};
+    pn_outfile_opts oo = { .force = true };
     pn_outfile *out = NULL;
     pn_status st = pn_outfile_open(path, &oo, &out, err);
     if (st)
@@ -305,8 +311,8 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
                     m->params.missing_unweighted ? "unweighted" : "error");
         fprintf(f, "candidates\t%zu\n", m->n);
         for (size_t i = 0; i < m->n; i++)
-            fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name,
-                    m->entries[i].e3, m->entries[i].e4, m->entries[i].rows_crc32);
+            fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name, m->entries[i].e3,
+                    m->entries[i].e4, m->entries[i].rows_crc32);
         fprintf(f, "end\n");
         st = pn_outfile_commit(out, err);
     } else {
@@ -383,7 +389,11 @@ static bool parse_e(const char *s, double *v)
     return true;
 }
 
-#define LFAIL(code, ...) do { st = pn_error_set(err, code, __VA_ARGS__); goto done; } while (0)
+#define LFAIL(code, ...)                                                                           \
+    do {                                                                                           \
+        st = pn_error_set(err, code, __VA_ARGS__);                                                 \
+        goto done;                                                                                 \
+    } while (0)
 
 /* A hexadecimal number of exactly `digits` digits. */
 static bool parse_hex(const char *s, int digits, uint64_t *v)
@@ -402,16 +412,14 @@ static bool parse_hex(const char *s, int digits, uint64_t *v)
     return true;
 }
 
-pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version,
-                              pn_error *err)
+pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version, pn_error *err)
 {
     *out = NULL;
     if (version)
         *version = 0;
     char *buf = NULL;
     size_t len = 0;
-    pn_status st = pn_read_small_file(path, MEASURE_MAX_FILE_BYTES, "measurement", &buf, &len,
-                                      err);
+    pn_status st = pn_read_small_file(path, MEASURE_MAX_FILE_BYTES, "measurement", &buf, &len, err);
     if (st != PN_OK)
         return st;
     pn_measurement *m = NULL;
@@ -419,7 +427,7 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
     if (memchr(buf, '\0', len))
         LFAIL(PN_ERR_FORMAT, "%s: expected a text file, found a NUL byte", path);
     buf[len] = '\0';
-    line_reader lr = {.buf = buf, .len = len};
+    line_reader lr = { .buf = buf, .len = len };
     char *fl[5];
     char *s;
 
@@ -434,7 +442,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         LFAIL(PN_ERR_VERSION,
               "%s: a measurement of format %lld, from an older pn-quantize: it does not record "
               "the rows it measured or the rotation, rows and quantizer its figures depend on; "
-              "measure again", path, (long long)v);
+              "measure again",
+              path, (long long)v);
     }
     if (!parse_i64(fl[1], &v) || v != MEASURE_FORMAT_VERSION)
         LFAIL(PN_ERR_VERSION, "%s:1: expected measurement format version %d, found '%s'", path,
@@ -485,7 +494,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
             (strcmp(fl[3], "error") != 0 && strcmp(fl[3], "unweighted") != 0))
             LFAIL(PN_ERR_FORMAT,
                   "%s:6: expected 'imatrix<TAB>entries-fnv1a64<TAB><16 hex digits><TAB>"
-                  "error|unweighted'", path);
+                  "error|unweighted'",
+                  path);
         m->params.weighted = true;
         m->params.imatrix_hash = h;
         m->params.missing_unweighted = strcmp(fl[3], "unweighted") == 0;
@@ -513,13 +523,14 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
                   path, line);
         pn_measure_entry *e = &m->entries[m->n];
         if (!parse_e(fl[1], &e->e3) || !parse_e(fl[2], &e->e4))
-            LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s': expected two finite errors >= 0, found '%s' '%s'",
-                  path, line, fl[0], fl[1], fl[2]);
+            LFAIL(PN_ERR_FORMAT,
+                  "%s:%d: tensor '%s': expected two finite errors >= 0, found '%s' '%s'", path,
+                  line, fl[0], fl[1], fl[2]);
         uint64_t crc;
         if (!parse_hex(fl[3], 8, &crc))
             LFAIL(PN_ERR_FORMAT,
-                  "%s:%d: tensor '%s': expected a CRC-32 of 8 hex digits, found '%s'", path,
-                  line, fl[0], fl[3]);
+                  "%s:%d: tensor '%s': expected a CRC-32 of 8 hex digits, found '%s'", path, line,
+                  fl[0], fl[3]);
         e->rows_crc32 = (uint32_t)crc;
         if (pn_name_index_get(seen, fl[0]) >= 0)
             LFAIL(PN_ERR_FORMAT, "%s:%d: tensor '%s' is listed twice", path, line, fl[0]);
@@ -530,7 +541,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
     s = next_line(&lr);
     if (!s || strcmp(s, "end") != 0)
         LFAIL(s ? PN_ERR_FORMAT : PN_ERR_TRUNCATED, "%s:%d: expected 'end' after %lld candidates%s",
-              path, lr.line + (s ? 0 : 1), (long long)count, s ? "" : ", found the end of the file");
+              path, lr.line + (s ? 0 : 1), (long long)count,
+              s ? "" : ", found the end of the file");
     if (lr.pos < lr.len)
         LFAIL(PN_ERR_FORMAT, "%s:%d: expected nothing after 'end'", path, lr.line + 1);
 done:
@@ -565,8 +577,7 @@ pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
         pn_rotation_text(got->rotation_cap, a, sizeof a);
         pn_rotation_text(want->rotation_cap, b, sizeof b);
         return pn_error_set(err, PN_ERR_MISMATCH,
-                            "%s: measured with another rotation: %s, this run uses %s", path, a,
-                            b);
+                            "%s: measured with another rotation: %s, this run uses %s", path, a, b);
     }
     if (got->sample_max_rows != want->sample_max_rows)
         return pn_error_set(err, PN_ERR_MISMATCH,
@@ -620,9 +631,8 @@ pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
     return PN_OK;
 }
 
-pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path,
-                                    const pn_plan *plan, const uint32_t *rows_crc,
-                                    pn_error *err)
+pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path, const pn_plan *plan,
+                                    const uint32_t *rows_crc, pn_error *err)
 {
     size_t k = 0;
     for (size_t i = 0; i < plan->n_tensors && k < m->n; i++) {

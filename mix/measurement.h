@@ -73,7 +73,7 @@
 
 #define PN_SAMPLE_ROWS_DEFAULT 256
 #define PN_MEASURE_FORMAT_VERSION 2
-#define PN_MEASURE_TEXT_MAX 256       /* bytes of the quantizer text, with the terminator */
+#define PN_MEASURE_TEXT_MAX 256 /* bytes of the quantizer text, with the terminator */
 
 /* How many rows the sample of a tensor of n_rows rows holds:
  * min(n_rows, max_rows); 0 if n_rows < 1 or max_rows < 1. */
@@ -85,10 +85,10 @@ int64_t pn_sample_count(int64_t n_rows, int64_t max_rows);
 int64_t pn_sample_row(int64_t n_rows, int64_t max_rows, int64_t i);
 
 typedef struct pn_measure_acc {
-    double err3;     /* sum (w - dq3(w))^2 */
-    double err4;     /* sum (w - dq4(w))^2 */
-    double norm;     /* sum w^2 */
-    int64_t rows;    /* rows added */
+    double err3;  /* sum (w - dq3(w))^2 */
+    double err4;  /* sum (w - dq4(w))^2 */
+    double norm;  /* sum w^2 */
+    int64_t rows; /* rows added */
 } pn_measure_acc;
 
 /* The three sums of one rotated row of K weights (K a multiple of 80 and of
@@ -98,8 +98,8 @@ typedef struct pn_measure_acc {
  * buffer are aligned. On a quantizer error (non-finite weight, scale
  * overflow) the column is in the message. */
 size_t pn_measure_scratch_bytes(int64_t K);
-pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3,
-                         double *err4, double *norm, pn_error *err);
+pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3, double *err4,
+                         double *norm, pn_error *err);
 void pn_measure_acc_add(pn_measure_acc *acc, double err3, double err4, double norm);
 
 /* The weighted sums of one row (the rule above): orig the K floats before
@@ -121,32 +121,32 @@ double pn_weighted_norm_sum(const float *x, int64_t n, const float *v, double su
 /* Adds n_rows consecutive rotated rows of K weights to acc, in order
  * (allocates its own scratch). Errors name the row (0-based within this
  * call) and column. */
-pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_t n_rows,
-                          int64_t K, pn_error *err);
+pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_t n_rows, int64_t K,
+                          pn_error *err);
 /* E3 and E4 from an accumulator (0 when the norm is 0). */
 void pn_measure_acc_result(const pn_measure_acc *acc, double *e3, double *e4);
 
 /* What a measurement's figures depend on besides its rows' bytes. */
 typedef struct pn_measure_params {
-    uint64_t source_header_hash;             /* io/source_id.h */
-    char quantizer[PN_MEASURE_TEXT_MAX];     /* pn.quantizer: one line, no tab */
-    int rotation_cap;                        /* 0: none; else the Hadamard cap */
-    int64_t sample_max_rows;                 /* M, >= 1 */
-    bool weighted;                           /* by an imatrix */
-    uint64_t imatrix_hash;                   /* pn_imatrix_hash_used, when weighted */
-    bool missing_unweighted;                 /* --imatrix-missing unweighted */
+    uint64_t source_header_hash;         /* io/source_id.h */
+    char quantizer[PN_MEASURE_TEXT_MAX]; /* pn.quantizer: one line, no tab */
+    int rotation_cap;                    /* 0: none; else the Hadamard cap */
+    int64_t sample_max_rows;             /* M, >= 1 */
+    bool weighted;                       /* by an imatrix */
+    uint64_t imatrix_hash;               /* pn_imatrix_hash_used, when weighted */
+    bool missing_unweighted;             /* --imatrix-missing unweighted */
 } pn_measure_params;
 
 typedef struct pn_measure_entry {
     char *name;
     double e3, e4;
-    uint32_t rows_crc32;         /* of the source bytes of the rows measured */
+    uint32_t rows_crc32; /* of the source bytes of the rows measured */
 } pn_measure_entry;
 
 typedef struct pn_measurement {
     pn_measure_params params;
     size_t n;
-    pn_measure_entry *entries;   /* the plan's candidates, in tensor order */
+    pn_measure_entry *entries; /* the plan's candidates, in tensor order */
 } pn_measurement;
 
 /* A measurement with one entry per candidate of the plan (E3 = E4 = 0 and
@@ -165,8 +165,7 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
  * first line (0 when it has none); a version other than
  * PN_MEASURE_FORMAT_VERSION is PN_ERR_VERSION, whose message for an older
  * one says to measure again. */
-pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version,
-                              pn_error *err);
+pn_status pn_measurement_load(const char *path, pn_measurement **out, int *version, pn_error *err);
 
 /* Whether m was measured with `want` on the candidates of `plan`: the
  * source's header, the quantizer, the rotation, the rows sampled, then the
@@ -180,8 +179,7 @@ pn_status pn_measurement_check_params(const pn_measurement *m, const char *path,
  * CRC-32 of the sampled rows (m's rule) of plan tensor i, read for every
  * candidate. PN_ERR_MISMATCH naming the first candidate that differs and
  * both CRCs. Call after pn_measurement_check_params. */
-pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path,
-                                    const pn_plan *plan, const uint32_t *rows_crc,
-                                    pn_error *err);
+pn_status pn_measurement_check_rows(const pn_measurement *m, const char *path, const pn_plan *plan,
+                                    const uint32_t *rows_crc, pn_error *err);
 
 #endif

@@ -8,15 +8,15 @@
 #include "common/hash.h"
 
 typedef struct slot {
-    const char *name;       /* NULL: empty */
+    const char *name; /* NULL: empty */
     size_t value;
 } slot;
 
 struct pn_name_index {
     slot *slots;
-    size_t cap;             /* a power of two */
+    size_t cap; /* a power of two */
     size_t n;
-    uint64_t seed;          /* names come from files: crafted collisions
+    uint64_t seed; /* names come from files: crafted collisions
                                must not make the table quadratic */
 };
 

@@ -38,18 +38,19 @@ static pn_status check_desc(const pn_tensor_desc *d, size_t i, pn_error *err)
     int64_t total = 1;
     for (int k = 0; k < 4; k++) {
         if (d->ne[k] < 1 || ((uint32_t)k >= d->n_dims && d->ne[k] != 1))
-            return pn_error_set(err, PN_ERR_TENSOR,
-                                "tensor '%s': expected ne[%d] %s, found %lld", d->name, k,
-                                (uint32_t)k < d->n_dims ? ">= 1" : "= 1 (beyond n_dims)",
-                                (long long)d->ne[k]);
+            return pn_error_set(
+                err, PN_ERR_TENSOR, "tensor '%s': expected ne[%d] %s, found %lld", d->name, k,
+                (uint32_t)k < d->n_dims ? ">= 1" : "= 1 (beyond n_dims)", (long long)d->ne[k]);
         if (total > INT64_MAX / d->ne[k])
-            return pn_error_set(err, PN_ERR_TENSOR, "tensor '%s': element count overflows", d->name);
+            return pn_error_set(err, PN_ERR_TENSOR, "tensor '%s': element count overflows",
+                                d->name);
         total *= d->ne[k];
     }
     if (!pn_type_is_float(d->src_type))
-        return pn_error_set(err, PN_ERR_TYPE,
-                            "tensor '%s': expected a float source (f32, f16 or bf16), found type %d (%s)",
-                            d->name, d->src_type, type_name(d->src_type));
+        return pn_error_set(
+            err, PN_ERR_TYPE,
+            "tensor '%s': expected a float source (f32, f16 or bf16), found type %d (%s)", d->name,
+            d->src_type, type_name(d->src_type));
     return PN_OK;
 }
 
@@ -66,7 +67,7 @@ static pn_status report_unmatched(const pn_recipe *recipe, const pn_tensor_desc 
     int len = snprintf(msg, sizeof msg, "%s: %zu tensor%s match%s no rule:", recipe->source, n_bad,
                        n_bad == 1 ? "" : "s", n_bad == 1 ? "es" : "");
     size_t shown = 0;
-    const size_t reserve = 40;   /* room for " ... and N more" */
+    const size_t reserve = 40; /* room for " ... and N more" */
     for (; shown < n_bad; shown++) {
         const char *name = tensors[idx[shown]].name;
         size_t need = strlen(name) + 2;
@@ -117,9 +118,9 @@ pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, 
         qsort(names, n, sizeof *names, cmp_name_ptr);
         for (size_t i = 1; i < n; i++) {
             if (strcmp(names[i - 1], names[i]) == 0) {
-                pn_status st = pn_error_set(err, PN_ERR_TENSOR,
-                                            "tensor '%s': expected unique tensor names, found it twice",
-                                            names[i]);
+                pn_status st = pn_error_set(
+                    err, PN_ERR_TENSOR, "tensor '%s': expected unique tensor names, found it twice",
+                    names[i]);
                 free(names);
                 return st;
             }
@@ -157,7 +158,7 @@ pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, 
     for (size_t i = 0; i < n; i++) {
         const pn_tensor_desc *d = &tensors[i];
         pn_plan_tensor *t = &p->tensors[i];
-        p->n_tensors = i + 1;   /* so pn_plan_free releases what is filled */
+        p->n_tensors = i + 1; /* so pn_plan_free releases what is filled */
         t->name = strdup(d->name);
         if (!t->name) {
             pn_plan_free(p);
@@ -233,8 +234,9 @@ void pn_plan_clear_promotions(pn_plan *plan)
 pn_status pn_plan_promote_index(pn_plan *plan, size_t index, pn_error *err)
 {
     if (index >= plan->n_tensors)
-        return pn_error_set(err, PN_ERR_USAGE, "promotion: tensor index %zu out of range (%zu tensors)",
-                            index, plan->n_tensors);
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "promotion: tensor index %zu out of range (%zu tensors)", index,
+                            plan->n_tensors);
     pn_plan_tensor *t = &plan->tensors[index];
     if (!t->candidate)
         return pn_error_set(err, PN_ERR_MISMATCH,
@@ -243,7 +245,8 @@ pn_status pn_plan_promote_index(pn_plan *plan, size_t index, pn_error *err)
                             t->name, type_name(t->base_type),
                             t->base_type == PN_TYPE_PN3T ? ", but K is not a multiple of 64" : "");
     if (t->promoted)
-        return pn_error_set(err, PN_ERR_MISMATCH, "promotion: tensor '%s' is listed twice", t->name);
+        return pn_error_set(err, PN_ERR_MISMATCH, "promotion: tensor '%s' is listed twice",
+                            t->name);
     t->promoted = true;
     t->promote_rank = (int)plan->n_promoted++;
     t->type = PN_TYPE_PN4T;
@@ -251,8 +254,7 @@ pn_status pn_plan_promote_index(pn_plan *plan, size_t index, pn_error *err)
     return PN_OK;
 }
 
-pn_status pn_plan_promote_by_names(pn_plan *plan, const char *const *names, size_t n,
-                                   pn_error *err)
+pn_status pn_plan_promote_by_names(pn_plan *plan, const char *const *names, size_t n, pn_error *err)
 {
     pn_plan_clear_promotions(plan);
     for (size_t i = 0; i < n; i++) {

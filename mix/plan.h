@@ -40,51 +40,51 @@
 /* A source tensor as the plan needs it. name is borrowed (copied by build). */
 typedef struct pn_tensor_desc {
     const char *name;
-    uint32_t n_dims;         /* 1..4 */
-    int64_t ne[4];           /* unused dims are 1 */
-    int src_type;            /* ggml type id of the source data */
+    uint32_t n_dims; /* 1..4 */
+    int64_t ne[4];   /* unused dims are 1 */
+    int src_type;    /* ggml type id of the source data */
 } pn_tensor_desc;
 
 typedef struct pn_plan_tensor {
-    char *name;              /* owned copy */
+    char *name; /* owned copy */
     uint32_t n_dims;
     int64_t ne[4];
     int src_type;
-    int64_t rows;            /* ne[1] * ne[2] * ne[3] */
-    int64_t n_weights;       /* ne[0] * rows */
-    int rule_line;           /* the recipe line of the rule that chose the type */
-    int chain_index;         /* position of the chosen type in the rule's chain (0: first) */
-    int base_type;           /* type from the rule, before promotion */
-    int type;                /* type written: base_type, or pn4t when promoted */
+    int64_t rows;      /* ne[1] * ne[2] * ne[3] */
+    int64_t n_weights; /* ne[0] * rows */
+    int rule_line;     /* the recipe line of the rule that chose the type */
+    int chain_index;   /* position of the chosen type in the rule's chain (0: first) */
+    int base_type;     /* type from the rule, before promotion */
+    int type;          /* type written: base_type, or pn4t when promoted */
     bool rotated;
-    int rotation_block;      /* B when rotated, else 0 */
-    bool candidate;          /* base_type pn3t and K % 64 == 0 */
+    int rotation_block; /* B when rotated, else 0 */
+    bool candidate;     /* base_type pn3t and K % 64 == 0 */
     bool promoted;
-    int promote_rank;        /* order of promotion (0 first), -1 when not promoted */
-    uint64_t bytes;          /* output data bytes (no padding) */
+    int promote_rank; /* order of promotion (0 first), -1 when not promoted */
+    uint64_t bytes;   /* output data bytes (no padding) */
 } pn_plan_tensor;
 
 typedef struct pn_plan {
-    char mix_name[PN_MIX_NAME_MAX];      /* the recipe's name, without "+N" */
+    char mix_name[PN_MIX_NAME_MAX]; /* the recipe's name, without "+N" */
     pn_rotation_kind rotation;
-    int rotation_cap;                    /* 0 when rotation is none */
-    int64_t promote_default;             /* the recipe's 'promote' count */
+    int rotation_cap;        /* 0 when rotation is none */
+    int64_t promote_default; /* the recipe's 'promote' count */
     bool has_file_type;
     uint32_t file_type;
     size_t n_tensors;
-    pn_plan_tensor *tensors;             /* in source order */
+    pn_plan_tensor *tensors; /* in source order */
     size_t n_candidates;
     size_t n_promoted;
 } pn_plan;
 
 typedef struct pn_plan_totals {
-    uint64_t payload_bytes;   /* sum of tensor bytes, no padding */
-    uint64_t pn_bytes;        /* of the pn3t/pn4t tensors */
-    uint64_t other_bytes;     /* of every other tensor */
-    uint64_t n_weights;       /* every tensor */
-    uint64_t pn_weights;      /* of the pn3t/pn4t tensors */
-    double bpw_pn;            /* 8 * pn_bytes / pn_weights (0 without PN tensors) */
-    double bpw_all;           /* 8 * payload_bytes / n_weights */
+    uint64_t payload_bytes; /* sum of tensor bytes, no padding */
+    uint64_t pn_bytes;      /* of the pn3t/pn4t tensors */
+    uint64_t other_bytes;   /* of every other tensor */
+    uint64_t n_weights;     /* every tensor */
+    uint64_t pn_weights;    /* of the pn3t/pn4t tensors */
+    double bpw_pn;          /* 8 * pn_bytes / pn_weights (0 without PN tensors) */
+    double bpw_all;         /* 8 * payload_bytes / n_weights */
     size_t n_pn3t, n_pn4t, n_candidates, n_promoted;
 } pn_plan_totals;
 

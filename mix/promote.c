@@ -8,8 +8,8 @@
 #include "mix/name_index.h"
 
 typedef struct ranked {
-    size_t index;     /* plan tensor index */
-    double gain;      /* E3 - E4 */
+    size_t index; /* plan tensor index */
+    double gain;  /* E3 - E4 */
 } ranked;
 
 /* A total order (gain, then index), so qsort's instability cannot show. */
@@ -34,14 +34,16 @@ pn_status pn_promotion_order(const pn_plan *plan, const pn_measurement *m, size_
         goto done;
     }
     for (size_t i = 0; i < plan->n_tensors; i++)
-        pn_name_index_put(tensors, plan->tensors[i].name, i, NULL);  /* names are unique */
+        pn_name_index_put(tensors, plan->tensors[i].name, i, NULL); /* names are unique */
     for (size_t i = 0; i < m->n; i++) {
         long idx = pn_name_index_get(tensors, m->entries[i].name);
         if (idx < 0 || !plan->tensors[idx].candidate) {
             st = pn_error_set(err, PN_ERR_MISMATCH,
                               "measurement: tensor '%s' is %s; the measurement was made for "
-                              "another model or recipe", m->entries[i].name,
-                              idx < 0 ? "not in the model" : "not a promotion candidate of this plan");
+                              "another model or recipe",
+                              m->entries[i].name,
+                              idx < 0 ? "not in the model"
+                                      : "not a promotion candidate of this plan");
             goto done;
         }
         pn_name_index_put(entries, m->entries[i].name, i, NULL);
@@ -124,9 +126,9 @@ pn_status pn_plan_file_bytes(const pn_plan *plan, pn_header_bytes_fn header_byte
 }
 
 pn_status pn_plan_choose_n_for_size(pn_plan *plan, const pn_measurement *m,
-                                    pn_header_bytes_fn header_bytes, void *ctx,
-                                    uint64_t alignment, uint64_t size_limit, size_t *n,
-                                    uint64_t *file_bytes, pn_error *err)
+                                    pn_header_bytes_fn header_bytes, void *ctx, uint64_t alignment,
+                                    uint64_t size_limit, size_t *n, uint64_t *file_bytes,
+                                    pn_error *err)
 {
     pn_plan_clear_promotions(plan);
     size_t *order;

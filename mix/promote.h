@@ -51,8 +51,8 @@ pn_status pn_plan_file_bytes(const pn_plan *plan, pn_header_bytes_fn header_byte
  * the file size. When even n = 0 does not fit: PN_ERR_USAGE giving the size
  * at n = 0 and the limit, and the plan is left with no promotions. */
 pn_status pn_plan_choose_n_for_size(pn_plan *plan, const pn_measurement *m,
-                                    pn_header_bytes_fn header_bytes, void *ctx,
-                                    uint64_t alignment, uint64_t size_limit, size_t *n,
-                                    uint64_t *file_bytes, pn_error *err);
+                                    pn_header_bytes_fn header_bytes, void *ctx, uint64_t alignment,
+                                    uint64_t size_limit, size_t *n, uint64_t *file_bytes,
+                                    pn_error *err);
 
 #endif

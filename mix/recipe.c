@@ -16,7 +16,7 @@
 /* The types the pipeline can write; a recipe naming another would only fail
  * later, in the middle of a conversion. */
 static const int supported_types[] = {
-    PN_TYPE_F32, PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_Q8_0,
+    PN_TYPE_F32,  PN_TYPE_F16,  PN_TYPE_BF16, PN_TYPE_Q8_0,
     PN_TYPE_Q4_K, PN_TYPE_Q3_K, PN_TYPE_PN3T, PN_TYPE_PN4T,
 };
 
@@ -30,7 +30,10 @@ bool pn_recipe_type_supported(int type)
 
 /* ---- small text helpers ---- */
 
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
 
 /* Shortened copy of a token for messages (a recipe line can be long). */
 static const char *shown(const char *s, char *buf, size_t size)
@@ -113,7 +116,8 @@ typedef struct parser {
 static pn_status once(parser *p, int *seen, const char *kw)
 {
     if (*seen)
-        return FAIL(p, "%s:%d: expected one '%s' line, found a second one (the first is at line %d)",
+        return FAIL(p,
+                    "%s:%d: expected one '%s' line, found a second one (the first is at line %d)",
                     p->source, p->line, kw, *seen);
     *seen = p->line;
     return PN_OK;
@@ -131,13 +135,15 @@ static pn_status parse_mix(parser *p, char **tok, size_t n)
     size_t len = strlen(name);
     char b[64];
     if (len >= PN_MIX_NAME_MAX)
-        return FAIL(p, "%s:%d: expected a mix name of at most %d characters, found '%s' (%zu characters)",
-                    p->source, p->line, PN_MIX_NAME_MAX - 1, shown(name, b, sizeof b), len);
+        return FAIL(
+            p, "%s:%d: expected a mix name of at most %d characters, found '%s' (%zu characters)",
+            p->source, p->line, PN_MIX_NAME_MAX - 1, shown(name, b, sizeof b), len);
     for (const char *c = name; *c; c++) {
-        bool ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-                  *c == '.' || *c == '_' || *c == '-';
+        bool ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                  (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-';
         if (!ok)
-            return FAIL(p, "%s:%d: expected a mix name of letters, digits, '.', '_' or '-' "
+            return FAIL(p,
+                        "%s:%d: expected a mix name of letters, digits, '.', '_' or '-' "
                         "('+' is reserved for the promotion count), found '%s'",
                         p->source, p->line, shown(name, b, sizeof b));
     }
@@ -160,15 +166,17 @@ static pn_status parse_rotation(parser *p, char **tok, size_t n)
         int64_t cap = PN_HADAMARD_DEFAULT_CAP;
         if (n == 3 && (!parse_u63(tok[2], &cap) || cap < 1 || cap > PN_HADAMARD_MAX_BLOCK ||
                        !pn_is_pow2(cap)))
-            return FAIL(p, "%s:%d: expected a block cap that is a power of two from 1 to %d, found '%s'",
-                        p->source, p->line, PN_HADAMARD_MAX_BLOCK, shown(tok[2], b, sizeof b));
+            return FAIL(
+                p, "%s:%d: expected a block cap that is a power of two from 1 to %d, found '%s'",
+                p->source, p->line, PN_HADAMARD_MAX_BLOCK, shown(tok[2], b, sizeof b));
         p->r->rotation = PN_ROTATION_HADAMARD;
         p->r->rotation_cap = (int)cap;
         return PN_OK;
     }
-    return FAIL(p, "%s:%d: expected 'rotation hadamard [cap]' or 'rotation none', found 'rotation%s%s%s'",
-                p->source, p->line, n > 1 ? " " : "", n > 1 ? shown(tok[1], b, sizeof b) : "",
-                n > 2 ? " ..." : "");
+    return FAIL(
+        p, "%s:%d: expected 'rotation hadamard [cap]' or 'rotation none', found 'rotation%s%s%s'",
+        p->source, p->line, n > 1 ? " " : "", n > 1 ? shown(tok[1], b, sizeof b) : "",
+        n > 2 ? " ..." : "");
 }
 
 /* mtp keep | mtp drop: whether a source's MTP layer (blk.L.nextn.* and the
@@ -209,7 +217,10 @@ static pn_status parse_count(parser *p, char **tok, size_t n, const char *kw, in
     return PN_OK;
 }
 
-static bool is_condition(const char *tok) { return strpbrk(tok, "=<>!%") != NULL; }
+static bool is_condition(const char *tok)
+{
+    return strpbrk(tok, "=<>!%") != NULL;
+}
 
 static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
 {
@@ -226,8 +237,10 @@ static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
         c->var = PN_SHAPE_DIMS;
         s += 4;
     } else {
-        return FAIL(p, "%s:%d: expected a shape condition on K, rows or dims (e.g. K=5120, "
-                    "K%%256==0, dims=1), found '%s'", p->source, p->line, shown(tok, b, sizeof b));
+        return FAIL(p,
+                    "%s:%d: expected a shape condition on K, rows or dims (e.g. K=5120, "
+                    "K%%256==0, dims=1), found '%s'",
+                    p->source, p->line, shown(tok, b, sizeof b));
     }
     if (*s == '%') {
         s++;
@@ -238,8 +251,8 @@ static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
         num[k] = '\0';
         int64_t m;
         if (!parse_u63(num, &m) || m < 1)
-            return FAIL(p, "%s:%d: expected a modulus of at least 1 after '%%' in '%s'",
-                        p->source, p->line, shown(tok, b, sizeof b));
+            return FAIL(p, "%s:%d: expected a modulus of at least 1 after '%%' in '%s'", p->source,
+                        p->line, shown(tok, b, sizeof b));
         c->modulus = m;
     }
     if (strncmp(s, "==", 2) == 0) {
@@ -264,8 +277,8 @@ static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
         c->cmp = PN_CMP_GT;
         s += 1;
     } else {
-        return FAIL(p, "%s:%d: expected a comparison (=, ==, !=, <, <=, >, >=) in '%s'",
-                    p->source, p->line, shown(tok, b, sizeof b));
+        return FAIL(p, "%s:%d: expected a comparison (=, ==, !=, <, <=, >, >=) in '%s'", p->source,
+                    p->line, shown(tok, b, sizeof b));
     }
     bool list_ok = c->cmp == PN_CMP_EQ || c->cmp == PN_CMP_NE;
     for (;;) {
@@ -275,8 +288,8 @@ static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
             num[k++] = *s++;
         num[k] = '\0';
         if (*s && *s != ',')
-            return FAIL(p, "%s:%d: expected a number of at most 19 digits in '%s'",
-                        p->source, p->line, shown(tok, b, sizeof b));
+            return FAIL(p, "%s:%d: expected a number of at most 19 digits in '%s'", p->source,
+                        p->line, shown(tok, b, sizeof b));
         int64_t v;
         if (!parse_u63(num, &v))
             return FAIL(p, "%s:%d: expected a non-negative whole number in '%s', found '%s'",
@@ -288,7 +301,8 @@ static pn_status parse_condition(parser *p, const char *tok, pn_recipe_cond *c)
         if (!*s)
             break;
         if (!list_ok)
-            return FAIL(p, "%s:%d: expected one value after <, <=, > or >= in '%s' "
+            return FAIL(p,
+                        "%s:%d: expected one value after <, <=, > or >= in '%s' "
                         "(a list of values is for = and != only)",
                         p->source, p->line, shown(tok, b, sizeof b));
         s++;
@@ -301,8 +315,10 @@ static pn_status parse_chain(parser *p, char *rhs, pn_recipe_rule *rule)
     char b[64];
     rhs = trim(rhs);
     if (!*rhs)
-        return FAIL(p, "%s:%d: expected a type or a fallback chain (e.g. q3_K|q8_0) after '=>', found nothing",
-                    p->source, p->line);
+        return FAIL(
+            p,
+            "%s:%d: expected a type or a fallback chain (e.g. q3_K|q8_0) after '=>', found nothing",
+            p->source, p->line);
     char *s = rhs;
     for (;;) {
         char *bar = strchr(s, '|');
@@ -317,11 +333,13 @@ static pn_status parse_chain(parser *p, char *rhs, pn_recipe_rule *rule)
                         p->source, p->line, *name ? shown(name, b, sizeof b) : "(empty)");
         const pn_type_traits *t = pn_type_traits_by_name(name);
         if (!t || !pn_recipe_type_supported(t->id))
-            return FAIL(p, "%s:%d: expected a type the toolchain writes (f32, f16, bf16, q8_0, q4_K, "
-                        "q3_K, pn3t, pn4t), found '%s'", p->source, p->line, shown(name, b, sizeof b));
+            return FAIL(p,
+                        "%s:%d: expected a type the toolchain writes (f32, f16, bf16, q8_0, q4_K, "
+                        "q3_K, pn3t, pn4t), found '%s'",
+                        p->source, p->line, shown(name, b, sizeof b));
         if (rule->n_types == PN_RECIPE_MAX_CHAIN)
-            return FAIL(p, "%s:%d: expected at most %d types in a fallback chain",
-                        p->source, p->line, PN_RECIPE_MAX_CHAIN);
+            return FAIL(p, "%s:%d: expected at most %d types in a fallback chain", p->source,
+                        p->line, PN_RECIPE_MAX_CHAIN);
         rule->types[rule->n_types++] = t->id;
         if (!bar)
             break;
@@ -354,8 +372,10 @@ static pn_status parse_rule(parser *p, char *stmt)
 
     char *arrow = strstr(stmt, "=>");
     if (!arrow) {
-        st = FAIL(p, "%s:%d: expected 'rule <pattern or condition>... => <type>[|<type>...]', "
-                  "found no '=>'", p->source, p->line);
+        st = FAIL(p,
+                  "%s:%d: expected 'rule <pattern or condition>... => <type>[|<type>...]', "
+                  "found no '=>'",
+                  p->source, p->line);
         goto fail;
     }
     *arrow = '\0';
@@ -364,7 +384,7 @@ static pn_status parse_rule(parser *p, char *stmt)
         st = FAIL(p, "%s:%d: expected one '=>' in a rule, found two", p->source, p->line);
         goto fail;
     }
-    size_t cap = strlen(lhs) / 2 + 1;   /* bounds the token count */
+    size_t cap = strlen(lhs) / 2 + 1; /* bounds the token count */
     char **tok = malloc(cap * sizeof *tok);
     rule.patterns = malloc(cap * sizeof *rule.patterns);
     rule.conds = malloc(cap * sizeof *rule.conds);
@@ -377,8 +397,10 @@ static pn_status parse_rule(parser *p, char *stmt)
     size_t n = split_ws(lhs, tok, cap, &overflow);
     if (n == 0) {
         free(tok);
-        st = FAIL(p, "%s:%d: expected a name pattern or a shape condition before '=>', found nothing "
-                  "(use '*' to select every tensor)", p->source, p->line);
+        st = FAIL(p,
+                  "%s:%d: expected a name pattern or a shape condition before '=>', found nothing "
+                  "(use '*' to select every tensor)",
+                  p->source, p->line);
         goto fail;
     }
     for (size_t i = 0; i < n && !st; i++) {
@@ -451,35 +473,36 @@ static pn_status parse_statement(parser *p, char *stmt)
         return parse_mtp(p, tok, n);
     if (strcmp(tok[0], "promote") == 0) {
         int64_t v;
-        pn_status st = parse_count(p, tok, n, "promote", &p->line_promote,
-                                   1000000, &v);
+        pn_status st = parse_count(p, tok, n, "promote", &p->line_promote, 1000000, &v);
         if (!st)
             p->r->promote = v;
         return st;
     }
     if (strcmp(tok[0], "file_type") == 0) {
         int64_t v;
-        pn_status st = parse_count(p, tok, n, "file_type", &p->line_file_type,
-                                   UINT32_MAX, &v);
+        pn_status st = parse_count(p, tok, n, "file_type", &p->line_file_type, UINT32_MAX, &v);
         if (!st) {
             p->r->has_file_type = true;
             p->r->file_type = (uint32_t)v;
         }
         return st;
     }
-    return FAIL(p, "%s:%d: expected a statement (mix, rotation, promote, file_type, mtp or rule), found '%s'",
-                p->source, p->line, shown(tok[0], b, sizeof b));
+    return FAIL(
+        p,
+        "%s:%d: expected a statement (mix, rotation, promote, file_type, mtp or rule), found '%s'",
+        p->source, p->line, shown(tok[0], b, sizeof b));
 }
 
-pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
-                          pn_recipe **out, pn_error *err)
+pn_status pn_recipe_parse(const char *text, size_t len, const char *source, pn_recipe **out,
+                          pn_error *err)
 {
     *out = NULL;
     if (!source)
         source = "(recipe)";
     if (len > PN_RECIPE_MAX_BYTES)
-        return pn_error_set(err, PN_ERR_RECIPE, "%s: expected a recipe of at most %u bytes, found %zu",
-                            source, PN_RECIPE_MAX_BYTES, len);
+        return pn_error_set(err, PN_ERR_RECIPE,
+                            "%s: expected a recipe of at most %u bytes, found %zu", source,
+                            PN_RECIPE_MAX_BYTES, len);
     pn_recipe *r = calloc(1, sizeof *r);
     char *buf = malloc(len + 1);
     if (!r || !buf || !(r->source = strdup(source))) {
@@ -490,7 +513,7 @@ pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
     memcpy(buf, text, len);
     buf[len] = '\0';
 
-    parser p = {.source = r->source, .r = r, .err = err};
+    parser p = { .source = r->source, .r = r, .err = err };
     pn_status st = PN_OK;
     size_t pos = 0;
     while (pos < len && !st) {
@@ -514,11 +537,13 @@ pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
     }
     free(buf);
     if (!st && !p.line_mix)
-        st = pn_error_set(err, PN_ERR_RECIPE, "%s: expected a 'mix <name>' line, found none", r->source);
-    if (!st && !p.line_rotation)
-        st = pn_error_set(err, PN_ERR_RECIPE,
-                          "%s: expected a 'rotation hadamard [cap]' or 'rotation none' line, found none",
+        st = pn_error_set(err, PN_ERR_RECIPE, "%s: expected a 'mix <name>' line, found none",
                           r->source);
+    if (!st && !p.line_rotation)
+        st = pn_error_set(
+            err, PN_ERR_RECIPE,
+            "%s: expected a 'rotation hadamard [cap]' or 'rotation none' line, found none",
+            r->source);
     if (!st && r->n_rules == 0)
         st = pn_error_set(err, PN_ERR_RECIPE, "%s: expected at least one 'rule' line, found none",
                           r->source);

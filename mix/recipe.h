@@ -49,10 +49,10 @@
 #include "common/pn_error.h"
 #include "gguf/pn_keys.h"
 
-#define PN_MIX_NAME_MAX 64          /* bytes, with the terminator */
+#define PN_MIX_NAME_MAX 64 /* bytes, with the terminator */
 #define PN_RECIPE_MAX_CHAIN 8
 #define PN_RECIPE_MAX_VALUES 8
-#define PN_RECIPE_MAX_BYTES (1u << 20)  /* a recipe file larger than this is refused */
+#define PN_RECIPE_MAX_BYTES (1u << 20) /* a recipe file larger than this is refused */
 
 typedef enum pn_rotation_kind {
     PN_ROTATION_NONE = 0,
@@ -60,20 +60,20 @@ typedef enum pn_rotation_kind {
 } pn_rotation_kind;
 
 typedef enum pn_recipe_mtp {
-    PN_RECIPE_MTP_UNSTATED = 0,          /* no mtp statement: kept */
+    PN_RECIPE_MTP_UNSTATED = 0, /* no mtp statement: kept */
     PN_RECIPE_MTP_KEEP,
     PN_RECIPE_MTP_DROP,
 } pn_recipe_mtp;
 
 typedef enum pn_shape_var {
-    PN_SHAPE_K = 0,       /* ne[0] */
-    PN_SHAPE_ROWS = 1,    /* ne[1] * ne[2] * ne[3] */
-    PN_SHAPE_DIMS = 2,    /* n_dims */
+    PN_SHAPE_K = 0,    /* ne[0] */
+    PN_SHAPE_ROWS = 1, /* ne[1] * ne[2] * ne[3] */
+    PN_SHAPE_DIMS = 2, /* n_dims */
 } pn_shape_var;
 
 typedef enum pn_cmp {
-    PN_CMP_EQ = 0,        /* one of values[] */
-    PN_CMP_NE,            /* none of values[] */
+    PN_CMP_EQ = 0, /* one of values[] */
+    PN_CMP_NE,     /* none of values[] */
     PN_CMP_LT,
     PN_CMP_LE,
     PN_CMP_GT,
@@ -82,40 +82,40 @@ typedef enum pn_cmp {
 
 typedef struct pn_recipe_cond {
     pn_shape_var var;
-    int64_t modulus;                     /* 0: the variable itself; m >= 1: var % m */
+    int64_t modulus; /* 0: the variable itself; m >= 1: var % m */
     pn_cmp cmp;
-    int n_values;                        /* >= 1; exactly 1 unless EQ/NE */
+    int n_values; /* >= 1; exactly 1 unless EQ/NE */
     int64_t values[PN_RECIPE_MAX_VALUES];
 } pn_recipe_cond;
 
 typedef struct pn_recipe_rule {
-    int line;                            /* 1-based line in the recipe */
-    char *text;                          /* the statement as written, comment and edges trimmed */
+    int line;   /* 1-based line in the recipe */
+    char *text; /* the statement as written, comment and edges trimmed */
     size_t n_patterns;
     char **patterns;
     size_t n_conds;
     pn_recipe_cond *conds;
-    int n_types;                         /* 1..PN_RECIPE_MAX_CHAIN */
-    int types[PN_RECIPE_MAX_CHAIN];      /* ggml type ids, in preference order */
+    int n_types;                    /* 1..PN_RECIPE_MAX_CHAIN */
+    int types[PN_RECIPE_MAX_CHAIN]; /* ggml type ids, in preference order */
 } pn_recipe_rule;
 
 typedef struct pn_recipe {
-    char *source;                        /* file path or the name given to parse (messages) */
+    char *source; /* file path or the name given to parse (messages) */
     char name[PN_MIX_NAME_MAX];
     pn_rotation_kind rotation;
-    int rotation_cap;                    /* the block cap when hadamard, else 0 */
-    int64_t promote;                     /* default promotion count */
+    int rotation_cap; /* the block cap when hadamard, else 0 */
+    int64_t promote;  /* default promotion count */
     bool has_file_type;
     uint32_t file_type;
-    pn_recipe_mtp mtp;                   /* the mtp statement */
-    int mtp_line;                        /* its line, 0 when there is none */
+    pn_recipe_mtp mtp; /* the mtp statement */
+    int mtp_line;      /* its line, 0 when there is none */
     size_t n_rules;
     pn_recipe_rule *rules;
 } pn_recipe;
 
 /* Parses len bytes of recipe text. source names the text in messages. */
-pn_status pn_recipe_parse(const char *text, size_t len, const char *source,
-                          pn_recipe **out, pn_error *err);
+pn_status pn_recipe_parse(const char *text, size_t len, const char *source, pn_recipe **out,
+                          pn_error *err);
 /* Reads and parses a recipe file (PN_ERR_IO when it cannot be read). */
 pn_status pn_recipe_load(const char *path, pn_recipe **out, pn_error *err);
 void pn_recipe_free(pn_recipe *r);
@@ -137,9 +137,9 @@ int pn_recipe_rule_pick_type(const pn_recipe_rule *rule, int64_t K, int *chain_i
  * --output-tensor-type (output.weight), then --token-embedding-type
  * (token_embd.weight); the first match wins. */
 typedef enum pn_override_kind {
-    PN_OVERRIDE_TENSOR_TYPE = 0,   /* value "PATTERN=TYPE" */
-    PN_OVERRIDE_OUTPUT,            /* value "TYPE" */
-    PN_OVERRIDE_TOKEN_EMBD,        /* value "TYPE" */
+    PN_OVERRIDE_TENSOR_TYPE = 0, /* value "PATTERN=TYPE" */
+    PN_OVERRIDE_OUTPUT,          /* value "TYPE" */
+    PN_OVERRIDE_TOKEN_EMBD,      /* value "TYPE" */
 } pn_override_kind;
 
 /* The output key that records them, in the order given, is

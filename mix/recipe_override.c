@@ -11,8 +11,8 @@
 
 void pn_recipe_override_text(const pn_recipe_override *ov, char *buf, size_t size)
 {
-    static const char *const opt[] = {"--tensor-type", "--output-tensor-type",
-                                      "--token-embedding-type"};
+    static const char *const opt[] = { "--tensor-type", "--output-tensor-type",
+                                       "--token-embedding-type" };
     snprintf(buf, size, "%s %s", opt[ov->kind], ov->value);
 }
 
@@ -31,8 +31,7 @@ static int override_type(const char *text, const char *opt, pn_error *err)
 }
 
 /* One override as a rule: its pattern (owned) and its one type. */
-static pn_status override_rule(const pn_recipe_override *ov, pn_recipe_rule *rule,
-                               pn_error *err)
+static pn_status override_rule(const pn_recipe_override *ov, pn_recipe_rule *rule, pn_error *err)
 {
     char text[320];
     pn_recipe_override_text(ov, text, sizeof text);

@@ -9,22 +9,22 @@ static const struct {
     const char *name;
     uint64_t mult;
 } units[] = {
-    {"", 1},
-    {"B", 1},
-    {"kB", 1000ull},
-    {"KB", 1000ull},
-    {"MB", 1000000ull},
-    {"GB", 1000000000ull},
-    {"TB", 1000000000000ull},
-    {"k", 1000ull},
-    {"K", 1000ull},
-    {"M", 1000000ull},
-    {"G", 1000000000ull},
-    {"T", 1000000000000ull},
-    {"KiB", 1ull << 10},
-    {"MiB", 1ull << 20},
-    {"GiB", 1ull << 30},
-    {"TiB", 1ull << 40},
+    { "", 1 },
+    { "B", 1 },
+    { "kB", 1000ull },
+    { "KB", 1000ull },
+    { "MB", 1000000ull },
+    { "GB", 1000000000ull },
+    { "TB", 1000000000000ull },
+    { "k", 1000ull },
+    { "K", 1000ull },
+    { "M", 1000000ull },
+    { "G", 1000000000ull },
+    { "T", 1000000000000ull },
+    { "KiB", 1ull << 10 },
+    { "MiB", 1ull << 20 },
+    { "GiB", 1ull << 30 },
+    { "TiB", 1ull << 40 },
 };
 
 /* Keeps every product below 2^128: 10^20 * 10^19 * 2^40 < 2^127. */
@@ -77,7 +77,7 @@ pn_status pn_parse_size(const char *text, uint64_t *bytes, pn_error *err)
         if (strcmp(s, units[i].name) != 0)
             continue;
         if (*s == '\0' && s > text && s[-1] == ' ')
-            goto junk;   /* "12 " with no unit */
+            goto junk; /* "12 " with no unit */
         u128 v = whole * scale * units[i].mult + frac * scale * units[i].mult / frac_scale;
         if (whole > (u128)UINT64_MAX || v > (u128)UINT64_MAX)
             return pn_error_set(err, PN_ERR_USAGE, "size '%s' is larger than %llu bytes", text,

@@ -25,12 +25,12 @@
 #define MEASURE_UNIT 320
 
 typedef struct cand {
-    size_t index;              /* source tensor */
+    size_t index; /* source tensor */
     const pn_plan_tensor *t;
-    int64_t n_sample;          /* rows measured */
-    int64_t rows_per_chunk;    /* whole rows per chunk; 0: pieces of one row */
-    int64_t piece;             /* columns per piece */
-    const float *v;            /* imatrix column weights, or NULL: unweighted */
+    int64_t n_sample;       /* rows measured */
+    int64_t rows_per_chunk; /* whole rows per chunk; 0: pieces of one row */
+    int64_t piece;          /* columns per piece */
+    const float *v;         /* imatrix column weights, or NULL: unweighted */
 } cand;
 
 typedef struct measure_job {
@@ -44,14 +44,14 @@ typedef struct measure_job {
     /* reader-side cursor */
     size_t cur_i;
     int64_t cur_s, cur_col;
-    size_t advised;            /* candidates whose rows were advised */
-    uint32_t *rows_crc;        /* per candidate, in order (finish): the rows read */
+    size_t advised;     /* candidates whose rows were advised */
+    uint32_t *rows_crc; /* per candidate, in order (finish): the rows read */
     /* per-thread scratch: decoded floats, blocks, then (weighted) the row
      * before rotation and the error in double */
     uint8_t **scratch;
-    size_t scratch_orig, scratch_err;   /* offsets of those two */
+    size_t scratch_orig, scratch_err; /* offsets of those two */
     /* in-order state */
-    double carry3, carry4, carry_n;   /* sums of the row being measured in pieces */
+    double carry3, carry4, carry_n; /* sums of the row being measured in pieces */
     pn_measure_acc acc;
     uint64_t done, total;
     double t0, t_compute;
@@ -73,8 +73,7 @@ static void advise_candidate(measure_job *j, size_t ci)
     }
     for (int64_t s = 0; s < c->n_sample; s++)
         gguf_reader_advise_tensor(j->src, c->index,
-                                  (uint64_t)pn_sample_row(c->t->rows, j->max_rows, s) *
-                                      row_bytes,
+                                  (uint64_t)pn_sample_row(c->t->rows, j->max_rows, s) * row_bytes,
                                   row_bytes, true);
 }
 
@@ -95,8 +94,8 @@ static bool measure_next(void *ctx, pn_chunk *ch)
     ch->use_rows = true;
     ch->first_of_tensor = j->cur_s == 0 && j->cur_col == 0;
     if (c->rows_per_chunk > 0) {
-        int64_t k = c->n_sample - j->cur_s < c->rows_per_chunk ? c->n_sample - j->cur_s
-                                                                : c->rows_per_chunk;
+        int64_t k =
+            c->n_sample - j->cur_s < c->rows_per_chunk ? c->n_sample - j->cur_s : c->rows_per_chunk;
         for (int64_t r = 0; r < k; r++)
             ch->rows[r] = pn_sample_row(c->t->rows, j->max_rows, j->cur_s + r);
         ch->n_rows = k;
@@ -167,9 +166,9 @@ static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8
  * quantize the rotated x, decode, then sum v_j e_j^2 with the error taken
  * back through the rotation's butterflies in double, and v_j x0_j^2 over the
  * row before rotation. */
-static pn_status piece_sums_weighted(int type, int path, const float *x, const float *x0,
-                                     int64_t n, int B, const float *v, uint8_t *scratch,
-                                     double *tmp, double *err, double *norm, int64_t *bad_col)
+static pn_status piece_sums_weighted(int type, int path, const float *x, const float *x0, int64_t n,
+                                     int B, const float *v, uint8_t *scratch, double *tmp,
+                                     double *err, double *norm, int64_t *bad_col)
 {
     float *y = (float *)scratch;
     uint8_t *q = scratch + (size_t)n * sizeof(float);
@@ -213,10 +212,10 @@ static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
         int64_t col = 0;
         /* an expert tensor's row takes its expert's weights (matrix after matrix) */
         const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
-        pn_status st = v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v,
-                                               scratch, tmp, &e3, &w2, &col)
-                         : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2,
-                                      &col);
+        pn_status st =
+            v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp,
+                                    &e3, &w2, &col)
+              : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
         int type = PN_TYPE_PN3T;
         if (st == PN_OK) {
             type = PN_TYPE_PN4T;
@@ -279,18 +278,17 @@ static pn_status measure_finish(void *ctx, pn_chunk *ch, pn_error *err)
     memset(&j->acc, 0, sizeof j->acc);
     j->done += (uint64_t)c->t->n_weights;
     if (j->o->progress) {
-        pn_progress p = {PN_PHASE_MEASURE, c->index, gguf_reader_n_tensors(j->src),
-                         c->t->name, j->done, j->total, pn_now_seconds() - j->t0};
+        pn_progress p = { PN_PHASE_MEASURE, c->index, gguf_reader_n_tensors(j->src), c->t->name,
+                          j->done,          j->total, pn_now_seconds() - j->t0 };
         j->o->progress(&p, j->o->user);
     }
     return PN_OK;
 }
 
-static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
-                             const pn_plan *plan, const pn_job_env *env,
-                             const pn_measure_params *params, const pn_imatrix *im,
-                             pn_measurement **out,
-                             pn_measure_times *times, pn_error *err)
+static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src, const pn_plan *plan,
+                             const pn_job_env *env, const pn_measure_params *params,
+                             const pn_imatrix *im, pn_measurement **out, pn_measure_times *times,
+                             pn_error *err)
 {
     const int64_t max_rows = params->sample_max_rows;
     pn_measurement *m = NULL;
@@ -364,11 +362,12 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     /* floats first: the scratch is float-aligned for any K; the weighted
      * parts after, each aligned for its type */
     const size_t al = _Alignof(max_align_t);
-    j.scratch_orig = ((size_t)max_seg * sizeof(float) + (size_t)(max_seg / 64 + 1) * PN_BLOCK_BYTES +
-                      al - 1) / al * al;
+    j.scratch_orig =
+        ((size_t)max_seg * sizeof(float) + (size_t)(max_seg / 64 + 1) * PN_BLOCK_BYTES + al - 1) /
+        al * al;
     j.scratch_err = j.scratch_orig + ((size_t)max_seg * sizeof(float) + al - 1) / al * al;
-    const size_t scratch_bytes = im ? j.scratch_err + (size_t)max_seg * sizeof(double)
-                                    : j.scratch_orig;
+    const size_t scratch_bytes =
+        im ? j.scratch_err + (size_t)max_seg * sizeof(double) : j.scratch_orig;
     for (int i = 0; i < j.threads; i++) {
         j.scratch[i] = malloc(scratch_bytes);
         if (!j.scratch[i]) {
@@ -384,14 +383,14 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src,
     cfg.slot_rows = slot_rows;
     cfg.slot_out_bytes = 1;
     cfg.slot_blocks = 3 * slot_rows;
-    cfg.readahead_bytes = 0;     /* scattered rows: advice per candidate instead */
+    cfg.readahead_bytes = 0; /* scattered rows: advice per candidate instead */
     cfg.cpu_path = env->cpu_path;
     cfg.threads = env->threads;
     cfg.src_path = o->src_path;
     cfg.tensor_names = names;
     cfg.cancel = o->cancel;
-    pn_stream_ops ops = {&j, measure_next, measure_compute, measure_finish, NULL,
-                         measure_source_crcs};
+    pn_stream_ops ops = { &j,   measure_next,       measure_compute, measure_finish,
+                          NULL, measure_source_crcs };
     pn_stream_times t;
     j.t0 = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
@@ -458,9 +457,8 @@ static void note_msg(const pn_quantize_opts *o, const char *msg)
 }
 
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
-                                const pn_plan *plan, const pn_job_env *env,
-                                const pn_source_id *sid, const char *quantizer,
-                                const pn_imatrix *im, uint64_t im_hash,
+                                const pn_plan *plan, const pn_job_env *env, const pn_source_id *sid,
+                                const char *quantizer, const pn_imatrix *im, uint64_t im_hash,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err)
 {
     *out = NULL;
@@ -485,7 +483,7 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
         pn_error_clear(&why);
         st = pn_measurement_load(path, &m, &version, &why);
         if (st == PN_ERR_VERSION && version >= 1 && version < PN_MEASURE_FORMAT_VERSION) {
-            stale = old_format = true;  /* a measurement file of ours: rewriting it is its use */
+            stale = old_format = true; /* a measurement file of ours: rewriting it is its use */
         } else if (st != PN_OK) {
             if (err)
                 *err = why;
@@ -522,8 +520,8 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
             }
             stale = true;
         }
-        snprintf(msg, sizeof msg, old_format ? "%s (measuring again now)"
-                                             : "%s; it is not used: measuring again",
+        snprintf(msg, sizeof msg,
+                 old_format ? "%s (measuring again now)" : "%s; it is not used: measuring again",
                  why.msg);
         note_msg(o, msg);
     }

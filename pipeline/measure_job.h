@@ -43,9 +43,8 @@ typedef struct pn_measure_times {
  * has checked that o->imatrix_missing_unweighted allows them); im_hash is
  * pn_imatrix_hash_used, recorded in the file and checked on reuse. */
 pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *src,
-                                const pn_plan *plan, const pn_job_env *env,
-                                const pn_source_id *sid, const char *quantizer,
-                                const pn_imatrix *im, uint64_t im_hash,
+                                const pn_plan *plan, const pn_job_env *env, const pn_source_id *sid,
+                                const char *quantizer, const pn_imatrix *im, uint64_t im_hash,
                                 pn_measurement **out, pn_measure_times *times, pn_error *err);
 
 #endif

@@ -74,8 +74,8 @@ pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err)
  * are skipped and surrounding blanks trimmed; *lines_out gets each name's
  * 1-based line, for the messages. */
 #define PN_PROMOTE_LIST_MAX_BYTES ((size_t)64 << 20)
-static pn_status read_name_list(const char *path, char ***names_out, int **lines_out,
-                                size_t *n_out, pn_error *err)
+static pn_status read_name_list(const char *path, char ***names_out, int **lines_out, size_t *n_out,
+                                pn_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -93,8 +93,8 @@ static pn_status read_name_list(const char *path, char ***names_out, int **lines
         line = nl ? nl + 1 : text + len;
         line_no++;
         if (memchr(s, '\0', (size_t)(e - s))) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s:%d: the promote list holds a NUL byte",
-                              path, line_no);
+            st = pn_error_set(err, PN_ERR_FORMAT, "%s:%d: the promote list holds a NUL byte", path,
+                              line_no);
             break;
         }
         char *hash = memchr(s, '#', (size_t)(e - s));
@@ -167,7 +167,7 @@ static pn_status promote_listed(pn_plan *plan, char **names, const int *lines, s
     qsort(idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
     pn_status st = PN_OK;
     for (size_t i = 0; i < n && st == PN_OK; i++) {
-        name_ref key = {names[i], 0};
+        name_ref key = { names[i], 0 };
         const name_ref *hit = bsearch(&key, idx, plan->n_tensors, sizeof *idx, cmp_name_ref);
         if (!hit)
             st = pn_error_set(err, PN_ERR_MISMATCH, "promotion: no tensor named '%s' in the model",
@@ -199,7 +199,10 @@ static pn_status measure_file_size(pn_job_plan *p, const gguf_reader *src,
     return PN_OK;
 }
 
-static bool cancelled(volatile sig_atomic_t *cancel) { return cancel && *cancel; }
+static bool cancelled(volatile sig_atomic_t *cancel)
+{
+    return cancel && *cancel;
+}
 
 /* --target-size: the largest n whose file (promoting in measured order)
  * fits the limit. The file size grows with n (a pn4t tensor is larger than
@@ -207,9 +210,9 @@ static bool cancelled(volatile sig_atomic_t *cancel) { return cancel && *cancel;
  * search over n finds the same n as trying every one, with O(log n) exact
  * sizings (each a writer built once, linear in the header) instead of one
  * per candidate. Leaves the plan with those promotions. */
-static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
-                                   const pn_measurement *m, uint64_t limit,
-                                   volatile sig_atomic_t *cancel, size_t *n_out, pn_error *err)
+static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src, const pn_measurement *m,
+                                   uint64_t limit, volatile sig_atomic_t *cancel, size_t *n_out,
+                                   pn_error *err)
 {
     const size_t nc = p->plan->n_candidates;
     size_t *order = malloc((nc ? nc : 1) * sizeof *order);
@@ -217,7 +220,7 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_status st = pn_promotion_order(p->plan, m, order, err);
     uint64_t size0 = 0;
-    size_t lo = 0, hi = nc;      /* the answer is in [lo, hi] once n = lo fits */
+    size_t lo = 0, hi = nc; /* the answer is in [lo, hi] once n = lo fits */
     bool any = false;
     for (int step = 0; st == PN_OK; step++) {
         /* first n = 0, then the middle of what is left */
@@ -251,8 +254,8 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src,
         st = pn_error_set(err, PN_ERR_MISMATCH,
                           "target size: even with no promotion the file is %llu bytes (%.3f GB), "
                           "more than the limit of %llu bytes (%.3f GB)",
-                          (unsigned long long)size0, (double)size0 / 1e9,
-                          (unsigned long long)limit, (double)limit / 1e9);
+                          (unsigned long long)size0, (double)size0 / 1e9, (unsigned long long)limit,
+                          (double)limit / 1e9);
     pn_plan_clear_promotions(p->plan);
     for (size_t i = 0; i < lo && st == PN_OK; i++)
         st = pn_plan_promote_index(p->plan, order[i], err);
@@ -298,7 +301,8 @@ static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_erro
             size_t len = strlen(unknown) + 160;
             char *m2 = malloc(len);
             if (m2) {
-                snprintf(m2, len, "imatrix %s: entries that name no tensor of this model (%zu):\n%s",
+                snprintf(m2, len,
+                         "imatrix %s: entries that name no tensor of this model (%zu):\n%s",
                          o->imatrix_path, n_unknown, unknown);
                 o->note(m2, o->user);
                 free(m2);
@@ -414,7 +418,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
 
     if (o->imatrix_path && (st = load_imatrix(o, p, err)) != PN_OK)
         goto fail;
-    st = measure_file_size(p, src, o->cancel, err); /* the alignment, and the size with no promotion */
+    st = measure_file_size(p, src, o->cancel,
+                           err); /* the alignment, and the size with no promotion */
     if (st != PN_OK)
         goto fail;
 
@@ -457,7 +462,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                 goto fail;
             }
             pn_measurement *m = NULL;
-            pn_measure_times mt = {0, 0, 0};
+            pn_measure_times mt = { 0, 0, 0 };
             double t0 = pn_now_seconds();
             st = check_missing_entries(o, p, err);
             if (st == PN_OK)
@@ -538,16 +543,20 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         goto fail;
     }
     size_t np = pn_plan_promoted_names(plan, promoted, plan->n_promoted);
-    if (st == PN_OK) st = gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (st == PN_OK)
+        st = gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (st == PN_OK && plan->has_file_type)
         st = gguf_writer_set_u32(w, "general.file_type", plan->file_type);
-    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_FORMAT, PN_FORMAT_NAME);
-    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_MIX, label);
-    if (st == PN_OK) st = gguf_writer_set_arr_str(w, PN_KEY_MIX_PROMOTED, promoted, np);
+    if (st == PN_OK)
+        st = gguf_writer_set_str(w, PN_KEY_FORMAT, PN_FORMAT_NAME);
+    if (st == PN_OK)
+        st = gguf_writer_set_str(w, PN_KEY_MIX, label);
+    if (st == PN_OK)
+        st = gguf_writer_set_arr_str(w, PN_KEY_MIX_PROMOTED, promoted, np);
     if (st == PN_OK && p->n_overrides) {
         /* the options that stood before the recipe, as typed (pn-check
          * --recipe takes the same to accept the file) */
-        char (*texts)[320] = calloc(p->n_overrides, sizeof *texts);
+        char(*texts)[320] = calloc(p->n_overrides, sizeof *texts);
         const char **v = calloc(p->n_overrides, sizeof *v);
         if (texts && v) {
             for (size_t i = 0; i < p->n_overrides; i++) {
@@ -562,21 +571,26 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         free(v);
     }
     if (plan->rotation == PN_ROTATION_HADAMARD) {
-        if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "hadamard");
+        if (st == PN_OK)
+            st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "hadamard");
         if (st == PN_OK)
             st = gguf_writer_set_u32(w, PN_KEY_ROTATION_BLOCK_SIZE, (uint32_t)plan->rotation_cap);
     } else {
-        if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "none");
+        if (st == PN_OK)
+            st = gguf_writer_set_str(w, PN_KEY_ROTATION_TYPE, "none");
         gguf_writer_remove_kv(w, PN_KEY_ROTATION_BLOCK_SIZE);
     }
     if (st == PN_OK)
         st = gguf_writer_set_arr(w, PN_KEY_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
-    if (st == PN_OK) st = gguf_writer_set_str(w, PN_KEY_QUANTIZER, p->quantizer);
+    if (st == PN_OK)
+        st = gguf_writer_set_str(w, PN_KEY_QUANTIZER, p->quantizer);
     /* who the source is (docs/reuse.md#the-keys) */
     for (size_t i = 0; i < p->n; i++)
         types[i] = (uint32_t)p->t[i].src_type;
-    if (st == PN_OK) st = gguf_writer_set_u64(w, PN_KEY_SOURCE_HEADER, p->source_header_hash);
-    if (st == PN_OK) st = gguf_writer_set_u32(w, PN_KEY_SOURCE_SAMPLE_ROWS, PN_SOURCE_SAMPLE_ROWS);
+    if (st == PN_OK)
+        st = gguf_writer_set_u64(w, PN_KEY_SOURCE_HEADER, p->source_header_hash);
+    if (st == PN_OK)
+        st = gguf_writer_set_u32(w, PN_KEY_SOURCE_SAMPLE_ROWS, PN_SOURCE_SAMPLE_ROWS);
     if (st == PN_OK)
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_UINT32, zeros, p->n);
     if (st == PN_OK)
@@ -585,11 +599,11 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->n);
     /* the imatrix it was made with: llama-quantize's keys, and ours */
     for (size_t k = 0; k < 4; k++) {
-        static const char *const keys[] = {PN_KEY_QUANTIZE_IMATRIX_FILE,
-                                           PN_KEY_QUANTIZE_IMATRIX_DATASET,
-                                           PN_KEY_QUANTIZE_IMATRIX_ENTRIES,
-                                           PN_KEY_QUANTIZE_IMATRIX_CHUNKS};
-        gguf_writer_remove_kv(w, keys[k]);   /* a source's own are not this file's */
+        static const char *const keys[] = { PN_KEY_QUANTIZE_IMATRIX_FILE,
+                                            PN_KEY_QUANTIZE_IMATRIX_DATASET,
+                                            PN_KEY_QUANTIZE_IMATRIX_ENTRIES,
+                                            PN_KEY_QUANTIZE_IMATRIX_CHUNKS };
+        gguf_writer_remove_kv(w, keys[k]); /* a source's own are not this file's */
     }
     gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_HASH);
     gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_USED);
@@ -604,7 +618,8 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         if (st == PN_OK && p->imatrix->chunk_count > 0)
             st = gguf_writer_set_u32(w, PN_KEY_QUANTIZE_IMATRIX_CHUNKS,
                                      (uint32_t)p->imatrix->chunk_count);
-        if (st == PN_OK) st = gguf_writer_set_u64(w, PN_KEY_MIX_IMATRIX_HASH, p->imatrix_hash);
+        if (st == PN_OK)
+            st = gguf_writer_set_u64(w, PN_KEY_MIX_IMATRIX_HASH, p->imatrix_hash);
         if (st == PN_OK)
             st = gguf_writer_set_u32(w, PN_KEY_MIX_IMATRIX_USED, (uint32_t)p->imatrix_used);
     }
@@ -620,8 +635,7 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
             st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
             break;
         }
-        st = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].n_dims, p->t[i].ne, p->t[i].type,
-                                    err);
+        st = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].n_dims, p->t[i].ne, p->t[i].type, err);
     }
     if (st != PN_OK)
         goto fail;

@@ -25,17 +25,17 @@
 typedef struct pn_job_plan {
     pn_recipe *recipe;
     pn_plan *plan;
-    size_t n;                 /* plan->n_tensors */
-    pn_plan_tensor *t;        /* plan->tensors */
-    char mix_label[96];       /* "P0k+19" */
-    uint64_t header_bytes;    /* up to the data section */
-    uint64_t file_bytes;      /* header + padded data */
+    size_t n;              /* plan->n_tensors */
+    pn_plan_tensor *t;     /* plan->tensors */
+    char mix_label[96];    /* "P0k+19" */
+    uint64_t header_bytes; /* up to the data section */
+    uint64_t file_bytes;   /* header + padded data */
     uint64_t weights;
-    uint64_t alignment;       /* of the output */
-    double *rel_error;        /* per tensor, filled by the run */
-    double *seconds;          /* per tensor, filled by the run */
-    uint64_t source_header_hash;   /* pn.source.header_fnv1a64 */
-    const char *quantizer;    /* pn.quantizer (pn_job_quantizer_name) */
+    uint64_t alignment;          /* of the output */
+    double *rel_error;           /* per tensor, filled by the run */
+    double *seconds;             /* per tensor, filled by the run */
+    uint64_t source_header_hash; /* pn.source.header_fnv1a64 */
+    const char *quantizer;       /* pn.quantizer (pn_job_quantizer_name) */
     /* --imatrix: the file read and checked against the plan (NULL without),
      * its path as given, the hash of the entries naming a tensor of the
      * model and their number (pn_imatrix_hash_used) */
@@ -43,7 +43,7 @@ typedef struct pn_job_plan {
     const char *imatrix_path;
     uint64_t imatrix_hash;
     size_t imatrix_used;
-    const pn_recipe_override *overrides;   /* the run's, recorded in pn.mix.overrides */
+    const pn_recipe_override *overrides; /* the run's, recorded in pn.mix.overrides */
     size_t n_overrides;
 } pn_job_plan;
 

@@ -74,7 +74,10 @@ void pn_quantize_opts_init(pn_quantize_opts *o)
     o->split_index = -1;
 }
 
-static bool cancelled(const pn_quantize_opts *o) { return o->cancel && *o->cancel; }
+static bool cancelled(const pn_quantize_opts *o)
+{
+    return o->cancel && *o->cancel;
+}
 
 static pn_status interrupted(pn_error *err)
 {
@@ -110,7 +113,7 @@ static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_erro
             return st;
     }
     if (is_folder(o->dst_path))
-        return PN_OK;   /* a file in it, named once the plan is made (dst_in_folder) */
+        return PN_OK; /* a file in it, named once the plan is made (dst_in_folder) */
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
     if (!o->dry_run) {
@@ -207,7 +210,7 @@ static bool is_split_of(const char *path, const char *dst)
         strcmp(end, ".gguf") != 0 || k == 0 || count == 0 || k > count)
         return false;
     char *mine = gguf_split_prefix(path, k - 1, count);
-    char *first = gguf_split_path(dst, 0, 2);   /* PREFIX-00001-of-00002.gguf */
+    char *first = gguf_split_path(dst, 0, 2); /* PREFIX-00001-of-00002.gguf */
     bool same = false;
     if (mine && first && strlen(first) > tail) {
         first[strlen(first) - tail] = '\0';
@@ -248,8 +251,7 @@ static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_re
     if (!what)
         return PN_OK;
     return pn_error_set(err, PN_ERR_USAGE,
-                        "--measurement %s: that is %s; choose another measurement path", m,
-                        what);
+                        "--measurement %s: that is %s; choose another measurement path", m, what);
 }
 
 /* ---- the run ------------------------------------------------------------ */
@@ -257,32 +259,36 @@ static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_re
 typedef struct run_ctx {
     const pn_quantize_opts *o;
     gguf_reader *src;
-    struct stat *split_stats;  /* of the source's splits after open (a set), for the end */
+    struct stat *split_stats; /* of the source's splits after open (a set), for the end */
     pn_job_plan *plan;
-    gguf_writer *model;      /* the output's keys and tensors, as one file */
-    pn_outset *out;          /* the files written: one, or a split set */
+    gguf_writer *model; /* the output's keys and tensors, as one file */
+    pn_outset *out;     /* the files written: one, or a split set */
     pn_job_env env;
-    pn_cuda_ctx *cuda;       /* NULL: CPU */
+    pn_cuda_ctx *cuda; /* NULL: CPU */
     uint32_t *crcs;
     uint64_t weights_done, weights_total;
     double t_start;
-    pn_source_id sid;        /* the source's identity, for pn.source.*: its tensor_crc
+    pn_source_id sid;    /* the source's identity, for pn.source.*: its tensor_crc
                               * filled by the stream (in order, qj_finish) */
-    uint32_t *rd_sample;     /* per tensor: the sampled rows' CRC-32 as the stream read
+    uint32_t *rd_sample; /* per tensor: the sampled rows' CRC-32 as the stream read
                               * them (compared with sid's when read before the run) */
-    pn_reuse *ru;            /* --reuse PREV, or NULL */
-    bool *reused;            /* per tensor, with --reuse */
+    pn_reuse *ru;        /* --reuse PREV, or NULL */
+    bool *reused;        /* per tensor, with --reuse */
 } run_ctx;
 
 /* Tensor i is copied from PREV. */
-static bool copied(const run_ctx *c, size_t i) { return c->ru && c->ru->from[i] >= 0; }
+static bool copied(const run_ctx *c, size_t i)
+{
+    return c->ru && c->ru->from[i] >= 0;
+}
 
 static void progress(run_ctx *c, int phase, size_t i, const char *name)
 {
     if (!c->o->progress)
         return;
-    pn_progress p = {phase, i, c->plan->n, name, c->weights_done, c->weights_total,
-                     pn_now_seconds() - c->t_start};
+    pn_progress p = {
+        phase, i, c->plan->n, name, c->weights_done, c->weights_total, pn_now_seconds() - c->t_start
+    };
     c->o->progress(&p, c->o->user);
 }
 
@@ -291,8 +297,8 @@ typedef struct quant_job {
     run_ctx *c;
     pn_job_tensor *jt;
     size_t n;
-    pn_job_cursor cur;          /* reader thread */
-    pn_job_kernels k;           /* compute team */
+    pn_job_cursor cur; /* reader thread */
+    pn_job_kernels k;  /* compute team */
     const char **names;
     /* in order (finish): the tensor being finished */
     double num, den, t_first;
@@ -379,18 +385,17 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
     if (ch->deferred) {
         int64_t br = 0, bc = 0;
         double t0 = pn_now_seconds();
-        pn_status st = pn_cuda_collect(c->cuda, ch->gpu_slot, ch->abandoned ? NULL : ch->out, &br,
-                                       &bc, err);
+        pn_status st =
+            pn_cuda_collect(c->cuda, ch->gpu_slot, ch->abandoned ? NULL : ch->out, &br, &bc, err);
         q->t_gpu += pn_now_seconds() - t0;
         if (ch->abandoned)
             return PN_OK;
         if (st == PN_ERR_NONFINITE || st == PN_ERR_SCALE_OVERFLOW)
-            return pn_job_row_error(st, c->o->src_path, t->name, ch->row0 + br, ch->col0 + bc,
-                                    err);
+            return pn_job_row_error(st, c->o->src_path, t->name, ch->row0 + br, ch->col0 + bc, err);
         if (st != PN_OK)
             return st;
-        st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_SUMS_REF | PN_JOB_CRC, &ch->crc,
-                               c->o->src_path, err);
+        st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_SUMS_REF | PN_JOB_CRC, &ch->crc, c->o->src_path,
+                               err);
         if (st != PN_OK)
             return st;
     }
@@ -411,14 +416,15 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
     /* the source's CRCs, in plan-indexed arrays, final once the tensor is
      * finished: a split of the output patches them in when it closes
      * (io/outset.h) */
-    uint32_t *src_crc[PN_STREAM_CRCS] = {&c->sid.tensor_crc[t->index], &c->rd_sample[t->index]};
+    uint32_t *src_crc[PN_STREAM_CRCS] = { &c->sid.tensor_crc[t->index], &c->rd_sample[t->index] };
     for (int j = 0; j < PN_STREAM_CRCS; j++)
         if (ch->src_crc[j].len > 0)
             *src_crc[j] = (uint32_t)crc32_combine(*src_crc[j], ch->src_crc[j].crc,
                                                   (z_off_t)ch->src_crc[j].len);
     if (ch->last_of_tensor) {
         c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
-                                       : q->den > 0.0 ? q->num / q->den : 0.0;
+                                       : q->den > 0.0      ? q->num / q->den
+                                                           : 0.0;
         c->plan->seconds[t->index] = pn_now_seconds() - q->t_first;
         c->crcs[t->index] = q->crc;
         q->num = q->den = 0.0;
@@ -478,8 +484,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     pn_status st = PN_OK;
     q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
     q.names = calloc(c->plan->n ? c->plan->n : 1, sizeof *q.names);
-    if (!q.jt || !q.names ||
-        pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
+    if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -506,8 +511,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
         }
         /* dense only: an expert tensor's rows would need their expert's
          * weights (left unweighted for now) */
-        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[2] == 1 &&
-            t->ne[3] == 1)
+        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[2] == 1 && t->ne[3] == 1)
             q.jt[k].qweights = pn_imatrix_weights_for(c->plan->imatrix, t->name);
         int64_t w, b;
         uint64_t ob;
@@ -537,11 +541,11 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.readahead_bytes = PN_READAHEAD_BYTES;
     cfg.cpu_path = c->env.cpu_path;
     cfg.threads = c->env.threads;
-    cfg.direct_io = true;          /* read once, in order: around the page cache */
+    cfg.direct_io = true; /* read once, in order: around the page cache */
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = {&q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs};
+    pn_stream_ops ops = { &q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs };
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
@@ -570,7 +574,7 @@ typedef struct vpiece {
     uint64_t off, len;
     uint32_t crc;
     pn_status st;
-    int64_t bad_block;        /* block within the piece */
+    int64_t bad_block; /* block within the piece */
 } vpiece;
 
 /* Reads written file s (split s of the set; the file of a plan of one) once,
@@ -596,8 +600,7 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
     for (size_t i = 0; i < n; i++) {
         const pn_plan_tensor *t = &pt[i];
         const gguf_tensor_info *info = gguf_reader_tensor(r, i);
-        if (strcmp(info->name, t->name) != 0 || info->type != t->type ||
-            info->size != t->bytes) {
+        if (strcmp(info->name, t->name) != 0 || info->type != t->type || info->size != t->bytes) {
             st = pn_error_set(err, PN_ERR_MISMATCH,
                               "%s: tensor %zu is %s (type %d, %llu bytes), expected %s (type "
                               "%d, %llu bytes)",
@@ -645,8 +648,8 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
         /* the pieces a little ahead are read by the kernel meanwhile */
         size_t ahead = j + 2 * (size_t)threads;
         if (ahead < n_pc)
-            gguf_reader_advise(r, gguf_reader_tensor_file_offset(r, pc[ahead].tensor) +
-                                      pc[ahead].off,
+            gguf_reader_advise(r,
+                               gguf_reader_tensor_file_offset(r, pc[ahead].tensor) + pc[ahead].off,
                                pc[ahead].len, true);
         uint8_t *buf = bufs[omp_get_thread_num()];
         pn_error e;
@@ -664,10 +667,8 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
         int type = pt[p->tensor].type;
         if (pn_type_is_pn(type)) {
             int64_t bb = 0;
-            pn_status rs = pn_validate_row(type, buf,
-                                           (int64_t)(p->len / PN_BLOCK_BYTES) *
-                                               pn_params_get(type)->group,
-                                           &bb);
+            pn_status rs = pn_validate_row(
+                type, buf, (int64_t)(p->len / PN_BLOCK_BYTES) * pn_params_get(type)->group, &bb);
             if (rs != PN_OK) {
                 p->st = rs;
                 p->bad_block = bb;
@@ -693,8 +694,8 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
             if (pc[j].st != PN_OK) {
                 const int64_t bpr = t->ne[0] / pn_params_get(t->type)->group;
                 int64_t gb = (int64_t)(pc[j].off / PN_BLOCK_BYTES) + pc[j].bad_block;
-                st = pn_error_set(err, pc[j].st, "%s: tensor %s, row %lld, block %lld: %s",
-                                  path, t->name, (long long)(gb / bpr), (long long)(gb % bpr),
+                st = pn_error_set(err, pc[j].st, "%s: tensor %s, row %lld, block %lld: %s", path,
+                                  t->name, (long long)(gb / bpr), (long long)(gb % bpr),
                                   pn_strerror(pc[j].st));
                 goto done;
             }
@@ -797,7 +798,7 @@ static void progress_phase(run_ctx *c, int phase, const char *what)
 {
     if (!c->o->progress)
         return;
-    pn_progress p = {phase, 0, c->plan ? c->plan->n : 0, what, 0, 0, 0.0};
+    pn_progress p = { phase, 0, c->plan ? c->plan->n : 0, what, 0, 0, 0.0 };
     c->o->progress(&p, c->o->user);
 }
 
@@ -830,7 +831,7 @@ static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *er
     for (size_t i = 0; i < c->plan->n; i++) {
         c->reused[i] = copied(c, i);
         if (c->reused[i])
-            c->plan->rel_error[i] = NAN;    /* not computed: the bytes were not made here */
+            c->plan->rel_error[i] = NAN; /* not computed: the bytes were not made here */
     }
     stats->n_reused = c->ru->n_copy;
     stats->reused_bytes = c->ru->copy_bytes;
@@ -892,14 +893,13 @@ static pn_status resolve_env(const pn_quantize_opts *o, pn_job_env *env, pn_erro
 /* The source must be the file it was when opened: same file, size and
  * modification time (a file that shrank while it was read is also caught by
  * the reads themselves). */
-static pn_status check_source_unchanged(const char *path, const struct stat *before,
-                                        pn_error *err)
+static pn_status check_source_unchanged(const char *path, const struct stat *before, pn_error *err)
 {
     struct stat now;
     if (stat(path, &now) != 0)
         return pn_error_set(err, PN_ERR_TRUNCATED,
-                            "%s: the file changed or shrank during the run: it is gone (%s)",
-                            path, strerror(errno));
+                            "%s: the file changed or shrank during the run: it is gone (%s)", path,
+                            strerror(errno));
     if (now.st_dev != before->st_dev || now.st_ino != before->st_ino ||
         now.st_size != before->st_size || now.st_mtim.tv_sec != before->st_mtim.tv_sec ||
         now.st_mtim.tv_nsec != before->st_mtim.tv_nsec)
@@ -958,7 +958,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     oo.per_tensor_values[1] = c->sid.samples_known ? c->sid.sample_crc : c->rd_sample;
     oo.per_tensor_key[2] = PN_KEY_SOURCE_TENSOR_CRC;
     oo.per_tensor_values[2] = c->sid.tensor_crc;
-    oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE;   /* known from the start: the model's values */
+    oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE; /* known from the start: the model's values */
     oo.per_tensor_values[3] = NULL;
     oo.writeback_bytes = PN_WRITEBACK_BYTES;
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
@@ -979,16 +979,15 @@ static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
 static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **dst_auto,
                                     struct stat *src_stat, pn_error *err)
 {
-    pn_status st = dst_in_folder(named->dst_path, c->src, named->src_path, c->plan->mix_label,
-                                 dst_auto, err);
+    pn_status st =
+        dst_in_folder(named->dst_path, c->src, named->src_path, c->plan->mix_label, dst_auto, err);
     if (st != PN_OK)
         return st;
     named->dst_path = *dst_auto;
     return check_paths(named, src_stat, err);
 }
 
-pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats,
-                           pn_error *err)
+pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats, pn_error *err)
 {
     pn_quantize_stats local;
     if (!stats)
@@ -1033,7 +1032,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     {
         bool drop_mtp = false;
         st = pn_job_drop_mtp(o, &drop_mtp, err);
-        pn_source_opts so = {drop_mtp, o->tokenizer_pre};
+        pn_source_opts so = { drop_mtp, o->tokenizer_pre };
         if (st == PN_OK)
             st = pn_source_open(o->src_path, &so, &c.src, err);
     }
@@ -1104,7 +1103,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         goto out;
     }
     st = pn_outset_check_targets(c.out, c.src, err);
-    if (st == PN_OK)   /* the plan's exact bytes, before the first one is written */
+    if (st == PN_OK) /* the plan's exact bytes, before the first one is written */
         st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
     if (st != PN_OK)
         goto out;
@@ -1176,7 +1175,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     stats->t_total = pn_now_seconds() - t_begin;
 
 out:
-    pn_outset_free(c.out);   /* aborts what is not committed */
+    pn_outset_free(c.out); /* aborts what is not committed */
     gguf_writer_free(c.model);
     free(c.split_stats);
     if (c.cuda)

@@ -61,19 +61,19 @@ typedef enum pn_backend { PN_BACKEND_AUTO = 0, PN_BACKEND_CPU, PN_BACKEND_CUDA }
 
 /* What the progress callback sees. */
 typedef struct pn_progress {
-    int phase;                  /* PN_PHASE_* below */
+    int phase; /* PN_PHASE_* below */
     size_t tensor_index, n_tensors;
-    const char *tensor_name;    /* bytes from the file: print with pn_fput_safe */
+    const char *tensor_name; /* bytes from the file: print with pn_fput_safe */
     uint64_t weights_done, weights_total;
-    double elapsed_s;           /* since the start of the phase */
+    double elapsed_s; /* since the start of the phase */
 } pn_progress;
 
 enum {
     PN_PHASE_MEASURE = 1,
     PN_PHASE_QUANTIZE = 2,
     PN_PHASE_VALIDATE = 3,
-    PN_PHASE_IDENTITY = 4,      /* --reuse: reading every tensor's sampled rows */
-    PN_PHASE_REUSE_CHECK = 5,   /* --reuse: checking PREV's bytes (and the source's with verify) */
+    PN_PHASE_IDENTITY = 4,    /* --reuse: reading every tensor's sampled rows */
+    PN_PHASE_REUSE_CHECK = 5, /* --reuse: checking PREV's bytes (and the source's with verify) */
 };
 
 /* Both callbacks run on the calling thread (never on a helper thread), so a
@@ -108,7 +108,7 @@ typedef struct pn_quantize_stats {
      * (wall), the source tensors read for --reuse-verify and PREV's bytes
      * checked (wall) */
     double t_source_crc, t_identity, t_verify, t_reuse_check;
-    size_t n_reused;                /* tensors copied from --reuse PREV */
+    size_t n_reused; /* tensors copied from --reuse PREV */
     uint64_t reused_bytes;
     uint64_t weights, file_bytes;
     int n_promoted;
@@ -124,24 +124,24 @@ typedef struct pn_quantize_stats {
 /* Everything a program needs to print the plan, the totals and the report:
  * handed to the result hook. Pointers live until the hook returns. */
 typedef struct pn_quantize_result {
-    const pn_plan *plan;          /* types, shapes, source types, promotions */
+    const pn_plan *plan; /* types, shapes, source types, promotions */
     const char *src_path, *dst_path;
-    const char *mix_label;        /* "P0k+19" */
+    const char *mix_label; /* "P0k+19" */
     uint64_t header_bytes, file_bytes, weights, alignment;
     bool dry_run;
-    const double *rel_error;      /* per tensor: sum (w-dq)^2 / sum w^2; NULL on a dry run */
-    const double *seconds;        /* per tensor, compute stage; NULL on a dry run */
-    const uint32_t *crc32;        /* per tensor; NULL on a dry run */
+    const double *rel_error; /* per tensor: sum (w-dq)^2 / sum w^2; NULL on a dry run */
+    const double *seconds;   /* per tensor, compute stage; NULL on a dry run */
+    const uint32_t *crc32;   /* per tensor; NULL on a dry run */
     const pn_quantize_stats *stats;
     /* The files: one (n_splits 1, DST itself) or a split set. file_bytes
      * above is the sum of their sizes. With split_index >= 0 only that split
      * is written, and the figures of the other splits' tensors (rel_error,
      * seconds, crc32) are 0. */
     size_t n_splits;
-    const char *const *split_paths;   /* targets; NULL entries on a dry run without DST */
-    const size_t *split_first;        /* n_splits + 1: split s holds [first[s], first[s + 1]) */
-    const uint64_t *split_bytes;      /* each file's size, header included */
-    long split_index;                 /* -1: every split */
+    const char *const *split_paths; /* targets; NULL entries on a dry run without DST */
+    const size_t *split_first;      /* n_splits + 1: split s holds [first[s], first[s + 1]) */
+    const uint64_t *split_bytes;    /* each file's size, header included */
+    long split_index;               /* -1: every split */
     /* --reuse: per tensor, copied from PREV (its relative error and seconds
      * are then not computed: NaN and 0), and when not copied why not (a
      * short phrase); NULL without --reuse. On a dry run they say what
@@ -149,7 +149,7 @@ typedef struct pn_quantize_result {
     const char *reuse_path;
     const bool *reused;
     const char *const *reuse_why;
-    const char *reuse_none_why;   /* why nothing is reused, or NULL */
+    const char *reuse_none_why; /* why nothing is reused, or NULL */
 } pn_quantize_result;
 
 /* Called once the figures are final: for a real run after the written file
@@ -160,41 +160,41 @@ typedef struct pn_quantize_result {
 typedef pn_status (*pn_result_fn)(const pn_quantize_result *r, void *user, pn_error *err);
 
 typedef struct pn_quantize_opts {
-    const char *src_path;           /* a GGUF, or a Hugging Face folder (io/source_open.h) */
+    const char *src_path; /* a GGUF, or a Hugging Face folder (io/source_open.h) */
     /* The source's MTP layer (a folder's, or a GGUF's blk.L.* with nextn.*):
      * dropped with no_mtp (the converter's --no-mtp), kept with keep_mtp,
      * else as the recipe's 'mtp keep|drop' says (kept when it says
      * nothing); both set is PN_ERR_USAGE. */
     bool no_mtp;
     bool keep_mtp;
-    const char *tokenizer_pre;      /* a folder: tokenizer.ggml.pre for an unknown pattern */
+    const char *tokenizer_pre; /* a folder: tokenizer.ggml.pre for an unknown pattern */
     const char *dst_path;
-    const char *recipe_path;        /* NULL: the built-in P0k+19 recipe */
+    const char *recipe_path; /* NULL: the built-in P0k+19 recipe */
     /* --tensor-type, --output-tensor-type, --token-embedding-type: rules
      * before the recipe's (mix/recipe.h), recorded in pn.mix.overrides */
     const pn_recipe_override *overrides;
     size_t n_overrides;
-    int promote;                    /* -1: the recipe's `promote` */
-    const char *promote_list_path;  /* NULL or a file of tensor names */
-    const char *measurement_path;   /* NULL or a file to read/write */
-    uint64_t target_size;           /* 0: none */
-    int rotation_cap;               /* -1: the recipe's; 0: none; else cap */
-    int threads;                    /* 0: all cores (pn_threads_resolve) */
+    int promote;                   /* -1: the recipe's `promote` */
+    const char *promote_list_path; /* NULL or a file of tensor names */
+    const char *measurement_path;  /* NULL or a file to read/write */
+    uint64_t target_size;          /* 0: none */
+    int rotation_cap;              /* -1: the recipe's; 0: none; else cap */
+    int threads;                   /* 0: all cores (pn_threads_resolve) */
     pn_backend backend;
     int device;
-    bool cuda_emulate;              /* the CUDA backend's host emulator (tests) */
-    int cpu_path;                   /* PN_PATH_* (quant/pn_fast.h); -1: the best available */
-    int64_t chunk_weights;          /* 0: PN_CHUNK_WEIGHTS_DEFAULT */
+    bool cuda_emulate;     /* the CUDA backend's host emulator (tests) */
+    int cpu_path;          /* PN_PATH_* (quant/pn_fast.h); -1: the best available */
+    int64_t chunk_weights; /* 0: PN_CHUNK_WEIGHTS_DEFAULT */
     bool dry_run;
     bool force;
-    uint64_t measure_rows;          /* rows sampled per tensor; 0: default */
+    uint64_t measure_rows; /* rows sampled per tensor; 0: default */
     /* A split output (docs/split.md), gguf-split's rules and names: DST
      * NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it. */
-    gguf_split_limit split;         /* --split-max-size / --split-max-tensors; NONE: one file */
-    bool keep_split;                /* --keep-split: the source's splits */
-    long split_index;               /* --split-index: write only this split (from 0); -1: all */
-    const char *reuse_path;         /* --reuse PREV: copy what PREV holds; NULL: none */
-    bool reuse_verify;              /* --reuse-verify: the whole source tensor must match too */
+    gguf_split_limit split; /* --split-max-size / --split-max-tensors; NONE: one file */
+    bool keep_split;        /* --keep-split: the source's splits */
+    long split_index;       /* --split-index: write only this split (from 0); -1: all */
+    const char *reuse_path; /* --reuse PREV: copy what PREV holds; NULL: none */
+    bool reuse_verify;      /* --reuse-verify: the whole source tensor must match too */
     /* --imatrix FILE: llama.cpp's importance matrix (mix/imatrix.h, either
      * form). The promotion measurement is weighted by it through the rotation
      * (mix/measurement.h), the q3_K/q4_K tensors with an entry are searched
@@ -204,12 +204,12 @@ typedef struct pn_quantize_opts {
     /* --imatrix-missing unweighted: a candidate without an entry is measured
      * unweighted; false: such a candidate is an error naming it. */
     bool imatrix_missing_unweighted;
-    const char *quantizer_name;     /* tests only: pn.quantizer instead of "pn-quantize <v>" */
+    const char *quantizer_name; /* tests only: pn.quantizer instead of "pn-quantize <v>" */
     pn_progress_fn progress;
     pn_note_fn note;
-    pn_result_fn result;            /* may be NULL */
+    pn_result_fn result; /* may be NULL */
     void *user;
-    volatile sig_atomic_t *cancel;  /* checked between chunks and in every long loop */
+    volatile sig_atomic_t *cancel; /* checked between chunks and in every long loop */
 } pn_quantize_opts;
 
 /* Defaults: promote -1, rotation_cap -1, cpu_path -1, split_index -1, the

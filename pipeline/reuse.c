@@ -90,10 +90,11 @@ pn_status pn_reuse_open(const char *path, pn_reuse **out, pn_error *err)
     const gguf_kv *q = gguf_reader_find_kv(ru->prev, PN_KEY_QUANTIZER);
     if (gguf_reader_per_tensor_u32(ru->prev, PN_KEY_TENSOR_CRC, ru->prev_crc, &cerr) != PN_OK ||
         !q || q->type != GGUF_TYPE_STRING) {
-        st = pn_error_set(err, PN_ERR_FORMAT,
-                          "%s: not a PN file pn-quantize wrote (no usable pn.tensor_crc32 or "
-                          PN_KEY_QUANTIZER "); %s",
-                          path, needs);
+        st = pn_error_set(
+            err, PN_ERR_FORMAT,
+            "%s: not a PN file pn-quantize wrote (no usable pn.tensor_crc32 or " PN_KEY_QUANTIZER
+            "); %s",
+            path, needs);
         goto fail;
     }
     pn_error rerr;
@@ -221,7 +222,7 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
 
     /* tensor by tensor */
     size_t compared = 0;
-    name_list differ = {{0}, 0};
+    name_list differ = { { 0 }, 0 };
     for (size_t i = 0; i < n; i++) {
         const pn_plan_tensor *t = &plan->tensors[i];
         long j = gguf_reader_find_tensor(ru->prev, t->name);
@@ -277,11 +278,12 @@ pn_status pn_reuse_match(pn_reuse *ru, const pn_plan *plan, const pn_source_id *
                 ru->why[i] = "PREV was made from another source (every tensor's sampled rows "
                              "differ)";
     } else if (differ.n > 0) {
-        pn_quantize_note(o,
-             "--reuse %s: %zu tensor%s changed in the rows sampled for the source identity "
-             "since PREV was made: quantizing %s again (%s)",
-             ru->path, differ.n, differ.n == 1 ? "" : "s", differ.n == 1 ? "it" : "them",
-             name_list_end(&differ));
+        pn_quantize_note(
+            o,
+            "--reuse %s: %zu tensor%s changed in the rows sampled for the source identity "
+            "since PREV was made: quantizing %s again (%s)",
+            ru->path, differ.n, differ.n == 1 ? "" : "s", differ.n == 1 ? "it" : "them",
+            name_list_end(&differ));
     }
     return PN_OK;
 }
@@ -305,14 +307,14 @@ void pn_reuse_drop_imatrix(pn_reuse *ru, const pn_plan *plan, const pn_imatrix *
         dropped++;
     }
     if (dropped)
-        pn_quantize_note(o,
-                         "--reuse %s: PREV was made with %s: %zu q3_K/q4_K tensor%s quantized "
-                         "again",
-                         ru->path,
-                         prev_has ? (im ? "another imatrix than this run's"
-                                        : "an imatrix, this run has none")
-                                  : "no imatrix, this run has one",
-                         dropped, dropped == 1 ? "" : "s");
+        pn_quantize_note(
+            o,
+            "--reuse %s: PREV was made with %s: %zu q3_K/q4_K tensor%s quantized "
+            "again",
+            ru->path,
+            prev_has ? (im ? "another imatrix than this run's" : "an imatrix, this run has none")
+                     : "no imatrix, this run has one",
+            dropped, dropped == 1 ? "" : "s");
 }
 
 /* The indices to read for the tensors still copied: theirs in the source
@@ -344,8 +346,7 @@ static bool copied_arrays(const pn_reuse *ru, size_t **idx, size_t **which, uint
 }
 
 pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *src,
-                          pn_source_id *sid, int threads, const pn_quantize_opts *o,
-                          pn_error *err)
+                          pn_source_id *sid, int threads, const pn_quantize_opts *o, pn_error *err)
 {
     if (ru->n_copy == 0)
         return PN_OK;
@@ -355,7 +356,7 @@ pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     size_t k = copied_indices(ru, true, idx, which);
     pn_status st = pn_tensor_crcs(src, idx, k, 0, threads, o->cancel, got, err);
-    name_list differ = {{0}, 0};
+    name_list differ = { { 0 }, 0 };
     for (size_t m = 0; m < k && st == PN_OK; m++) {
         size_t i = which[m];
         sid->tensor_crc[i] = got[m];
@@ -367,11 +368,12 @@ pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *
         }
     }
     if (st == PN_OK && differ.n > 0)
-        pn_quantize_note(o,
-             "--reuse-verify: %zu tensor%s of %s differ%s from the source PREV was made from "
-             "(whole-tensor CRC-32): quantizing %s again (%s)",
-             differ.n, differ.n == 1 ? "" : "s", o->src_path, differ.n == 1 ? "s" : "",
-             differ.n == 1 ? "it" : "them", name_list_end(&differ));
+        pn_quantize_note(
+            o,
+            "--reuse-verify: %zu tensor%s of %s differ%s from the source PREV was made from "
+            "(whole-tensor CRC-32): quantizing %s again (%s)",
+            differ.n, differ.n == 1 ? "" : "s", o->src_path, differ.n == 1 ? "s" : "",
+            differ.n == 1 ? "it" : "them", name_list_end(&differ));
     free(idx);
     free(which);
     free(got);
@@ -395,16 +397,19 @@ pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
         if (got[m] == ru->crc32[i])
             continue;
         if (bad++ < 2 * NOTE_NAMES_MAX)
-            pn_quantize_note(o,
-                 "--reuse %s: tensor %s: its bytes do not match PREV's pn.tensor_crc32 (CRC-32 "
-                 "%08" PRIx32 ", recorded %08" PRIx32 "): quantizing it again",
-                 ru->path, plan->tensors[i].name, got[m], ru->crc32[i]);
+            pn_quantize_note(
+                o,
+                "--reuse %s: tensor %s: its bytes do not match PREV's pn.tensor_crc32 (CRC-32 "
+                "%08" PRIx32 ", recorded %08" PRIx32 "): quantizing it again",
+                ru->path, plan->tensors[i].name, got[m], ru->crc32[i]);
         pn_reuse_drop(ru, plan, i, "its bytes in PREV do not match PREV's pn.tensor_crc32");
     }
     if (st == PN_OK && bad > 2 * NOTE_NAMES_MAX)
-        pn_quantize_note(o, "--reuse %s: %zu more tensors do not match PREV's pn.tensor_crc32: quantizing "
-                "them again",
-             ru->path, bad - 2 * NOTE_NAMES_MAX);
+        pn_quantize_note(
+            o,
+            "--reuse %s: %zu more tensors do not match PREV's pn.tensor_crc32: quantizing "
+            "them again",
+            ru->path, bad - 2 * NOTE_NAMES_MAX);
     if (st != PN_OK)
         pn_error_prefix(err, "--reuse: checking PREV's bytes");
     free(idx);

@@ -45,22 +45,22 @@
 
 typedef struct pn_reuse {
     char *path;
-    gguf_reader *prev;             /* PREV (a split set: all its files) */
-    uint32_t *prev_crc;            /* PREV's pn.tensor_crc32, per PREV tensor */
-    pn_recorded_source rec;        /* PREV's pn.source.*, when usable */
+    gguf_reader *prev;      /* PREV (a split set: all its files) */
+    uint32_t *prev_crc;     /* PREV's pn.tensor_crc32, per PREV tensor */
+    pn_recorded_source rec; /* PREV's pn.source.*, when usable */
     bool have_rec;
-    char rec_problem[PN_ERROR_MSG_MAX];   /* why rec is unusable, or "" */
+    char rec_problem[PN_ERROR_MSG_MAX]; /* why rec is unusable, or "" */
     /* per output tensor (plan order), after pn_reuse_match */
     size_t n;
-    long *from;                    /* PREV's tensor to copy, or -1 */
-    const char **why;              /* when not copied: a short reason (static text) */
-    uint32_t *crc32;               /* PREV's pn.tensor_crc32 of it */
-    uint32_t *source_crc32;        /* PREV's pn.source.tensor_crc32 of it */
-    uint64_t *offset;              /* its data's offset in PREV's file that holds it */
-    int *fd;                       /* that file's descriptor (PREV's reader's; read-only) */
+    long *from;             /* PREV's tensor to copy, or -1 */
+    const char **why;       /* when not copied: a short reason (static text) */
+    uint32_t *crc32;        /* PREV's pn.tensor_crc32 of it */
+    uint32_t *source_crc32; /* PREV's pn.source.tensor_crc32 of it */
+    uint64_t *offset;       /* its data's offset in PREV's file that holds it */
+    int *fd;                /* that file's descriptor (PREV's reader's; read-only) */
     size_t n_copy;
     uint64_t copy_bytes;
-    char none_why[PN_ERROR_MSG_MAX];      /* why nothing is reused, or "" */
+    char none_why[PN_ERROR_MSG_MAX]; /* why nothing is reused, or "" */
 } pn_reuse;
 
 pn_status pn_reuse_open(const char *path, pn_reuse **out, pn_error *err);
@@ -82,8 +82,7 @@ void pn_reuse_drop_imatrix(pn_reuse *ru, const pn_plan *plan, const pn_imatrix *
 /* Reads the whole source tensor of every tensor still to be copied into
  * sid->tensor_crc and drops those whose CRC differs from PREV's record. */
 pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *src,
-                          pn_source_id *sid, int threads, const pn_quantize_opts *o,
-                          pn_error *err);
+                          pn_source_id *sid, int threads, const pn_quantize_opts *o, pn_error *err);
 /* Reads PREV's bytes of every tensor still to be copied; drops those whose
  * CRC-32 is not PREV's pn.tensor_crc32 entry. */
 pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,

@@ -33,12 +33,12 @@
 /* The team widens and CRCs a chunk in slices of about this many weights
  * (each a call of pn_widen_row_checked, which asks the CPU's features). */
 #define SLICE_WEIGHTS ((int64_t)1 << 18)
-#define TIMES_STRIDE 8          /* doubles per thread: no false sharing */
+#define TIMES_STRIDE 8 /* doubles per thread: no false sharing */
 
 /* One slice's result (calling thread's array, filled by the team). */
 typedef struct slice_res {
     pn_status st;
-    int64_t bad;               /* first non-finite element of the slice */
+    int64_t bad; /* first non-finite element of the slice */
     pn_crc_part part[PN_STREAM_CRCS];
 } slice_res;
 
@@ -55,19 +55,22 @@ typedef struct stream {
     int64_t err_seq;
     pn_error err;
 
-    uint8_t *raw[N_RAW];       /* raw f16/bf16 bytes of chunks k % N_RAW */
-    const uint8_t **slot_src;  /* per slot: where its chunk's source bytes are */
-    gguf_direct *direct;       /* the reader's (cfg.direct_io), or NULL */
-    int threads;               /* the widening team */
-    double *thread_times;      /* threads x TIMES_STRIDE: widen, source CRCs */
-    slice_res *slices;         /* calling thread's */
+    uint8_t *raw[N_RAW];      /* raw f16/bf16 bytes of chunks k % N_RAW */
+    const uint8_t **slot_src; /* per slot: where its chunk's source bytes are */
+    gguf_direct *direct;      /* the reader's (cfg.direct_io), or NULL */
+    int threads;              /* the widening team */
+    double *thread_times;     /* threads x TIMES_STRIDE: widen, source CRCs */
+    slice_res *slices;        /* calling thread's */
     int64_t cap_slices;
-    uint64_t advised_end;      /* read-ahead advice given up to this file offset */
-    uint32_t advised_split;    /* ... of this split's file (a split source) */
+    uint64_t advised_end;   /* read-ahead advice given up to this file offset */
+    uint32_t advised_split; /* ... of this split's file (a split source) */
     pn_stream_times t;
 } stream;
 
-static bool cancelled(const stream *s) { return s->cfg->cancel && *s->cfg->cancel; }
+static bool cancelled(const stream *s)
+{
+    return s->cfg->cancel && *s->cfg->cancel;
+}
 
 /* Records the error of chunk seq (kept when it is the earliest) and stops
  * every stage. Call without the lock. */
@@ -125,7 +128,9 @@ static void advise_ahead(stream *s, uint32_t split, uint64_t at, uint64_t end)
 /* Bytes per element of the types the stream widens; 0 for any other. */
 static int64_t elem_bytes(int src_type)
 {
-    return src_type == PN_TYPE_F32 ? 4 : src_type == PN_TYPE_F16 || src_type == PN_TYPE_BF16 ? 2 : 0;
+    return src_type == PN_TYPE_F32                               ? 4
+           : src_type == PN_TYPE_F16 || src_type == PN_TYPE_BF16 ? 2
+                                                                 : 0;
 }
 
 /* Reads the bytes of n elements of tensor c->tensor from element `at` into
@@ -167,7 +172,7 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
 static pn_status read_chunk(stream *s, pn_chunk *c, uint8_t *dst, pn_error *err)
 {
     if (c->n_rows == 0)
-        return PN_OK;           /* bytes from elsewhere: nothing to read, no advice */
+        return PN_OK; /* bytes from elsewhere: nothing to read, no advice */
     const int64_t elem = elem_bytes(c->src_type);
     if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K)
         return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, dst, err);
@@ -175,8 +180,8 @@ static pn_status read_chunk(stream *s, pn_chunk *c, uint8_t *dst, pn_error *err)
         if (cancelled(s))
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
         int64_t row = c->use_rows ? c->rows[r] : c->row0 + r;
-        pn_status st = read_range(s, c, row * c->K + c->col0, c->n_cols,
-                                  dst + r * c->n_cols * elem, err);
+        pn_status st =
+            read_range(s, c, row * c->K + c->col0, c->n_cols, dst + r * c->n_cols * elem, err);
         if (st != PN_OK)
             return st;
     }
@@ -324,8 +329,8 @@ static pn_status widen_chunk(stream *s, pn_chunk *c, pn_error *err)
     const bool consecutive = !c->use_rows && c->col0 == 0 && c->n_cols == c->K;
     const int64_t total = c->n_rows * c->n_cols;
     const int64_t per_row = consecutive ? 0 : (c->n_cols + SLICE_WEIGHTS - 1) / SLICE_WEIGHTS;
-    const int64_t n = consecutive ? (total + SLICE_WEIGHTS - 1) / SLICE_WEIGHTS
-                                  : c->n_rows * per_row;
+    const int64_t n =
+        consecutive ? (total + SLICE_WEIGHTS - 1) / SLICE_WEIGHTS : c->n_rows * per_row;
     if (n > s->cap_slices) {
         slice_res *p = realloc(s->slices, (size_t)n * sizeof *p);
         if (!p)
@@ -374,7 +379,7 @@ static pn_status widen_chunk(stream *s, pn_chunk *c, pn_error *err)
         if (sr->st == PN_ERR_NONFINITE) {
             int64_t row, col;
             if (consecutive) {
-                int64_t e = i * SLICE_WEIGHTS + sr->bad;   /* element of the chunk */
+                int64_t e = i * SLICE_WEIGHTS + sr->bad; /* element of the chunk */
                 row = c->row0 + e / c->K;
                 col = e % c->K;
             } else {
@@ -384,13 +389,12 @@ static pn_status widen_chunk(stream *s, pn_chunk *c, pn_error *err)
             }
             return pn_error_set(err, PN_ERR_NONFINITE,
                                 "%s: tensor %s, row %lld, column %lld: NaN or infinite weight",
-                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
-                                (long long)row, (long long)col);
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor], (long long)row,
+                                (long long)col);
         }
         if (sr->st != PN_OK)
             return pn_error_set(err, sr->st, "%s: tensor %s: source type %d cannot be widened",
-                                s->cfg->src_path, s->cfg->tensor_names[c->tensor],
-                                c->src_type);
+                                s->cfg->src_path, s->cfg->tensor_names[c->tensor], c->src_type);
         for (int j = 0; j < PN_STREAM_CRCS; j++) {
             if (sr->part[j].len == 0)
                 continue;
@@ -452,7 +456,7 @@ static void compute_loop(stream *s)
         pn_error_clear(&e);
         pn_status st = widen_chunk(s, c, &e);
         pthread_mutex_lock(&s->mu);
-        s->widened = k + 1;     /* its raw buffer may be filled again */
+        s->widened = k + 1; /* its raw buffer may be filled again */
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         if (st != PN_OK) {
@@ -532,7 +536,8 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
         c->rows = malloc((size_t)(cfg->slot_rows > 0 ? cfg->slot_rows : 1) * sizeof(int64_t));
         c->out = malloc(cfg->slot_out_bytes ? cfg->slot_out_bytes : 1);
         c->blk_err = malloc((size_t)(cfg->slot_blocks > 0 ? cfg->slot_blocks : 1) * sizeof(double));
-        c->blk_norm = malloc((size_t)(cfg->slot_blocks > 0 ? cfg->slot_blocks : 1) * sizeof(double));
+        c->blk_norm =
+            malloc((size_t)(cfg->slot_blocks > 0 ? cfg->slot_blocks : 1) * sizeof(double));
         if (!c->x || !c->rows || !c->out || !c->blk_err || !c->blk_norm) {
             st = pn_error_set(err, PN_ERR_NOMEM,
                               "out of memory for %d chunk buffers of %lld weights", s.n_slots,
@@ -563,7 +568,7 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
     if (have_writer)
         pthread_join(writer, NULL);
     pthread_mutex_lock(&s.mu);
-    s.stop = true;          /* the reader may be waiting for a slot nobody frees now */
+    s.stop = true; /* the reader may be waiting for a slot nobody frees now */
     pthread_cond_broadcast(&s.cv);
     pthread_mutex_unlock(&s.mu);
     pthread_join(reader, NULL);

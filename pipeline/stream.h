@@ -72,33 +72,33 @@ typedef struct pn_crc_part {
 
 typedef struct pn_chunk {
     /* set by ops.next */
-    size_t tensor;            /* source tensor index */
-    int64_t K;                /* its row length */
-    int src_type;             /* its source type */
-    int64_t row0, n_rows;     /* rows [row0, row0 + n_rows), unless rows is used */
-    bool use_rows;            /* the rows are rows[0..n_rows), e.g. a sample */
-    int64_t col0, n_cols;     /* of each row, columns [col0, col0 + n_cols) */
+    size_t tensor;        /* source tensor index */
+    int64_t K;            /* its row length */
+    int src_type;         /* its source type */
+    int64_t row0, n_rows; /* rows [row0, row0 + n_rows), unless rows is used */
+    bool use_rows;        /* the rows are rows[0..n_rows), e.g. a sample */
+    int64_t col0, n_cols; /* of each row, columns [col0, col0 + n_cols) */
     bool first_of_tensor, last_of_tensor;
-    int64_t tag;              /* free for the ops */
+    int64_t tag; /* free for the ops */
 
     /* set by the stream */
-    int64_t seq;              /* position in the stream, from 0 */
-    float *x;                 /* n_rows * n_cols floats, widened (row after row) */
+    int64_t seq; /* position in the stream, from 0 */
+    float *x;    /* n_rows * n_cols floats, widened (row after row) */
     /* ops.source_crcs of the chunk's source bytes, its slices joined in
      * order: set before ops.compute (len 0 when nothing was read) */
     pn_crc_part src_crc[PN_STREAM_CRCS];
 
     /* buffers of the slot, for the ops (capacities from the config) */
-    int64_t *rows;            /* cfg.slot_rows entries */
-    uint8_t *out;             /* cfg.slot_out_bytes */
+    int64_t *rows; /* cfg.slot_rows entries */
+    uint8_t *out;  /* cfg.slot_out_bytes */
     size_t out_len;
     double *blk_err, *blk_norm; /* cfg.slot_blocks each */
 
-    bool deferred;            /* set by compute: finish later */
-    bool abandoned;           /* set by the stream: finish only to release */
-    int gpu_slot;             /* free for the ops */
-    uint32_t crc;             /* free for the ops */
-    double t0;                /* free for the ops */
+    bool deferred;  /* set by compute: finish later */
+    bool abandoned; /* set by the stream: finish only to release */
+    int gpu_slot;   /* free for the ops */
+    uint32_t crc;   /* free for the ops */
+    double t0;      /* free for the ops */
 } pn_chunk;
 
 typedef struct pn_stream_ops {
@@ -127,18 +127,18 @@ typedef struct pn_stream_ops {
 
 typedef struct pn_stream_cfg {
     const gguf_reader *src;
-    int n_slots;              /* >= 2 */
-    int64_t slot_weights;     /* floats per chunk buffer */
-    int64_t slot_rows;        /* entries of c->rows */
+    int n_slots;          /* >= 2 */
+    int64_t slot_weights; /* floats per chunk buffer */
+    int64_t slot_rows;    /* entries of c->rows */
     size_t slot_out_bytes;
     int64_t slot_blocks;
-    uint64_t readahead_bytes; /* advice ahead of contiguous reads; 0: none */
-    int cpu_path;             /* PN_PATH_* of the widening (quant/widen.h) */
-    int threads;              /* the team that widens (>= 1; < 1: 1) */
-    bool direct_io;           /* read around the page cache (gguf_direct_*; for a
+    uint64_t readahead_bytes;        /* advice ahead of contiguous reads; 0: none */
+    int cpu_path;                    /* PN_PATH_* of the widening (quant/widen.h) */
+    int threads;                     /* the team that widens (>= 1; < 1: 1) */
+    bool direct_io;                  /* read around the page cache (gguf_direct_*; for a
                                * file read once in order); then no advice */
-    const char *src_path;     /* for messages */
-    const char *const *tensor_names;   /* for messages (source order) */
+    const char *src_path;            /* for messages */
+    const char *const *tensor_names; /* for messages (source order) */
     volatile sig_atomic_t *cancel;
 } pn_stream_cfg;
 

@@ -32,9 +32,15 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
-static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
+static int64_t lcm64(int64_t a, int64_t b)
+{
+    return a / gcd64(a, b) * b;
+}
 
-int pn_job_best_cpu_path(void) { return pn_cpu_path_best(); }
+int pn_job_best_cpu_path(void)
+{
+    return pn_cpu_path_best();
+}
 
 pn_status pn_job_tensor_init(pn_job_tensor *t, size_t index, const char *name, int64_t K,
                              int64_t rows, int src_type, int type, int rot_block,
@@ -79,13 +85,11 @@ void pn_job_tensor_needs(const pn_job_tensor *t, int64_t *weights, uint64_t *out
     int64_t rows = t->rows_per_chunk < t->rows ? t->rows_per_chunk : t->rows;
     *weights = rows * t->cols_per_chunk;
     *out_bytes = (uint64_t)rows * (uint64_t)pn_type_row_bytes(t->type, t->cols_per_chunk);
-    *blocks = t->cols_per_chunk == t->K
-                  ? rows * t->blocks_per_row
-                  : (t->cols_per_chunk + t->sum_block - 1) / t->sum_block;
+    *blocks = t->cols_per_chunk == t->K ? rows * t->blocks_per_row
+                                        : (t->cols_per_chunk + t->sum_block - 1) / t->sum_block;
 }
 
-bool pn_job_cursor_next(pn_job_cursor *cur, const pn_job_tensor *tensors, size_t n,
-                        pn_chunk *c)
+bool pn_job_cursor_next(pn_job_cursor *cur, const pn_job_tensor *tensors, size_t n, pn_chunk *c)
 {
     if (cur->i >= n)
         return false;
@@ -136,7 +140,7 @@ uint64_t pn_job_chunk_out_bytes(const pn_job_tensor *t, const pn_chunk *c)
 
 /* ---- the kernels -------------------------------------------------------- */
 
-#define TIMES_STRIDE 8   /* doubles per thread: a cache line, no false sharing */
+#define TIMES_STRIDE 8 /* doubles per thread: a cache line, no false sharing */
 
 pn_status pn_job_kernels_init(pn_job_kernels *k, int threads, int path)
 {
@@ -230,8 +234,8 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
                                : (a + per < c->n_cols ? a + per : c->n_cols);
         /* the item's segments: rows [a, b), or columns [a, b) of the one row */
         int64_t n_seg = whole_rows ? b - a : 1;
-        uint64_t out0 = whole_rows ? (uint64_t)(a * out_row)
-                                   : (uint64_t)pn_type_row_bytes(t->type, a);
+        uint64_t out0 =
+            whole_rows ? (uint64_t)(a * out_row) : (uint64_t)pn_type_row_bytes(t->type, a);
         pn_status ist = PN_OK;
         int64_t bad_row = 0, bad_col = 0;
         for (int64_t sgi = 0; sgi < n_seg && ist == PN_OK; sgi++) {
@@ -270,8 +274,8 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
                         ist = pn_row_sums_ref(t->type, x, out, len, c->blk_err + blk,
                                               c->blk_norm + blk);
                 } else {
-                    ist = pn_quantize_row_sums(t->type, path, x, len, out, &col,
-                                               c->blk_err + blk, c->blk_norm + blk);
+                    ist = pn_quantize_row_sums(t->type, path, x, len, out, &col, c->blk_err + blk,
+                                               c->blk_norm + blk);
                 }
                 if (ist != PN_OK) {
                     bad_row = row;
@@ -291,8 +295,8 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
         k->item_col[it] = bad_col;
         if ((what & PN_JOB_CRC) && ist == PN_OK) {
             double t0 = omp_get_wtime();
-            uint64_t out1 = whole_rows ? (uint64_t)(b * out_row)
-                                       : (uint64_t)pn_type_row_bytes(t->type, b);
+            uint64_t out1 =
+                whole_rows ? (uint64_t)(b * out_row) : (uint64_t)pn_type_row_bytes(t->type, b);
             k->item_len[it] = out1 - out0;
             k->item_crc[it] = pn_crc32(0, c->out + out0, (size_t)(out1 - out0));
             tt[3] += omp_get_wtime() - t0;
@@ -300,8 +304,8 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
     }
     for (int64_t it = 0; it < n_items; it++)
         if (k->item_st[it] != PN_OK)
-            return pn_job_row_error(k->item_st[it], file, t->name, k->item_row[it],
-                                    k->item_col[it], err);
+            return pn_job_row_error(k->item_st[it], file, t->name, k->item_row[it], k->item_col[it],
+                                    err);
     if (what & PN_JOB_CRC) {
         uLong v = 0;
         for (int64_t it = 0; it < n_items; it++)
@@ -312,10 +316,10 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
     return PN_OK;
 }
 
-void pn_job_kernels_times(const pn_job_kernels *k, double *rotate, double *quantize,
-                          double *error, double *crc)
+void pn_job_kernels_times(const pn_job_kernels *k, double *rotate, double *quantize, double *error,
+                          double *crc)
 {
-    double s[4] = {0, 0, 0, 0};
+    double s[4] = { 0, 0, 0, 0 };
     for (int i = 0; i < k->threads; i++)
         for (int j = 0; j < 4; j++)
             s[j] += k->thread_times[(size_t)i * TIMES_STRIDE + j];

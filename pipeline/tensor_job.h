@@ -26,23 +26,23 @@
 
 /* What every stage of a job runs with, resolved once from the options. */
 typedef struct pn_job_env {
-    int threads;               /* >= 1 */
-    int cpu_path;              /* PN_PATH_* */
-    int64_t chunk_weights;     /* chunk size, weights */
+    int threads;           /* >= 1 */
+    int cpu_path;          /* PN_PATH_* */
+    int64_t chunk_weights; /* chunk size, weights */
 } pn_job_env;
 
 /* One tensor of a job, as the chunking and the kernels see it. */
 typedef struct pn_job_tensor {
-    size_t index;              /* source tensor index */
+    size_t index; /* source tensor index */
     const char *name;
     int64_t K, rows;
     int src_type, type;
-    int rot_block;             /* > 1: rotated with this Hadamard block */
-    int64_t sum_block;         /* pn_sum_block_weights(type) */
-    int64_t blocks_per_row;    /* ceil(K / sum_block) */
-    int64_t unit;              /* lcm(type's block, rot_block, sum_block) */
-    int64_t rows_per_chunk;    /* whole-row chunks: rows each; else 1 */
-    int64_t cols_per_chunk;    /* K for whole-row chunks; else a multiple of unit */
+    int rot_block;          /* > 1: rotated with this Hadamard block */
+    int64_t sum_block;      /* pn_sum_block_weights(type) */
+    int64_t blocks_per_row; /* ceil(K / sum_block) */
+    int64_t unit;           /* lcm(type's block, rot_block, sum_block) */
+    int64_t rows_per_chunk; /* whole-row chunks: rows each; else 1 */
+    int64_t cols_per_chunk; /* K for whole-row chunks; else a multiple of unit */
     /* q3_K/q4_K with an imatrix entry: the K column weights; the tensor is
      * then encoded by quant/kquants_weighted.h (one scalar path). NULL:
      * the unweighted encoders. Set by the job after pn_job_tensor_init. */
@@ -68,8 +68,7 @@ typedef struct pn_job_cursor {
 
 /* Describes the next chunk into c (tensor, rows, columns, first/last of its
  * tensor); c->tag is the position in `tensors`. false at the end. */
-bool pn_job_cursor_next(pn_job_cursor *cur, const pn_job_tensor *tensors, size_t n,
-                        pn_chunk *c);
+bool pn_job_cursor_next(pn_job_cursor *cur, const pn_job_tensor *tensors, size_t n, pn_chunk *c);
 
 /* Number of sum blocks of a chunk of t. */
 int64_t pn_job_chunk_blocks(const pn_job_tensor *t, const pn_chunk *c);
@@ -79,23 +78,23 @@ uint64_t pn_job_chunk_out_bytes(const pn_job_tensor *t, const pn_chunk *c);
 /* Per-thread scratch of the kernels, reused over chunks. */
 typedef struct pn_job_kernels {
     int threads;
-    int path;                  /* PN_PATH_* */
+    int path; /* PN_PATH_* */
     int64_t cap_items;
     pn_status *item_st;
     int64_t *item_row, *item_col;
     uint32_t *item_crc;
     uint64_t *item_len;
-    double *thread_times;      /* threads x 8 (padded): rotate, quantize, error, crc */
+    double *thread_times; /* threads x 8 (padded): rotate, quantize, error, crc */
 } pn_job_kernels;
 
 pn_status pn_job_kernels_init(pn_job_kernels *k, int threads, int path);
 void pn_job_kernels_free(pn_job_kernels *k);
 
 enum {
-    PN_JOB_ROTATE = 1,         /* rotate the chunk's weights in place (rot_block > 1) */
-    PN_JOB_QUANTIZE = 2,       /* quantize into c->out with the fused sums */
-    PN_JOB_SUMS_REF = 4,       /* sums of c->out against the weights (a separate pass) */
-    PN_JOB_CRC = 8,            /* CRC-32 of c->out */
+    PN_JOB_ROTATE = 1,   /* rotate the chunk's weights in place (rot_block > 1) */
+    PN_JOB_QUANTIZE = 2, /* quantize into c->out with the fused sums */
+    PN_JOB_SUMS_REF = 4, /* sums of c->out against the weights (a separate pass) */
+    PN_JOB_CRC = 8,      /* CRC-32 of c->out */
 };
 
 /* The work `what` (PN_JOB_* flags) on chunk c of tensor t, in parallel.
@@ -108,8 +107,8 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
                             uint32_t *crc, const char *file, pn_error *err);
 
 /* Stage seconds of the kernels so far (thread-seconds / threads). */
-void pn_job_kernels_times(const pn_job_kernels *k, double *rotate, double *quantize,
-                          double *error, double *crc);
+void pn_job_kernels_times(const pn_job_kernels *k, double *rotate, double *quantize, double *error,
+                          double *crc);
 
 /* The message for a quantizer error at (row, col) of a tensor. */
 pn_status pn_job_row_error(pn_status st, const char *file, const char *tensor, int64_t row,

@@ -38,7 +38,7 @@
 typedef struct block_pnt {
     uint8_t d[2];
     uint8_t qs[32];
-} block_pnt;                     /* pn3t and pn4t share the 34-byte frame */
+} block_pnt; /* pn3t and pn4t share the 34-byte frame */
 static_assert(sizeof(block_pnt) == 34, "pn3t/pn4t block must be 34 bytes");
 static_assert(offsetof(block_pnt, qs) == 2, "pn3t/pn4t words follow the 2-byte scale");
 

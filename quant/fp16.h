@@ -37,13 +37,17 @@ static inline float pn_fp16_to_float(uint16_t h)
         float v = (float)mant * 0x1p-24f;
         return sign ? -v : v;
     }
-    uint32_t bits = sign | (exp == 31 ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
+    uint32_t bits =
+        sign | (exp == 31 ? 0x7f800000u | (mant << 13) : ((exp + 112u) << 23) | (mant << 13));
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
 }
 
-static inline double pn_fp16_to_double(uint16_t h) { return (double)pn_fp16_to_float(h); }
+static inline double pn_fp16_to_double(uint16_t h)
+{
+    return (double)pn_fp16_to_float(h);
+}
 
 /* Rounds the double once: keep 11 significant bits (fewer for a subnormal
  * half, whose last bit is worth 2^-24) and round the dropped bits to
@@ -80,7 +84,10 @@ static inline uint16_t pn_fp16_from_double(double x)
 }
 
 /* float -> half with one rounding (the float is exact in double). */
-static inline uint16_t pn_fp16_from_float(float x) { return pn_fp16_from_double((double)x); }
+static inline uint16_t pn_fp16_from_float(float x)
+{
+    return pn_fp16_from_double((double)x);
+}
 
 static inline float pn_bf16_to_float(uint16_t b)
 {
@@ -94,15 +101,25 @@ static inline float pn_bf16_to_float(uint16_t b)
 uint16_t pn_bf16_from_float(float x);
 
 /* Little-endian load/store of a u16 at any alignment. */
-static inline uint16_t pn_load_u16le(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline void pn_store_u16le(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline uint16_t pn_load_u16le(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline void pn_store_u16le(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static inline uint32_t pn_load_u32le(const uint8_t *p)
 {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 static inline void pn_store_u32le(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
 }
 
 #endif

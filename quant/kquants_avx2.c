@@ -18,11 +18,12 @@
 #define KQ_CVT4(v) ((kv4d)_mm256_cvtps_pd((__m128)(v)))
 #define KQ_WIDEN_LO(a) ((kvdh)_mm256_cvtps_pd(_mm256_castps256_ps128((__m256)(a))))
 #define KQ_WIDEN_HI(a) ((kvdh)_mm256_cvtps_pd(_mm256_extractf128_ps((__m256)(a), 1)))
-#define KQ_NARROW(lo, hi) _mm256_set_m128(_mm256_cvtpd_ps((__m256d)(hi)), _mm256_cvtpd_ps((__m256d)(lo)))
+#define KQ_NARROW(lo, hi)                                                                          \
+    _mm256_set_m128(_mm256_cvtpd_ps((__m256d)(hi)), _mm256_cvtpd_ps((__m256d)(lo)))
 /* the low 32 bits of each 64-bit mask lane (both halves of a mask lane are
  * equal), in lane order */
 #define KQ_MASK32(lo, hi)                                                                          \
-    _mm256_permute4x64_pd(                                                                         \
-        (__m256d)_mm256_shuffle_ps((__m256)(lo), (__m256)(hi), 0x88), 0xd8)
-#define KQ_ROUND_NONNEG(v) ((kvf)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+    _mm256_permute4x64_pd((__m256d)_mm256_shuffle_ps((__m256)(lo), (__m256)(hi), 0x88), 0xd8)
+#define KQ_ROUND_NONNEG(v)                                                                         \
+    ((kvf)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #include "quant/kquants_simd.h"

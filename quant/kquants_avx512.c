@@ -16,10 +16,11 @@
 #define KQ_WIDEN_LO(a) ((kvdh)_mm512_cvtps_pd(_mm512_castps512_ps256((__m512)(a))))
 #define KQ_WIDEN_HI(a) ((kvdh)_mm512_cvtps_pd(_mm512_extractf32x8_ps((__m512)(a), 1)))
 #define KQ_NARROW(lo, hi)                                                                          \
-    _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps((__m512d)(lo))),                    \
+    _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps((__m512d)(lo))),                     \
                        _mm512_cvtpd_ps((__m512d)(hi)), 1)
 #define KQ_MASK32(lo, hi)                                                                          \
-    _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32((__m512i)(lo))),              \
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32((__m512i)(lo))),               \
                        _mm512_cvtepi64_epi32((__m512i)(hi)), 1)
-#define KQ_ROUND_NONNEG(v) ((kvf)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#define KQ_ROUND_NONNEG(v)                                                                         \
+    ((kvf)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #include "quant/kquants_simd.h"

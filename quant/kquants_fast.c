@@ -30,14 +30,10 @@ pn_status pn_quantize_row_q4_K_path(int path, const float *x, int64_t n, uint8_t
     if (!pn_path_available(path) || n < 0 || n % PN_QK_K != 0)
         return kq_usage(bad_col);
     switch (path) {
-    case PN_PATH_SCALAR_FAST:
-        return pn_kq_q4_K_row_w4(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX2:
-        return pn_kq_q4_K_row_avx2(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX512:
-        return pn_kq_q4_K_row_avx512(x, n, out, bad_col, NULL, NULL);
-    default:
-        return pn_quantize_row_q4_K_ref(x, n, out, bad_col);
+    case PN_PATH_SCALAR_FAST: return pn_kq_q4_K_row_w4(x, n, out, bad_col, NULL, NULL);
+    case PN_PATH_AVX2: return pn_kq_q4_K_row_avx2(x, n, out, bad_col, NULL, NULL);
+    case PN_PATH_AVX512: return pn_kq_q4_K_row_avx512(x, n, out, bad_col, NULL, NULL);
+    default: return pn_quantize_row_q4_K_ref(x, n, out, bad_col);
     }
 }
 
@@ -47,14 +43,10 @@ pn_status pn_quantize_row_q3_K_path(int path, const float *x, int64_t n, uint8_t
     if (!pn_path_available(path) || n < 0 || n % PN_QK_K != 0)
         return kq_usage(bad_col);
     switch (path) {
-    case PN_PATH_SCALAR_FAST:
-        return pn_kq_q3_K_row_w4(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX2:
-        return pn_kq_q3_K_row_avx2(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX512:
-        return pn_kq_q3_K_row_avx512(x, n, out, bad_col, NULL, NULL);
-    default:
-        return pn_quantize_row_q3_K_ref(x, n, out, bad_col);
+    case PN_PATH_SCALAR_FAST: return pn_kq_q3_K_row_w4(x, n, out, bad_col, NULL, NULL);
+    case PN_PATH_AVX2: return pn_kq_q3_K_row_avx2(x, n, out, bad_col, NULL, NULL);
+    case PN_PATH_AVX512: return pn_kq_q3_K_row_avx512(x, n, out, bad_col, NULL, NULL);
+    default: return pn_quantize_row_q3_K_ref(x, n, out, bad_col);
     }
 }
 

@@ -55,17 +55,44 @@ static inline int kq_is_finite(float v)
 #include <emmintrin.h>
 
 typedef __m128 kq_v4;
-static inline kq_v4 kq_load(const float *p) { return _mm_loadu_ps(p); }
-static inline void kq_store(float *p, kq_v4 v) { _mm_storeu_ps(p, v); }
-static inline kq_v4 kq_set1(float v) { return _mm_set1_ps(v); }
-static inline kq_v4 kq_add(kq_v4 a, kq_v4 b) { return _mm_add_ps(a, b); }
-static inline kq_v4 kq_sub(kq_v4 a, kq_v4 b) { return _mm_sub_ps(a, b); }
-static inline kq_v4 kq_mul(kq_v4 a, kq_v4 b) { return _mm_mul_ps(a, b); }
+static inline kq_v4 kq_load(const float *p)
+{
+    return _mm_loadu_ps(p);
+}
+static inline void kq_store(float *p, kq_v4 v)
+{
+    _mm_storeu_ps(p, v);
+}
+static inline kq_v4 kq_set1(float v)
+{
+    return _mm_set1_ps(v);
+}
+static inline kq_v4 kq_add(kq_v4 a, kq_v4 b)
+{
+    return _mm_add_ps(a, b);
+}
+static inline kq_v4 kq_sub(kq_v4 a, kq_v4 b)
+{
+    return _mm_sub_ps(a, b);
+}
+static inline kq_v4 kq_mul(kq_v4 a, kq_v4 b)
+{
+    return _mm_mul_ps(a, b);
+}
 /* maxps/minps return the second operand unless the first compares
  * greater/less: exactly kq_clamp's a > b ? a : b. */
-static inline kq_v4 kq_max(kq_v4 a, kq_v4 b) { return _mm_max_ps(a, b); }
-static inline kq_v4 kq_min(kq_v4 a, kq_v4 b) { return _mm_min_ps(a, b); }
-static inline kq_v4 kq_abs(kq_v4 a) { return _mm_and_ps(a, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff))); }
+static inline kq_v4 kq_max(kq_v4 a, kq_v4 b)
+{
+    return _mm_max_ps(a, b);
+}
+static inline kq_v4 kq_min(kq_v4 a, kq_v4 b)
+{
+    return _mm_min_ps(a, b);
+}
+static inline kq_v4 kq_abs(kq_v4 a)
+{
+    return _mm_and_ps(a, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
+}
 /* (l0 + l1) + (l2 + l3) */
 static inline float kq_hsum(kq_v4 v)
 {
@@ -74,17 +101,64 @@ static inline float kq_hsum(kq_v4 v)
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 #else
-typedef struct kq_v4 { float v[4]; } kq_v4;
-static inline kq_v4 kq_load(const float *p) { kq_v4 r = {{p[0], p[1], p[2], p[3]}}; return r; }
-static inline void kq_store(float *p, kq_v4 a) { for (int i = 0; i < 4; i++) p[i] = a.v[i]; }
-static inline kq_v4 kq_set1(float x) { kq_v4 r = {{x, x, x, x}}; return r; }
-static inline kq_v4 kq_add(kq_v4 a, kq_v4 b) { for (int i = 0; i < 4; i++) a.v[i] = a.v[i] + b.v[i]; return a; }
-static inline kq_v4 kq_sub(kq_v4 a, kq_v4 b) { for (int i = 0; i < 4; i++) a.v[i] = a.v[i] - b.v[i]; return a; }
-static inline kq_v4 kq_mul(kq_v4 a, kq_v4 b) { for (int i = 0; i < 4; i++) a.v[i] = a.v[i] * b.v[i]; return a; }
-static inline kq_v4 kq_max(kq_v4 a, kq_v4 b) { for (int i = 0; i < 4; i++) a.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i]; return a; }
-static inline kq_v4 kq_min(kq_v4 a, kq_v4 b) { for (int i = 0; i < 4; i++) a.v[i] = a.v[i] < b.v[i] ? a.v[i] : b.v[i]; return a; }
-static inline kq_v4 kq_abs(kq_v4 a) { for (int i = 0; i < 4; i++) a.v[i] = fabsf(a.v[i]); return a; }
-static inline float kq_hsum(kq_v4 a) { return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]); }
+typedef struct kq_v4 {
+    float v[4];
+} kq_v4;
+static inline kq_v4 kq_load(const float *p)
+{
+    kq_v4 r = { { p[0], p[1], p[2], p[3] } };
+    return r;
+}
+static inline void kq_store(float *p, kq_v4 a)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = a.v[i];
+}
+static inline kq_v4 kq_set1(float x)
+{
+    kq_v4 r = { { x, x, x, x } };
+    return r;
+}
+static inline kq_v4 kq_add(kq_v4 a, kq_v4 b)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = a.v[i] + b.v[i];
+    return a;
+}
+static inline kq_v4 kq_sub(kq_v4 a, kq_v4 b)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = a.v[i] - b.v[i];
+    return a;
+}
+static inline kq_v4 kq_mul(kq_v4 a, kq_v4 b)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = a.v[i] * b.v[i];
+    return a;
+}
+static inline kq_v4 kq_max(kq_v4 a, kq_v4 b)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
+    return a;
+}
+static inline kq_v4 kq_min(kq_v4 a, kq_v4 b)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = a.v[i] < b.v[i] ? a.v[i] : b.v[i];
+    return a;
+}
+static inline kq_v4 kq_abs(kq_v4 a)
+{
+    for (int i = 0; i < 4; i++)
+        a.v[i] = fabsf(a.v[i]);
+    return a;
+}
+static inline float kq_hsum(kq_v4 a)
+{
+    return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]);
+}
 #endif
 
 /* Index of the first NaN or infinity in x[0..n) (n a multiple of 4), or -1.

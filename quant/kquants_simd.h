@@ -84,7 +84,9 @@ typedef float kvfh __attribute__((vector_size(2 * KQ_W)));
 typedef int32_t kvih __attribute__((vector_size(2 * KQ_W)));
 typedef double kvdh __attribute__((vector_size(4 * KQ_W)));
 typedef int64_t kvlh __attribute__((vector_size(4 * KQ_W)));
-typedef struct kvd2 { kvdh h[2]; } kvd2;
+typedef struct kvd2 {
+    kvdh h[2];
+} kvd2;
 
 #if KQ_W == 4
 #define KQ_IDX_LO 0, 1
@@ -126,33 +128,66 @@ static inline int kq_anyd(kvlh m)
 }
 #define KQ_ANYD(m) kq_anyd(m)
 #endif
-static inline kvf kq_self(kvi m, kvf a, kvf b) { return (kvf)KQ_SELF(m, a, b); }
-static inline kvdh kq_seld(kvlh m, kvdh a, kvdh b) { return (kvdh)KQ_SELD(m, a, b); }
-static inline kvf kq_maxf(kvf a, kvf b) { return KQ_MAXF(a, b); }
-static inline kvf kq_minf(kvf a, kvf b) { return KQ_MINF(a, b); }
-static inline kvf kq_splat(float s) { return (kvf){0} + s; }
-static inline kvdh kq_splatd(double s) { return (kvdh){0} + s; }
-static inline kvd2 kq_splatd2(double s) { return (kvd2){{kq_splatd(s), kq_splatd(s)}}; }
+static inline kvf kq_self(kvi m, kvf a, kvf b)
+{
+    return (kvf)KQ_SELF(m, a, b);
+}
+static inline kvdh kq_seld(kvlh m, kvdh a, kvdh b)
+{
+    return (kvdh)KQ_SELD(m, a, b);
+}
+static inline kvf kq_maxf(kvf a, kvf b)
+{
+    return KQ_MAXF(a, b);
+}
+static inline kvf kq_minf(kvf a, kvf b)
+{
+    return KQ_MINF(a, b);
+}
+static inline kvf kq_splat(float s)
+{
+    return (kvf){ 0 } + s;
+}
+static inline kvdh kq_splatd(double s)
+{
+    return (kvdh){ 0 } + s;
+}
+static inline kvd2 kq_splatd2(double s)
+{
+    return (kvd2){ { kq_splatd(s), kq_splatd(s) } };
+}
 /* float <-> double conversions and the narrowing of a double mask, per ISA
  * when the includer has them (GCC 12 lowers the generic forms through
  * memory, two lanes at a time); the generic forms compute the same values. */
 #ifndef KQ_WIDEN_LO
 #define KQ_WIDEN_LO(a) __builtin_convertvector((kvfh)__builtin_shufflevector(a, a, KQ_IDX_LO), kvdh)
 #define KQ_WIDEN_HI(a) __builtin_convertvector((kvfh)__builtin_shufflevector(a, a, KQ_IDX_HI), kvdh)
-#define KQ_NARROW(lo, hi)                                                                      \
-    __builtin_shufflevector(__builtin_convertvector(lo, kvfh), __builtin_convertvector(hi, kvfh), \
+#define KQ_NARROW(lo, hi)                                                                          \
+    __builtin_shufflevector(__builtin_convertvector(lo, kvfh), __builtin_convertvector(hi, kvfh),  \
                             KQ_IDX_ALL)
-#define KQ_MASK32(lo, hi)                                                                      \
-    __builtin_shufflevector(__builtin_convertvector(lo, kvih), __builtin_convertvector(hi, kvih), \
+#define KQ_MASK32(lo, hi)                                                                          \
+    __builtin_shufflevector(__builtin_convertvector(lo, kvih), __builtin_convertvector(hi, kvih),  \
                             KQ_IDX_ALL)
 #endif
 
-static inline kvd2 kq_widen(kvf a) { return (kvd2){{KQ_WIDEN_LO(a), KQ_WIDEN_HI(a)}}; }
-static inline kvf kq_narrow(kvd2 a) { return (kvf)KQ_NARROW(a.h[0], a.h[1]); }
+static inline kvd2 kq_widen(kvf a)
+{
+    return (kvd2){ { KQ_WIDEN_LO(a), KQ_WIDEN_HI(a) } };
+}
+static inline kvf kq_narrow(kvd2 a)
+{
+    return (kvf)KQ_NARROW(a.h[0], a.h[1]);
+}
 /* A mask of double lanes (all ones or zero) as a mask of float lanes. */
-static inline kvi kq_mask32(kvlh lo, kvlh hi) { return (kvi)KQ_MASK32(lo, hi); }
+static inline kvi kq_mask32(kvlh lo, kvlh hi)
+{
+    return (kvi)KQ_MASK32(lo, hi);
+}
 /* Lane i of a kvd2. */
-static inline double kq_lane(const kvd2 *a, int i) { return a->h[i / KQ_HALF][i % KQ_HALF]; }
+static inline double kq_lane(const kvd2 *a, int i)
+{
+    return a->h[i / KQ_HALF][i % KQ_HALF];
+}
 /* c + a*b for integer-valued floats whose product and sum are exact
  * (code squares and their sums: integers below 2^24). Then a fused
  * multiply-add and the reference's separate multiply and add give the same
@@ -161,7 +196,10 @@ static inline double kq_lane(const kvd2 *a, int i) { return a->h[i / KQ_HALF][i 
 #ifndef KQ_FMA_EXACT
 #define KQ_FMA_EXACT(a, b, c) ((c) + (a) * (b))
 #endif
-static inline kvf kq_absf(kvf a) { return (kvf)((kvi)a & 0x7fffffff); }
+static inline kvf kq_absf(kvf a)
+{
+    return (kvf)((kvi)a & 0x7fffffff);
+}
 
 /* kq_round4 / kq_clamp4 of kquants_impl.h, lane by lane. */
 static inline kvf kq_roundv(kvf v)
@@ -170,7 +208,10 @@ static inline kvf kq_roundv(kvf v)
     return (v + m) - m;
 }
 
-static inline kvf kq_clampv(kvf v, kvf lo, kvf hi) { return kq_minf(kq_maxf(v, lo), hi); }
+static inline kvf kq_clampv(kvf v, kvf lo, kvf hi)
+{
+    return kq_minf(kq_maxf(v, lo), hi);
+}
 
 /* kq_roundv of a value already clamped to [+0, 63] (q4_K's codes, scales
  * and mins): there (v + 1.5 * 2^23) lies in [2^23, 2^24), where the float
@@ -181,10 +222,16 @@ static inline kvf kq_clampv(kvf v, kvf lo, kvf hi) { return kq_minf(kq_maxf(v, l
 #ifndef KQ_ROUND_NONNEG
 #define KQ_ROUND_NONNEG(v) kq_roundv(v)
 #endif
-static inline kvf kq_round_nonneg(kvf v) { return (kvf)KQ_ROUND_NONNEG(v); }
+static inline kvf kq_round_nonneg(kvf v)
+{
+    return (kvf)KQ_ROUND_NONNEG(v);
+}
 
 /* The reference's four-lane sum: (l0 + l1) + (l2 + l3). */
-static inline kvf kq_comb(const kvf *a) { return (a[0] + a[1]) + (a[2] + a[3]); }
+static inline kvf kq_comb(const kvf *a)
+{
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
 
 /* Lanes of the unit's second super-block (i >= KQ_W / 2). */
 static inline kvi kq_second_block_lanes(void)
@@ -202,7 +249,7 @@ static inline kvf kq_per_block(kvi second, float v0, float v1)
 }
 
 /* Lane and vector of sub-block j of super-block b. */
-#define KQ_LANE(b, j) ((b) * KQ_HALF + (j) % KQ_HALF)
+#define KQ_LANE(b, j) ((b)*KQ_HALF + (j) % KQ_HALF)
 #define KQ_VEC(j) ((j) / KQ_HALF)
 
 typedef float kv4f __attribute__((vector_size(16)));
@@ -229,10 +276,10 @@ static inline void kq_transpose_in(const float *const xb[2], int sub, int nsub, 
             const kv8f t1 = __builtin_shufflevector(r[2], r[3], 0, 8, 1, 9, 4, 12, 5, 13);
             const kv8f t2 = __builtin_shufflevector(r[0], r[1], 2, 10, 3, 11, 6, 14, 7, 15);
             const kv8f t3 = __builtin_shufflevector(r[2], r[3], 2, 10, 3, 11, 6, 14, 7, 15);
-            const kv8f c[4] = {__builtin_shufflevector(t0, t1, 0, 1, 8, 9, 4, 5, 12, 13),
-                               __builtin_shufflevector(t0, t1, 2, 3, 10, 11, 6, 7, 14, 15),
-                               __builtin_shufflevector(t2, t3, 0, 1, 8, 9, 4, 5, 12, 13),
-                               __builtin_shufflevector(t2, t3, 2, 3, 10, 11, 6, 7, 14, 15)};
+            const kv8f c[4] = { __builtin_shufflevector(t0, t1, 0, 1, 8, 9, 4, 5, 12, 13),
+                                __builtin_shufflevector(t0, t1, 2, 3, 10, 11, 6, 7, 14, 15),
+                                __builtin_shufflevector(t2, t3, 0, 1, 8, 9, 4, 5, 12, 13),
+                                __builtin_shufflevector(t2, t3, 2, 3, 10, 11, 6, 7, 14, 15) };
             /* c[k] = element e+k of sub-blocks j0..j0+3 of block 0, then of block 1 */
             for (int k = 0; k < 4; k++) {
                 for (int b = 0; b < 2; b++) {
@@ -243,7 +290,8 @@ static inline void kq_transpose_in(const float *const xb[2], int sub, int nsub, 
                                sizeof h);
                     } else { /* KQ_W 4: sub-blocks j0, j0+1 and j0+2, j0+3 go to two vectors */
                         for (int q = 0; q < 4; q++)
-                            xt[((size_t)KQ_VEC(j0 + q) * sub + e + k) * KQ_W + KQ_LANE(b, j0 + q)] = h[q];
+                            xt[((size_t)KQ_VEC(j0 + q) * sub + e + k) * KQ_W + KQ_LANE(b, j0 + q)] =
+                                h[q];
                     }
                 }
             }
@@ -253,7 +301,10 @@ static inline void kq_transpose_in(const float *const xb[2], int sub, int nsub, 
 
 /* Adds x - x over a vector: 0 for finite lanes, NaN for a NaN or an
  * infinity, and one NaN makes the sum NaN for good. */
-static inline kvf kq_probe(kvf probe, kvf x) { return probe + (x - x); }
+static inline kvf kq_probe(kvf probe, kvf x)
+{
+    return probe + (x - x);
+}
 
 /* Whether a probe saw a NaN or an infinity. */
 static inline int kq_probe_hit(kvf probe)
@@ -276,14 +327,14 @@ static const float kq_zero_block[PN_QK_K];
 
 /* The reference's stage-1 trials (q4_K.c): steps range / (15 + f), low end
  * raised by u/4 of a step. */
-static const float q4f_trial[9] = {-1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f};
+static const float q4f_trial[9] = { -1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f };
 
 /* q4k_sums for every lane: code sums for codes round(clamp((x - lo) * inv)). */
 static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq, kvd2 *sxq)
 {
     const kvf zero = kq_splat(0.0f), hi = kq_splat(15.0f);
-    kvf aq[4] = {zero, zero, zero, zero}, aqq[4] = {zero, zero, zero, zero};
-    kvf axq[4] = {zero, zero, zero, zero};
+    kvf aq[4] = { zero, zero, zero, zero }, aqq[4] = { zero, zero, zero, zero };
+    kvf axq[4] = { zero, zero, zero, zero };
     for (int k = 0; k < Q4F_SUB / 4; k++) {
         for (int l = 0; l < 4; l++) {
             const kvf xe = xt[4 * k + l];
@@ -402,7 +453,7 @@ static inline void q4f_fit(const kvf *xt, kvf *a_out, kvf *b_out, kvd2 *sx_out, 
 static inline kvf q4f_error(const kvf *xt, kvf step, kvf off, kvf inv)
 {
     const kvf zero = kq_splat(0.0f), hi = kq_splat(15.0f);
-    kvf acc[4] = {zero, zero, zero, zero};
+    kvf acc[4] = { zero, zero, zero, zero };
     for (int k = 0; k < Q4F_SUB / 4; k++) {
         for (int l = 0; l < 4; l++) {
             const kvf xe = xt[4 * k + l];
@@ -675,7 +726,8 @@ static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out, flo
         }
     }
     for (int bl = 0; bl < nreal; bl++)
-        q4f_pack(xb[bl], &best, bl, out + (size_t)bl * sizeof(block_q4_K), dq ? dq + bl * PN_QK_K : NULL);
+        q4f_pack(xb[bl], &best, bl, out + (size_t)bl * sizeof(block_q4_K),
+                 dq ? dq + bl * PN_QK_K : NULL);
     return PN_OK;
 }
 
@@ -687,8 +739,8 @@ static pn_status q4f_unit(const float *const xb[2], int nreal, uint8_t *out, flo
 #define Q3F_NSUB KQ_Q3K_NSUB
 #define Q3F_NV (2 * Q3F_NSUB / KQ_W)
 
-static const float q3f_trial[12] = {-4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f,
-                                    -3.2f, -3.0f, 3.4f,  3.2f,  3.0f,  2.8f};
+static const float q3f_trial[12] = { -4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f,
+                                     -3.2f, -3.0f, 3.4f,  3.2f,  3.0f,  2.8f };
 
 /* Stage 1 (q3k_fit_sub) for every lane of the unit: the element sums of
  * all trials first, then the trials' comparisons in trial order (the
@@ -711,7 +763,7 @@ static inline int q3f_fit(const kvf (*xt)[Q3F_SUB], kvf *s_out)
         const kvf ixm = 1.0f / xmv;
         for (int t = 0; t < 12; t++) {
             const kvf inv = q3f_trial[t] * ixm;
-            kvf axc[4] = {zero, zero, zero, zero}, acc[4] = {zero, zero, zero, zero};
+            kvf axc[4] = { zero, zero, zero, zero }, acc[4] = { zero, zero, zero, zero };
             for (int k = 0; k < Q3F_SUB / 4; k++) {
                 for (int l = 0; l < 4; l++) {
                     const kvf xe = xt[v][4 * k + l];
@@ -772,7 +824,7 @@ static inline kvf q3f_error(const kvf *xt, kvf t)
 {
     const kvf inv = q3f_inv(t), zero = kq_splat(0.0f);
     const kvf lo = kq_splat(-4.0f), hi = kq_splat(3.0f);
-    kvf acc[4] = {zero, zero, zero, zero};
+    kvf acc[4] = { zero, zero, zero, zero };
     for (int k = 0; k < Q3F_SUB / 4; k++) {
         for (int l = 0; l < 4; l++) {
             const kvf xe = xt[4 * k + l];
@@ -834,7 +886,7 @@ static inline void q3f_codes(const float *x, float d, const int *k, uint8_t *L, 
  * bit p of hmask[l] is L >> 2, bits 2(p%4) of qs[32(p/4) + l] are L & 3. */
 static inline void q3f_pack(uint16_t hd, const int *k, const uint8_t *L, uint8_t *blk)
 {
-    kvb32 hm = {0}, lo0 = {0}, lo1 = {0};
+    kvb32 hm = { 0 }, lo0 = { 0 }, lo1 = { 0 };
     for (int p = 0; p < 8; p++) {
         kvb32 v;
         memcpy(&v, L + 32 * p, sizeof v);
@@ -920,7 +972,7 @@ static void kq_block_sums(const float *x, const float *y, int64_t nb, int bw, do
             xs[k] = x + b * bw;
             ys[k] = y + b * bw;
         }
-        kv4d E[2] = {{0}, {0}}, N[2] = {{0}, {0}};
+        kv4d E[2] = { { 0 }, { 0 } }, N[2] = { { 0 }, { 0 } };
         for (int i = 0; i < bw; i += 4) {
             kv4d D[8], W[8];
             for (int k = 0; k < 8; k++) {
@@ -976,7 +1028,8 @@ static inline pn_status kq_row(kq_unit_fn unit, kq_ref_fn ref, kq_dec_fn dec, si
     float dq[8 * PN_QK_K];
     for (int64_t b0 = 0; b0 < nb; b0 += 2) {
         const int nreal = nb - b0 >= 2 ? 2 : 1;
-        const float *xb[2] = {x + b0 * PN_QK_K, nreal == 2 ? x + (b0 + 1) * PN_QK_K : kq_zero_block};
+        const float *xb[2] = { x + b0 * PN_QK_K,
+                               nreal == 2 ? x + (b0 + 1) * PN_QK_K : kq_zero_block };
         float *dqu = sums ? dq + (b0 % 8) * PN_QK_K : NULL;
         uint8_t *o = out + (size_t)b0 * block_bytes;
         pn_status st = unit(xb, nreal, o, dqu);

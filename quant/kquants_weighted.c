@@ -69,8 +69,8 @@ static double block_error(const float *x, const float *y, const float *v)
 #define W4_NSUB KQ_Q4K_NSUB
 #define W4_ROUNDS 6
 
-static const float w4_trial[] = {-1.5f, -1.25f, -1.0f, -0.75f, -0.5f, -0.25f, 0.0f,
-                                 0.25f, 0.5f,   0.75f, 1.0f,   1.25f, 1.5f};
+static const float w4_trial[] = { -1.5f, -1.25f, -1.0f, -0.75f, -0.5f, -0.25f, 0.0f,
+                                  0.25f, 0.5f,   0.75f, 1.0f,   1.25f, 1.5f };
 #define W4_NTRIAL (int)(sizeof w4_trial / sizeof w4_trial[0])
 
 static uint8_t w4_code(float x, float off, float inv)
@@ -92,7 +92,7 @@ static double w4_error(const float *x, const double *v, float step, float off)
 }
 
 typedef struct w4_fit {
-    double a, c, err;   /* w ~ a*q + c, c <= 0 */
+    double a, c, err; /* w ~ a*q + c, c <= 0 */
 } w4_fit;
 
 /* Weighted least squares for fixed codes from (x - lo) * inv. */
@@ -108,7 +108,7 @@ static w4_fit w4_lsq(const float *x, const double *v, float lo, float inv)
         sqq += w * q * q;
         sxq += w * xv * q;
     }
-    w4_fit f = {0.0, 0.0, INFINITY};
+    w4_fit f = { 0.0, 0.0, INFINITY };
     double det = sw * sqq - sq * sq;
     if (!(det > 0.0) || !(sw > 0.0))
         return f;
@@ -142,7 +142,7 @@ static void w4_fit_sub(const float *x, const double *v, float *a_out, float *b_o
         return;
     }
     const float range = mx - lo;
-    w4_fit best = {0.0, 0.0, INFINITY};
+    w4_fit best = { 0.0, 0.0, INFINITY };
     for (int u = 0; u < 3; u++)
         for (int t = 0; t < W4_NTRIAL; t++) {
             const float inv = (15.0f + w4_trial[t]) / range;
@@ -172,7 +172,10 @@ typedef struct w4_state {
     double err;
 } w4_state;
 
-static int w4_nearest(float v, int hi) { return (int)kq_round(kq_clamp(v, 0.0f, (float)hi)); }
+static int w4_nearest(float v, int hi)
+{
+    return (int)kq_round(kq_clamp(v, 0.0f, (float)hi));
+}
 
 static void w4_integers(const float *x, const double *v, const float *a, const float *b,
                         w4_state *s)
@@ -210,8 +213,7 @@ static void w4_integers(const float *x, const double *v, const float *a, const f
     }
 }
 
-static int w4_refit(const float *x, const double *v, const w4_state *s, uint16_t *hd,
-                    uint16_t *hm)
+static int w4_refit(const float *x, const double *v, const w4_state *s, uint16_t *hd, uint16_t *hm)
 {
     double saa = 0, sab = 0, sbb = 0, sxa = 0, sxb = 0;
     for (int j = 0; j < W4_NSUB; j++) {
@@ -427,7 +429,7 @@ static int w3_search(const float *x, const double *v, uint8_t *blk)
         if (fabsf(s[j]) > fabsf(smax))
             smax = s[j];
     }
-    static const float starts[] = {1.0f, 0.96f, 0.92f, 1.03f};
+    static const float starts[] = { 1.0f, 0.96f, 0.92f, 1.03f };
     w3_state best;
     best.err = INFINITY;
     for (int t = 0; t < 4; t++) {

@@ -32,11 +32,11 @@
 #define PN_N_CANDIDATES 36
 
 typedef struct pn_params {
-    int type;       /* PN_TYPE_PN3T or PN_TYPE_PN4T */
-    int group;      /* 80 or 64 */
-    int bits;       /* 3 or 4 */
-    int z;          /* 4 or 8 */
-    int per_word;   /* codes per u32 word: 10 or 8 */
+    int type;     /* PN_TYPE_PN3T or PN_TYPE_PN4T */
+    int group;    /* 80 or 64 */
+    int bits;     /* 3 or 4 */
+    int z;        /* 4 or 8 */
+    int per_word; /* codes per u32 word: 10 or 8 */
 } pn_params;
 
 /* NULL unless type is pn3t or pn4t. */
@@ -46,20 +46,19 @@ const pn_params *pn_params_get(int type);
  * Returns PN_OK, PN_ERR_NONFINITE (*bad_index = element) or
  * PN_ERR_SCALE_OVERFLOW (*bad_index = 0). *winner (may be NULL) receives the
  * winning candidate index 0..35, or -1 for the zero group. */
-pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block,
-                                int *winner, int *bad_index);
+pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block, int *winner,
+                                int *bad_index);
 
 /* The same, and (win_err not NULL) the winning candidate's error sum,
  * sum ((double)w - s*(n - z))^2 in element order from +0.0 (infinity when
  * every candidate was skipped). */
-pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block,
-                                    int *winner, int *bad_index, double *win_err);
+pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block, int *winner,
+                                    int *bad_index, double *win_err);
 
 /* Reference row quantizer: n/G groups in order. On error *bad_col (may be
  * NULL) is the column of the offending weight (NaN/Inf) or the first column
  * of the group whose scale overflows; the output is then unspecified. */
-pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out,
-                              int64_t *bad_col);
+pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
 /* The reference with the per-group sums of quant/quant_row.h (blk_err and
  * blk_norm both NULL or both n/G doubles): the error is the search's own
  * sum for the winner, which is the decoder's error exactly (s*(n - z) is
@@ -70,8 +69,7 @@ pn_status pn_quantize_row_ref_sums(int type, const float *x, int64_t n, uint8_t 
 
 /* The fastest exact implementation this CPU supports (same bytes as _ref):
  * pn_quantize_row_path(pn_cpu_path_best(), ...), quant/pn_fast.h. */
-pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out,
-                          int64_t *bad_col);
+pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
 
 /* Decodes n weights: w = d * (n - z), in float (exact). */
 void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n);

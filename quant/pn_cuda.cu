@@ -107,10 +107,11 @@ extern "C" {
 
 #define PN_HD __host__ __device__ __forceinline__
 
-namespace {
+namespace
+{
 
 constexpr int kGroupsPerBlock = 8;
-constexpr int kCands = PN_N_CANDIDATES; /* 36 */
+constexpr int kCands = PN_N_CANDIDATES;            /* 36 */
 constexpr int kThreads = kGroupsPerBlock * kCands; /* 288 */
 constexpr int kStatLanes = 32;
 constexpr int kGroupMax = 80;
@@ -323,7 +324,8 @@ PN_HD unsigned short pn_hd_fp16_from_double(double x)
     }
     if (exp > 15)
         return (unsigned short)(sign | 0x7c00u);
-    return (unsigned short)(sign | (unsigned short)((exp + 15) << 10) | (unsigned short)(mant - 1024u));
+    return (unsigned short)(sign | (unsigned short)((exp + 15) << 10) |
+                            (unsigned short)(mant - 1024u));
 }
 
 /* The half's value as a double (exact). Only called for finite halves. */
@@ -363,8 +365,7 @@ PN_HD void pn_key_min(unsigned long long *key, unsigned long long v)
 
 /* --- the kernel's phases --------------------------------------------------- */
 
-template <class T>
-PN_HD void pn_phase_load(const KParams &p, KShared &sm, long long g0, int tid)
+template <class T> PN_HD void pn_phase_load(const KParams &p, KShared &sm, long long g0, int tid)
 {
     const int n = kGroupsPerBlock * T::G;
     for (int idx = tid; idx < n; idx += kThreads) {
@@ -374,8 +375,7 @@ PN_HD void pn_phase_load(const KParams &p, KShared &sm, long long g0, int tid)
     }
 }
 
-template <class T>
-PN_HD void pn_phase_stats(KShared &sm, int g, int lane)
+template <class T> PN_HD void pn_phase_stats(KShared &sm, int g, int lane)
 {
     double amax = 0.0, max = -pn_bits_double(0x7ff0000000000000ull);
     double min = pn_bits_double(0x7ff0000000000000ull);
@@ -461,8 +461,7 @@ PN_HD void pn_phase_search(const KParams &p, KShared &sm, long long gi, int g, i
     sm.cstate[g][c] = CS_VALID;
 }
 
-template <class T>
-PN_HD void pn_phase_select(const KParams &p, KShared &sm, long long gi, int g)
+template <class T> PN_HD void pn_phase_select(const KParams &p, KShared &sm, long long gi, int g)
 {
     if (sm.gstate[g] != GS_SEARCH)
         return;
@@ -494,8 +493,7 @@ PN_HD void pn_phase_select(const KParams &p, KShared &sm, long long gi, int g)
     sm.win_s[g] = pn_hd_fp16_to_double(sm.cbits[g][best_i]);
 }
 
-template <class T>
-PN_HD void pn_phase_codes(KShared &sm, int g, int c)
+template <class T> PN_HD void pn_phase_codes(KShared &sm, int g, int c)
 {
     const unsigned char st = sm.gstate[g];
     if (st == GS_ZERO) {
@@ -509,8 +507,7 @@ PN_HD void pn_phase_codes(KShared &sm, int g, int c)
     }
 }
 
-template <class T>
-PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
+template <class T> PN_HD void pn_phase_pack(const KParams &p, KShared &sm, long long g0, int tid)
 {
     if (tid >= kGroupsPerBlock * 8)
         return;
@@ -583,8 +580,7 @@ PN_HD void pn_search_phase(int ph, const KParams &p, KShared &sm, long long blk,
 
 static_assert((kStatLanes >> (PH_SEARCH - PH_TREE_FIRST)) == 1, "the tree rounds end at one lane");
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) pn_search_kernel(KParams p)
+template <class T> __global__ void __launch_bounds__(kThreads) pn_search_kernel(KParams p)
 {
     static_assert(T::G <= kGroupMax && T::G < 128, "a group fits the shared arrays and 7 key bits");
     static_assert(T::PER_WORD * 8 == T::G, "eight words per block");
@@ -605,8 +601,7 @@ __global__ void pn_fp16_kernel(const double *x, unsigned short *out, long long n
 /* The host emulator: every block, every phase, every thread in turn. The
  * shared memory is filled with a junk pattern before each block so that a
  * read of something no phase wrote shows up as wrong bytes. */
-template <class T>
-void pn_emulate_search(const KParams &p, KShared *sm)
+template <class T> void pn_emulate_search(const KParams &p, KShared *sm)
 {
     const long long n_blocks = (p.n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
     for (long long b = 0; b < n_blocks; b++) {
@@ -884,11 +879,9 @@ static const char *pn_cuda_type_name(int type)
     return tt ? tt->name : "?";
 }
 
-template <class T>
-static bool pn_cuda_params_match_t(const pn_params *pp)
+template <class T> static bool pn_cuda_params_match_t(const pn_params *pp)
 {
-    return pp->group == T::G && pp->z == T::Z && pp->bits == T::BITS &&
-           pp->per_word == T::PER_WORD;
+    return pp->group == T::G && pp->z == T::Z && pp->bits == T::BITS && pp->per_word == T::PER_WORD;
 }
 
 static bool pn_cuda_params_match(const pn_params *pp)
@@ -925,9 +918,10 @@ extern "C" pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const 
                             (long long)K, pn_cuda_type_name(type), pp->group);
     const int64_t max_rows = pn_cuda_max_rows(ctx, K);
     if (n_rows < 1 || n_rows > max_rows)
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "CUDA search: %lld rows of %lld weights do not fit a slot (1..%lld rows)",
-                            (long long)n_rows, (long long)K, (long long)max_rows);
+        return pn_error_set(
+            err, PN_ERR_USAGE,
+            "CUDA search: %lld rows of %lld weights do not fit a slot (1..%lld rows)",
+            (long long)n_rows, (long long)K, (long long)max_rows);
     if (!x)
         return pn_error_set(err, PN_ERR_USAGE, "CUDA search: x is NULL");
 
@@ -1028,8 +1022,7 @@ extern "C" pn_status pn_cuda_collect(pn_cuda_ctx *ctx, int slot, uint8_t *out, i
                                 "row %lld, columns %lld..%lld: group too large for an fp16 scale "
                                 "(%s: every candidate scale rounds to infinity)",
                                 (long long)row, (long long)first_col,
-                                (long long)(first_col + pp->group - 1),
-                                pn_cuda_type_name(s->type));
+                                (long long)(first_col + pp->group - 1), pn_cuda_type_name(s->type));
         }
         const int64_t col = first_col + (int64_t)(key & 0x7f);
         if (bad_row)
@@ -1049,8 +1042,8 @@ static pn_status pn_cuda_require_idle(pn_cuda_ctx *ctx, const char *what, pn_err
 {
     for (int i = 0; i < PN_CUDA_SLOTS; i++)
         if (ctx->slot[i].busy)
-            return pn_error_set(err, PN_ERR_USAGE,
-                                "%s: slot %d is busy (collect it first)", what, i);
+            return pn_error_set(err, PN_ERR_USAGE, "%s: slot %d is busy (collect it first)", what,
+                                i);
     return PN_OK;
 }
 
@@ -1104,7 +1097,8 @@ extern "C" pn_status pn_cuda_quantize_rows(pn_cuda_ctx *ctx, int type, const flo
                                  bad_col, err);
         } else {
             pn_error scratch;
-            pn_cuda_collect(ctx, slot, NULL, NULL, NULL, &scratch); /* drain, keep the first error */
+            pn_cuda_collect(ctx, slot, NULL, NULL, NULL,
+                            &scratch); /* drain, keep the first error */
         }
     }
     return st;
@@ -1139,7 +1133,8 @@ extern "C" pn_status pn_cuda_fp16_from_double_batch(pn_cuda_ctx *ctx, const doub
             return pn_cuda_fail(ctx, err, e, "cudaMemcpyAsync (fp16 inputs)");
         const int tpb = 256;
         pn_fp16_kernel<<<(unsigned int)((m + tpb - 1) / tpb), tpb, 0, s->stream>>>(
-            (const double *)(const void *)s->d_in, (unsigned short *)(void *)s->d_out, (long long)m);
+            (const double *)(const void *)s->d_in, (unsigned short *)(void *)s->d_out,
+            (long long)m);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return pn_cuda_fail(ctx, err, e, "launching the fp16 kernel");
         if ((e = cudaMemcpyAsync(s->h_out, s->d_out, (size_t)m * sizeof(uint16_t),

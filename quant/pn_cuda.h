@@ -100,8 +100,8 @@ float *pn_cuda_slot_input(pn_cuda_ctx *ctx, int slot);
  * tensor: bad_row and the messages of pn_cuda_collect count from it.
  * PN_ERR_USAGE for a bad type, shape, slot or a BUSY slot; PN_ERR_CUDA when a
  * CUDA call fails. */
-pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const float *x,
-                         int64_t n_rows, int64_t K, int64_t row_base, pn_error *err);
+pn_status pn_cuda_submit(pn_cuda_ctx *ctx, int slot, int type, const float *x, int64_t n_rows,
+                         int64_t K, int64_t row_base, pn_error *err);
 
 /* Waits for a BUSY slot and makes it IDLE. On PN_OK, when out is not NULL,
  * copies the n_rows * (K/G) * 34 bytes of blocks to out. On a data error

@@ -10,8 +10,7 @@
 
 /* ---- shared pieces ---------------------------------------------------- */
 
-void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
-                        uint8_t *block)
+void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes, uint8_t *block)
 {
     block[offsetof(block_pnt, d)] = (uint8_t)d_bits;
     block[offsetof(block_pnt, d) + 1] = (uint8_t)(d_bits >> 8);
@@ -48,7 +47,8 @@ void pn_fast_pack_block_mul(const pn_params *p, uint16_t d_bits, const uint8_t *
     block[offsetof(block_pnt, d) + 1] = (uint8_t)(d_bits >> 8);
     const int per_word = p->per_word, b = p->bits;
     const uint64_t F = b == 3 ? 0x0007000700070007ull : 0x000f000f000f000full;
-    const uint64_t M = (1ull << 48) | (1ull << (32 + b)) | (1ull << (16 + 2 * b)) | (1ull << (3 * b));
+    const uint64_t M =
+        (1ull << 48) | (1ull << (32 + b)) | (1ull << (16 + 2 * b)) | (1ull << (3 * b));
     for (int wi = 0; wi < 8; wi++) {
         const uint8_t *c = codes + wi * per_word;
         uint64_t x;
@@ -82,9 +82,15 @@ pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_ind
     return pn_quantize_group_ref(p, w, scratch, NULL, bad_index);
 }
 
-double pn_fp16_value_fast(double x) { return pn_fast_fp16_value(x); }
+double pn_fp16_value_fast(double x)
+{
+    return pn_fast_fp16_value(x);
+}
 
-uint16_t pn_fp16_bits_of_half_value(double h) { return pn_fast_half_bits(h); }
+uint16_t pn_fp16_bits_of_half_value(double h)
+{
+    return pn_fast_half_bits(h);
+}
 
 /* ---- the portable path ------------------------------------------------ */
 
@@ -204,16 +210,15 @@ static pn_status quantize_group_scalar_fast(const pn_params *p, const float *w, 
     return PN_OK;
 }
 
-pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col, double *blk_err,
-                                      double *blk_norm)
+pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                      int64_t *bad_col, double *blk_err, double *blk_norm)
 {
     const bool sums = blk_err && blk_norm;
     for (int64_t g = 0; g < n / p->group; g++) {
         int bad = 0;
-        pn_status st = quantize_group_scalar_fast(p, x + g * p->group, out + g * PN_BLOCK_BYTES,
-                                                  &bad, sums ? blk_err + g : NULL,
-                                                  sums ? blk_norm + g : NULL);
+        pn_status st =
+            quantize_group_scalar_fast(p, x + g * p->group, out + g * PN_BLOCK_BYTES, &bad,
+                                       sums ? blk_err + g : NULL, sums ? blk_norm + g : NULL);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * p->group + bad;
@@ -225,24 +230,21 @@ pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_
 
 /* ---- choosing a path -------------------------------------------------- */
 
-static const char *const path_names[PN_PATH_COUNT] = {"ref", "scalar", "avx2", "avx512"};
+static const char *const path_names[PN_PATH_COUNT] = { "ref", "scalar", "avx2", "avx512" };
 
 bool pn_path_available(int path)
 {
     switch (path) {
     case PN_PATH_REF:
-    case PN_PATH_SCALAR_FAST:
-        return true;
+    case PN_PATH_SCALAR_FAST: return true;
     case PN_PATH_AVX2: /* the files are built with -mavx2 -mf16c -mfma */
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && pn_cpu_has_f16c() &&
-               __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && pn_cpu_has_f16c() && __builtin_cpu_supports("fma");
     case PN_PATH_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    default:
-        return false;
+    default: return false;
     }
 }
 
@@ -285,16 +287,12 @@ pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t 
     if (!blk_err || !blk_norm)
         blk_err = blk_norm = NULL;
     switch (path) {
-    case PN_PATH_REF:
-        return pn_quantize_row_ref_sums(type, x, n, out, bad_col, blk_err, blk_norm);
+    case PN_PATH_REF: return pn_quantize_row_ref_sums(type, x, n, out, bad_col, blk_err, blk_norm);
     case PN_PATH_SCALAR_FAST:
         return pn_quantize_row_scalar_fast(p, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_PATH_AVX2:
-        return pn_quantize_row_avx2(p, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_PATH_AVX512:
-        return pn_quantize_row_avx512(p, x, n, out, bad_col, blk_err, blk_norm);
-    default:
-        return PN_ERR_USAGE;
+    case PN_PATH_AVX2: return pn_quantize_row_avx2(p, x, n, out, bad_col, blk_err, blk_norm);
+    case PN_PATH_AVX512: return pn_quantize_row_avx512(p, x, n, out, bad_col, blk_err, blk_norm);
+    default: return PN_ERR_USAGE;
     }
 }
 

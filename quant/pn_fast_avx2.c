@@ -114,8 +114,8 @@ static void rescore(const double *wd, int G, int z, const cands256 *c, uint64_t 
     const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
     double nrm = 0.0;
     for (int batch = 0; set; batch++) {
-        double s4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
-        double r4[4] __attribute__((aligned(32))) = {1.0, 1.0, 1.0, 1.0};
+        double s4[4] __attribute__((aligned(32))) = { 1.0, 1.0, 1.0, 1.0 };
+        double r4[4] __attribute__((aligned(32))) = { 1.0, 1.0, 1.0, 1.0 };
         int idx[4], cnt = 0;
         for (; set && cnt < 4; cnt++) {
             idx[cnt] = __builtin_ctzll(set);
@@ -152,12 +152,12 @@ static void rescore(const double *wd, int G, int z, const cands256 *c, uint64_t 
 /* One float step of the search (argument 3 of pn_fast_internal.h): the
  * code k = floor(clamp(fl(w * r + 1/2), +-(z - 1/2))), the remainder
  * fl(w - s*k) and its square fused into the running float sum. */
-#define PN_FSTEP(wv, S, R, E, half, lo, hi, sfx)                                               \
-    do {                                                                                       \
-        __typeof__(E) q_ = _mm##sfx##_fmadd_ps(wv, R, half);                                  \
-        q_ = _mm##sfx##_min_ps(_mm##sfx##_max_ps(q_, lo), hi);                                 \
-        __typeof__(E) d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_round_ps(q_, ROUND_DOWN), wv);  \
-        E = _mm##sfx##_fmadd_ps(d_, d_, E);                                                    \
+#define PN_FSTEP(wv, S, R, E, half, lo, hi, sfx)                                                   \
+    do {                                                                                           \
+        __typeof__(E) q_ = _mm##sfx##_fmadd_ps(wv, R, half);                                       \
+        q_ = _mm##sfx##_min_ps(_mm##sfx##_max_ps(q_, lo), hi);                                     \
+        __typeof__(E) d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_round_ps(q_, ROUND_DOWN), wv);       \
+        E = _mm##sfx##_fmadd_ps(d_, d_, E);                                                        \
     } while (0)
 
 /* The survivors of the float scores (pn_search_survivors): a skipped lane's
@@ -169,7 +169,8 @@ static inline uint64_t survivors(const __m256 *F, __m128 F4)
     __m256 mn = _mm256_set1_ps(__builtin_inff());
     for (int v = 0; v < 4; v++)
         mn = _mm256_min_ps(F[v], mn);
-    __m128 m4 = _mm_min_ps(F4, _mm_min_ps(_mm256_extractf128_ps(mn, 1), _mm256_castps256_ps128(mn)));
+    __m128 m4 =
+        _mm_min_ps(F4, _mm_min_ps(_mm256_extractf128_ps(mn, 1), _mm256_castps256_ps128(mn)));
     m4 = _mm_min_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_min_ss(m4, _mm_shuffle_ps(m4, m4, 1));
     const double thr = (double)_mm_cvtss_f32(m4) * PN_SEARCH_REL + PN_SEARCH_ABS;
@@ -247,8 +248,7 @@ static double group_norm(const double *wd, int G)
 
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
-                    double *err_out, double *norm_out, const int v2, double *wd,
-                    double *s_out)
+                    double *err_out, double *norm_out, const int v2, double *wd, double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
@@ -330,8 +330,10 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
             const __m256d wv = _mm256_load_pd(wd + e), w2 = _mm256_add_pd(wv, wv);
             __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, vr), lo), hi);
             __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
-            halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ));
-            halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ));
+            halfway =
+                _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ));
+            halfway =
+                _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ));
             const __m128i n = _mm256_cvtpd_epi32(_mm256_add_pd(k, vzd));
             const __m128i n8 = _mm_shuffle_epi8(n, _mm_set1_epi32(0x0c080400));
             uint32_t word = (uint32_t)_mm_cvtsi128_si32(n8);
@@ -375,10 +377,9 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
         for (int i = 0; i < nb; i++) {
             const int64_t g = g0 + i;
             int bad = 0;
-            pn_status st = quantize_group_avx2(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad,
-                                               sums && !batched ? blk_err + g : NULL,
-                                               sums && !batched ? blk_norm + g : NULL, v2, wd,
-                                               &sb[i]);
+            pn_status st = quantize_group_avx2(
+                p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, sums && !batched ? blk_err + g : NULL,
+                sums && !batched ? blk_norm + g : NULL, v2, wd, &sb[i]);
             if (st != PN_OK) {
                 if (bad_col)
                     *bad_col = g * G + bad;

@@ -70,13 +70,13 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
 }
 
 /* One element's error terms for candidates 8v..8v+7. */
-#define PN_STEP512(v)                                                                   \
-    do {                                                                                \
-        __m512d q = _mm512_mul_pd(wv, R##v);                                            \
-        q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);                                  \
-        __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);                             \
-        __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S##v, k));                          \
-        E##v = _mm512_add_pd(E##v, _mm512_mul_pd(d, d));                                \
+#define PN_STEP512(v)                                                                              \
+    do {                                                                                           \
+        __m512d q = _mm512_mul_pd(wv, R##v);                                                       \
+        q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);                                             \
+        __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);                                        \
+        __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S##v, k));                                     \
+        E##v = _mm512_add_pd(E##v, _mm512_mul_pd(d, d));                                           \
     } while (0)
 
 /* err[i] = the reference's error sum of candidate i (garbage where invalid):
@@ -150,7 +150,8 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
             for (int e = 0; e < G; e++) {
                 const __m512d wv = _mm512_set1_pd(wd[e]);
                 __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, R), lo), hi);
-                __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
+                __m512d d =
+                    _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
                 E = _mm512_add_pd(E, _mm512_mul_pd(d, d));
                 nrm = nrm + wd[e] * wd[e];
             }
@@ -159,7 +160,8 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
             for (int e = 0; e < G; e++) {
                 const __m512d wv = _mm512_set1_pd(wd[e]);
                 __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, R), lo), hi);
-                __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
+                __m512d d =
+                    _mm512_sub_pd(wv, _mm512_mul_pd(S, _mm512_roundscale_pd(q, ROUND_NEAREST)));
                 E = _mm512_add_pd(E, _mm512_mul_pd(d, d));
             }
         }
@@ -182,10 +184,12 @@ float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512
 {
     /* s is a half value (or +inf): exact in float; r = fl32(1/s) */
     const __m512 one = _mm512_set1_ps(1.0f);
-    const __m512 S0 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s))),
-                                         _mm512_cvtpd_ps(_mm512_load_pd(c->s + 8)), 1);
-    const __m512 S1 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s + 16))),
-                                         _mm512_cvtpd_ps(_mm512_load_pd(c->s + 24)), 1);
+    const __m512 S0 =
+        _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s))),
+                           _mm512_cvtpd_ps(_mm512_load_pd(c->s + 8)), 1);
+    const __m512 S1 =
+        _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s + 16))),
+                           _mm512_cvtpd_ps(_mm512_load_pd(c->s + 24)), 1);
     const __m512 R0 = _mm512_div_ps(one, S0), R1 = _mm512_div_ps(one, S1);
     const __m128 S2 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
     const __m128 R2 = _mm_div_ps(_mm_set1_ps(1.0f), S2);
@@ -256,8 +260,7 @@ static double group_norm(const double *wd, int G)
 
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
-                      double *err_out, double *norm_out, const int v2, double *wd,
-                      double *s_out)
+                      double *err_out, double *norm_out, const int v2, double *wd, double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
@@ -371,10 +374,9 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
         for (int i = 0; i < nb; i++) {
             const int64_t g = g0 + i;
             int bad = 0;
-            pn_status st = quantize_group_avx512(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad,
-                                               sums && !batched ? blk_err + g : NULL,
-                                               sums && !batched ? blk_norm + g : NULL, v2, wd,
-                                               &sb[i]);
+            pn_status st = quantize_group_avx512(
+                p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, sums && !batched ? blk_err + g : NULL,
+                sums && !batched ? blk_norm + g : NULL, v2, wd, &sb[i]);
             if (st != PN_OK) {
                 if (bad_col)
                     *bad_col = g * G + bad;

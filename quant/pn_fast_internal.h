@@ -123,8 +123,19 @@
 #define PN_FAST_M(i) ((double)(50 + 2 * (i)) / 100.0)
 #define PN_FAST_M4(i) PN_FAST_M(i), PN_FAST_M((i) + 1), PN_FAST_M((i) + 2), PN_FAST_M((i) + 3)
 static const double pn_fast_m[PN_FAST_LANES] __attribute__((aligned(64))) = {
-    PN_FAST_M4(0),  PN_FAST_M4(4),  PN_FAST_M4(8),  PN_FAST_M4(12), PN_FAST_M4(16),
-    PN_FAST_M4(20), PN_FAST_M4(24), PN_FAST_M4(28), PN_FAST_M4(32), 1.0, 1.0, 1.0, 1.0,
+    PN_FAST_M4(0),
+    PN_FAST_M4(4),
+    PN_FAST_M4(8),
+    PN_FAST_M4(12),
+    PN_FAST_M4(16),
+    PN_FAST_M4(20),
+    PN_FAST_M4(24),
+    PN_FAST_M4(28),
+    PN_FAST_M4(32),
+    1.0,
+    1.0,
+    1.0,
+    1.0,
 };
 
 #define PN_FAST_HALF_MAX 65504.0
@@ -235,18 +246,18 @@ static inline uint64_t pn_search_survivors(const float *f, uint64_t valid)
 #ifdef __AVX2__
 #include <immintrin.h>
 
-#define PN_SUMS_STEP(wv, S, R, E, N, lo, hi)                                                    \
-    do {                                                                                        \
-        __m256d q_ = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);                 \
-        __m256d k_ = _mm256_round_pd(q_, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);        \
-        __m256d d_ = _mm256_sub_pd(wv, _mm256_mul_pd(S, k_));                                   \
-        E = _mm256_add_pd(E, _mm256_mul_pd(d_, d_));                                            \
-        N = _mm256_add_pd(N, _mm256_mul_pd(wv, wv));                                            \
+#define PN_SUMS_STEP(wv, S, R, E, N, lo, hi)                                                       \
+    do {                                                                                           \
+        __m256d q_ = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, R), lo), hi);                   \
+        __m256d k_ = _mm256_round_pd(q_, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);           \
+        __m256d d_ = _mm256_sub_pd(wv, _mm256_mul_pd(S, k_));                                      \
+        E = _mm256_add_pd(E, _mm256_mul_pd(d_, d_));                                               \
+        N = _mm256_add_pd(N, _mm256_mul_pd(wv, wv));                                               \
     } while (0)
 
 /* Four weights e..e+3 of four groups, as four vectors of one element each. */
-static inline __attribute__((always_inline)) void
-pn_sums_load4(const float *const *xg, int e, __m256d v[4])
+static inline __attribute__((always_inline)) void pn_sums_load4(const float *const *xg, int e,
+                                                                __m256d v[4])
 {
     const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(xg[0] + e));
     const __m256d b = _mm256_cvtps_pd(_mm_loadu_ps(xg[1] + e));
@@ -303,8 +314,7 @@ static inline void pn_search_sums_batch(const float *x, int G, int z, const doub
 /* Shared scalar pieces (pn_fast.c). */
 
 /* Packs G codes and the scale bits into a 34-byte block, reserved bits 0. */
-void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
-                        uint8_t *block);
+void pn_fast_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes, uint8_t *block);
 
 /* The same bytes as pn_fast_pack_block, packed with two multiplications a
  * word (the float search's paths; it reads 8 code bytes from each word's
@@ -332,9 +342,8 @@ pn_status pn_fast_group_refused(const pn_params *p, const float *w, int *bad_ind
 /* The per-ISA row quantizers; p is pn_params_get(type), n a multiple of G;
  * blk_err and blk_norm both NULL, or both n/G doubles for the per-group sums
  * of pn_quantize_row_path_sums. */
-pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n,
-                                      uint8_t *out, int64_t *bad_col, double *blk_err,
-                                      double *blk_norm);
+pn_status pn_quantize_row_scalar_fast(const pn_params *p, const float *x, int64_t n, uint8_t *out,
+                                      int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,

@@ -7,8 +7,8 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 
-static const pn_params pn3t_params = {PN_TYPE_PN3T, 80, 3, 4, 10};
-static const pn_params pn4t_params = {PN_TYPE_PN4T, 64, 4, 8, 8};
+static const pn_params pn3t_params = { PN_TYPE_PN3T, 80, 3, 4, 10 };
+static const pn_params pn4t_params = { PN_TYPE_PN4T, 64, 4, 8, 8 };
 
 const pn_params *pn_params_get(int type)
 {
@@ -41,8 +41,7 @@ void pn_block_set_code(const pn_params *p, uint8_t *block, int e, int code)
 }
 
 /* Packs G codes (each 0..2z-1) and the scale bits; reserved bits stay 0. */
-static void pn_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes,
-                          uint8_t *block)
+static void pn_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *codes, uint8_t *block)
 {
     pn_store_u16le(block + offsetof(block_pnt, d), d_bits);
     for (int wi = 0; wi < 8; wi++) {
@@ -53,14 +52,14 @@ static void pn_pack_block(const pn_params *p, uint16_t d_bits, const uint8_t *co
     }
 }
 
-pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block,
-                                int *winner, int *bad_index)
+pn_status pn_quantize_group_ref(const pn_params *p, const float *w, uint8_t *block, int *winner,
+                                int *bad_index)
 {
     return pn_quantize_group_ref_err(p, w, block, winner, bad_index, NULL);
 }
 
-pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block,
-                                    int *winner, int *bad_index, double *win_err)
+pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t *block, int *winner,
+                                    int *bad_index, double *win_err)
 {
     const int G = p->group, z = p->z, nmax = 2 * z - 1;
     double amax = 0.0, max = -INFINITY, min = INFINITY;
@@ -149,8 +148,7 @@ pn_status pn_quantize_group_ref_err(const pn_params *p, const float *w, uint8_t 
     return PN_OK;
 }
 
-pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out,
-                              int64_t *bad_col)
+pn_status pn_quantize_row_ref(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
     return pn_quantize_row_ref_sums(type, x, n, out, bad_col, NULL, NULL);
 }
@@ -165,8 +163,8 @@ pn_status pn_quantize_row_ref_sums(int type, const float *x, int64_t n, uint8_t 
     for (int64_t g = 0; g < n / G; g++) {
         int bad = 0, winner = -1;
         double err = 0.0;
-        pn_status st = pn_quantize_group_ref_err(p, x + g * G, out + g * PN_BLOCK_BYTES, &winner,
-                                                 &bad, &err);
+        pn_status st =
+            pn_quantize_group_ref_err(p, x + g * G, out + g * PN_BLOCK_BYTES, &winner, &bad, &err);
         if (st != PN_OK) {
             if (bad_col)
                 *bad_col = g * G + bad;
@@ -197,7 +195,8 @@ void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n)
         for (int wi = 0; wi < 8; wi++) {
             const uint32_t word = pn_load_u32le(b + PN_BLOCK_WORDS_AT + 4 * wi);
             for (int t = 0; t < p->per_word; t++)
-                o[wi * p->per_word + t] = d * (float)((int)((word >> pn_code_shift(p, t)) & mask) - p->z);
+                o[wi * p->per_word + t] =
+                    d * (float)((int)((word >> pn_code_shift(p, t)) & mask) - p->z);
         }
     }
 }

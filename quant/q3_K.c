@@ -31,8 +31,8 @@
 #define Q3K_NSUB KQ_Q3K_NSUB
 
 /* Stage 1 trials: the real code position of the largest-magnitude weight. */
-static const float q3k_trial[] = {-4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f, -3.2f, -3.0f,
-                                  3.4f,  3.2f,  3.0f,  2.8f};
+static const float q3k_trial[] = { -4.4f, -4.2f, -4.0f, -3.8f, -3.6f, -3.4f,
+                                   -3.2f, -3.0f, 3.4f,  3.2f,  3.0f,  2.8f };
 #define Q3K_NTRIAL (int)(sizeof q3k_trial / sizeof q3k_trial[0])
 
 int pn_q3_K_get_scale(const uint8_t s[12], int j)
@@ -190,15 +190,16 @@ void pn_dequantize_row_q3_K(const uint8_t *in, float *y, int64_t n)
 {
     for (int64_t b = 0; b < n / PN_QK_K; b++) {
         const uint8_t *blk = in + b * sizeof(block_q3_K);
-        const uint8_t *hmask = blk + offsetof(block_q3_K, hmask), *qs = blk + offsetof(block_q3_K, qs);
+        const uint8_t *hmask = blk + offsetof(block_q3_K, hmask),
+                      *qs = blk + offsetof(block_q3_K, qs);
         const uint8_t *scales = blk + offsetof(block_q3_K, scales);
         const float d = pn_fp16_to_float(pn_load_u16le(blk + offsetof(block_q3_K, d)));
         float *yb = y + b * PN_QK_K;
-        for (int p = 0; p < 8; p++) {           /* 32 weights share a bit plane */
+        for (int p = 0; p < 8; p++) { /* 32 weights share a bit plane */
             const uint8_t *q = qs + 32 * (p / 4);
             const int shift = 2 * (p % 4);
             for (int half = 0; half < 2; half++) {
-                const int j = 2 * p + half;     /* sub-block of 16 */
+                const int j = 2 * p + half; /* sub-block of 16 */
                 const float dl = d * (float)(pn_q3_K_get_scale(scales, j) - 32);
                 for (int l = 16 * half; l < 16 * half + 16; l++) {
                     int c = ((q[l] >> shift) & 3) - ((hmask[l] >> p) & 1 ? 0 : 4);

@@ -32,7 +32,7 @@
 #define Q4K_ROUNDS 3
 
 /* Trial steps for stage 1: range / (15 + f). */
-static const float q4k_trial[] = {-1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f};
+static const float q4k_trial[] = { -1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f };
 /* ... each with the low end at min, or raised by 1/4 or 1/2 of a step (the
  * lowest weights then share code 0: clipping a lone low weight can pay). */
 #define Q4K_NSHIFT 3
@@ -87,7 +87,7 @@ static void q4k_codes(const float *x, float step, float off, uint8_t *q)
 }
 
 typedef struct q4k_fit {
-    double a, c;   /* w ~ a*q + c, c <= 0 */
+    double a, c; /* w ~ a*q + c, c <= 0 */
     double err;
 } q4k_fit;
 
@@ -95,7 +95,7 @@ typedef struct q4k_fit {
 static q4k_fit q4k_lsq(double sx, double sxx, double sq, double sqq, double sxq)
 {
     const double n = Q4K_SUB;
-    q4k_fit f = {0.0, 0.0, INFINITY};
+    q4k_fit f = { 0.0, 0.0, INFINITY };
     double det = n * sqq - sq * sq;
     if (det <= 0.0)
         return f;
@@ -151,7 +151,7 @@ static void q4k_fit_sub(const float *x, float *a_out, float *b_out)
         return;
     }
     const float range = mx - lo;
-    q4k_fit best = {0.0, 0.0, INFINITY};
+    q4k_fit best = { 0.0, 0.0, INFINITY };
     for (int u = 0; u < Q4K_NSHIFT; u++) {
         for (int t = 0; t < Q4K_NTRIAL; t++) {
             const float inv = (15.0f + q4k_trial[t]) / range;
@@ -179,7 +179,7 @@ static void q4k_fit_sub(const float *x, float *a_out, float *b_out)
 }
 
 typedef struct q4k_state {
-    uint16_t hd, hm;          /* fp16 d and dmin */
+    uint16_t hd, hm; /* fp16 d and dmin */
     int sc[Q4K_NSUB], m[Q4K_NSUB];
     uint8_t q[256];
     float err;

@@ -21,14 +21,11 @@ int64_t pn_sum_block_weights(int type)
     case PN_TYPE_PN4T:
     case PN_TYPE_Q8_0:
     case PN_TYPE_Q4_K:
-    case PN_TYPE_Q3_K:
-        return pn_type_traits_get(type)->block_weights;
+    case PN_TYPE_Q3_K: return pn_type_traits_get(type)->block_weights;
     case PN_TYPE_F32:
     case PN_TYPE_F16:
-    case PN_TYPE_BF16:
-        return PLAIN_SUM_BLOCK;
-    default:
-        return 0;
+    case PN_TYPE_BF16: return PLAIN_SUM_BLOCK;
+    default: return 0;
     }
 }
 
@@ -100,7 +97,8 @@ static pn_status kquant_row(int type, int path, const float *x, int64_t n, uint8
         return (q4 ? pn_kq_q4_K_row_avx512 : pn_kq_q3_K_row_avx512)(x, n, out, bad_col, blk_err,
                                                                     blk_norm);
     default: {
-        pn_status st = (q4 ? pn_quantize_row_q4_K_ref : pn_quantize_row_q3_K_ref)(x, n, out, bad_col);
+        pn_status st =
+            (q4 ? pn_quantize_row_q4_K_ref : pn_quantize_row_q3_K_ref)(x, n, out, bad_col);
         if (st == PN_OK && blk_err)
             st = pn_row_sums_ref(type, x, out, n, blk_err, blk_norm);
         return st;
@@ -123,13 +121,10 @@ pn_status pn_quantize_row_sums(int type, int path, const float *x, int64_t n, ui
     case PN_TYPE_PN3T:
     case PN_TYPE_PN4T:
         return pn_quantize_row_path_sums(path, type, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_TYPE_Q8_0:
-        return pn_q8_0_row_sums(x, n, out, bad_col, blk_err, blk_norm);
+    case PN_TYPE_Q8_0: return pn_q8_0_row_sums(x, n, out, bad_col, blk_err, blk_norm);
     case PN_TYPE_Q4_K:
-    case PN_TYPE_Q3_K:
-        return kquant_row(type, path, x, n, out, bad_col, blk_err, blk_norm);
-    default:
-        return plain_row(type, x, n, out, bad_col, blk_err, blk_norm);
+    case PN_TYPE_Q3_K: return kquant_row(type, path, x, n, out, bad_col, blk_err, blk_norm);
+    default: return plain_row(type, x, n, out, bad_col, blk_err, blk_norm);
     }
 }
 

@@ -7,11 +7,11 @@
 #include "quant/blocks.h"
 #include "quant/types.h"
 
-static const pn_scale_field q8_0_fields[] = {{"d", offsetof(block_q8_0, d)}};
-static const pn_scale_field q4_K_fields[] = {{"d", offsetof(block_q4_K, d)},
-                                             {"dmin", offsetof(block_q4_K, dmin)}};
-static const pn_scale_field q3_K_fields[] = {{"d", offsetof(block_q3_K, d)}};
-static const pn_scale_field pn_fields[] = {{"d", offsetof(block_pnt, d)}};
+static const pn_scale_field q8_0_fields[] = { { "d", offsetof(block_q8_0, d) } };
+static const pn_scale_field q4_K_fields[] = { { "d", offsetof(block_q4_K, d) },
+                                              { "dmin", offsetof(block_q4_K, dmin) } };
+static const pn_scale_field q3_K_fields[] = { { "d", offsetof(block_q3_K, d) } };
+static const pn_scale_field pn_fields[] = { { "d", offsetof(block_pnt, d) } };
 
 int pn_scale_fields(int type, const pn_scale_field **fields)
 {
@@ -25,9 +25,15 @@ int pn_scale_fields(int type, const pn_scale_field **fields)
     }
 }
 
-static uint16_t load_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t load_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
-static bool fp16_nonfinite(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
+static bool fp16_nonfinite(uint16_t h)
+{
+    return (h & 0x7c00u) == 0x7c00u;
+}
 
 int64_t pn_find_nonfinite_scale(int type, const uint8_t *p, int64_t nblk, int *field,
                                 uint16_t *bits)
@@ -73,8 +79,7 @@ int64_t pn_find_nonfinite_value(int type, const uint8_t *p, int64_t n, uint32_t 
             v = load_u16(p + 2 * i);
             bad = (v & 0x7f80u) == 0x7f80u;
             break;
-        default:
-            return -1;
+        default: return -1;
         }
         if (bad) {
             if (bits)

@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 typedef struct pn_scale_field {
-    const char *name;          /* "d", "dmin" */
-    int offset;                /* byte offset of the fp16 in the block */
+    const char *name; /* "d", "dmin" */
+    int offset;       /* byte offset of the fp16 in the block */
 } pn_scale_field;
 
 /* The fp16 scale fields of a block of `type`: q8_0 d; q4_K d and dmin; q3_K

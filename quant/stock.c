@@ -16,15 +16,12 @@ bool pn_stock_type_supported(int type)
     case PN_TYPE_BF16:
     case PN_TYPE_Q8_0:
     case PN_TYPE_Q3_K:
-    case PN_TYPE_Q4_K:
-        return true;
-    default:
-        return false;
+    case PN_TYPE_Q4_K: return true;
+    default: return false;
     }
 }
 
-pn_status pn_quantize_row_stock(int type, const float *x, int64_t n, uint8_t *out,
-                                int64_t *bad_col)
+pn_status pn_quantize_row_stock(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
     if (!pn_stock_type_supported(type)) {
         if (bad_col)
@@ -41,15 +38,9 @@ pn_status pn_dequantize_row_stock(int type, const uint8_t *in, float *y, int64_t
     if (pn_type_row_bytes(type, n) < 0)
         return PN_ERR_USAGE;
     switch (type) {
-    case PN_TYPE_Q8_0:
-        pn_dequantize_row_q8_0(in, y, n);
-        break;
-    case PN_TYPE_Q4_K:
-        pn_dequantize_row_q4_K(in, y, n);
-        break;
-    case PN_TYPE_Q3_K:
-        pn_dequantize_row_q3_K(in, y, n);
-        break;
+    case PN_TYPE_Q8_0: pn_dequantize_row_q8_0(in, y, n); break;
+    case PN_TYPE_Q4_K: pn_dequantize_row_q4_K(in, y, n); break;
+    case PN_TYPE_Q3_K: pn_dequantize_row_q3_K(in, y, n); break;
     case PN_TYPE_F32:
         for (int64_t i = 0; i < n; i++) {
             uint32_t u = pn_load_u32le(in + 4 * i);

@@ -23,9 +23,9 @@ enum {
 
 typedef struct pn_type_traits {
     int id;
-    const char *name;        /* ggml's lower-case name: "f32", "q4_K", "pn3t" */
-    int64_t block_weights;   /* weights per block (1 for plain types) */
-    int64_t block_bytes;     /* bytes per block */
+    const char *name;      /* ggml's lower-case name: "f32", "q4_K", "pn3t" */
+    int64_t block_weights; /* weights per block (1 for plain types) */
+    int64_t block_bytes;   /* bytes per block */
 } pn_type_traits;
 
 /* NULL for an id this build does not know. */
@@ -33,8 +33,8 @@ const pn_type_traits *pn_type_traits_get(int id);
 /* Case-insensitive lookup by name ("Q4_K", "pn3t", "bf16"); NULL if unknown. */
 const pn_type_traits *pn_type_traits_by_name(const char *name);
 
-bool pn_type_is_pn(int id);     /* pn3t or pn4t */
-bool pn_type_is_float(int id);  /* f32, f16 or bf16: a valid quantizer source */
+bool pn_type_is_pn(int id);    /* pn3t or pn4t */
+bool pn_type_is_float(int id); /* f32, f16 or bf16: a valid quantizer source */
 
 /* Bytes of a row of n weights; -1 if n is not a multiple of the block. */
 int64_t pn_type_row_bytes(int id, int64_t n);

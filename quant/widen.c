@@ -36,8 +36,7 @@ pn_status pn_widen_row(int src_type, const uint8_t *src, float *dst, int64_t n)
         for (int64_t i = 0; i < n; i++)
             dst[i] = pn_bf16_to_float(pn_load_u16le(src + 2 * i));
         return PN_OK;
-    default:
-        return PN_ERR_TYPE;
+    default: return PN_ERR_TYPE;
     }
 }
 
@@ -64,15 +63,9 @@ pn_status pn_widen_row_checked(int path, int src_type, const uint8_t *src, float
         pn_widen_row(src_type, src, dst, n);
         bad = pn_find_nonfinite(dst, n);
         break;
-    case PN_PATH_AVX2:
-        bad = pn_widen_check_avx2(src_type, src, dst, n);
-        break;
-    case PN_PATH_AVX512:
-        bad = pn_widen_check_avx512(src_type, src, dst, n);
-        break;
-    default:
-        bad = pn_widen_check_scalar(src_type, src, dst, n);
-        break;
+    case PN_PATH_AVX2: bad = pn_widen_check_avx2(src_type, src, dst, n); break;
+    case PN_PATH_AVX512: bad = pn_widen_check_avx512(src_type, src, dst, n); break;
+    default: bad = pn_widen_check_scalar(src_type, src, dst, n); break;
     }
     if (bad < 0)
         return PN_OK;

@@ -8,8 +8,8 @@
 #define WD_W 16
 #define WD_SUFFIX avx512
 #define WD_F16(p) ((wd_vu)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p))))
-#define WD_BF16(p)                                                                                  \
-    ((wd_vu)_mm512_slli_epi32(                                                                      \
+#define WD_BF16(p)                                                                                 \
+    ((wd_vu)_mm512_slli_epi32(                                                                     \
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 #define WD_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "quant/widen_simd.h"

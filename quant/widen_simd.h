@@ -128,14 +128,14 @@ static inline int WD_FN(wd_nonfinite_)(float f)
 }
 
 static inline __attribute__((always_inline)) int64_t WD_FN(wd_loop_)(int type, const uint8_t *src,
-                                                                   float *dst, int64_t n)
+                                                                     float *dst, int64_t n)
 {
     const int64_t es = type == PN_TYPE_F32 ? 4 : 2;
     int64_t i = 0;
     while (n - i >= WD_W) {
         const int64_t b0 = i;
         const int64_t end = n - i >= WD_BLOCK ? i + WD_BLOCK : n - (n - i) % WD_W;
-        wd_vu bad = {0};
+        wd_vu bad = { 0 };
         for (; i < end; i += WD_W) {
             const wd_vu v = WD_FN(wd_load_)(type, src + i * es);
             memcpy(dst + i, &v, sizeof v);

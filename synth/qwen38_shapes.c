@@ -8,16 +8,26 @@
 
 #include "quant/types.h"
 
-#define NAME_BYTES 48   /* "blk.<i>.post_attention_norm.weight" and the like */
+#define NAME_BYTES 48 /* "blk.<i>.post_attention_norm.weight" and the like */
 
 pn_qwen38_config pn_qwen38_config_full(void)
 {
     pn_qwen38_config c = {
-        .n_layers = 64, .full_attn_interval = 4,
-        .n_embd = 5120, .n_inner = 6144, .n_qkv = 10240, .n_q = 12288, .n_kv = 1024,
-        .n_ff = 17408, .n_vocab = 248320,
-        .n_ssm_heads = 48, .conv_kernel = 4, .ssm_norm = 128, .head_dim = 256,
-        .weight_type = PN_TYPE_BF16, .norm_type = PN_TYPE_F32,
+        .n_layers = 64,
+        .full_attn_interval = 4,
+        .n_embd = 5120,
+        .n_inner = 6144,
+        .n_qkv = 10240,
+        .n_q = 12288,
+        .n_kv = 1024,
+        .n_ff = 17408,
+        .n_vocab = 248320,
+        .n_ssm_heads = 48,
+        .conv_kernel = 4,
+        .ssm_norm = 128,
+        .head_dim = 256,
+        .weight_type = PN_TYPE_BF16,
+        .norm_type = PN_TYPE_F32,
     };
     return c;
 }
@@ -94,7 +104,10 @@ static bool config_ok(const pn_qwen38_config *c)
            pn_type_is_float(c->norm_type) && (c->n_mtp == 0 || c->n_mtp == 1);
 }
 
-static bool is_full(const pn_qwen38_config *c, int i) { return (i + 1) % c->full_attn_interval == 0; }
+static bool is_full(const pn_qwen38_config *c, int i)
+{
+    return (i + 1) % c->full_attn_interval == 0;
+}
 
 pn_status pn_qwen38_llama_runnable(const pn_qwen38_config *c, pn_error *err)
 {
@@ -105,18 +118,18 @@ pn_status pn_qwen38_llama_runnable(const pn_qwen38_config *c, pn_error *err)
         return pn_error_set(err, PN_ERR_USAGE,
                             "%d layers with a full-attention interval of %d have no "
                             "full-attention block; llama.cpp cannot run such a model (its KV "
-                            "cache would hold no layer)", c->n_layers, c->full_attn_interval);
+                            "cache would hold no layer)",
+                            c->n_layers, c->full_attn_interval);
     if (c->full_attn_interval == 1)
         return pn_error_set(err, PN_ERR_USAGE,
                             "%d layer%s: all full attention, no linear-attention block; "
                             "llama.cpp cannot run such a model (its recurrent state would hold "
-                            "no layer): use 2 layers or more", c->n_layers,
-                            c->n_layers == 1 ? "" : "s");
+                            "no layer): use 2 layers or more",
+                            c->n_layers, c->n_layers == 1 ? "" : "s");
     return PN_OK;
 }
 
-pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *out,
-                                  pn_error *err)
+pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *out, pn_error *err)
 {
     memset(out, 0, sizeof *out);
     if (!config_ok(c))
@@ -126,7 +139,8 @@ pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *
     if (hd % 8 != 0)
         return pn_error_set(err, PN_ERR_USAGE,
                             "qwen3.8 shapes: head_dim %lld is not a multiple of 8 (rope needs "
-                            "head_dim / 4 even)", (long long)hd);
+                            "head_dim / 4 even)",
+                            (long long)hd);
     if (c->n_inner % hd != 0 || c->n_q != 2 * c->n_inner)
         return pn_error_set(err, PN_ERR_USAGE,
                             "qwen3.8 shapes: attention widths disagree: n_inner %lld must be "
@@ -135,13 +149,13 @@ pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *
     if (c->n_kv % hd != 0 || (c->n_inner / hd) % (c->n_kv / hd) != 0)
         return pn_error_set(err, PN_ERR_USAGE,
                             "qwen3.8 shapes: n_kv %lld must be head_dim %lld times a divisor of "
-                            "the head count %lld", (long long)c->n_kv, (long long)hd,
-                            (long long)(c->n_inner / hd));
+                            "the head count %lld",
+                            (long long)c->n_kv, (long long)hd, (long long)(c->n_inner / hd));
     if (c->n_inner != st * c->n_ssm_heads)
         return pn_error_set(err, PN_ERR_USAGE,
                             "qwen3.8 shapes: n_inner %lld must be the ssm state %lld times the "
-                            "ssm heads %lld", (long long)c->n_inner, (long long)st,
-                            (long long)c->n_ssm_heads);
+                            "ssm heads %lld",
+                            (long long)c->n_inner, (long long)st, (long long)c->n_ssm_heads);
     const int64_t key2 = c->n_qkv - c->n_inner;
     if (key2 <= 0 || key2 % (2 * st) != 0 || c->n_ssm_heads % (key2 / (2 * st)) != 0)
         return pn_error_set(err, PN_ERR_USAGE,
@@ -216,7 +230,7 @@ pn_status pn_qwen38_tensors(const pn_qwen38_config *c, pn_tensor_desc **out, siz
     pn_tensor_desc *d = malloc(n * (sizeof *d + NAME_BYTES));
     if (!d)
         return pn_error_set(err, PN_ERR_NOMEM, "qwen3.8 shapes: out of memory for %zu tensors", n);
-    builder b = {.d = d, .names = (char *)(d + n), .c = c};
+    builder b = { .d = d, .names = (char *)(d + n), .c = c };
     const int64_t E = c->n_embd;
     add(&b, -1, "token_embd.weight", E, c->n_vocab);
     for (int i = 0; i < c->n_layers + c->n_mtp; i++) {

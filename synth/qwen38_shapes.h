@@ -50,21 +50,21 @@
 
 typedef struct pn_qwen38_config {
     int n_layers;
-    int full_attn_interval;  /* 4 */
-    int64_t n_embd;          /* 5120 */
-    int64_t n_inner;         /* 6144: attn_gate output, ssm_out and attn_output input */
-    int64_t n_qkv;           /* 10240: attn_qkv output, ssm_conv1d channels */
-    int64_t n_q;             /* 12288: attn_q output */
-    int64_t n_kv;            /* 1024: attn_k / attn_v output */
-    int64_t n_ff;            /* 17408 */
-    int64_t n_vocab;         /* 248320 */
-    int64_t n_ssm_heads;     /* 48: ssm_alpha/ssm_beta output, ssm_a, ssm_dt.bias */
-    int64_t conv_kernel;     /* 4 */
-    int64_t ssm_norm;        /* 128 */
-    int64_t head_dim;        /* 256: attn_q_norm / attn_k_norm */
-    int weight_type;         /* source type of the 2-D tensors */
-    int norm_type;           /* source type of the 1-D tensors */
-    int n_mtp;               /* 0, or 1: an MTP layer (block n_layers, below) */
+    int full_attn_interval; /* 4 */
+    int64_t n_embd;         /* 5120 */
+    int64_t n_inner;        /* 6144: attn_gate output, ssm_out and attn_output input */
+    int64_t n_qkv;          /* 10240: attn_qkv output, ssm_conv1d channels */
+    int64_t n_q;            /* 12288: attn_q output */
+    int64_t n_kv;           /* 1024: attn_k / attn_v output */
+    int64_t n_ff;           /* 17408 */
+    int64_t n_vocab;        /* 248320 */
+    int64_t n_ssm_heads;    /* 48: ssm_alpha/ssm_beta output, ssm_a, ssm_dt.bias */
+    int64_t conv_kernel;    /* 4 */
+    int64_t ssm_norm;       /* 128 */
+    int64_t head_dim;       /* 256: attn_q_norm / attn_k_norm */
+    int weight_type;        /* source type of the 2-D tensors */
+    int norm_type;          /* source type of the 1-D tensors */
+    int n_mtp;              /* 0, or 1: an MTP layer (block n_layers, below) */
 } pn_qwen38_config;
 
 /* Qwen3.8-27B (docs/format.md#qwen38-27b-shapes), BF16 weights and F32 norms. */
@@ -106,16 +106,16 @@ pn_qwen38_config pn_qwen38_config_narrow(int width_scale, int n_layers, int64_t 
 /* The hyperparameters llama.cpp's qwen35 loader reads, as they follow from a
  * config's widths. */
 typedef struct pn_qwen38_hparams {
-    int64_t n_head;          /* attention.head_count: n_inner / head_dim */
-    int64_t n_head_kv;       /* attention.head_count_kv: n_kv / head_dim */
-    int64_t head_dim;        /* attention.key_length and value_length */
-    int64_t rope_dims;       /* rope.dimension_count: head_dim / 4 (partial rotary) */
-    int32_t rope_sections[4];/* rope.dimension_sections: rope_dims / 2 split 3 ways, 0 */
-    int64_t ssm_state;       /* ssm.state_size: ssm_norm (key and value head size) */
-    int64_t ssm_groups;      /* ssm.group_count: key heads */
-    int64_t ssm_v_heads;     /* ssm.time_step_rank: value heads, n_ssm_heads */
-    int64_t ssm_inner;       /* ssm.inner_size: ssm_state * ssm_v_heads = n_inner */
-    int64_t conv_kernel;     /* ssm.conv_kernel */
+    int64_t n_head;           /* attention.head_count: n_inner / head_dim */
+    int64_t n_head_kv;        /* attention.head_count_kv: n_kv / head_dim */
+    int64_t head_dim;         /* attention.key_length and value_length */
+    int64_t rope_dims;        /* rope.dimension_count: head_dim / 4 (partial rotary) */
+    int32_t rope_sections[4]; /* rope.dimension_sections: rope_dims / 2 split 3 ways, 0 */
+    int64_t ssm_state;        /* ssm.state_size: ssm_norm (key and value head size) */
+    int64_t ssm_groups;       /* ssm.group_count: key heads */
+    int64_t ssm_v_heads;      /* ssm.time_step_rank: value heads, n_ssm_heads */
+    int64_t ssm_inner;        /* ssm.inner_size: ssm_state * ssm_v_heads = n_inner */
+    int64_t conv_kernel;      /* ssm.conv_kernel */
 } pn_qwen38_hparams;
 
 /* Derives the keys from the config and checks that llama.cpp would derive
@@ -124,8 +124,7 @@ typedef struct pn_qwen38_hparams {
  * n_inner = ssm_norm * n_ssm_heads, n_qkv - n_inner = 2 ssm_norm * groups
  * with n_ssm_heads a multiple of groups, head_dim a multiple of 8
  * (PN_ERR_USAGE naming the widths that disagree). */
-pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *out,
-                                  pn_error *err);
+pn_status pn_qwen38_llama_hparams(const pn_qwen38_config *c, pn_qwen38_hparams *out, pn_error *err);
 
 /* Whether llama.cpp (node-llama-cpp 3.22.1's build) can evaluate the model:
  * it aborts (GGML_ASSERT(buffer)) when the model has no full-attention block

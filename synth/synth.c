@@ -40,7 +40,11 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
     uint32_t file_type = c->weight_type == PN_TYPE_F32 ? 0 : c->weight_type == PN_TYPE_F16 ? 1 : 32;
-#define SET(call) do { if (st == PN_OK) st = (call); } while (0)
+#define SET(call)                                                                                  \
+    do {                                                                                           \
+        if (st == PN_OK)                                                                           \
+            st = (call);                                                                           \
+    } while (0)
     SET(gguf_writer_set_str(w, "general.architecture", "qwen35"));
     SET(gguf_writer_set_str(w, "general.name", "pn-synth Qwen3.8-shaped test model"));
     SET(gguf_writer_set_u32(w, "general.file_type", file_type));
@@ -57,8 +61,8 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
     SET(gguf_writer_set_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f));
     SET(gguf_writer_set_f32(w, "qwen35.rope.freq_base", 10000000.0f));
     SET(gguf_writer_set_u32(w, "qwen35.rope.dimension_count", (uint32_t)h.rope_dims));
-    SET(gguf_writer_set_arr(w, "qwen35.rope.dimension_sections", GGUF_TYPE_INT32,
-                            h.rope_sections, 4));
+    SET(gguf_writer_set_arr(w, "qwen35.rope.dimension_sections", GGUF_TYPE_INT32, h.rope_sections,
+                            4));
     SET(gguf_writer_set_u32(w, "qwen35.full_attention_interval", (uint32_t)c->full_attn_interval));
     SET(gguf_writer_set_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)h.conv_kernel));
     SET(gguf_writer_set_u32(w, "qwen35.ssm.state_size", (uint32_t)h.ssm_state));
@@ -70,8 +74,7 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
     SET(gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2"));
     SET(gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens,
                                 v.n_tokens));
-    SET(gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v.types,
-                            v.n_tokens));
+    SET(gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v.types, v.n_tokens));
     SET(gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
                                 v.n_merges));
     SET(gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", v.bos));
@@ -120,8 +123,7 @@ pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error 
     return pn_synth_files(o, bytes, NULL, err);
 }
 
-pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_splits,
-                         pn_error *err)
+pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_splits, pn_error *err)
 {
     pn_tensor_desc *t = NULL;
     size_t n = 0;
@@ -208,7 +210,7 @@ pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err)
         st = pn_outset_close(os, err);
     if (st == PN_OK)
         st = pn_outset_commit(os, err);
-    pn_outset_free(os);   /* aborts what is not committed */
+    pn_outset_free(os); /* aborts what is not committed */
     gguf_writer_free(w);
     return st;
 }

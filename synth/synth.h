@@ -29,8 +29,8 @@
 
 /* What the weights are like (docs/usage.md#the-trained-profile). */
 typedef enum pn_synth_profile {
-    PN_SYNTH_GAUSSIAN = 0,  /* the default above: near-Gaussian, made-up outliers */
-    PN_SYNTH_TRAINED = 1,   /* the statistics published for trained models */
+    PN_SYNTH_GAUSSIAN = 0, /* the default above: near-Gaussian, made-up outliers */
+    PN_SYNTH_TRAINED = 1,  /* the statistics published for trained models */
 } pn_synth_profile;
 
 /* The trained profile's figures, each from a published measurement or
@@ -52,14 +52,14 @@ typedef enum pn_synth_profile {
 
 typedef struct pn_synth_opts {
     const char *path;
-    pn_qwen38_config config;       /* shapes and the weight dtype */
+    pn_qwen38_config config; /* shapes and the weight dtype */
     uint64_t seed;
-    pn_synth_profile profile;      /* 0: the default (gaussian) */
-    bool force;                    /* replace an existing file */
-    gguf_split_limit split;        /* {GGUF_SPLIT_NONE}: one file */
-    uint64_t shard_size;           /* the HF form: bytes of tensor data per shard
+    pn_synth_profile profile; /* 0: the default (gaussian) */
+    bool force;               /* replace an existing file */
+    gguf_split_limit split;   /* {GGUF_SPLIT_NONE}: one file */
+    uint64_t shard_size;      /* the HF form: bytes of tensor data per shard
                                       (0: 5 GB, Hugging Face's default) */
-    int threads;                   /* 0: all cores */
+    int threads;              /* 0: all cores */
     void (*progress)(uint64_t done, uint64_t total, void *user);
     void *user;
     volatile sig_atomic_t *cancel;
@@ -73,8 +73,7 @@ pn_qwen38_config pn_synth_default_config(void);
 /* Exact size of what pn_synth_write would write (all splits of a set). */
 pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err);
 /* The same, and the number of files (1, or the splits of the set). */
-pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_files,
-                         pn_error *err);
+pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_files, pn_error *err);
 
 pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err);
 

@@ -31,7 +31,10 @@
 
 #define DEFAULT_SHARD_SIZE 5000000000ull
 
-static size_t elem_size(int type) { return type == PN_TYPE_F32 ? 4 : 2; }
+static size_t elem_size(int type)
+{
+    return type == PN_TYPE_F32 ? 4 : 2;
+}
 
 static const char *st_dtype(int type)
 {
@@ -46,9 +49,9 @@ static uint64_t tensor_bytes(const synth_tensor *t)
 /* ---- the shards ---- */
 
 typedef struct shard {
-    size_t first, count;         /* tensors [first, first + count) of the plan */
+    size_t first, count; /* tensors [first, first + count) of the plan */
     uint64_t data_bytes;
-    char *header;                /* the JSON header, padded with spaces to 8 */
+    char *header; /* the JSON header, padded with spaces to 8 */
     size_t header_len;
 } shard;
 
@@ -67,7 +70,10 @@ static void layout_free(layout *l)
     memset(l, 0, sizeof *l);
 }
 
-static pn_status oom(pn_error *err) { return pn_error_set(err, PN_ERR_NOMEM, "out of memory"); }
+static pn_status oom(pn_error *err)
+{
+    return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+}
 
 /* The safetensors header of a shard: {"__metadata__": {"format": "pt"},
  * name: {dtype, shape, data_offsets}, ...} in data order, padded with
@@ -87,8 +93,8 @@ static pn_status shard_header(const synth_plan *p, shard *s, pn_error *err)
         for (uint32_t d = 0; d < t->hf_dims; d++)
             json_array_append_new(shape, json_integer(t->hf_shape[d]));
         uint64_t end = off + tensor_bytes(t);
-        json_t *e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", st_dtype(t->hf_type), "shape",
-                              shape, "data_offsets", (json_int_t)off, (json_int_t)end);
+        json_t *e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", st_dtype(t->hf_type), "shape", shape,
+                              "data_offsets", (json_int_t)off, (json_int_t)end);
         if (!e || json_object_set_new(root, t->hf_name, e) != 0) {
             json_decref(root);
             return oom(err);
@@ -182,10 +188,10 @@ static pn_status write_all(int fd, const void *data, size_t n, const char *path,
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return pn_error_set(err, PN_ERR_IO, "%s: write: %s", path,
-                                w < 0 ? (errno == EFBIG ? "file size limit exceeded"
-                                                        : strerror(errno))
-                                      : "no progress");
+            return pn_error_set(
+                err, PN_ERR_IO, "%s: write: %s", path,
+                w < 0 ? (errno == EFBIG ? "file size limit exceeded" : strerror(errno))
+                      : "no progress");
         p += w;
         n -= (size_t)w;
     }
@@ -329,9 +335,10 @@ static pn_status write_index(const layout *l, const char *dir, pn_error *err)
     free(shard_of);
     if (!map)
         return oom(err);
-    return write_json(dir, "model.safetensors.index.json",
-                      json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
-                                "weight_map", map), err);
+    return write_json(
+        dir, "model.safetensors.index.json",
+        json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", map),
+        err);
 }
 
 static pn_status write_config(const pn_synth_opts *o, const synth_vocab *v, const char *dir,
@@ -345,12 +352,13 @@ static pn_status write_config(const pn_synth_opts *o, const synth_vocab *v, cons
     json_t *types = json_array();
     for (int i = 0; types && i < c->n_layers; i++)
         json_array_append_new(types, json_string((i + 1) % c->full_attn_interval == 0
-                                                     ? "full_attention" : "linear_attention"));
-    json_t *rope = json_pack("{s:s, s:I, s:f, s:b, s:[i,i,i]}", "rope_type", "default",
-                             "rope_theta", (json_int_t)10000000, "partial_rotary_factor",
-                             (double)h.rope_dims / (double)h.head_dim, "mrope_interleaved", 1,
-                             "mrope_section", h.rope_sections[0], h.rope_sections[1],
-                             h.rope_sections[2]);
+                                                     ? "full_attention"
+                                                     : "linear_attention"));
+    json_t *rope =
+        json_pack("{s:s, s:I, s:f, s:b, s:[i,i,i]}", "rope_type", "default", "rope_theta",
+                  (json_int_t)10000000, "partial_rotary_factor",
+                  (double)h.rope_dims / (double)h.head_dim, "mrope_interleaved", 1, "mrope_section",
+                  h.rope_sections[0], h.rope_sections[1], h.rope_sections[2]);
     const char *dtype = c->weight_type == PN_TYPE_F32 ? "float32" : "bfloat16";
     json_t *text = json_pack(
         "{s:s, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:s, s:i, s:f, s:b, s:b, s:i, s:o, "
@@ -367,23 +375,22 @@ static pn_status write_config(const pn_synth_opts *o, const synth_vocab *v, cons
         (json_int_t)h.ssm_v_heads, "mtp_num_hidden_layers", c->n_mtp,
         "mtp_use_dedicated_embeddings", 0, "rope_parameters", rope, "tie_word_embeddings", 0,
         "bos_token_id", (int)v->bos, "eos_token_id", (int)v->eos, "dtype", dtype);
-    json_t *vision = json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:i, s:i, s:i, s:i}",
-                               "model_type", "qwen3_5", "depth", 1, "hidden_size", 64,
-                               "num_heads", 2, "out_hidden_size", (json_int_t)c->n_embd,
-                               "patch_size", 4, "spatial_merge_size", 2, "temporal_patch_size",
-                               2, "in_channels", 3, "intermediate_size", 128);
-    json_t *root = json_pack("{s:[s], s:s, s:o, s:o, s:b}", "architectures",
-                             "Qwen3_5ForConditionalGeneration", "model_type", "qwen3_5",
-                             "text_config", text, "vision_config", vision,
-                             "tie_word_embeddings", 0);
+    json_t *vision =
+        json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:i, s:i, s:i, s:i}", "model_type", "qwen3_5",
+                  "depth", 1, "hidden_size", 64, "num_heads", 2, "out_hidden_size",
+                  (json_int_t)c->n_embd, "patch_size", 4, "spatial_merge_size", 2,
+                  "temporal_patch_size", 2, "in_channels", 3, "intermediate_size", 128);
+    json_t *root =
+        json_pack("{s:[s], s:s, s:o, s:o, s:b}", "architectures", "Qwen3_5ForConditionalGeneration",
+                  "model_type", "qwen3_5", "text_config", text, "vision_config", vision,
+                  "tie_word_embeddings", 0);
     return write_json(dir, "config.json", root, err);
 }
 
 static json_t *added_token(const synth_vocab *v, uint64_t id, bool with_id)
 {
-    json_t *a = json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", v->tokens[id],
-                          "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special",
-                          1);
+    json_t *a = json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", v->tokens[id], "single_word",
+                          0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
     if (a && with_id)
         json_object_set_new(a, "id", json_integer((json_int_t)id));
     return a;
@@ -398,9 +405,8 @@ static pn_status write_tokenizer(const synth_vocab *v, const char *dir, pn_error
         ok = json_object_set_new(vocab, v->tokens[i], json_integer((json_int_t)i)) == 0;
     for (uint64_t m = 0; ok && m < v->n_merges; m++) {
         const char *sp = strchr(v->merges[m], ' ');
-        json_t *pair = sp ? json_pack("[s%, s]", v->merges[m], (size_t)(sp - v->merges[m]),
-                                      sp + 1)
-                          : NULL;
+        json_t *pair =
+            sp ? json_pack("[s%, s]", v->merges[m], (size_t)(sp - v->merges[m]), sp + 1) : NULL;
         ok = pair && json_array_append_new(merges, pair) == 0;
     }
     for (uint64_t i = n_regular; ok && i < v->n_tokens; i++)
@@ -411,20 +417,20 @@ static pn_status write_tokenizer(const synth_vocab *v, const char *dir, pn_error
         json_decref(added);
         return oom(err);
     }
-    json_t *byte_level = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
-                                   "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0);
-    json_t *pre = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, O]}", "type", "Sequence",
-                            "pretokenizers", "type", "Split", "pattern", "Regex",
-                            synth_qwen35_pre_regex, "behavior", "Isolated", "invert", 0,
-                            byte_level);
+    json_t *byte_level = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
+                                   0, "trim_offsets", 0, "use_regex", 0);
+    json_t *pre =
+        json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, O]}", "type", "Sequence", "pretokenizers",
+                  "type", "Split", "pattern", "Regex", synth_qwen35_pre_regex, "behavior",
+                  "Isolated", "invert", 0, byte_level);
     json_t *model = json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:b, s:o, s:o}", "type", "BPE",
                               "dropout", "unk_token", "continuing_subword_prefix", "",
                               "end_of_word_suffix", "", "fuse_unk", 0, "byte_fallback", 0,
                               "ignore_merges", 0, "vocab", vocab, "merges", merges);
-    json_t *root = json_pack("{s:s, s:n, s:n, s:o, s:{s:s}, s:o, s:O, s:O, s:o}", "version",
-                             "1.0", "truncation", "padding", "added_tokens", added, "normalizer",
-                             "type", "NFC", "pre_tokenizer", pre, "post_processor", byte_level,
-                             "decoder", byte_level, "model", model);
+    json_t *root = json_pack("{s:s, s:n, s:n, s:o, s:{s:s}, s:o, s:O, s:O, s:o}", "version", "1.0",
+                             "truncation", "padding", "added_tokens", added, "normalizer", "type",
+                             "NFC", "pre_tokenizer", pre, "post_processor", byte_level, "decoder",
+                             byte_level, "model", model);
     json_decref(byte_level);
     return write_json(dir, "tokenizer.json", root, err);
 }
@@ -437,12 +443,12 @@ static pn_status write_tokenizer_config(const synth_vocab *v, const char *dir, p
         snprintf(id, sizeof id, "%llu", (unsigned long long)i);
         json_object_set_new(dec, id, added_token(v, i, false));
     }
-    json_t *root = json_pack("{s:b, s:b, s:o, s:s, s:s, s:s, s:s, s:i, s:s, s:n, s:s}",
-                             "add_bos_token", 0, "add_prefix_space", 0, "added_tokens_decoder",
-                             dec, "bos_token", v->tokens[v->bos], "eos_token", v->tokens[v->eos],
-                             "pad_token", v->tokens[v->pad], "errors", "replace",
-                             "model_max_length", 262144, "tokenizer_class", "Qwen2Tokenizer",
-                             "unk_token", "chat_template", synth_chat_template);
+    json_t *root =
+        json_pack("{s:b, s:b, s:o, s:s, s:s, s:s, s:s, s:i, s:s, s:n, s:s}", "add_bos_token", 0,
+                  "add_prefix_space", 0, "added_tokens_decoder", dec, "bos_token",
+                  v->tokens[v->bos], "eos_token", v->tokens[v->eos], "pad_token", v->tokens[v->pad],
+                  "errors", "replace", "model_max_length", 262144, "tokenizer_class",
+                  "Qwen2Tokenizer", "unk_token", "chat_template", synth_chat_template);
     return write_json(dir, "tokenizer_config.json", root, err);
 }
 
@@ -451,8 +457,8 @@ static pn_status write_tokenizer_config(const synth_vocab *v, const char *dir, p
 /* What pn-synth --hf writes: the only entries a folder it replaces may hold. */
 static bool ours(const char *name)
 {
-    static const char *const fixed[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
-                                        "model.safetensors.index.json", "model.safetensors"};
+    static const char *const fixed[] = { "config.json", "tokenizer.json", "tokenizer_config.json",
+                                         "model.safetensors.index.json", "model.safetensors" };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (strcmp(name, fixed[i]) == 0)
             return true;
@@ -501,9 +507,9 @@ static void remove_stale_temporaries(const char *parent, const char *base)
             continue;
         int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
-            continue;   /* not a folder (or a link): not ours */
+            continue; /* not a folder (or a link): not ours */
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-            remove_tree(p);   /* nobody holds it: its run is gone */
+            remove_tree(p); /* nobody holds it: its run is gone */
         close(fd);
     }
     closedir(d);
@@ -540,7 +546,8 @@ static pn_status check_target(const char *dir, bool force, bool *exists, pn_erro
         if (!ours(e->d_name) || lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
             st = pn_error_set(err, PN_ERR_EXISTS,
                               "%s: --force replaces only a folder that pn-synth --hf wrote, and "
-                              "it holds %s; remove the folder yourself", dir, e->d_name);
+                              "it holds %s; remove the folder yourself",
+                              dir, e->d_name);
     }
     closedir(d);
     *exists = st == PN_OK;
@@ -593,8 +600,8 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
     snprintf(parent, sizeof parent, "%s", dirname(dir_copy));
     if (snprintf(tmp, sizeof tmp, "%s/.%s.pn-synth-XXXXXX", parent, base) >= (int)sizeof tmp ||
         !mkdtemp(tmp)) {
-        st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it: %s",
-                          dir, strerror(errno));
+        st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it: %s", dir,
+                          strerror(errno));
         synth_vocab_free(&v);
         layout_free(&l);
         return st;
@@ -604,8 +611,8 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
      * that this folder is being written (remove_stale_temporaries) */
     int lock_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        st = pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder %s: %s", dir,
-                          tmp, strerror(errno));
+        st = pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder %s: %s", dir, tmp,
+                          strerror(errno));
         if (lock_fd >= 0)
             close(lock_fd);
         rmdir(tmp);
@@ -635,8 +642,8 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
         sync_dir(tmp);
         /* into place: swapped with the folder it replaces, or put where
          * nothing is (never over something that appeared meanwhile) */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, exists ? RENAME_EXCHANGE : RENAME_NOREPLACE)
-            != 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, exists ? RENAME_EXCHANGE : RENAME_NOREPLACE) !=
+            0) {
             if (!exists && (errno == EINVAL || errno == ENOSYS)) {
                 struct stat sb;
                 if (lstat(dir, &sb) == 0)

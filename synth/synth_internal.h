@@ -34,18 +34,18 @@
 
 /* How a checkpoint row's values are drawn. */
 typedef enum synth_role {
-    SR_WEIGHT,       /* N(0, 0.02) with 0.1% x10 and 4 outlier columns x8 */
-    SR_NORM_OFFSET,  /* 0.05 N(0, 1): a norm stored as weight - 1 */
-    SR_NORM,         /* 1 + 0.05 N(0, 1): linear_attn.norm, stored as is */
-    SR_A_LOG,        /* log(0.5 + 0.25 |N(0, 1)|) */
-    SR_DT_BIAS,      /* 0.1 N(0, 1) */
+    SR_WEIGHT,      /* N(0, 0.02) with 0.1% x10 and 4 outlier columns x8 */
+    SR_NORM_OFFSET, /* 0.05 N(0, 1): a norm stored as weight - 1 */
+    SR_NORM,        /* 1 + 0.05 N(0, 1): linear_attn.norm, stored as is */
+    SR_A_LOG,       /* log(0.5 + 0.25 |N(0, 1)|) */
+    SR_DT_BIAS,     /* 0.1 N(0, 1) */
 } synth_role;
 
 /* Which published measurement a weight of the trained profile follows
  * (synth_rules.c, docs/usage.md#the-trained-profile). */
 typedef enum synth_tail {
-    ST_TRANSMISSION = 0,  /* FFN, attention output, the rest: Gaussian body */
-    ST_SELECTION = 1,     /* attention input projections q, k (qkv): heavier tails */
+    ST_TRANSMISSION = 0, /* FFN, attention output, the rest: Gaussian body */
+    ST_SELECTION = 1,    /* attention input projections q, k (qkv): heavier tails */
 } synth_tail;
 
 /* The converter's elementwise transform. */
@@ -59,24 +59,24 @@ typedef struct synth_perm {
 } synth_perm;
 
 typedef struct synth_tensor {
-    const pn_tensor_desc *g;     /* its GGUF tensor; NULL: dropped (vision) */
+    const pn_tensor_desc *g; /* its GGUF tensor; NULL: dropped (vision) */
     char hf_name[112];
     uint32_t hf_dims;
-    int64_t hf_shape[5];         /* the checkpoint's order, outermost first */
-    int64_t row_len, n_rows;     /* checkpoint rows (= GGUF rows) */
-    int hf_type;                 /* PN_TYPE_BF16 / F16 / F32 */
+    int64_t hf_shape[5];     /* the checkpoint's order, outermost first */
+    int64_t row_len, n_rows; /* checkpoint rows (= GGUF rows) */
+    int hf_type;             /* PN_TYPE_BF16 / F16 / F32 */
     synth_role role;
     synth_op op;
-    synth_perm rows, cols;       /* GGUF row r is checkpoint row perm(r), etc. */
-    int profile;                 /* PN_SYNTH_GAUSSIAN / PN_SYNTH_TRAINED */
-    synth_tail tail;             /* trained: the weight's class */
-    bool gain_outliers;          /* trained: a norm feeding matrices (n_embd long) */
+    synth_perm rows, cols; /* GGUF row r is checkpoint row perm(r), etc. */
+    int profile;           /* PN_SYNTH_GAUSSIAN / PN_SYNTH_TRAINED */
+    synth_tail tail;       /* trained: the weight's class */
+    bool gain_outliers;    /* trained: a norm feeding matrices (n_embd long) */
 } synth_tensor;
 
 typedef struct synth_plan {
-    pn_tensor_desc *g;           /* the GGUF tensors (pn_qwen38_tensors) */
+    pn_tensor_desc *g; /* the GGUF tensors (pn_qwen38_tensors) */
     size_t n_gguf;
-    synth_tensor *t;             /* n_gguf tensors, in GGUF order, then vision */
+    synth_tensor *t; /* n_gguf tensors, in GGUF order, then vision */
     size_t n;
 } synth_plan;
 
@@ -97,8 +97,8 @@ void synth_outlier_cols(uint64_t seed, size_t ti, int64_t K, int64_t cols[4]);
 
 /* Checkpoint row r of tensor ti, as the values stored (rounded to hf_type),
  * encoded in hf_type (row_len elements). x: row_len floats of scratch. */
-void synth_hf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4],
-                  int64_t r, float *x, uint8_t *out);
+void synth_hf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4], int64_t r,
+                  float *x, uint8_t *out);
 /* GGUF row r of tensor ti (its GGUF type, row_len elements). x, y: row_len
  * floats of scratch each. */
 void synth_gguf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4],
@@ -107,9 +107,9 @@ void synth_gguf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64
 /* ---- the tokenizer (byte-level BPE, gpt2) ---- */
 typedef struct synth_vocab {
     uint64_t n_tokens, n_merges, n_bytes, n_special;
-    char **tokens;            /* n_tokens texts, into blob */
-    char **merges;            /* n_merges "left right" texts, into blob */
-    int32_t *types;           /* llama.cpp token types: 1 normal, 3 control */
+    char **tokens;  /* n_tokens texts, into blob */
+    char **merges;  /* n_merges "left right" texts, into blob */
+    int32_t *types; /* llama.cpp token types: 1 normal, 3 control */
     char *blob;
     uint32_t bos, eos, pad;
 } synth_vocab;

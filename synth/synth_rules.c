@@ -104,7 +104,7 @@ void synth_gain_outlier_channels(uint64_t seed, int64_t n_embd, int64_t *ch, int
         want = PN_SYNTH_MAX_GAIN_OUTLIERS;
     if (want > n_embd)
         want = (int)n_embd;
-    uint64_t s = seed ^ 0x6F75746C69657273ull;   /* "outliers" */
+    uint64_t s = seed ^ 0x6F75746C69657273ull; /* "outliers" */
     int k = 0;
     while (k < want) {
         int64_t c = (int64_t)(mix64(&s) % (uint64_t)n_embd);
@@ -131,7 +131,7 @@ static void trained_values(const synth_tensor *t, size_t ti, uint64_t seed, int6
             case SR_NORM_OFFSET: x[i] = 0.05f * g; break;
             case SR_NORM: x[i] = 1.0f + 0.05f * g; break;
             case SR_A_LOG: x[i] = (float)log(0.5 + 0.25 * fabs((double)g)); break;
-            default: x[i] = 0.1f * g; break;   /* SR_DT_BIAS */
+            default: x[i] = 0.1f * g; break; /* SR_DT_BIAS */
             }
         }
         if (t->gain_outliers) {
@@ -139,15 +139,15 @@ static void trained_values(const synth_tensor *t, size_t ti, uint64_t seed, int6
             int n = 0;
             synth_gain_outlier_channels(seed, K, ch, &n);
             for (int k = 0; k < n; k++)
-                x[ch[k]] = PN_SYNTH_GAIN_OUTLIER - 1.0f;   /* stored as gain - 1 */
+                x[ch[k]] = PN_SYNTH_GAIN_OUTLIER - 1.0f; /* stored as gain - 1 */
         }
         return;
     }
-    uint64_t rs = row_seed(seed ^ 0x726F777363616C65ull, ti, r);   /* "rowscale" */
+    uint64_t rs = row_seed(seed ^ 0x726F777363616C65ull, ti, r); /* "rowscale" */
     const double row_scale = exp(PN_SYNTH_SCALE_SIGMA * gauss_polar(&rs));
     const double tau = t->tail == ST_SELECTION ? PN_SYNTH_SELECTION_TAU : 0.0;
     for (int64_t i = 0; i < K; i++) {
-        uint64_t cs = row_seed(seed ^ 0x636F6C7363616C65ull, ti, i);   /* "colscale" */
+        uint64_t cs = row_seed(seed ^ 0x636F6C7363616C65ull, ti, i); /* "colscale" */
         double col_scale = exp(PN_SYNTH_SCALE_SIGMA * gauss_polar(&cs));
         double body = gauss_polar(&s);
         if (tau > 0.0)
@@ -205,8 +205,8 @@ static void encode(int type, const float *x, int64_t K, uint8_t *out)
     }
 }
 
-void synth_hf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4],
-                  int64_t r, float *x, uint8_t *out)
+void synth_hf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64_t cols[4], int64_t r,
+                  float *x, uint8_t *out)
 {
     hf_values(t, ti, seed, cols, r, x);
     encode(t->hf_type, x, t->row_len, out);
@@ -240,55 +240,59 @@ void synth_gguf_row(const synth_tensor *t, size_t ti, uint64_t seed, const int64
 /* ---- the names and the rules ---- */
 
 typedef struct rule {
-    const char *gguf;         /* the GGUF role (after "blk.N.") */
-    const char *hf;           /* the checkpoint's name after the layer prefix */
+    const char *gguf; /* the GGUF role (after "blk.N.") */
+    const char *hf;   /* the checkpoint's name after the layer prefix */
     synth_role role;
     synth_op op;
-    int perm;                 /* 0 none, 1 V rows of qkv/conv, 2 all rows (hd),
+    int perm; /* 0 none, 1 V rows of qkv/conv, 2 all rows (hd),
                                  3 all rows (hd 1), 4 elements (hd 1), 5 columns (hd) */
 } rule;
 
 static const rule block_rules[] = {
-    {"attn_norm.weight", "input_layernorm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"post_attention_norm.weight", "post_attention_layernorm.weight", SR_NORM_OFFSET,
-     SO_PLUS_ONE, 0},
-    {"ffn_gate.weight", "mlp.gate_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"ffn_up.weight", "mlp.up_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"ffn_down.weight", "mlp.down_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"attn_q.weight", "self_attn.q_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"attn_k.weight", "self_attn.k_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"attn_v.weight", "self_attn.v_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"attn_output.weight", "self_attn.o_proj.weight", SR_WEIGHT, SO_NONE, 0},
-    {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", SR_WEIGHT, SO_NONE, 1},
-    {"attn_gate.weight", "linear_attn.in_proj_z.weight", SR_WEIGHT, SO_NONE, 2},
-    {"ssm_conv1d.weight", "linear_attn.conv1d.weight", SR_WEIGHT, SO_NONE, 1},
-    {"ssm_alpha.weight", "linear_attn.in_proj_a.weight", SR_WEIGHT, SO_NONE, 3},
-    {"ssm_beta.weight", "linear_attn.in_proj_b.weight", SR_WEIGHT, SO_NONE, 3},
-    {"ssm_a", "linear_attn.A_log", SR_A_LOG, SO_NEG_EXP, 4},
-    {"ssm_dt.bias", "linear_attn.dt_bias", SR_DT_BIAS, SO_NONE, 4},
-    {"ssm_norm.weight", "linear_attn.norm.weight", SR_NORM, SO_NONE, 0},
-    {"ssm_out.weight", "linear_attn.out_proj.weight", SR_WEIGHT, SO_NONE, 5},
+    { "attn_norm.weight", "input_layernorm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "post_attention_norm.weight", "post_attention_layernorm.weight", SR_NORM_OFFSET, SO_PLUS_ONE,
+      0 },
+    { "ffn_gate.weight", "mlp.gate_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "ffn_up.weight", "mlp.up_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "ffn_down.weight", "mlp.down_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "attn_q.weight", "self_attn.q_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "attn_k.weight", "self_attn.k_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "attn_v.weight", "self_attn.v_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "attn_q_norm.weight", "self_attn.q_norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "attn_k_norm.weight", "self_attn.k_norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "attn_output.weight", "self_attn.o_proj.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", SR_WEIGHT, SO_NONE, 1 },
+    { "attn_gate.weight", "linear_attn.in_proj_z.weight", SR_WEIGHT, SO_NONE, 2 },
+    { "ssm_conv1d.weight", "linear_attn.conv1d.weight", SR_WEIGHT, SO_NONE, 1 },
+    { "ssm_alpha.weight", "linear_attn.in_proj_a.weight", SR_WEIGHT, SO_NONE, 3 },
+    { "ssm_beta.weight", "linear_attn.in_proj_b.weight", SR_WEIGHT, SO_NONE, 3 },
+    { "ssm_a", "linear_attn.A_log", SR_A_LOG, SO_NEG_EXP, 4 },
+    { "ssm_dt.bias", "linear_attn.dt_bias", SR_DT_BIAS, SO_NONE, 4 },
+    { "ssm_norm.weight", "linear_attn.norm.weight", SR_NORM, SO_NONE, 0 },
+    { "ssm_out.weight", "linear_attn.out_proj.weight", SR_WEIGHT, SO_NONE, 5 },
     /* the MTP layer's own tensors (mtp.<name>, no layer index) */
-    {"nextn.eh_proj.weight", "fc.weight", SR_WEIGHT, SO_NONE, 0},
-    {"nextn.enorm.weight", "pre_fc_norm_embedding.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"nextn.hnorm.weight", "pre_fc_norm_hidden.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"nextn.shared_head_norm.weight", "norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
+    { "nextn.eh_proj.weight", "fc.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "nextn.enorm.weight", "pre_fc_norm_embedding.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "nextn.hnorm.weight", "pre_fc_norm_hidden.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "nextn.shared_head_norm.weight", "norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
 };
 
 static const rule top_rules[] = {
-    {"token_embd.weight", "model.language_model.embed_tokens.weight", SR_WEIGHT, SO_NONE, 0},
-    {"output_norm.weight", "model.language_model.norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0},
-    {"output.weight", "lm_head.weight", SR_WEIGHT, SO_NONE, 0},
+    { "token_embd.weight", "model.language_model.embed_tokens.weight", SR_WEIGHT, SO_NONE, 0 },
+    { "output_norm.weight", "model.language_model.norm.weight", SR_NORM_OFFSET, SO_PLUS_ONE, 0 },
+    { "output.weight", "lm_head.weight", SR_WEIGHT, SO_NONE, 0 },
 };
 
 /* A small vision tower (vision_config in synth_hf.c: hidden 64, patch 4,
  * temporal patch 2, 3 channels, spatial merge 2); the converter drops it. */
-static const struct { const char *name; uint32_t dims; int64_t shape[5]; } vision[] = {
-    {"model.visual.patch_embed.proj.weight", 5, {64, 3, 2, 4, 4}},
-    {"model.visual.blocks.0.attn.qkv.weight", 2, {192, 64}},
-    {"model.visual.merger.linear_fc1.weight", 2, {256, 256}},
+static const struct {
+    const char *name;
+    uint32_t dims;
+    int64_t shape[5];
+} vision[] = {
+    { "model.visual.patch_embed.proj.weight", 5, { 64, 3, 2, 4, 4 } },
+    { "model.visual.blocks.0.attn.qkv.weight", 2, { 192, 64 } },
+    { "model.visual.merger.linear_fc1.weight", 2, { 256, 256 } },
 };
 
 void synth_plan_free(synth_plan *p)
@@ -298,8 +302,8 @@ void synth_plan_free(synth_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-pn_status synth_plan_make(const pn_qwen38_config *c, int profile, bool with_vision,
-                          synth_plan *p, pn_error *err)
+pn_status synth_plan_make(const pn_qwen38_config *c, int profile, bool with_vision, synth_plan *p,
+                          pn_error *err)
 {
     if (profile != PN_SYNTH_GAUSSIAN && profile != PN_SYNTH_TRAINED)
         return pn_error_set(err, PN_ERR_USAGE, "unknown pn-synth profile %d", profile);
@@ -382,12 +386,21 @@ pn_status synth_plan_make(const pn_qwen38_config *c, int profile, bool with_visi
         }
         if (!reorder)
             continue;
-        synth_perm pm = {true, 0, nk, nv / nk, hd};
+        synth_perm pm = { true, 0, nk, nv / nk, hd };
         switch (ru->perm) {
-        case 1: pm.start = 2 * hd * nk; t->rows = pm; break;
+        case 1:
+            pm.start = 2 * hd * nk;
+            t->rows = pm;
+            break;
         case 2: t->rows = pm; break;
-        case 3: pm.hd = 1; t->rows = pm; break;
-        case 4: pm.hd = 1; t->cols = pm; break;
+        case 3:
+            pm.hd = 1;
+            t->rows = pm;
+            break;
+        case 4:
+            pm.hd = 1;
+            t->cols = pm;
+            break;
         case 5: t->cols = pm; break;
         default: break;
         }

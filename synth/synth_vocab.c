@@ -31,7 +31,7 @@ static size_t put_utf8(char *o, unsigned cp)
     return 2;
 }
 
-static const char *const special_text[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+static const char *const special_text[] = { "<|endoftext|>", "<|im_start|>", "<|im_end|>" };
 
 
 void synth_vocab_free(synth_vocab *v)

@@ -42,7 +42,7 @@ static GB_UNUSED void gb_put(gb *b, const void *data, size_t n)
 
 static GB_UNUSED void gb_u32(gb *b, uint32_t v)
 {
-    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    uint8_t x[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
     gb_put(b, x, 4);
 }
 
@@ -68,18 +68,17 @@ static GB_UNUSED void gb_header(gb *b, uint64_t n_tensors, uint64_t n_kv)
     gb_u64(b, n_kv);
 }
 
-static GB_UNUSED void gb_kv_str(gb *b, const char *key, size_t key_len, const char *v,
-                                size_t v_len)
+static GB_UNUSED void gb_kv_str(gb *b, const char *key, size_t key_len, const char *v, size_t v_len)
 {
     gb_str(b, key, key_len);
-    gb_u32(b, 8);   /* GGUF_TYPE_STRING */
+    gb_u32(b, 8); /* GGUF_TYPE_STRING */
     gb_str(b, v, v_len);
 }
 
 static GB_UNUSED void gb_kv_u32(gb *b, const char *key, uint32_t v)
 {
     gb_str(b, key, strlen(key));
-    gb_u32(b, 4);   /* GGUF_TYPE_UINT32 */
+    gb_u32(b, 4); /* GGUF_TYPE_UINT32 */
     gb_u32(b, v);
 }
 
@@ -87,8 +86,8 @@ static GB_UNUSED void gb_kv_u32(gb *b, const char *key, uint32_t v)
 static GB_UNUSED void gb_kv_str_array(gb *b, const char *key, uint64_t count)
 {
     gb_str(b, key, strlen(key));
-    gb_u32(b, 9);   /* GGUF_TYPE_ARRAY */
-    gb_u32(b, 8);   /* of strings */
+    gb_u32(b, 9); /* GGUF_TYPE_ARRAY */
+    gb_u32(b, 8); /* of strings */
     gb_u64(b, count);
 }
 
@@ -106,7 +105,7 @@ static GB_UNUSED void gb_tensor(gb *b, const char *name, size_t name_len, uint32
 /* Zero bytes up to a multiple of align (the data section's start). */
 static GB_UNUSED void gb_pad(gb *b, size_t align)
 {
-    static const uint8_t zero[64] = {0};
+    static const uint8_t zero[64] = { 0 };
     while (b->n % align)
         gb_put(b, zero, align - b->n % align < sizeof zero ? align - b->n % align : sizeof zero);
 }

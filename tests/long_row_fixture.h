@@ -34,10 +34,10 @@
 static LR_UNUSED void lr_write(const char *src_path, const char *pn_path, int64_t n)
 {
     cr_assert_eq(n % LR_SEG, 0);
-    pn_error err = {0};
+    pn_error err = { 0 };
     gguf_writer *ws = gguf_writer_new(), *wp = gguf_writer_new();
     cr_assert(ws && wp);
-    const int64_t ne[4] = {n, 1, 1, 1};
+    const int64_t ne[4] = { n, 1, 1, 1 };
     cr_assert_eq(gguf_writer_add_tensor(ws, "long.weight", 1, ne, PN_TYPE_F16, &err), PN_OK, "%s",
                  err.msg);
     cr_assert_eq(gguf_writer_add_tensor(wp, "long.weight", 1, ne, PN_TYPE_PN4T, &err), PN_OK, "%s",
@@ -50,24 +50,25 @@ static LR_UNUSED void lr_write(const char *src_path, const char *pn_path, int64_
     uint8_t *h = malloc(LR_SEG * 2);
     uint8_t *q = malloc((size_t)pn_type_row_bytes(PN_TYPE_PN4T, LR_SEG));
     cr_assert(x && h && q);
-    tu_rng rng = {0x10a9};
+    tu_rng rng = { 0x10a9 };
     for (int64_t e = 0; e < n; e += LR_SEG) {
         for (int i = 0; i < LR_SEG; i++) {
             uint16_t v = pn_fp16_from_float((float)((tu_rng_uniform(&rng) - 0.5) * 0.04));
             h[2 * i] = (uint8_t)v;
             h[2 * i + 1] = (uint8_t)(v >> 8);
-            x[i] = pn_fp16_to_float(v);   /* the PN file encodes what the source holds */
+            x[i] = pn_fp16_to_float(v); /* the PN file encodes what the source holds */
         }
         cr_assert_eq(gguf_writer_write(ws, h, LR_SEG * 2, &err), PN_OK, "%s", err.msg);
         pn_hadamard_rotate_row(x, LR_SEG, 1024);
         cr_assert_eq(pn_quantize_row(PN_TYPE_PN4T, x, LR_SEG, q, NULL), PN_OK);
-        cr_assert_eq(gguf_writer_write(wp, q, (size_t)pn_type_row_bytes(PN_TYPE_PN4T, LR_SEG), &err),
-                     PN_OK, "%s", err.msg);
+        cr_assert_eq(
+            gguf_writer_write(wp, q, (size_t)pn_type_row_bytes(PN_TYPE_PN4T, LR_SEG), &err), PN_OK,
+            "%s", err.msg);
     }
     free(x);
     free(h);
     free(q);
-    gguf_writer *w[2] = {ws, wp};
+    gguf_writer *w[2] = { ws, wp };
     for (int k = 0; k < 2; k++) {
         cr_assert_eq(gguf_writer_close(w[k], &err), PN_OK, "%s", err.msg);
         cr_assert_eq(gguf_writer_commit(w[k], &err), PN_OK, "%s", err.msg);
@@ -80,7 +81,7 @@ static LR_UNUSED void lr_write(const char *src_path, const char *pn_path, int64_
 static LR_UNUSED long lr_reader_kb(const char *path)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
     long kb = (long)(gguf_reader_bytes_len(r) / 1024);
     gguf_reader_close(r);
@@ -90,7 +91,8 @@ static LR_UNUSED long lr_reader_kb(const char *path)
 /* The peak of a job on a row of n weights against a baseline run on a small
  * model: what it needed beyond the readers' buffers must be far below the
  * row (a quarter of it as floats, at most 16 MiB). */
-static LR_UNUSED void lr_expect_far_below_row(long base_kb, long peak_kb, long readers_kb, int64_t n)
+static LR_UNUSED void lr_expect_far_below_row(long base_kb, long peak_kb, long readers_kb,
+                                              int64_t n)
 {
     const long row_kb = (long)(n * 4 / 1024);
     const long bound = row_kb / 4 < 16 * 1024 ? row_kb / 4 : 16 * 1024;

@@ -44,37 +44,39 @@ typedef struct fx_spec {
 } fx_spec;
 
 static const fx_spec fx_specs[FX_N] = {
-    {"token_embd.weight", 2, 256, 6, PN_TYPE_F32, PN_TYPE_Q3_K},
-    {"blk.0.attn_norm.weight", 1, 320, 1, PN_TYPE_F32, PN_TYPE_F32},
-    {"blk.0.attn_q.weight", 2, 320, 16, PN_TYPE_F32, PN_TYPE_PN3T},
-    {"blk.0.ffn_gate.weight", 2, 320, 8, PN_TYPE_BF16, PN_TYPE_PN4T},
-    {"blk.0.ffn_down.weight", 2, 384, 8, PN_TYPE_F16, PN_TYPE_PN4T},
-    {"blk.0.ssm_alpha.weight", 2, 320, 4, PN_TYPE_F32, PN_TYPE_Q8_0},
-    {"output.weight", 2, 256, 4, PN_TYPE_F32, PN_TYPE_Q4_K},
+    { "token_embd.weight", 2, 256, 6, PN_TYPE_F32, PN_TYPE_Q3_K },
+    { "blk.0.attn_norm.weight", 1, 320, 1, PN_TYPE_F32, PN_TYPE_F32 },
+    { "blk.0.attn_q.weight", 2, 320, 16, PN_TYPE_F32, PN_TYPE_PN3T },
+    { "blk.0.ffn_gate.weight", 2, 320, 8, PN_TYPE_BF16, PN_TYPE_PN4T },
+    { "blk.0.ffn_down.weight", 2, 384, 8, PN_TYPE_F16, PN_TYPE_PN4T },
+    { "blk.0.ssm_alpha.weight", 2, 320, 4, PN_TYPE_F32, PN_TYPE_Q8_0 },
+    { "output.weight", 2, 256, 4, PN_TYPE_F32, PN_TYPE_Q4_K },
 };
 enum { FX_EMBD, FX_NORM, FX_ATTN_Q, FX_FFN_GATE, FX_FFN_DOWN, FX_ALPHA, FX_OUTPUT };
 
-static const char FX_RECIPE[] =
-    "mix T0\n"
-    "rotation hadamard 1024\n"
-    "promote 1\n"
-    "rule token_embd.weight => q3_K\n"
-    "rule output.weight => q4_K\n"
-    "rule *.ssm_alpha.weight => q8_0\n"
-    "rule *_norm.weight => f32\n"
-    "rule *.ffn_down.weight => pn4t\n"
-    "rule *.attn_q.weight *.ffn_gate.weight => pn3t\n";
+static const char FX_RECIPE[] = "mix T0\n"
+                                "rotation hadamard 1024\n"
+                                "promote 1\n"
+                                "rule token_embd.weight => q3_K\n"
+                                "rule output.weight => q4_K\n"
+                                "rule *.ssm_alpha.weight => q8_0\n"
+                                "rule *_norm.weight => f32\n"
+                                "rule *.ffn_down.weight => pn4t\n"
+                                "rule *.attn_q.weight *.ffn_gate.weight => pn3t\n";
 
 /* The source weights, widened (what the quantizer sees before rotation). */
 typedef struct fx_model {
     float *w[FX_N];
 } fx_model;
 
-static FX_UNUSED int64_t fx_count(int i) { return fx_specs[i].K * fx_specs[i].rows; }
+static FX_UNUSED int64_t fx_count(int i)
+{
+    return fx_specs[i].K * fx_specs[i].rows;
+}
 
 static FX_UNUSED void fx_make_model(fx_model *m)
 {
-    tu_rng rng = {0x5eed0001};
+    tu_rng rng = { 0x5eed0001 };
     for (int i = 0; i < FX_N; i++) {
         const int64_t n = fx_count(i);
         m->w[i] = malloc((size_t)n * sizeof(float));
@@ -84,7 +86,7 @@ static FX_UNUSED void fx_make_model(fx_model *m)
             double v = i == FX_NORM ? 1.0 + 0.1 * tu_rng_gauss(&rng)
                                     : 0.02 * (1.0 + (double)(row % 3)) * tu_rng_gauss(&rng);
             if (i != FX_NORM && e % 97 == 13)
-                v *= 6.0;   /* a few outliers, as real weights have */
+                v *= 6.0; /* a few outliers, as real weights have */
             float f = (float)v;
             /* The source is stored in its type; the model is what it widens to. */
             if (fx_specs[i].src_type == PN_TYPE_F16)
@@ -114,8 +116,8 @@ static FX_UNUSED void fx_ne(int i, int64_t ne[4])
 static FX_UNUSED void fx_write_file(gguf_writer *w, const char *path, uint8_t *const *data,
                                     const size_t *bytes, int n)
 {
-    pn_error err = {0};
-    gguf_writer_set_replace(w, true);   /* tests remake a model under one name */
+    pn_error err = { 0 };
+    gguf_writer_set_replace(w, true); /* tests remake a model under one name */
     cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
     for (int i = 0; i < n; i++)
         cr_assert_eq(gguf_writer_write(w, data[i], bytes[i], &err), PN_OK, "%s", err.msg);
@@ -127,7 +129,7 @@ static FX_UNUSED void fx_write_file(gguf_writer *w, const char *path, uint8_t *c
 static FX_UNUSED void fx_write_source(const char *path, const fx_model *m)
 {
     gguf_writer *w = gguf_writer_new();
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_not_null(w);
     gguf_writer_set_str(w, "general.architecture", "fixture");
     gguf_writer_set_str(w, "general.name", "pn-check fixture");
@@ -152,15 +154,15 @@ static FX_UNUSED void fx_write_source(const char *path, const fx_model *m)
 /* How the PN file is made; zero-initialised = the good file. The fields from
  * `tensor` on damage that one tensor only. */
 typedef struct fx_pn_opts {
-    bool omit_format;          /* no pn.format */
-    bool omit_crc;             /* no pn.tensor_crc32 */
-    bool block_size_i32;       /* pn.rotation.block_size stored as i32 */
-    const char *promoted_extra;/* an extra name in pn.mix.promoted */
-    const char *tensor;        /* the tensor the fields below apply to */
-    int cap;                   /* 0: 1024; -1: not rotated; else this cap */
-    bool element_packing;      /* codes at shift BITS*t (element index) */
-    int store_type;            /* 0: the fixture's type; else quantize to this */
-    bool swapped;              /* holds the other PN type's encoding (cut/padded) */
+    bool omit_format;           /* no pn.format */
+    bool omit_crc;              /* no pn.tensor_crc32 */
+    bool block_size_i32;        /* pn.rotation.block_size stored as i32 */
+    const char *promoted_extra; /* an extra name in pn.mix.promoted */
+    const char *tensor;         /* the tensor the fields below apply to */
+    int cap;                    /* 0: 1024; -1: not rotated; else this cap */
+    bool element_packing;       /* codes at shift BITS*t (element index) */
+    int store_type;             /* 0: the fixture's type; else quantize to this */
+    bool swapped;               /* holds the other PN type's encoding (cut/padded) */
 } fx_pn_opts;
 
 /* Packs a block's codes at shift BITS*t instead of BITS*(t>>1) + 16*(t&1). */
@@ -170,7 +172,7 @@ static FX_UNUSED void fx_repack_by_element(int type, uint8_t *block)
     int codes[80];
     for (int e = 0; e < p->group; e++)
         codes[e] = pn_block_code(p, block, e);
-    uint32_t words[8] = {0};
+    uint32_t words[8] = { 0 };
     for (int e = 0; e < p->group; e++)
         words[e / p->per_word] |= (uint32_t)codes[e] << (p->bits * (e % p->per_word));
     for (int k = 0; k < 8; k++)
@@ -178,8 +180,8 @@ static FX_UNUSED void fx_repack_by_element(int type, uint8_t *block)
 }
 
 /* Encodes tensor i as `type`: PN tensors rotated with cap (-1: not). */
-static FX_UNUSED uint8_t *fx_encode(const fx_model *m, int i, int type, int cap, bool element_packing,
-                                    size_t *bytes)
+static FX_UNUSED uint8_t *fx_encode(const fx_model *m, int i, int type, int cap,
+                                    bool element_packing, size_t *bytes)
 {
     const int64_t K = fx_specs[i].K, rows = fx_specs[i].rows;
     const int64_t rb = pn_type_row_bytes(type, K);
@@ -207,11 +209,11 @@ static FX_UNUSED uint8_t *fx_encode(const fx_model *m, int i, int type, int cap,
 
 static FX_UNUSED void fx_write_pn(const char *path, const fx_model *m, const fx_pn_opts *o)
 {
-    static const fx_pn_opts none = {0};
+    static const fx_pn_opts none = { 0 };
     if (!o)
         o = &none;
     gguf_writer *w = gguf_writer_new();
-    pn_error err = {0};
+    pn_error err = { 0 };
     uint8_t *data[FX_N];
     size_t bytes[FX_N];
     uint32_t crcs[FX_N];
@@ -234,8 +236,9 @@ static FX_UNUSED void fx_write_pn(const char *path, const fx_model *m, const fx_
         crcs[i] = (uint32_t)crc32(0L, data[i], (uInt)bytes[i]);
         int64_t ne[4];
         fx_ne(i, ne);
-        cr_assert_eq(gguf_writer_add_tensor(w, fx_specs[i].name, fx_specs[i].n_dims, ne, type, &err),
-                     PN_OK, "%s", err.msg);
+        cr_assert_eq(
+            gguf_writer_add_tensor(w, fx_specs[i].name, fx_specs[i].n_dims, ne, type, &err), PN_OK,
+            "%s", err.msg);
     }
     gguf_writer_set_str(w, "general.architecture", "fixture");
     gguf_writer_set_str(w, "general.name", "pn-check fixture");
@@ -243,7 +246,7 @@ static FX_UNUSED void fx_write_pn(const char *path, const fx_model *m, const fx_
     if (!o->omit_format)
         gguf_writer_set_str(w, "pn.format", "PNX-FORMAT-v0");
     gguf_writer_set_str(w, "pn.mix", "T0+1");
-    const char *promoted[2] = {"blk.0.ffn_gate.weight", o->promoted_extra};
+    const char *promoted[2] = { "blk.0.ffn_gate.weight", o->promoted_extra };
     gguf_writer_set_arr_str(w, "pn.mix.promoted", promoted, o->promoted_extra ? 2 : 1);
     gguf_writer_set_str(w, "pn.rotation.type", "hadamard");
     if (o->block_size_i32)
@@ -262,7 +265,7 @@ static FX_UNUSED void fx_write_pn(const char *path, const fx_model *m, const fx_
 static FX_UNUSED uint64_t fx_data_offset(const char *path, const char *name, uint64_t *info_offset)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
     long i = gguf_reader_find_tensor(r, name);
     cr_assert(i >= 0, "no tensor %s in %s", name, path);
@@ -292,7 +295,7 @@ static FX_UNUSED void fx_fix_crcs(const char *path)
     size_t n;
     uint8_t *buf = tu_read_file(path, &n);
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open_memory(buf, n, path, &r, &err), PN_OK, "%s", err.msg);
     const gguf_kv *kv = gguf_reader_find_kv(r, "pn.tensor_crc32");
     cr_assert_not_null(kv);

@@ -19,9 +19,9 @@
 
 typedef struct sf_spec {
     const char *name;
-    uint32_t n_dims;          /* 1 or 2 */
+    uint32_t n_dims; /* 1 or 2 */
     int64_t K, rows;
-    int src_type;             /* f32, f16 or bf16 */
+    int src_type; /* f32, f16 or bf16 */
 } sf_spec;
 
 static SF_UNUSED void sf_put_weight(uint8_t *p, int type, float v)
@@ -43,13 +43,13 @@ static SF_UNUSED void sf_write_model(const char *path, const sf_spec *specs, siz
     pn_error err;
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
     for (size_t i = 0; i < n; i++) {
-        int64_t ne[4] = {specs[i].K, specs[i].n_dims > 1 ? specs[i].rows : 1, 1, 1};
-        cr_assert_eq(gguf_writer_add_tensor(w, specs[i].name, specs[i].n_dims, ne,
-                                            specs[i].src_type, &err),
-                     PN_OK, "%s", err.msg);
+        int64_t ne[4] = { specs[i].K, specs[i].n_dims > 1 ? specs[i].rows : 1, 1, 1 };
+        cr_assert_eq(
+            gguf_writer_add_tensor(w, specs[i].name, specs[i].n_dims, ne, specs[i].src_type, &err),
+            PN_OK, "%s", err.msg);
     }
     cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
-    tu_rng rng = {seed};
+    tu_rng rng = { seed };
     for (size_t i = 0; i < n; i++) {
         int64_t count = specs[i].K * specs[i].rows;
         int64_t es = pn_type_row_bytes(specs[i].src_type, 1);
@@ -60,8 +60,7 @@ static SF_UNUSED void sf_write_model(const char *path, const sf_spec *specs, siz
                 g *= 10.0;
             sf_put_weight(buf + e * es, specs[i].src_type, (float)g);
         }
-        cr_assert_eq(gguf_writer_write(w, buf, (size_t)(count * es), &err), PN_OK, "%s",
-                     err.msg);
+        cr_assert_eq(gguf_writer_write(w, buf, (size_t)(count * es), &err), PN_OK, "%s", err.msg);
         free(buf);
     }
     cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);

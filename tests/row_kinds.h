@@ -35,7 +35,10 @@ enum {
     RK_COUNT
 };
 
-static inline int rk_pick(tu_rng *r, int n) { return (int)(tu_rng_u64(r) % (uint64_t)n); }
+static inline int rk_pick(tu_rng *r, int n)
+{
+    return (int)(tu_rng_u64(r) % (uint64_t)n);
+}
 
 static inline double rk_log_uniform(tu_rng *r, double lo, double hi)
 {
@@ -131,7 +134,7 @@ static inline void rk_fill_block(tu_rng *r, int kind, float *w, int bw)
         break;
     }
     default: { /* RK_NONFINITE */
-        static const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
+        static const float bad[] = { NAN, -NAN, INFINITY, -INFINITY };
         for (int e = 0; e < bw; e++)
             w[e] = (float)(scale * tu_rng_gauss(r));
         w[rk_pick(r, bw)] = bad[rk_pick(r, 4)];

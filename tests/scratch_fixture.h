@@ -15,7 +15,10 @@
 
 static char *g_dir;
 
-static inline void setup(void) { g_dir = tu_mkdtemp(); }
+static inline void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 
 static inline void teardown(void)
 {
@@ -24,8 +27,14 @@ static inline void teardown(void)
     g_dir = NULL;
 }
 
-static inline char *path_in(const char *name) { return tu_join(g_dir, name); }
+static inline char *path_in(const char *name)
+{
+    return tu_join(g_dir, name);
+}
 
-static inline bool exists(const char *path) { return tu_exists(path); }
+static inline bool exists(const char *path)
+{
+    return tu_exists(path);
+}
 
 #endif

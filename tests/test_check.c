@@ -34,12 +34,18 @@ static void setup(void)
     cr_assert_eq(tu_write_file(g_recipe, FX_RECIPE, strlen(FX_RECIPE)), 0);
 }
 
-static void teardown(void) { fx_remove_folder(&g_dir, &g_model); }
+static void teardown(void)
+{
+    fx_remove_folder(&g_dir, &g_model);
+}
 
 TestSuite(pn_check, .init = setup, .fini = teardown, .timeout = 60);
 
 /* A path in the test folder (static storage, a few at a time). */
-static const char *path_in(const char *name) { return tu_join_static(g_dir, name); }
+static const char *path_in(const char *name)
+{
+    return tu_join_static(g_dir, name);
+}
 
 /* Runs pn-check with the arguments fmt formats. */
 #define check_cli(out, err, ...) tu_run_program(out, err, "pn-check", __VA_ARGS__)
@@ -96,7 +102,7 @@ static const char *last_line(const char *out)
 
 typedef struct edit {
     uint64_t at;
-    int kind;          /* 0 or-mask u32, 1 set u16, 2 xor byte, 3 truncate, 4 set u64 */
+    int kind; /* 0 or-mask u32, 1 set u16, 2 xor byte, 3 truncate, 4 set u64 */
     uint64_t value;
 } edit;
 
@@ -157,12 +163,13 @@ Test(pn_check, accepts_the_good_file_with_no_findings)
 Test(pn_check, accepts_the_good_file_against_its_recipe_and_source)
 {
     char *out, *err;
-    int rc = check_cli(&out, &err, "--strict --recipe '%s' --source '%s' '%s'", g_recipe, g_src,
-                       g_good);
+    int rc =
+        check_cli(&out, &err, "--strict --recipe '%s' --source '%s' '%s'", g_recipe, g_src, g_good);
     cr_assert_eq(rc, 0, "rc %d\n%s%s", rc, out, err);
     cr_assert_str_eq(last_line(out), "valid (0 errors, 0 warnings)");
-    cr_assert(strstr(out, "recipe: mix T0, 1 promotion (recipe default 1); expected pn.mix \"T0+1\""),
-              "%s", out);
+    cr_assert(
+        strstr(out, "recipe: mix T0, 1 promotion (recipe default 1); expected pn.mix \"T0+1\""),
+        "%s", out);
     cr_assert(strstr(out, "  promoted blk.0.ffn_gate.weight\n"), "%s", out);
     cr_assert_null(strstr(out, "HIGH"), "%s", out);
     cr_assert_null(strstr(out, "not compared"), "%s", out);
@@ -173,8 +180,8 @@ Test(pn_check, accepts_the_good_file_against_its_recipe_and_source)
 Test(pn_check, prints_json_that_parses_with_the_same_verdict)
 {
     char *out, *err;
-    int rc = check_cli(&out, &err, "--json --recipe '%s' --source '%s' '%s'", g_recipe, g_src,
-                       g_good);
+    int rc =
+        check_cli(&out, &err, "--json --recipe '%s' --source '%s' '%s'", g_recipe, g_src, g_good);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     cr_assert(strstr(out, "\"status\": \"valid\""), "%s", out);
     cr_assert(strstr(out, "\"findings\": []"), "%s", out);
@@ -200,13 +207,14 @@ Test(pn_check, prints_json_that_parses_with_the_same_verdict)
 
 Test(pn_check, json_names_the_findings_of_a_damaged_file)
 {
-    const char *p = damaged("nan.gguf", (edit){pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00}, true);
+    const char *p = damaged("nan.gguf", (edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "--json '%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(strstr(out, "\"status\": \"invalid\""), "%s", out);
-    cr_assert(strstr(out, "\"code\": \"PN-NONFINITE-SCALE\", \"tensor\": \"blk.0.ffn_down.weight\""),
-              "%s", out);
+    cr_assert(
+        strstr(out, "\"code\": \"PN-NONFINITE-SCALE\", \"tensor\": \"blk.0.ffn_down.weight\""),
+        "%s", out);
     cr_assert(strstr(out, "\"row\": 2, \"block\": 1, \"count\": 1"), "%s", out);
     free(out);
     free(err);
@@ -217,11 +225,13 @@ Test(pn_check, json_names_the_findings_of_a_damaged_file)
 Test(pn_check, reports_a_set_pn3t_reserved_bit_with_its_row_and_block)
 {
     /* Bit 15 of word 3 of block 2 of row 1. */
-    const char *p = damaged("reserved.gguf", (edit){pn_block_at(FX_ATTN_Q, 1, 2) + 2 + 12, 0, 0x8000}, true);
+    const char *p =
+        damaged("reserved.gguf", (edit){ pn_block_at(FX_ATTN_Q, 1, 2) + 2 + 12, 0, 0x8000 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(has_finding(out, "error", "PN-RESERVED-BITS", "tensor blk.0.attn_q.weight"), "%s", out);
+    cr_assert(has_finding(out, "error", "PN-RESERVED-BITS", "tensor blk.0.attn_q.weight"), "%s",
+              out);
     cr_assert(strstr(out, "1 of 64 pn3t blocks have reserved bit 15 or 31"), "%s", out);
     cr_assert(strstr(out, "first: row 1 block 2"), "%s", out);
     cr_assert_eq(count_lines_starting(out, "error "), 1, "only this finding:\n%s", out);
@@ -232,11 +242,12 @@ Test(pn_check, reports_a_set_pn3t_reserved_bit_with_its_row_and_block)
 
 Test(pn_check, reports_a_nan_scale)
 {
-    const char *p = damaged("nan.gguf", (edit){pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00}, true);
+    const char *p = damaged("nan.gguf", (edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(has_finding(out, "error", "PN-NONFINITE-SCALE", "tensor blk.0.ffn_down.weight"), "%s", out);
+    cr_assert(has_finding(out, "error", "PN-NONFINITE-SCALE", "tensor blk.0.ffn_down.weight"), "%s",
+              out);
     cr_assert(strstr(out, "(1 NaN, 0 infinite); first: row 2 block 1"), "%s", out);
     cr_assert_eq(count_lines_starting(out, "error "), 1, "%s", out);
     free(out);
@@ -245,11 +256,12 @@ Test(pn_check, reports_a_nan_scale)
 
 Test(pn_check, reports_an_infinite_scale)
 {
-    const char *p = damaged("inf.gguf", (edit){pn_block_at(FX_ATTN_Q, 0, 0), 1, 0xfc00}, true);
+    const char *p = damaged("inf.gguf", (edit){ pn_block_at(FX_ATTN_Q, 0, 0), 1, 0xfc00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(has_finding(out, "error", "PN-NONFINITE-SCALE", "tensor blk.0.attn_q.weight"), "%s", out);
+    cr_assert(has_finding(out, "error", "PN-NONFINITE-SCALE", "tensor blk.0.attn_q.weight"), "%s",
+              out);
     cr_assert(strstr(out, "(0 NaN, 1 infinite); first: row 0 block 0"), "%s", out);
     cr_assert(strstr(out, "d 0xfc00"), "%s", out);
     free(out);
@@ -259,11 +271,12 @@ Test(pn_check, reports_an_infinite_scale)
 Test(pn_check, reports_a_changed_data_byte_as_a_crc_mismatch_naming_the_tensor)
 {
     uint64_t at = fx_data_offset(g_good, "blk.0.ssm_alpha.weight", NULL) + 40;
-    const char *p = damaged("crc.gguf", (edit){at, 2, 0x01}, false);
+    const char *p = damaged("crc.gguf", (edit){ at, 2, 0x01 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(has_finding(out, "error", "PN-CRC-MISMATCH", "tensor blk.0.ssm_alpha.weight"), "%s", out);
+    cr_assert(has_finding(out, "error", "PN-CRC-MISMATCH", "tensor blk.0.ssm_alpha.weight"), "%s",
+              out);
     cr_assert_eq(count_lines_starting(out, "error "), 1, "%s", out);
     free(out);
     free(err);
@@ -286,12 +299,14 @@ Test(pn_check, reports_overlapping_tensors_by_name)
     for (int i = 0; i < 8; i++)
         alpha_rel |= (uint64_t)buf[info_offset_field(FX_ALPHA) + i] << (8 * i);
     free(buf);
-    const char *p = damaged("overlap.gguf", (edit){info_offset_field(FX_OUTPUT), 4, alpha_rel}, false);
+    const char *p =
+        damaged("overlap.gguf", (edit){ info_offset_field(FX_OUTPUT), 4, alpha_rel }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(has_finding(out, "error", "GGUF-TENSOR-OVERLAP", "tensor output.weight"), "%s", out);
-    cr_assert(has_finding(out, "error", "GGUF-TENSOR-OVERLAP", "'blk.0.ssm_alpha.weight'"), "%s", out);
+    cr_assert(has_finding(out, "error", "GGUF-TENSOR-OVERLAP", "'blk.0.ssm_alpha.weight'"), "%s",
+              out);
     free(out);
     free(err);
 }
@@ -299,7 +314,7 @@ Test(pn_check, reports_overlapping_tensors_by_name)
 Test(pn_check, names_every_tensor_past_the_end_of_a_file_cut_inside_its_data)
 {
     uint64_t cut = fx_data_offset(g_good, "blk.0.attn_q.weight", NULL) + 100;
-    const char *p = damaged("cut-data.gguf", (edit){cut, 3, 0}, false);
+    const char *p = damaged("cut-data.gguf", (edit){ cut, 3, 0 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -310,7 +325,8 @@ Test(pn_check, names_every_tensor_past_the_end_of_a_file_cut_inside_its_data)
         cr_assert_eq(has_finding(out, "error", "GGUF-TENSOR-PAST-EOF", what), past,
                      "%s %s be named:\n%s", fx_specs[i].name, past ? "should" : "should not", out);
     }
-    cr_assert_eq(count_lines_starting(out, "error   GGUF-TENSOR-PAST-EOF"), FX_N - FX_ATTN_Q, "%s", out);
+    cr_assert_eq(count_lines_starting(out, "error   GGUF-TENSOR-PAST-EOF"), FX_N - FX_ATTN_Q, "%s",
+                 out);
     cr_assert(strstr(out, "cut short inside its tensor data"), "%s", out);
     free(out);
     free(err);
@@ -337,31 +353,32 @@ static void expect_source_catch(const char *file, const char *tensor)
 
 Test(pn_check, source_catches_codes_packed_by_element_index)
 {
-    fx_pn_opts o = {.tensor = "blk.0.ffn_down.weight", .element_packing = true};
+    fx_pn_opts o = { .tensor = "blk.0.ffn_down.weight", .element_packing = true };
     expect_source_catch(made_with("packing.gguf", &o), "blk.0.ffn_down.weight");
 }
 
 Test(pn_check, source_catches_a_pn_tensor_quantized_without_rotation)
 {
-    fx_pn_opts o = {.tensor = "blk.0.attn_q.weight", .cap = -1};
+    fx_pn_opts o = { .tensor = "blk.0.attn_q.weight", .cap = -1 };
     expect_source_catch(made_with("unrotated.gguf", &o), "blk.0.attn_q.weight");
 }
 
 Test(pn_check, source_catches_a_pn_tensor_rotated_with_another_block_size)
 {
-    fx_pn_opts o = {.tensor = "blk.0.attn_q.weight", .cap = 32};
+    fx_pn_opts o = { .tensor = "blk.0.attn_q.weight", .cap = 32 };
     expect_source_catch(made_with("block32.gguf", &o), "blk.0.attn_q.weight");
 }
 
 Test(pn_check, source_catches_a_pn_tensor_holding_the_other_pn_types_bytes)
 {
     /* pn4t by its label, pn3t codes inside (the rows do not even line up). */
-    fx_pn_opts o = {.tensor = "blk.0.ffn_gate.weight", .swapped = true};
+    fx_pn_opts o = { .tensor = "blk.0.ffn_gate.weight", .swapped = true };
     const char *p = made_with("swapped.gguf", &o);
     char *out, *err;
     int rc = check_cli(&out, &err, "--source '%s' '%s'", g_src, p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(has_finding(out, "error", "SRC-ERROR-HIGH", "tensor blk.0.ffn_gate.weight "), "%s", out);
+    cr_assert(has_finding(out, "error", "SRC-ERROR-HIGH", "tensor blk.0.ffn_gate.weight "), "%s",
+              out);
     free(out);
     free(err);
 }
@@ -370,7 +387,7 @@ Test(pn_check, source_catches_a_pn_tensor_holding_the_other_pn_types_bytes)
 
 Test(pn_check, cannot_read_a_file_cut_inside_its_header)
 {
-    const char *p = damaged("cut-header.gguf", (edit){40, 3, 0}, false);
+    const char *p = damaged("cut-header.gguf", (edit){ 40, 3, 0 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -464,19 +481,19 @@ static void expect_warning(const char *file, const char *extra, const char *code
 
 Test(pn_check, warns_about_a_missing_pn_format_key)
 {
-    fx_pn_opts o = {.omit_format = true};
+    fx_pn_opts o = { .omit_format = true };
     expect_warning(made_with("noformat.gguf", &o), "", "PN-META-MISSING", "key pn.format");
 }
 
 Test(pn_check, warns_about_missing_crcs)
 {
-    fx_pn_opts o = {.omit_crc = true};
+    fx_pn_opts o = { .omit_crc = true };
     expect_warning(made_with("nocrc.gguf", &o), "", "PN-META-MISSING", "key pn.tensor_crc32");
 }
 
 Test(pn_check, warns_about_a_type_that_differs_from_the_recipe)
 {
-    fx_pn_opts o = {.tensor = "blk.0.ssm_alpha.weight", .store_type = PN_TYPE_F16};
+    fx_pn_opts o = { .tensor = "blk.0.ssm_alpha.weight", .store_type = PN_TYPE_F16 };
     char extra[4200];
     snprintf(extra, sizeof extra, "--recipe '%s'", g_recipe);
     expect_warning(made_with("f16alpha.gguf", &o), extra, "RECIPE-TYPE",
@@ -487,7 +504,7 @@ Test(pn_check, warns_about_a_type_that_differs_from_the_recipe)
 
 Test(pn_check, reports_a_pn_key_of_the_wrong_type)
 {
-    fx_pn_opts o = {.block_size_i32 = true};
+    fx_pn_opts o = { .block_size_i32 = true };
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", made_with("i32.gguf", &o));
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -499,10 +516,11 @@ Test(pn_check, reports_a_pn_key_of_the_wrong_type)
 
 Test(pn_check, reports_promoted_names_that_are_absent_or_not_pn4t)
 {
-    static const char *const extra[] = {"blk.0.attn_q.weight", "blk.9.nothing.weight"};
-    static const char *const says[] = {"whose type is pn3t, not pn4t", "which the file does not hold"};
+    static const char *const extra[] = { "blk.0.attn_q.weight", "blk.9.nothing.weight" };
+    static const char *const says[] = { "whose type is pn3t, not pn4t",
+                                        "which the file does not hold" };
     for (int k = 0; k < 2; k++) {
-        fx_pn_opts o = {.promoted_extra = extra[k]};
+        fx_pn_opts o = { .promoted_extra = extra[k] };
         char *out, *err;
         int rc = check_cli(&out, &err, "'%s'", made_with("promoted.gguf", &o));
         cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -525,13 +543,12 @@ static pn_check_report *check_lib(const char *path, int threads, size_t chunk, c
     o.chunk_bytes = chunk;
     o.source_path = src;
     pn_check_report *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_check_file(path, &o, &r, &err), PN_OK, "%s", err.msg);
     return r;
 }
 
-static void expect_same_reports(const pn_check_report *a, const pn_check_report *b,
-                                bool same_sums)
+static void expect_same_reports(const pn_check_report *a, const pn_check_report *b, bool same_sums)
 {
     cr_assert_eq(a->n_findings, b->n_findings);
     for (size_t i = 0; i < a->n_findings; i++) {
@@ -547,16 +564,17 @@ static void expect_same_reports(const pn_check_report *a, const pn_check_report 
         if (same_sums)
             cr_assert(x->rel_error == y->rel_error, "%s: %.17g vs %.17g", x->name, x->rel_error,
                       y->rel_error);
-        else   /* other work items sum the squares in another grouping */
-            cr_assert(fabs(x->rel_error - y->rel_error) <= 1e-12 * x->rel_error, "%s: %.17g vs %.17g",
-                      x->name, x->rel_error, y->rel_error);
+        else /* other work items sum the squares in another grouping */
+            cr_assert(fabs(x->rel_error - y->rel_error) <= 1e-12 * x->rel_error,
+                      "%s: %.17g vs %.17g", x->name, x->rel_error, y->rel_error);
     }
 }
 
 Test(pn_check, gives_the_same_report_for_any_thread_count_and_chunk_size)
 {
-    const char *p = damaged("reserved2.gguf", (edit){pn_block_at(FX_ATTN_Q, 3, 1) + 30, 0, 0x80000000u}, false);
-    pn_check_report *a = check_lib(p, 1, 40, g_src);   /* 40 bytes: one unit per item */
+    const char *p = damaged("reserved2.gguf",
+                            (edit){ pn_block_at(FX_ATTN_Q, 3, 1) + 30, 0, 0x80000000u }, false);
+    pn_check_report *a = check_lib(p, 1, 40, g_src); /* 40 bytes: one unit per item */
     pn_check_report *b = check_lib(p, 3, 40, g_src);
     pn_check_report *c = check_lib(p, 2, (size_t)8 << 20, g_src);
     cr_assert_not_null(pn_check_find(a, "PN-RESERVED-BITS", "blk.0.attn_q.weight"));
@@ -574,10 +592,17 @@ Test(pn_check, measures_each_tensors_error_against_the_source)
     cr_assert_eq(r->n_findings, 0);
     /* Bounds for Gaussian-like weights: the measured figures are in the
      * report of this project (pn3t about 3.5%, pn4t about 0.9%). */
-    static const struct { int t; double lo, hi; } expect[] = {
-        {FX_NORM, 0, 0},           {FX_ATTN_Q, 0.01, 0.08},  {FX_FFN_GATE, 0.002, 0.03},
-        {FX_FFN_DOWN, 0.002, 0.03}, {FX_ALPHA, 0, 1e-3},     {FX_OUTPUT, 0, 0.03},
-        {FX_EMBD, 0, 0.08},
+    static const struct {
+        int t;
+        double lo, hi;
+    } expect[] = {
+        { FX_NORM, 0, 0 },
+        { FX_ATTN_Q, 0.01, 0.08 },
+        { FX_FFN_GATE, 0.002, 0.03 },
+        { FX_FFN_DOWN, 0.002, 0.03 },
+        { FX_ALPHA, 0, 1e-3 },
+        { FX_OUTPUT, 0, 0.03 },
+        { FX_EMBD, 0, 0.08 },
     };
     for (size_t k = 0; k < sizeof expect / sizeof expect[0]; k++) {
         const pn_check_tensor *t = &r->tensors[expect[k].t];
@@ -586,7 +611,8 @@ Test(pn_check, measures_each_tensors_error_against_the_source)
                   t->name, t->rel_error);
         if (pn_type_is_pn(t->type)) {
             /* The file was made by the reference quantizer: E is E_ref's. */
-            cr_assert(t->rel_error < 1.5 * t->expected_error && t->rel_error > 0.5 * t->expected_error,
+            cr_assert(t->rel_error < 1.5 * t->expected_error &&
+                          t->rel_error > 0.5 * t->expected_error,
                       "%s: E %g, E_ref %g", t->name, t->rel_error, t->expected_error);
             cr_assert_eq(t->rotation_block, t->ne[0] == 384 ? 128 : 64);
         }
@@ -599,7 +625,7 @@ Test(pn_check, classifies_the_good_file_cut_at_every_length)
     size_t n;
     uint8_t *buf = tu_read_file(g_good, &n);
     gguf_reader *r = NULL;
-    pn_error e = {0};
+    pn_error e = { 0 };
     cr_assert_eq(gguf_reader_open(g_good, &r, &e), PN_OK, "%s", e.msg);
     const uint64_t data_off = gguf_reader_data_offset(r);
     uint64_t last_end = 0;
@@ -620,12 +646,14 @@ Test(pn_check, classifies_the_good_file_cut_at_every_length)
         int rc = pn_check_exit_code(rep, false);
         cr_assert(rep->n_findings > 0 || rc == 0, "cut %zu: a verdict without a finding", cut);
         if (cut >= last_end)
-            cr_assert_eq(rc, 0, "cut %zu (data ends at %llu): %s", cut, (unsigned long long)last_end,
+            cr_assert_eq(rc, 0, "cut %zu (data ends at %llu): %s", cut,
+                         (unsigned long long)last_end,
                          rep->n_findings ? rep->findings[0].message : "");
         else if (cut >= data_off)
             cr_assert_eq(rc, 1, "cut %zu inside the data", cut);
         else
-            cr_assert(rc == 1 && (!rep->readable || pn_check_find(rep, "GGUF-TRUNCATED-DATA", NULL)),
+            cr_assert(rc == 1 &&
+                          (!rep->readable || pn_check_find(rep, "GGUF-TRUNCATED-DATA", NULL)),
                       "cut %zu inside the header: rc %d", cut, rc);
         if (rc == 1 && rep->readable)
             cr_assert_not_null(pn_check_find(rep, "GGUF-TENSOR-PAST-EOF", NULL), "cut %zu", cut);
@@ -645,7 +673,7 @@ static double now_s(void)
 
 Test(pn_check, a_report_that_cannot_be_written_is_an_error_exit)
 {
-    static const char *const modes[] = {"--json", ""};
+    static const char *const modes[] = { "--json", "" };
     for (int k = 0; k < 2; k++) {
         char *out, *err;
         int rc = check_cli(&out, &err, "%s '%s' >/dev/full", modes[k], g_good);
@@ -660,8 +688,9 @@ Test(pn_check, a_report_that_cannot_be_written_is_an_error_exit)
      * several KB; the limit is 512 or 1024 bytes (dash or bash). */
     const char *rep = path_in("report.json");
     char cmd[9000], *out, *err;
-    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -f 1; exec %s/pn-check --json \"$0\" >\"$1\"' '%s' '%s'",
-             PN_BIN_DIR, g_good, rep);
+    snprintf(cmd, sizeof cmd,
+             "sh -c 'ulimit -f 1; exec %s/pn-check --json \"$0\" >\"$1\"' '%s' '%s'", PN_BIN_DIR,
+             g_good, rep);
     int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 1, "rc %d (153 is SIGXFSZ)\n%s", rc, err);
     cr_assert_str_eq(err, "pn-check: cannot write the report to standard output: File too large\n");
@@ -683,7 +712,7 @@ static void truncate_on_first_call(void *ctx, uint64_t done, uint64_t total)
 static void expect_shrink_error(const char *file, const char *source, const char *shrinks)
 {
     int calls = 0;
-    char *ctx[2] = {(char *)shrinks, (char *)&calls};
+    char *ctx[2] = { (char *)shrinks, (char *)&calls };
     pn_check_options o;
     pn_check_options_default(&o);
     o.source_path = source;
@@ -691,7 +720,7 @@ static void expect_shrink_error(const char *file, const char *source, const char
     o.progress = truncate_on_first_call;
     o.progress_ctx = ctx;
     pn_check_report *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_status st = pn_check_file(file, &o, &r, &err);
     cr_assert_eq(st, PN_ERR_TRUNCATED, "status %d: %s", st, err.msg);
     cr_assert_null(r);
@@ -747,7 +776,7 @@ Test(pn_check, exits_2_naming_a_file_that_shrinks_during_the_check)
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     cr_assert_eq(fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
-    static const char dots[256] = {[0 ... 255] = '.'};
+    static const char dots[256] = { [0 ... 255] = '.' };
     size_t filled = 0;
     for (size_t chunk = sizeof dots; chunk > 0; chunk /= 2)
         for (ssize_t k; (k = write(fds[1], dots, chunk)) > 0;)
@@ -796,7 +825,8 @@ Test(pn_check, exits_2_naming_a_file_that_shrinks_during_the_check)
         last--;
     snprintf(want, sizeof want, "pn-check: tensor ");
     cr_assert(strncmp(last, want, strlen(want)) == 0, "%s", msg);
-    cr_assert(strstr(last, p) && strstr(last, "the file changed or shrank during the run"), "%s", msg);
+    cr_assert(strstr(last, p) && strstr(last, "the file changed or shrank during the run"), "%s",
+              msg);
     size_t n;
     char *out = tu_read_file(outp, &n);
     cr_assert_eq(n, 0, "no report is printed: %.*s", (int)n, out);
@@ -809,7 +839,7 @@ Test(pn_check, exits_2_naming_a_file_that_shrinks_during_the_check)
 static const char *one_tensor_file(const char *name, const uint64_t *ne, uint32_t n_dims,
                                    uint32_t type, size_t data)
 {
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 1, 0);
     gb_tensor(&b, "huge", 4, n_dims, ne, type, 0);
     gb_pad(&b, 32);
@@ -825,18 +855,24 @@ Test(pn_check, reports_a_shape_of_more_than_2_63_weights_without_overflowing)
 {
     /* Fewer bytes than weights: the byte size fits 64 bits, the weight count
      * does not fit int64 (the sanitizer build runs this test too). */
-    static const struct { uint32_t type; uint64_t ne[4]; uint32_t n_dims; } cases[] = {
-        {PN_TYPE_Q4_K, {256, 1ull << 55}, 2},               /* 2^63 weights, 1.3 * 2^62 bytes */
-        {PN_TYPE_Q3_K, {256, 1ull << 20, 1ull << 20, 1ull << 15}, 4},
-        {PN_TYPE_PN3T, {80, 1ull << 58, 1}, 3},             /* 2.5 * 2^63 weights */
-        {24 /* i8 */, {1ull << 32, 1ull << 30, 3}, 3},  /* 1.5 * 2^63 bytes and weights */
+    static const struct {
+        uint32_t type;
+        uint64_t ne[4];
+        uint32_t n_dims;
+    } cases[] = {
+        { PN_TYPE_Q4_K, { 256, 1ull << 55 }, 2 }, /* 2^63 weights, 1.3 * 2^62 bytes */
+        { PN_TYPE_Q3_K, { 256, 1ull << 20, 1ull << 20, 1ull << 15 }, 4 },
+        { PN_TYPE_PN3T, { 80, 1ull << 58, 1 }, 3 },        /* 2.5 * 2^63 weights */
+        { 24 /* i8 */, { 1ull << 32, 1ull << 30, 3 }, 3 }, /* 1.5 * 2^63 bytes and weights */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const char *p = one_tensor_file("huge.gguf", cases[k].ne, cases[k].n_dims, cases[k].type, 64);
+        const char *p =
+            one_tensor_file("huge.gguf", cases[k].ne, cases[k].n_dims, cases[k].type, 64);
         char *out, *err;
         int rc = check_cli(&out, &err, "'%s'", p);
         cr_assert_eq(rc, 1, "case %zu: rc %d\n%s%s", k, rc, out, err);
-        cr_assert(has_finding(out, "error", "GGUF-TENSOR-TOO-LARGE", "tensor huge "), "%zu: %s", k, out);
+        cr_assert(has_finding(out, "error", "GGUF-TENSOR-TOO-LARGE", "tensor huge "), "%zu: %s", k,
+                  out);
         cr_assert(strstr(out, "more than 2^63 - 1 weights"), "%s", out);
         cr_assert(has_finding(out, "error", "GGUF-TENSOR-PAST-EOF", "tensor huge "), "%s", out);
         cr_assert_str_empty(err);
@@ -844,7 +880,8 @@ Test(pn_check, reports_a_shape_of_more_than_2_63_weights_without_overflowing)
         free(err);
         rc = check_cli(&out, &err, "--json --recipe '%s' '%s'", g_recipe, p);
         cr_assert_eq(rc, 1, "case %zu --json --recipe: rc %d\n%s%s", k, rc, out, err);
-        cr_assert(strstr(out, "\"code\": \"GGUF-TENSOR-TOO-LARGE\", \"tensor\": \"huge\""), "%s", out);
+        cr_assert(strstr(out, "\"code\": \"GGUF-TENSOR-TOO-LARGE\", \"tensor\": \"huge\""), "%s",
+                  out);
         free(out);
         free(err);
     }
@@ -854,7 +891,7 @@ Test(pn_check, refuses_a_fifo_as_file_source_or_recipe_at_once)
 {
     const char *fifo = path_in("fifo");
     cr_assert_eq(mkfifo(fifo, 0600), 0);
-    static const char *const forms[] = {"'%s'", "--source '%s' '%s'", "--recipe '%s' '%s'"};
+    static const char *const forms[] = { "'%s'", "--source '%s' '%s'", "--recipe '%s' '%s'" };
     for (int k = 0; k < 3; k++) {
         char args[9000];
         snprintf(args, sizeof args, forms[k], fifo, g_good);
@@ -879,15 +916,15 @@ Test(pn_check, checks_300k_promoted_names_in_linear_time)
 {
     /* One pn4t tensor, named 300000 times in pn.mix.promoted. */
     enum { N = 300000 };
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 1, 2);
     gb_kv_str(&b, "pn.mix", 6, "T0+300000", 9);
     gb_kv_str_array(&b, "pn.mix.promoted", N);
     for (int i = 0; i < N; i++)
         gb_str(&b, "w", 1);
-    gb_tensor(&b, "w", 1, 1, (const uint64_t[]){320}, PN_TYPE_PN4T, 0);
+    gb_tensor(&b, "w", 1, 1, (const uint64_t[]){ 320 }, PN_TYPE_PN4T, 0);
     gb_pad(&b, 32);
-    uint8_t block[PN_BLOCK_BYTES] = {0x00, 0x3c};
+    uint8_t block[PN_BLOCK_BYTES] = { 0x00, 0x3c };
     for (int i = 0; i < 5; i++)
         gb_put(&b, block, sizeof block);
     const char *p = path_in("promoted300k.gguf");
@@ -904,7 +941,8 @@ Test(pn_check, checks_300k_promoted_names_in_linear_time)
     cr_assert_lt(dt, 20, "%.1f s", dt);
     cr_log_info("pn-check, 300k promoted names: %.2f s", dt);
     cr_assert_eq(count_lines_starting(out, "error "), 1, "%s", out);
-    cr_assert(has_finding(out, "error", "PN-META-VALUE", "tensor w key pn.mix.promoted"), "%s", out);
+    cr_assert(has_finding(out, "error", "PN-META-VALUE", "tensor w key pn.mix.promoted"), "%s",
+              out);
     cr_assert(strstr(out, "names tensor 'w' 300000 times (first at entry 0), not once"), "%s", out);
     cr_assert(strstr(out, "recipe: mix T0, 1 promotion"), "%s", out);
     cr_assert_null(strstr(out, "RECIPE-PROMOTION"), "w is listed: %s", out);
@@ -915,8 +953,8 @@ Test(pn_check, checks_300k_promoted_names_in_linear_time)
 Test(pn_check, checks_20k_tensors_overlapping_one_range_reading_it_once)
 {
     enum { N = 20000 };
-    const uint64_t K = 1u << 19;   /* 2 MiB of f32 */
-    gb b = {0};
+    const uint64_t K = 1u << 19; /* 2 MiB of f32 */
+    gb b = { 0 };
     gb_header(&b, N, 0);
     for (int i = 0; i < N; i++) {
         char name[16];
@@ -941,7 +979,8 @@ Test(pn_check, checks_20k_tensors_overlapping_one_range_reading_it_once)
     cr_assert_eq(count_lines_starting(out, "error   GGUF-TENSOR-OVERLAP tensor t."), N - 1);
     cr_assert_eq(count_lines_starting(out, "error "), N - 1);
     cr_assert(strstr(out, "error   GGUF-TENSOR-OVERLAP tensor t.19999 byte "), "%.300s", out);
-    cr_assert(strstr(out, "overlap tensor 't.00000' at [") && strstr(out, "and 19998 other earlier tensors"),
+    cr_assert(strstr(out, "overlap tensor 't.00000' at [") &&
+                  strstr(out, "and 19998 other earlier tensors"),
               "%.300s", out);
     free(out);
     free(err);
@@ -951,14 +990,14 @@ Test(pn_check, checks_20k_tensors_overlapping_one_range_reading_it_once)
  * pn.mix.promoted = ["w"]. */
 static const char *mix_file(const char *name, const char *mix)
 {
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 1, 2);
     gb_kv_str(&b, "pn.mix", 6, mix, strlen(mix));
     gb_kv_str_array(&b, "pn.mix.promoted", 1);
     gb_str(&b, "w", 1);
-    gb_tensor(&b, "w", 1, 1, (const uint64_t[]){320}, PN_TYPE_PN4T, 0);
+    gb_tensor(&b, "w", 1, 1, (const uint64_t[]){ 320 }, PN_TYPE_PN4T, 0);
     gb_pad(&b, 32);
-    uint8_t block[PN_BLOCK_BYTES] = {0x00, 0x3c};
+    uint8_t block[PN_BLOCK_BYTES] = { 0x00, 0x3c };
     for (int i = 0; i < 5; i++)
         gb_put(&b, block, sizeof block);
     const char *p = path_in(name);
@@ -968,12 +1007,15 @@ static const char *mix_file(const char *name, const char *mix)
 
 Test(pn_check, compares_a_mix_count_of_any_length_exactly)
 {
-    static const struct { const char *mix; bool mismatch; } cases[] = {
-        {"T0+1", false},
-        {"T0+00000000001", false},            /* 11 digits, the number 1 */
-        {"T0+99999999999999999999", true},    /* 20 digits */
-        {"T0+18446744073709551617", true},    /* 2^64 + 1: 1 if it wrapped */
-        {"T0+2", true},
+    static const struct {
+        const char *mix;
+        bool mismatch;
+    } cases[] = {
+        { "T0+1", false },
+        { "T0+00000000001", false },         /* 11 digits, the number 1 */
+        { "T0+99999999999999999999", true }, /* 20 digits */
+        { "T0+18446744073709551617", true }, /* 2^64 + 1: 1 if it wrapped */
+        { "T0+2", true },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char *out, *err;
@@ -1001,7 +1043,8 @@ Test(pn_check, refuses_a_source_that_is_not_a_float_model)
     char want[4300];
     snprintf(want, sizeof want,
              "pn-check: source %s: not a float model: tensor 'token_embd.weight' is q3_K (a "
-             "source holds only f32, f16 and bf16 tensors)\n", g_good);
+             "source holds only f32, f16 and bf16 tensors)\n",
+             g_good);
     cr_assert_str_eq(err, want);
     free(out);
     free(err);
@@ -1010,7 +1053,7 @@ Test(pn_check, refuses_a_source_that_is_not_a_float_model)
 /* A file whose only key is `key` (len bytes), a string. */
 static const char *key_file(const char *name, const char *key, size_t len)
 {
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 0, 1);
     gb_kv_str(&b, key, len, "v", 1);
     const char *p = path_in(name);
@@ -1020,7 +1063,8 @@ static const char *key_file(const char *name, const char *key, size_t len)
 
 Test(pn_check, reports_an_empty_key_or_one_holding_a_nul_as_malformed_at_its_offset)
 {
-    const char *files[] = {key_file("empty-key.gguf", "", 0), key_file("nul-key.gguf", "a\0b", 3)};
+    const char *files[] = { key_file("empty-key.gguf", "", 0),
+                            key_file("nul-key.gguf", "a\0b", 3) };
     for (int k = 0; k < 2; k++) {
         char *out, *err;
         int rc = check_cli(&out, &err, "'%s'", files[k]);
@@ -1056,30 +1100,38 @@ Test(pn_check, reports_non_finite_scales_and_weights_of_every_type)
 {
     /* Each damage, the byte its finding points at (the block, or the
      * weight), and the line that must name it (%llu: that byte, twice). */
-    const struct { edit e; uint64_t at; const char *line; } cases[] = {
-        {{stock_block_at(FX_ALPHA, 1, 3, 0), 2, 0x7e00}, stock_block_at(FX_ALPHA, 1, 3, 0),
-         "error   TENSOR-NONFINITE-SCALE tensor blk.0.ssm_alpha.weight byte %llu: 1 of 40 q8_0 "
-         "blocks have a non-finite scale d (1 NaN, 0 infinite); first: row 1 block 3 (byte %llu, "
-         "d 0x7e00)\n"},
-        {{stock_block_at(FX_OUTPUT, 2, 0, 2), 2, 0xfc00}, stock_block_at(FX_OUTPUT, 2, 0, 0),
-         "error   TENSOR-NONFINITE-SCALE tensor output.weight byte %llu: 1 of 4 q4_K blocks have a "
-         "non-finite scale d or dmin (0 NaN, 1 infinite); first: row 2 block 0 (byte %llu, dmin "
-         "0xfc00)\n"},
-        {{stock_block_at(FX_EMBD, 4, 0, 108), 2, 0x7c00}, stock_block_at(FX_EMBD, 4, 0, 0),
-         "error   TENSOR-NONFINITE-SCALE tensor token_embd.weight byte %llu: 1 of 6 q3_K blocks "
-         "have a non-finite scale d (0 NaN, 1 infinite); first: row 4 block 0 (byte %llu, d "
-         "0x7c00)\n"},
-        {{fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4, 4, 0x7fc00000},
-         fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4,
-         "error   TENSOR-NONFINITE-WEIGHT tensor blk.0.attn_norm.weight byte %llu: 1 of 320 f32 "
-         "weights are not finite (1 NaN, 0 infinite); first: row 0 column 17 (byte %llu, "
-         "0x7fc00000)\n"},
+    const struct {
+        edit e;
+        uint64_t at;
+        const char *line;
+    } cases[] = {
+        { { stock_block_at(FX_ALPHA, 1, 3, 0), 2, 0x7e00 },
+          stock_block_at(FX_ALPHA, 1, 3, 0),
+          "error   TENSOR-NONFINITE-SCALE tensor blk.0.ssm_alpha.weight byte %llu: 1 of 40 q8_0 "
+          "blocks have a non-finite scale d (1 NaN, 0 infinite); first: row 1 block 3 (byte %llu, "
+          "d 0x7e00)\n" },
+        { { stock_block_at(FX_OUTPUT, 2, 0, 2), 2, 0xfc00 },
+          stock_block_at(FX_OUTPUT, 2, 0, 0),
+          "error   TENSOR-NONFINITE-SCALE tensor output.weight byte %llu: 1 of 4 q4_K blocks have "
+          "a "
+          "non-finite scale d or dmin (0 NaN, 1 infinite); first: row 2 block 0 (byte %llu, dmin "
+          "0xfc00)\n" },
+        { { stock_block_at(FX_EMBD, 4, 0, 108), 2, 0x7c00 },
+          stock_block_at(FX_EMBD, 4, 0, 0),
+          "error   TENSOR-NONFINITE-SCALE tensor token_embd.weight byte %llu: 1 of 6 q3_K blocks "
+          "have a non-finite scale d (0 NaN, 1 infinite); first: row 4 block 0 (byte %llu, d "
+          "0x7c00)\n" },
+        { { fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4, 4, 0x7fc00000 },
+          fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4,
+          "error   TENSOR-NONFINITE-WEIGHT tensor blk.0.attn_norm.weight byte %llu: 1 of 320 f32 "
+          "weights are not finite (1 NaN, 0 infinite); first: row 0 column 17 (byte %llu, "
+          "0x7fc00000)\n" },
     };
     enum { N = sizeof cases / sizeof cases[0] };
     edit edits[N + 1];
     for (int k = 0; k < N; k++)
         edits[k] = cases[k].e;
-    edits[N] = (edit){0, -1, 0};
+    edits[N] = (edit){ 0, -1, 0 };
     const char *p = path_in("nonfinite.gguf");
     fx_copy_edit(g_good, p, set_bits, edits);
     fx_fix_crcs(p);
@@ -1098,8 +1150,10 @@ Test(pn_check, reports_non_finite_scales_and_weights_of_every_type)
 
     rc = check_cli(&out, &err, "--json '%s'", p);
     cr_assert_eq(rc, 1);
-    cr_assert(strstr(out, "\"code\": \"TENSOR-NONFINITE-WEIGHT\", \"tensor\": \"blk.0.attn_norm.weight\""),
-              "%s", out);
+    cr_assert(
+        strstr(out,
+               "\"code\": \"TENSOR-NONFINITE-WEIGHT\", \"tensor\": \"blk.0.attn_norm.weight\""),
+        "%s", out);
     cr_assert(strstr(out, "\"row\": 0, \"block\": 17, \"count\": 1"), "%s", out);
     cr_assert(strstr(out, "\"row\": 1, \"block\": 3, \"count\": 1"), "%s", out);
     free(out);
@@ -1108,26 +1162,31 @@ Test(pn_check, reports_non_finite_scales_and_weights_of_every_type)
 
 Test(pn_check, reports_non_finite_f16_and_bf16_weights_with_their_row_and_column)
 {
-    static const struct { int type; uint16_t bits; const char *name, *says; } cases[] = {
-        {PN_TYPE_F16, 0x7e00, "f16", "(1 NaN, 0 infinite); first: row 2 column 7"},
-        {PN_TYPE_F16, 0xfc00, "f16", "(0 NaN, 1 infinite); first: row 2 column 7"},
-        {PN_TYPE_BF16, 0x7fc1, "bf16", "(1 NaN, 0 infinite); first: row 2 column 7"},
-        {PN_TYPE_BF16, 0x7f80, "bf16", "(0 NaN, 1 infinite); first: row 2 column 7"},
+    static const struct {
+        int type;
+        uint16_t bits;
+        const char *name, *says;
+    } cases[] = {
+        { PN_TYPE_F16, 0x7e00, "f16", "(1 NaN, 0 infinite); first: row 2 column 7" },
+        { PN_TYPE_F16, 0xfc00, "f16", "(0 NaN, 1 infinite); first: row 2 column 7" },
+        { PN_TYPE_BF16, 0x7fc1, "bf16", "(1 NaN, 0 infinite); first: row 2 column 7" },
+        { PN_TYPE_BF16, 0x7f80, "bf16", "(0 NaN, 1 infinite); first: row 2 column 7" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        fx_pn_opts o = {.tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type};
+        fx_pn_opts o = { .tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type };
         const char *p = made_with("float.gguf", &o);
-        edit e[] = {{fx_data_offset(p, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2, 2,
-                     cases[k].bits},
-                    {0, -1, 0}};
+        edit e[] = { { fx_data_offset(p, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2, 2,
+                       cases[k].bits },
+                     { 0, -1, 0 } };
         fx_copy_edit(p, p, set_bits, e);
         fx_fix_crcs(p);
         char *out, *err;
         int rc = check_cli(&out, &err, "'%s'", p);
         cr_assert_eq(rc, 1, "%s%s", out, err);
         cr_assert_eq(count_lines_starting(out, "error "), 1, "%s", out);
-        cr_assert(has_finding(out, "error", "TENSOR-NONFINITE-WEIGHT", "tensor blk.0.ssm_alpha.weight"),
-                  "%s", out);
+        cr_assert(
+            has_finding(out, "error", "TENSOR-NONFINITE-WEIGHT", "tensor blk.0.ssm_alpha.weight"),
+            "%s", out);
         char want[256];
         snprintf(want, sizeof want, "1 of 1280 %s weights are not finite %s (byte %llu, 0x%04x)",
                  cases[k].name, cases[k].says, (unsigned long long)e[0].at, cases[k].bits);
@@ -1155,7 +1214,7 @@ static size_t utf8_len(const unsigned char *s, size_t n)
             return 0;
         cp = cp << 6 | (s[i] & 0x3f);
     }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
     if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
     return len;
@@ -1206,7 +1265,8 @@ static bool j_string(jp *j)
                 return false;
             if (*j->p == 'u') {
                 for (int k = 1; k <= 4; k++)
-                    if (j->p + k >= j->end || !strchr("0123456789abcdefABCDEF", j->p[k]) || !j->p[k])
+                    if (j->p + k >= j->end || !strchr("0123456789abcdefABCDEF", j->p[k]) ||
+                        !j->p[k])
                         return false;
                 j->p += 5;
             } else if (strchr("\"\\/bfnrt", *j->p) && *j->p) {
@@ -1317,7 +1377,7 @@ static bool j_value(jp *j, int depth)
 
 static bool is_json(const char *text)
 {
-    jp j = {(const unsigned char *)text, (const unsigned char *)text + strlen(text)};
+    jp j = { (const unsigned char *)text, (const unsigned char *)text + strlen(text) };
     if (!j_value(&j, 0))
         return false;
     j_ws(&j);
@@ -1345,16 +1405,16 @@ Test(pn_check, json_reader_of_these_tests_tells_json_from_not_json)
  * a finding names it), an absent promoted name and part of a key. */
 static const char *hostile_file(void)
 {
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 1, 3);
     gb_kv_str(&b, "pn.mix", 6, "T0+2", 4);
     gb_kv_str_array(&b, "pn.mix.promoted", 2);
     gb_str(&b, HOSTILE, strlen(HOSTILE));
     gb_str(&b, HOSTILE "2", strlen(HOSTILE) + 1);
     gb_kv_str(&b, "pn." HOSTILE, strlen(HOSTILE) + 3, HOSTILE, strlen(HOSTILE));
-    gb_tensor(&b, HOSTILE, strlen(HOSTILE), 1, (const uint64_t[]){8}, PN_TYPE_F32, 0);
+    gb_tensor(&b, HOSTILE, strlen(HOSTILE), 1, (const uint64_t[]){ 8 }, PN_TYPE_F32, 0);
     gb_pad(&b, 32);
-    float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float w[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     gb_put(&b, w, sizeof w);
     const char *p = path_in("hostile.gguf");
     gb_save(&b, p);
@@ -1375,11 +1435,12 @@ Test(pn_check, prints_hostile_names_safely_in_text)
     int all = 0;
     for (const char *q = out; *q; q++)
         all += *q == '\n';
-    cr_assert_eq(all, lines + 3, "%s", out);   /* + the first line, the recipe line, the verdict */
+    cr_assert_eq(all, lines + 3, "%s", out); /* + the first line, the recipe line, the verdict */
     cr_assert(strstr(out, "error   PN-META-VALUE tensor " HOSTILE_TEXT " key pn.mix.promoted: "
                           "pn.mix.promoted names tensor '" HOSTILE_TEXT "', whose type is f32"),
               "%s", out);
-    cr_assert(strstr(out, "names tensor '" HOSTILE_TEXT "2', which the file does not hold"), "%s", out);
+    cr_assert(strstr(out, "names tensor '" HOSTILE_TEXT "2', which the file does not hold"), "%s",
+              out);
     cr_assert(strstr(out, "warning PN-META-UNKNOWN key pn." HOSTILE_TEXT ": "), "%s", out);
     cr_assert(strstr(out, "warning RECIPE-UNMATCHED tensor " HOSTILE_TEXT ": "), "%s", out);
     free(out);
@@ -1438,7 +1499,7 @@ static int run_check_job(void *arg)
     o.chunk_bytes = (size_t)1 << 20;
     o.threads = 2;
     pn_check_report *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     if (pn_check_file(j->file, &o, &r, &err) != PN_OK)
         return 10;
     int rc = r->n_errors ? 11 : 0;
@@ -1451,11 +1512,11 @@ static int run_check_job(void *arg)
 
 Test(pn_check, checks_a_row_of_2_24_weights_in_memory_far_below_the_row)
 {
-    const int64_t n = (int64_t)1 << 24;   /* a row of 64 MiB as floats, 32 MiB as f16 */
+    const int64_t n = (int64_t)1 << 24; /* a row of 64 MiB as floats, 32 MiB as f16 */
     const char *src = path_in("long-src.gguf"), *pn = path_in("long-pn.gguf");
     lr_write(src, pn, n);
     int st;
-    check_job small = {g_good, g_src}, big = {pn, src};
+    check_job small = { g_good, g_src }, big = { pn, src };
     long base = lr_peak_rss_kb(run_check_job, &small, &st);
     cr_assert_eq(st, 0, "the fixture checks clean: %d", st);
     long peak = lr_peak_rss_kb(run_check_job, &big, &st);

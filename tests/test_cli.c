@@ -9,8 +9,8 @@
 
 #include "test_util.h"
 
-static const char *const k_programs[] = {"pn-quantize", "pn-check", "pn-dequant", "pn-synth",
-                                         "pn-compare"};
+static const char *const k_programs[] = { "pn-quantize", "pn-check", "pn-dequant", "pn-synth",
+                                          "pn-compare" };
 
 /* The long options the usage's "options:" section lists, one a line of
  * names (the first word, or the second after "-h,"), in order. */

@@ -126,10 +126,11 @@ Test(safe_text, escape_sequences_controls_and_invalid_utf8_are_shown_as_hex)
 Test(safe_text, overlong_and_surrogate_encodings_are_not_valid_utf8)
 {
     unsigned cp;
-    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xc0\xaf", 2, &cp), 0);       /* overlong '/' */
-    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xed\xa0\x80", 3, &cp), 0);   /* U+D800 */
-    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp), 0); /* > U+10FFFF */
-    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xe2\x82", 2, &cp), 0);       /* cut short */
+    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xc0\xaf", 2, &cp), 0);     /* overlong '/' */
+    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xed\xa0\x80", 3, &cp), 0); /* U+D800 */
+    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp),
+                 0);                                                          /* > U+10FFFF */
+    cr_assert_eq(pn_utf8_char((const unsigned char *)"\xe2\x82", 2, &cp), 0); /* cut short */
     cr_assert_eq(pn_utf8_char((const unsigned char *)"\xe2\x82\xac", 3, &cp), 3);
     cr_assert_eq(cp, 0x20ac);
 }
@@ -194,7 +195,7 @@ Test(hash, fnv1a64_gives_the_published_values_and_continues_piece_by_piece)
     cr_assert_eq(pn_fnv1a64(PN_FNV1A64_BASIS, "foobar", 6), 0x85944171f73967e8ull);
     cr_assert_eq(pn_fnv1a64(pn_fnv1a64(PN_FNV1A64_BASIS, "foo", 3), "bar", 3),
                  0x85944171f73967e8ull);
-    const unsigned char le[8] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
+    const unsigned char le[8] = { 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08 };
     cr_assert_eq(pn_fnv1a64_le(PN_FNV1A64_BASIS, 0x0807060504030201ull, 8),
                  pn_fnv1a64(PN_FNV1A64_BASIS, le, 8));
     cr_assert_eq(pn_fnv1a64_le(PN_FNV1A64_BASIS, 0x0807060504030201ull, 4),
@@ -217,7 +218,7 @@ Test(hash, the_seeded_hash_depends_on_every_byte_the_length_and_the_seed)
 Test(clock, the_monotonic_clock_counts_seconds_and_never_goes_back)
 {
     double t0 = pn_now_seconds();
-    struct timespec d = {0, 20 * 1000 * 1000};
+    struct timespec d = { 0, 20 * 1000 * 1000 };
     nanosleep(&d, NULL);
     double t1 = pn_now_seconds();
     cr_assert_geq(t1 - t0, 0.019, "slept 20 ms, the clock says %g s", t1 - t0);

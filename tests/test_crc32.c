@@ -14,7 +14,7 @@ static uint8_t *random_bytes(size_t n, uint64_t seed)
 {
     uint8_t *b = malloc(n + 64);
     cr_assert_not_null(b);
-    tu_rng rng = {seed};
+    tu_rng rng = { seed };
     for (size_t i = 0; i < n + 64; i++)
         b[i] = (uint8_t)tu_rng_u64(&rng);
     return b;
@@ -49,8 +49,10 @@ Test(crc32, every_length_to_4096_at_every_alignment_is_zlibs)
         for (size_t off = 0; off < 16; off++) {
             const uint32_t want = (uint32_t)crc32_z(0, b + off, n);
             for (int p = 0; p < np; p++)
-                cr_assert_eq(fns[p](0, b + off, n), want, "%s: length %zu at offset %zu: %08x, "
-                             "zlib %08x", names[p], n, off, fns[p](0, b + off, n), want);
+                cr_assert_eq(fns[p](0, b + off, n), want,
+                             "%s: length %zu at offset %zu: %08x, "
+                             "zlib %08x",
+                             names[p], n, off, fns[p](0, b + off, n), want);
         }
     free(b);
 }
@@ -61,8 +63,8 @@ Test(crc32, a_chained_crc_from_any_start_is_zlibs)
     crc_fn fns[2];
     const char *names[2];
     const int np = crc_paths(fns, names);
-    tu_rng rng = {3};
-    static const uint32_t starts[] = {0u, 0xffffffffu, 1u, 0x80000000u, 0xdeadbeefu};
+    tu_rng rng = { 3 };
+    static const uint32_t starts[] = { 0u, 0xffffffffu, 1u, 0x80000000u, 0xdeadbeefu };
     for (int k = 0; k < 4000; k++) {
         size_t n = (size_t)(tu_rng_u64(&rng) % 5000), off = (size_t)(tu_rng_u64(&rng) % 64);
         uint32_t start = k < 5 * 64 ? starts[k % 5] : (uint32_t)tu_rng_u64(&rng);
@@ -84,7 +86,7 @@ Test(crc32, large_buffers_and_pieces_joined_with_crc32_combine_are_zlibs)
     const char *names[2];
     const int np = crc_paths(fns, names);
     const uint32_t want = (uint32_t)crc32_z(0, b, big);
-    const size_t cuts[] = {0, 1, 63, 64, 65, 4096, 65536 + 3, (size_t)1 << 20, big};
+    const size_t cuts[] = { 0, 1, 63, 64, 65, 4096, 65536 + 3, (size_t)1 << 20, big };
     for (int p = 0; p < np; p++) {
         cr_assert_eq(fns[p](0, b, big), want, "%s: %zu bytes", names[p], big);
         cr_assert_eq(fns[p](0, b + 1, big - 1), (uint32_t)crc32_z(0, b + 1, big - 1), "%s",
@@ -159,10 +161,12 @@ Test(crc32, the_folding_constants_are_x_to_the_distance_minus_33_mod_p)
 {
     uint32_t k[4];
     pn_crc32_fold_constants(k);
-    const unsigned e[4] = {576, 512, 192, 128};
+    const unsigned e[4] = { 576, 512, 192, 128 };
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(k[i], xpow_mod_by_division(e[i] - 33), "constant for x^%u: %08x, x^%u mod P "
-                     "is %08x", e[i], k[i], e[i] - 33, xpow_mod_by_division(e[i] - 33));
+        cr_assert_eq(k[i], xpow_mod_by_division(e[i] - 33),
+                     "constant for x^%u: %08x, x^%u mod P "
+                     "is %08x",
+                     e[i], k[i], e[i] - 33, xpow_mod_by_division(e[i] - 33));
         cr_assert_eq(pn_crc32_xpow_mod(e[i] - 33), k[i]);
     }
     for (unsigned n = 0; n < 700; n++)

@@ -24,14 +24,23 @@ static char *g_dir;
 static fx_model g_model;
 static char g_src[4096], g_good[4096];
 
-static void setup(void) { fx_make_folder(&g_dir, &g_model, g_src, g_good); }
+static void setup(void)
+{
+    fx_make_folder(&g_dir, &g_model, g_src, g_good);
+}
 
-static void teardown(void) { fx_remove_folder(&g_dir, &g_model); }
+static void teardown(void)
+{
+    fx_remove_folder(&g_dir, &g_model);
+}
 
 TestSuite(pn_dequant, .init = setup, .fini = teardown, .timeout = 60);
 
 /* A path in the test folder (static storage, a few at a time). */
-static const char *path_in(const char *name) { return tu_join_static(g_dir, name); }
+static const char *path_in(const char *name)
+{
+    return tu_join_static(g_dir, name);
+}
 
 static const char *dequantized(const char *name, const char *options)
 {
@@ -49,7 +58,7 @@ static const char *dequantized(const char *name, const char *options)
 static gguf_reader *open_or_fail(const char *path)
 {
     gguf_reader *r = NULL;
-    pn_error e = {0};
+    pn_error e = { 0 };
     cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
     return r;
 }
@@ -91,9 +100,12 @@ static void expect_decoded(const char *path, int out_type, bool keep_rotation)
     gguf_reader *pn = open_or_fail(g_good), *r = open_or_fail(path);
     cr_assert_eq(gguf_reader_n_tensors(r), FX_N);
     /* Bounds on E for these Gaussian-like weights, by the PN file's type. */
-    static const struct { int type; double max; } bound[] = {
-        {PN_TYPE_F32, 0}, {PN_TYPE_PN3T, 0.06}, {PN_TYPE_PN4T, 0.02}, {PN_TYPE_Q8_0, 2e-4},
-        {PN_TYPE_Q4_K, 0.02}, {PN_TYPE_Q3_K, 0.06},
+    static const struct {
+        int type;
+        double max;
+    } bound[] = {
+        { PN_TYPE_F32, 0 },     { PN_TYPE_PN3T, 0.06 }, { PN_TYPE_PN4T, 0.02 },
+        { PN_TYPE_Q8_0, 2e-4 }, { PN_TYPE_Q4_K, 0.02 }, { PN_TYPE_Q3_K, 0.06 },
     };
     for (size_t i = 0; i < FX_N; i++) {
         const gguf_tensor_info *a = gguf_reader_tensor(pn, i), *b = gguf_reader_tensor(r, i);
@@ -113,8 +125,8 @@ static void expect_decoded(const char *path, int out_type, bool keep_rotation)
                 ref = pn_fp16_to_float(pn_fp16_from_float(ref));
             else if (want == PN_TYPE_BF16)
                 ref = pn_bf16_to_float(pn_bf16_from_float(ref));
-            cr_assert(memcmp(&got[e], &ref, sizeof ref) == 0, "%s element %lld: %.9g, expected %.9g",
-                      b->name, (long long)e, got[e], ref);
+            cr_assert(memcmp(&got[e], &ref, sizeof ref) == 0,
+                      "%s element %lld: %.9g, expected %.9g", b->name, (long long)e, got[e], ref);
         }
         if (!keep_rotation) {
             double E = rel_error(g_model.w[i], got, n);
@@ -123,7 +135,7 @@ static void expect_decoded(const char *path, int out_type, bool keep_rotation)
                 if (bound[k].type == a->type)
                     max = bound[k].max;
             if (out_type != PN_TYPE_F32 && max >= 0)
-                max += out_type == PN_TYPE_BF16 ? 1e-4 : 1e-6;   /* the output's own rounding */
+                max += out_type == PN_TYPE_BF16 ? 1e-4 : 1e-6; /* the output's own rounding */
             cr_assert(E <= max, "%s (%d): relative error %g > %g", b->name, a->type, E, max);
         }
         free(y);
@@ -164,11 +176,18 @@ static void expect_u32_key(const gguf_reader *r, const char *key, uint32_t v)
 
 Test(pn_dequant, renames_the_pn_keys_and_sets_the_file_type)
 {
-    static const struct { const char *opt; uint32_t ftype; } cases[] = {
-        {"", 0}, {"--type f16", 1}, {"--type bf16", 32},
+    static const struct {
+        const char *opt;
+        uint32_t ftype;
+    } cases[] = {
+        { "", 0 },
+        { "--type f16", 1 },
+        { "--type bf16", 32 },
     };
     for (size_t k = 0; k < 3; k++) {
-        gguf_reader *r = open_or_fail(dequantized(k == 0 ? "a.gguf" : k == 1 ? "b.gguf" : "c.gguf",
+        gguf_reader *r = open_or_fail(dequantized(k == 0   ? "a.gguf"
+                                                  : k == 1 ? "b.gguf"
+                                                           : "c.gguf",
                                                   cases[k].opt));
         expect_u32_key(r, "general.file_type", cases[k].ftype);
         cr_assert_null(gguf_reader_find_kv(r, "general.quantization_version"));
@@ -195,7 +214,7 @@ Test(pn_dequant, gives_the_same_bytes_for_any_thread_count_and_chunk_size)
 {
     pn_dequant_opts o;
     pn_dequant_opts_init(&o);
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_dequant_stats s;
     o.threads = 1;
     cr_assert_eq(pn_dequant_file(g_good, path_in("t1.gguf"), &o, &s, &err), PN_OK, "%s", err.msg);
@@ -205,7 +224,7 @@ Test(pn_dequant, gives_the_same_bytes_for_any_thread_count_and_chunk_size)
     cr_assert(s.rotation_undone);
     cr_assert_eq(s.rotation_cap, 1024);
     o.threads = 3;
-    o.chunk_bytes = 100;   /* less than one segment: one segment per chunk */
+    o.chunk_bytes = 100; /* less than one segment: one segment per chunk */
     cr_assert_eq(pn_dequant_file(g_good, path_in("t3.gguf"), &o, &s, &err), PN_OK, "%s", err.msg);
     size_t n1, n3;
     uint8_t *a = tu_read_file(path_in("t1.gguf"), &n1), *b = tu_read_file(path_in("t3.gguf"), &n3);
@@ -271,7 +290,7 @@ Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
     const char *bad = path_in("bad.gguf");
     cr_assert_eq(tu_write_file(bad, buf, n), 0);
     free(buf);
-    fx_fix_crcs(bad);   /* the block itself is invalid, not damaged in storage */
+    fx_fix_crcs(bad); /* the block itself is invalid, not damaged in storage */
     int before = count_entries(g_dir);
     char *out, *err;
     int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", bad, path_in("never.gguf"));
@@ -284,8 +303,8 @@ Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
 
 Test(pn_dequant, refuses_bad_usage_with_status_2)
 {
-    static const char *const cases[] = {"", "only-one.gguf", "--type q8_0 a b", "--bogus a b",
-                                        "--threads 0 a b"};
+    static const char *const cases[] = { "", "only-one.gguf", "--type q8_0 a b", "--bogus a b",
+                                         "--threads 0 a b" };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
         int rc = tu_run_program(&out, &err, "pn-dequant", "%s", cases[i]);
@@ -303,7 +322,8 @@ Test(pn_dequant, output_checks_clean_against_the_source)
     int rc = tu_run_program(&out, &err, "pn-check", "--source '%s' '%s'", g_src, p);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     /* No PN tensors and no pn.* keys any more: one warning says so. */
-    cr_assert(strstr(out, "warning PN-META-MISSING key pn.*: no pn.* keys and no PN tensors"), "%s", out);
+    cr_assert(strstr(out, "warning PN-META-MISSING key pn.*: no pn.* keys and no PN tensors"), "%s",
+              out);
     cr_assert(strstr(out, "valid (0 errors, 1 warning)"), "%s", out);
     free(out);
     free(err);
@@ -328,13 +348,19 @@ Test(pn_dequant, output_is_read_by_an_independent_gguf_parser)
                  fx_specs[i].n_dims);
         cr_assert(strstr(out, want), "no %s in %s", want, out);
     }
-    cr_assert(strstr(out, "\"name\":\"blk.0.attn_q.weight\",\"n_dims\":2,\"shape\":[\"320\",\"16\"],\"dtype\":30"),
+    cr_assert(strstr(out, "\"name\":\"blk.0.attn_q.weight\",\"n_dims\":2,\"shape\":[\"320\",\"16\"]"
+                          ",\"dtype\":30"),
               "%s", out);
-    cr_assert(strstr(out, "\"name\":\"blk.0.attn_norm.weight\",\"n_dims\":1,\"shape\":[\"320\"],\"dtype\":0"),
-              "%s", out);
-    cr_assert(strstr(out, "{\"key\":\"general.file_type\",\"type\":\"uint32\",\"value\":32}"), "%s", out);
-    cr_assert(strstr(out, "{\"key\":\"pn_decoded.format\",\"type\":\"string\",\"value\":\"PNX-FORMAT-v0\"}"),
-              "%s", out);
+    cr_assert(
+        strstr(out,
+               "\"name\":\"blk.0.attn_norm.weight\",\"n_dims\":1,\"shape\":[\"320\"],\"dtype\":0"),
+        "%s", out);
+    cr_assert(strstr(out, "{\"key\":\"general.file_type\",\"type\":\"uint32\",\"value\":32}"), "%s",
+              out);
+    cr_assert(
+        strstr(out,
+               "{\"key\":\"pn_decoded.format\",\"type\":\"string\",\"value\":\"PNX-FORMAT-v0\"}"),
+        "%s", out);
     free(out);
     free(err);
 }
@@ -358,7 +384,8 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
     char want[4300];
     snprintf(want, sizeof want,
              "pn-dequant: %s was written, but the summary could not be written to standard "
-             "output: No space left on device\n", p);
+             "output: No space left on device\n",
+             p);
     cr_assert_str_eq(err, want);
     free(out);
     free(err);
@@ -388,13 +415,13 @@ Test(pn_dequant, an_input_that_shrinks_during_the_run_is_an_error_leaving_nothin
     fx_copy_edit(g_good, in, NULL, NULL);
     int before = count_entries(g_dir);
     int calls = 0;
-    char *ctx[2] = {(char *)in, (char *)&calls};
+    char *ctx[2] = { (char *)in, (char *)&calls };
     pn_dequant_opts o;
     pn_dequant_opts_init(&o);
     o.threads = 2;
     o.progress = truncate_on_first_call;
     o.progress_ctx = ctx;
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_status st = pn_dequant_file(in, outp, &o, NULL, &err);
     cr_assert_eq(st, PN_ERR_TRUNCATED, "status %d: %s", st, err.msg);
     cr_assert_eq(calls, 1);
@@ -438,11 +465,16 @@ Test(pn_dequant, refuses_a_fifo_as_input_at_once)
 
 Test(pn_dequant, refuses_an_empty_key_or_one_holding_a_nul_naming_its_offset)
 {
-    static const struct { const char *key; size_t len; const char *says; } cases[] = {
-        {"", 0, "has an empty key"}, {"a\0b", 3, "holds a NUL byte"},
+    static const struct {
+        const char *key;
+        size_t len;
+        const char *says;
+    } cases[] = {
+        { "", 0, "has an empty key" },
+        { "a\0b", 3, "holds a NUL byte" },
     };
     for (int k = 0; k < 2; k++) {
-        gb b = {0};
+        gb b = { 0 };
         gb_header(&b, 0, 1);
         gb_kv_str(&b, cases[k].key, cases[k].len, "v", 1);
         const char *in = path_in("key.gguf"), *p = path_in("never.gguf");
@@ -493,8 +525,8 @@ static void expect_refused(const char *in, const char *options, const char *says
     int rc = tu_run_program(&out, &err, "pn-dequant", "%s '%s' '%s'", options, in, p);
     cr_assert_eq(rc, 1, "%s: rc %d\n%s%s", options, rc, out, err);
     char want[4400];
-    snprintf(want, sizeof want, "pn-dequant: %s: %s; the file is invalid (pn-check tells more)\n", in,
-             says);
+    snprintf(want, sizeof want, "pn-dequant: %s: %s; the file is invalid (pn-check tells more)\n",
+             in, says);
     cr_assert_str_eq(err, want, "%s", options);
     cr_assert_eq(count_entries(g_dir), before, "nothing left behind");
     free(out);
@@ -505,15 +537,21 @@ Test(pn_dequant, refuses_non_finite_weights_whatever_the_output_type)
 {
     /* ssm_alpha stored as f16 and bf16: copied when the output type is its
      * own, widened otherwise; the norm is f32, always copied. */
-    static const struct { int type; uint16_t bits; const char *says; } cases[] = {
-        {PN_TYPE_F16, 0x7e00, "tensor 'blk.0.ssm_alpha.weight' (f16) row 2 column 7: the weight is "
-                              "NaN (0x7e00)"},
-        {PN_TYPE_BF16, 0xff80, "tensor 'blk.0.ssm_alpha.weight' (bf16) row 2 column 7: the weight is "
-                               "infinite (0xff80)"},
+    static const struct {
+        int type;
+        uint16_t bits;
+        const char *says;
+    } cases[] = {
+        { PN_TYPE_F16, 0x7e00,
+          "tensor 'blk.0.ssm_alpha.weight' (f16) row 2 column 7: the weight is "
+          "NaN (0x7e00)" },
+        { PN_TYPE_BF16, 0xff80,
+          "tensor 'blk.0.ssm_alpha.weight' (bf16) row 2 column 7: the weight is "
+          "infinite (0xff80)" },
     };
-    static const char *const types[] = {"--type f32", "--type f16", "--type bf16"};
+    static const char *const types[] = { "--type f32", "--type f16", "--type bf16" };
     for (size_t k = 0; k < 2; k++) {
-        fx_pn_opts o = {.tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type};
+        fx_pn_opts o = { .tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type };
         const char *made = path_in("float.gguf");
         fx_write_pn(made, &g_model, &o);
         uint64_t at = fx_data_offset(made, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2;
@@ -524,21 +562,27 @@ Test(pn_dequant, refuses_non_finite_weights_whatever_the_output_type)
     uint64_t at = fx_data_offset(g_good, fx_specs[FX_NORM].name, NULL) + 17 * 4;
     const char *bad = with_bits(g_good, "norm.gguf", at, 0x7fc00000, 4);
     for (int t = 0; t < 3; t++)
-        expect_refused(bad, types[t], "tensor 'blk.0.attn_norm.weight' (f32) row 0 column 17: the "
-                                      "weight is NaN (0x7fc00000)");
+        expect_refused(bad, types[t],
+                       "tensor 'blk.0.attn_norm.weight' (f32) row 0 column 17: the "
+                       "weight is NaN (0x7fc00000)");
 }
 
 Test(pn_dequant, refuses_non_finite_scales_naming_the_block_and_field)
 {
-    static const struct { int t; int64_t row, block; int field; uint16_t bits; const char *says; }
-        cases[] = {
-            {FX_ALPHA, 1, 3, 0, 0x7e00,
-             "tensor 'blk.0.ssm_alpha.weight' (q8_0) row 1 block 3: the scale d is NaN (0x7e00)"},
-            {FX_OUTPUT, 2, 0, 2, 0xfc00,
-             "tensor 'output.weight' (q4_K) row 2 block 0: the scale dmin is infinite (0xfc00)"},
-            {FX_EMBD, 4, 0, 108, 0x7c01,
-             "tensor 'token_embd.weight' (q3_K) row 4 block 0: the scale d is NaN (0x7c01)"},
-        };
+    static const struct {
+        int t;
+        int64_t row, block;
+        int field;
+        uint16_t bits;
+        const char *says;
+    } cases[] = {
+        { FX_ALPHA, 1, 3, 0, 0x7e00,
+          "tensor 'blk.0.ssm_alpha.weight' (q8_0) row 1 block 3: the scale d is NaN (0x7e00)" },
+        { FX_OUTPUT, 2, 0, 2, 0xfc00,
+          "tensor 'output.weight' (q4_K) row 2 block 0: the scale dmin is infinite (0xfc00)" },
+        { FX_EMBD, 4, 0, 108, 0x7c01,
+          "tensor 'token_embd.weight' (q3_K) row 4 block 0: the scale d is NaN (0x7c01)" },
+    };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         uint64_t at = block_at(g_good, cases[k].t, cases[k].row, cases[k].block, cases[k].field);
         const char *bad = with_bits(g_good, "scale.gguf", at, cases[k].bits, 2);
@@ -552,11 +596,11 @@ Test(pn_dequant, prints_hostile_names_in_errors_safely)
     /* A NaN weight in a tensor whose name holds terminal escapes, a newline
      * and invalid UTF-8: the error names it, in its \xNN form. */
     const char *name = "x\x1b]0;x\x07\x1b[2J\ny\xff\xc3z";
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, 1, 0);
-    gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){8}, PN_TYPE_F32, 0);
+    gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){ 8 }, PN_TYPE_F32, 0);
     gb_pad(&b, 32);
-    float w[8] = {1, 2, 3, NAN, 5, 6, 7, 8};
+    float w[8] = { 1, 2, 3, NAN, 5, 6, 7, 8 };
     gb_put(&b, w, sizeof w);
     const char *in = path_in("hostile.gguf");
     gb_save(&b, in);
@@ -577,16 +621,17 @@ Test(pn_dequant, decodes_20k_small_tensors_in_linear_time_even_with_64_threads)
     /* One pn4t block per tensor. Starting 64 threads per tensor on a small
      * machine took minutes; the tensors are decoded without starting any. */
     enum { N = 20000 };
-    gb b = {0};
+    gb b = { 0 };
     gb_header(&b, N, 1);
     gb_kv_str(&b, "pn.rotation.type", 16, "hadamard", 8);
     for (int i = 0; i < N; i++) {
         char name[16];
         snprintf(name, sizeof name, "t.%05d", i);
-        gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){64}, PN_TYPE_PN4T, (uint64_t)i * 64);
+        gb_tensor(&b, name, strlen(name), 1, (const uint64_t[]){ 64 }, PN_TYPE_PN4T,
+                  (uint64_t)i * 64);
     }
     gb_pad(&b, 32);
-    uint8_t block[64] = {0x00, 0x3c, 0x12, 0x34};
+    uint8_t block[64] = { 0x00, 0x3c, 0x12, 0x34 };
     for (int i = 0; i < N; i++)
         gb_put(&b, block, i + 1 < N ? 64 : PN_BLOCK_BYTES);
     const char *in = path_in("20k.gguf"), *p = path_in("20k-out.gguf");
@@ -623,17 +668,18 @@ static int run_dequant_job(void *arg)
     o.out_type = PN_TYPE_BF16;
     o.chunk_bytes = (size_t)1 << 20;
     o.threads = 2;
-    pn_error err = {0};
+    pn_error err = { 0 };
     return pn_dequant_file(j->in, j->out, &o, NULL, &err) == PN_OK ? 0 : 10;
 }
 
 Test(pn_dequant, decodes_a_row_of_2_24_weights_in_memory_far_below_the_row)
 {
-    const int64_t n = (int64_t)1 << 24;   /* a row of 64 MiB as floats */
+    const int64_t n = (int64_t)1 << 24; /* a row of 64 MiB as floats */
     const char *src = path_in("long-src.gguf"), *pn = path_in("long-pn.gguf");
     lr_write(src, pn, n);
     int st;
-    dequant_job small = {g_good, path_in("small-out.gguf")}, big = {pn, path_in("long-out.gguf")};
+    dequant_job small = { g_good, path_in("small-out.gguf") },
+                big = { pn, path_in("long-out.gguf") };
     long base = lr_peak_rss_kb(run_dequant_job, &small, &st);
     cr_assert_eq(st, 0);
     long peak = lr_peak_rss_kb(run_dequant_job, &big, &st);

@@ -29,7 +29,10 @@ static float float_from_bits(uint32_t u)
     return f;
 }
 
-static bool half_is_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0; }
+static bool half_is_nan(uint16_t h)
+{
+    return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0;
+}
 
 /* The value of a half computed from its fields without quant/fp16.c, so the
  * widening is checked against an independent decoding. */
@@ -58,7 +61,8 @@ static fp16_golden load_fp16_golden(void)
     g.in = tu_read_file(PN_TEST_DATA "/golden/fp16.in.f64", &in_size);
     g.out = tu_read_file(PN_TEST_DATA "/golden/fp16.out.u16", &out_size);
     cr_assert_eq(in_size, FP16_GOLDEN_COUNT * sizeof(double), "fp16.in.f64 has %zu bytes", in_size);
-    cr_assert_eq(out_size, FP16_GOLDEN_COUNT * sizeof(uint16_t), "fp16.out.u16 has %zu bytes", out_size);
+    cr_assert_eq(out_size, FP16_GOLDEN_COUNT * sizeof(uint16_t), "fp16.out.u16 has %zu bytes",
+                 out_size);
     /* The files are little-endian; so is every host this project builds on. */
     return g;
 }
@@ -119,7 +123,8 @@ Test(fp16, widening_every_half_is_exact_in_float_and_double)
                  !!signbit(got_f) == !!signbit(want);
         if (!ok) {
             if (!bad)
-                cr_log_error("0x%04x widens to %a / %a, expected %a", h, got_d, (double)got_f, want);
+                cr_log_error("0x%04x widens to %a / %a, expected %a", h, got_d, (double)got_f,
+                             want);
             bad++;
         }
     }
@@ -142,13 +147,13 @@ typedef struct fp16_section {
     int name; /* index into fp16_section_names (no pointers in parameters) */
 } fp16_section;
 
-static const char *const fp16_section_names[] = {"special", "halfway", "double_rounding_trap",
-                                                 "candidate_t", "random"};
+static const char *const fp16_section_names[] = { "special", "halfway", "double_rounding_trap",
+                                                  "candidate_t", "random" };
 
 ParameterizedTestParameters(fp16, each_golden_section_rounds_to_the_golden_bits)
 {
     static fp16_section sections[] = {
-        {0, 38, 0}, {39, 1582, 1}, {1583, 1882, 2}, {1883, 2746, 3}, {2747, 3346, 4},
+        { 0, 38, 0 }, { 39, 1582, 1 }, { 1583, 1882, 2 }, { 1883, 2746, 3 }, { 2747, 3346, 4 },
     };
     return cr_make_param_array(fp16_section, sections, sizeof sections / sizeof sections[0]);
 }
@@ -292,8 +297,10 @@ Test(bf16, rounding_from_float_goes_to_the_nearest_even)
     cr_assert_eq(pn_bf16_from_float(-FLT_MAX), 0xff80);
     cr_assert_eq(pn_bf16_from_float(INFINITY), 0x7f80);
     cr_assert_eq(pn_bf16_from_float(-0.0f), 0x8000);
-    cr_assert_eq(pn_bf16_from_float(float_from_bits(0x00008000u)), 0x0000, "subnormal tie to even 0");
-    cr_assert_eq(pn_bf16_from_float(float_from_bits(0x00018000u)), 0x0002, "subnormal tie to even 2");
+    cr_assert_eq(pn_bf16_from_float(float_from_bits(0x00008000u)), 0x0000,
+                 "subnormal tie to even 0");
+    cr_assert_eq(pn_bf16_from_float(float_from_bits(0x00018000u)), 0x0002,
+                 "subnormal tie to even 2");
     uint16_t q = pn_bf16_from_float(float_from_bits(0x7f800001u)); /* NaN with a low payload */
     cr_assert((q & 0x7f80u) == 0x7f80u && (q & 0x7fu) != 0, "NaN stays NaN: 0x%04x", q);
 }
@@ -321,7 +328,7 @@ static uint16_t bf16_nearest_by_distance(float f)
 
 Test(bf16, rounding_matches_a_nearest_neighbour_search_on_random_floats)
 {
-    tu_rng rng = {0xbf16bf16u};
+    tu_rng rng = { 0xbf16bf16u };
     int bad = 0, checked = 0;
     for (int i = 0; i < 1000000; i++) {
         uint32_t u = (uint32_t)tu_rng_u64(&rng);
@@ -389,9 +396,9 @@ static uint16_t oracle_fp16_from_double(double x)
 static double oracle_fp16_to_double(uint16_t h)
 {
     int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v = exp == 0 ? ldexp((double)mant, -24)
-             : exp == 31 ? (mant ? NAN : INFINITY)
-                         : ldexp((double)(mant | 0x400), exp - 25);
+    double v = exp == 0    ? ldexp((double)mant, -24)
+               : exp == 31 ? (mant ? NAN : INFINITY)
+                           : ldexp((double)(mant | 0x400), exp - 25);
     return (h & 0x8000) ? -v : v;
 }
 
@@ -423,18 +430,23 @@ Test(fp16_oracle, rounding_equals_a_libm_oracle_on_every_half_midpoint_and_neigh
         double v = oracle_fp16_to_double((uint16_t)h);
         double next = h + 1 < 0x7c00u ? oracle_fp16_to_double((uint16_t)(h + 1)) : 65536.0;
         double mid = (v + next) / 2.0; /* exact: both are halves */
-        const double probes[] = {v, mid, nextafter(mid, 0.0), nextafter(mid, INFINITY), nextafter(v, 0.0),
-                                 nextafter(v, INFINITY)};
+        const double probes[] = { v,
+                                  mid,
+                                  nextafter(mid, 0.0),
+                                  nextafter(mid, INFINITY),
+                                  nextafter(v, 0.0),
+                                  nextafter(v, INFINITY) };
         for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
             check_half_rounding(probes[k]);
             check_half_rounding(-probes[k]);
         }
     }
-    const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 65504.0, 65519.99, 65520.0, 1e300,
-                               -1e300, 0x1p-24, 0x1p-25, 0x1p-26, 0x1.8p-25, 0x1p-1074, 1e-320, DBL_MAX};
+    const double specials[] = { 0.0,      -0.0,      INFINITY,  -INFINITY, NAN,     65504.0,
+                                65519.99, 65520.0,   1e300,     -1e300,    0x1p-24, 0x1p-25,
+                                0x1p-26,  0x1.8p-25, 0x1p-1074, 1e-320,    DBL_MAX };
     for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
         check_half_rounding(specials[k]);
-    tu_rng r = {17};
+    tu_rng r = { 17 };
     for (int i = 0; i < 1000000; i++) {
         uint64_t bits = tu_rng_u64(&r);
         double x;

@@ -35,7 +35,10 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static uint8_t pattern_byte(uint64_t i) { return (uint8_t)(i * 7 + 1); }
+static uint8_t pattern_byte(uint64_t i)
+{
+    return (uint8_t)(i * 7 + 1);
+}
 
 /* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
 static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
@@ -94,11 +97,11 @@ static blob small_file(void)
     cr_assert_eq(gguf_writer_set_bool(w, "test.flag", true), PN_OK);
     cr_assert_eq(gguf_writer_set_u32(w, "test.k1", 1), PN_OK);
     cr_assert_eq(gguf_writer_set_u32(w, "test.k2", 2), PN_OK);
-    uint32_t arr[3] = {1, 2, 3};
+    uint32_t arr[3] = { 1, 2, 3 };
     cr_assert_eq(gguf_writer_set_arr(w, "test.arr", GGUF_TYPE_UINT32, arr, 3), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t0", 1, (int64_t[]){4}, PN_TYPE_F32, &e), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t1", 2, (int64_t[]){32, 2}, PN_TYPE_Q8_0, &e), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t2", 1, (int64_t[]){3}, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t0", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t1", 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t2", 1, (int64_t[]){ 3 }, PN_TYPE_F32, &e), PN_OK);
     finish(w, path);
     write_pattern(w, 16 + 68 + 12, 5);
     close_and_commit(w);
@@ -253,7 +256,7 @@ Test(gguf_reader, refuses_a_file_truncated_at_every_byte)
     uint64_t data_end = gguf_reader_data_offset(r) + last->offset + last->size;
     gguf_reader_close(r);
     for (size_t n = 0; n < data_end; n++) {
-        blob t = {b.bytes, n};
+        blob t = { b.bytes, n };
         expect_refusal(t, PN_ERR_TRUNCATED, NULL, NULL);
     }
     /* The padding after the last tensor is optional. */
@@ -276,19 +279,19 @@ Test(gguf_reader, names_what_a_truncated_file_lacks)
     const gguf_tensor_info *ti = gguf_reader_tensor(r, 2);
     uint64_t t2_end = gguf_reader_data_offset(r) + ti->offset + ti->size;
     gguf_reader_close(r);
-    expect_refusal((blob){b.bytes, 2}, PN_ERR_TRUNCATED, "too short for the GGUF magic", NULL);
-    expect_refusal((blob){b.bytes, 30}, PN_ERR_TRUNCATED, "declares 3 tensors and 6 key/value",
+    expect_refusal((blob){ b.bytes, 2 }, PN_ERR_TRUNCATED, "too short for the GGUF magic", NULL);
+    expect_refusal((blob){ b.bytes, 30 }, PN_ERR_TRUNCATED, "declares 3 tensors and 6 key/value",
                    "only 6 bytes follow");
-    expect_refusal((blob){b.bytes, (size_t)t2.offset + 3}, PN_ERR_TRUNCATED,
-                   at_byte(t2.offset), "tensor 't2': the data offset needs 8 bytes");
-    expect_refusal((blob){b.bytes, (size_t)t2_end - 1}, PN_ERR_TRUNCATED, "tensor 't2'",
+    expect_refusal((blob){ b.bytes, (size_t)t2.offset + 3 }, PN_ERR_TRUNCATED, at_byte(t2.offset),
+                   "tensor 't2': the data offset needs 8 bytes");
+    expect_refusal((blob){ b.bytes, (size_t)t2_end - 1 }, PN_ERR_TRUNCATED, "tensor 't2'",
                    "ends past the end of the file");
     free(b.bytes);
 }
 
 Test(gguf_reader, refuses_an_empty_file_and_a_missing_one)
 {
-    expect_refusal((blob){(uint8_t *)"", 0}, PN_ERR_TRUNCATED, "0 bytes", NULL);
+    expect_refusal((blob){ (uint8_t *)"", 0 }, PN_ERR_TRUNCATED, "0 bytes", NULL);
     gguf_reader *r = NULL;
     pn_error e;
     cr_assert_eq(gguf_reader_open("/nonexistent/x.gguf", &r, &e), PN_ERR_IO);
@@ -311,7 +314,7 @@ Test(gguf_reader, refuses_a_bad_magic)
     blob b = small_file();
     b.bytes[3] = 'X';
     expect_refusal(b, PN_ERR_BAD_MAGIC, "not a GGUF file", "47 47 55 58");
-    expect_refusal((blob){(uint8_t *)"PK", 2}, PN_ERR_BAD_MAGIC, "no \"GGUF\" magic", NULL);
+    expect_refusal((blob){ (uint8_t *)"PK", 2 }, PN_ERR_BAD_MAGIC, "no \"GGUF\" magic", NULL);
     free(b.bytes);
 }
 
@@ -454,8 +457,9 @@ Test(gguf_reader, refuses_a_misaligned_tensor_offset)
     tensor_at t = locate_tensor(r, "t1");
     gguf_reader_close(r);
     put_u64(b, t.offset, 36);
-    expect_refusal(b, PN_ERR_ALIGNMENT, "tensor 't1': data offset 36 is not a multiple of the "
-                                        "alignment 32",
+    expect_refusal(b, PN_ERR_ALIGNMENT,
+                   "tensor 't1': data offset 36 is not a multiple of the "
+                   "alignment 32",
                    at_byte(t.offset));
     free(b.bytes);
 }
@@ -467,8 +471,9 @@ Test(gguf_reader, refuses_overlapping_tensors)
     tensor_at t = locate_tensor(r, "t2");
     gguf_reader_close(r);
     put_u64(b, t.offset, 64); /* t1 covers [32, 100) */
-    expect_refusal(b, PN_ERR_TENSOR, "tensors 't1' (data bytes [32, 100)) and 't2' (from 64) "
-                                     "overlap",
+    expect_refusal(b, PN_ERR_TENSOR,
+                   "tensors 't1' (data bytes [32, 100)) and 't2' (from 64) "
+                   "overlap",
                    NULL);
     free(b.bytes);
 }
@@ -652,8 +657,8 @@ static blob nested_file(int depth)
     uint8_t *raw = calloc(1, n);
     size_t o = 0;
     for (int d = 1; d < depth; d++) {
-        raw[o] = GGUF_TYPE_ARRAY;   /* element type of the level-d array */
-        raw[o + 4] = 1;             /* count of the level-(d+1) array: 1 */
+        raw[o] = GGUF_TYPE_ARRAY; /* element type of the level-d array */
+        raw[o + 4] = 1;           /* count of the level-(d+1) array: 1 */
         o += 12;
     }
     /* Innermost: one string "x". Its header (type STRING, count 1) is above
@@ -666,7 +671,7 @@ static blob nested_file(int depth)
         raw[(size_t)(depth - 2) * 12] = GGUF_TYPE_STRING;
     gguf_kv kv;
     memset(&kv, 0, sizeof kv);
-    kv.key = (gguf_str){11, "test.nested"};
+    kv.key = (gguf_str){ 11, "test.nested" };
     kv.type = GGUF_TYPE_ARRAY;
     kv.arr_type = depth > 1 ? GGUF_TYPE_ARRAY : GGUF_TYPE_STRING;
     kv.arr_count = 1;
@@ -712,7 +717,7 @@ Test(gguf_reader, reads_arrays_nested_8_deep_and_refuses_9)
 Test(gguf_reader, survives_random_corruption_of_the_small_file)
 {
     blob b = small_file();
-    tu_rng rng = {12345};
+    tu_rng rng = { 12345 };
     int refused = 0;
     for (int iter = 0; iter < 3000; iter++) {
         uint8_t *copy = malloc(b.size);
@@ -761,7 +766,7 @@ Test(gguf_reader, opens_the_golden_tiny_f32_file_with_its_28_tensors)
         cr_assert_lt(i, gguf_reader_n_tensors(r));
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         cr_assert_str_eq(ti->name, name);
-        int64_t ne[GGUF_MAX_DIMS] = {1, 1, 1, 1};
+        int64_t ne[GGUF_MAX_DIMS] = { 1, 1, 1, 1 };
         uint32_t dims = 0;
         for (char *s = shape; *s && dims < GGUF_MAX_DIMS; dims++) {
             ne[dims] = strtoll(s, &s, 10);
@@ -787,16 +792,13 @@ Test(gguf_reader, opens_the_golden_tiny_f32_file_with_its_28_tensors)
 
 static const uint8_t nested_u32[] = {
     /* [[1, 2], [], [3]] as three u32 arrays */
-    4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0,
-    4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0,
+    4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0,
 };
 static const uint8_t nested_str[] = {
     /* [[["ab", ""]]]: an array of one array of one array of two strings */
-    9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
-    8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
-    2, 0, 0, 0, 0, 0, 0, 0, 'a', 'b',
-    0, 0, 0, 0, 0, 0, 0, 0,
+    9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,   8,   0, 0, 0, 2, 0, 0, 0, 0,
+    0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 0, 0, 0, 0, 0, 0, 0, 0,
 };
 
 static void set_nested(gguf_writer *w, const char *key, gguf_value_type et, const uint8_t *raw,
@@ -804,7 +806,7 @@ static void set_nested(gguf_writer *w, const char *key, gguf_value_type et, cons
 {
     gguf_kv kv;
     memset(&kv, 0, sizeof kv);
-    kv.key = (gguf_str){strlen(key), key};
+    kv.key = (gguf_str){ strlen(key), key };
     kv.type = GGUF_TYPE_ARRAY;
     kv.arr_type = et;
     kv.arr_count = count;
@@ -832,17 +834,17 @@ static void set_every_type(gguf_writer *w)
     cr_assert_eq(gguf_writer_set_bool(w, "v.false", false), PN_OK);
     cr_assert_eq(gguf_writer_set_str(w, "v.empty", ""), PN_OK);
 
-    uint8_t au8[] = {0, 1, 255};
-    int8_t ai8[] = {-1, 5};
-    uint16_t au16[] = {7, 65535};
-    int16_t ai16[] = {-300, 300};
-    uint32_t au32[] = {1, 2, 4000000000u};
-    int32_t ai32[] = {-5, INT32_MAX};
-    float af32[] = {1.0f, -0.0f, INFINITY, 1e-45f};
-    uint8_t abool[] = {1, 0, 1};
-    uint64_t au64[] = {0, UINT64_MAX};
-    int64_t ai64[] = {INT64_MIN, 42};
-    double af64[] = {0.1, -1e-310};
+    uint8_t au8[] = { 0, 1, 255 };
+    int8_t ai8[] = { -1, 5 };
+    uint16_t au16[] = { 7, 65535 };
+    int16_t ai16[] = { -300, 300 };
+    uint32_t au32[] = { 1, 2, 4000000000u };
+    int32_t ai32[] = { -5, INT32_MAX };
+    float af32[] = { 1.0f, -0.0f, INFINITY, 1e-45f };
+    uint8_t abool[] = { 1, 0, 1 };
+    uint64_t au64[] = { 0, UINT64_MAX };
+    int64_t ai64[] = { INT64_MIN, 42 };
+    double af64[] = { 0.1, -1e-310 };
     cr_assert_eq(gguf_writer_set_arr(w, "a.u8", GGUF_TYPE_UINT8, au8, 3), PN_OK);
     cr_assert_eq(gguf_writer_set_arr(w, "a.i8", GGUF_TYPE_INT8, ai8, 2), PN_OK);
     cr_assert_eq(gguf_writer_set_arr(w, "a.u16", GGUF_TYPE_UINT16, au16, 2), PN_OK);
@@ -855,7 +857,7 @@ static void set_every_type(gguf_writer *w)
     cr_assert_eq(gguf_writer_set_arr(w, "a.i64", GGUF_TYPE_INT64, ai64, 2), PN_OK);
     cr_assert_eq(gguf_writer_set_arr(w, "a.f64", GGUF_TYPE_FLOAT64, af64, 2), PN_OK);
     cr_assert_eq(gguf_writer_set_arr(w, "a.empty", GGUF_TYPE_UINT32, NULL, 0), PN_OK);
-    const char *strs[] = {"", "x", "two words", ""};
+    const char *strs[] = { "", "x", "two words", "" };
     cr_assert_eq(gguf_writer_set_arr_str(w, "a.str", strs, 4), PN_OK);
     cr_assert_eq(gguf_writer_set_arr_str(w, "a.str_empty", NULL, 0), PN_OK);
     set_nested(w, "a.nested_u32", GGUF_TYPE_ARRAY, nested_u32, sizeof nested_u32, 3);
@@ -1065,12 +1067,12 @@ typedef struct tensor_case {
 } tensor_case;
 
 static const tensor_case mixed_tensors[] = {
-    {"a.f32", PN_TYPE_F32, 1, {3, 1, 1, 1}, 12},
-    {"b.q8_0", PN_TYPE_Q8_0, 2, {64, 2, 1, 1}, 136},
-    {"c.pn3t", PN_TYPE_PN3T, 2, {80, 3, 1, 1}, 102},
-    {"d.pn4t", PN_TYPE_PN4T, 1, {64, 1, 1, 1}, 34},
-    {"e.q4_K", PN_TYPE_Q4_K, 3, {256, 1, 2, 1}, 288},
-    {"f.f16", PN_TYPE_F16, 4, {5, 1, 1, 2}, 20},
+    { "a.f32", PN_TYPE_F32, 1, { 3, 1, 1, 1 }, 12 },
+    { "b.q8_0", PN_TYPE_Q8_0, 2, { 64, 2, 1, 1 }, 136 },
+    { "c.pn3t", PN_TYPE_PN3T, 2, { 80, 3, 1, 1 }, 102 },
+    { "d.pn4t", PN_TYPE_PN4T, 1, { 64, 1, 1, 1 }, 34 },
+    { "e.q4_K", PN_TYPE_Q4_K, 3, { 256, 1, 2, 1 }, 288 },
+    { "f.f16", PN_TYPE_F16, 4, { 5, 1, 1, 2 }, 20 },
 };
 #define N_MIXED (sizeof mixed_tensors / sizeof mixed_tensors[0])
 
@@ -1078,15 +1080,15 @@ static void write_mixed(const char *path, uint32_t alignment, size_t chunk)
 {
     gguf_writer *w = gguf_writer_new();
     pn_error e;
-    gguf_writer_set_replace(w, true);   /* rewritten with other alignments */
+    gguf_writer_set_replace(w, true); /* rewritten with other alignments */
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "mixed"), PN_OK);
     if (alignment)
         cr_assert_eq(gguf_writer_set_u32(w, "general.alignment", alignment), PN_OK);
     uint64_t total = 0;
     for (size_t i = 0; i < N_MIXED; i++) {
         const tensor_case *t = &mixed_tensors[i];
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK,
-                     "%s", e.msg);
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK, "%s",
+                     e.msg);
         total += t->size;
     }
     cr_assert_eq(gguf_writer_n_tensors(w), N_MIXED);
@@ -1154,15 +1156,14 @@ Test(gguf_writer, knows_the_layout_before_it_begins)
         uint32_t align = k == 0 ? 0 : k == 1 ? 64 : 4096;
         gguf_writer *w = gguf_writer_new();
         pn_error e;
-        gguf_writer_set_replace(w, true);   /* one path for the three layouts */
+        gguf_writer_set_replace(w, true); /* one path for the three layouts */
         set_every_type(w);
         if (align)
             cr_assert_eq(gguf_writer_set_u32(w, "general.alignment", align), PN_OK);
         uint64_t total = 0;
         for (size_t i = 0; i < N_MIXED; i++) {
             const tensor_case *t = &mixed_tensors[i];
-            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e),
-                         PN_OK);
+            cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK);
             total += t->size;
         }
         uint64_t a = gguf_writer_alignment(w), d = gguf_writer_data_offset(w);
@@ -1194,19 +1195,19 @@ Test(gguf_writer, refuses_bad_tensor_infos_naming_the_tensor)
 {
     gguf_writer *w = gguf_writer_new();
     pn_error e;
-    cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, (int64_t[]){4}, PN_TYPE_F32, &e), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, (int64_t[]){4}, PN_TYPE_F32, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &e),
                  PN_ERR_TENSOR);
     cr_assert(strstr(e.msg, "duplicate tensor name 'a'"), "%s", e.msg);
-    cr_assert_eq(gguf_writer_add_tensor(w, "b", 5, (int64_t[]){1, 1, 1, 1, 1}, PN_TYPE_F32, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "b", 5, (int64_t[]){ 1, 1, 1, 1, 1 }, PN_TYPE_F32, &e),
                  PN_ERR_TENSOR);
     cr_assert(strstr(e.msg, "tensor 'b': n_dims is 5"), "%s", e.msg);
-    cr_assert_eq(gguf_writer_add_tensor(w, "c", 2, (int64_t[]){4, 0}, PN_TYPE_F32, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "c", 2, (int64_t[]){ 4, 0 }, PN_TYPE_F32, &e),
                  PN_ERR_TENSOR);
     cr_assert(strstr(e.msg, "tensor 'c': ne[1] is 0"), "%s", e.msg);
-    cr_assert_eq(gguf_writer_add_tensor(w, "d", 1, (int64_t[]){4}, 77, &e), PN_ERR_TYPE);
+    cr_assert_eq(gguf_writer_add_tensor(w, "d", 1, (int64_t[]){ 4 }, 77, &e), PN_ERR_TYPE);
     cr_assert(strstr(e.msg, "tensor 'd': unknown ggml type id 77"), "%s", e.msg);
-    cr_assert_eq(gguf_writer_add_tensor(w, "e", 1, (int64_t[]){100}, PN_TYPE_PN4T, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "e", 1, (int64_t[]){ 100 }, PN_TYPE_PN4T, &e),
                  PN_ERR_TENSOR);
     cr_assert(strstr(e.msg, "tensor 'e': row length ne[0] = 100"), "%s", e.msg);
     cr_assert(strstr(e.msg, "pn4t block of 64"), "%s", e.msg);
@@ -1237,13 +1238,13 @@ Test(gguf_writer, patches_an_array_after_the_data_went_out)
     char *path = tu_join(dir, "crc.gguf");
     gguf_writer *w = gguf_writer_new();
     pn_error e;
-    uint32_t zeros[3] = {0, 0, 0}, crcs[3] = {0xdeadbeef, 1, 0x80000000u};
+    uint32_t zeros[3] = { 0, 0, 0 }, crcs[3] = { 0xdeadbeef, 1, 0x80000000u };
     cr_assert_eq(gguf_writer_set_arr(w, "pn.tensor_crc32", GGUF_TYPE_UINT32, zeros, 3), PN_OK);
     cr_assert_eq(gguf_writer_set_str(w, "after", "x"), PN_OK);
     for (int i = 0; i < 3; i++) {
         char name[8];
         snprintf(name, sizeof name, "t%d", i);
-        cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){8}, PN_TYPE_F32, &e), PN_OK);
+        cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e), PN_OK);
     }
     finish(w, path);
     write_pattern(w, 96, 96);
@@ -1286,9 +1287,9 @@ Test(gguf_writer, patches_an_array_split_between_the_file_and_the_buffer)
     memset(pad, 'p', pad_len);
     pad[pad_len] = '\0';
     cr_assert_eq(gguf_writer_set_str(w, "pad", pad), PN_OK);
-    uint32_t zeros[4] = {0}, vals[4] = {11, 22, 33, 44};
+    uint32_t zeros[4] = { 0 }, vals[4] = { 11, 22, 33, 44 };
     cr_assert_eq(gguf_writer_set_arr(w, "crc", GGUF_TYPE_UINT32, zeros, 4), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){3 << 20}, PN_TYPE_F32, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){ 3 << 20 }, PN_TYPE_F32, &e),
                  PN_OK);
     finish(w, path);
     write_pattern(w, 12u << 20, 1 << 20);
@@ -1322,7 +1323,7 @@ static gguf_writer *begun_writer(const char *path)
     gguf_writer *w = gguf_writer_new();
     pn_error e;
     cr_assert_eq(gguf_writer_set_u32(w, "k", 1), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){16}, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 16 }, PN_TYPE_F32, &e), PN_OK);
     finish(w, path);
     cr_assert_geq(gguf_writer_fd(w), 0);
     cr_assert(!exists(path), "nothing at the target before the commit");
@@ -1384,7 +1385,7 @@ Test(gguf_writer, commit_puts_the_file_at_the_target_and_needs_close_first)
     char *path = tu_join(dir, "out.gguf");
     gguf_writer *w = gguf_writer_new();
     pn_error e;
-    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){16}, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 16 }, PN_TYPE_F32, &e), PN_OK);
     finish(w, path);
     write_pattern(w, 64, 64);
     cr_assert_eq(gguf_writer_commit(w, &e), PN_ERR_USAGE, "commit needs close first");
@@ -1417,7 +1418,7 @@ Test(gguf_writer, refuses_too_many_or_too_few_bytes_and_leaves_no_file)
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "out.gguf");
     gguf_writer *w = begun_writer(path);
-    uint8_t buf[80] = {0};
+    uint8_t buf[80] = { 0 };
     pn_error e;
     cr_assert_eq(gguf_writer_write(w, buf, sizeof buf, &e), PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "16 bytes written past the end of the last tensor"), "%s", e.msg);
@@ -1452,7 +1453,7 @@ Test(gguf_writer, a_file_size_limit_is_reported_as_a_full_disk_naming_the_target
 
     gguf_writer *w = gguf_writer_new();
     pn_error e;
-    cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){4 << 20}, PN_TYPE_F32, &e),
+    cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){ 4 << 20 }, PN_TYPE_F32, &e),
                  PN_OK);
     finish(w, path);
     uint8_t *chunk = calloc(1, 1 << 20);
@@ -1506,7 +1507,7 @@ static pn_status write_small(const char *path, const pn_outfile_opts *o, gguf_wr
     if (o)
         gguf_writer_set_output_opts(w, o);
     cr_assert_eq(gguf_writer_set_str(w, "general.name", "small"), PN_OK);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){16}, PN_TYPE_F32, e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 16 }, PN_TYPE_F32, e), PN_OK);
     pn_status st = gguf_writer_begin(w, path, e);
     if (st) {
         cr_assert_eq(gguf_writer_fd(w), -1);
@@ -1542,15 +1543,14 @@ Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_i
     cr_assert_eq(tu_write_file(path, "precious", 8), 0);
     pn_error e;
     cr_assert_eq(write_small(path, NULL, NULL, &e), PN_ERR_EXISTS);
-    cr_assert(strncmp(e.msg, path, strlen(path)) == 0 && strstr(e.msg, "use --force"), "%s",
-              e.msg);
+    cr_assert(strncmp(e.msg, path, strlen(path)) == 0 && strstr(e.msg, "use --force"), "%s", e.msg);
     size_t n;
     char *b = tu_read_file(path, &n);
     cr_assert(n == 8 && memcmp(b, "precious", 8) == 0, "the existing file is untouched");
     free(b);
     cr_assert_eq(tu_count_files(dir), 1);
 
-    pn_outfile_opts force = {.force = true};
+    pn_outfile_opts force = { .force = true };
     cr_assert_eq(write_small(path, &force, NULL, &e), PN_OK, "%s", e.msg);
     gguf_reader *r = open_file(path);
     cr_assert_eq(gguf_reader_n_tensors(r), 1);
@@ -1559,7 +1559,7 @@ Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_i
     /* set_replace is the same switch */
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_replace(w, true);
-    cr_assert_eq(gguf_writer_add_tensor(w, "u", 1, (int64_t[]){8}, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "u", 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e), PN_OK);
     finish(w, path);
     write_pattern(w, 32, 32);
     close_and_commit(w);
@@ -1581,13 +1581,13 @@ Test(gguf_writer_output, a_target_made_by_another_run_during_this_one_is_refused
         char *dir = tu_mkdtemp();
         char *path = tu_join(dir, "out.gguf");
         char *first = tu_join(dir, "first.gguf");
-        pn_outfile_opts o = {.named_temp = named};
+        pn_outfile_opts o = { .named_temp = named };
         gguf_writer *w = NULL;
         pn_error e;
         cr_assert_eq(write_small(path, &o, &w, &e), PN_OK, "%s", e.msg);
         /* the other run: another model, committed at the same path */
         gguf_writer *v = gguf_writer_new();
-        cr_assert_eq(gguf_writer_add_tensor(v, "other", 1, (int64_t[]){8}, PN_TYPE_F32, &e),
+        cr_assert_eq(gguf_writer_add_tensor(v, "other", 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e),
                      PN_OK);
         finish(v, path);
         write_pattern(v, 32, 32);
@@ -1618,7 +1618,7 @@ Test(gguf_writer_output, a_directory_or_a_fifo_target_is_refused_at_begin_even_w
     char *fifo = tu_join(dir, "fifo.gguf");
     cr_assert_eq(mkdir(sub, 0755), 0);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
-    pn_outfile_opts force = {.force = true};
+    pn_outfile_opts force = { .force = true };
     pn_error e;
     cr_assert_eq(write_small(sub, &force, NULL, &e), PN_ERR_IO);
     cr_assert(strstr(e.msg, "sub.gguf: the output is a directory"), "%s", e.msg);
@@ -1643,12 +1643,12 @@ Test(gguf_writer_output, the_named_fallback_writes_the_same_bytes_even_for_a_nam
     char *b = tu_join(dir, name);
     pn_error e;
     cr_assert_eq(write_small(a, NULL, NULL, &e), PN_OK, "%s", e.msg);
-    pn_outfile_opts named = {.named_temp = true};
+    pn_outfile_opts named = { .named_temp = true };
     cr_assert_eq(write_small(b, &named, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert(same_bytes(a, b));
     char *c = tu_join(dir, "c.gguf");
     cr_assert_eq(write_small(c, NULL, NULL, &e), PN_OK, "%s", e.msg);
-    pn_outfile_opts force = {.force = true};
+    pn_outfile_opts force = { .force = true };
     cr_assert_eq(write_small(b, &force, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert(same_bytes(a, b));
     cr_assert_eq(tu_count_files(dir), 3);
@@ -1705,7 +1705,7 @@ Test(gguf_writer_output, a_run_killed_while_writing_leaves_nothing)
     if (pid == 0) {
         gguf_writer *w = gguf_writer_new();
         pn_error e;
-        if (gguf_writer_add_tensor(w, "t", 1, (int64_t[]){1 << 20}, PN_TYPE_F32, &e) ||
+        if (gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 1 << 20 }, PN_TYPE_F32, &e) ||
             gguf_writer_begin(w, path, &e))
             _exit(3);
         static uint8_t buf[1 << 21];
@@ -1775,7 +1775,7 @@ Test(gguf_writer_keys, an_empty_key_or_one_holding_a_nul_is_refused_naming_its_i
     cr_assert_eq(gguf_writer_set_u32(w, "", 3), PN_ERR_FORMAT);
     cr_assert_str_eq(gguf_writer_last_error(w), "gguf writer: key 2 is empty");
     cr_assert_eq(gguf_writer_set_str(w, "", "v"), PN_ERR_FORMAT);
-    cr_assert_eq(gguf_writer_set_arr_str(w, "", (const char *[]){"v"}, 1), PN_ERR_FORMAT);
+    cr_assert_eq(gguf_writer_set_arr_str(w, "", (const char *[]){ "v" }, 1), PN_ERR_FORMAT);
 
     gguf_kv kv;
     memset(&kv, 0, sizeof kv);
@@ -1784,12 +1784,11 @@ Test(gguf_writer_keys, an_empty_key_or_one_holding_a_nul_is_refused_naming_its_i
     kv.key.data = "ab\0cd";
     kv.key.len = 5;
     cr_assert_eq(gguf_writer_copy_kv(w, &kv), PN_ERR_FORMAT);
-    cr_assert(strstr(gguf_writer_last_error(w), "key 2 ('ab...') holds a NUL byte at byte 2"),
-              "%s", gguf_writer_last_error(w));
+    cr_assert(strstr(gguf_writer_last_error(w), "key 2 ('ab...') holds a NUL byte at byte 2"), "%s",
+              gguf_writer_last_error(w));
     kv.key.len = 0;
     cr_assert_eq(gguf_writer_copy_kv(w, &kv), PN_ERR_FORMAT);
-    cr_assert(strstr(gguf_writer_last_error(w), "key 2 is empty"), "%s",
-              gguf_writer_last_error(w));
+    cr_assert(strstr(gguf_writer_last_error(w), "key 2 is empty"), "%s", gguf_writer_last_error(w));
     kv.key.data = "c";
     kv.key.len = 1;
     cr_assert_eq(gguf_writer_copy_kv(w, &kv), PN_OK);
@@ -1828,7 +1827,7 @@ Test(gguf_writer_scale, two_hundred_thousand_keys_are_set_copied_and_written_in_
         snprintf(key, sizeof key, "key.%06d", i);
         cr_assert_eq(gguf_writer_set_u32(w, key, (uint32_t)i), PN_OK);
     }
-    for (int i = 0; i < N; i += 2) {   /* setting again replaces in place */
+    for (int i = 0; i < N; i += 2) { /* setting again replaces in place */
         snprintf(key, sizeof key, "key.%06d", i);
         cr_assert_eq(gguf_writer_set_u32(w, key, (uint32_t)i + 1000000u), PN_OK);
     }
@@ -1844,7 +1843,7 @@ Test(gguf_writer_scale, two_hundred_thousand_keys_are_set_copied_and_written_in_
     w = gguf_writer_new();
     for (size_t i = 0; i < N; i++)
         cr_assert_eq(gguf_writer_copy_kv(w, gguf_reader_kv(r, i)), PN_OK);
-    for (size_t i = 0; i < N; i++)   /* copying again is a set of each again */
+    for (size_t i = 0; i < N; i++) /* copying again is a set of each again */
         cr_assert_eq(gguf_writer_copy_kv(w, gguf_reader_kv(r, i)), PN_OK);
     for (int i = 0; i < N; i += 3) {
         snprintf(key, sizeof key, "key.%06d", i);
@@ -1889,11 +1888,11 @@ Test(gguf_writer_scale, sixty_thousand_tensors_are_added_and_written_in_linear_t
     gguf_writer *w = gguf_writer_new();
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", i);
-        cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){8}, PN_TYPE_F32, &e), PN_OK,
+        cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e), PN_OK,
                      "%s", e.msg);
     }
     double t_add = now_s() - t0;
-    cr_assert_eq(gguf_writer_add_tensor(w, "blk.12345.ffn_gate.weight", 1, (int64_t[]){8},
+    cr_assert_eq(gguf_writer_add_tensor(w, "blk.12345.ffn_gate.weight", 1, (int64_t[]){ 8 },
                                         PN_TYPE_F32, &e),
                  PN_ERR_TENSOR, "a duplicate among 60k is still refused");
     cr_assert(strstr(e.msg, "duplicate tensor name 'blk.12345.ffn_gate.weight' (tensor 12345 "
@@ -1923,9 +1922,9 @@ Test(gguf_writer_scale, sixty_thousand_tensors_are_added_and_written_in_linear_t
 Test(gguf_writer_scale, the_key_index_agrees_with_a_plain_model_under_random_sets_and_removals)
 {
     enum { NAMES = 1500, OPS = 40000 };
-    tu_rng rng = {12345};
+    tu_rng rng = { 12345 };
     gguf_writer *w = gguf_writer_new();
-    int64_t order[NAMES];    /* insertion stamp of a present key, -1 if absent */
+    int64_t order[NAMES]; /* insertion stamp of a present key, -1 if absent */
     uint32_t value[NAMES];
     for (int i = 0; i < NAMES; i++)
         order[i] = -1;
@@ -1988,14 +1987,14 @@ Test(gguf_bench, opens_and_validates_a_header_of_1000_tensors_and_300_keys)
             cr_assert_eq(gguf_writer_set_str(w, name, "a value of moderate length"), PN_OK);
         else
             cr_assert_eq(gguf_writer_set_arr(w, name, GGUF_TYPE_FLOAT32,
-                                             (float[]){1, 2, 3, 4, 5, 6, 7, 8}, 8),
+                                             (float[]){ 1, 2, 3, 4, 5, 6, 7, 8 }, 8),
                          PN_OK);
     }
     /* Names in an order that is not sorted, as in a real model. */
     for (int i = 0; i < 1000; i++) {
         snprintf(name, sizeof name, "blk.%d.ffn_%s.weight", (i * 7919) % 1000,
                  i % 2 ? "up" : "down");
-        cr_assert_eq(gguf_writer_add_tensor(w, name, 2, (int64_t[]){32, 2}, PN_TYPE_F32, &e),
+        cr_assert_eq(gguf_writer_add_tensor(w, name, 2, (int64_t[]){ 32, 2 }, PN_TYPE_F32, &e),
                      PN_OK, "%s", e.msg);
     }
     finish(w, path);
@@ -2101,21 +2100,17 @@ static void json_elements(strbuf *b, const gguf_kv *kv, bool typed)
         if (i)
             sb_add(b, ",");
         switch (kv->arr_type) {
-        case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32:
-            sb_add(b, "%llu", (unsigned long long)gguf_kv_arr_u64(kv, i));
-            break;
-        case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32:
-            sb_add(b, "%lld", (long long)gguf_kv_arr_i64(kv, i));
-            break;
+        case GGUF_TYPE_UINT8:
+        case GGUF_TYPE_UINT16:
+        case GGUF_TYPE_UINT32: sb_add(b, "%llu", (unsigned long long)gguf_kv_arr_u64(kv, i)); break;
+        case GGUF_TYPE_INT8:
+        case GGUF_TYPE_INT16:
+        case GGUF_TYPE_INT32: sb_add(b, "%lld", (long long)gguf_kv_arr_i64(kv, i)); break;
         case GGUF_TYPE_UINT64:
             sb_add(b, "\"%llu\"", (unsigned long long)gguf_kv_arr_u64(kv, i));
             break;
-        case GGUF_TYPE_INT64:
-            sb_add(b, "\"%lld\"", (long long)gguf_kv_arr_i64(kv, i));
-            break;
-        case GGUF_TYPE_BOOL:
-            sb_add(b, "%s", gguf_kv_arr_u64(kv, i) ? "true" : "false");
-            break;
+        case GGUF_TYPE_INT64: sb_add(b, "\"%lld\"", (long long)gguf_kv_arr_i64(kv, i)); break;
+        case GGUF_TYPE_BOOL: sb_add(b, "%s", gguf_kv_arr_u64(kv, i) ? "true" : "false"); break;
         case GGUF_TYPE_FLOAT32:
             cr_assert(typed, "no float elements in nested arrays in this test");
             sb_add(b, "\"0x%08llx\"", (unsigned long long)raw_elem(kv, i, 4));
@@ -2139,27 +2134,25 @@ static void json_elements(strbuf *b, const gguf_kv *kv, bool typed)
 /* Our reading of a file, in the format tests/node/gguf-dump.mjs prints. */
 static char *dump_like_node(const gguf_reader *r)
 {
-    strbuf b = {0};
-    sb_add(&b, "{\"version\":%u,\"tensor_data_offset\":\"%llu\",\"kv\":[",
-           gguf_reader_version(r), (unsigned long long)gguf_reader_data_offset(r));
+    strbuf b = { 0 };
+    sb_add(&b, "{\"version\":%u,\"tensor_data_offset\":\"%llu\",\"kv\":[", gguf_reader_version(r),
+           (unsigned long long)gguf_reader_data_offset(r));
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
         sb_add(&b, "%s{\"key\":", i ? "," : "");
         json_str(&b, kv->key);
         sb_add(&b, ",\"type\":\"%s\"", gguf_value_type_name(kv->type));
         switch (kv->type) {
-        case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32:
-            sb_add(&b, ",\"value\":%llu", (unsigned long long)kv->v.u64);
-            break;
-        case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32:
-            sb_add(&b, ",\"value\":%lld", (long long)kv->v.i64);
-            break;
+        case GGUF_TYPE_UINT8:
+        case GGUF_TYPE_UINT16:
+        case GGUF_TYPE_UINT32: sb_add(&b, ",\"value\":%llu", (unsigned long long)kv->v.u64); break;
+        case GGUF_TYPE_INT8:
+        case GGUF_TYPE_INT16:
+        case GGUF_TYPE_INT32: sb_add(&b, ",\"value\":%lld", (long long)kv->v.i64); break;
         case GGUF_TYPE_UINT64:
             sb_add(&b, ",\"value\":\"%llu\"", (unsigned long long)kv->v.u64);
             break;
-        case GGUF_TYPE_INT64:
-            sb_add(&b, ",\"value\":\"%lld\"", (long long)kv->v.i64);
-            break;
+        case GGUF_TYPE_INT64: sb_add(&b, ",\"value\":\"%lld\"", (long long)kv->v.i64); break;
         case GGUF_TYPE_BOOL: sb_add(&b, ",\"value\":%s", kv->v.u64 ? "true" : "false"); break;
         case GGUF_TYPE_FLOAT32: sb_add(&b, ",\"value\":\"0x%08x\"", f32_bits(kv->v.f64)); break;
         case GGUF_TYPE_FLOAT64: {
@@ -2184,12 +2177,11 @@ static char *dump_like_node(const gguf_reader *r)
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
         sb_add(&b, "%s{\"name\":", i ? "," : "");
-        json_str(&b, (gguf_str){strlen(t->name), t->name});
+        json_str(&b, (gguf_str){ strlen(t->name), t->name });
         sb_add(&b, ",\"n_dims\":%u,\"shape\":[", t->n_dims);
         for (uint32_t d = 0; d < t->n_dims; d++)
             sb_add(&b, "%s\"%lld\"", d ? "," : "", (long long)t->ne[d]);
-        sb_add(&b, "],\"dtype\":%d,\"offset\":\"%llu\"}", t->type,
-               (unsigned long long)t->offset);
+        sb_add(&b, "],\"dtype\":%d,\"offset\":\"%llu\"}", t->type, (unsigned long long)t->offset);
     }
     sb_add(&b, "]}\n");
     return b.s;
@@ -2260,7 +2252,7 @@ static char *write_model(const char *dir, const char *name, uint64_t pad_len, in
     pad[pad_len] = '\0';
     cr_assert_eq(gguf_writer_set_str(w, "pad", pad), PN_OK);
     free(pad);
-    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){n}, PN_TYPE_F32, &e), PN_OK);
+    cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ n }, PN_TYPE_F32, &e), PN_OK);
     finish(w, path);
     write_pattern(w, (uint64_t)n * 4, 1 << 20);
     close_and_commit(w);
@@ -2275,7 +2267,7 @@ Test(gguf_reader_io, a_fifo_is_refused_at_once_without_waiting_for_a_writer)
     cr_assert_eq(mkfifo(path, 0600), 0);
     gguf_reader *r = NULL;
     pn_error e;
-    alarm(20);   /* a hang fails the test instead of the suite */
+    alarm(20); /* a hang fails the test instead of the suite */
     cr_assert_eq(gguf_reader_open(path, &r, &e), PN_ERR_IO);
     alarm(0);
     cr_assert_null(r);
@@ -2325,7 +2317,7 @@ Test(gguf_reader_io, a_header_larger_than_the_first_read_is_read_whole)
 Test(gguf_reader_io, a_file_that_shrinks_after_open_gives_an_error_naming_it_not_a_fault)
 {
     char *dir = tu_mkdtemp();
-    const int64_t n = 8 << 20;   /* 32 MiB of data: more than the first read */
+    const int64_t n = 8 << 20; /* 32 MiB of data: more than the first read */
     char *path = write_model(dir, "shrinks.gguf", 100, n);
     gguf_reader *r = open_file(path);
     uint64_t data_end = gguf_reader_file_size(r);
@@ -2335,7 +2327,8 @@ Test(gguf_reader_io, a_file_that_shrinks_after_open_gives_an_error_naming_it_not
     /* the last MiB of the tensor now lies past the end of the file */
     pn_status st = gguf_reader_read_tensor(r, 0, (uint64_t)n * 4 - (1 << 20), buf, 1 << 20, &e);
     cr_assert_eq(st, PN_ERR_TRUNCATED);
-    cr_assert(strstr(e.msg, path) && strstr(e.msg, "changed or shrank") && strstr(e.msg, "tensor t"),
+    cr_assert(strstr(e.msg, path) && strstr(e.msg, "changed or shrank") &&
+                  strstr(e.msg, "tensor t"),
               "%s", e.msg);
     /* bytes still in the file read fine */
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 0, buf, 4096, &e), PN_OK, "%s", e.msg);
@@ -2385,7 +2378,7 @@ Test(gguf_reader_io, opening_a_descriptor_reads_the_same_file_and_keeps_the_call
 /* u32 magic, version, counts, then one key of `klen` bytes and a u8 value. */
 static blob header_with_key(const char *key, size_t klen)
 {
-    blob b = {malloc(64 + klen), 0};
+    blob b = { malloc(64 + klen), 0 };
     uint8_t *p = b.bytes;
     memcpy(p, "GGUF", 4);
     uint32_t v = 3;

@@ -19,11 +19,11 @@
 /* Tensor sizes that are not multiples of 4096 (f16 rows of 1000 bytes, a
  * bf16 vector of 6 bytes, ...), so tensors start anywhere in a block. */
 static const sf_spec g_specs[] = {
-    {"a.weight", 2, 500, 37, PN_TYPE_F16},     /* 37000 bytes */
-    {"b.weight", 1, 3, 1, PN_TYPE_BF16},       /* 6 */
-    {"c.weight", 2, 1000, 9, PN_TYPE_F32},     /* 36000 */
-    {"d.weight", 2, 4096, 5, PN_TYPE_BF16},    /* 40960 */
-    {"e.weight", 1, 77, 1, PN_TYPE_F32},       /* 308, the last: the file ends unaligned */
+    { "a.weight", 2, 500, 37, PN_TYPE_F16 },  /* 37000 bytes */
+    { "b.weight", 1, 3, 1, PN_TYPE_BF16 },    /* 6 */
+    { "c.weight", 2, 1000, 9, PN_TYPE_F32 },  /* 36000 */
+    { "d.weight", 2, 4096, 5, PN_TYPE_BF16 }, /* 40960 */
+    { "e.weight", 1, 77, 1, PN_TYPE_F32 },    /* 308, the last: the file ends unaligned */
 };
 #define N_SPECS (sizeof g_specs / sizeof g_specs[0])
 
@@ -47,8 +47,8 @@ static void same_bytes(const gguf_reader *r, gguf_direct *d, size_t i, uint64_t 
     const uint8_t *got = NULL;
     cr_assert_eq(gguf_direct_read_tensor(d, i, off, n, &got, &err), PN_OK, "%s", err.msg);
     cr_assert(n == 0 || memcmp(got, want, n) == 0,
-              "tensor %zu, bytes [%llu, %llu): the direct read differs", i,
-              (unsigned long long)off, (unsigned long long)(off + n));
+              "tensor %zu, bytes [%llu, %llu): the direct read differs", i, (unsigned long long)off,
+              (unsigned long long)(off + n));
     free(want);
 }
 
@@ -63,7 +63,7 @@ Test(gguf_direct, every_range_read_in_order_or_anywhere_gives_preads_bytes, .ini
     open_both(path, &r, &d, max_bytes);
     cr_assert_eq(gguf_reader_n_tensors(r), N_SPECS);
     /* in order, in pieces of several sizes (window hits and misses) */
-    const size_t pieces[] = {1, 6, 333, 4096, 4097, max_bytes};
+    const size_t pieces[] = { 1, 6, 333, 4096, 4097, max_bytes };
     for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
         for (size_t i = 0; i < N_SPECS; i++) {
             const uint64_t size = gguf_reader_tensor(r, i)->size;
@@ -73,7 +73,7 @@ Test(gguf_direct, every_range_read_in_order_or_anywhere_gives_preads_bytes, .ini
             }
         }
     /* anywhere: random tensors, offsets and lengths, backwards too */
-    tu_rng rng = {11};
+    tu_rng rng = { 11 };
     for (int k = 0; k < 3000; k++) {
         size_t i = (size_t)(tu_rng_u64(&rng) % N_SPECS);
         const uint64_t size = gguf_reader_tensor(r, i)->size;
@@ -106,8 +106,8 @@ Test(gguf_direct, a_file_that_shrank_is_the_readers_truncated_error_naming_it, .
     uint8_t *buf = malloc(8192);
     cr_assert_eq(gguf_reader_read_tensor(r, i, 500, buf, 8000, &want), PN_ERR_TRUNCATED);
     const uint8_t *data = NULL;
-    cr_assert_eq(gguf_direct_read_tensor(d, i, 500, 8000, &data, &got), PN_ERR_TRUNCATED,
-                 "%s", got.msg);
+    cr_assert_eq(gguf_direct_read_tensor(d, i, 500, 8000, &data, &got), PN_ERR_TRUNCATED, "%s",
+                 got.msg);
     cr_assert_str_eq(got.msg, want.msg);
     cr_assert(strstr(got.msg, path) && strstr(got.msg, "changed or shrank") &&
                   strstr(got.msg, "d.weight"),

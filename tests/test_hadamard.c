@@ -21,19 +21,35 @@ typedef struct block_size_case {
     int B;
 } block_size_case;
 
-ParameterizedTestParameters(hadamard, block_size_is_the_largest_power_of_two_dividing_k_up_to_the_cap)
+ParameterizedTestParameters(hadamard,
+                            block_size_is_the_largest_power_of_two_dividing_k_up_to_the_cap)
 {
     static block_size_case cases[] = {
         /* the Qwen3.8-27B row lengths */
-        {5120, 1024, 1024}, {6144, 1024, 1024}, {17408, 1024, 1024},
+        { 5120, 1024, 1024 },
+        { 6144, 1024, 1024 },
+        { 17408, 1024, 1024 },
         /* the golden files and the tiny model */
-        {320, 1024, 64}, {1280, 1024, 256}, {640, 1024, 128}, {96, 1024, 32}, {64, 1024, 64},
-        {5120, 512, 512},
+        { 320, 1024, 64 },
+        { 1280, 1024, 256 },
+        { 640, 1024, 128 },
+        { 96, 1024, 32 },
+        { 64, 1024, 64 },
+        { 5120, 512, 512 },
         /* odd K: only B = 1 divides it */
-        {1, 1024, 1}, {7, 1024, 1}, {5121, 1024, 1}, {4097, 1024, 1},
+        { 1, 1024, 1 },
+        { 7, 1024, 1 },
+        { 5121, 1024, 1 },
+        { 4097, 1024, 1 },
         /* the cap binds */
-        {2048, 1024, 1024}, {1 << 20, 1024, 1024}, {4096, 4096, 4096}, {8192, 4096, 4096},
-        {1024, 1, 1}, {1024, 2, 2}, {6, 1024, 2}, {12, 2, 2},
+        { 2048, 1024, 1024 },
+        { 1 << 20, 1024, 1024 },
+        { 4096, 4096, 4096 },
+        { 8192, 4096, 4096 },
+        { 1024, 1, 1 },
+        { 1024, 2, 2 },
+        { 6, 1024, 2 },
+        { 12, 2, 2 },
     };
     return cr_make_param_array(block_size_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -49,8 +65,8 @@ ParameterizedTest(block_size_case *c, hadamard,
 ParameterizedTestParameters(hadamard, an_invalid_cap_or_row_length_gives_block_size_0)
 {
     static block_size_case cases[] = {
-        {5120, 0, 0}, {5120, 3, 0}, {5120, 8192, 0}, {5120, -4, 0}, {5120, 1000, 0},
-        {5120, 1536, 0}, {0, 1024, 0}, {-64, 1024, 0},
+        { 5120, 0, 0 },    { 5120, 3, 0 },    { 5120, 8192, 0 }, { 5120, -4, 0 },
+        { 5120, 1000, 0 }, { 5120, 1536, 0 }, { 0, 1024, 0 },    { -64, 1024, 0 },
     };
     return cr_make_param_array(block_size_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -77,20 +93,20 @@ Test(hadamard, is_pow2_accepts_exactly_the_powers_of_two)
 /* --- golden files ---------------------------------------------------------- */
 
 typedef struct hadamard_file {
-    int tag;  /* index into hadamard_file_tags (no pointers in parameters) */
+    int tag; /* index into hadamard_file_tags (no pointers in parameters) */
     int64_t K;
     int cap;
     int B;
     int rows;
 } hadamard_file;
 
-static const char *const hadamard_file_tags[] = {"K5120", "K6144", "K17408", "K1280",
-                                                 "K320",  "K640",  "K96",    "K5120.cap512"};
+static const char *const hadamard_file_tags[] = { "K5120", "K6144", "K17408", "K1280",
+                                                  "K320",  "K640",  "K96",    "K5120.cap512" };
 
 static hadamard_file golden_files[] = {
-    {0, 5120, 1024, 1024, 8}, {1, 6144, 1024, 1024, 8}, {2, 17408, 1024, 1024, 8},
-    {3, 1280, 1024, 256, 12}, {4, 320, 1024, 64, 12},   {5, 640, 1024, 128, 12},
-    {6, 96, 1024, 32, 12},    {7, 5120, 512, 512, 9},
+    { 0, 5120, 1024, 1024, 8 }, { 1, 6144, 1024, 1024, 8 }, { 2, 17408, 1024, 1024, 8 },
+    { 3, 1280, 1024, 256, 12 }, { 4, 320, 1024, 64, 12 },   { 5, 640, 1024, 128, 12 },
+    { 6, 96, 1024, 32, 12 },    { 7, 5120, 512, 512, 9 },
 };
 
 static float *load_hadamard(const hadamard_file *f, const char *kind)
@@ -131,8 +147,8 @@ static void check_golden_file(const hadamard_file *f, rotate_fn rotate, const ch
             bad_rows++;
         }
     }
-    cr_assert_eq(bad_rows, 0, "%s (%s): %d of %d rows differ from the golden rotation", tag,
-                 which, bad_rows, f->rows);
+    cr_assert_eq(bad_rows, 0, "%s (%s): %d of %d rows differ from the golden rotation", tag, which,
+                 bad_rows, f->rows);
     free(in);
     free(out);
 }
@@ -163,11 +179,12 @@ ParameterizedTest(hadamard_file *f, hadamard, the_dispatching_rotation_matches_e
 
 Test(hadamard, the_dispatching_rotation_equals_the_reference_for_every_block_size)
 {
-    tu_rng rng = {7};
+    tu_rng rng = { 7 };
     for (int B = 1; B <= PN_HADAMARD_MAX_BLOCK; B *= 2) {
         for (int blocks = 1; blocks <= 3; blocks++) {
             int64_t K = (int64_t)B * blocks;
-            float *a = malloc((size_t)K * sizeof(float) + 4), *b = malloc((size_t)K * sizeof(float));
+            float *a = malloc((size_t)K * sizeof(float) + 4),
+                  *b = malloc((size_t)K * sizeof(float));
             cr_assert(a && b);
             for (int64_t j = 0; j < K; j++)
                 a[j] = (float)(tu_rng_gauss(&rng) * ldexp(1.0, (int)(tu_rng_u64(&rng) % 40) - 20));
@@ -189,7 +206,7 @@ Test(hadamard, the_dispatching_rotation_works_on_an_unaligned_row)
     char *raw = malloc(K * sizeof(float) + 16);
     float *ref = malloc(K * sizeof(float));
     cr_assert(raw && ref);
-    tu_rng rng = {99};
+    tu_rng rng = { 99 };
     for (int j = 0; j < K; j++)
         ref[j] = (float)tu_rng_gauss(&rng);
     /* A float* at a 4-byte but not 16/32/64-byte boundary, as in a row of an
@@ -209,11 +226,14 @@ Test(hadamard, the_dispatching_rotation_works_on_an_unaligned_row)
 
 /* --- the mathematics --------------------------------------------------------- */
 
-static int sylvester(int i, int j) { return (__builtin_popcount((unsigned)(i & j)) & 1) ? -1 : 1; }
+static int sylvester(int i, int j)
+{
+    return (__builtin_popcount((unsigned)(i & j)) & 1) ? -1 : 1;
+}
 
 ParameterizedTestParameters(hadamard, equals_the_sylvester_matrix_product_for_small_blocks)
 {
-    static int sizes[] = {1, 2, 4, 8, 16, 32};
+    static int sizes[] = { 1, 2, 4, 8, 16, 32 };
     return cr_make_param_array(int, sizes, sizeof sizes / sizeof sizes[0]);
 }
 
@@ -221,7 +241,7 @@ ParameterizedTest(int *pB, hadamard, equals_the_sylvester_matrix_product_for_sma
 {
     const int B = *pB, blocks = 3, K = B * blocks;
     float x[96], y[96];
-    tu_rng rng = {(uint64_t)B * 1000003u};
+    tu_rng rng = { (uint64_t)B * 1000003u };
 
     /* Integer inputs: every butterfly sum is exact in double, so the result
      * must be float(S * (1/sqrt(B))) exactly, S the exact integer product. */
@@ -236,8 +256,8 @@ ParameterizedTest(int *pB, hadamard, equals_the_sylvester_matrix_product_for_sma
                 for (int j = 0; j < B; j++)
                     S += sylvester(i, j) * (int64_t)x[b * B + j];
                 float want = (float)((double)S * (1.0 / sqrt((double)B)));
-                cr_assert_eq(y[b * B + i], want, "B = %d block %d output %d: %a, expected %a", B,
-                             b, i, y[b * B + i], want);
+                cr_assert_eq(y[b * B + i], want, "B = %d block %d output %d: %a, expected %a", B, b,
+                             i, y[b * B + i], want);
             }
         }
     }
@@ -260,8 +280,7 @@ ParameterizedTest(int *pB, hadamard, equals_the_sylvester_matrix_product_for_sma
                 long double want = S / sqrtl((long double)B);
                 long double tol = fabsl(want) * 0x1p-24L + l1 * 0x1p-45L;
                 cr_assert_leq(fabsl((long double)y[b * B + i] - want), tol,
-                              "B = %d block %d output %d: %a vs %La", B, b, i, y[b * B + i],
-                              want);
+                              "B = %d block %d output %d: %a vs %La", B, b, i, y[b * B + i], want);
             }
         }
     }
@@ -270,7 +289,7 @@ ParameterizedTest(int *pB, hadamard, equals_the_sylvester_matrix_product_for_sma
 Test(hadamard, a_block_size_of_1_leaves_the_row_unchanged)
 {
     float x[37], y[37];
-    tu_rng rng = {5};
+    tu_rng rng = { 5 };
     for (int j = 0; j < 37; j++)
         x[j] = (float)tu_rng_gauss(&rng);
     x[3] = -0.0f;
@@ -301,9 +320,10 @@ typedef struct involution_case {
 
 ParameterizedTestParameters(hadamard, rotating_twice_gives_back_the_input)
 {
-    static involution_case cases[] = {{5120, 1024}, {6144, 1024}, {17408, 1024}, {5120, 512},
-                                      {1280, 256},  {320, 64},    {96, 32},      {40, 8},
-                                      {4096, 4096}, {6, 2}};
+    static involution_case cases[] = { { 5120, 1024 }, { 6144, 1024 }, { 17408, 1024 },
+                                       { 5120, 512 },  { 1280, 256 },  { 320, 64 },
+                                       { 96, 32 },     { 40, 8 },      { 4096, 4096 },
+                                       { 6, 2 } };
     return cr_make_param_array(involution_case, cases, sizeof cases / sizeof cases[0]);
 }
 
@@ -311,7 +331,7 @@ ParameterizedTest(involution_case *c, hadamard, rotating_twice_gives_back_the_in
 {
     float *x = malloc((size_t)c->K * sizeof(float)), *y = malloc((size_t)c->K * sizeof(float));
     cr_assert(x && y);
-    tu_rng rng = {(uint64_t)c->K * 31 + (uint64_t)c->B};
+    tu_rng rng = { (uint64_t)c->K * 31 + (uint64_t)c->B };
     for (int row = 0; row < 4; row++) {
         double amax = 0;
         for (int64_t j = 0; j < c->K; j++) {
@@ -340,7 +360,7 @@ Test(hadamard, preserves_the_euclidean_norm_of_each_block)
     enum { K = 5120, B = 1024 };
     float *x = malloc(K * sizeof(float)), *y = malloc(K * sizeof(float));
     cr_assert(x && y);
-    tu_rng rng = {11};
+    tu_rng rng = { 11 };
     for (int j = 0; j < K; j++)
         x[j] = (float)(tu_rng_gauss(&rng) * (1 + j % 7));
     memcpy(y, x, K * sizeof(float));

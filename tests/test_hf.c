@@ -16,7 +16,10 @@
 #define CONVERT PN_BIN_DIR "/pn-convert"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
@@ -25,18 +28,18 @@ static void teardown(void)
 
 static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
 {
-    if (a->type != b->type) return false;
+    if (a->type != b->type)
+        return false;
     switch (a->type) {
     case GGUF_TYPE_STRING:
-        return a->v.str.len == b->v.str.len && memcmp(a->v.str.data, b->v.str.data, a->v.str.len) == 0;
+        return a->v.str.len == b->v.str.len &&
+               memcmp(a->v.str.data, b->v.str.data, a->v.str.len) == 0;
     case GGUF_TYPE_ARRAY:
         return a->arr_type == b->arr_type && a->arr_count == b->arr_count &&
                a->arr_bytes == b->arr_bytes && memcmp(a->arr_data, b->arr_data, a->arr_bytes) == 0;
     case GGUF_TYPE_FLOAT32:
-    case GGUF_TYPE_FLOAT64:
-        return memcmp(&a->v.f64, &b->v.f64, sizeof(double)) == 0;
-    default:
-        return a->v.u64 == b->v.u64;
+    case GGUF_TYPE_FLOAT64: return memcmp(&a->v.f64, &b->v.f64, sizeof(double)) == 0;
+    default: return a->v.u64 == b->v.u64;
     }
 }
 
@@ -44,8 +47,10 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
  * (the files of a set) are not compared. */
 static bool is_general(const gguf_kv *kv)
 {
-    if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) return true;
-    if (kv->key.len >= 9 && memcmp(kv->key.data, "pn.split.", 9) == 0) return true;
+    if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0)
+        return true;
+    if (kv->key.len >= 9 && memcmp(kv->key.data, "pn.split.", 9) == 0)
+        return true;
     return kv->key.len >= 8 && memcmp(kv->key.data, "general.", 8) == 0 &&
            !gguf_str_eq(kv->key, "general.file_type") &&
            !gguf_str_eq(kv->key, "general.quantization_version") &&
@@ -58,7 +63,7 @@ static bool is_general(const gguf_kv *kv)
 void hf_assert_same_model(const char *got, const char *want)
 {
     gguf_reader *g = NULL, *w = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(got, &g, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_reader_open(want, &w, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_reader_n_tensors(g), gguf_reader_n_tensors(w), "tensor count of %s", got);
@@ -67,7 +72,8 @@ void hf_assert_same_model(const char *got, const char *want)
         cr_assert_str_eq(tg->name, tw->name, "tensor %zu", i);
         cr_assert_eq(tg->type, tw->type, "type of %s", tw->name);
         cr_assert_eq(tg->n_dims, tw->n_dims, "dims of %s", tw->name);
-        for (int d = 0; d < GGUF_MAX_DIMS; d++) cr_assert_eq(tg->ne[d], tw->ne[d], "ne of %s", tw->name);
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            cr_assert_eq(tg->ne[d], tw->ne[d], "ne of %s", tw->name);
         cr_assert_eq(tg->size, tw->size);
         uint8_t *a = malloc(tg->size), *b = malloc(tw->size);
         cr_assert_eq(gguf_reader_read_tensor(g, i, 0, a, tg->size, &err), PN_OK, "%s", err.msg);
@@ -78,9 +84,12 @@ void hf_assert_same_model(const char *got, const char *want)
     }
     size_t ig = 0, iw = 0;
     for (;;) {
-        while (ig < gguf_reader_n_kv(g) && is_general(gguf_reader_kv(g, ig))) ig++;
-        while (iw < gguf_reader_n_kv(w) && is_general(gguf_reader_kv(w, iw))) iw++;
-        if (ig == gguf_reader_n_kv(g) || iw == gguf_reader_n_kv(w)) break;
+        while (ig < gguf_reader_n_kv(g) && is_general(gguf_reader_kv(g, ig)))
+            ig++;
+        while (iw < gguf_reader_n_kv(w) && is_general(gguf_reader_kv(w, iw)))
+            iw++;
+        if (ig == gguf_reader_n_kv(g) || iw == gguf_reader_n_kv(w))
+            break;
         const gguf_kv *a = gguf_reader_kv(g, ig), *b = gguf_reader_kv(w, iw);
         cr_assert(a->key.len == b->key.len && memcmp(a->key.data, b->key.data, a->key.len) == 0,
                   "key %zu is %.*s, the converter's is %.*s", ig, (int)a->key.len, a->key.data,
@@ -147,22 +156,28 @@ Test(hf_convert, takes_config_json_or_the_index_as_src)
     char *out = tu_join(g_dir, "out.gguf");
     unlink(out);
     free(out);
-    convert_and_compare("", HFDATA "/hf/model.safetensors.index.json", HFDATA "/converted.bf16.gguf");
+    convert_and_compare("", HFDATA "/hf/model.safetensors.index.json",
+                        HFDATA "/converted.bf16.gguf");
 }
 
 /* A hub-cache snapshot: every file a symlink into ../../blobs/. */
 Test(hf_convert, reads_a_hub_cache_snapshot_of_symlinks)
 {
     static const char *const files[] = {
-        "config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-        "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
     };
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/m/blobs' '%s/m/snapshots/abc'", g_dir, g_dir);
     cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(cmd, sizeof cmd,
-                 "cp '%s/hf/%s' '%s/m/blobs/blob%zu' && ln -s '../../blobs/blob%zu' '%s/m/snapshots/abc/%s'",
+                 "cp '%s/hf/%s' '%s/m/blobs/blob%zu' && ln -s '../../blobs/blob%zu' "
+                 "'%s/m/snapshots/abc/%s'",
                  HFDATA, files[i], g_dir, i, i, g_dir, files[i]);
         cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
     }
@@ -213,7 +228,7 @@ static bool skip_key(const gguf_kv *kv)
 static void assert_same_quantized(const char *got, const char *want)
 {
     gguf_reader *g = NULL, *w = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(got, &g, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_reader_open(want, &w, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_reader_n_tensors(g), gguf_reader_n_tensors(w));
@@ -232,7 +247,8 @@ static void assert_same_quantized(const char *got, const char *want)
     size_t ng = 0, nw = 0;
     for (size_t i = 0; i < gguf_reader_n_kv(w); i++) {
         const gguf_kv *b = gguf_reader_kv(w, i);
-        if (skip_key(b)) continue;
+        if (skip_key(b))
+            continue;
         nw++;
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)b->key.len, b->key.data);
@@ -240,15 +256,19 @@ static void assert_same_quantized(const char *got, const char *want)
         cr_assert(a, "%s lacks key %s", got, key);
         cr_assert(kv_equal(a, b), "key %s differs", key);
     }
-    for (size_t i = 0; i < gguf_reader_n_kv(g); i++) ng += !skip_key(gguf_reader_kv(g, i));
+    for (size_t i = 0; i < gguf_reader_n_kv(g); i++)
+        ng += !skip_key(gguf_reader_kv(g, i));
     cr_assert_eq(ng, nw, "%s has other keys", got);
     /* the types of all three kinds occur: the comparison covers each path */
     bool pn = false, stock = false, f32 = false;
     for (size_t i = 0; i < gguf_reader_n_tensors(g); i++) {
         int t = gguf_reader_tensor(g, i)->type;
-        if (t == 0) f32 = true;
-        else if (t == 1 || t == 8 || t == 30) stock = true;
-        else pn = true;
+        if (t == 0)
+            f32 = true;
+        else if (t == 1 || t == 8 || t == 30)
+            stock = true;
+        else
+            pn = true;
     }
     cr_assert(pn && stock && f32, "the test recipe must give PN, stock and F32 tensors");
     gguf_reader_close(g);
@@ -290,13 +310,15 @@ Test(hf_quantize, the_dry_run_gives_every_mtp_tensor_a_type)
     cr_assert_eq(tu_run(cmd, &o, &e), 0, "%s", e);
     /* every MTP tensor of the converter's file, with its type */
     static const char *const mtp[] = {
-        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight",
-        "blk.4.nextn.shared_head_norm.weight", "blk.4.attn_q.weight", "blk.4.ffn_up.weight",
+        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight",
+        "blk.4.nextn.hnorm.weight",   "blk.4.nextn.shared_head_norm.weight",
+        "blk.4.attn_q.weight",        "blk.4.ffn_up.weight",
     };
     for (size_t i = 0; i < sizeof mtp / sizeof *mtp; i++)
         cr_assert(strstr(o, mtp[i]), "the dry run names %s:\n%s", mtp[i], o);
     cr_assert(strstr(o, "blk.4.nextn.eh_proj.weight") &&
-              strstr(strstr(o, "blk.4.nextn.eh_proj.weight"), "q8_0"), "eh_proj is q8_0");
+                  strstr(strstr(o, "blk.4.nextn.eh_proj.weight"), "q8_0"),
+              "eh_proj is q8_0");
     free(o);
     free(e);
 }
@@ -343,7 +365,8 @@ static void write_shard(const char *path, const char *header, size_t data_len)
     size_t hl = strlen(header);
     size_t n = 8 + hl + data_len;
     uint8_t *b = calloc(1, n);
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(b + 8, header, hl);
     cr_assert_eq(tu_write_file(path, b, n), 0);
     free(b);
@@ -385,7 +408,7 @@ static void assert_refused(const char *src, const char *const *want)
     free(e);
 }
 
-#define REFUSED(src, ...) assert_refused(src, (const char *const[]){__VA_ARGS__, NULL})
+#define REFUSED(src, ...) assert_refused(src, (const char *const[]){ __VA_ARGS__, NULL })
 
 #define SHARD1 "model-00001-of-00002.safetensors"
 #define SHARD2 "model-00002-of-00002.safetensors"
@@ -393,7 +416,7 @@ static void assert_refused(const char *src, const char *const *want)
 Test(hf_hostile, a_header_length_past_the_end_of_the_file)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    uint8_t b[16] = {0xe8, 0x03};   /* 1000 bytes of header in a 16-byte file */
+    uint8_t b[16] = { 0xe8, 0x03 }; /* 1000 bytes of header in a 16-byte file */
     cr_assert_eq(tu_write_file(p, b, sizeof b), 0);
     REFUSED(m, SHARD1, "header length 1000 runs past the end of the file");
     free(p);
@@ -403,7 +426,7 @@ Test(hf_hostile, a_header_length_past_the_end_of_the_file)
 Test(hf_hostile, a_header_length_above_100_mb)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    uint8_t b[16] = {0x00, 0xc2, 0xeb, 0x0b};   /* 200,000,000 */
+    uint8_t b[16] = { 0x00, 0xc2, 0xeb, 0x0b }; /* 200,000,000 */
     cr_assert_eq(tu_write_file(p, b, sizeof b), 0);
     REFUSED(m, SHARD1, "above the limit");
     free(p);
@@ -422,8 +445,10 @@ Test(hf_hostile, a_header_that_is_not_a_json_object)
 Test(hf_hostile, a_header_with_a_tensor_named_twice)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    write_shard(p, "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
-                   "\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}", 8);
+    write_shard(p,
+                "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                "\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
+                8);
     REFUSED(m, SHARD1, "duplicate");
     free(p);
     free(m);
@@ -434,7 +459,9 @@ Test(hf_hostile, a_header_value_of_the_wrong_type)
     char *m = copy_model(), *p = tu_join(m, SHARD1);
     write_shard(p, "{\"model.norm.weight\":{\"dtype\":5,\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
     REFUSED(m, SHARD1, "tensor model.norm.weight", "dtype");
-    write_shard(p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[\"2\"],\"data_offsets\":[0,4]}}", 4);
+    write_shard(
+        p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[\"2\"],\"data_offsets\":[0,4]}}",
+        4);
     REFUSED(m, SHARD1, "tensor model.norm.weight", "shape");
     free(p);
     free(m);
@@ -443,7 +470,8 @@ Test(hf_hostile, a_header_value_of_the_wrong_type)
 Test(hf_hostile, offsets_out_of_order)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    write_shard(p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,0]}}", 8);
+    write_shard(
+        p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,0]}}", 8);
     REFUSED(m, SHARD1, "tensor model.norm.weight", "out of order");
     free(p);
     free(m);
@@ -452,8 +480,10 @@ Test(hf_hostile, offsets_out_of_order)
 Test(hf_hostile, overlapping_tensors)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    write_shard(p, "{\"x.a\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]},"
-                   "\"x.b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[4,12]}}", 12);
+    write_shard(p,
+                "{\"x.a\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]},"
+                "\"x.b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[4,12]}}",
+                12);
     REFUSED(m, SHARD1, "x.a", "x.b", "overlap");
     free(p);
     free(m);
@@ -462,7 +492,9 @@ Test(hf_hostile, overlapping_tensors)
 Test(hf_hostile, offsets_outside_the_data)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    write_shard(p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64],\"data_offsets\":[0,128]}}", 100);
+    write_shard(
+        p, "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64],\"data_offsets\":[0,128]}}",
+        100);
     REFUSED(m, SHARD1, "tensor model.norm.weight", "outside the data");
     free(p);
     free(m);
@@ -471,7 +503,9 @@ Test(hf_hostile, offsets_outside_the_data)
 Test(hf_hostile, shape_times_dtype_not_the_byte_range)
 {
     char *m = copy_model(), *p = tu_join(m, SHARD1);
-    write_shard(p, "{\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,128]}}", 128);
+    write_shard(
+        p, "{\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[0,128]}}",
+        128);
     REFUSED(m, SHARD1, "tensor model.norm.weight", "256 bytes", "span 128");
     free(p);
     free(m);
@@ -479,11 +513,12 @@ Test(hf_hostile, shape_times_dtype_not_the_byte_range)
 
 Test(hf_hostile, dtypes_not_taken_are_refused_naming_the_tensor)
 {
-    static const char *const dtypes[] = {"F8_E4M3", "F8_E5M2", "I64", "BOOL"};
+    static const char *const dtypes[] = { "F8_E4M3", "F8_E5M2", "I64", "BOOL" };
     char *m = copy_model(), *p = tu_join(m, SHARD1);
     for (size_t i = 0; i < 4; i++) {
         char h[256];
-        snprintf(h, sizeof h, "{\"model.norm.weight\":{\"dtype\":\"%s\",\"shape\":[8],\"data_offsets\":[0,8]}}",
+        snprintf(h, sizeof h,
+                 "{\"model.norm.weight\":{\"dtype\":\"%s\",\"shape\":[8],\"data_offsets\":[0,8]}}",
                  dtypes[i]);
         write_shard(p, h, 64);
         REFUSED(m, SHARD1, "tensor model.norm.weight", dtypes[i], "not taken");
@@ -572,7 +607,8 @@ Test(hf_hostile, a_config_whose_head_counts_do_not_divide)
 {
     char *m = copy_model(), *p = tu_join(m, "config.json");
     edit_file(p, "\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3");
-    REFUSED(m, "config.json", "linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)");
+    REFUSED(m, "config.json",
+            "linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)");
     free(p);
     free(m);
     m = copy_model();
@@ -581,7 +617,8 @@ Test(hf_hostile, a_config_whose_head_counts_do_not_divide)
     cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
     p = tu_join(m, "config.json");
     edit_file(p, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3");
-    REFUSED(m, "config.json", "num_attention_heads (4) is not a multiple of num_key_value_heads (3)");
+    REFUSED(m, "config.json",
+            "num_attention_heads (4) is not a multiple of num_key_value_heads (3)");
     free(p);
     free(m);
 }
@@ -631,9 +668,11 @@ Test(hf_hostile, an_f16_checkpoint_is_refused_saying_why)
     size_t n;
     uint8_t *b = tu_read_file(p, &n);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | b[i];
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | b[i];
     for (uint64_t i = 8; i + 6 <= 8 + hl; i++)
-        if (memcmp(b + i, "\"BF16\"", 6) == 0) memcpy(b + i, "\"F16\" ", 6);
+        if (memcmp(b + i, "\"BF16\"", 6) == 0)
+            memcpy(b + i, "\"F16\" ", 6);
     cr_assert_eq(tu_write_file(p, b, n), 0);
     free(b);
     REFUSED(m, SHARD1, "F16 checkpoints are refused");
@@ -655,7 +694,8 @@ Test(hf_quantize, a_changed_shard_is_caught_by_check_source_and_reuse)
     size_t n;
     uint8_t *d = tu_read_file(p, &n);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | d[i];
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | d[i];
     d[8 + hl + 300] ^= 1;
     cr_assert_eq(tu_write_file(p, d, n), 0);
     free(d);
@@ -671,7 +711,8 @@ Test(hf_quantize, a_changed_shard_is_caught_by_check_source_and_reuse)
     cr_assert_eq(rc, 0, "%s", e);
     cr_assert(strstr(o, "copied 70 of 71") || strstr(e, "copied 70 of 71"), "%s%s", o, e);
     cr_assert(strstr(o, "quantized 1: blk.0.ffn_gate.weight") ||
-              strstr(e, "quantized 1: blk.0.ffn_gate.weight"), "%s%s", o, e);
+                  strstr(e, "quantized 1: blk.0.ffn_gate.weight"),
+              "%s%s", o, e);
     free(o);
     free(e);
     free(p);
@@ -705,13 +746,16 @@ Test(hf_quantize, a_split_output_of_the_folder_is_that_of_the_converted_file)
 {
     char cmd[8192];
     char *a = tu_join(g_dir, "a.gguf"), *b = tu_join(g_dir, "b.gguf");
-    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'",
-             QUANTIZE, TINY_RECIPE, HFDATA "/hf", a);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, HFDATA "/hf", a);
     run_ok(cmd);
-    snprintf(cmd, sizeof cmd, "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'",
-             QUANTIZE, TINY_RECIPE, HFDATA "/converted.bf16.gguf", b);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --quiet --threads 2 --split-max-tensors 40 --recipe '%s' '%s' '%s'", QUANTIZE,
+             TINY_RECIPE, HFDATA "/converted.bf16.gguf", b);
     run_ok(cmd);
-    char *a1 = tu_join(g_dir, "a-00001-of-00002.gguf"), *b1 = tu_join(g_dir, "b-00001-of-00002.gguf");
+    char *a1 = tu_join(g_dir, "a-00001-of-00002.gguf"),
+         *b1 = tu_join(g_dir, "b-00001-of-00002.gguf");
     assert_same_quantized(a1, b1);
     free(a1);
     free(b1);

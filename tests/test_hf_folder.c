@@ -23,7 +23,10 @@
 #define INDEX "model.safetensors.index.json"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
@@ -62,7 +65,8 @@ static json_t *read_header(const char *path, uint8_t **data, size_t *n_data)
     uint8_t *b = tu_read_file(path, &n);
     cr_assert(b && n >= 8);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | b[i];
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | b[i];
     json_error_t je;
     json_t *h = json_loadb((const char *)b + 8, (size_t)hl, 0, &je);
     cr_assert(h, "%s: %s", path, je.text);
@@ -78,7 +82,8 @@ static void write_header(const char *path, json_t *h, const uint8_t *data, size_
     char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     size_t hl = strlen(text);
     uint8_t *b = malloc(8 + hl + n_data);
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(b + 8, text, hl);
     memcpy(b + 8 + hl, data, n_data);
     cr_assert_eq(tu_write_file(path, b, 8 + hl + n_data), 0);
@@ -173,7 +178,8 @@ static void set_config(const char *m, const char *key, long long v)
 static char *pn_file(void)
 {
     char *q = tu_join(g_dir, "q.gguf");
-    if (tu_exists(q)) return q;
+    if (tu_exists(q))
+        return q;
     char *o = NULL, *e = NULL;
     int rc = tu_run_program(&o, &e, "pn-quantize", "--quiet --threads 2 --recipe '%s' '%s/hf' '%s'",
                             TINY_RECIPE, HFDATA, q);
@@ -194,10 +200,11 @@ static void all_refuse(const char *m, const char *opts, const char *const *want)
     snprintf(cmd[1], sizeof cmd[1], "'%s/pn-quantize' --threads 2 --recipe '%s' %s '%s' '%s'",
              PN_BIN_DIR, TINY_RECIPE, opts, m, out);
     snprintf(cmd[2], sizeof cmd[2], "'%s/pn-check' --source '%s' '%s'", PN_BIN_DIR, m, q);
-    snprintf(cmd[3], sizeof cmd[3], "'%s/pn-compare' --tmpdir '%s' '%s' '%s'", PN_BIN_DIR, od,
-             m, q);
+    snprintf(cmd[3], sizeof cmd[3], "'%s/pn-compare' --tmpdir '%s' '%s' '%s'", PN_BIN_DIR, od, m,
+             q);
     for (int k = 0; k < 4; k++) {
-        if (k >= 2 && opts[0]) continue;   /* the options are the writers' */
+        if (k >= 2 && opts[0])
+            continue; /* the options are the writers' */
         char *o = NULL, *e = NULL;
         int rc = tu_run(cmd[k], &o, &e);
         cr_assert_neq(rc, 0, "%s: exit 0\n%s%s", cmd[k], o, e);
@@ -212,7 +219,7 @@ static void all_refuse(const char *m, const char *opts, const char *const *want)
     free(q);
 }
 
-#define ALL_REFUSE(m, opts, ...) all_refuse(m, opts, (const char *const[]){__VA_ARGS__, NULL})
+#define ALL_REFUSE(m, opts, ...) all_refuse(m, opts, (const char *const[]){ __VA_ARGS__, NULL })
 
 /* pn-convert takes the folder (exit 0). */
 static void converts(const char *m, const char *opts)
@@ -223,7 +230,7 @@ static void converts(const char *m, const char *opts)
     cr_assert_eq(rc, 0, "%s", e);
     char *x = tu_join(g_dir, "out/x.gguf");
     cr_assert(tu_exists(x));
-    unlink(x);   /* out/ is left empty for the refusals that follow */
+    unlink(x); /* out/ is left empty for the refusals that follow */
     free(x);
     free(o);
     free(e);
@@ -292,7 +299,8 @@ Test(hf_folder, a_tensor_the_architecture_does_not_have_is_refused)
 Test(hf_folder, a_bias_the_architecture_does_not_have_is_refused)
 {
     char *m = copy_model();
-    rename_tensor(m, "model.visual.merger.linear_fc1.weight", L "layers.0.linear_attn.out_proj.bias");
+    rename_tensor(m, "model.visual.merger.linear_fc1.weight",
+                  L "layers.0.linear_attn.out_proj.bias");
     ALL_REFUSE(m, "", L "layers.0.linear_attn.out_proj.bias", "blk.0.ssm_out.bias",
                "is not one a qwen35 checkpoint has in a linear_attention layer");
     free(m);
@@ -383,14 +391,16 @@ static void string_merges(const char *m, size_t k, const char *bad)
     cr_assert(json_array_size(mg) > k);
     for (size_t i = 0; i < json_array_size(mg); i++) {
         json_t *e = json_array_get(mg, i);
-        if (json_is_string(e)) continue;   /* already in the string form */
+        if (json_is_string(e))
+            continue; /* already in the string form */
         cr_assert(json_is_array(e), "the golden tokenizer has merges as pairs");
         char s[512];
         snprintf(s, sizeof s, "%s %s", json_string_value(json_array_get(e, 0)),
                  json_string_value(json_array_get(e, 1)));
         json_array_set_new(mg, i, json_string(s));
     }
-    if (bad) json_array_set_new(mg, k, json_string(bad));
+    if (bad)
+        json_array_set_new(mg, k, json_string(bad));
     save_json(tp, t);
     json_decref(t);
     free(tp);
@@ -400,7 +410,7 @@ Test(hf_folder, a_merge_without_a_space_is_refused_naming_its_index)
 {
     char *m = copy_model();
     string_merges(m, 0, NULL);
-    converts(m, "");   /* the string form of the same merges is taken */
+    converts(m, ""); /* the string form of the same merges is taken */
     string_merges(m, 2, "in");
     ALL_REFUSE(m, "", "tokenizer.json", "model.merges[2]", "\"in\"", "not two tokens");
     free(m);
@@ -408,7 +418,7 @@ Test(hf_folder, a_merge_without_a_space_is_refused_naming_its_index)
 
 Test(hf_folder, string_merges_of_one_token_or_three_are_refused)
 {
-    static const char *const bad[] = {"in", " in", "in ", "a b c", "", " "};
+    static const char *const bad[] = { "in", " in", "in ", "a b c", "", " " };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *m = copy_model();
         string_merges(m, 1, bad[i]);
@@ -444,7 +454,8 @@ static void long_header_shard(const char *path, uint64_t len, bool real)
     int fd = open(path, O_WRONLY | O_TRUNC | O_CREAT, 0644);
     cr_assert(fd >= 0);
     uint8_t b[8];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(len >> (8 * i));
     cr_assert_eq(write(fd, b, 8), 8);
     if (real) {
         char *h = malloc(len);
@@ -529,7 +540,8 @@ static char *snapshot(const char *dir)
     char cmd[4096], *o = NULL;
     snprintf(cmd, sizeof cmd,
              "cd '%s' && find . -printf '%%p %%y %%l\\n' | LC_ALL=C sort && "
-             "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum", dir);
+             "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum",
+             dir);
     cr_assert_eq(tu_run(cmd, &o, NULL), 0);
     return o;
 }
@@ -561,8 +573,14 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
              "ln m/" SHARD2 " hard-link-to-shard",
              g_dir);
     cr_assert_eq(tu_run(cmd, NULL, NULL), 0);
-    const char *names[] = {"config.json", INDEX, SHARD1, SHARD2, "tokenizer.json",
-                           "tokenizer_config.json", "chat_template.jinja", "model.safetensors"};
+    const char *names[] = { "config.json",
+                            INDEX,
+                            SHARD1,
+                            SHARD2,
+                            "tokenizer.json",
+                            "tokenizer_config.json",
+                            "chat_template.jinja",
+                            "model.safetensors" };
     const size_t n_names = sizeof names / sizeof *names;
     /* the targets: each file of each folder, the blobs behind the links, and
      * links outside the folder that point into it */
@@ -589,7 +607,7 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
     targets[nt] = tu_join(g_dir, "hard-link-to-shard");
     srcs[nt++] = m;
     char *before = snapshot(g_dir);
-    const char *force[] = {"", "--force"};
+    const char *force[] = { "", "--force" };
     for (size_t t = 0; t < nt; t++)
         for (int f = 0; f < 2; f++) {
             const char *T = targets[t], *S = srcs[t], *F = force[f];
@@ -602,12 +620,15 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
             snprintf(c, sizeof c, "'%s/pn-quantize' --quiet --threads 2 --recipe '%s' %s '%s' '%s'",
                      PN_BIN_DIR, TINY_RECIPE, F, S, T);
             must_not_touch(g_dir, before, c);
-            snprintf(c, sizeof c, "'%s/pn-quantize' --quiet --threads 2 --recipe '%s' %s "
-                     "--report '%s' '%s' '%s/out/r.gguf'", PN_BIN_DIR, TINY_RECIPE, F, T, S, g_dir);
+            snprintf(c, sizeof c,
+                     "'%s/pn-quantize' --quiet --threads 2 --recipe '%s' %s "
+                     "--report '%s' '%s' '%s/out/r.gguf'",
+                     PN_BIN_DIR, TINY_RECIPE, F, T, S, g_dir);
             must_not_touch(g_dir, before, c);
-            snprintf(c, sizeof c, "'%s/pn-quantize' --quiet --threads 2 --recipe '%s' %s "
-                     "--measurement '%s' --promote 1 '%s' '%s/out/s.gguf'", PN_BIN_DIR,
-                     TINY_RECIPE, F, T, S, g_dir);
+            snprintf(c, sizeof c,
+                     "'%s/pn-quantize' --quiet --threads 2 --recipe '%s' %s "
+                     "--measurement '%s' --promote 1 '%s' '%s/out/s.gguf'",
+                     PN_BIN_DIR, TINY_RECIPE, F, T, S, g_dir);
             must_not_touch(g_dir, before, c);
             snprintf(c, sizeof c, "'%s/pn-dequant' --quiet %s '%s' '%s'", PN_BIN_DIR, F, S, T);
             must_not_touch(g_dir, before, c);
@@ -627,7 +648,8 @@ Test(hf_folder, no_program_writes_any_file_of_the_folder_with_or_without_force, 
     char *after = snapshot(g_dir);
     cr_assert_str_eq(after, before, "pn-check changed the folder");
     free(after);
-    for (size_t t = 0; t < nt; t++) free(targets[t]);
+    for (size_t t = 0; t < nt; t++)
+        free(targets[t]);
     free(before);
     free(snap);
     free(q);
@@ -674,13 +696,14 @@ Test(hf_folder, chat_template_jinja_is_written_whole_as_the_template)
     /* a template with a NUL-free body of 70,000 bytes */
     size_t n = 70000;
     char *body = malloc(n);
-    for (size_t i = 0; i < n; i++) body[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++)
+        body[i] = (char)('a' + i % 26);
     cr_assert_eq(tu_write_file(jp, body, n), 0);
     char *out = tu_join(g_dir, "out/x.gguf");
     char *o = NULL, *e = NULL;
     cr_assert_eq(tu_run_program(&o, &e, "pn-convert", "--quiet '%s' '%s'", m, out), 0, "%s", e);
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(out, &r, &err), PN_OK, "%s", err.msg);
     const gguf_kv *kv = gguf_reader_find_kv(r, "tokenizer.chat_template");
     cr_assert(kv && kv->type == GGUF_TYPE_STRING);
@@ -711,7 +734,7 @@ Test(hf_folder, an_oversized_chat_template_jinja_is_refused_not_skipped)
     drop_config_template(m);
     int fd = open(jp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, (off_t)300 << 20), 0);   /* sparse: 300 MiB of zeros */
+    cr_assert_eq(ftruncate(fd, (off_t)300 << 20), 0); /* sparse: 300 MiB of zeros */
     close(fd);
     ALL_REFUSE(m, "", "chat_template.jinja", "the chat template is 314572800 bytes, more than");
     free(jp);

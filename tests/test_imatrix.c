@@ -111,12 +111,15 @@ static pn_plan *plan_of(const tshape *s, size_t n)
 
 typedef struct dat_entry {
     const char *name;
-    size_t name_len;       /* 0: strlen */
+    size_t name_len; /* 0: strlen */
     int32_t ncall, nval;
-    const float *vals;     /* nval values */
+    const float *vals; /* nval values */
 } dat_entry;
 
-static void put_i32(gb *b, int32_t v) { gb_u32(b, (uint32_t)v); }
+static void put_i32(gb *b, int32_t v)
+{
+    gb_u32(b, (uint32_t)v);
+}
 static void put_f32(gb *b, float f)
 {
     uint32_t u;
@@ -142,7 +145,7 @@ static void dat_bytes(gb *b, const dat_entry *e, int32_t n_declared, size_t n, b
     }
 }
 
-static const float V4[4] = {8.0f, 16.0f, 0.0f, 4.0f};
+static const float V4[4] = { 8.0f, 16.0f, 0.0f, 4.0f };
 
 /* A small GGUF imatrix: entries `names` with in_sum2 of ne [k, n_mat] and
  * counts [1, n_mat], sums s, counts c. */
@@ -157,10 +160,11 @@ static void gguf_imatrix_bytes(gb *b, const char *const *names, size_t n, int64_
     gb_kv_u32(b, "imatrix.chunk_count", 8);
     gb_kv_u32(b, "imatrix.chunk_size", 128);
     uint64_t off = 0;
-    const uint64_t sb = (uint64_t)(k * n_mat * 4 + 31) / 32 * 32, cb = (uint64_t)(n_mat * 4 + 31) / 32 * 32;
+    const uint64_t sb = (uint64_t)(k * n_mat * 4 + 31) / 32 * 32,
+                   cb = (uint64_t)(n_mat * 4 + 31) / 32 * 32;
     for (size_t i = 0; i < n; i++) {
         char nm[256];
-        uint64_t ne_s[2] = {(uint64_t)k, (uint64_t)n_mat}, ne_c[2] = {1, (uint64_t)n_mat};
+        uint64_t ne_s[2] = { (uint64_t)k, (uint64_t)n_mat }, ne_c[2] = { 1, (uint64_t)n_mat };
         snprintf(nm, sizeof nm, "%s.in_sum2", names[i]);
         gb_tensor(b, nm, strlen(nm), n_mat > 1 ? 2 : 1, ne_s, 0, off);
         off += sb;
@@ -303,10 +307,10 @@ Test(imatrix, weights_that_share_an_input_share_their_sums)
 {
     pn_imatrix *im = load_ok(IMX_GGUF);
     const char *groups[][4] = {
-        {"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_alpha.weight",
-         "blk.0.ssm_beta.weight"},
-        {"blk.2.ffn_gate.weight", "blk.2.ffn_up.weight", NULL, NULL},
-        {"blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.3.attn_v.weight", NULL},
+        { "blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_alpha.weight",
+          "blk.0.ssm_beta.weight" },
+        { "blk.2.ffn_gate.weight", "blk.2.ffn_up.weight", NULL, NULL },
+        { "blk.3.attn_q.weight", "blk.3.attn_k.weight", "blk.3.attn_v.weight", NULL },
     };
     for (size_t g = 0; g < 3; g++) {
         const pn_imatrix_entry *a = pn_imatrix_find(im, groups[g][0]);
@@ -314,7 +318,8 @@ Test(imatrix, weights_that_share_an_input_share_their_sums)
         for (int k = 1; k < 4 && groups[g][k]; k++) {
             const pn_imatrix_entry *b = pn_imatrix_find(im, groups[g][k]);
             cr_assert_not_null(b, "%s", groups[g][k]);
-            cr_assert(memcmp(a->weights, b->weights, (size_t)a->n_vals * 4) == 0, "%s", groups[g][k]);
+            cr_assert(memcmp(a->weights, b->weights, (size_t)a->n_vals * 4) == 0, "%s",
+                      groups[g][k]);
         }
     }
     pn_imatrix_free(im);
@@ -334,7 +339,7 @@ Test(imatrix, the_file_without_process_output_has_every_entry_but_output_weight)
 Test(imatrix, every_golden_entry_names_a_tensor_of_the_golden_model_and_fits_it)
 {
     pn_plan *plan = golden_plan();
-    const char *files[] = {IMX_GGUF, IMX_DAT, IMX_NOOUT};
+    const char *files[] = { IMX_GGUF, IMX_DAT, IMX_NOOUT };
     for (int f = 0; f < 3; f++) {
         pn_imatrix *im = load_ok(files[f]);
         size_t n_unknown = 9;
@@ -367,8 +372,8 @@ Test(imatrix, the_base_name_is_what_follows_the_last_slash)
 
 Test(imatrix, a_dat_count_of_zero_keeps_the_value_and_a_gguf_count_of_zero_gives_one)
 {
-    dat_entry e[1] = {{"a.weight", 0, 0, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { "a.weight", 0, 0, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 1, 1, false);
     pn_imatrix *im = NULL;
     pn_error err;
@@ -377,8 +382,8 @@ Test(imatrix, a_dat_count_of_zero_keeps_the_value_and_a_gguf_count_of_zero_gives
     cr_assert_str_eq(im->dataset, "");
     pn_imatrix_free(im);
     free(b.p);
-    const char *names[] = {"a.weight"};
-    gb g = {0};
+    const char *names[] = { "a.weight" };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, names, 1, 64, 1, 3.0f, 0.0f, "imatrix");
     cr_assert_eq(pn_imatrix_parse(g.p, g.n, "x.gguf", &im, &err), PN_OK, "%s", err.msg);
     for (int j = 0; j < 64; j++)
@@ -391,10 +396,10 @@ Test(imatrix, a_dat_count_of_zero_keeps_the_value_and_a_gguf_count_of_zero_gives
 
 Test(imatrix_hostile, a_dat_cut_short_anywhere_is_refused)
 {
-    dat_entry e[2] = {{"blk.0.a.weight", 0, 8, 4, V4}, {"blk.0.b.weight", 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[2] = { { "blk.0.a.weight", 0, 8, 4, V4 }, { "blk.0.b.weight", 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 2, 2, true);
-    const size_t no_trailer = b.n - 13;   /* a file without the trailer is whole */
+    const size_t no_trailer = b.n - 13; /* a file without the trailer is whole */
     for (size_t cut = 0; cut < b.n; cut++) {
         if (cut == no_trailer)
             continue;
@@ -424,15 +429,15 @@ Test(imatrix_hostile, a_gguf_imatrix_cut_short_anywhere_is_refused)
 
 Test(imatrix_hostile, an_entry_count_past_the_file_is_refused_before_allocating)
 {
-    dat_entry e[1] = {{"a.weight", 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { "a.weight", 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 0x7fffffff, 1, false);
     pn_status st;
     const char *m = refused(b.p, b.n, &st);
     cr_assert_eq(st, PN_ERR_TRUNCATED, "%s", m);
     cr_assert(strstr(m, "2147483647") != NULL, "%s", m);
     free(b.p);
-    gb z = {0};
+    gb z = { 0 };
     dat_bytes(&z, e, 0, 0, false);
     refused(z.p, z.n, NULL);
     free(z.p);
@@ -440,11 +445,11 @@ Test(imatrix_hostile, an_entry_count_past_the_file_is_refused_before_allocating)
 
 Test(imatrix_hostile, a_name_length_or_value_count_past_the_file_is_refused)
 {
-    dat_entry e[1] = {{"a.weight", 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { "a.weight", 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 1, 1, false);
     int32_t big = 1000;
-    memcpy(b.p + 4, &big, 4);   /* the name length */
+    memcpy(b.p + 4, &big, 4); /* the name length */
     pn_status st;
     const char *m = refused(b.p, b.n, &st);
     cr_assert_eq(st, PN_ERR_TRUNCATED, "%s", m);
@@ -465,15 +470,15 @@ Test(imatrix_hostile, a_name_length_or_value_count_past_the_file_is_refused)
 Test(imatrix_hostile, a_name_with_a_terminal_escape_is_refused_and_shown_escaped)
 {
     const char nm[] = "blk.0.\x1b]0;pwned\x07.weight";
-    dat_entry e[1] = {{nm, 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { nm, 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 1, 1, false);
     const char *m = refused(b.p, b.n, NULL);
     cr_assert_null(strchr(m, 0x1b), "the message carries the escape: %s", m);
     cr_assert(strstr(m, "\\x1b") != NULL, "%s", m);
     free(b.p);
-    const char *names[] = {nm};
-    gb g = {0};
+    const char *names[] = { nm };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, names, 1, 64, 1, 1.0f, 8.0f, "imatrix");
     m = refused(g.p, g.n, NULL);
     cr_assert_null(strchr(m, 0x1b), "%s", m);
@@ -482,8 +487,8 @@ Test(imatrix_hostile, a_name_with_a_terminal_escape_is_refused_and_shown_escaped
 
 Test(imatrix_hostile, an_entry_given_twice_is_refused_naming_it)
 {
-    dat_entry e[2] = {{"blk.1.x.weight", 0, 8, 4, V4}, {"blk.1.x.weight", 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[2] = { { "blk.1.x.weight", 0, 8, 4, V4 }, { "blk.1.x.weight", 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 2, 2, true);
     const char *m = refused(b.p, b.n, NULL);
     cr_assert(strstr(m, "blk.1.x.weight") != NULL && strstr(m, "twice") != NULL, "%s", m);
@@ -492,30 +497,30 @@ Test(imatrix_hostile, an_entry_given_twice_is_refused_naming_it)
 
 Test(imatrix_hostile, nan_infinite_or_negative_sums_counts_or_values_are_refused)
 {
-    const float bad[3] = {NAN, INFINITY, -1.0f};
+    const float bad[3] = { NAN, INFINITY, -1.0f };
     for (int k = 0; k < 3; k++) {
-        float v[4] = {1, 2, 3, 4};
+        float v[4] = { 1, 2, 3, 4 };
         v[2] = bad[k];
-        dat_entry e[1] = {{"a.weight", 0, 8, 4, v}};
-        gb b = {0};
+        dat_entry e[1] = { { "a.weight", 0, 8, 4, v } };
+        gb b = { 0 };
         dat_bytes(&b, e, 1, 1, false);
         const char *m = refused(b.p, b.n, NULL);
         cr_assert(strstr(m, "column 2") != NULL, "%s", m);
         free(b.p);
-        const char *names[] = {"a.weight"};
-        gb g = {0};
+        const char *names[] = { "a.weight" };
+        gb g = { 0 };
         gguf_imatrix_bytes(&g, names, 1, 64, 1, bad[k], 8.0f, "imatrix");
         m = refused(g.p, g.n, NULL);
         cr_assert(strstr(m, "a.weight.in_sum2") != NULL, "%s", m);
         free(g.p);
-        gb c = {0};
+        gb c = { 0 };
         gguf_imatrix_bytes(&c, names, 1, 64, 1, 1.0f, bad[k], "imatrix");
         m = refused(c.p, c.n, NULL);
         cr_assert(strstr(m, "a.weight.counts") != NULL, "%s", m);
         free(c.p);
     }
-    dat_entry e[1] = {{"a.weight", 0, -3, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { "a.weight", 0, -3, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 1, 1, false);
     const char *m = refused(b.p, b.n, NULL);
     cr_assert(strstr(m, "ncall") != NULL, "%s", m);
@@ -524,8 +529,8 @@ Test(imatrix_hostile, nan_infinite_or_negative_sums_counts_or_values_are_refused
 
 Test(imatrix_hostile, bytes_after_the_trailer_are_refused)
 {
-    dat_entry e[1] = {{"a.weight", 0, 8, 4, V4}};
-    gb b = {0};
+    dat_entry e[1] = { { "a.weight", 0, 8, 4, V4 } };
+    gb b = { 0 };
     dat_bytes(&b, e, 1, 1, true);
     gb_put(&b, "xyz", 3);
     refused(b.p, b.n, NULL);
@@ -534,22 +539,22 @@ Test(imatrix_hostile, bytes_after_the_trailer_are_refused)
 
 Test(imatrix_hostile, a_gguf_that_is_not_an_imatrix_is_refused)
 {
-    const char *names[] = {"a.weight"};
-    gb g = {0};
+    const char *names[] = { "a.weight" };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, names, 1, 64, 1, 1.0f, 8.0f, "model");
     const char *m = refused(g.p, g.n, NULL);
     cr_assert(strstr(m, "not an imatrix") != NULL, "%s", m);
     free(g.p);
-    gb h = {0};
+    gb h = { 0 };
     gguf_imatrix_bytes(&h, names, 1, 64, 1, 1.0f, 8.0f, NULL);
     m = refused(h.p, h.n, NULL);
     cr_assert(strstr(m, "not an imatrix") != NULL, "%s", m);
     free(h.p);
     /* a model file of the project is no imatrix either */
-    gb k = {0};
+    gb k = { 0 };
     gb_header(&k, 1, 1);
     gb_kv_str(&k, "general.architecture", 20, "qwen35", 6);
-    uint64_t ne[2] = {64, 2};
+    uint64_t ne[2] = { 64, 2 };
     gb_tensor(&k, "blk.0.ffn_up.weight", 19, 2, ne, 0, 0);
     gb_pad(&k, 32);
     for (int j = 0; j < 128; j++)
@@ -561,14 +566,14 @@ Test(imatrix_hostile, a_gguf_that_is_not_an_imatrix_is_refused)
 
 Test(imatrix_hostile, a_gguf_imatrix_missing_a_key_or_a_half_entry_is_refused)
 {
-    const char *names[] = {"a.weight"};
-    gb g = {0};
+    const char *names[] = { "a.weight" };
+    gb g = { 0 };
     gb_header(&g, 1, 3);
     gb_kv_str(&g, "general.type", 12, "imatrix", 7);
     gb_kv_str_array(&g, "imatrix.datasets", 1);
     gb_str(&g, "GPL-3", 5);
     gb_kv_u32(&g, "imatrix.chunk_count", 8);
-    uint64_t ne[1] = {64};
+    uint64_t ne[1] = { 64 };
     gb_tensor(&g, "a.weight.in_sum2", 16, 1, ne, 0, 0);
     gb_pad(&g, 32);
     for (int j = 0; j < 64; j++)
@@ -577,7 +582,7 @@ Test(imatrix_hostile, a_gguf_imatrix_missing_a_key_or_a_half_entry_is_refused)
     cr_assert(strstr(m, "imatrix.chunk_size") != NULL, "%s", m);
     free(g.p);
     (void)names;
-    gb h = {0};
+    gb h = { 0 };
     gb_header(&h, 1, 4);
     gb_kv_str(&h, "general.type", 12, "imatrix", 7);
     gb_kv_str_array(&h, "imatrix.datasets", 1);
@@ -595,10 +600,10 @@ Test(imatrix_hostile, a_gguf_imatrix_missing_a_key_or_a_half_entry_is_refused)
 
 Test(imatrix_hostile, k_that_is_not_the_tensors_is_refused_naming_both)
 {
-    tshape s[1] = {{"blk.0.ffn_up.weight", 128, 4, 1}};
+    tshape s[1] = { { "blk.0.ffn_up.weight", 128, 4, 1 } };
     pn_plan *plan = plan_of(s, 1);
-    const char *names[] = {"blk.0.ffn_up.weight"};
-    gb g = {0};
+    const char *names[] = { "blk.0.ffn_up.weight" };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, names, 1, 64, 1, 1.0f, 8.0f, "imatrix");
     pn_imatrix *im = NULL;
     pn_error e;
@@ -614,10 +619,10 @@ Test(imatrix_hostile, k_that_is_not_the_tensors_is_refused_naming_both)
 
 Test(imatrix_hostile, n_mat_other_than_one_for_a_dense_tensor_is_refused)
 {
-    tshape s[1] = {{"blk.0.ffn_up.weight", 64, 4, 1}};
+    tshape s[1] = { { "blk.0.ffn_up.weight", 64, 4, 1 } };
     pn_plan *plan = plan_of(s, 1);
-    const char *names[] = {"blk.0.ffn_up.weight"};
-    gb g = {0};
+    const char *names[] = { "blk.0.ffn_up.weight" };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, names, 1, 64, 2, 1.0f, 8.0f, "imatrix");
     pn_imatrix *im = NULL;
     pn_error e;
@@ -630,10 +635,10 @@ Test(imatrix_hostile, n_mat_other_than_one_for_a_dense_tensor_is_refused)
     free(g.p);
     pn_plan_free(plan);
     /* and an expert tensor takes one matrix per expert */
-    tshape x[1] = {{"blk.0.ffn_up_exps.weight", 64, 4, 2}};
+    tshape x[1] = { { "blk.0.ffn_up_exps.weight", 64, 4, 2 } };
     plan = plan_of(x, 1);
-    const char *xn[] = {"blk.0.ffn_up_exps.weight"};
-    gb h = {0};
+    const char *xn[] = { "blk.0.ffn_up_exps.weight" };
+    gb h = { 0 };
     gguf_imatrix_bytes(&h, xn, 1, 64, 2, 1.0f, 8.0f, "imatrix");
     cr_assert_eq(pn_imatrix_parse(h.p, h.n, "m.imatrix", &im, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(pn_imatrix_check_model(im, "m.imatrix", plan, &nu, NULL, &e), PN_OK, "%s", e.msg);
@@ -644,10 +649,10 @@ Test(imatrix_hostile, n_mat_other_than_one_for_a_dense_tensor_is_refused)
 
 Test(imatrix_hostile, an_imatrix_of_another_model_is_refused_and_unknown_names_reported)
 {
-    tshape s[2] = {{"blk.0.ffn_up.weight", 64, 4, 1}, {"blk.0.ffn_down.weight", 64, 4, 1}};
+    tshape s[2] = { { "blk.0.ffn_up.weight", 64, 4, 1 }, { "blk.0.ffn_down.weight", 64, 4, 1 } };
     pn_plan *plan = plan_of(s, 2);
-    const char *other[] = {"model.layers.0.mlp.up_proj.weight", "z.weight"};
-    gb g = {0};
+    const char *other[] = { "model.layers.0.mlp.up_proj.weight", "z.weight" };
+    gb g = { 0 };
     gguf_imatrix_bytes(&g, other, 2, 64, 1, 1.0f, 8.0f, "imatrix");
     pn_imatrix *im = NULL;
     pn_error e;
@@ -657,11 +662,11 @@ Test(imatrix_hostile, an_imatrix_of_another_model_is_refused_and_unknown_names_r
     cr_assert(strstr(e.msg, "another model") != NULL, "%s", e.msg);
     pn_imatrix_free(im);
     free(g.p);
-    const char *some[] = {"blk.0.ffn_up.weight", "blk.9.\x1b[2Jgone.weight"};
+    const char *some[] = { "blk.0.ffn_up.weight", "blk.9.\x1b[2Jgone.weight" };
     /* the escape is refused at read; a printable unknown name is reported */
-    const char *some2[] = {"blk.0.ffn_up.weight", "blk.9.gone.weight"};
+    const char *some2[] = { "blk.0.ffn_up.weight", "blk.9.gone.weight" };
     (void)some;
-    gb h = {0};
+    gb h = { 0 };
     gguf_imatrix_bytes(&h, some2, 2, 64, 1, 1.0f, 8.0f, "imatrix");
     cr_assert_eq(pn_imatrix_parse(h.p, h.n, "o.imatrix", &im, &e), PN_OK, "%s", e.msg);
     char *unknown = NULL;

@@ -22,13 +22,16 @@
 #include "test_util.h"
 
 #define IMX_DIR PN_TEST_DATA "/imatrix"
-#define LIBLLAMA                                                                              \
-    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+#define LIBLLAMA                                                                                   \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"            \
                   "libllama.v0.5.0.so"
 #define M4_SHA256 "3b944de1d9512979810b7eb0539733cc5dac42d1896dd615606beff43d89f8a1"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
@@ -50,8 +53,8 @@ static void sha256_of_file(const char *path, char hex[65])
 static char *make_m4(void)
 {
     char *m4 = tu_join(g_dir, "m4.gguf");
-    cr_assert_eq(tu_run_program(NULL, NULL, "pn-synth", "--layers 4 --vocab 2048 --seed 7 '%s'", m4),
-                 0);
+    cr_assert_eq(
+        tu_run_program(NULL, NULL, "pn-synth", "--layers 4 --vocab 2048 --seed 7 '%s'", m4), 0);
     char hex[65];
     sha256_of_file(m4, hex);
     cr_assert_str_eq(hex, M4_SHA256, "pn-synth no longer makes the golden m4.gguf");
@@ -107,8 +110,9 @@ static char *recipe_like(const char *stock)
         if (ty)
             n += (size_t)snprintf(text + n, cap - n, "rule %s => %s\n", t->name, ty);
     }
-    n += (size_t)snprintf(text + n, cap - n, "rule dims=1 => f32\nrule *.ssm_conv1d.weight => f32\n"
-                                             "rule * => q8_0\n");
+    n += (size_t)snprintf(text + n, cap - n,
+                          "rule dims=1 => f32\nrule *.ssm_conv1d.weight => f32\n"
+                          "rule * => q8_0\n");
     gguf_reader_close(r);
     char *path = tu_join(g_dir, "like.mix");
     cr_assert_eq(tu_write_file(path, text, n), 0);
@@ -133,9 +137,9 @@ static double weighted_error(gguf_reader *src, gguf_reader *q, const char *name,
         cr_assert_eq(gguf_reader_read_tensor(src, (size_t)gguf_reader_find_tensor(src, name),
                                              (uint64_t)(r * srow), a, (size_t)srow, &err),
                      PN_OK);
-        cr_assert_eq(gguf_reader_read_tensor(q, (size_t)qi, (uint64_t)(r * qrow), b, (size_t)qrow,
-                                             &err),
-                     PN_OK);
+        cr_assert_eq(
+            gguf_reader_read_tensor(q, (size_t)qi, (uint64_t)(r * qrow), b, (size_t)qrow, &err),
+            PN_OK);
         pn_widen_row(s->type, a, x, K);
         cr_assert_eq(pn_dequantize_row_stock(t->type, b, y, K), PN_OK);
         for (int64_t j = 0; j < K; j++) {
@@ -157,8 +161,8 @@ static void compare_with_stock(const char *ftype, const char *golden_json)
     const char *imx = IMX_DIR "/m4.imatrix.gguf";
     cr_assert_eq(access(LIBLLAMA, R_OK), 0, "no libllama at %s (scripts/install-deps)", LIBLLAMA);
     cr_assert_eq(tu_run_program(NULL, NULL, "pn-llama-quantize",
-                                "--lib '%s' --threads 2 --imatrix '%s' '%s' '%s' %s", LIBLLAMA,
-                                imx, m4, stock, ftype),
+                                "--lib '%s' --threads 2 --imatrix '%s' '%s' '%s' %s", LIBLLAMA, imx,
+                                m4, stock, ftype),
                  0);
     check_golden_hashes(stock, golden_json);
     char *recipe = recipe_like(stock);
@@ -182,8 +186,9 @@ static void compare_with_stock(const char *ftype, const char *golden_json)
             continue;
         const pn_imatrix_entry *e = pn_imatrix_find(im, t->name);
         if (!e)
-            continue;   /* token_embd: no entry, unweighted on both sides */
-        const gguf_tensor_info *ot = gguf_reader_tensor(o, (size_t)gguf_reader_find_tensor(o, t->name));
+            continue; /* token_embd: no entry, unweighted on both sides */
+        const gguf_tensor_info *ot =
+            gguf_reader_tensor(o, (size_t)gguf_reader_find_tensor(o, t->name));
         cr_assert_eq(ot->type, t->type, "%s", t->name);
         double es = weighted_error(src, s, t->name, e->weights);
         double eo = weighted_error(src, o, t->name, e->weights);
@@ -240,11 +245,11 @@ static double werr(int type, const float *x, const uint8_t *q, const float *v, i
 
 Test(imatrix_kquants, the_weighted_encoders_never_err_more_than_the_unweighted_by_the_weights)
 {
-    const int types[2] = {PN_TYPE_Q4_K, PN_TYPE_Q3_K};
+    const int types[2] = { PN_TYPE_Q4_K, PN_TYPE_Q3_K };
     const int64_t n = 256 * 64;
     float *x = malloc((size_t)n * 4), *v = malloc((size_t)n * 4);
     uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
-    tu_rng rng = {123};
+    tu_rng rng = { 123 };
     rows_of(&rng, x, n);
     for (int64_t i = 0; i < n; i++)
         v[i] = (float)(0.01 + tu_rng_uniform(&rng) * (i % 37 == 3 ? 500.0 : 1.0));
@@ -279,8 +284,8 @@ Test(imatrix_kquants, the_weighted_encoders_never_err_more_than_the_unweighted_b
     free(b);
 }
 
-Test(imatrix_kquants, a_weighted_tensor_is_the_same_bytes_at_any_threads_and_chunk,
-     .init = setup, .fini = teardown, .timeout = 300)
+Test(imatrix_kquants, a_weighted_tensor_is_the_same_bytes_at_any_threads_and_chunk, .init = setup,
+     .fini = teardown, .timeout = 300)
 {
     /* q4_K output.weight of the golden model with its entry, 1 and 2
      * threads, the default chunk and a chunk of 256 weights (pieces of a
@@ -292,8 +297,8 @@ Test(imatrix_kquants, a_weighted_tensor_is_the_same_bytes_at_any_threads_and_chu
                               "rule * => q8_0\n";
     char *recipe = tu_join(g_dir, "r.mix");
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
-    const char *env[4] = {"", "PN_CHUNK_WEIGHTS=256 ", "PN_CHUNK_WEIGHTS=256 ", ""};
-    const int threads[4] = {1, 2, 1, 1};
+    const char *env[4] = { "", "PN_CHUNK_WEIGHTS=256 ", "PN_CHUNK_WEIGHTS=256 ", "" };
+    const int threads[4] = { 1, 2, 1, 1 };
     char first[65] = "";
     for (int k = 0; k < 4; k++) {
         char name[16];

@@ -22,13 +22,19 @@
 #include "test_util.h"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
     free(g_dir);
 }
-static char *path_in(const char *name) { return tu_join(g_dir, name); }
+static char *path_in(const char *name)
+{
+    return tu_join(g_dir, name);
+}
 
 /* A legacy .dat imatrix: one entry per name, K weights each from w(t, j),
  * ncall 1 (so the weight is the value). */
@@ -114,10 +120,10 @@ static void reference_weighted(const char *src, size_t i, int64_t max_rows, cons
                                              (size_t)src_row, &err),
                      PN_OK);
         pn_widen_row(t->type, raw, x0, K);
-        const float *ve = v + (sample[k] / t->ne[1]) * K;   /* an expert's own weights */
+        const float *ve = v + (sample[k] / t->ne[1]) * K; /* an expert's own weights */
         memcpy(x, x0, (size_t)K * 4);
         pn_hadamard_rotate_row_ref(x, K, B);
-        double rs[2] = {0, 0}, rn = 0;
+        double rs[2] = { 0, 0 }, rn = 0;
         for (int ty = 0; ty < 2; ty++) {
             const int type = ty ? PN_TYPE_PN4T : PN_TYPE_PN3T;
             cr_assert_eq(pn_quantize_row_ref(type, x, K, q, NULL), PN_OK);
@@ -178,18 +184,19 @@ static void base_opts(pn_quantize_opts *o, const char *src, const char *recipe)
 static const char g_recipe[] = "mix M\nrotation hadamard 1024\npromote 1\n"
                                "rule *.weight => pn3t\n";
 
-Test(imatrix_measure, the_weighted_sums_equal_an_independent_implementation_at_any_threads_and_chunk,
-     .init = setup, .fini = teardown)
+Test(imatrix_measure,
+     the_weighted_sums_equal_an_independent_implementation_at_any_threads_and_chunk, .init = setup,
+     .fini = teardown)
 {
     /* rows measured whole, a row of 20480 measured in pieces when the chunk
      * is smaller, and three rotation blocks (256, 1024, 64) */
     static const sf_spec cands[] = {
-        {"a.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16},
-        {"b.ffn_up.weight", 2, 20480, 3, PN_TYPE_F32},
-        {"c.attn_qkv.weight", 2, 320, 7, PN_TYPE_F16},
+        { "a.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16 },
+        { "b.ffn_up.weight", 2, 20480, 3, PN_TYPE_F32 },
+        { "c.attn_qkv.weight", 2, 320, 7, PN_TYPE_F16 },
     };
-    const char *names[] = {"a.attn_q.weight", "b.ffn_up.weight", "c.attn_qkv.weight"};
-    const int64_t K[] = {1280, 20480, 320};
+    const char *names[] = { "a.attn_q.weight", "b.ffn_up.weight", "c.attn_qkv.weight" };
+    const int64_t K[] = { 1280, 20480, 320 };
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *imx = path_in("w.dat");
     sf_write_model(src, cands, 3, 5);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
@@ -205,7 +212,7 @@ Test(imatrix_measure, the_weighted_sums_equal_an_independent_implementation_at_a
         free(v);
     }
     /* and unweighted figures differ: the weights did something */
-    const int64_t chunks[] = {256, 5000, 0};
+    const int64_t chunks[] = { 256, 5000, 0 };
     for (size_t ci = 0; ci < 3; ci++)
         for (int th = 1; th <= 2; th++) {
             char *mpath = path_in("m.txt");
@@ -248,11 +255,11 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
     gguf_writer *w = gguf_writer_new();
     pn_error err;
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
-    int64_t ne[4] = {K, R, E, 1};
+    int64_t ne[4] = { K, R, E, 1 };
     cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight", 3, ne, PN_TYPE_F32, &err),
                  PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_writer_begin(w, src, &err), PN_OK, "%s", err.msg);
-    tu_rng rng = {3};
+    tu_rng rng = { 3 };
     float *buf = malloc((size_t)(K * R * E) * 4);
     for (int64_t e = 0; e < K * R * E; e++)
         buf[e] = (float)tu_rng_gauss(&rng);
@@ -266,17 +273,19 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
      * for expert 1, counts [1, 2] = 1 */
     w = gguf_writer_new();
     gguf_writer_set_str(w, "general.type", "imatrix");
-    const char *ds[] = {"t"};
+    const char *ds[] = { "t" };
     gguf_writer_set_arr_str(w, "imatrix.datasets", ds, 1);
     gguf_writer_set_u32(w, "imatrix.chunk_count", 1);
     gguf_writer_set_u32(w, "imatrix.chunk_size", 1);
-    int64_t ns[4] = {K, E, 1, 1}, nc[4] = {1, E, 1, 1};
-    cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.counts", 2, nc, PN_TYPE_F32,
-                                        &err), PN_OK, "%s", err.msg);
-    cr_assert_eq(gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.in_sum2", 2, ns, PN_TYPE_F32,
-                                        &err), PN_OK, "%s", err.msg);
+    int64_t ns[4] = { K, E, 1, 1 }, nc[4] = { 1, E, 1, 1 };
+    cr_assert_eq(
+        gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.counts", 2, nc, PN_TYPE_F32, &err),
+        PN_OK, "%s", err.msg);
+    cr_assert_eq(
+        gguf_writer_add_tensor(w, "blk.0.ffn_up_exps.weight.in_sum2", 2, ns, PN_TYPE_F32, &err),
+        PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_writer_begin(w, imx, &err), PN_OK, "%s", err.msg);
-    float counts[2] = {1.0f, 1.0f};
+    float counts[2] = { 1.0f, 1.0f };
     cr_assert_eq(gguf_writer_write(w, counts, sizeof counts, &err), PN_OK);
     float *v = malloc((size_t)(K * E) * 4);
     for (int64_t j = 0; j < K; j++) {
@@ -322,7 +331,10 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
  * energy of the others), and the outlier, the largest of its group, is
  * what both types hold best: weighted, promoting b buys the model little,
  * and a, weighted uniformly, is promoted. */
-static float w_heavy(size_t t, int64_t j) { return t == 1 && j == 5 ? 10000.0f : 1.0f; }
+static float w_heavy(size_t t, int64_t j)
+{
+    return t == 1 && j == 5 ? 10000.0f : 1.0f;
+}
 
 static void write_pair(const char *path)
 {
@@ -330,14 +342,14 @@ static void write_pair(const char *path)
     pn_error err;
     cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
     const int64_t K = 320, R = 64;
-    const char *names[2] = {"a.ffn_up.weight", "b.ffn_up.weight"};
+    const char *names[2] = { "a.ffn_up.weight", "b.ffn_up.weight" };
     for (int i = 0; i < 2; i++) {
-        int64_t ne[4] = {K, R, 1, 1};
+        int64_t ne[4] = { K, R, 1, 1 };
         cr_assert_eq(gguf_writer_add_tensor(w, names[i], 2, ne, PN_TYPE_F32, &err), PN_OK);
     }
     cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {
-        tu_rng rng = {77};
+        tu_rng rng = { 77 };
         float *buf = malloc((size_t)(K * R) * 4);
         for (int64_t e = 0; e < K * R; e++) {
             double g = tu_rng_gauss(&rng);
@@ -383,8 +395,8 @@ Test(imatrix_measure, with_one_heavy_channel_the_promoted_tensor_is_the_one_the_
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat");
     write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    const char *names[] = {"a.ffn_up.weight", "b.ffn_up.weight"};
-    const int64_t K[] = {320, 320};
+    const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
+    const int64_t K[] = { 320, 320 };
     write_dat(imx, names, K, 2, w_heavy);
     char plain[64], weighted[64];
     double g0[2], g1[2];
@@ -405,8 +417,8 @@ Test(imatrix_measure, a_candidate_without_an_entry_is_an_error_naming_it_unless_
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("half.dat");
     write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    const char *names[] = {"b.ffn_up.weight"};
-    const int64_t K[] = {320};
+    const char *names[] = { "b.ffn_up.weight" };
+    const int64_t K[] = { 320 };
     write_dat(imx, names, K, 1, w_heavy);
     pn_quantize_opts o;
     base_opts(&o, src, recipe);
@@ -424,23 +436,26 @@ Test(imatrix_measure, a_candidate_without_an_entry_is_an_error_naming_it_unless_
     free(imx);
 }
 
-static void keep_note(const char *msg, void *user) { tu_keep_note(msg, user); }
+static void keep_note(const char *msg, void *user)
+{
+    tu_keep_note(msg, user);
+}
 
-Test(imatrix_measure, a_measurement_of_another_imatrix_or_of_none_is_measured_again,
-     .init = setup, .fini = teardown)
+Test(imatrix_measure, a_measurement_of_another_imatrix_or_of_none_is_measured_again, .init = setup,
+     .fini = teardown)
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *a = path_in("a.dat"),
          *b = path_in("b.dat"), *mpath = path_in("m.txt");
     write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    const char *names[] = {"a.ffn_up.weight", "b.ffn_up.weight"};
-    const int64_t K[] = {320, 320};
+    const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
+    const int64_t K[] = { 320, 320 };
     write_dat(a, names, K, 2, w_heavy);
     write_dat(b, names, K, 2, w_varied);
-    const char *runs[] = {NULL, a, a, b, NULL};
-    const bool again[] = {false, true, false, true, true};
+    const char *runs[] = { NULL, a, a, b, NULL };
+    const bool again[] = { false, true, false, true, true };
     for (int r = 0; r < 5; r++) {
-        tu_notes notes = {{0}};
+        tu_notes notes = { { 0 } };
         pn_quantize_opts o;
         base_opts(&o, src, recipe);
         o.measurement_path = mpath;
@@ -473,8 +488,8 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
          *dst = path_in("out.gguf");
     write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    const char *names[] = {"a.ffn_up.weight", "b.ffn_up.weight", "not.in.model"};
-    const int64_t K[] = {320, 320, 64};
+    const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight", "not.in.model" };
+    const int64_t K[] = { 320, 320, 64 };
     write_dat(imx, names, K, 3, w_heavy);
     pn_quantize_opts o;
     base_opts(&o, src, recipe);
@@ -540,8 +555,8 @@ static float w_ones(size_t t, int64_t j)
 
 /* A model with a pn3t candidate and a q4_K output.weight. */
 static const sf_spec g_kq_specs[] = {
-    {"a.ffn_up.weight", 2, 1280, 8, PN_TYPE_F32},
-    {"output.weight", 2, 512, 16, PN_TYPE_F32},
+    { "a.ffn_up.weight", 2, 1280, 8, PN_TYPE_F32 },
+    { "output.weight", 2, 512, 16, PN_TYPE_F32 },
 };
 static const char g_kq_recipe[] = "mix K\nrotation hadamard 1024\npromote 1\n"
                                   "rule output.weight => q4_K\nrule * => pn3t\n";
@@ -554,8 +569,8 @@ static void write_kq(char **src, char **recipe, char **imx_a, char **imx_b)
     *imx_b = path_in("b.dat");
     sf_write_model(*src, g_kq_specs, 2, 9);
     cr_assert_eq(tu_write_file(*recipe, g_kq_recipe, strlen(g_kq_recipe)), 0);
-    const char *names[] = {"a.ffn_up.weight", "output.weight"};
-    const int64_t K[] = {1280, 512};
+    const char *names[] = { "a.ffn_up.weight", "output.weight" };
+    const int64_t K[] = { 1280, 512 };
     write_dat(*imx_a, names, K, 2, w_varied);
     write_dat(*imx_b, names, K, 2, w_ones);
 }
@@ -586,14 +601,14 @@ static bool same_bytes(const char *a, const char *b)
     return same;
 }
 
-Test(imatrix_measure, reuse_never_copies_a_q4_K_tensor_made_with_another_imatrix,
-     .init = setup, .fini = teardown)
+Test(imatrix_measure, reuse_never_copies_a_q4_K_tensor_made_with_another_imatrix, .init = setup,
+     .fini = teardown)
 {
     char *src, *recipe, *a, *b;
     write_kq(&src, &recipe, &a, &b);
     char *prev = path_in("prev.gguf"), *fresh = path_in("fresh.gguf"), *out = path_in("out.gguf"),
          *plain = path_in("plain.gguf");
-    tu_notes n0 = {{0}}, n1 = {{0}}, n2 = {{0}}, n3 = {{0}};
+    tu_notes n0 = { { 0 } }, n1 = { { 0 } }, n2 = { { 0 } }, n3 = { { 0 } };
     quantize_to(src, recipe, a, NULL, prev, &n0);
     quantize_to(src, recipe, b, NULL, fresh, &n0);
     quantize_to(src, recipe, NULL, NULL, plain, &n0);
@@ -603,10 +618,12 @@ Test(imatrix_measure, reuse_never_copies_a_q4_K_tensor_made_with_another_imatrix
     cr_assert(same_bytes(out, fresh), "reuse across imatrices changed the bytes");
     cr_assert(strstr(n1.text, "another imatrix") != NULL, "%s", n1.text);
     quantize_to(src, recipe, NULL, prev, out, &n2);
-    cr_assert(same_bytes(out, plain), "reuse from an imatrix run into a plain one changed the bytes");
+    cr_assert(same_bytes(out, plain),
+              "reuse from an imatrix run into a plain one changed the bytes");
     cr_assert(strstr(n2.text, "this run has none") != NULL, "%s", n2.text);
     quantize_to(src, recipe, a, plain, out, &n3);
-    cr_assert(same_bytes(out, prev), "reuse from a plain run into an imatrix one changed the bytes");
+    cr_assert(same_bytes(out, prev),
+              "reuse from a plain run into an imatrix one changed the bytes");
     cr_assert(strstr(n3.text, "this run has one") != NULL, "%s", n3.text);
     free(src);
     free(recipe);
@@ -633,8 +650,8 @@ static pn_check_report *check_with(const char *path, const char *imx, const char
     return r;
 }
 
-Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_chooses,
-     .init = setup, .fini = teardown)
+Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_chooses, .init = setup,
+     .fini = teardown)
 {
     /* the heavy-channel pair: unweighted and weighted promote different
      * tensors (with_one_heavy_channel... above) */
@@ -643,11 +660,11 @@ Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_choose
     write_pair(src);
     static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
     cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
-    const char *names[] = {"a.ffn_up.weight", "b.ffn_up.weight"};
-    const int64_t K[] = {320, 320};
+    const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
+    const int64_t K[] = { 320, 320 };
     write_dat(imx, names, K, 2, w_heavy);
     write_dat(other, names, K, 2, w_varied);
-    tu_notes n = {{0}};
+    tu_notes n = { { 0 } };
     quantize_to(src, recipe, imx, NULL, wf, &n);
     quantize_to(src, recipe, NULL, NULL, pf, &n);
     pn_check_report *r = check_with(wf, imx, src);
@@ -682,11 +699,12 @@ Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothin
     write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     /* an entry count past the file */
-    const uint8_t bytes[] = {0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0, 'a'};
+    const uint8_t bytes[] = { 0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0, 'a' };
     cr_assert_eq(tu_write_file(bad, bytes, sizeof bytes), 0);
     char *err_text = NULL;
-    int rc = tu_run_program(NULL, &err_text, "pn-quantize", "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'",
-                            recipe, bad, src, dst);
+    int rc =
+        tu_run_program(NULL, &err_text, "pn-quantize",
+                       "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'", recipe, bad, src, dst);
     cr_assert_eq(rc, 1, "%s", err_text);
     cr_assert(strstr(err_text, "bad.dat") != NULL, "%s", err_text);
     cr_assert_not(tu_exists(dst));
@@ -698,11 +716,11 @@ Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothin
     cr_assert(strstr(err_text, "bad.dat") != NULL, "%s", err_text);
     free(err_text);
     /* an imatrix of another model */
-    const char *names[] = {"model.layers.0.mlp.up_proj.weight"};
-    const int64_t K[] = {320};
+    const char *names[] = { "model.layers.0.mlp.up_proj.weight" };
+    const int64_t K[] = { 320 };
     write_dat(bad, names, K, 1, w_ones);
-    rc = tu_run_program(NULL, &err_text, "pn-quantize", "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'",
-                        recipe, bad, src, dst);
+    rc = tu_run_program(NULL, &err_text, "pn-quantize",
+                        "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'", recipe, bad, src, dst);
     cr_assert_eq(rc, 1, "%s", err_text);
     cr_assert(strstr(err_text, "another model") != NULL, "%s", err_text);
     cr_assert_not(tu_exists(dst));
@@ -722,9 +740,9 @@ Test(imatrix_measure, a_folder_source_matches_the_imatrix_through_its_converted_
 {
     char *imx = path_in("hf.dat");
     /* GGUF names of the converted folder, and one Hugging Face name */
-    const char *names[] = {"blk.0.ffn_down.weight", "blk.3.attn_k.weight",
-                           "model.layers.0.mlp.down_proj.weight"};
-    const int64_t K[] = {128, 64, 128};
+    const char *names[] = { "blk.0.ffn_down.weight", "blk.3.attn_k.weight",
+                            "model.layers.0.mlp.down_proj.weight" };
+    const int64_t K[] = { 128, 64, 128 };
     write_dat(imx, names, K, 3, w_ones);
     char *out = NULL, *err_text = NULL;
     int rc = tu_run_program(&out, &err_text, "pn-quantize",

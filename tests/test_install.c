@@ -41,8 +41,8 @@ static void install_into_prefix(void)
     cr_assert(lock >= 0, "cannot open the build folder %s", PN_BUILD_DIR);
     cr_assert_eq(flock(lock, LOCK_EX), 0);
     char cmd[4096], *out, *err;
-    snprintf(cmd, sizeof cmd, "'%s' --install '%s' --prefix '%s'", PN_CMAKE_COMMAND,
-             PN_BUILD_DIR, g_prefix);
+    snprintf(cmd, sizeof cmd, "'%s' --install '%s' --prefix '%s'", PN_CMAKE_COMMAND, PN_BUILD_DIR,
+             g_prefix);
     int rc = tu_run(cmd, &out, &err);
     flock(lock, LOCK_UN);
     close(lock);
@@ -109,7 +109,7 @@ static int programs(char *names[MAX_NAMES])
         else
             free(names[i]);
     n = kept;
-    const char *four[] = {"pn-quantize", "pn-check", "pn-dequant", "pn-synth"};
+    const char *four[] = { "pn-quantize", "pn-check", "pn-dequant", "pn-synth" };
     for (size_t i = 0; i < sizeof four / sizeof four[0]; i++)
         cr_assert(listed(names, n, four[i]), "cmd/%s.c is missing", four[i]);
     return n;
@@ -160,8 +160,10 @@ Test(install, puts_every_program_in_bin_and_nothing_else, .init = install_into_p
     char *there[MAX_NAMES];
     int m = names_in(bin, "", false, there);
     for (int i = 0; i < m; i++)
-        cr_assert(listed(progs, n, there[i]), "%s/%s is not a program of cmd/ (benchmarks and "
-                                              "tests are not installed)", bin, there[i]);
+        cr_assert(listed(progs, n, there[i]),
+                  "%s/%s is not a program of cmd/ (benchmarks and "
+                  "tests are not installed)",
+                  bin, there[i]);
     cr_assert_eq(m, n);
     free_names(there, m);
     free_names(progs, n);
@@ -253,8 +255,8 @@ Test(install, the_installed_pn_quantize_records_its_version_line_in_pn_quantizer
              g_prefix, PN_TEST_DATA "/golden/tiny.f32.gguf", by_name, by_name, dst, g_prefix,
              by_name);
     rc = tu_run(cmd, &qout, &qerr);
-    cr_assert_eq(rc, 0, "--recipe NAME from the installed prefix: %s: exit %d: %s%s", cmd, rc,
-                 qout, qerr);
+    cr_assert_eq(rc, 0, "--recipe NAME from the installed prefix: %s: exit %d: %s%s", cmd, rc, qout,
+                 qerr);
     free(by_name);
 
     gguf_reader *r;

@@ -50,19 +50,19 @@
 typedef struct kq_case {
     int type;
     const char *name;
-    int block;       /* weights per block */
-    int bytes;       /* bytes per block */
+    int block; /* weights per block */
+    int bytes; /* bytes per block */
 } kq_case;
 
 static const kq_case KQ_CASES[] = {
-    {PN_TYPE_Q8_0, "q8_0", 32, 34},
-    {PN_TYPE_Q4_K, "q4_K", 256, 144},
-    {PN_TYPE_Q3_K, "q3_K", 256, 110},
+    { PN_TYPE_Q8_0, "q8_0", 32, 34 },
+    { PN_TYPE_Q4_K, "q4_K", 256, 144 },
+    { PN_TYPE_Q3_K, "q3_K", 256, 110 },
 };
 #define N_KQ_CASES 3
 /* Criterion re-executes the program for each test, so a parameter must not
  * hold a pointer (the name strings would move): tests take an index. */
-static int KQ_INDEX[N_KQ_CASES] = {0, 1, 2};
+static int KQ_INDEX[N_KQ_CASES] = { 0, 1, 2 };
 
 static pn_status quantize(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad)
 {
@@ -100,7 +100,11 @@ static double rel_rmse(const float *w, const float *y, int64_t n)
     return sqrt(se / sw);
 }
 
-static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 
 /* --- sizes ------------------------------------------------------------------- */
 
@@ -110,14 +114,17 @@ Test(kquants_layout, block_sizes_are_ggml_s)
     cr_assert_eq(sizeof(block_q4_K), 144);
     cr_assert_eq(sizeof(block_q3_K), 110);
     for (int c = 0; c < N_KQ_CASES; c++)
-        cr_assert_eq(pn_type_row_bytes(KQ_CASES[c].type, 5120), 5120 / KQ_CASES[c].block * KQ_CASES[c].bytes,
-                     "%s: row bytes", KQ_CASES[c].name);
+        cr_assert_eq(pn_type_row_bytes(KQ_CASES[c].type, 5120),
+                     5120 / KQ_CASES[c].block * KQ_CASES[c].bytes, "%s: row bytes",
+                     KQ_CASES[c].name);
 }
 
 Test(kquants_layout, rounding_helper_is_nearest_even)
 {
-    static const float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 3.49999f, -3.5f, 127.5f, 0.0f, -0.0f, 14.5f};
-    static const float want[] = {0.0f, 2.0f, 2.0f, -0.0f, -2.0f, 3.0f, -4.0f, 128.0f, 0.0f, 0.0f, 14.0f};
+    static const float in[] = { 0.5f,  1.5f,   2.5f, -0.5f, -2.5f, 3.49999f,
+                                -3.5f, 127.5f, 0.0f, -0.0f, 14.5f };
+    static const float want[] = { 0.0f,  2.0f,   2.0f, -0.0f, -2.0f, 3.0f,
+                                  -4.0f, 128.0f, 0.0f, 0.0f,  14.0f };
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
         cr_assert_eq(kq_round(in[i]), want[i], "round(%g) = %g", in[i], kq_round(in[i]));
     cr_assert_eq(kq_clamp(NAN, -4.0f, 3.0f), -4.0f, "a NaN clamps to the low end");
@@ -138,7 +145,8 @@ Test(kquants_q8_0_decode, gives_code_times_d_for_every_int8_code)
     for (int b = 0; b < 8; b++)
         for (int i = 0; i < 32; i++) {
             int code = (int8_t)(uint8_t)(32 * b + i);
-            cr_assert_eq(y[32 * b + i], -0.5f * (float)code, "block %d code %d: got %g", b, code, y[32 * b + i]);
+            cr_assert_eq(y[32 * b + i], -0.5f * (float)code, "block %d code %d: got %g", b, code,
+                         y[32 * b + i]);
         }
 }
 
@@ -147,8 +155,8 @@ Test(kquants_q8_0_decode, reads_d_as_little_endian_fp16_at_any_offset)
     uint8_t buf[1 + 2 * 34];
     float y[64];
     memset(buf, 0, sizeof buf);
-    uint8_t *blk = buf + 1; /* odd address */
-    put_u16(blk, 0x3555);   /* 0.333251953125 */
+    uint8_t *blk = buf + 1;    /* odd address */
+    put_u16(blk, 0x3555);      /* 0.333251953125 */
     put_u16(blk + 34, 0x0001); /* smallest subnormal half, 2^-24 */
     blk[2 + 5] = 3;
     blk[34 + 2 + 31] = (uint8_t)-7;
@@ -191,7 +199,8 @@ Test(kquants_q4_K_decode, places_every_code_by_ggml_s_nibble_order)
         blk[16 + 32 * c + r % 32] = (uint8_t)(r < 32 ? 0x0b : 0xb0);
         pn_dequantize_row_q4_K(blk, y, 256);
         for (int i = 0; i < 256; i++)
-            cr_assert_eq(y[i], i == e ? 11.0f : 0.0f, "code placed for weight %d: y[%d] = %g", e, i, y[i]);
+            cr_assert_eq(y[i], i == e ? 11.0f : 0.0f, "code placed for weight %d: y[%d] = %g", e, i,
+                         y[i]);
     }
 }
 
@@ -209,7 +218,8 @@ Test(kquants_q4_K_decode, unpacks_the_6_bit_scale_and_min_at_every_index)
         pn_dequantize_row_q4_K(blk, y, 256);
         for (int i = 0; i < 256; i++) {
             float want = i / 32 == j ? 2.0f * 45.0f * 3.0f - 0.5f * 26.0f : 0.0f;
-            cr_assert_eq(y[i], want, "scale/min at sub-block %d: y[%d] = %g, want %g", j, i, y[i], want);
+            cr_assert_eq(y[i], want, "scale/min at sub-block %d: y[%d] = %g, want %g", j, i, y[i],
+                         want);
         }
     }
 }
@@ -226,7 +236,8 @@ Test(kquants_q4_K_decode, subtracts_dmin_times_min_alone)
         memset(blk + 16, 0xff, 128);
         pn_dequantize_row_q4_K(blk, y, 256);
         for (int i = 0; i < 256; i++)
-            cr_assert_eq(y[i], i / 32 == j ? -15.75f : 0.0f, "min of sub-block %d: y[%d] = %g", j, i, y[i]);
+            cr_assert_eq(y[i], i / 32 == j ? -15.75f : 0.0f, "min of sub-block %d: y[%d] = %g", j,
+                         i, y[i]);
     }
 }
 
@@ -234,7 +245,7 @@ Test(kquants_q4_K_decode, accessors_agree_with_the_layout_for_every_value)
 {
     for (int j = 0; j < 8; j++)
         for (int v = 0; v < 64; v++) {
-            uint8_t want[12] = {0}, got[12];
+            uint8_t want[12] = { 0 }, got[12];
             q4k_put(want, j, v, 63 - v);
             memset(got, 0, sizeof got);
             pn_q4_K_set_scale_min(got, j, v, 63 - v);
@@ -284,7 +295,8 @@ Test(kquants_q3_K_decode, places_every_low_code_by_ggml_s_bit_walk)
         blk[32 + 32 * h + l] = (uint8_t)(2 << (2 * p));
         pn_dequantize_row_q3_K(blk, y, 256);
         for (int i = 0; i < 256; i++)
-            cr_assert_eq(y[i], i == e ? 2.0f : 0.0f, "low bits of weight %d: y[%d] = %g", e, i, y[i]);
+            cr_assert_eq(y[i], i == e ? 2.0f : 0.0f, "low bits of weight %d: y[%d] = %g", e, i,
+                         y[i]);
     }
 }
 
@@ -295,10 +307,11 @@ Test(kquants_q3_K_decode, places_every_high_bit_by_ggml_s_mask_walk)
     for (int e = 0; e < 256; e++) {
         q3k_neutral(blk);
         /* weight e: bit e/32 of hmask[e % 32]; clear -> subtract 4 */
-        blk[e % 32] = (uint8_t)~(1u << (e / 32));
+        blk[e % 32] = (uint8_t) ~(1u << (e / 32));
         pn_dequantize_row_q3_K(blk, y, 256);
         for (int i = 0; i < 256; i++)
-            cr_assert_eq(y[i], i == e ? -4.0f : 0.0f, "high bit of weight %d: y[%d] = %g", e, i, y[i]);
+            cr_assert_eq(y[i], i == e ? -4.0f : 0.0f, "high bit of weight %d: y[%d] = %g", e, i,
+                         y[i]);
     }
 }
 
@@ -306,7 +319,7 @@ Test(kquants_q3_K_decode, unpacks_the_6_bit_scale_at_every_index)
 {
     /* u = 39 = 0b100111 (k = 7) and u = 0 (k = -32): both halves of the
      * field and both ends of the range */
-    static const int us[] = {39, 0, 63, 26};
+    static const int us[] = { 39, 0, 63, 26 };
     uint8_t blk[110];
     float y[256];
     for (size_t t = 0; t < sizeof us / sizeof us[0]; t++)
@@ -320,7 +333,8 @@ Test(kquants_q3_K_decode, unpacks_the_6_bit_scale_at_every_index)
             pn_dequantize_row_q3_K(blk, y, 256);
             for (int i = 0; i < 256; i++) {
                 float want = i / 16 == j ? -0.25f * (float)(us[t] - 32) : 0.0f;
-                cr_assert_eq(y[i], want, "scale %d = %d: y[%d] = %g, want %g", j, us[t], i, y[i], want);
+                cr_assert_eq(y[i], want, "scale %d = %d: y[%d] = %g, want %g", j, us[t], i, y[i],
+                             want);
             }
         }
 }
@@ -329,7 +343,7 @@ Test(kquants_q3_K_decode, accessors_agree_with_the_layout_for_every_value)
 {
     for (int j = 0; j < 16; j++)
         for (int u = 0; u < 64; u++) {
-            uint8_t want[12] = {0}, got[12];
+            uint8_t want[12] = { 0 }, got[12];
             q3k_put(want, j, u);
             memset(got, 0, sizeof got);
             pn_q3_K_set_scale(got, j, u);
@@ -338,7 +352,8 @@ Test(kquants_q3_K_decode, accessors_agree_with_the_layout_for_every_value)
             memset(full, 0xff, sizeof full);
             pn_q3_K_set_scale(full, j, u);
             for (int k = 0; k < 16; k++)
-                cr_assert_eq(pn_q3_K_get_scale(full, k), k == j ? u : 63, "scale %d after setting %d", k, j);
+                cr_assert_eq(pn_q3_K_get_scale(full, k), k == j ? u : 63,
+                             "scale %d after setting %d", k, j);
         }
 }
 
@@ -350,11 +365,13 @@ typedef enum { DIST_GAUSS, DIST_HEAVY, DIST_OUTLIERS } dist;
 static float *make_weights(dist d, int rows, int cols, uint64_t seed)
 {
     float *w = (float *)xmalloc((size_t)rows * cols * sizeof(float));
-    tu_rng r = {seed};
+    tu_rng r = { seed };
     for (int i = 0; i < rows * cols; i++) {
         double g = tu_rng_gauss(&r);
         if (d == DIST_HEAVY) /* Student-t with 3 degrees of freedom */
-            g /= sqrt((pow(tu_rng_gauss(&r), 2) + pow(tu_rng_gauss(&r), 2) + pow(tu_rng_gauss(&r), 2)) / 3.0);
+            g /= sqrt(
+                (pow(tu_rng_gauss(&r), 2) + pow(tu_rng_gauss(&r), 2) + pow(tu_rng_gauss(&r), 2)) /
+                3.0);
         w[i] = (float)(0.02 * g);
     }
     if (d == DIST_OUTLIERS) {
@@ -382,11 +399,11 @@ ParameterizedTestParameters(kquants_encode, round_trips_within_the_type_s_error)
      * q3_K 0.1437 / 0.1831 / 0.1408 for Gaussian / Student-t / outliers), so
      * that a change that makes an encoder noticeably worse fails here. */
     static rt_case cases[] = {
-        {PN_TYPE_Q8_0, DIST_GAUSS, 0.0054},    {PN_TYPE_Q8_0, DIST_HEAVY, 0.0085},
-        {PN_TYPE_Q8_0, DIST_OUTLIERS, 0.0080}, {PN_TYPE_Q4_K, DIST_GAUSS, 0.0715},
-        {PN_TYPE_Q4_K, DIST_HEAVY, 0.092},     {PN_TYPE_Q4_K, DIST_OUTLIERS, 0.0725},
-        {PN_TYPE_Q3_K, DIST_GAUSS, 0.148},     {PN_TYPE_Q3_K, DIST_HEAVY, 0.189},
-        {PN_TYPE_Q3_K, DIST_OUTLIERS, 0.145},
+        { PN_TYPE_Q8_0, DIST_GAUSS, 0.0054 },    { PN_TYPE_Q8_0, DIST_HEAVY, 0.0085 },
+        { PN_TYPE_Q8_0, DIST_OUTLIERS, 0.0080 }, { PN_TYPE_Q4_K, DIST_GAUSS, 0.0715 },
+        { PN_TYPE_Q4_K, DIST_HEAVY, 0.092 },     { PN_TYPE_Q4_K, DIST_OUTLIERS, 0.0725 },
+        { PN_TYPE_Q3_K, DIST_GAUSS, 0.148 },     { PN_TYPE_Q3_K, DIST_HEAVY, 0.189 },
+        { PN_TYPE_Q3_K, DIST_OUTLIERS, 0.145 },
     };
     return cr_make_param_array(rt_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -404,8 +421,8 @@ ParameterizedTest(rt_case *tc, kquants_encode, round_trips_within_the_type_s_err
         dequantize(tc->type, q + r * rb, y + r * cols, cols);
     }
     double e = rel_rmse(w, y, (int64_t)rows * cols);
-    cr_assert(e <= tc->max_rel_rmse, "type %d dist %d: relative RMSE %.5f above %.5f", tc->type, (int)tc->d, e,
-              tc->max_rel_rmse);
+    cr_assert(e <= tc->max_rel_rmse, "type %d dist %d: relative RMSE %.5f above %.5f", tc->type,
+              (int)tc->d, e, tc->max_rel_rmse);
     cr_assert(e > 0.0, "no error at all is suspicious for random data");
     free(w);
     free(y);
@@ -416,7 +433,7 @@ ParameterizedTest(rt_case *tc, kquants_encode, round_trips_within_the_type_s_err
  * on the benchmark's matrix (bench/bench_kquants.c, here fewer rows). */
 Test(kquants_encode, stays_within_2_percent_of_ggml_s_error_on_outlier_data)
 {
-    static const double ggml[N_KQ_CASES] = {0.00672, 0.0776, 0.163};
+    static const double ggml[N_KQ_CASES] = { 0.00672, 0.0776, 0.163 };
     const int rows = 64, cols = 5120;
     float *w = make_weights(DIST_OUTLIERS, rows, cols, 77);
     float *y = (float *)xmalloc((size_t)rows * cols * sizeof(float));
@@ -428,7 +445,8 @@ Test(kquants_encode, stays_within_2_percent_of_ggml_s_error_on_outlier_data)
             dequantize(KQ_CASES[c].type, q, y + r * cols, cols);
         }
         double e = rel_rmse(w, y, (int64_t)rows * cols);
-        cr_assert(e <= 1.02 * ggml[c], "%s: relative RMSE %.5f, ggml's reference %.5f", KQ_CASES[c].name, e, ggml[c]);
+        cr_assert(e <= 1.02 * ggml[c], "%s: relative RMSE %.5f, ggml's reference %.5f",
+                  KQ_CASES[c].name, e, ggml[c]);
         free(q);
     }
     free(w);
@@ -493,17 +511,17 @@ ParameterizedTest(int *ci, kquants_encode, handles_constant_tiny_and_one_sided_r
     const int n = 512;
     float w[512], y[512];
     uint8_t q[512 / 32 * 34];
-    tu_rng r = {9};
+    tu_rng r = { 9 };
     for (int kind = 0; kind < 7; kind++) {
         for (int i = 0; i < n; i++) {
             double u = tu_rng_uniform(&r);
             switch (kind) {
-            case 0: w[i] = 0.75f; break;                    /* constant positive */
-            case 1: w[i] = -0.3f; break;                    /* constant negative */
-            case 2: w[i] = (float)(1e-4 * (u - 0.5)); break; /* scales in fp16's subnormals */
-            case 3: w[i] = (float)(1e-12 * (u - 0.5)); break; /* below every fp16 scale */
-            case 4: w[i] = (float)(0.01 + u); break;        /* all positive */
-            case 5: w[i] = (float)(-0.01 - u); break;       /* all negative */
+            case 0: w[i] = 0.75f; break;                       /* constant positive */
+            case 1: w[i] = -0.3f; break;                       /* constant negative */
+            case 2: w[i] = (float)(1e-4 * (u - 0.5)); break;   /* scales in fp16's subnormals */
+            case 3: w[i] = (float)(1e-12 * (u - 0.5)); break;  /* below every fp16 scale */
+            case 4: w[i] = (float)(0.01 + u); break;           /* all positive */
+            case 5: w[i] = (float)(-0.01 - u); break;          /* all negative */
             default: w[i] = (float)(1e-40 * (u - 0.5)); break; /* float subnormals */
             }
         }
@@ -516,12 +534,13 @@ ParameterizedTest(int *ci, kquants_encode, handles_constant_tiny_and_one_sided_r
          * fp16 scale comes back as zeros; the others within about one code
          * step (q3_K: 7 steps across -amax..amax, the extreme opposite the
          * scale's sign may be clipped by one) */
-        static const double step_frac[N_KQ_CASES] = {0.01, 0.1, 0.3};
-        double tol = kind < 2 ? 0.02 * amax : (kind == 3 || kind == 6 ? amax : step_frac[*ci] * amax);
+        static const double step_frac[N_KQ_CASES] = { 0.01, 0.1, 0.3 };
+        double tol =
+            kind < 2 ? 0.02 * amax : (kind == 3 || kind == 6 ? amax : step_frac[*ci] * amax);
         for (int i = 0; i < n; i++) {
             cr_assert(isfinite(y[i]), "%s kind %d weight %d not finite", tc->name, kind, i);
-            cr_assert(fabs((double)w[i] - y[i]) <= tol, "%s kind %d weight %d: %g -> %g", tc->name, kind, i, w[i],
-                      y[i]);
+            cr_assert(fabs((double)w[i] - y[i]) <= tol, "%s kind %d weight %d: %g -> %g", tc->name,
+                      kind, i, w[i], y[i]);
         }
     }
 }
@@ -542,7 +561,8 @@ ParameterizedTest(int *ci, kquants_encode, gives_the_same_bytes_at_any_alignment
     /* second row alone, at an odd address, with guard bytes around it */
     memset(b, 0xa5, (size_t)(2 * rb) + 8);
     cr_assert_eq(quantize(tc->type, w + n, n, b + 3, NULL), PN_OK);
-    cr_assert_arr_eq(b + 3, a + rb, (size_t)rb, "%s: row 2 alone differs from row 2 of the pair", tc->name);
+    cr_assert_arr_eq(b + 3, a + rb, (size_t)rb, "%s: row 2 alone differs from row 2 of the pair",
+                     tc->name);
     cr_assert_eq(b[2], 0xa5, "%s wrote before its output", tc->name);
     cr_assert_eq(b[3 + rb], 0xa5, "%s wrote past its output", tc->name);
     /* decoding from the odd address gives the same floats */
@@ -568,7 +588,7 @@ ParameterizedTest(int *ci, kquants_refuse, names_the_column_of_a_nan_or_infinity
 {
     const kq_case *tc = &KQ_CASES[*ci];
     const int n = 1024;
-    static const int cols[] = {0, 1, 255, 256, 700, 1023};
+    static const int cols[] = { 0, 1, 255, 256, 700, 1023 };
     float w[1024];
     uint8_t q[1024 / 32 * 34];
     for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
@@ -579,9 +599,12 @@ ParameterizedTest(int *ci, kquants_refuse, names_the_column_of_a_nan_or_infinity
             if (cols[c] + 5 < n)
                 w[cols[c] + 5] = NAN; /* a later one must not be the one named */
             int64_t bad = -2;
-            cr_assert_eq(quantize(tc->type, w, n, q, &bad), PN_ERR_NONFINITE, "%s col %d", tc->name, cols[c]);
-            cr_assert_eq(bad, cols[c], "%s: named column %lld, the bad one is %d", tc->name, (long long)bad, cols[c]);
-            cr_assert_eq(quantize(tc->type, w, n, q, NULL), PN_ERR_NONFINITE, "%s with bad_col NULL", tc->name);
+            cr_assert_eq(quantize(tc->type, w, n, q, &bad), PN_ERR_NONFINITE, "%s col %d", tc->name,
+                         cols[c]);
+            cr_assert_eq(bad, cols[c], "%s: named column %lld, the bad one is %d", tc->name,
+                         (long long)bad, cols[c]);
+            cr_assert_eq(quantize(tc->type, w, n, q, NULL), PN_ERR_NONFINITE,
+                         "%s with bad_col NULL", tc->name);
         }
 }
 
@@ -593,14 +616,15 @@ ParameterizedTestParameters(kquants_refuse, a_row_that_is_not_whole_blocks)
 ParameterizedTest(int *ci, kquants_refuse, a_row_that_is_not_whole_blocks)
 {
     const kq_case *tc = &KQ_CASES[*ci];
-    float w[512] = {0};
+    float w[512] = { 0 };
     uint8_t q[512 / 32 * 34];
     int64_t bad = 0;
     cr_assert_eq(quantize(tc->type, w, tc->block + 1, q, &bad), PN_ERR_USAGE, "%s", tc->name);
     cr_assert_eq(bad, -1);
     cr_assert_eq(quantize(tc->type, w, tc->block / 2, q, &bad), PN_ERR_USAGE, "%s", tc->name);
     cr_assert_eq(quantize(tc->type, w, -(int64_t)tc->block, q, &bad), PN_ERR_USAGE, "%s", tc->name);
-    cr_assert_eq(quantize(tc->type, w, 0, q, &bad), PN_OK, "%s: an empty row is whole blocks", tc->name);
+    cr_assert_eq(quantize(tc->type, w, 0, q, &bad), PN_OK, "%s: an empty row is whole blocks",
+                 tc->name);
 }
 
 ParameterizedTestParameters(kquants_refuse, a_block_whose_scale_overflows_fp16)
@@ -629,11 +653,13 @@ ParameterizedTest(int *ci, kquants_refuse, a_block_whose_scale_overflows_fp16)
 
 Test(kquants_stock, knows_exactly_the_types_a_mix_writes)
 {
-    static const int yes[] = {PN_TYPE_F32, PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_Q8_0, PN_TYPE_Q3_K, PN_TYPE_Q4_K};
+    static const int yes[] = { PN_TYPE_F32,  PN_TYPE_F16,  PN_TYPE_BF16,
+                               PN_TYPE_Q8_0, PN_TYPE_Q3_K, PN_TYPE_Q4_K };
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
         cr_assert(pn_stock_type_supported(yes[i]), "type %d", yes[i]);
-    static const int no[] = {2, 3, 6, 7, 9, 10, 13, 14, 15, 23, PN_TYPE_PN3T, PN_TYPE_PN4T, -1, 1000};
-    float w[256] = {0}, y[256];
+    static const int no[] = { 2,  3,   6, 7, 9, 10, 13, 14, 15, 23, PN_TYPE_PN3T, PN_TYPE_PN4T,
+                              -1, 1000 };
+    float w[256] = { 0 }, y[256];
     uint8_t q[1024];
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         cr_assert_not(pn_stock_type_supported(no[i]), "type %d", no[i]);
@@ -657,7 +683,8 @@ Test(kquants_stock, dispatches_the_block_types_to_their_encoders)
         cr_assert_eq(pn_dequantize_row_stock(KQ_CASES[c].type, a, ya, n), PN_OK);
         dequantize(KQ_CASES[c].type, a, yb, n);
         cr_assert_arr_eq(ya, yb, sizeof ya, "%s", KQ_CASES[c].name);
-        cr_assert_eq(pn_dequantize_row_stock(KQ_CASES[c].type, a, ya, n - 1), PN_ERR_USAGE, "%s", KQ_CASES[c].name);
+        cr_assert_eq(pn_dequantize_row_stock(KQ_CASES[c].type, a, ya, n - 1), PN_ERR_USAGE, "%s",
+                     KQ_CASES[c].name);
         int64_t bad = 0;
         cr_assert_eq(pn_quantize_row_stock(KQ_CASES[c].type, w, n - 1, a, &bad), PN_ERR_USAGE);
     }
@@ -666,15 +693,15 @@ Test(kquants_stock, dispatches_the_block_types_to_their_encoders)
 
 Test(kquants_stock, copies_f32_bit_for_bit_little_endian)
 {
-    static const float w[8] = {1.0f, -0.0f, 0x1p-149f, -3.4028235e38f, 0.1f, 1e-40f, 7.0f, -2.5f};
+    static const float w[8] = { 1.0f, -0.0f, 0x1p-149f, -3.4028235e38f, 0.1f, 1e-40f, 7.0f, -2.5f };
     uint8_t q[32];
     float y[8];
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_F32, w, 8, q, NULL), PN_OK);
     for (int i = 0; i < 8; i++) {
         uint32_t u;
         memcpy(&u, &w[i], 4);
-        uint32_t got = (uint32_t)q[4 * i] | (uint32_t)q[4 * i + 1] << 8 | (uint32_t)q[4 * i + 2] << 16 |
-                       (uint32_t)q[4 * i + 3] << 24;
+        uint32_t got = (uint32_t)q[4 * i] | (uint32_t)q[4 * i + 1] << 8 |
+                       (uint32_t)q[4 * i + 2] << 16 | (uint32_t)q[4 * i + 3] << 24;
         cr_assert_eq(got, u, "weight %d", i);
     }
     cr_assert_eq(pn_dequantize_row_stock(PN_TYPE_F32, q, y, 8), PN_OK);
@@ -686,27 +713,29 @@ Test(kquants_stock, rounds_f16_and_bf16_once_to_nearest_even)
     /* 1 + 2^-11 is halfway between the halves 1 and 1 + 2^-10: ties to even
      * gives 1 (0x3c00); 1 + 3*2^-11 ties up to 1 + 2^-9 (0x3c02). bf16: 1 +
      * 2^-8 is halfway between 1 and 1 + 2^-7 -> 0x3f80; 1 + 3*2^-8 -> 0x3f82. */
-    static const float w[4] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -65504.0f, 0x1p-24f};
-    static const uint16_t h[4] = {0x3c00, 0x3c02, 0xfbff, 0x0001};
-    static const float wb[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.0f, 1e30f};
-    static const uint16_t hb[4] = {0x3f80, 0x3f82, 0xc000, 0x714a};
+    static const float w[4] = { 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -65504.0f, 0x1p-24f };
+    static const uint16_t h[4] = { 0x3c00, 0x3c02, 0xfbff, 0x0001 };
+    static const float wb[4] = { 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.0f, 1e30f };
+    static const uint16_t hb[4] = { 0x3f80, 0x3f82, 0xc000, 0x714a };
     uint8_t q[8];
     float y[4];
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_F16, w, 4, q, NULL), PN_OK);
     for (int i = 0; i < 4; i++)
-        cr_assert_eq(q[2 * i] | q[2 * i + 1] << 8, h[i], "f16 %d: 0x%04x", i, q[2 * i] | q[2 * i + 1] << 8);
+        cr_assert_eq(q[2 * i] | q[2 * i + 1] << 8, h[i], "f16 %d: 0x%04x", i,
+                     q[2 * i] | q[2 * i + 1] << 8);
     cr_assert_eq(pn_dequantize_row_stock(PN_TYPE_F16, q, y, 4), PN_OK);
     cr_assert_eq(y[1], 1.0f + 0x1p-9f);
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_BF16, wb, 4, q, NULL), PN_OK);
     for (int i = 0; i < 4; i++)
-        cr_assert_eq(q[2 * i] | q[2 * i + 1] << 8, hb[i], "bf16 %d: 0x%04x", i, q[2 * i] | q[2 * i + 1] << 8);
+        cr_assert_eq(q[2 * i] | q[2 * i + 1] << 8, hb[i], "bf16 %d: 0x%04x", i,
+                     q[2 * i] | q[2 * i + 1] << 8);
     cr_assert_eq(pn_dequantize_row_stock(PN_TYPE_BF16, q, y, 4), PN_OK);
     cr_assert_eq(y[2], -2.0f);
 }
 
 Test(kquants_stock, refuses_nonfinite_weights_and_f16_overflow_by_column)
 {
-    float w[6] = {0.5f, 1.0f, 2.0f, 70000.0f, NAN, 3.0f};
+    float w[6] = { 0.5f, 1.0f, 2.0f, 70000.0f, NAN, 3.0f };
     uint8_t q[24];
     int64_t bad = 0;
     cr_assert_eq(pn_quantize_row_stock(PN_TYPE_F16, w, 6, q, &bad), PN_ERR_SCALE_OVERFLOW);
@@ -740,8 +769,8 @@ Test(kquants_stock, refuses_nonfinite_weights_and_f16_overflow_by_column)
 /* q4_K and q3_K have a reference and three fast paths; every path that runs
  * here must give the reference's bytes, status and column. A path this CPU
  * lacks is said with cr_log_info and not run (the others still are). */
-static const int KQ_K_TYPES[2] = {PN_TYPE_Q4_K, PN_TYPE_Q3_K};
-static const int KQ_FAST_PATHS[3] = {PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+static const int KQ_K_TYPES[2] = { PN_TYPE_Q4_K, PN_TYPE_Q3_K };
+static const int KQ_FAST_PATHS[3] = { PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512 };
 
 static pn_status quantize_ref(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad)
 {
@@ -762,9 +791,15 @@ static pn_status quantize_path(int path, int type, const float *x, int64_t n, ui
                                 : pn_quantize_row_q3_K_path(path, x, n, out, bad);
 }
 
-static const char *path_label(int path) { return path == W16_GENERIC ? "16-lane generic" : pn_path_name(path); }
+static const char *path_label(int path)
+{
+    return path == W16_GENERIC ? "16-lane generic" : pn_path_name(path);
+}
 
-static const char *kname(int type) { return type == PN_TYPE_Q4_K ? "q4_K" : "q3_K"; }
+static const char *kname(int type)
+{
+    return type == PN_TYPE_Q4_K ? "q4_K" : "q3_K";
+}
 
 /* How many of the fast paths run here; logs the ones that do not. */
 static int paths_available(void)
@@ -799,18 +834,20 @@ static int compare_paths(int type, const float *x, int rows, int64_t n, const ch
             int64_t col = -9;
             memset(got, 0x5a, (size_t)rb + 8);
             const pn_status st = quantize_path(path, type, x + r * n, n, got + 3, &col);
-            bool same = st == st_ref && (st == PN_OK ? memcmp(ref, got + 3, (size_t)rb) == 0 : col == col_ref);
+            bool same = st == st_ref &&
+                        (st == PN_OK ? memcmp(ref, got + 3, (size_t)rb) == 0 : col == col_ref);
             same = same && got[2] == 0x5a && got[3 + rb] == 0x5a;
             if (!same && bad++ < 5) {
                 int64_t at = -1;
                 for (int64_t i = 0; st == PN_OK && i < rb && at < 0; i++)
                     if (ref[i] != got[3 + i])
                         at = i;
-                cr_log_error("%s %s path %s, row %d of %lld weights: status %d column %lld, reference %d "
-                             "column %lld, first differing byte %lld (block %lld)",
-                             what, kname(type), path_label(path), r, (long long)n, (int)st, (long long)col,
-                             (int)st_ref, (long long)col_ref, (long long)at,
-                             at < 0 ? -1LL : (long long)(at / (rb / (n / 256))));
+                cr_log_error(
+                    "%s %s path %s, row %d of %lld weights: status %d column %lld, reference %d "
+                    "column %lld, first differing byte %lld (block %lld)",
+                    what, kname(type), path_label(path), r, (long long)n, (int)st, (long long)col,
+                    (int)st_ref, (long long)col_ref, (long long)at,
+                    at < 0 ? -1LL : (long long)(at / (rb / (n / 256))));
             }
         }
     }
@@ -819,12 +856,14 @@ static int compare_paths(int type, const float *x, int rows, int64_t n, const ch
     return bad;
 }
 
-ParameterizedTestParameters(kquants_paths, every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
+ParameterizedTestParameters(kquants_paths,
+                            every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
 {
     return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
 }
 
-ParameterizedTest(int *type, kquants_paths, every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
+ParameterizedTest(int *type, kquants_paths,
+                  every_path_writes_the_reference_bytes_for_rows_of_1_to_8_blocks)
 {
     paths_available();
     int bad = 0;
@@ -833,7 +872,7 @@ ParameterizedTest(int *type, kquants_paths, every_path_writes_the_reference_byte
         const int64_t n = (int64_t)nb * 256;
         float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
         /* random and heavy-tailed rows at every scale */
-        tu_rng r = {4000 + (uint64_t)nb + ((uint64_t)*type << 32)};
+        tu_rng r = { 4000 + (uint64_t)nb + ((uint64_t)*type << 32) };
         for (int row = 0; row < rows; row++) {
             const int kind = row % 3 == 0 ? RK_HEAVY : row % 3 == 1 ? RK_GAUSS : RK_OUTLIERS;
             for (int b = 0; b < nb; b++)
@@ -857,21 +896,31 @@ ParameterizedTestParameters(kquants_paths, every_path_matches_the_reference_on_e
 ParameterizedTest(int *type, kquants_paths, every_path_matches_the_reference_on_each_edge_kind)
 {
     paths_available();
-    static const char *const names[RK_COUNT] = {
-        "Gaussian", "heavy-tailed", "outliers", "signed zeros", "constant", "one outlier", "subnormal",
-        "largest finite", "few-bit", "one-sided", "mixed sub-block scales", "fp16 edges", "NaN/Inf"};
+    static const char *const names[RK_COUNT] = { "Gaussian",
+                                                 "heavy-tailed",
+                                                 "outliers",
+                                                 "signed zeros",
+                                                 "constant",
+                                                 "one outlier",
+                                                 "subnormal",
+                                                 "largest finite",
+                                                 "few-bit",
+                                                 "one-sided",
+                                                 "mixed sub-block scales",
+                                                 "fp16 edges",
+                                                 "NaN/Inf" };
     const int rows = 40, nb = 3;
     const int64_t n = nb * 256;
     float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
-    int bad = 0, refused[RK_COUNT] = {0};
+    int bad = 0, refused[RK_COUNT] = { 0 };
     for (int kind = 0; kind < RK_COUNT; kind++) {
-        tu_rng r = {77 + (uint64_t)kind * 1000 + (uint64_t)*type};
+        tu_rng r = { 77 + (uint64_t)kind * 1000 + (uint64_t)*type };
         /* the kind in one of the row's blocks (every position), the others
          * ordinary, and rows that are all of the kind */
         for (int row = 0; row < rows; row++) {
             for (int b = 0; b < nb; b++)
-                rk_fill_block(&r, row >= rows / 2 || b == row % nb ? kind : RK_GAUSS, x + row * n + b * 256,
-                              256);
+                rk_fill_block(&r, row >= rows / 2 || b == row % nb ? kind : RK_GAUSS,
+                              x + row * n + b * 256, 256);
             int64_t col = 0;
             uint8_t scratch[3 * 144];
             refused[kind] += quantize_ref(*type, x + row * n, n, scratch, &col) != PN_OK;
@@ -888,12 +937,14 @@ ParameterizedTest(int *type, kquants_paths, every_path_matches_the_reference_on_
     free(x);
 }
 
-ParameterizedTestParameters(kquants_paths, every_path_names_the_first_bad_block_when_two_blocks_fail)
+ParameterizedTestParameters(kquants_paths,
+                            every_path_names_the_first_bad_block_when_two_blocks_fail)
 {
     return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
 }
 
-ParameterizedTest(int *type, kquants_paths, every_path_names_the_first_bad_block_when_two_blocks_fail)
+ParameterizedTest(int *type, kquants_paths,
+                  every_path_names_the_first_bad_block_when_two_blocks_fail)
 {
     /* The fast paths work on two super-blocks at once: an overflow in one
      * and a NaN in the other, in both orders and in every pair position,
@@ -902,14 +953,14 @@ ParameterizedTest(int *type, kquants_paths, every_path_names_the_first_bad_block
     const int nb = 5;
     const int64_t n = nb * 256;
     float *x = (float *)xmalloc((size_t)n * sizeof(float));
-    tu_rng r = {555};
+    tu_rng r = { 555 };
     int bad = 0;
     for (int a = 0; a < nb; a++) {
         for (int b = 0; b < nb; b++) {
             for (int order = 0; order < 2; order++) {
                 for (int i = 0; i < n; i++)
                     x[i] = (float)(0.02 * tu_rng_gauss(&r));
-                x[a * 256 + rk_pick(&r, 256)] = order ? 3e9f : NAN;      /* overflow or NaN */
+                x[a * 256 + rk_pick(&r, 256)] = order ? 3e9f : NAN; /* overflow or NaN */
                 x[b * 256 + rk_pick(&r, 256)] = order ? -INFINITY : 3e9f;
                 bad += compare_paths(*type, x, 1, n, "two failing blocks");
             }
@@ -919,12 +970,14 @@ ParameterizedTest(int *type, kquants_paths, every_path_names_the_first_bad_block
     free(x);
 }
 
-ParameterizedTestParameters(kquants_paths, every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
+ParameterizedTestParameters(kquants_paths,
+                            every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
 {
     return cr_make_param_array(int, (void *)KQ_K_TYPES, 2);
 }
 
-ParameterizedTest(int *type, kquants_paths, every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
+ParameterizedTest(int *type, kquants_paths,
+                  every_path_gives_the_same_bytes_inside_openmp_loops_at_1_and_2_threads)
 {
     paths_available();
     const int rows = 48;
@@ -932,7 +985,7 @@ ParameterizedTest(int *type, kquants_paths, every_path_gives_the_same_bytes_insi
     const int64_t rb = pn_type_row_bytes(*type, n);
     float *x = (float *)xmalloc((size_t)(rows * n) * sizeof(float));
     uint8_t *ref = xmalloc((size_t)(rows * rb)), *got = xmalloc((size_t)(rows * rb));
-    tu_rng r = {9090};
+    tu_rng r = { 9090 };
     for (int row = 0; row < rows; row++)
         rk_fill_row(&r, x + row * n, 5, 256, 0);
     for (int row = 0; row < rows; row++)
@@ -948,8 +1001,9 @@ ParameterizedTest(int *type, kquants_paths, every_path_gives_the_same_bytes_insi
             for (int row = 0; row < rows; row++)
                 failed += quantize_path(path, *type, x + row * n, n, got + row * rb, NULL) != PN_OK;
             cr_expect_eq(failed, 0);
-            cr_expect(memcmp(ref, got, (size_t)(rows * rb)) == 0, "%s path %s at %d thread(s) differs",
-                      kname(*type), pn_path_name(path), threads);
+            cr_expect(memcmp(ref, got, (size_t)(rows * rb)) == 0,
+                      "%s path %s at %d thread(s) differs", kname(*type), pn_path_name(path),
+                      threads);
         }
     }
     free(x);
@@ -973,13 +1027,14 @@ ParameterizedTest(int *type, kquants_paths, the_16_lane_logic_gives_the_sums_of_
         float *x = (float *)xmalloc((size_t)n * sizeof(float));
         uint8_t *q = xmalloc((size_t)pn_type_row_bytes(*type, n));
         double e[11], w[11], er[11], wr[11];
-        tu_rng r = {600 + (uint64_t)nb};
+        tu_rng r = { 600 + (uint64_t)nb };
         rk_fill_row(&r, x, nb, 256, 0);
         pn_status st = *type == PN_TYPE_Q4_K ? pn_kq_q4_K_row_w16_generic(x, n, q, NULL, e, w)
                                              : pn_kq_q3_K_row_w16_generic(x, n, q, NULL, e, w);
         cr_assert_eq(st, PN_OK);
         cr_assert_eq(pn_row_sums_ref(*type, x, q, n, er, wr), PN_OK);
-        bad += memcmp(e, er, (size_t)nb * sizeof(double)) != 0 || memcmp(w, wr, (size_t)nb * sizeof(double)) != 0;
+        bad += memcmp(e, er, (size_t)nb * sizeof(double)) != 0 ||
+               memcmp(w, wr, (size_t)nb * sizeof(double)) != 0;
         free(x);
         free(q);
     }
@@ -988,12 +1043,13 @@ ParameterizedTest(int *type, kquants_paths, the_16_lane_logic_gives_the_sums_of_
 
 Test(kquants_paths, a_path_that_is_unknown_or_missing_and_a_bad_length_are_usage_errors)
 {
-    float w[512] = {0};
+    float w[512] = { 0 };
     uint8_t q[2 * 144];
     for (int t = 0; t < 2; t++) {
         int64_t bad = 5;
-        cr_expect_eq(KQ_K_TYPES[t] == PN_TYPE_Q4_K ? pn_quantize_row_q4_K_path(PN_PATH_COUNT, w, 256, q, &bad)
-                                                   : pn_quantize_row_q3_K_path(PN_PATH_COUNT, w, 256, q, &bad),
+        cr_expect_eq(KQ_K_TYPES[t] == PN_TYPE_Q4_K
+                         ? pn_quantize_row_q4_K_path(PN_PATH_COUNT, w, 256, q, &bad)
+                         : pn_quantize_row_q3_K_path(PN_PATH_COUNT, w, 256, q, &bad),
                      PN_ERR_USAGE);
         cr_expect_eq(bad, -1);
         cr_expect_eq(quantize_path(-1, KQ_K_TYPES[t], w, 256, q, &bad), PN_ERR_USAGE);
@@ -1015,7 +1071,7 @@ Test(kquants_paths, the_row_calls_run_the_best_path_and_match_the_reference)
 {
     const int64_t n = 4 * 256;
     float *x = (float *)xmalloc((size_t)n * sizeof(float));
-    tu_rng r = {31};
+    tu_rng r = { 31 };
     rk_fill_row(&r, x, 4, 256, 0);
     uint8_t a[4 * 144], b[4 * 144];
     cr_assert_eq(pn_quantize_row_q4_K(x, n, a, NULL), PN_OK);
@@ -1038,12 +1094,14 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
-ParameterizedTestParameters(kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+ParameterizedTestParameters(kquants_stock_golden,
+                            every_random_block_decodes_to_the_independent_floats_bit_for_bit)
 {
     return cr_make_param_array(int, KQ_INDEX, N_KQ_CASES);
 }
 
-ParameterizedTest(int *ci, kquants_stock_golden, every_random_block_decodes_to_the_independent_floats_bit_for_bit)
+ParameterizedTest(int *ci, kquants_stock_golden,
+                  every_random_block_decodes_to_the_independent_floats_bit_for_bit)
 {
     const kq_case *tc = &KQ_CASES[*ci];
     char path[512];
@@ -1066,13 +1124,13 @@ ParameterizedTest(int *ci, kquants_stock_golden, every_random_block_decodes_to_t
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++) {
             if (memcmp(&y[i], &want[i], sizeof(float)) != 0 && bad++ < 5)
-                cr_log_error("%s block %lld weight %lld: %a (0x%08x), independent decoder %a (0x%08x)",
-                             tc->name, (long long)(i / tc->block), (long long)(i % tc->block),
-                             (double)y[i], (unsigned)f32_bits(y[i]), (double)want[i],
-                             (unsigned)f32_bits(want[i]));
+                cr_log_error(
+                    "%s block %lld weight %lld: %a (0x%08x), independent decoder %a (0x%08x)",
+                    tc->name, (long long)(i / tc->block), (long long)(i % tc->block), (double)y[i],
+                    (unsigned)f32_bits(y[i]), (double)want[i], (unsigned)f32_bits(want[i]));
         }
-        cr_expect_eq(bad, 0, "%s: %lld of %lld floats differ (%s)", tc->name, (long long)bad, (long long)n,
-                     how == 0 ? "row decoder" : "stock dispatcher");
+        cr_expect_eq(bad, 0, "%s: %lld of %lld floats differ (%s)", tc->name, (long long)bad,
+                     (long long)n, how == 0 ? "row decoder" : "stock dispatcher");
     }
     /* each block alone at an odd address */
     uint8_t *one = xmalloc((size_t)tc->bytes + 1);
@@ -1082,7 +1140,8 @@ ParameterizedTest(int *ci, kquants_stock_golden, every_random_block_decodes_to_t
         dequantize(tc->type, one + 1, y, tc->block);
         bad += memcmp(y, want + (size_t)b * tc->block, (size_t)tc->block * sizeof(float)) != 0;
     }
-    cr_expect_eq(bad, 0, "%s: %lld blocks decode differently alone at an odd address", tc->name, (long long)bad);
+    cr_expect_eq(bad, 0, "%s: %lld blocks decode differently alone at an odd address", tc->name,
+                 (long long)bad);
     free(one);
     free(y);
     free(blocks);
@@ -1106,21 +1165,23 @@ static double gold_gauss(tu_rng *r)
 
 static void gold_input(float *w)
 {
-    tu_rng r = {0x6b71676f6c64ull};
+    tu_rng r = { 0x6b71676f6c64ull };
     for (int row = 0; row < GOLD_ROWS; row++) {
         float *x = w + row * GOLD_COLS;
         for (int i = 0; i < GOLD_COLS; i++) {
             double g = gold_gauss(&r), u = tu_rng_uniform(&r);
             switch (row) {
             case 0: x[i] = (float)(0.02 * g); break;
-            case 1: x[i] = (float)(0.02 * g * (u < 0.01 ? 10.0 : 1.0) * (i % 293 == 7 ? 8.0 : 1.0)); break;
+            case 1:
+                x[i] = (float)(0.02 * g * (u < 0.01 ? 10.0 : 1.0) * (i % 293 == 7 ? 8.0 : 1.0));
+                break;
             case 2: x[i] = (float)(0.02 * g / (0.05 + u)); break; /* heavy tail */
             case 3: x[i] = (i / 256 == 1) ? 0.125f : (i / 256 == 2 ? -0.0f : 0.0f); break;
-            case 4: x[i] = (float)(4e-5 * g); break;             /* fp16-subnormal scales */
-            case 5: x[i] = (float)(3000.0 * g); break;           /* large scales */
-            case 6: x[i] = (float)(0.5 * u); break;              /* one-sided */
+            case 4: x[i] = (float)(4e-5 * g); break;   /* fp16-subnormal scales */
+            case 5: x[i] = (float)(3000.0 * g); break; /* large scales */
+            case 6: x[i] = (float)(0.5 * u); break;    /* one-sided */
             case 7: x[i] = (float)(-0.5 * u - 0.1); break;
-            case 8: x[i] = (float)(g * (double)(1 + i / 32)); break; /* growing spread */
+            case 8: x[i] = (float)(g * (double)(1 + i / 32)); break;         /* growing spread */
             default: x[i] = (float)((i % 16 == 0) ? 1.0 : 0.001 * g); break; /* spikes */
             }
         }
@@ -1139,13 +1200,13 @@ Test(kquants_golden, encodes_the_fixed_input_to_the_frozen_bytes)
     p += 8;
     for (int c = 0; c < N_KQ_CASES; c++) {
         int64_t rb = pn_type_row_bytes(KQ_CASES[c].type, GOLD_COLS);
-        uint32_t hdr[2] = {(uint32_t)KQ_CASES[c].type, (uint32_t)(GOLD_ROWS * rb)};
+        uint32_t hdr[2] = { (uint32_t)KQ_CASES[c].type, (uint32_t)(GOLD_ROWS * rb) };
         for (int k = 0; k < 2; k++)
             for (int b = 0; b < 4; b++)
                 *p++ = (uint8_t)(hdr[k] >> (8 * b));
         for (int row = 0; row < GOLD_ROWS; row++, p += rb)
-            cr_assert_eq(quantize(KQ_CASES[c].type, w + row * GOLD_COLS, GOLD_COLS, p, NULL), PN_OK, "%s row %d",
-                         KQ_CASES[c].name, row);
+            cr_assert_eq(quantize(KQ_CASES[c].type, w + row * GOLD_COLS, GOLD_COLS, p, NULL), PN_OK,
+                         "%s row %d", KQ_CASES[c].name, row);
     }
     const char *path = PN_TEST_DATA "/kquants/golden.bin";
     const char *regen = getenv("PN_REGEN_GOLDEN");
@@ -1165,9 +1226,10 @@ Test(kquants_golden, encodes_the_fixed_input_to_the_frozen_bytes)
         for (int row = 0; row < GOLD_ROWS; row++)
             for (int64_t b = 0; b < rb / KQ_CASES[c].bytes; b++) {
                 size_t at = off + (size_t)(row * rb + b * KQ_CASES[c].bytes);
-                cr_assert_eq(memcmp(gold + at, mine + at, (size_t)KQ_CASES[c].bytes), 0,
-                             "%s row %d block %lld (file offset %zu) differs from the frozen encoding",
-                             KQ_CASES[c].name, row, (long long)b, at);
+                cr_assert_eq(
+                    memcmp(gold + at, mine + at, (size_t)KQ_CASES[c].bytes), 0,
+                    "%s row %d block %lld (file offset %zu) differs from the frozen encoding",
+                    KQ_CASES[c].name, row, (long long)b, at);
             }
         off += (size_t)(GOLD_ROWS * rb);
     }
@@ -1186,7 +1248,7 @@ Test(kquants_golden, frozen_bytes_decode_close_to_the_input)
     gold_input(w);
     size_t size = 0;
     uint8_t *gold = tu_read_file(PN_TEST_DATA "/kquants/golden.bin", &size);
-    static const double bound[N_KQ_CASES] = {0.01, 0.12, 0.25};
+    static const double bound[N_KQ_CASES] = { 0.01, 0.12, 0.25 };
     size_t off = 8;
     for (int c = 0; c < N_KQ_CASES; c++) {
         int64_t rb = pn_type_row_bytes(KQ_CASES[c].type, GOLD_COLS);

@@ -39,8 +39,10 @@ static const char *llama_missing(void)
     char *out = NULL, *err = NULL;
     int rc = tu_run("node --version", &out, &err);
     if (rc != 0) {
-        snprintf(why, sizeof why, "node is not installed (exit %d); pn-compare runs llama.cpp "
-                 "through Node.js", rc);
+        snprintf(why, sizeof why,
+                 "node is not installed (exit %d); pn-compare runs llama.cpp "
+                 "through Node.js",
+                 rc);
     } else {
         free(out);
         free(err);
@@ -48,21 +50,23 @@ static const char *llama_missing(void)
         if (rc == 0 && strstr(out, "llama_cpp"))
             why[0] = 0;
         else
-            snprintf(why, sizeof why, "node-llama-cpp is not installed (exit %d: %.900s); run "
-                     "scripts/install-deps", rc, err ? err : "");
+            snprintf(why, sizeof why,
+                     "node-llama-cpp is not installed (exit %d: %.900s); run "
+                     "scripts/install-deps",
+                     rc, err ? err : "");
     }
     free(out);
     free(err);
     return why[0] ? why : NULL;
 }
 
-#define REQUIRE_LLAMA()                                                                        \
-    do {                                                                                       \
-        const char *why_ = llama_missing();                                                    \
-        if (why_ && in_ci())                                                                   \
-            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);              \
-        if (why_)                                                                              \
-            cr_skip_test("llama.cpp is not available: %s", why_);                              \
+#define REQUIRE_LLAMA()                                                                            \
+    do {                                                                                           \
+        const char *why_ = llama_missing();                                                        \
+        if (why_ && in_ci())                                                                       \
+            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);           \
+        if (why_)                                                                                  \
+            cr_skip_test("llama.cpp is not available: %s", why_);                                  \
     } while (0)
 
 static void run_ok(const char *cmd)
@@ -87,8 +91,8 @@ static void synth(const char *path, const char *args)
 static void quantize(const char *src, const char *dst, const char *args)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --quiet --backend cpu --threads 1 %s '%s' '%s'", PN_BIN_DIR,
-             args, src, dst);
+    snprintf(cmd, sizeof cmd, "%s/pn-quantize --quiet --backend cpu --threads 1 %s '%s' '%s'",
+             PN_BIN_DIR, args, src, dst);
     run_ok(cmd);
 }
 
@@ -107,10 +111,13 @@ static int count_entries(const char *dir)
 typedef struct logits {
     uint32_t n_vocab, n_seq, total;
     uint32_t lens[16];
-    float *rows;    /* total x n_vocab */
+    float *rows; /* total x n_vocab */
 } logits;
 
-static uint32_t rd32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t rd32(const uint8_t *p)
+{
+    return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 /* Runs the harness on model over the sequences (ids[s][0..len-1]). */
 static logits eval_model(const char *model, uint32_t n_seq, uint32_t len, const uint32_t *ids)
@@ -131,7 +138,7 @@ static logits eval_model(const char *model, uint32_t n_seq, uint32_t len, const 
     free(e);
     size_t n;
     uint8_t *d = tu_read_file(out, &n);
-    logits L = {0};
+    logits L = { 0 };
     cr_assert_geq(n, 16);
     cr_assert_eq(memcmp(d, "PNLOGIT1", 8), 0);
     L.n_vocab = rd32(d + 8);
@@ -166,7 +173,8 @@ static double mean_kl(const logits *a, const logits *b)
         double kl;
         cr_assert_eq(pn_compare_kl(a->rows + (size_t)p * a->n_vocab,
                                    b->rows + (size_t)p * b->n_vocab, a->n_vocab, &kl, NULL, NULL,
-                                   NULL), PN_OK);
+                                   NULL),
+                     PN_OK);
         s += kl;
     }
     return s / a->total;
@@ -194,7 +202,7 @@ Test(llama_synth, every_dtype_of_a_width_16_model_loads_and_gives_the_same_distr
      .init = setup, .fini = teardown)
 {
     REQUIRE_LLAMA();
-    const char *dt[] = {"f32", "f16", "bf16"};
+    const char *dt[] = { "f32", "f16", "bf16" };
     logits L[4];
     uint32_t ids[2 * 16];
     seq_ids(ids, 2, 16, 300);
@@ -290,8 +298,8 @@ static char *compare(const char *args, int want_rc)
     char cmd[16384], *out, *err;
     char *tmp = path_in("tmp");
     mkdir(tmp, 0700);
-    snprintf(cmd, sizeof cmd, "%s/pn-compare --quiet --threads 1 --tmpdir '%s' %s", PN_BIN_DIR,
-             tmp, args);
+    snprintf(cmd, sizeof cmd, "%s/pn-compare --quiet --threads 1 --tmpdir '%s' %s", PN_BIN_DIR, tmp,
+             args);
     int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, want_rc, "%s: exit %d: %s", cmd, rc, err);
     if (want_rc == 0)
@@ -398,8 +406,10 @@ Test(llama_mix, the_f16_decode_against_the_f32_decode_gives_kl_near_zero, .init 
                         "how far each mix is from its source; nothing is sampled at all.\n";
     tu_write_file(text, words, strlen(words));
     char args[8192];
-    snprintf(args, sizeof args, "--json --decode-type f16 --text '%s' --seq-len 32 --max-seqs 2 "
-             "'%s' '%s'", text, f32, p0);
+    snprintf(args, sizeof args,
+             "--json --decode-type f16 --text '%s' --seq-len 32 --max-seqs 2 "
+             "'%s' '%s'",
+             text, f32, p0);
     char *out = compare(args, 0);
     cr_assert(strstr(out, "\"set\": \"text\", \"sequences\": 2, \"positions\": 64"), "%s", out);
     cr_assert(strstr(out, "\"decode_type\": \"f16\""), "%s", out);
@@ -427,15 +437,14 @@ Test(llama_synth, pn_convert_of_the_hf_form_gives_the_logits_of_the_gguf_form, .
      .fini = teardown)
 {
     REQUIRE_LLAMA();
-    const char *mtp[] = {"", "--mtp"};
+    const char *mtp[] = { "", "--mtp" };
     for (int k = 0; k < 2; k++) {
         char args[256], cmd[8192];
         char *dir = path_in(k ? "hf-mtp" : "hf"), *conv = path_in("conv.gguf"),
              *gg = path_in("synth.gguf");
         snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 %s --hf", mtp[k]);
         synth(dir, args);
-        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet --force '%s' '%s'", PN_BIN_DIR, dir,
-                 conv);
+        snprintf(cmd, sizeof cmd, "%s/pn-convert --quiet --force '%s' '%s'", PN_BIN_DIR, dir, conv);
         run_ok(cmd);
         snprintf(args, sizeof args, "--layers 4 --width-scale 8 --vocab 300 --force %s", mtp[k]);
         synth(gg, args);
@@ -475,8 +484,8 @@ Test(llama_split, a_split_pn_dequant_output_loads_and_gives_the_logits_of_the_un
     run_ok(cmd);
     free(pn1);
     char *pn2 = path_in("pn-00002-of-00003.gguf");
-    snprintf(cmd, sizeof cmd, "%s/pn-dequant --quiet --split-max-tensors 10 '%s' '%s'",
-             PN_BIN_DIR, pn2, set);
+    snprintf(cmd, sizeof cmd, "%s/pn-dequant --quiet --split-max-tensors 10 '%s' '%s'", PN_BIN_DIR,
+             pn2, set);
     run_ok(cmd);
     free(pn2);
     for (int s = 2; s <= 3; s++) {
@@ -501,8 +510,7 @@ Test(llama_split, a_split_pn_dequant_output_loads_and_gives_the_logits_of_the_un
     /* with a split missing llama.cpp refuses the set (nothing half-loaded) */
     char *third = path_in("set-00003-of-00003.gguf"), *tok = path_in("tokens.bin");
     cr_assert_eq(unlink(third), 0);
-    snprintf(cmd, sizeof cmd, "node '" SCRIPT "' '%s' --threads 1 < '%s' 3> /dev/null", first,
-             tok);
+    snprintf(cmd, sizeof cmd, "node '" SCRIPT "' '%s' --threads 1 < '%s' 3> /dev/null", first, tok);
     free(tok);
     char *o, *e;
     int rc = tu_run(cmd, &o, &e);
@@ -522,8 +530,8 @@ Test(llama_split, a_split_pn_dequant_output_loads_and_gives_the_logits_of_the_un
 /* The shipped recipe (q3_K token_embd, q4_K output, q8_0 ssm_alpha/beta,
  * P0k+19's promotion count capped by the candidates) at the default width:
  * every stock type decodes into something llama.cpp runs. */
-Test(llama_mix, the_shipped_recipe_at_width_4_decodes_into_a_model_llama_cpp_runs,
-     .init = setup, .fini = teardown)
+Test(llama_mix, the_shipped_recipe_at_width_4_decodes_into_a_model_llama_cpp_runs, .init = setup,
+     .fini = teardown)
 {
     REQUIRE_LLAMA();
     char *src = path_in("src.gguf"), *pn = path_in("pn.gguf");
@@ -551,10 +559,16 @@ Test(compare_cli, the_table_and_the_json_name_every_file_and_figure, .init = set
     char args[8192];
     snprintf(args, sizeof args, "'%s' '%s' '%s'", src, a, b);
     char *table = compare(args, 0);
-    const char *want[] = {"llama.cpp v", "node-llama-cpp 3.22.1", "CPU, 1 thread)",
-                          "the fixed token set, 4 sequences, 256 positions, vocabulary 300",
-                          "bytes", "bpw", "bpw PN", "KL mean", "KL p99", "KL max", "top-1",
-                          "mix", "file", "(source)", "P0k-fallback+0", "P0k-fallback+2"};
+    const char *want[] = {
+        "llama.cpp v",    "node-llama-cpp 3.22.1",
+        "CPU, 1 thread)", "the fixed token set, 4 sequences, 256 positions, vocabulary 300",
+        "bytes",          "bpw",
+        "bpw PN",         "KL mean",
+        "KL p99",         "KL max",
+        "top-1",          "mix",
+        "file",           "(source)",
+        "P0k-fallback+0", "P0k-fallback+2"
+    };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(table, want[i]), "the table lacks '%s':\n%s", want[i], table);
     /* one line per file, in the order given, the source first */
@@ -563,12 +577,27 @@ Test(compare_cli, the_table_and_the_json_name_every_file_and_figure, .init = set
     cr_assert(ls && la && lb && ls < la && la < lb, "%s", table);
     snprintf(args, sizeof args, "--json '%s' '%s' '%s'", src, a, b);
     char *json = compare(args, 0);
-    const char *keys[] = {"\"source\"", "\"llama_cpp\"", "\"release\"", "\"node_llama_cpp\"",
-                          "\"tokens\"", "\"set\": \"fixed\"", "\"sequences\": 4",
-                          "\"positions\": 256", "\"vocabulary\": 300", "\"decode_type\": \"f32\"",
-                          "\"files\"", "\"mix\": \"P0k-fallback+2\"", "\"bytes\"",
-                          "\"bits_per_weight\"", "\"bits_per_weight_pn\"", "\"kl_mean\"",
-                          "\"kl_p99\"", "\"kl_max\"", "\"kl_max_at\"", "\"top1\"", "\"seconds\""};
+    const char *keys[] = { "\"source\"",
+                           "\"llama_cpp\"",
+                           "\"release\"",
+                           "\"node_llama_cpp\"",
+                           "\"tokens\"",
+                           "\"set\": \"fixed\"",
+                           "\"sequences\": 4",
+                           "\"positions\": 256",
+                           "\"vocabulary\": 300",
+                           "\"decode_type\": \"f32\"",
+                           "\"files\"",
+                           "\"mix\": \"P0k-fallback+2\"",
+                           "\"bytes\"",
+                           "\"bits_per_weight\"",
+                           "\"bits_per_weight_pn\"",
+                           "\"kl_mean\"",
+                           "\"kl_p99\"",
+                           "\"kl_max\"",
+                           "\"kl_max_at\"",
+                           "\"top1\"",
+                           "\"seconds\"" };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         cr_assert(strstr(json, keys[i]), "the JSON lacks %s:\n%s", keys[i], json);
     /* and it is JSON: Node's parser reads it */
@@ -577,7 +606,8 @@ Test(compare_cli, the_table_and_the_json_name_every_file_and_figure, .init = set
     char cmd[8192], *o, *e;
     snprintf(cmd, sizeof cmd,
              "node -e 'const r = JSON.parse(require(\"fs\").readFileSync(process.argv[1], "
-             "\"utf8\")); if (r.files.length !== 2) process.exit(3)' '%s'", jp);
+             "\"utf8\")); if (r.files.length !== 2) process.exit(3)' '%s'",
+             jp);
     cr_assert_eq(tu_run(cmd, &o, &e), 0, "%s", e);
     /* two runs (the table's, the JSON's) give the same figures */
     double k[2];
@@ -600,8 +630,13 @@ Test(compare_cli, the_table_and_the_json_name_every_file_and_figure, .init = set
 Test(compare_cli, usage_errors_exit_2)
 {
     char cmd[4096], *out, *err;
-    const char *bad[] = {"", "src.gguf", "--decode-type q8_0 a b", "--threads 0 a b",
-                         "--seq-len 8 a b", "--bogus a b", "--text"};
+    const char *bad[] = { "",
+                          "src.gguf",
+                          "--decode-type q8_0 a b",
+                          "--threads 0 a b",
+                          "--seq-len 8 a b",
+                          "--bogus a b",
+                          "--text" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s/pn-compare %s", PN_BIN_DIR, bad[i]);
         cr_assert_eq(tu_run(cmd, &out, &err), 2, "'%s': %s", bad[i], err);
@@ -623,8 +658,8 @@ Test(compare_cli, usage_errors_exit_2)
 }
 
 /* libllama as scripts/install-deps installs it (node-llama-cpp's build). */
-#define LIBLLAMA                                                                               \
-    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+#define LIBLLAMA                                                                                   \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"            \
                   "libllama.v0.5.0.so"
 
 /* A stock quantization (llama_model_quantize, through bench's harness)
@@ -712,14 +747,15 @@ Test(compare_cli, a_file_that_is_not_pn_or_not_of_that_source_is_refused, .init 
     /* a PN file of a model with other tensors */
     snprintf(args, sizeof args, "'%s' '%s'", src, opn);
     err = refused(args);
-    cr_assert(strstr(err, "opn.gguf") && strstr(err, "not a PN file of") &&
-                  strstr(err, "src.gguf"), "%s", err);
+    cr_assert(strstr(err, "opn.gguf") && strstr(err, "not a PN file of") && strstr(err, "src.gguf"),
+              "%s", err);
     free(err);
     /* one with the same tensors in other shapes */
     snprintf(args, sizeof args, "'%s' '%s'", src, wpn);
     err = refused(args);
     cr_assert(strstr(err, "wpn.gguf") && strstr(err, "token_embd.weight") &&
-                  strstr(err, "another shape"), "%s", err);
+                  strstr(err, "another shape"),
+              "%s", err);
     free(err);
     /* the same file twice: the command line itself, exit 2 (cmd/cli.h) */
     snprintf(args, sizeof args, "'%s' '%s' '%s'", src, pn, pn);
@@ -744,7 +780,8 @@ static char *fake_node(const char *name, const char *body)
              "# $1 is the harness, $2 --version or the model\n"
              "if [ \"$2\" = --version ]; then\n"
              "  printf '{\"node_llama_cpp\":\"0\",\"llama_cpp\":\"fake\"}\\n'; exit 0\n"
-             "fi\n%s", body);
+             "fi\n%s",
+             body);
     tu_write_file(p, text, strlen(text));
     chmod(p, 0755);
     return p;
@@ -758,8 +795,7 @@ Test(compare_cli, a_missing_node_or_llama_cpp_is_a_clear_error, .init = setup, .
     char args[8192];
     snprintf(args, sizeof args, "--node '%s/no-node' '%s' '%s'", g_dir, src, pn);
     char *err = refused(args);
-    cr_assert(strstr(err, "no-node") && strstr(err, "Node.js") && strstr(err, "--node"), "%s",
-              err);
+    cr_assert(strstr(err, "no-node") && strstr(err, "Node.js") && strstr(err, "--node"), "%s", err);
     free(err);
     snprintf(args, sizeof args, "--llama-script '%s/none.mjs' '%s' '%s'", g_dir, src, pn);
     err = refused(args);
@@ -776,7 +812,8 @@ Test(compare_cli, a_missing_node_or_llama_cpp_is_a_clear_error, .init = setup, .
                  pn);
         err = refused(args);
         cr_assert(strstr(err, "not available") && strstr(err, "node-llama-cpp is not installed") &&
-                      strstr(err, "npm ci"), "%s", err);
+                      strstr(err, "npm ci"),
+                  "%s", err);
         free(err);
     }
     free(lone);
@@ -803,10 +840,12 @@ Test(compare_cli, a_failing_or_killed_llama_cpp_leaves_nothing_behind, .init = s
     snprintf(args, sizeof args, "--node '%s' --llama-script '" SCRIPT "' '%s' '%s'", fail, src, pn);
     char *err = refused(args);
     cr_assert(strstr(err, "fake: cannot load") && strstr(err, "decoded.gguf") &&
-                  strstr(err, "exit 1"), "%s", err);
+                  strstr(err, "exit 1"),
+              "%s", err);
     free(err);
     char *crash = fake_node("crash.sh", "kill -ABRT $$\n");
-    snprintf(args, sizeof args, "--node '%s' --llama-script '" SCRIPT "' '%s' '%s'", crash, src, pn);
+    snprintf(args, sizeof args, "--node '%s' --llama-script '" SCRIPT "' '%s' '%s'", crash, src,
+             pn);
     err = refused(args);
     cr_assert(strstr(err, "killed by signal 6"), "%s", err);
     free(err);
@@ -885,7 +924,7 @@ static long double direct_kl(const float *a, const float *b, size_t n)
 
 Test(compare_math, kl_matches_the_textbook_formula)
 {
-    tu_rng r = {42};
+    tu_rng r = { 42 };
     float a[1000], b[1000];
     for (int t = 0; t < 20; t++) {
         for (int i = 0; i < 1000; i++) {
@@ -910,28 +949,28 @@ Test(compare_math, kl_matches_the_textbook_formula)
 
 Test(compare_math, kl_is_zero_for_the_same_distribution_and_large_logits_do_not_overflow)
 {
-    float a[4] = {1000.0f, 999.0f, -50.0f, 0.0f}, b[4] = {1010.0f, 1009.0f, -40.0f, 10.0f};
+    float a[4] = { 1000.0f, 999.0f, -50.0f, 0.0f }, b[4] = { 1010.0f, 1009.0f, -40.0f, 10.0f };
     double kl = -1;
     cr_assert_eq(pn_compare_kl(a, a, 4, &kl, NULL, NULL, NULL), PN_OK);
     cr_assert_eq(kl, 0.0);
     /* softmax does not change when every logit moves by the same amount */
     cr_assert_eq(pn_compare_kl(a, b, 4, &kl, NULL, NULL, NULL), PN_OK);
     cr_assert(kl >= 0 && kl < 1e-12, "%g", kl);
-    float c[4] = {0, 0, 0, 0}, d[4] = {10, 0, 0, 0};
+    float c[4] = { 0, 0, 0, 0 }, d[4] = { 10, 0, 0, 0 };
     cr_assert_eq(pn_compare_kl(c, d, 4, &kl, NULL, NULL, NULL), PN_OK);
     /* p uniform, q = (e^10, 1, 1, 1) / (e^10 + 3) */
     double z = exp(10.0) + 3;
     double want = 0.25 * (log(0.25 / (exp(10.0) / z)) + 3 * log(0.25 / (1 / z)));
     cr_assert(fabs(kl - want) < 1e-12, "%.17g vs %.17g", kl, want);
     uint32_t am = 9, bm = 9;
-    float e[3] = {2, 5, 5};
+    float e[3] = { 2, 5, 5 };
     cr_assert_eq(pn_compare_kl(e, e, 3, &kl, &am, &bm, NULL), PN_OK);
     cr_assert_eq(am, 1, "the lowest index of equal maxima");
 }
 
 Test(compare_math, a_non_finite_logit_is_refused_with_its_index)
 {
-    float a[3] = {1, 2, 3}, b[3] = {1, NAN, 3}, c[3] = {INFINITY, 0, 0};
+    float a[3] = { 1, 2, 3 }, b[3] = { 1, NAN, 3 }, c[3] = { INFINITY, 0, 0 };
     double kl;
     size_t bad = 99;
     cr_assert_eq(pn_compare_kl(a, b, 3, &kl, NULL, NULL, &bad), PN_ERR_NONFINITE);
@@ -944,7 +983,7 @@ Test(compare_math, the_99th_percentile_is_the_nearest_rank)
 {
     double v[200];
     for (int i = 0; i < 200; i++)
-        v[i] = (double)((i * 37) % 200);   /* 0..199 shuffled */
+        v[i] = (double)((i * 37) % 200); /* 0..199 shuffled */
     cr_assert_eq(pn_compare_quantile(v, 200, 0.99), 197.0, "ceil(198) = 198th smallest");
     double w[256];
     for (int i = 0; i < 256; i++)
@@ -980,8 +1019,8 @@ Test(compare_math, the_fixed_tokens_follow_the_documented_formula)
 /* Stock llama.cpp loads pn-convert's output of the tiny Qwen3.5 checkpoint
  * (vocabulary 320, an MTP layer) and gives exactly the logits of the
  * converter's own file of it. */
-Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_file,
-     .init = setup, .fini = teardown, .timeout = 300)
+Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_file, .init = setup,
+     .fini = teardown, .timeout = 300)
 {
     REQUIRE_LLAMA();
     for (int no_mtp = 0; no_mtp < 2; no_mtp++) {
@@ -995,7 +1034,8 @@ Test(llama_hf, pn_converts_output_loads_and_gives_the_logits_of_the_converters_f
         seq_ids(ids, n_seq, len, 276);
         logits a = eval_model(ours, n_seq, len, ids);
         logits b = eval_model(no_mtp ? HFDATA "/converted.bf16.no-mtp.gguf"
-                                     : HFDATA "/converted.bf16.gguf", n_seq, len, ids);
+                                     : HFDATA "/converted.bf16.gguf",
+                              n_seq, len, ids);
         cr_assert_eq(a.n_vocab, 320);
         cr_assert_eq(a.n_vocab, b.n_vocab);
         cr_assert(memcmp(a.rows, b.rows, (size_t)a.total * a.n_vocab * 4) == 0,
@@ -1015,8 +1055,8 @@ Test(llama_hf, pn_compare_takes_the_folder_as_source, .init = setup, .fini = tea
     REQUIRE_LLAMA();
     char *pn = path_in("pn.gguf");
     quantize(HFDATA "/hf", pn, "--recipe '" PN_TEST_DATA "/hf-tiny.mix'");
-    char *rows[2] = {NULL, NULL};
-    const char *srcs[2] = {HFDATA "/hf", HFDATA "/converted.bf16.gguf"};
+    char *rows[2] = { NULL, NULL };
+    const char *srcs[2] = { HFDATA "/hf", HFDATA "/converted.bf16.gguf" };
     for (int k = 0; k < 2; k++) {
         char cmd[8192], *o = NULL, *e = NULL;
         snprintf(cmd, sizeof cmd, "%s/pn-compare --threads 1 --llama-script '" SCRIPT "' '%s' '%s'",
@@ -1027,7 +1067,8 @@ Test(llama_hf, pn_compare_takes_the_folder_as_source, .init = setup, .fini = tea
         cr_assert(line, "%s", o);
         /* the PN file's row from its first column to the mix label */
         char *start = line;
-        while (start > o && start[-1] != '\n') start--;
+        while (start > o && start[-1] != '\n')
+            start--;
         rows[k] = strndup(start, (size_t)(line - start));
         free(o);
         free(e);

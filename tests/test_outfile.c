@@ -32,12 +32,14 @@
 
 /* The three ways a file is committed without force. */
 typedef enum mode { UNNAMED, NAMED, NAMED_LINK, MODES_ } mode;
-static const char *const mode_names[MODES_] = {"O_TMPFILE", "named temporary",
-                                               "named temporary + link()"};
+static const char *const mode_names[MODES_] = { "O_TMPFILE", "named temporary",
+                                                "named temporary + link()" };
 
 static pn_outfile_opts opts_of(mode m, bool force)
 {
-    pn_outfile_opts o = {.force = force, .named_temp = m != UNNAMED, .link_commit = m == NAMED_LINK};
+    pn_outfile_opts o = { .force = force,
+                          .named_temp = m != UNNAMED,
+                          .link_commit = m == NAMED_LINK };
     return o;
 }
 
@@ -198,7 +200,7 @@ Test(outfile, force_replaces_an_existing_target_in_one_rename)
         cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s: %s", mode_names[m], e.msg);
         pn_outfile_free(f);
         cr_assert(has_bytes(path, "new bytes"), "%s", mode_names[m]);
-        char b[4] = {0};
+        char b[4] = { 0 };
         cr_assert_eq(pread(old_fd, b, 3, 0), 3);
         cr_assert_str_eq(b, "old");
         close(old_fd);
@@ -220,10 +222,10 @@ Test(outfile, a_directory_a_fifo_or_a_trailing_slash_is_refused_even_with_force)
     snprintf(slash, sizeof slash, "%s/new/", dir);
     const struct {
         const char *path, *kind;
-    } cases[] = {{sub, "a directory"}, {fifo, "a FIFO"}, {slash, "names a directory"}};
+    } cases[] = { { sub, "a directory" }, { fifo, "a FIFO" }, { slash, "names a directory" } };
     for (int force = 0; force < 2; force++)
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-            pn_outfile_opts o = {.force = force};
+            pn_outfile_opts o = { .force = force };
             pn_outfile *f = NULL;
             pn_error e;
             cr_assert_eq(pn_outfile_open(cases[i].path, &o, &f, &e), PN_ERR_IO, "%s",
@@ -259,7 +261,7 @@ Test(outfile, a_target_name_of_exactly_name_max_bytes_works_in_both_modes)
      * temporary name must not split the character. */
     char name[NAME_MAX + 1];
     memset(name, 'n', NAME_MAX);
-    memcpy(name + 243, "\xc3\xa9", 2);   /* bytes 243-244: a cut at 244 falls inside it */
+    memcpy(name + 243, "\xc3\xa9", 2); /* bytes 243-244: a cut at 244 falls inside it */
     name[NAME_MAX] = '\0';
     cr_assert_eq(strlen(name), NAME_MAX);
     for (mode m = 0; m < MODES_; m++)
@@ -277,8 +279,8 @@ Test(outfile, a_target_name_of_exactly_name_max_bytes_works_in_both_modes)
             }
             write_ok(f, "long");
             pn_error e;
-            cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s force %d: %s", mode_names[m],
-                         force, e.msg);
+            cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s force %d: %s", mode_names[m], force,
+                         e.msg);
             pn_outfile_free(f);
             cr_assert(has_bytes(path, "long"));
             cr_assert_eq(tu_count_files(dir), 1);
@@ -313,7 +315,7 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
         cr_assert_not_null(s, "%s", e.msg);
         fprintf(s, "buffered text");
         cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "%s", e.msg);
-        pn_outfile_free(f);   /* finished, never committed */
+        pn_outfile_free(f); /* finished, never committed */
         cr_assert_eq(tu_count_files(dir), 0, "%s", mode_names[m]);
         tu_rm_rf(dir);
         free(path);
@@ -472,7 +474,7 @@ Test(outfile, the_data_can_be_patched_and_read_back_through_the_descriptor_befor
         cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "%s", e.msg);
         cr_assert_eq(pn_outfile_finish(f, &e), PN_OK, "finish is idempotent");
         cr_assert_eq(pn_outfile_write(f, "x", 1, &e), PN_ERR_USAGE, "no writes after finish");
-        char b[32] = {0};
+        char b[32] = { 0 };
         cr_assert_eq(pread(pn_outfile_fd(f), b, sizeof b - 1, 0), 21);
         cr_assert_str_eq(b, "header:CRC!;data;tail");
         cr_assert(!exists(path));
@@ -604,8 +606,8 @@ Test(outfile, a_set_commit_with_a_target_existing_midway_leaves_nothing_of_the_s
         cr_assert_geq(ino, 0);
         cr_assert_geq(inotify_add_watch(ino, s.dir, IN_CREATE | IN_MOVED_TO | IN_DELETE), 0);
         pn_error e;
-        cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_ERR_EXISTS, "%s: %s",
-                     mode_names[m], e.msg);
+        cr_assert_eq(pn_outfile_commit_set(s.f, SET_N, &e), PN_ERR_EXISTS, "%s: %s", mode_names[m],
+                     e.msg);
         cr_assert(strncmp(e.msg, s.path[1], strlen(s.path[1])) == 0, "%s", e.msg);
         int order[8], deleted = 0;
         int n = read_events(ino, &s, order, 8, &deleted);
@@ -644,9 +646,10 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "m.txt");
     char name[] = "blk.0.ffn_down.weight";
-    pn_measure_entry entry = {name, 0.25, 0.125, 0x1234abcdu};
-    pn_measurement m = {.params = {.quantizer = "pn-quantize test", .sample_max_rows = 8}, .n = 1,
-                        .entries = &entry};
+    pn_measure_entry entry = { name, 0.25, 0.125, 0x1234abcdu };
+    pn_measurement m = { .params = { .quantizer = "pn-quantize test", .sample_max_rows = 8 },
+                         .n = 1,
+                         .entries = &entry };
     pn_error e;
     cr_assert_eq(pn_measurement_save(&m, path, &e), PN_OK, "%s", e.msg);
     int old_fd = open(path, O_RDONLY);
@@ -658,7 +661,7 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     cr_assert_eq(pn_measurement_load(path, &l, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(l->entries[0].e3, 0.5);
     pn_measurement_free(l);
-    char b[16] = {0};
+    char b[16] = { 0 };
     cr_assert_eq(pread(old_fd, b, 10, 0), 10);
     cr_assert_str_eq(b, "pn-measure", "the old file was replaced, not rewritten in place");
     close(old_fd);

@@ -38,30 +38,29 @@
  * (K > chunk) and whole rows, a last sum block shorter than 256, rotation
  * blocks of 16 to 256. */
 static const sf_spec g_specs[] = {
-    {"a.attn_q.weight", 2, 1280, 5, PN_TYPE_BF16},    /* pn3t, B 256, unit 1280 */
-    {"b.ffn_down.weight", 2, 1088, 6, PN_TYPE_F16},   /* pn4t, B 64, unit 64 */
-    {"c.ffn_up.weight", 2, 240, 9, PN_TYPE_F32},      /* pn3t, B 16, unit 80 */
-    {"d.ssm_alpha.weight", 2, 1056, 3, PN_TYPE_F32},  /* q8_0 */
-    {"output.weight", 2, 768, 4, PN_TYPE_BF16},       /* q4_K */
-    {"token_embd.weight", 2, 512, 5, PN_TYPE_F32},    /* q3_K */
-    {"e.norm", 1, 1000, 1, PN_TYPE_F32},              /* f32, blocks 256 x3 + 232 */
-    {"f.weight", 2, 300, 3, PN_TYPE_F32},             /* bf16 */
-    {"g.weight", 2, 200, 2, PN_TYPE_BF16},            /* f16 */
+    { "a.attn_q.weight", 2, 1280, 5, PN_TYPE_BF16 },   /* pn3t, B 256, unit 1280 */
+    { "b.ffn_down.weight", 2, 1088, 6, PN_TYPE_F16 },  /* pn4t, B 64, unit 64 */
+    { "c.ffn_up.weight", 2, 240, 9, PN_TYPE_F32 },     /* pn3t, B 16, unit 80 */
+    { "d.ssm_alpha.weight", 2, 1056, 3, PN_TYPE_F32 }, /* q8_0 */
+    { "output.weight", 2, 768, 4, PN_TYPE_BF16 },      /* q4_K */
+    { "token_embd.weight", 2, 512, 5, PN_TYPE_F32 },   /* q3_K */
+    { "e.norm", 1, 1000, 1, PN_TYPE_F32 },             /* f32, blocks 256 x3 + 232 */
+    { "f.weight", 2, 300, 3, PN_TYPE_F32 },            /* bf16 */
+    { "g.weight", 2, 200, 2, PN_TYPE_BF16 },           /* f16 */
 };
 #define N_SPECS (sizeof g_specs / sizeof g_specs[0])
 
-static const char g_recipe[] =
-    "mix T\n"
-    "rotation hadamard 1024\n"
-    "promote 0\n"
-    "rule token_embd.weight => q3_K\n"
-    "rule output.weight => q4_K\n"
-    "rule *.ssm_alpha.weight => q8_0\n"
-    "rule dims=1 => f32\n"
-    "rule f.weight => bf16\n"
-    "rule g.weight => f16\n"
-    "rule *.ffn_down.weight => pn4t\n"
-    "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
+static const char g_recipe[] = "mix T\n"
+                               "rotation hadamard 1024\n"
+                               "promote 0\n"
+                               "rule token_embd.weight => q3_K\n"
+                               "rule output.weight => q4_K\n"
+                               "rule *.ssm_alpha.weight => q8_0\n"
+                               "rule dims=1 => f32\n"
+                               "rule f.weight => bf16\n"
+                               "rule g.weight => f16\n"
+                               "rule *.ffn_down.weight => pn4t\n"
+                               "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
 
 /* What the result hook saw. */
 typedef struct seen {
@@ -118,9 +117,9 @@ static void reference_errors(const char *src, const char *dst, double *rel)
         int B = pn_type_is_pn(dt->type) ? pn_hadamard_block_size(K, 1024) : 1;
         double num = 0.0, den = 0.0;
         for (int64_t r = 0; r < rows; r++) {
-            cr_assert_eq(gguf_reader_read_tensor(s, i, (uint64_t)(r * src_row), raw,
-                                                 (size_t)src_row, &err),
-                         PN_OK);
+            cr_assert_eq(
+                gguf_reader_read_tensor(s, i, (uint64_t)(r * src_row), raw, (size_t)src_row, &err),
+                PN_OK);
             cr_assert_eq(pn_widen_row(st->type, raw, x, K), PN_OK);
             if (B > 1)
                 pn_hadamard_rotate_row_ref(x, K, B);
@@ -167,14 +166,15 @@ static void file_crcs(const char *path, uint32_t *crc)
     gguf_reader_close(r);
 }
 
-Test(pipeline, reported_errors_equal_the_separate_pass_reference_bit_for_bit_at_any_threads_and_chunk,
+Test(pipeline,
+     reported_errors_equal_the_separate_pass_reference_bit_for_bit_at_any_threads_and_chunk,
      .init = setup, .fini = teardown)
 {
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
     sf_write_model(src, g_specs, N_SPECS, 77);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    const int64_t chunks[] = {256, 1000, 3000, 0};
-    const int threads[] = {1, 2};
+    const int64_t chunks[] = { 256, 1000, 3000, 0 };
+    const int threads[] = { 1, 2 };
     double ref[64];
     uint32_t crcs[64];
     char *first = NULL;
@@ -202,9 +202,8 @@ Test(pipeline, reported_errors_equal_the_separate_pass_reference_bit_for_bit_at_
             } else {
                 size_t na, nb;
                 void *a = tu_read_file(first, &na), *b = tu_read_file(dst, &nb);
-                cr_assert(na == nb && memcmp(a, b, na) == 0,
-                          "chunk %lld, %d threads: other bytes", (long long)chunks[ci],
-                          threads[ti]);
+                cr_assert(na == nb && memcmp(a, b, na) == 0, "chunk %lld, %d threads: other bytes",
+                          (long long)chunks[ci], threads[ti]);
                 free(a);
                 free(b);
                 free(dst);
@@ -230,12 +229,12 @@ Test(pipeline, chunks_are_whole_blocks_and_split_long_rows_at_units)
     pn_job_tensor t;
     pn_error err;
     /* q4_K row of 5120 with a chunk of 1000 weights: pieces of 768 (3 x 256) */
-    cr_assert_eq(pn_job_tensor_init(&t, 0, "x", 5120, 3, PN_TYPE_BF16, PN_TYPE_Q4_K, 0, 1000,
-                                    1 << 20, &err),
-                 PN_OK);
+    cr_assert_eq(
+        pn_job_tensor_init(&t, 0, "x", 5120, 3, PN_TYPE_BF16, PN_TYPE_Q4_K, 0, 1000, 1 << 20, &err),
+        PN_OK);
     cr_assert_eq(t.unit, 256);
     cr_assert_eq(t.cols_per_chunk, 768);
-    pn_job_cursor cur = {0, 0, 0};
+    pn_job_cursor cur = { 0, 0, 0 };
     pn_chunk c;
     int64_t weights = 0, chunks = 0;
     while (memset(&c, 0, sizeof c), pn_job_cursor_next(&cur, &t, 1, &c)) {
@@ -289,7 +288,7 @@ static void reference_measurement(const char *src, const sf_spec *specs, size_t 
         uint8_t *raw = malloc((size_t)src_row);
         float *x = malloc((size_t)K * sizeof(float));
         void *scratch = malloc(pn_measure_scratch_bytes(K));
-        pn_measure_acc acc = {0};
+        pn_measure_acc acc = { 0 };
         for (int64_t k = 0; k < ns; k++) {
             cr_assert_eq(gguf_reader_read_tensor(s, i, (uint64_t)(sample[k] * src_row), raw,
                                                  (size_t)src_row, &err),
@@ -316,9 +315,9 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
     /* pn3t candidates: rows measured whole, and a row of 20480 measured in
      * pieces when the chunk is smaller */
     static const sf_spec cands[] = {
-        {"a.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16},
-        {"b.ffn_up.weight", 2, 20480, 3, PN_TYPE_F32},
-        {"c.attn_qkv.weight", 2, 320, 7, PN_TYPE_F16},
+        { "a.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16 },
+        { "b.ffn_up.weight", 2, 20480, 3, PN_TYPE_F32 },
+        { "c.attn_qkv.weight", 2, 320, 7, PN_TYPE_F16 },
     };
     static const char recipe_text[] = "mix M\nrotation hadamard 1024\npromote 1\n"
                                       "rule *.weight => pn3t\n";
@@ -327,7 +326,7 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
     double e3[3], e4[3];
     reference_measurement(src, cands, 3, 100, e3, e4);
-    const int64_t chunks[] = {256, 5000, 0};
+    const int64_t chunks[] = { 256, 5000, 0 };
     for (size_t ci = 0; ci < 3; ci++)
         for (int th = 1; th <= 2; th++) {
             char *dst = path_in("out.gguf"), *mpath = path_in("m.txt");
@@ -367,7 +366,7 @@ Test(pipeline, measured_figures_equal_pn_measure_row_at_any_threads_and_chunk_ev
 typedef struct damage {
     const char *dir;
     const char *tensor;
-    int which;        /* 0: flip a data byte (CRC), 1: set a pn3t reserved bit */
+    int which; /* 0: flip a data byte (CRC), 1: set a pn3t reserved bit */
     int done;
 } damage;
 
@@ -445,7 +444,7 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
     sf_write_model(src, g_specs, N_SPECS, 3);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     for (int which = 0; which < 2; which++) {
-        damage d = {g_dir, which ? "a.attn_q.weight" : "b.ffn_down.weight", which, 0};
+        damage d = { g_dir, which ? "a.attn_q.weight" : "b.ffn_down.weight", which, 0 };
         pn_quantize_opts o;
         base_opts(&o, src, dst, recipe);
         o.threads = 2;
@@ -477,7 +476,7 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
 Test(pipeline, a_1d_tensor_of_2_24_weights_is_quantized_in_far_less_memory_than_its_row,
      .init = setup, .fini = teardown)
 {
-    static const sf_spec big[] = {{"big.weight", 1, (int64_t)1 << 24, 1, PN_TYPE_F32}};
+    static const sf_spec big[] = { { "big.weight", 1, (int64_t)1 << 24, 1, PN_TYPE_F32 } };
     static const char recipe_text[] = "mix B\nrotation hadamard 1024\nrule dims=1 => q8_0\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
     sf_write_model(src, big, 1, 9);
@@ -535,7 +534,7 @@ Test(pipeline, the_emulated_gpu_path_gives_the_cpus_bytes_crcs_and_errors_at_any
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
     /* GPU chunks deferred while CPU chunks (the stock types) go on, across
      * tensor boundaries */
-    const int64_t chunks[] = {256, 3000};
+    const int64_t chunks[] = { 256, 3000 };
     for (int i = 0; i < 2; i++) {
         memset(&b, 0, sizeof b);
         base_opts(&o, src, gpu, recipe);
@@ -566,16 +565,16 @@ Test(pipeline, the_emulated_gpu_path_gives_the_cpus_bytes_crcs_and_errors_at_any
 
 /* ---- a non-finite weight is found where it is, whatever the chunking ---- */
 
-Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_rows,
-     .init = setup, .fini = teardown)
+Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_rows, .init = setup,
+     .fini = teardown)
 {
-    static const sf_spec specs[] = {{"blk.0.ssm_alpha.weight", 2, 4096, 3, PN_TYPE_F32}};
+    static const sf_spec specs[] = { { "blk.0.ssm_alpha.weight", 2, 4096, 3, PN_TYPE_F32 } };
     static const char recipe_text[] = "mix N\nrotation hadamard 1024\nrule *.weight => q8_0\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
-    const int64_t where[][2] = {{2, 4095}, {0, 1025}, {1, 0}};
-    const float bad[] = {INFINITY, NAN, -INFINITY};
-    const int64_t chunks[] = {1000, 0};
+    const int64_t where[][2] = { { 2, 4095 }, { 0, 1025 }, { 1, 0 } };
+    const float bad[] = { INFINITY, NAN, -INFINITY };
+    const int64_t chunks[] = { 1000, 0 };
     for (int w = 0; w < 3; w++)
         for (int ci = 0; ci < 2; ci++) {
             sf_write_model(src, specs, 1, 8);
@@ -614,25 +613,24 @@ Test(pipeline, a_nonfinite_weight_is_named_by_row_and_column_in_whole_and_split_
  * rows and at any offset; more rows than the sampled-rows rule takes (256),
  * so the sampled CRC covers a part of each slice; every source type. */
 static const sf_spec g_read_specs[] = {
-    {"blk.0.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16},    /* pn3t */
-    {"blk.0.ffn_down.weight", 2, 69632, 4, PN_TYPE_F16},    /* pn4t, rows > a slice */
-    {"blk.0.ffn_up.weight", 2, 240, 400, PN_TYPE_F32},      /* pn3t, read in place */
-    {"blk.0.attn_norm.weight", 1, 1000, 1, PN_TYPE_F32},    /* f32 */
-    {"blk.1.attn_q.weight", 2, 1280, 60, PN_TYPE_F32},      /* pn3t */
-    {"output.weight", 2, 768, 100, PN_TYPE_BF16},           /* q4_K */
-    {"token_embd.weight", 2, 512, 600, PN_TYPE_F16},        /* q3_K, sampled */
+    { "blk.0.attn_q.weight", 2, 1280, 300, PN_TYPE_BF16 }, /* pn3t */
+    { "blk.0.ffn_down.weight", 2, 69632, 4, PN_TYPE_F16 }, /* pn4t, rows > a slice */
+    { "blk.0.ffn_up.weight", 2, 240, 400, PN_TYPE_F32 },   /* pn3t, read in place */
+    { "blk.0.attn_norm.weight", 1, 1000, 1, PN_TYPE_F32 }, /* f32 */
+    { "blk.1.attn_q.weight", 2, 1280, 60, PN_TYPE_F32 },   /* pn3t */
+    { "output.weight", 2, 768, 100, PN_TYPE_BF16 },        /* q4_K */
+    { "token_embd.weight", 2, 512, 600, PN_TYPE_F16 },     /* q3_K, sampled */
 };
 #define N_READ_SPECS (sizeof g_read_specs / sizeof g_read_specs[0])
 
-static const char g_read_recipe[] =
-    "mix R\n"
-    "rotation hadamard 1024\n"
-    "promote 1\n"
-    "rule token_embd.weight => q3_K\n"
-    "rule output.weight => q4_K\n"
-    "rule dims=1 => f32\n"
-    "rule *.ffn_down.weight => pn4t\n"
-    "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
+static const char g_read_recipe[] = "mix R\n"
+                                    "rotation hadamard 1024\n"
+                                    "promote 1\n"
+                                    "rule token_embd.weight => q3_K\n"
+                                    "rule output.weight => q4_K\n"
+                                    "rule dims=1 => f32\n"
+                                    "rule *.ffn_down.weight => pn4t\n"
+                                    "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
 
 static const gguf_kv *need_key(const gguf_reader *r, const char *key)
 {
@@ -679,10 +677,10 @@ Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
     sf_write_model(src, g_read_specs, N_READ_SPECS, 21);
     cr_assert_eq(tu_write_file(recipe, g_read_recipe, strlen(g_read_recipe)), 0);
-    const int threads[] = {1, 2, 3, 7};
+    const int threads[] = { 1, 2, 3, 7 };
     /* default (4 M: whole tensors), cut inside a slice's rows, long rows in
      * column pieces, the smallest chunk */
-    const int64_t chunks[] = {0, 100000, 5000, 256};
+    const int64_t chunks[] = { 0, 100000, 5000, 256 };
     uint8_t *want = NULL, *want_m = NULL;
     size_t want_n = 0, want_mn = 0;
     for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++)
@@ -694,7 +692,7 @@ Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at
             pn_quantize_opts o;
             base_opts(&o, src, dst, recipe);
             o.promote = 1;
-            o.measurement_path = m;   /* measured here: the measurement stream too */
+            o.measurement_path = m; /* measured here: the measurement stream too */
             o.threads = threads[ti];
             o.chunk_weights = chunks[ci];
             pn_error err;
@@ -709,8 +707,8 @@ Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at
                 want_mn = mn;
             } else {
                 cr_assert(n == want_n && memcmp(got, want, n) == 0,
-                          "%d threads, chunk %lld: the output differs from 1 thread's",
-                          threads[ti], (long long)chunks[ci]);
+                          "%d threads, chunk %lld: the output differs from 1 thread's", threads[ti],
+                          (long long)chunks[ci]);
                 cr_assert(mn == want_mn && memcmp(got_m, want_m, mn) == 0,
                           "%d threads, chunk %lld: the measurement differs", threads[ti],
                           (long long)chunks[ci]);
@@ -726,13 +724,13 @@ Test(pipeline, the_team_widens_and_crcs_the_source_to_the_same_bytes_and_keys_at
     free(recipe);
 }
 
-Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it,
-     .init = setup, .fini = teardown)
+Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it, .init = setup,
+     .fini = teardown)
 {
     /* 5 x 69632 bf16 weights: one chunk of 2 slices at the default size;
      * two bad weights in different slices: the first in the tensor's order
      * is named, whichever thread widens which slice first */
-    static const sf_spec specs[] = {{"blk.0.ffn_down.weight", 2, 69632, 5, PN_TYPE_BF16}};
+    static const sf_spec specs[] = { { "blk.0.ffn_down.weight", 2, 69632, 5, PN_TYPE_BF16 } };
     static const char recipe_text[] = "mix N\nrotation hadamard 1024\nrule *.weight => pn4t\n";
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
     cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
@@ -742,16 +740,16 @@ Test(pipeline, the_first_nonfinite_weight_is_named_whichever_thread_widens_it,
     cr_assert_eq(gguf_reader_open(src, &r, &err), PN_OK);
     const uint64_t base = gguf_reader_tensor_file_offset(r, 0);
     gguf_reader_close(r);
-    const int64_t bad[][2] = {{1, 1368}, {4, 5}};   /* row, column: slices 0 and 1 */
-    const uint16_t bits[] = {0x7fc0, 0xff80};                      /* NaN, -inf */
+    const int64_t bad[][2] = { { 1, 1368 }, { 4, 5 } }; /* row, column: slices 0 and 1 */
+    const uint16_t bits[] = { 0x7fc0, 0xff80 };         /* NaN, -inf */
     FILE *f = fopen(src, "r+b");
     for (int i = 0; i < 2; i++) {
         fseek(f, (long)(base + (uint64_t)(bad[i][0] * 69632 + bad[i][1]) * 2), SEEK_SET);
         fwrite(&bits[i], 2, 1, f);
     }
     fclose(f);
-    const int threads[] = {1, 3, 7};
-    const int64_t chunks[] = {0, 100000, 20480};
+    const int threads[] = { 1, 3, 7 };
+    const int64_t chunks[] = { 0, 100000, 20480 };
     for (int ti = 0; ti < 3; ti++)
         for (int ci = 0; ci < 3; ci++) {
             pn_quantize_opts o;

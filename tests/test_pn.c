@@ -31,22 +31,31 @@
  * library, so a wrong pn_params table cannot hide behind itself. */
 typedef struct pn_type_case {
     int type;
-    int G;        /* weights per block */
+    int G; /* weights per block */
     int bits;
     int z;        /* zero point 2^(bits-1) */
     int per_word; /* codes per u32 word */
 } pn_type_case;
 
-static const pn_type_case PN3T = {PN_TYPE_PN3T, 80, 3, 4, 10};
-static const pn_type_case PN4T = {PN_TYPE_PN4T, 64, 4, 8, 8};
+static const pn_type_case PN3T = { PN_TYPE_PN3T, 80, 3, 4, 10 };
+static const pn_type_case PN4T = { PN_TYPE_PN4T, 64, 4, 8, 8 };
 
-static const char *type_name(int type) { return type == PN_TYPE_PN3T ? "pn3t" : "pn4t"; }
+static const char *type_name(int type)
+{
+    return type == PN_TYPE_PN3T ? "pn3t" : "pn4t";
+}
 
-static const pn_type_case *case_of(int type) { return type == PN_TYPE_PN3T ? &PN3T : &PN4T; }
+static const pn_type_case *case_of(int type)
+{
+    return type == PN_TYPE_PN3T ? &PN3T : &PN4T;
+}
 
 /* --- independent readers of a block ----------------------------------------- */
 
-static int spec_shift(const pn_type_case *tc, int t) { return tc->bits * (t >> 1) + 16 * (t & 1); }
+static int spec_shift(const pn_type_case *tc, int t)
+{
+    return tc->bits * (t >> 1) + 16 * (t & 1);
+}
 
 static uint32_t word_at(const uint8_t *block, int wi)
 {
@@ -60,7 +69,10 @@ static int code_at(const pn_type_case *tc, const uint8_t *block, int e)
     return (int)((w >> spec_shift(tc, e % tc->per_word)) & ((1u << tc->bits) - 1u));
 }
 
-static uint16_t d_bits_of(const uint8_t *block) { return (uint16_t)(block[0] | block[1] << 8); }
+static uint16_t d_bits_of(const uint8_t *block)
+{
+    return (uint16_t)(block[0] | block[1] << 8);
+}
 
 static uint32_t float_bits(float f)
 {
@@ -73,10 +85,10 @@ static uint32_t float_bits(float f)
 
 typedef struct golden {
     const pn_type_case *tc;
-    float *in;            /* GOLDEN_GROUPS * G */
-    uint8_t *out;         /* GOLDEN_GROUPS * 34 */
-    float *refuse;        /* REFUSE_GROUPS * G */
-    int winner[GOLDEN_GROUPS];      /* -1 for "-" */
+    float *in;                 /* GOLDEN_GROUPS * G */
+    uint8_t *out;              /* GOLDEN_GROUPS * 34 */
+    float *refuse;             /* REFUSE_GROUPS * G */
+    int winner[GOLDEN_GROUPS]; /* -1 for "-" */
     unsigned d[GOLDEN_GROUPS];
     char name[GOLDEN_GROUPS][64];
     char skipped[GOLDEN_GROUPS][64];
@@ -111,7 +123,7 @@ static void parse_cases(golden *g)
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (line[0] == '#' || line[0] == '\0')
             continue;
-        char *cols[6] = {0};
+        char *cols[6] = { 0 };
         int nc = 0;
         for (char *p = line; nc < 6;) {
             cols[nc++] = p;
@@ -174,12 +186,15 @@ static int first_diff(const uint8_t *a, const uint8_t *b, int n)
     return -1;
 }
 
-static int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+static int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
 #define TYPE_PARAMS() cr_make_param_array(int, types, 2)
 
 /* --- the parameter table ------------------------------------------------------- */
 
-ParameterizedTestParameters(pn_api, the_parameters_are_the_formats) { return TYPE_PARAMS(); }
+ParameterizedTestParameters(pn_api, the_parameters_are_the_formats)
+{
+    return TYPE_PARAMS();
+}
 ParameterizedTest(int *type, pn_api, the_parameters_are_the_formats)
 {
     const pn_type_case *tc = case_of(*type);
@@ -196,7 +211,8 @@ ParameterizedTest(int *type, pn_api, the_parameters_are_the_formats)
 
 Test(pn_api, other_types_have_no_parameters)
 {
-    int others[] = {PN_TYPE_F32, PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_Q8_0, PN_TYPE_Q4_K, 123, 126, -1};
+    int others[] = { PN_TYPE_F32,  PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_Q8_0,
+                     PN_TYPE_Q4_K, 123,         126,          -1 };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         cr_assert_null(pn_params_get(others[i]), "type %d has PN parameters", others[i]);
 }
@@ -208,9 +224,9 @@ ParameterizedTestParameters(pn_api, a_row_that_is_not_whole_groups_is_a_usage_er
 ParameterizedTest(int *type, pn_api, a_row_that_is_not_whole_groups_is_a_usage_error)
 {
     const int G = case_of(*type)->G;
-    float x[3 * MAX_G] = {0};
+    float x[3 * MAX_G] = { 0 };
     uint8_t out[3 * PN_BLOCK_BYTES];
-    int64_t bad_lengths[] = {1, G - 1, G + 1, 2 * G + 7, -G};
+    int64_t bad_lengths[] = { 1, G - 1, G + 1, 2 * G + 7, -G };
     for (size_t i = 0; i < sizeof bad_lengths / sizeof bad_lengths[0]; i++) {
         cr_assert_eq(pn_quantize_row_ref(*type, x, bad_lengths[i], out, NULL), PN_ERR_USAGE,
                      "n = %lld", (long long)bad_lengths[i]);
@@ -225,8 +241,8 @@ ParameterizedTest(int *type, pn_api, a_row_that_is_not_whole_groups_is_a_usage_e
 
 Test(pn_api, a_type_that_is_not_pn_is_a_usage_error)
 {
-    float x[80] = {0};
-    uint8_t out[PN_BLOCK_BYTES] = {0};
+    float x[80] = { 0 };
+    uint8_t out[PN_BLOCK_BYTES] = { 0 };
     cr_assert_eq(pn_quantize_row_ref(PN_TYPE_F32, x, 80, out, NULL), PN_ERR_USAGE);
     cr_assert_eq(pn_quantize_row(PN_TYPE_Q8_0, x, 64, out, NULL), PN_ERR_USAGE);
     cr_assert_eq(pn_validate_row(PN_TYPE_F16, out, 64, NULL), PN_ERR_USAGE);
@@ -255,8 +271,8 @@ ParameterizedTest(int *type, pn_golden, every_group_quantizes_to_its_golden_bloc
         if (at >= 0) {
             cr_log_error("%s group %d (%s): byte %d is 0x%02x, expected 0x%02x (d 0x%04x, "
                          "expected 0x%04x)",
-                         type_name(*type), k, g->name[k], at, block[at], want[at],
-                         d_bits_of(block), d_bits_of(want));
+                         type_name(*type), k, g->name[k], at, block[at], want[at], d_bits_of(block),
+                         d_bits_of(want));
             bad_bytes++;
         }
         if (winner != g->winner[k]) {
@@ -266,7 +282,8 @@ ParameterizedTest(int *type, pn_golden, every_group_quantizes_to_its_golden_bloc
         }
         cr_assert_eq(d_bits_of(want), g->d[k], "golden block %d disagrees with its case table", k);
     }
-    cr_assert_eq(bad_bytes, 0, "%s: %d of 128 groups give other bytes", type_name(*type), bad_bytes);
+    cr_assert_eq(bad_bytes, 0, "%s: %d of 128 groups give other bytes", type_name(*type),
+                 bad_bytes);
     cr_assert_eq(bad_winner, 0, "%s: %d of 128 groups pick another candidate", type_name(*type),
                  bad_winner);
     free_golden(g);
@@ -345,10 +362,10 @@ typedef struct row_case {
 ParameterizedTestParameters(pn_golden, the_whole_file_quantized_as_rows_gives_the_golden_bytes)
 {
     static row_case cases[] = {
-        {PN_TYPE_PN3T, 128, 0, 0}, {PN_TYPE_PN3T, 8, 0, 1}, {PN_TYPE_PN3T, 1, 0, 3},
-        {PN_TYPE_PN3T, 128, 1, 0}, {PN_TYPE_PN3T, 8, 1, 1}, {PN_TYPE_PN3T, 1, 1, 2},
-        {PN_TYPE_PN4T, 128, 0, 0}, {PN_TYPE_PN4T, 8, 0, 1}, {PN_TYPE_PN4T, 1, 0, 3},
-        {PN_TYPE_PN4T, 128, 1, 0}, {PN_TYPE_PN4T, 8, 1, 1}, {PN_TYPE_PN4T, 1, 1, 2},
+        { PN_TYPE_PN3T, 128, 0, 0 }, { PN_TYPE_PN3T, 8, 0, 1 }, { PN_TYPE_PN3T, 1, 0, 3 },
+        { PN_TYPE_PN3T, 128, 1, 0 }, { PN_TYPE_PN3T, 8, 1, 1 }, { PN_TYPE_PN3T, 1, 1, 2 },
+        { PN_TYPE_PN4T, 128, 0, 0 }, { PN_TYPE_PN4T, 8, 0, 1 }, { PN_TYPE_PN4T, 1, 0, 3 },
+        { PN_TYPE_PN4T, 128, 1, 0 }, { PN_TYPE_PN4T, 8, 1, 1 }, { PN_TYPE_PN4T, 1, 1, 2 },
     };
     return cr_make_param_array(row_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -397,7 +414,7 @@ ParameterizedTest(int *type, pn_golden, the_fast_path_matches_the_reference_at_e
     uint8_t *ref = malloc((size_t)(rows * n / G * PN_BLOCK_BYTES));
     uint8_t *fast = malloc((size_t)(rows * n / G * PN_BLOCK_BYTES));
     cr_assert(x && ref && fast);
-    tu_rng rng = {2024};
+    tu_rng rng = { 2024 };
     for (int64_t i = 0; i < rows * n; i++) {
         double v = tu_rng_gauss(&rng) * 0.02;
         if (i % 997 == 0)
@@ -410,7 +427,7 @@ ParameterizedTest(int *type, pn_golden, the_fast_path_matches_the_reference_at_e
     for (int r = 0; r < rows; r++)
         cr_assert_eq(pn_quantize_row_ref(*type, x + r * n, n, ref + r * row_bytes, NULL), PN_OK);
     int max_threads = omp_get_max_threads();
-    int counts[] = {1, 2, 3, 4};
+    int counts[] = { 1, 2, 3, 4 };
     for (int ci = 0; ci < 4; ci++) {
         omp_set_num_threads(counts[ci]);
         memset(fast, 0, (size_t)(rows * row_bytes));
@@ -460,8 +477,8 @@ ParameterizedTest(int *type, pn_golden, decoding_gives_d_times_n_minus_z_for_eve
 /* README refuse list, the same for both types: 0 overflow_all_edge,
  * 1 overflow_1e30, 2 overflow_f32max, 3 nan, 4 neg_inf. */
 static const pn_status refuse_code[REFUSE_GROUPS] = {
-    PN_ERR_SCALE_OVERFLOW, PN_ERR_SCALE_OVERFLOW, PN_ERR_SCALE_OVERFLOW, PN_ERR_NONFINITE,
-    PN_ERR_NONFINITE,
+    PN_ERR_SCALE_OVERFLOW, PN_ERR_SCALE_OVERFLOW, PN_ERR_SCALE_OVERFLOW,
+    PN_ERR_NONFINITE,      PN_ERR_NONFINITE,
 };
 
 /* The column a refusal must name inside its group: the first NaN/inf, or 0
@@ -598,10 +615,10 @@ ParameterizedTest(int *type, pn_refuse, a_nan_or_infinity_at_any_column_is_named
 {
     const pn_params *p = pn_params_get(*type);
     const int G = p->group;
-    const float bad_values[] = {NAN, -NAN, INFINITY, -INFINITY};
+    const float bad_values[] = { NAN, -NAN, INFINITY, -INFINITY };
     float w[MAX_G];
     uint8_t block[PN_BLOCK_BYTES];
-    tu_rng rng = {17};
+    tu_rng rng = { 17 };
     for (int v = 0; v < 4; v++) {
         for (int e = 0; e < G; e++) {
             for (int i = 0; i < G; i++)
@@ -623,7 +640,7 @@ ParameterizedTestParameters(pn_refuse, a_nan_beside_an_overflowing_weight_is_a_n
 ParameterizedTest(int *type, pn_refuse, a_nan_beside_an_overflowing_weight_is_a_nonfinite_error)
 {
     const pn_params *p = pn_params_get(*type);
-    float w[MAX_G] = {0};
+    float w[MAX_G] = { 0 };
     w[0] = FLT_MAX;
     w[9] = NAN;
     uint8_t block[PN_BLOCK_BYTES];
@@ -636,12 +653,13 @@ ParameterizedTestParameters(pn_refuse, the_largest_finite_group_below_the_overfl
 {
     return TYPE_PARAMS();
 }
-ParameterizedTest(int *type, pn_refuse, the_largest_finite_group_below_the_overflow_edge_is_accepted)
+ParameterizedTest(int *type, pn_refuse,
+                  the_largest_finite_group_below_the_overflow_edge_is_accepted)
 {
     /* amax just below 65520*z/0.5: m = 0.50 still gives a finite scale and is
      * then the only candidate. Just above, every candidate overflows. */
     const pn_params *p = pn_params_get(*type);
-    float w[MAX_G] = {0};
+    float w[MAX_G] = { 0 };
     double edge = 65520.0 * p->z / 0.5;
     w[3] = nextafterf((float)edge, 0.0f);
     uint8_t block[PN_BLOCK_BYTES];
@@ -671,7 +689,7 @@ ParameterizedTest(int *type, pn_layout, setting_one_code_writes_exactly_its_bits
         cr_assert_eq(shift, (t & 1 ? 16 : 0) + tc->bits * (t / 2));
         cr_assert_leq(shift % 16 + tc->bits, 16, "code %d crosses a half-word", t);
         for (int code = 1; code <= 2 * tc->z - 1; code++) {
-            uint8_t block[PN_BLOCK_BYTES] = {0};
+            uint8_t block[PN_BLOCK_BYTES] = { 0 };
             pn_block_set_code(p, block, e, code);
             for (int w = 0; w < 8; w++) {
                 uint32_t want = w == wi ? (uint32_t)code << shift : 0u;
@@ -705,7 +723,7 @@ ParameterizedTest(int *type, pn_layout, reading_a_code_uses_the_formats_shift)
 {
     const pn_type_case *tc = case_of(*type);
     const pn_params *p = pn_params_get(*type);
-    tu_rng rng = {3};
+    tu_rng rng = { 3 };
     for (int trial = 0; trial < 200; trial++) {
         uint8_t block[PN_BLOCK_BYTES];
         for (int i = 0; i < PN_BLOCK_BYTES; i++)
@@ -758,8 +776,10 @@ ParameterizedTest(int *type, pn_layout, a_crafted_group_puts_each_code_at_its_bi
         cr_assert_eq(d_bits_of(block), d_want);
         for (int k = 0; k < 8; k++) {
             uint32_t want = k == wi ? all_z & ~((uint32_t)tc->z << shift) : all_z;
-            cr_assert_eq(word_at(block, k), want, "%s mirror e=%d: word %d is 0x%08x, expected "
-                         "0x%08x", type_name(*type), e, k, word_at(block, k), want);
+            cr_assert_eq(word_at(block, k), want,
+                         "%s mirror e=%d: word %d is 0x%08x, expected "
+                         "0x%08x",
+                         type_name(*type), e, k, word_at(block, k), want);
         }
     }
 }
@@ -792,7 +812,7 @@ Test(pn_layout, pn3t_reserved_bits_are_zero_in_every_golden_and_quantized_block)
     float *x = malloc(GROUPS * 80 * sizeof(float));
     uint8_t *q = malloc(GROUPS * PN_BLOCK_BYTES);
     cr_assert(x && q);
-    tu_rng rng = {31};
+    tu_rng rng = { 31 };
     for (int k = 0; k < GROUPS; k++) {
         /* 2^-16 .. 2^-1, with Cauchy ratios below ~5000: no overflow. */
         double scale = ldexp(1.0, (int)(tu_rng_u64(&rng) % 16) - 16);
@@ -843,10 +863,10 @@ typedef struct scale_case {
 ParameterizedTestParameters(pn_validate, a_scale_that_is_not_finite_is_flagged_with_its_block)
 {
     static scale_case cases[] = {
-        {PN_TYPE_PN3T, 0x7c00}, {PN_TYPE_PN3T, 0xfc00}, {PN_TYPE_PN3T, 0x7e00},
-        {PN_TYPE_PN3T, 0xfe00}, {PN_TYPE_PN3T, 0x7c01}, {PN_TYPE_PN3T, 0xffff},
-        {PN_TYPE_PN4T, 0x7c00}, {PN_TYPE_PN4T, 0xfc00}, {PN_TYPE_PN4T, 0x7e00},
-        {PN_TYPE_PN4T, 0xfe00}, {PN_TYPE_PN4T, 0x7c01}, {PN_TYPE_PN4T, 0xffff},
+        { PN_TYPE_PN3T, 0x7c00 }, { PN_TYPE_PN3T, 0xfc00 }, { PN_TYPE_PN3T, 0x7e00 },
+        { PN_TYPE_PN3T, 0xfe00 }, { PN_TYPE_PN3T, 0x7c01 }, { PN_TYPE_PN3T, 0xffff },
+        { PN_TYPE_PN4T, 0x7c00 }, { PN_TYPE_PN4T, 0xfc00 }, { PN_TYPE_PN4T, 0x7e00 },
+        { PN_TYPE_PN4T, 0xfe00 }, { PN_TYPE_PN4T, 0x7c01 }, { PN_TYPE_PN4T, 0xffff },
     };
     return cr_make_param_array(scale_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -870,10 +890,10 @@ ParameterizedTest(scale_case *c, pn_validate, a_scale_that_is_not_finite_is_flag
 ParameterizedTestParameters(pn_validate, finite_scales_of_every_kind_are_accepted)
 {
     static scale_case cases[] = {
-        {PN_TYPE_PN3T, 0x8000}, {PN_TYPE_PN3T, 0x0000}, {PN_TYPE_PN3T, 0x0001},
-        {PN_TYPE_PN3T, 0x83ff}, {PN_TYPE_PN3T, 0x7bff}, {PN_TYPE_PN3T, 0xfbff},
-        {PN_TYPE_PN4T, 0x8000}, {PN_TYPE_PN4T, 0x0000}, {PN_TYPE_PN4T, 0x0001},
-        {PN_TYPE_PN4T, 0x83ff}, {PN_TYPE_PN4T, 0x7bff}, {PN_TYPE_PN4T, 0xfbff},
+        { PN_TYPE_PN3T, 0x8000 }, { PN_TYPE_PN3T, 0x0000 }, { PN_TYPE_PN3T, 0x0001 },
+        { PN_TYPE_PN3T, 0x83ff }, { PN_TYPE_PN3T, 0x7bff }, { PN_TYPE_PN3T, 0xfbff },
+        { PN_TYPE_PN4T, 0x8000 }, { PN_TYPE_PN4T, 0x0000 }, { PN_TYPE_PN4T, 0x0001 },
+        { PN_TYPE_PN4T, 0x83ff }, { PN_TYPE_PN4T, 0x7bff }, { PN_TYPE_PN4T, 0xfbff },
     };
     return cr_make_param_array(scale_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -897,8 +917,8 @@ Test(pn_validate, a_set_pn3t_reserved_bit_is_flagged_with_its_block)
                 uint8_t *wp = row + b * PN_BLOCK_BYTES + 2 + 4 * wi;
                 pn_store_u32le(wp, pn_load_u32le(wp) | (1u << bit));
                 int64_t bad = -1;
-                cr_assert_eq(pn_validate_row(PN_TYPE_PN3T, row, 4 * 80, &bad),
-                             PN_ERR_RESERVED_BITS, "bit %d of word %d in block %d", bit, wi, b);
+                cr_assert_eq(pn_validate_row(PN_TYPE_PN3T, row, 4 * 80, &bad), PN_ERR_RESERVED_BITS,
+                             "bit %d of word %d in block %d", bit, wi, b);
                 cr_assert_eq(bad, b, "bit %d of word %d in block %d reported in block %lld", bit,
                              wi, b, (long long)bad);
                 free(row);
@@ -957,8 +977,7 @@ ParameterizedTest(int *type, pn_validate, every_golden_block_is_valid_at_any_ali
 
 static void assert_zero_group(const pn_type_case *tc, const uint8_t *block, const char *what)
 {
-    cr_assert_eq(d_bits_of(block), 0x0000, "%s: d = 0x%04x, expected +0.0", what,
-                 d_bits_of(block));
+    cr_assert_eq(d_bits_of(block), 0x0000, "%s: d = 0x%04x, expected +0.0", what, d_bits_of(block));
     for (int e = 0; e < tc->G; e++)
         cr_assert_eq(code_at(tc, block, e), tc->z, "%s: code %d is %d, expected z = %d", what, e,
                      code_at(tc, block, e), tc->z);
@@ -974,7 +993,7 @@ ParameterizedTest(int *type, pn_zero, a_group_of_zeros_of_either_sign_is_the_can
     const pn_params *p = pn_params_get(*type);
     float w[MAX_G];
     uint8_t block[PN_BLOCK_BYTES];
-    const char *what[] = {"all +0", "all -0", "mixed +0/-0"};
+    const char *what[] = { "all +0", "all -0", "mixed +0/-0" };
     for (int kind = 0; kind < 3; kind++) {
         for (int e = 0; e < tc->G; e++)
             w[e] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : ((e * 7) % 3 ? -0.0f : 0.0f);
@@ -999,10 +1018,10 @@ ParameterizedTest(int *type, pn_zero, a_group_whose_every_candidate_underflows_i
     const pn_params *p = pn_params_get(*type);
     float w[MAX_G];
     uint8_t block[PN_BLOCK_BYTES];
-    tu_rng rng = {77};
+    tu_rng rng = { 77 };
     /* amax 1e-12; amax 1e-9 with both signs; float subnormals. Even
      * m = 1.20 gives |t| far below 2^-25, so fp16(t) = 0 for all 36. */
-    const double scales[] = {1e-12, 1e-9, 1e-40};
+    const double scales[] = { 1e-12, 1e-9, 1e-40 };
     for (int s = 0; s < 3; s++) {
         for (int e = 0; e < tc->G; e++)
             w[e] = (float)(tu_rng_gauss(&rng) * scales[s]);
@@ -1026,7 +1045,7 @@ ParameterizedTest(int *type, pn_zero, a_negative_scale_decodes_code_z_to_negativ
 {
     const pn_type_case *tc = case_of(*type);
     const pn_params *p = pn_params_get(*type);
-    uint8_t block[PN_BLOCK_BYTES] = {0};
+    uint8_t block[PN_BLOCK_BYTES] = { 0 };
     for (int e = 0; e < tc->G; e++)
         pn_block_set_code(p, block, e, tc->z);
     float y[MAX_G];
@@ -1052,8 +1071,8 @@ ParameterizedTest(int *type, pn_zero, decoding_is_d_times_n_minus_z_for_every_co
 {
     const pn_type_case *tc = case_of(*type);
     const pn_params *p = pn_params_get(*type);
-    const uint16_t scales[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x3c00, 0xbc00, 0x7bff,
-                               0xfbff, 0x2e66, 0xb19a};
+    const uint16_t scales[] = { 0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x3c00,
+                                0xbc00, 0x7bff, 0xfbff, 0x2e66, 0xb19a };
     uint8_t buf[PN_BLOCK_BYTES + 3];
     float y[MAX_G];
     for (int off = 0; off < 4; off++) {
@@ -1078,7 +1097,7 @@ ParameterizedTest(int *type, pn_zero, decoding_is_d_times_n_minus_z_for_every_co
 /* --- quality ------------------------------------------------------------------------------ */
 
 enum { DIST_GAUSS, DIST_STUDENT_T2, DIST_CAUCHY, DIST_LAPLACE, DIST_UNIFORM, DIST_COUNT };
-static const char *const dist_names[] = {"gauss", "student_t2", "cauchy", "laplace", "uniform"};
+static const char *const dist_names[] = { "gauss", "student_t2", "cauchy", "laplace", "uniform" };
 
 static double draw(tu_rng *r, int dist)
 {
@@ -1087,16 +1106,13 @@ static double draw(tu_rng *r, int dist)
         double a = tu_rng_gauss(r), b = tu_rng_gauss(r), c = tu_rng_gauss(r);
         return a / sqrt((b * b + c * c) / 2.0 + 1e-300);
     }
-    case DIST_CAUCHY:
-        return tu_rng_gauss(r) / (fabs(tu_rng_gauss(r)) + 1e-300);
+    case DIST_CAUCHY: return tu_rng_gauss(r) / (fabs(tu_rng_gauss(r)) + 1e-300);
     case DIST_LAPLACE: {
         double u = tu_rng_uniform(r) - 0.5;
         return (u < 0 ? 1 : -1) * log(1 - 2 * fabs(u) + 1e-300);
     }
-    case DIST_UNIFORM:
-        return tu_rng_uniform(r) * 2 - 1;
-    default:
-        return tu_rng_gauss(r);
+    case DIST_UNIFORM: return tu_rng_uniform(r) * 2 - 1;
+    default: return tu_rng_gauss(r);
     }
 }
 
@@ -1110,7 +1126,7 @@ ParameterizedTestParameters(pn_quality, every_weight_is_within_the_error_bound_o
     static quality_case cases[2 * DIST_COUNT];
     for (int t = 0; t < 2; t++)
         for (int d = 0; d < DIST_COUNT; d++)
-            cases[t * DIST_COUNT + d] = (quality_case){types[t], d};
+            cases[t * DIST_COUNT + d] = (quality_case){ types[t], d };
     return cr_make_param_array(quality_case, cases, 2 * DIST_COUNT);
 }
 
@@ -1126,7 +1142,7 @@ ParameterizedTest(quality_case *c, pn_quality, every_weight_is_within_the_error_
     const pn_type_case *tc = case_of(c->type);
     const pn_params *p = pn_params_get(c->type);
     const int G = tc->G, top = 2 * tc->z - 1;
-    tu_rng rng = {1000u + (uint64_t)c->type * 10u + (uint64_t)c->dist};
+    tu_rng rng = { 1000u + (uint64_t)c->type * 10u + (uint64_t)c->dist };
     float w[MAX_G], y[MAX_G];
     uint8_t block[PN_BLOCK_BYTES];
     int clamped = 0;
@@ -1151,9 +1167,10 @@ ParameterizedTest(quality_case *c, pn_quality, every_weight_is_within_the_error_
             int n = code_at(tc, block, e);
             double err = fabs((double)w[e] - (double)y[e]);
             if (n > 0 && n < top) {
-                cr_assert_leq(err, half, "%s %s group %d element %d: code %d, |w - dq| = %g > "
-                              "|d|/2 = %g", type_name(c->type), dist_names[c->dist], k, e, n, err,
-                              d / 2);
+                cr_assert_leq(err, half,
+                              "%s %s group %d element %d: code %d, |w - dq| = %g > "
+                              "|d|/2 = %g",
+                              type_name(c->type), dist_names[c->dist], k, e, n, err, d / 2);
             } else {
                 double beyond = fabs((double)w[e]) - fabs((double)y[e]);
                 bool same_side = (w[e] > 0) == (y[e] > 0) || w[e] == 0;
@@ -1167,8 +1184,8 @@ ParameterizedTest(quality_case *c, pn_quality, every_weight_is_within_the_error_
                           type_name(c->type), k, e, err, worst);
         }
     }
-    cr_log_info("%s %s: %d clamped weights in 3000 groups", type_name(c->type),
-                dist_names[c->dist], clamped);
+    cr_log_info("%s %s: %d clamped weights in 3000 groups", type_name(c->type), dist_names[c->dist],
+                clamped);
 }
 
 /* The chosen block has the smallest squared error of the 36 candidates,
@@ -1182,7 +1199,7 @@ ParameterizedTest(int *type, pn_quality, the_chosen_scale_has_the_smallest_error
     const pn_type_case *tc = case_of(*type);
     const pn_params *p = pn_params_get(*type);
     const int G = tc->G, top = 2 * tc->z - 1;
-    tu_rng rng = {4242};
+    tu_rng rng = { 4242 };
     float w[MAX_G], y[MAX_G];
     uint8_t block[PN_BLOCK_BYTES];
     int skipped_all = 0;
@@ -1243,8 +1260,7 @@ ParameterizedTest(int *type, pn_quality, the_chosen_scale_has_the_smallest_error
         cr_assert_eq(err, best, "group %d: block error %.17g, smallest candidate error %.17g", k,
                      err, best);
     }
-    cr_log_info("%s: %d of 2000 groups had every candidate skipped", type_name(*type),
-                skipped_all);
+    cr_log_info("%s: %d of 2000 groups had every candidate skipped", type_name(*type), skipped_all);
 }
 
 /* Relative RMSE sqrt(sum (w - dq)^2 / sum w^2) over a large Gaussian
@@ -1279,7 +1295,7 @@ static double gaussian_matrix_rel_rmse(int type, tu_rng rng)
 
 Test(pn_quality, the_relative_rmse_on_gaussian_weights_is_what_each_type_allows)
 {
-    tu_rng rng = {123456};
+    tu_rng rng = { 123456 };
     double e3 = gaussian_matrix_rel_rmse(PN_TYPE_PN3T, rng);
     double e4 = gaussian_matrix_rel_rmse(PN_TYPE_PN4T, rng);
     cr_log_info("relative RMSE on 256 x 5120 Gaussian weights: pn3t %.4f, pn4t %.4f", e3, e4);
@@ -1315,10 +1331,10 @@ Test(pn_measure_scratch, two_threads_measure_k_1280_in_slices_of_one_buffer_as_o
     double *got = malloc((size_t)rows * 3 * sizeof(double));
     int *status = malloc((size_t)rows * sizeof(int));
     cr_assert(x && scratch && got && status);
-    tu_rng r = {1280};
+    tu_rng r = { 1280 };
     for (int64_t i = 0; i < rows * K; i++)
         x[i] = (float)(0.02 * tu_rng_gauss(&r));
-    int threads_seen[2] = {0, 0};
+    int threads_seen[2] = { 0, 0 };
 #pragma omp parallel for schedule(static, 1) num_threads(2)
     for (int64_t i = 0; i < rows; i++) {
         int t = omp_get_thread_num();
@@ -1327,7 +1343,7 @@ Test(pn_measure_scratch, two_threads_measure_k_1280_in_slices_of_one_buffer_as_o
                                    &got[3 * i + 1], &got[3 * i + 2], NULL);
     }
     cr_expect(threads_seen[0] && threads_seen[1], "both threads ran rows");
-    pn_measure_acc two = {0}, one = {0};
+    pn_measure_acc two = { 0 }, one = { 0 };
     for (int64_t i = 0; i < rows; i++) {
         cr_assert_eq(status[i], PN_OK, "row %lld", (long long)i);
         pn_measure_acc_add(&two, got[3 * i], got[3 * i + 1], got[3 * i + 2]);

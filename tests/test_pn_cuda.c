@@ -46,20 +46,20 @@ static pn_cuda_ctx *open_backend(backend b)
 }
 
 /* Defines the test `name` in both suites; the body gets the open context. */
-#define BACKEND_TEST(name)                                 \
-    static void name##_body(pn_cuda_ctx *ctx);             \
-    Test(pn_cuda_gpu, name)                                \
-    {                                                      \
-        pn_cuda_ctx *ctx = open_backend(BACKEND_GPU);      \
-        name##_body(ctx);                                  \
-        pn_cuda_close(ctx);                                \
-    }                                                      \
-    Test(pn_cuda_emulator, name)                           \
-    {                                                      \
-        pn_cuda_ctx *ctx = open_backend(BACKEND_EMULATOR); \
-        name##_body(ctx);                                  \
-        pn_cuda_close(ctx);                                \
-    }                                                      \
+#define BACKEND_TEST(name)                                                                         \
+    static void name##_body(pn_cuda_ctx *ctx);                                                     \
+    Test(pn_cuda_gpu, name)                                                                        \
+    {                                                                                              \
+        pn_cuda_ctx *ctx = open_backend(BACKEND_GPU);                                              \
+        name##_body(ctx);                                                                          \
+        pn_cuda_close(ctx);                                                                        \
+    }                                                                                              \
+    Test(pn_cuda_emulator, name)                                                                   \
+    {                                                                                              \
+        pn_cuda_ctx *ctx = open_backend(BACKEND_EMULATOR);                                         \
+        name##_body(ctx);                                                                          \
+        pn_cuda_close(ctx);                                                                        \
+    }                                                                                              \
     static void name##_body(pn_cuda_ctx *ctx)
 
 /* --- shapes and data --------------------------------------------------------------- */
@@ -72,14 +72,23 @@ typedef struct shape {
 /* Every (type, K) the project quantizes: K = 320 (tiny model), 1280, 5120,
  * 6144, 17408, each type where its group divides K. */
 static const shape SHAPES[] = {
-    {PN_TYPE_PN3T, 320},  {PN_TYPE_PN3T, 1280}, {PN_TYPE_PN3T, 5120}, {PN_TYPE_PN4T, 320},
-    {PN_TYPE_PN4T, 1280}, {PN_TYPE_PN4T, 5120}, {PN_TYPE_PN4T, 6144}, {PN_TYPE_PN4T, 17408},
+    { PN_TYPE_PN3T, 320 },  { PN_TYPE_PN3T, 1280 }, { PN_TYPE_PN3T, 5120 }, { PN_TYPE_PN4T, 320 },
+    { PN_TYPE_PN4T, 1280 }, { PN_TYPE_PN4T, 5120 }, { PN_TYPE_PN4T, 6144 }, { PN_TYPE_PN4T, 17408 },
 };
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
-static int group_of(int type) { return type == PN_TYPE_PN3T ? 80 : 64; }
-static int zero_of(int type) { return type == PN_TYPE_PN3T ? 4 : 8; }
-static const char *name_of(int type) { return type == PN_TYPE_PN3T ? "pn3t" : "pn4t"; }
+static int group_of(int type)
+{
+    return type == PN_TYPE_PN3T ? 80 : 64;
+}
+static int zero_of(int type)
+{
+    return type == PN_TYPE_PN3T ? 4 : 8;
+}
+static const char *name_of(int type)
+{
+    return type == PN_TYPE_PN3T ? "pn3t" : "pn4t";
+}
 
 static size_t out_bytes(int type, int64_t n_rows, int64_t K)
 {
@@ -110,7 +119,7 @@ typedef struct result {
 
 static result ref_rows(int type, const float *x, int64_t n_rows, int64_t K, uint8_t *out)
 {
-    result r = {PN_OK, -1, -1};
+    result r = { PN_OK, -1, -1 };
     const size_t row_out = out_bytes(type, 1, K);
     for (int64_t i = 0; i < n_rows; i++) {
         int64_t col = -1;
@@ -128,7 +137,7 @@ static result ref_rows(int type, const float *x, int64_t n_rows, int64_t K, uint
 static result cuda_rows(pn_cuda_ctx *ctx, int type, const float *x, int64_t n_rows, int64_t K,
                         uint8_t *out, pn_error *err)
 {
-    result r = {PN_OK, -1, -1};
+    result r = { PN_OK, -1, -1 };
     r.st = pn_cuda_quantize_rows(ctx, type, x, n_rows, K, out, &r.row, &r.col, err);
     return r;
 }
@@ -142,7 +151,7 @@ static void expect_same_as_ref(pn_cuda_ctx *ctx, int type, const float *x, int64
     uint8_t *want = alloc_bytes(nb), *got = alloc_bytes(nb);
     memset(got, 0x5a, nb);
     result rr = ref_rows(type, x, n_rows, K, want);
-    pn_error err = {0};
+    pn_error err = { 0 };
     result rc = cuda_rows(ctx, type, x, n_rows, K, got, &err);
     cr_assert_eq(rc.st, rr.st, "%s (%s, %lld x %lld) on %s: status %s, the reference says %s (%s)",
                  what, name_of(type), (long long)n_rows, (long long)K, pn_cuda_device_name(ctx),
@@ -171,7 +180,10 @@ static void expect_same_as_ref(pn_cuda_ctx *ctx, int type, const float *x, int64
 
 /* --- row generators ------------------------------------------------------------------ */
 
-static float gauss_f(tu_rng *r, double scale) { return (float)(scale * tu_rng_gauss(r)); }
+static float gauss_f(tu_rng *r, double scale)
+{
+    return (float)(scale * tu_rng_gauss(r));
+}
 
 typedef enum row_kind {
     ROW_CAUCHY,
@@ -202,9 +214,7 @@ static void fill_row(tu_rng *r, row_kind kind, int type, float *x, int64_t K)
     for (int64_t j = 0; j < K; j++) {
         double v = 0.0;
         switch (kind) {
-        case ROW_CAUCHY:
-            v = 0.01 * tu_rng_gauss(r) / (fabs(tu_rng_gauss(r)) + 1e-12);
-            break;
+        case ROW_CAUCHY: v = 0.01 * tu_rng_gauss(r) / (fabs(tu_rng_gauss(r)) + 1e-12); break;
         case ROW_T2: {
             double a = tu_rng_gauss(r), b = tu_rng_gauss(r);
             v = 0.02 * tu_rng_gauss(r) / sqrt((a * a + b * b) / 2.0 + 1e-30);
@@ -213,17 +223,11 @@ static void fill_row(tu_rng *r, row_kind kind, int type, float *x, int64_t K)
         case ROW_OUTLIERS:
             v = 0.02 * tu_rng_gauss(r) * (tu_rng_uniform(r) < 0.01 ? 100.0 : 1.0);
             break;
-        case ROW_SPARSE:
-            v = tu_rng_uniform(r) < 0.9 ? 0.0 : 0.02 * tu_rng_gauss(r);
-            break;
-        case ROW_ALL_POSITIVE:
-            v = tu_rng_uniform(r) + 1e-3;
-            break;
-        case ROW_ALL_NEGATIVE:
-            v = -(tu_rng_uniform(r) + 1e-3);
-            break;
+        case ROW_SPARSE: v = tu_rng_uniform(r) < 0.9 ? 0.0 : 0.02 * tu_rng_gauss(r); break;
+        case ROW_ALL_POSITIVE: v = tu_rng_uniform(r) + 1e-3; break;
+        case ROW_ALL_NEGATIVE: v = -(tu_rng_uniform(r) + 1e-3); break;
         case ROW_CONSTANT_GROUPS: {
-            tu_rng gr = {(uint64_t)(j / G) * 7919u + 17u};
+            tu_rng gr = { (uint64_t)(j / G) * 7919u + 17u };
             v = (tu_rng_uniform(&gr) - 0.5) * 6.0;
             break;
         }
@@ -232,14 +236,12 @@ static void fill_row(tu_rng *r, row_kind kind, int type, float *x, int64_t K)
             if ((j / G) % 3 == 1 && j % G == 5)
                 v = -0.001; /* a group that is all zeros but one */
             break;
-        case ROW_F32_SUBNORMAL:
-            v = 1e-40 * tu_rng_gauss(r);
-            break;
+        case ROW_F32_SUBNORMAL: v = 1e-40 * tu_rng_gauss(r); break;
         case ROW_SUBNORMAL_MIXED:
             v = (j % 7 == 3) ? 1e-41 * tu_rng_gauss(r) : 1e-3 * tu_rng_gauss(r);
             break;
         case ROW_GROUP_SCALES: {
-            tu_rng gr = {(uint64_t)(j / G) * 104729u + 3u};
+            tu_rng gr = { (uint64_t)(j / G) * 104729u + 3u };
             const double lg = -8.0 + 11.0 * tu_rng_uniform(&gr); /* 1e-8 .. 1e3 per group */
             v = pow(10.0, lg) * tu_rng_gauss(r);
             break;
@@ -247,17 +249,14 @@ static void fill_row(tu_rng *r, row_kind kind, int type, float *x, int64_t K)
         case ROW_HALFWAY_GRID: {
             /* Weights at (k + 1/2) * s for an fp16 s: the divisions are exact
              * half-integers and rint's ties-to-even decides the codes. */
-            tu_rng gr = {(uint64_t)(j / G) * 15485863u + 11u};
+            tu_rng gr = { (uint64_t)(j / G) * 15485863u + 11u };
             const double s = fp16_near(0.001 + tu_rng_uniform(&gr));
             const int k = (int)(tu_rng_u64(r) % (uint64_t)(2 * z)) - z;
             v = ((double)k + 0.5) * s;
             break;
         }
-        case ROW_SYMMETRIC:
-            v = 0.05 * tu_rng_gauss(r);
-            break;
-        default:
-            break;
+        case ROW_SYMMETRIC: v = 0.05 * tu_rng_gauss(r); break;
+        default: break;
         }
         x[j] = (float)v;
     }
@@ -292,7 +291,7 @@ Test(pn_cuda, a_build_without_cuda_refuses_every_call_with_the_reason)
 {
     if (pn_cuda_build_enabled())
         cr_skip("this build has the CUDA backend, so the stub is not linked");
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_cuda_ctx *ctx = (pn_cuda_ctx *)(uintptr_t)1;
     cr_assert_eq(pn_cuda_open(0, &ctx, &err), PN_ERR_CUDA);
     cr_assert_null(ctx);
@@ -301,7 +300,7 @@ Test(pn_cuda, a_build_without_cuda_refuses_every_call_with_the_reason)
     cr_assert_eq(pn_cuda_open_emulator(&ctx, &err), PN_ERR_CUDA);
     cr_assert_null(ctx);
     cr_assert_str_eq(err.msg, STUB_MSG);
-    float x[80] = {0};
+    float x[80] = { 0 };
     uint8_t out[34];
     uint16_t h;
     double d = 1.0;
@@ -325,7 +324,7 @@ Test(pn_cuda, opening_without_a_usable_gpu_fails_and_names_the_reason)
 {
     if (!pn_cuda_build_enabled())
         cr_skip("this build has no CUDA backend (the stub's refusal is tested on its own)");
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_cuda_ctx *ctx = NULL;
     pn_status st = pn_cuda_open(0, &ctx, &err);
     if (st == PN_OK) {
@@ -346,11 +345,11 @@ Test(pn_cuda, a_device_index_out_of_range_is_refused_with_the_device_count)
 {
     if (!pn_cuda_build_enabled())
         cr_skip("this build has no CUDA backend");
-    pn_error err = {0};
+    pn_error err = { 0 };
     pn_cuda_ctx *ctx = NULL;
     bool have_gpu = pn_cuda_open(0, &ctx, &err) == PN_OK;
     pn_cuda_close(ctx);
-    const int bad[] = {-1, 4096};
+    const int bad[] = { -1, 4096 };
     for (size_t i = 0; i < 2; i++) {
         ctx = (pn_cuda_ctx *)(uintptr_t)1;
         memset(&err, 0, sizeof err);
@@ -388,13 +387,13 @@ BACKEND_TEST(gaussian_rows_at_many_scales_give_the_reference_bytes)
 {
     /* From all-underflow (1e-9: zero groups) through fp16-subnormal scales
      * to large weights, one scale per row, every shape. */
-    static const double scales[] = {1e-9, 3e-8, 1e-6, 1e-5, 1e-4, 1e-3,
-                                    0.02, 0.1,  1.0,  30.0, 1e3,  2e4};
+    static const double scales[] = { 1e-9, 3e-8, 1e-6, 1e-5, 1e-4, 1e-3,
+                                     0.02, 0.1,  1.0,  30.0, 1e3,  2e4 };
     const int n_rows = (int)(sizeof scales / sizeof scales[0]);
     for (size_t s = 0; s < N_SHAPES; s++) {
         const int64_t K = SHAPES[s].K;
         float *x = alloc_floats((size_t)(n_rows * K));
-        tu_rng r = {1000u + s};
+        tu_rng r = { 1000u + s };
         for (int i = 0; i < n_rows; i++)
             for (int64_t j = 0; j < K; j++)
                 x[i * K + j] = gauss_f(&r, scales[i]);
@@ -409,7 +408,7 @@ BACKEND_TEST(heavy_tailed_and_structured_rows_give_the_reference_bytes)
         const int64_t K = SHAPES[s].K;
         const int n_rows = ROW_KIND_COUNT;
         float *x = alloc_floats((size_t)(n_rows * K));
-        tu_rng r = {77u + 31u * s};
+        tu_rng r = { 77u + 31u * s };
         for (int i = 0; i < n_rows; i++)
             fill_row(&r, (row_kind)i, SHAPES[s].type, x + i * K, K);
         expect_same_as_ref(ctx, SHAPES[s].type, x, n_rows, K, "heavy-tailed and structured rows");
@@ -429,7 +428,7 @@ static float *read_golden_floats(const char *name, size_t want_floats)
 
 BACKEND_TEST(every_golden_group_gives_its_golden_block)
 {
-    const int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    const int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     for (int t = 0; t < 2; t++) {
         const int type = types[t], G = group_of(type);
         char name[64], path[1024];
@@ -440,15 +439,15 @@ BACKEND_TEST(every_golden_group_gives_its_golden_block)
         uint8_t *golden = tu_read_file(path, &n);
         cr_assert_eq(n, (size_t)128 * PN_BLOCK_BYTES);
         /* As 128 rows of one group, 16 rows of 8, and one row of 128. */
-        const int64_t rows[] = {128, 16, 1};
+        const int64_t rows[] = { 128, 16, 1 };
         for (int k = 0; k < 3; k++) {
             const int64_t K = 128 / rows[k] * G;
             uint8_t *got = alloc_bytes(n);
-            pn_error err = {0};
+            pn_error err = { 0 };
             int64_t br = -1, bc = -1;
             pn_status st = pn_cuda_quantize_rows(ctx, type, in, rows[k], K, got, &br, &bc, &err);
-            cr_assert_eq(st, PN_OK, "%s golden as %lld rows: %s", name_of(type),
-                         (long long)rows[k], err.msg);
+            cr_assert_eq(st, PN_OK, "%s golden as %lld rows: %s", name_of(type), (long long)rows[k],
+                         err.msg);
             for (int g = 0; g < 128; g++)
                 cr_assert(memcmp(got + g * PN_BLOCK_BYTES, golden + g * PN_BLOCK_BYTES,
                                  PN_BLOCK_BYTES) == 0,
@@ -464,7 +463,7 @@ BACKEND_TEST(every_golden_group_gives_its_golden_block)
 
 BACKEND_TEST(every_golden_refusal_is_reported_like_the_reference)
 {
-    const int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    const int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     for (int t = 0; t < 2; t++) {
         const int type = types[t], G = group_of(type);
         char name[64];
@@ -475,14 +474,14 @@ BACKEND_TEST(every_golden_refusal_is_reported_like_the_reference)
             expect_same_as_ref(ctx, type, refuse + k * G, 1, G, "golden refusal alone");
             const int64_t K = 4 * G;
             float *x = alloc_floats((size_t)(3 * K));
-            tu_rng r = {900u + (uint64_t)k};
+            tu_rng r = { 900u + (uint64_t)k };
             for (int64_t j = 0; j < 3 * K; j++)
                 x[j] = gauss_f(&r, 0.02);
             memcpy(x + K + 2 * G, refuse + k * G, (size_t)G * sizeof(float));
             expect_same_as_ref(ctx, type, x, 3, K, "golden refusal inside a matrix");
             int64_t br = -1, bc = -1;
             uint8_t *out = alloc_bytes(out_bytes(type, 3, K));
-            pn_error err = {0};
+            pn_error err = { 0 };
             pn_status st = pn_cuda_quantize_rows(ctx, type, x, 3, K, out, &br, &bc, &err);
             cr_assert(st == PN_ERR_NONFINITE || st == PN_ERR_SCALE_OVERFLOW, "%s refusal %d: %s",
                       name_of(type), k, pn_strerror(st));
@@ -502,12 +501,12 @@ BACKEND_TEST(every_golden_refusal_is_reported_like_the_reference)
 
 BACKEND_TEST(the_error_reported_is_the_lowest_row_then_the_lowest_column)
 {
-    const int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    const int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     for (int t = 0; t < 2; t++) {
         const int type = types[t], G = group_of(type);
         const int64_t K = 6 * G, n_rows = 40;
         float *x = alloc_floats((size_t)(n_rows * K));
-        tu_rng r = {4242u + (uint64_t)t};
+        tu_rng r = { 4242u + (uint64_t)t };
         for (int64_t j = 0; j < n_rows * K; j++)
             x[j] = gauss_f(&r, 0.02);
         /* Later rows fail too; row 17 holds an overflowing group 1 before
@@ -520,7 +519,7 @@ BACKEND_TEST(the_error_reported_is_the_lowest_row_then_the_lowest_column)
         expect_same_as_ref(ctx, type, x, n_rows, K, "several bad rows");
         uint8_t *out = alloc_bytes(out_bytes(type, n_rows, K));
         int64_t br = -1, bc = -1;
-        pn_error err = {0};
+        pn_error err = { 0 };
         cr_assert_eq(pn_cuda_quantize_rows(ctx, type, x, n_rows, K, out, &br, &bc, &err),
                      PN_ERR_SCALE_OVERFLOW, "%s", err.msg);
         cr_assert(br == 17 && bc == G, "row %lld column %lld", (long long)br, (long long)bc);
@@ -541,8 +540,8 @@ BACKEND_TEST(the_error_reported_is_the_lowest_row_then_the_lowest_column)
         cr_assert(br == 17 && bc == 3 * G + 2, "row %lld column %lld", (long long)br,
                   (long long)bc);
         /* The slots are idle again after an error. */
-        cr_assert_eq(pn_cuda_set_chunk_floats(ctx, PN_CUDA_SLOT_INPUT_BYTES / 4, &err), PN_OK,
-                     "%s", err.msg);
+        cr_assert_eq(pn_cuda_set_chunk_floats(ctx, PN_CUDA_SLOT_INPUT_BYTES / 4, &err), PN_OK, "%s",
+                     err.msg);
         free(out);
         free(x);
     }
@@ -559,15 +558,15 @@ static void edge_group(tu_rng *r, float *w, int G, float amax, int at)
 
 BACKEND_TEST(groups_at_the_underflow_and_overflow_edges_give_the_reference_result)
 {
-    const int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    const int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     for (int t = 0; t < 2; t++) {
         const int type = types[t], G = group_of(type), z = zero_of(type);
-        tu_rng r = {31337u + (uint64_t)t};
+        tu_rng r = { 31337u + (uint64_t)t };
         float w[80];
         for (int i = 0; i < PN_N_CANDIDATES; i++) {
             const double m = (double)(50 + 2 * i) / 100.0;
             /* t = m * amax / z reaches 65520 (overflow) and 2^-25 (underflow). */
-            const double edges[2] = {65520.0 * z / m, 0x1p-25 * z / m};
+            const double edges[2] = { 65520.0 * z / m, 0x1p-25 * z / m };
             for (int k = 0; k < 2; k++) {
                 float a = (float)edges[k];
                 for (int u = 0; u < 3; u++)
@@ -598,13 +597,13 @@ BACKEND_TEST(the_async_slots_give_the_same_bytes_as_the_sync_call)
     const int type = PN_TYPE_PN4T;
     const int64_t K = 5120, n_rows = 40, per = 7;
     float *x = alloc_floats((size_t)(n_rows * K));
-    tu_rng r = {555u};
+    tu_rng r = { 555u };
     for (int64_t i = 0; i < n_rows; i++)
         fill_row(&r, (row_kind)(i % ROW_KIND_COUNT), type, x + i * K, K);
     const size_t nb = out_bytes(type, n_rows, K), row_out = out_bytes(type, 1, K);
     uint8_t *want = alloc_bytes(nb), *sync = alloc_bytes(nb), *async = alloc_bytes(nb);
     cr_assert_eq(ref_rows(type, x, n_rows, K, want).st, PN_OK);
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_cuda_set_chunk_floats(ctx, (size_t)(per * K), &err), PN_OK, "%s", err.msg);
     cr_assert_eq(pn_cuda_max_rows(ctx, K), per);
     cr_assert_eq(pn_cuda_quantize_rows(ctx, type, x, n_rows, K, sync, NULL, NULL, &err), PN_OK,
@@ -668,15 +667,15 @@ BACKEND_TEST(the_async_slots_give_the_same_bytes_as_the_sync_call)
 
 BACKEND_TEST(more_rows_than_a_chunk_holds_are_chunked_without_changing_a_byte)
 {
-    const int types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    const int types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     for (int t = 0; t < 2; t++) {
         const int type = types[t];
         const int64_t K = 1280, n_rows = 25;
         float *x = alloc_floats((size_t)(n_rows * K));
-        tu_rng r = {8080u + (uint64_t)t};
+        tu_rng r = { 8080u + (uint64_t)t };
         for (int64_t i = 0; i < n_rows; i++)
             fill_row(&r, (row_kind)((i * 5) % ROW_KIND_COUNT), type, x + i * K, K);
-        pn_error err = {0};
+        pn_error err = { 0 };
         /* 3.5 rows per chunk: 3 rows each, 9 chunks. */
         cr_assert_eq(pn_cuda_set_chunk_floats(ctx, (size_t)(K * 7 / 2), &err), PN_OK, "%s",
                      err.msg);
@@ -685,17 +684,17 @@ BACKEND_TEST(more_rows_than_a_chunk_holds_are_chunked_without_changing_a_byte)
         cr_assert_eq(pn_cuda_set_chunk_floats(ctx, (size_t)K, &err), PN_OK, "%s", err.msg);
         expect_same_as_ref(ctx, type, x, n_rows, K, "chunks of 1 row");
         /* Zero rows: nothing to do, nothing written. */
-        cr_assert_eq(pn_cuda_quantize_rows(ctx, type, x, 0, K, NULL, NULL, NULL, &err), PN_OK,
-                     "%s", err.msg);
+        cr_assert_eq(pn_cuda_quantize_rows(ctx, type, x, 0, K, NULL, NULL, NULL, &err), PN_OK, "%s",
+                     err.msg);
         free(x);
     }
 }
 
 BACKEND_TEST(bad_arguments_are_usage_errors)
 {
-    float x[160] = {0};
+    float x[160] = { 0 };
     uint8_t out[68];
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_cuda_quantize_rows(ctx, PN_TYPE_Q8_0, x, 1, 64, out, NULL, NULL, &err),
                  PN_ERR_USAGE);
     cr_assert_eq(pn_cuda_quantize_rows(ctx, PN_TYPE_PN3T, x, 1, 64, out, NULL, NULL, &err),
@@ -705,8 +704,7 @@ BACKEND_TEST(bad_arguments_are_usage_errors)
                  PN_ERR_USAGE);
     cr_assert_eq(pn_cuda_quantize_rows(ctx, PN_TYPE_PN4T, x, -1, 64, out, NULL, NULL, &err),
                  PN_ERR_USAGE);
-    cr_assert_eq(pn_cuda_submit(ctx, PN_CUDA_SLOTS, PN_TYPE_PN4T, x, 1, 64, 0, &err),
-                 PN_ERR_USAGE);
+    cr_assert_eq(pn_cuda_submit(ctx, PN_CUDA_SLOTS, PN_TYPE_PN4T, x, 1, 64, 0, &err), PN_ERR_USAGE);
     cr_assert_eq(pn_cuda_submit(ctx, -1, PN_TYPE_PN4T, x, 1, 64, 0, &err), PN_ERR_USAGE);
     cr_assert_eq(pn_cuda_submit(ctx, 0, PN_TYPE_PN4T, x, 0, 64, 0, &err), PN_ERR_USAGE);
     cr_assert_eq(pn_cuda_submit(ctx, 0, PN_TYPE_PN4T, NULL, 1, 64, 0, &err), PN_ERR_USAGE);
@@ -735,7 +733,7 @@ static void expect_fp16_like_host(pn_cuda_ctx *ctx, const double *x, int64_t n, 
 {
     uint16_t *got = malloc((size_t)n * sizeof *got);
     cr_assert_not_null(got);
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_cuda_fp16_from_double_batch(ctx, x, n, got, &err), PN_OK, "%s", err.msg);
     for (int64_t i = 0; i < n; i++) {
         const uint16_t want = pn_fp16_from_double(x[i]);
@@ -757,7 +755,7 @@ BACKEND_TEST(fp16_rounding_matches_the_host_on_every_golden_input)
     cr_assert_eq(n_out, (size_t)n * sizeof(uint16_t));
     uint16_t *got = malloc((size_t)n * sizeof *got);
     cr_assert_not_null(got);
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_cuda_fp16_from_double_batch(ctx, in, n, got, &err), PN_OK, "%s", err.msg);
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq(got[i], golden[i], "golden fp16 input %lld (%a): 0x%04x, expected 0x%04x",
@@ -780,13 +778,13 @@ BACKEND_TEST(fp16_rounding_matches_the_host_on_half_way_points_and_random_double
         const double lo = pn_fp16_to_double((uint16_t)h);
         const double hi = (h == 0x7bffu) ? 65536.0 : pn_fp16_to_double((uint16_t)(h + 1));
         const double mid = (lo + hi) / 2.0; /* exact: both are short binary fractions */
-        const double v[3] = {mid, nextafter(mid, 0.0), nextafter(mid, INFINITY)};
+        const double v[3] = { mid, nextafter(mid, 0.0), nextafter(mid, INFINITY) };
         for (int i = 0; i < 3; i++) {
             x[k++] = v[i];
             x[k++] = -v[i];
         }
     }
-    tu_rng r = {2718u};
+    tu_rng r = { 2718u };
     for (int64_t i = 0; i < n_rand; i++) {
         if (i & 1) {
             uint64_t u = tu_rng_u64(&r);

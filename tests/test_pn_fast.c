@@ -35,18 +35,23 @@ typedef struct path_type {
 /* A path this CPU lacks is not run, and the test says so with cr_log_info;
  * the test still passes on the paths that run (a cr_skip here would mark
  * the whole ctest test Skipped on a machine that lacks one SIMD path). */
-#define RUN_ONLY_ON_AVAILABLE_PATH(path)                                                    \
-    do {                                                                                   \
-        if (!pn_path_available(path)) {                                                    \
-            cr_log_info("path %s is not supported by this CPU: not run here",              \
-                        pn_path_name(path));                                               \
-            return;                                                                        \
-        }                                                                                  \
+#define RUN_ONLY_ON_AVAILABLE_PATH(path)                                                           \
+    do {                                                                                           \
+        if (!pn_path_available(path)) {                                                            \
+            cr_log_info("path %s is not supported by this CPU: not run here", pn_path_name(path)); \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
-static const char *type_name(int type) { return pn_type_traits_get(type)->name; }
+static const char *type_name(int type)
+{
+    return pn_type_traits_get(type)->name;
+}
 
-static double candidate_m(int i) { return (double)(50 + 2 * i) / 100.0; }
+static double candidate_m(int i)
+{
+    return (double)(50 + 2 * i) / 100.0;
+}
 
 /* s of candidate i for a group with this amax and sigma (the contract's t). */
 static double candidate_scale(const pn_params *p, double sigma, double amax, int i)
@@ -78,8 +83,8 @@ static int compare_groups(int path, int type, const float *w, int64_t count, con
         memset(got, 0x5a, sizeof got);
         pn_status st_ref = pn_quantize_row_ref(type, w + g * G, G, ref, &col_ref);
         pn_status st = pn_quantize_row_path(path, type, w + g * G, G, got, &col);
-        bool same = st == st_ref &&
-                    (st == PN_OK ? memcmp(ref, got, PN_BLOCK_BYTES) == 0 : col == col_ref);
+        bool same =
+            st == st_ref && (st == PN_OK ? memcmp(ref, got, PN_BLOCK_BYTES) == 0 : col == col_ref);
         if (!same) {
             if (bad == 0) {
                 cr_log_error("%s %s path %s: group %lld: status %d (column %lld), reference %d "
@@ -99,8 +104,9 @@ static int compare_groups(int path, int type, const float *w, int64_t count, con
     pn_status st_ref = pn_quantize_row_ref(type, w, count * G, row_ref, &col_ref);
     /* at an odd address: blocks may sit at any byte offset */
     pn_status st = pn_quantize_row_path(path, type, w, count * G, row_got + 1, &col);
-    if (st != st_ref || (st == PN_OK ? memcmp(row_ref, row_got + 1, (size_t)count * PN_BLOCK_BYTES) != 0
-                                     : col != col_ref)) {
+    if (st != st_ref ||
+        (st == PN_OK ? memcmp(row_ref, row_got + 1, (size_t)count * PN_BLOCK_BYTES) != 0
+                     : col != col_ref)) {
         cr_log_error("%s %s path %s: the whole row differs (status %d column %lld, reference %d "
                      "column %lld)",
                      what, type_name(type), pn_path_name(path), (int)st, (long long)col,
@@ -128,7 +134,10 @@ static double log_uniform(tu_rng *r, double lo, double hi)
     return exp(log(lo) + (log(hi) - log(lo)) * tu_rng_uniform(r));
 }
 
-static int pick(tu_rng *r, int n) { return (int)(tu_rng_u64(r) % (uint64_t)n); }
+static int pick(tu_rng *r, int n)
+{
+    return (int)(tu_rng_u64(r) % (uint64_t)n);
+}
 
 static void gen_gauss(tu_rng *r, const pn_params *p, float *w, double scale)
 {
@@ -304,7 +313,7 @@ static void gen_few_bits(tu_rng *r, const pn_params *p, float *w, double scale)
 static void gen_nonfinite(tu_rng *r, const pn_params *p, float *w, double scale)
 {
     gen_gauss(r, p, w, scale);
-    const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
+    const float bad[] = { NAN, -NAN, INFINITY, -INFINITY };
     const int n = 1 + pick(r, 3);
     for (int j = 0; j < n; j++)
         w[pick(r, p->group)] = bad[pick(r, 4)];
@@ -326,8 +335,21 @@ static void gen_symmetric(tu_rng *r, const pn_params *p, float *w, double scale)
         w[imax] = nextafterf(w[imax], INFINITY);
 }
 
-enum { GEN_GAUSS, GEN_HEAVY, GEN_HALFWAY, GEN_TIE, GEN_TIE_SMALL, GEN_OVERFLOW, GEN_SUBNORMAL, GEN_EQUAL,
-       GEN_ZEROS, GEN_FEW_BITS, GEN_NONFINITE, GEN_SYMMETRIC, GEN_COUNT };
+enum {
+    GEN_GAUSS,
+    GEN_HEAVY,
+    GEN_HALFWAY,
+    GEN_TIE,
+    GEN_TIE_SMALL,
+    GEN_OVERFLOW,
+    GEN_SUBNORMAL,
+    GEN_EQUAL,
+    GEN_ZEROS,
+    GEN_FEW_BITS,
+    GEN_NONFINITE,
+    GEN_SYMMETRIC,
+    GEN_COUNT
+};
 
 static void gen_group(int kind, tu_rng *r, const pn_params *p, float *w)
 {
@@ -353,7 +375,7 @@ static float *make_groups(int kind, int type, int64_t count, uint64_t seed)
     const pn_params *p = pn_params_get(type);
     float *w = malloc((size_t)(count * p->group) * sizeof(float));
     cr_assert_not_null(w);
-    tu_rng r = {seed ^ ((uint64_t)type << 40) ^ ((uint64_t)kind << 48)};
+    tu_rng r = { seed ^ ((uint64_t)type << 40) ^ ((uint64_t)kind << 48) };
     for (int64_t g = 0; g < count; g++)
         gen_group(kind, &r, p, w + g * p->group);
     return w;
@@ -401,18 +423,22 @@ static bool has_real_tie(const pn_params *p, const float *w)
 /* ---- parameter tables ------------------------------------------------- */
 
 static path_type all_paths[] = {
-    {PN_PATH_REF, PN_TYPE_PN3T},    {PN_PATH_REF, PN_TYPE_PN4T},
-    {PN_PATH_SCALAR_FAST, PN_TYPE_PN3T}, {PN_PATH_SCALAR_FAST, PN_TYPE_PN4T},
-    {PN_PATH_AVX2, PN_TYPE_PN3T},   {PN_PATH_AVX2, PN_TYPE_PN4T},
-    {PN_PATH_AVX512, PN_TYPE_PN3T}, {PN_PATH_AVX512, PN_TYPE_PN4T},
+    { PN_PATH_REF, PN_TYPE_PN3T },         { PN_PATH_REF, PN_TYPE_PN4T },
+    { PN_PATH_SCALAR_FAST, PN_TYPE_PN3T }, { PN_PATH_SCALAR_FAST, PN_TYPE_PN4T },
+    { PN_PATH_AVX2, PN_TYPE_PN3T },        { PN_PATH_AVX2, PN_TYPE_PN4T },
+    { PN_PATH_AVX512, PN_TYPE_PN3T },      { PN_PATH_AVX512, PN_TYPE_PN4T },
 };
 #define ALL_PATHS cr_make_param_array(path_type, all_paths, sizeof all_paths / sizeof all_paths[0])
 /* the paths that are not the reference itself */
-#define FAST_PATHS cr_make_param_array(path_type, all_paths + 2, sizeof all_paths / sizeof all_paths[0] - 2)
+#define FAST_PATHS                                                                                 \
+    cr_make_param_array(path_type, all_paths + 2, sizeof all_paths / sizeof all_paths[0] - 2)
 
 /* ---- golden vectors --------------------------------------------------- */
 
-ParameterizedTestParameters(pn_fast, every_path_writes_the_golden_blocks) { return ALL_PATHS; }
+ParameterizedTestParameters(pn_fast, every_path_writes_the_golden_blocks)
+{
+    return ALL_PATHS;
+}
 ParameterizedTest(path_type *pt, pn_fast, every_path_writes_the_golden_blocks)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
@@ -429,11 +455,13 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_writes_the_golden_blocks)
     for (int g = 0; g < GOLDEN_GROUPS; g++) {
         uint8_t got[PN_BLOCK_BYTES];
         int64_t col = -1;
-        pn_status st = pn_quantize_row_path(pt->path, pt->type, w + g * p->group, p->group, got, &col);
+        pn_status st =
+            pn_quantize_row_path(pt->path, pt->type, w + g * p->group, p->group, got, &col);
         if (st != PN_OK || memcmp(got, want + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) != 0) {
-            cr_log_error("%s golden group %d on path %s: status %d, d 0x%02x%02x, expected 0x%02x%02x",
-                         type_name(pt->type), g, pn_path_name(pt->path), (int)st, got[1], got[0],
-                         want[g * PN_BLOCK_BYTES + 1], want[g * PN_BLOCK_BYTES]);
+            cr_log_error(
+                "%s golden group %d on path %s: status %d, d 0x%02x%02x, expected 0x%02x%02x",
+                type_name(pt->type), g, pn_path_name(pt->path), (int)st, got[1], got[0],
+                want[g * PN_BLOCK_BYTES + 1], want[g * PN_BLOCK_BYTES]);
             bad++;
         }
     }
@@ -449,11 +477,13 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_writes_the_golden_blocks)
     free(want);
 }
 
-ParameterizedTestParameters(pn_fast, every_path_refuses_the_golden_refusal_groups_at_the_same_column)
+ParameterizedTestParameters(pn_fast,
+                            every_path_refuses_the_golden_refusal_groups_at_the_same_column)
 {
     return ALL_PATHS;
 }
-ParameterizedTest(path_type *pt, pn_fast, every_path_refuses_the_golden_refusal_groups_at_the_same_column)
+ParameterizedTest(path_type *pt, pn_fast,
+                  every_path_refuses_the_golden_refusal_groups_at_the_same_column)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
     const pn_params *p = pn_params_get(pt->type);
@@ -472,10 +502,11 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_refuses_the_golden_refusal_
         pn_status st = pn_quantize_row_path(pt->path, pt->type, w + g * G, G, out, &col);
         cr_expect_neq(st, PN_OK, "refusal group %d accepted on path %s", g, pn_path_name(pt->path));
         cr_expect(st_ref == PN_ERR_NONFINITE || st_ref == PN_ERR_SCALE_OVERFLOW);
-        cr_expect_eq(st, st_ref, "refusal group %d: status %d, reference %d", g, (int)st, (int)st_ref);
+        cr_expect_eq(st, st_ref, "refusal group %d: status %d, reference %d", g, (int)st,
+                     (int)st_ref);
         cr_expect_eq(col, col_ref, "refusal group %d: column %lld, reference %lld", g,
                      (long long)col, (long long)col_ref);
-        tu_rng r = {(uint64_t)g + 1};
+        tu_rng r = { (uint64_t)g + 1 };
         for (int e = 0; e < 6 * G; e++)
             row[e] = (float)(0.02 * tu_rng_gauss(&r));
         memcpy(row + 3 * G, w + g * G, (size_t)G * sizeof(float));
@@ -499,23 +530,24 @@ typedef struct gen_case {
 } gen_case;
 
 static const gen_case gen_cases[] = {
-    {GEN_HALFWAY, "exact half-way quotients", 4000},
-    {GEN_TIE_SMALL, "near-ties decided by the rounding of the sums", 4000},
-    {GEN_OVERFLOW, "fp16 overflow edges", 3000},
-    {GEN_SUBNORMAL, "fp16 subnormal and underflow edges", 3000},
-    {GEN_EQUAL, "all-equal groups", 1000},
-    {GEN_ZEROS, "signed zeros", 1000},
-    {GEN_FEW_BITS, "few-bit weights", 3000},
-    {GEN_NONFINITE, "NaN and infinity", 500},
-    {GEN_SYMMETRIC, "|min| == max and one ulp off", 1000},
-    {GEN_HEAVY, "heavy tails", 2000},
+    { GEN_HALFWAY, "exact half-way quotients", 4000 },
+    { GEN_TIE_SMALL, "near-ties decided by the rounding of the sums", 4000 },
+    { GEN_OVERFLOW, "fp16 overflow edges", 3000 },
+    { GEN_SUBNORMAL, "fp16 subnormal and underflow edges", 3000 },
+    { GEN_EQUAL, "all-equal groups", 1000 },
+    { GEN_ZEROS, "signed zeros", 1000 },
+    { GEN_FEW_BITS, "few-bit weights", 3000 },
+    { GEN_NONFINITE, "NaN and infinity", 500 },
+    { GEN_SYMMETRIC, "|min| == max and one ulp off", 1000 },
+    { GEN_HEAVY, "heavy tails", 2000 },
 };
 
 ParameterizedTestParameters(pn_fast, every_fast_path_matches_the_reference_on_engineered_groups)
 {
     return FAST_PATHS;
 }
-ParameterizedTest(path_type *pt, pn_fast, every_fast_path_matches_the_reference_on_engineered_groups)
+ParameterizedTest(path_type *pt, pn_fast,
+                  every_fast_path_matches_the_reference_on_engineered_groups)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
     for (size_t c = 0; c < sizeof gen_cases / sizeof gen_cases[0]; c++) {
@@ -549,17 +581,19 @@ ParameterizedTest(path_type *pt, pn_fast, every_fast_path_lets_the_later_candida
     free(w);
 }
 
-ParameterizedTestParameters(pn_fast, every_fast_path_matches_the_reference_on_gaussian_rows_at_every_scale)
+ParameterizedTestParameters(pn_fast,
+                            every_fast_path_matches_the_reference_on_gaussian_rows_at_every_scale)
 {
     return FAST_PATHS;
 }
-ParameterizedTest(path_type *pt, pn_fast, every_fast_path_matches_the_reference_on_gaussian_rows_at_every_scale)
+ParameterizedTest(path_type *pt, pn_fast,
+                  every_fast_path_matches_the_reference_on_gaussian_rows_at_every_scale)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
     const pn_params *p = pn_params_get(pt->type);
     const int groups = 64;
     float *w = malloc((size_t)groups * p->group * sizeof(float));
-    tu_rng r = {99};
+    tu_rng r = { 99 };
     int bad = 0;
     for (int decade = -8; decade <= 4; decade++) {
         for (int rep = 0; rep < 3; rep++) {
@@ -577,7 +611,7 @@ ParameterizedTest(path_type *pt, pn_fast, every_fast_path_matches_the_reference_
 
 /* One reference run per type shared by every fast path: the reference is
  * the slow part, and the suite has to stay quick. */
-static int pn_types[] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+static int pn_types[] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
 
 ParameterizedTestParameters(pn_fast, every_fast_path_matches_the_reference_on_200k_random_groups)
 {
@@ -593,8 +627,8 @@ ParameterizedTest(int *type, pn_fast, every_fast_path_matches_the_reference_on_2
     pn_status *st_ref = malloc((size_t)count * sizeof(pn_status));
     int64_t *col_ref = malloc((size_t)count * sizeof(int64_t));
     cr_assert(w && ref && st_ref && col_ref);
-    tu_rng r = {2024 + (uint64_t)*type};
-    int kinds_seen[GEN_COUNT] = {0};
+    tu_rng r = { 2024 + (uint64_t)*type };
+    int kinds_seen[GEN_COUNT] = { 0 };
     for (int64_t g = 0; g < count; g++) {
         /* mostly the plain kinds real weights look like; every kind present */
         int roll = pick(&r, 10 + GEN_COUNT - 1);
@@ -637,7 +671,10 @@ ParameterizedTest(int *type, pn_fast, every_fast_path_matches_the_reference_on_2
     free(col_ref);
 }
 
-ParameterizedTestParameters(pn_fast, every_path_reports_the_first_bad_column_of_a_row) { return ALL_PATHS; }
+ParameterizedTestParameters(pn_fast, every_path_reports_the_first_bad_column_of_a_row)
+{
+    return ALL_PATHS;
+}
 ParameterizedTest(path_type *pt, pn_fast, every_path_reports_the_first_bad_column_of_a_row)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
@@ -645,7 +682,7 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_reports_the_first_bad_colum
     const int G = p->group, groups = 8;
     float row[8 * MAX_G];
     uint8_t out[8 * PN_BLOCK_BYTES];
-    tu_rng r = {7};
+    tu_rng r = { 7 };
     for (int trial = 0; trial < 200; trial++) {
         for (int e = 0; e < groups * G; e++)
             row[e] = (float)(0.02 * tu_rng_gauss(&r));
@@ -672,14 +709,16 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_refuses_bad_arguments_and_a
 {
     RUN_ONLY_ON_AVAILABLE_PATH(pt->path);
     const pn_params *p = pn_params_get(pt->type);
-    float w[2 * MAX_G] = {0};
+    float w[2 * MAX_G] = { 0 };
     uint8_t out[2 * PN_BLOCK_BYTES];
-    cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, p->group + 1, out, NULL), PN_ERR_USAGE);
+    cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, p->group + 1, out, NULL),
+                 PN_ERR_USAGE);
     cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, -p->group, out, NULL), PN_ERR_USAGE);
-    cr_expect_eq(pn_quantize_row_path(pt->path, PN_TYPE_Q8_0, w, p->group, out, NULL), PN_ERR_USAGE);
+    cr_expect_eq(pn_quantize_row_path(pt->path, PN_TYPE_Q8_0, w, p->group, out, NULL),
+                 PN_ERR_USAGE);
     cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, 0, out, NULL), PN_OK);
     /* the input may start at any float */
-    tu_rng r = {3};
+    tu_rng r = { 3 };
     for (int e = 0; e < 2 * MAX_G; e++)
         w[e] = (float)tu_rng_gauss(&r);
     uint8_t want[PN_BLOCK_BYTES];
@@ -701,7 +740,7 @@ Test(pn_fast, path_names_round_trip_and_unknown_paths_are_refused)
     cr_expect(pn_path_available(PN_PATH_SCALAR_FAST));
     cr_expect_not(pn_path_available(-1));
     cr_expect_not(pn_path_available(PN_PATH_COUNT));
-    float w[80] = {1.0f};
+    float w[80] = { 1.0f };
     uint8_t out[PN_BLOCK_BYTES];
     cr_expect_eq(pn_quantize_row_path(PN_PATH_COUNT, PN_TYPE_PN3T, w, 80, out, NULL), PN_ERR_USAGE);
     cr_expect_eq(pn_hadamard_rotate_row_path(PN_PATH_COUNT, w, 80, 16), PN_ERR_USAGE);
@@ -719,7 +758,7 @@ Test(pn_fast, the_best_path_is_the_fastest_the_cpu_has)
 Test(pn_fast, a_path_name_that_is_not_a_path_is_refused)
 {
     /* how the programs parse PN_CPU_PATH: only the exact names */
-    static const char *const bad[] = {"turbo", "", "AVX2", "avx2 ", "scalar-fast", "1"};
+    static const char *const bad[] = { "turbo", "", "AVX2", "avx2 ", "scalar-fast", "1" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_expect_eq(pn_path_from_name(bad[i]), -1, "\"%s\" names no path", bad[i]);
     cr_expect_eq(pn_path_from_name("ref"), PN_PATH_REF);
@@ -734,7 +773,7 @@ Test(pn_fast, the_library_reads_no_environment)
      * rotation fall back to the reference: the library now ignores it (the
      * programs read it, once). */
     setenv(PN_CPU_PATH_ENV, "turbo", 1);
-    float w[80] = {0.5f, -0.25f};
+    float w[80] = { 0.5f, -0.25f };
     uint8_t out[PN_BLOCK_BYTES], want[PN_BLOCK_BYTES];
     cr_expect_eq(pn_quantize_row(PN_TYPE_PN3T, w, 80, out, NULL), PN_OK);
     cr_assert_eq(pn_quantize_row_ref(PN_TYPE_PN3T, w, 80, want, NULL), PN_OK);
@@ -787,7 +826,7 @@ Test(pn_fast, fast_fp16_rounding_equals_the_reference_on_the_golden_inputs)
 
 Test(pn_fast, fast_fp16_rounding_equals_the_reference_on_random_and_half_way_doubles)
 {
-    tu_rng r = {42};
+    tu_rng r = { 42 };
     int bad = 0;
     for (int i = 0; i < 1000000 && bad < 10; i++) {
         /* any magnitude a candidate can take, and beyond */
@@ -802,14 +841,14 @@ Test(pn_fast, fast_fp16_rounding_equals_the_reference_on_random_and_half_way_dou
         if (h + 1 == 0x7c00u)
             b = 65536.0; /* the overflow threshold 65520 is the midpoint */
         double mid = 0.5 * (a + b);
-        const double xs[] = {mid, nextafter(mid, 0.0), nextafter(mid, INFINITY), a};
+        const double xs[] = { mid, nextafter(mid, 0.0), nextafter(mid, INFINITY), a };
         for (int k = 0; k < 4; k++) {
             bad += fp16_fast_differs(xs[k]);
             bad += fp16_fast_differs(-xs[k]);
         }
     }
-    const double specials[] = {0.0, -0.0, 0x1p-25, 0x1p-26, 0x1.8p-25, 65504.0, 65519.99,
-                               65520.0, 1e300, -1e300, INFINITY, -INFINITY, DBL_MIN, 5e-324};
+    const double specials[] = { 0.0,     -0.0,  0x1p-25, 0x1p-26,  0x1.8p-25, 65504.0, 65519.99,
+                                65520.0, 1e300, -1e300,  INFINITY, -INFINITY, DBL_MIN, 5e-324 };
     for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
         bad += fp16_fast_differs(specials[k]);
     cr_expect_eq(bad, 0, "%d doubles round differently", bad);
@@ -830,7 +869,8 @@ Test(pn_fast, half_bits_of_every_finite_half_value_round_trip)
 
 /* ---- the rotation ----------------------------------------------------- */
 
-static const int rotation_paths[] = {PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+static const int rotation_paths[] = { PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2,
+                                      PN_PATH_AVX512 };
 
 ParameterizedTestParameters(pn_fast_rotation, every_path_writes_the_golden_rotations)
 {
@@ -839,15 +879,20 @@ ParameterizedTestParameters(pn_fast_rotation, every_path_writes_the_golden_rotat
 ParameterizedTest(int *path, pn_fast_rotation, every_path_writes_the_golden_rotations)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(*path);
-    static const struct { const char *name; int64_t K; int cap; } files[] = {
-        {"K5120", 5120, 1024}, {"K6144", 6144, 1024}, {"K17408", 17408, 1024},
-        {"K1280", 1280, 1024}, {"K320", 320, 1024},   {"K640", 640, 1024},
-        {"K96", 96, 1024},     {"K5120.cap512", 5120, 512},
+    static const struct {
+        const char *name;
+        int64_t K;
+        int cap;
+    } files[] = {
+        { "K5120", 5120, 1024 }, { "K6144", 6144, 1024 },       { "K17408", 17408, 1024 },
+        { "K1280", 1280, 1024 }, { "K320", 320, 1024 },         { "K640", 640, 1024 },
+        { "K96", 96, 1024 },     { "K5120.cap512", 5120, 512 },
     };
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char in_path[512], out_path[512];
         snprintf(in_path, sizeof in_path, PN_TEST_DATA "/golden/hadamard.%s.in.f32", files[f].name);
-        snprintf(out_path, sizeof out_path, PN_TEST_DATA "/golden/hadamard.%s.out.f32", files[f].name);
+        snprintf(out_path, sizeof out_path, PN_TEST_DATA "/golden/hadamard.%s.out.f32",
+                 files[f].name);
         size_t in_size = 0, out_size = 0;
         float *x = tu_read_file(in_path, &in_size);
         float *want = tu_read_file(out_path, &out_size);
@@ -909,7 +954,7 @@ ParameterizedTestParameters(pn_fast_rotation, every_path_equals_the_reference_fo
 ParameterizedTest(int *path, pn_fast_rotation, every_path_equals_the_reference_for_every_block_size)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(*path);
-    tu_rng r = {17};
+    tu_rng r = { 17 };
     float *x = malloc(3 * PN_HADAMARD_MAX_BLOCK * sizeof(float));
     float *y = malloc(3 * PN_HADAMARD_MAX_BLOCK * sizeof(float));
     int bad = 0;
@@ -941,11 +986,13 @@ ParameterizedTest(int *path, pn_fast_rotation, every_path_equals_the_reference_f
     free(y);
 }
 
-ParameterizedTestParameters(pn_fast_rotation, every_path_refuses_a_bad_block_and_leaves_the_row_alone)
+ParameterizedTestParameters(pn_fast_rotation,
+                            every_path_refuses_a_bad_block_and_leaves_the_row_alone)
 {
     return cr_make_param_array(int, (void *)rotation_paths, 4);
 }
-ParameterizedTest(int *path, pn_fast_rotation, every_path_refuses_a_bad_block_and_leaves_the_row_alone)
+ParameterizedTest(int *path, pn_fast_rotation,
+                  every_path_refuses_a_bad_block_and_leaves_the_row_alone)
 {
     RUN_ONLY_ON_AVAILABLE_PATH(*path);
     float x[96], y[96];

@@ -26,9 +26,12 @@
 #include "test_util.h"
 
 enum { KIND_RANDOM, KIND_HEAVY, KIND_EDGE, KIND_TIE, KIND_COUNT };
-static const char *const kind_names[KIND_COUNT] = {"random", "heavy-tailed", "edge", "tie-prone"};
+static const char *const kind_names[KIND_COUNT] = { "random", "heavy-tailed", "edge", "tie-prone" };
 
-static int pick(tu_rng *r, int n) { return (int)(tu_rng_u64(r) % (uint64_t)n); }
+static int pick(tu_rng *r, int n)
+{
+    return (int)(tu_rng_u64(r) % (uint64_t)n);
+}
 
 static double log_uniform(tu_rng *r, double lo, double hi)
 {
@@ -130,8 +133,9 @@ static void gen_heavy(tu_rng *r, const pn_params *p, float *w)
     for (int e = 0; e < p->group; e++) {
         /* Student-t with 1 or 2 degrees of freedom: a few large weights */
         double g = tu_rng_gauss(r), c = tu_rng_gauss(r);
-        w[e] = (float)(scale * (pick(r, 2) ? g / (fabs(c) + 1e-3)
-                                           : g / sqrt(0.5 * (c * c + pow(tu_rng_gauss(r), 2)) + 1e-6)));
+        w[e] = (float)(scale * (pick(r, 2)
+                                    ? g / (fabs(c) + 1e-3)
+                                    : g / sqrt(0.5 * (c * c + pow(tu_rng_gauss(r), 2)) + 1e-6)));
     }
 }
 
@@ -162,15 +166,14 @@ static void gen_edge(tu_rng *r, const pn_params *p, float *w)
         break;
     }
     case 3: { /* amax where scales are fp16 subnormals or underflow to 0 */
-        double a = (1 + pick(r, 40)) * 0x1p-25 * p->z / ((50 + 2 * pick(r, PN_N_CANDIDATES)) / 100.0);
+        double a =
+            (1 + pick(r, 40)) * 0x1p-25 * p->z / ((50 + 2 * pick(r, PN_N_CANDIDATES)) / 100.0);
         for (int e = 0; e < G; e++)
             w[e] = (float)(a * 0.5 * tanh(tu_rng_gauss(r)));
         w[pick(r, G)] = (float)(pick(r, 2) ? a : -a);
         break;
     }
-    case 4: /* one outlier */
-        w[pick(r, G)] *= (float)log_uniform(r, 10.0, 1e4);
-        break;
+    case 4: /* one outlier */ w[pick(r, G)] *= (float)log_uniform(r, 10.0, 1e4); break;
     case 5: { /* constant, sometimes with few significant bits */
         float v = pick(r, 2) ? with_bits(w[0], 1 + pick(r, 4)) : w[0];
         for (int e = 0; e < G; e++)
@@ -182,7 +185,7 @@ static void gen_edge(tu_rng *r, const pn_params *p, float *w)
             w[e] = (float)(1e30 * tu_rng_gauss(r));
         break;
     default: { /* NaN or infinity somewhere */
-        const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
+        const float bad[] = { NAN, -NAN, INFINITY, -INFINITY };
         w[pick(r, G)] = bad[pick(r, 4)];
         break;
     }
@@ -246,7 +249,7 @@ static float *make_groups(int kind, int type, int64_t count, uint64_t seed)
     const pn_params *p = pn_params_get(type);
     float *w = malloc((size_t)(count * p->group) * sizeof(float));
     cr_assert_not_null(w);
-    tu_rng r = {seed ^ ((uint64_t)type << 32) ^ ((uint64_t)kind << 44)};
+    tu_rng r = { seed ^ ((uint64_t)type << 32) ^ ((uint64_t)kind << 44) };
     for (int64_t g = 0; g < count; g++)
         gen_group(kind, &r, p, w + g * p->group);
     return w;
@@ -292,15 +295,18 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
     /* at an odd address: blocks may start at any byte */
     pn_status st = v1 ? pn_quantize_row_path_v1(path, type, w, count * G, row_got + 3, &col)
                       : pn_quantize_row_path(path, type, w, count * G, row_got + 3, &col);
-    if (st != st_ref || (st == PN_OK ? memcmp(row_ref, row_got + 3, (size_t)count * PN_BLOCK_BYTES) != 0
-                                     : col != col_ref)) {
+    if (st != st_ref ||
+        (st == PN_OK ? memcmp(row_ref, row_got + 3, (size_t)count * PN_BLOCK_BYTES) != 0
+                     : col != col_ref)) {
         cr_log_error("%s %s%s: the row of %lld groups differs", name, pn_path_name(path),
                      v1 ? "-v1" : "", (long long)count);
         bad++;
     }
     if (!v1) { /* the per-group sums of a whole row (groups hand sums on to the next) */
-        double *e_ref = malloc((size_t)count * sizeof(double)), *n_ref = malloc((size_t)count * sizeof(double));
-        double *e_got = malloc((size_t)count * sizeof(double)), *n_got = malloc((size_t)count * sizeof(double));
+        double *e_ref = malloc((size_t)count * sizeof(double)),
+               *n_ref = malloc((size_t)count * sizeof(double));
+        double *e_got = malloc((size_t)count * sizeof(double)),
+               *n_got = malloc((size_t)count * sizeof(double));
         cr_assert(e_ref && n_ref && e_got && n_got);
         st_ref = pn_quantize_row_ref_sums(type, w, count * G, row_ref, &col_ref, e_ref, n_ref);
         st = pn_quantize_row_path_sums(path, type, w, count * G, row_got, &col, e_got, n_got);
@@ -308,8 +314,8 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
             (st == PN_OK && (memcmp(row_ref, row_got, (size_t)count * PN_BLOCK_BYTES) != 0 ||
                              memcmp(e_ref, e_got, (size_t)count * sizeof(double)) != 0 ||
                              memcmp(n_ref, n_got, (size_t)count * sizeof(double)) != 0))) {
-            cr_log_error("%s %s: the sums of the row of %lld groups differ", name, pn_path_name(path),
-                         (long long)count);
+            cr_log_error("%s %s: the sums of the row of %lld groups differ", name,
+                         pn_path_name(path), (long long)count);
             bad++;
         }
         free(e_ref);
@@ -322,11 +328,11 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
     return bad;
 }
 
-#define SKIP_UNLESS_AVAILABLE(path)                                                          \
-    do {                                                                                     \
-        if (!pn_path_available(path))                                                        \
-            cr_skip_test("path %s is not supported by this CPU: not tested here",            \
-                         pn_path_name(path));                                                \
+#define SKIP_UNLESS_AVAILABLE(path)                                                                \
+    do {                                                                                           \
+        if (!pn_path_available(path))                                                              \
+            cr_skip_test("path %s is not supported by this CPU: not tested here",                  \
+                         pn_path_name(path));                                                      \
     } while (0)
 
 /* Every kind of group, both types, `count` groups of each. */
@@ -362,14 +368,16 @@ static void *read_golden(const char *type_name, const char *suffix, size_t want)
     return p;
 }
 
-ParameterizedTestParameters(pn_search, every_path_gives_the_golden_blocks_of_the_independent_implementation)
+ParameterizedTestParameters(pn_search,
+                            every_path_gives_the_golden_blocks_of_the_independent_implementation)
 {
-    static int paths[] = {PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+    static int paths[] = { PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512 };
     return cr_make_param_array(int, paths, sizeof paths / sizeof paths[0]);
 }
 /* The reference path (and every other) against bytes this code did not make:
  * the one check of PN_PATH_REF that does not compare it with itself. */
-ParameterizedTest(int *path, pn_search, every_path_gives_the_golden_blocks_of_the_independent_implementation)
+ParameterizedTest(int *path, pn_search,
+                  every_path_gives_the_golden_blocks_of_the_independent_implementation)
 {
     SKIP_UNLESS_AVAILABLE(*path);
     for (int t = 0; t < 2; t++) {
@@ -384,9 +392,10 @@ ParameterizedTest(int *path, pn_search, every_path_gives_the_golden_blocks_of_th
         pn_status st = pn_quantize_row_path(*path, type, in, (int64_t)GOLDEN_GROUPS * G, got, &col);
         cr_assert_eq(st, PN_OK, "%s on path %s: %s", name, pn_path_name(*path), pn_strerror(st));
         for (int g = 0; g < GOLDEN_GROUPS; g++)
-            cr_expect_eq(memcmp(got + g * PN_BLOCK_BYTES, want + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES), 0,
-                         "%s group %d on path %s differs from the golden block", name, g,
-                         pn_path_name(*path));
+            cr_expect_eq(
+                memcmp(got + g * PN_BLOCK_BYTES, want + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES), 0,
+                "%s group %d on path %s differs from the golden block", name, g,
+                pn_path_name(*path));
         free(in);
         free(want);
         free(got);
@@ -454,12 +463,12 @@ Test(pn_search, the_tie_prone_groups_hold_exact_ties_and_last_bit_differences)
         const pn_params *p = pn_params_get(type);
         const int64_t count = 4000;
         float *w = make_groups(KIND_TIE, type, count, 77);
-        int64_t cls[3] = {0, 0, 0};
+        int64_t cls[3] = { 0, 0, 0 };
         for (int64_t g = 0; g < count; g++)
             cls[tie_class(p, w + g * p->group)]++;
         cr_log_info("%s: %lld exact ties, %lld 1-4 ulp apart, %lld neither, of %lld",
-                    pn_type_traits_get(type)->name, (long long)cls[1],
-                    (long long)cls[2], (long long)cls[0], (long long)count);
+                    pn_type_traits_get(type)->name, (long long)cls[1], (long long)cls[2],
+                    (long long)cls[0], (long long)count);
         cr_expect_geq(cls[1], count / 20, "only %lld exact ties of %lld", (long long)cls[1],
                       (long long)count);
         cr_expect_geq(cls[2], count / 200, "only %lld last-bit differences of %lld",
@@ -481,22 +490,27 @@ Test(pn_search, a_million_mixed_groups_of_each_type_equal_the_reference_on_the_b
         uint8_t *ref = malloc((size_t)chunk * PN_BLOCK_BYTES);
         uint8_t *got = malloc((size_t)chunk * PN_BLOCK_BYTES);
         cr_assert(w && ref && got);
-        tu_rng r = {4242 + (uint64_t)type};
+        tu_rng r = { 4242 + (uint64_t)type };
         int64_t bad = 0;
         for (int64_t c0 = 0; c0 < count; c0 += chunk) {
             for (int64_t g = 0; g < chunk; g++) {
                 /* mostly Gaussian, as real weights; every kind present */
                 int roll = pick(&r, 16);
-                gen_group(roll < 10 ? KIND_RANDOM : roll < 12 ? KIND_HEAVY : roll < 14 ? KIND_EDGE : KIND_TIE,
+                gen_group(roll < 10   ? KIND_RANDOM
+                          : roll < 12 ? KIND_HEAVY
+                          : roll < 14 ? KIND_EDGE
+                                      : KIND_TIE,
                           &r, p, w + g * p->group);
             }
             for (int64_t g = 0; g < chunk; g++) {
                 int64_t col_ref = -7, col = -7;
                 const float *x = w + g * p->group;
-                pn_status a = pn_quantize_row_ref(type, x, p->group, ref + g * PN_BLOCK_BYTES, &col_ref);
-                pn_status b = pn_quantize_row_path(path, type, x, p->group, got + g * PN_BLOCK_BYTES, &col);
-                if (a != b || (a == PN_OK ? memcmp(ref + g * PN_BLOCK_BYTES, got + g * PN_BLOCK_BYTES,
-                                                   PN_BLOCK_BYTES) != 0
+                pn_status a =
+                    pn_quantize_row_ref(type, x, p->group, ref + g * PN_BLOCK_BYTES, &col_ref);
+                pn_status b =
+                    pn_quantize_row_path(path, type, x, p->group, got + g * PN_BLOCK_BYTES, &col);
+                if (a != b || (a == PN_OK ? memcmp(ref + g * PN_BLOCK_BYTES,
+                                                   got + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) != 0
                                           : col != col_ref))
                     bad++;
             }

@@ -23,10 +23,13 @@
 #include "row_kinds.h"
 #include "test_util.h"
 
-static const int ALL_TYPES[8] = {PN_TYPE_PN3T, PN_TYPE_PN4T, PN_TYPE_Q8_0, PN_TYPE_Q4_K,
-                                 PN_TYPE_Q3_K, PN_TYPE_F32,  PN_TYPE_F16,  PN_TYPE_BF16};
+static const int ALL_TYPES[8] = { PN_TYPE_PN3T, PN_TYPE_PN4T, PN_TYPE_Q8_0, PN_TYPE_Q4_K,
+                                  PN_TYPE_Q3_K, PN_TYPE_F32,  PN_TYPE_F16,  PN_TYPE_BF16 };
 
-static const char *tname(int type) { return pn_type_traits_get(type)->name; }
+static const char *tname(int type)
+{
+    return pn_type_traits_get(type)->name;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -55,9 +58,11 @@ static int check_row(int type, const float *x, int64_t n, const char *what)
 {
     const int64_t rb = pn_type_row_bytes(type, n), nblk = pn_row_sum_blocks(type, n);
     uint8_t *q0 = xmalloc((size_t)rb), *q = xmalloc((size_t)rb);
-    double *e0 = xmalloc((size_t)nblk * sizeof(double)), *w0 = xmalloc((size_t)nblk * sizeof(double));
+    double *e0 = xmalloc((size_t)nblk * sizeof(double)),
+           *w0 = xmalloc((size_t)nblk * sizeof(double));
     double *e = xmalloc((size_t)nblk * sizeof(double)), *w = xmalloc((size_t)nblk * sizeof(double));
-    double *er = xmalloc((size_t)nblk * sizeof(double)), *wr = xmalloc((size_t)nblk * sizeof(double));
+    double *er = xmalloc((size_t)nblk * sizeof(double)),
+           *wr = xmalloc((size_t)nblk * sizeof(double));
     int bad = 0;
     int64_t col0 = -5;
     const pn_status st0 = pn_quantize_row_sums(type, PN_PATH_REF, x, n, q0, &col0, e0, w0);
@@ -72,23 +77,27 @@ static int check_row(int type, const float *x, int64_t n, const char *what)
         if (same && st != PN_OK)
             same = col == col0;
         if (same && st == PN_OK) {
-            same = memcmp(q, q0, (size_t)rb) == 0 && memcmp(e, e0, (size_t)nblk * sizeof(double)) == 0 &&
+            same = memcmp(q, q0, (size_t)rb) == 0 &&
+                   memcmp(e, e0, (size_t)nblk * sizeof(double)) == 0 &&
                    memcmp(w, w0, (size_t)nblk * sizeof(double)) == 0;
             cr_assert_eq(pn_row_sums_ref(type, x, q, n, er, wr), PN_OK);
             for (int64_t b = 0; b < nblk && same; b++)
-                if (memcmp(&e[b], &er[b], sizeof(double)) != 0 || memcmp(&w[b], &wr[b], sizeof(double)) != 0) {
+                if (memcmp(&e[b], &er[b], sizeof(double)) != 0 ||
+                    memcmp(&w[b], &wr[b], sizeof(double)) != 0) {
                     same = false;
                     if (bad < 5)
-                        cr_log_error("%s %s path %s: sum block %lld: fused err %a norm %a, separate pass "
-                                     "err %a norm %a",
-                                     what, tname(type), pn_path_name(path), (long long)b, e[b], w[b], er[b],
-                                     wr[b]);
+                        cr_log_error(
+                            "%s %s path %s: sum block %lld: fused err %a norm %a, separate pass "
+                            "err %a norm %a",
+                            what, tname(type), pn_path_name(path), (long long)b, e[b], w[b], er[b],
+                            wr[b]);
                 }
         }
         if (!same && bad++ < 5)
-            cr_log_error("%s %s path %s (%lld weights): status %d column %lld, reference path %d column %lld",
-                         what, tname(type), pn_path_name(path), (long long)n, (int)st, (long long)col, (int)st0,
-                         (long long)col0);
+            cr_log_error("%s %s path %s (%lld weights): status %d column %lld, reference path %d "
+                         "column %lld",
+                         what, tname(type), pn_path_name(path), (long long)n, (int)st,
+                         (long long)col, (int)st0, (long long)col0);
     }
     free(q0);
     free(q);
@@ -103,11 +112,12 @@ static int check_row(int type, const float *x, int64_t n, const char *what)
 
 /* Rows of 1..8 of the type's blocks (plain types: lengths that end in a
  * short sum block), random kinds mixed block by block. */
-static int check_rows(int type, int rows_per_len, int allow_refusals, uint64_t seed, const char *what)
+static int check_rows(int type, int rows_per_len, int allow_refusals, uint64_t seed,
+                      const char *what)
 {
     const int64_t block = pn_type_traits_get(type)->block_weights;
     const int bw = block == 1 ? 16 : (int)block; /* the kinds' granule */
-    tu_rng r = {seed ^ ((uint64_t)type << 40)};
+    tu_rng r = { seed ^ ((uint64_t)type << 40) };
     int bad = 0;
     for (int len = 1; len <= 8; len++) {
         const int64_t n = block == 1 ? 37 * len + 200 * (len - 1) : block * len;
@@ -127,7 +137,8 @@ ParameterizedTestParameters(quant_row, fused_sums_equal_the_separate_pass_bit_fo
     return cr_make_param_array(int, (void *)ALL_TYPES, 8);
 }
 
-ParameterizedTest(int *type, quant_row, fused_sums_equal_the_separate_pass_bit_for_bit_on_every_path)
+ParameterizedTest(int *type, quant_row,
+                  fused_sums_equal_the_separate_pass_bit_for_bit_on_every_path)
 {
     log_missing_paths();
     int bad = check_rows(*type, 12, 0, 1, "random and edge rows");
@@ -138,7 +149,7 @@ ParameterizedTest(int *type, quant_row, fused_sums_equal_the_separate_pass_bit_f
  * and add the batch's sums eight groups at once (pn_search_sums_batch):
  * rows of every length around those counts, random and edge kinds mixed
  * group by group, and refusals anywhere in a batch. */
-static const int PN_TYPES[2] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+static const int PN_TYPES[2] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
 
 ParameterizedTestParameters(quant_row, fused_sums_hold_across_the_search_s_batches_of_groups)
 {
@@ -148,10 +159,10 @@ ParameterizedTestParameters(quant_row, fused_sums_hold_across_the_search_s_batch
 ParameterizedTest(int *type, quant_row, fused_sums_hold_across_the_search_s_batches_of_groups)
 {
     log_missing_paths();
-    static const int groups[] = {7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 49, 64, 100};
+    static const int groups[] = { 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 49, 64, 100 };
     const int G = (int)pn_type_traits_get(*type)->block_weights;
     float *x = xmalloc((size_t)100 * G * sizeof(float));
-    tu_rng r = {77 + (uint64_t)*type};
+    tu_rng r = { 77 + (uint64_t)*type };
     int bad = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         for (int row = 0; row < 6; row++) {
@@ -188,7 +199,7 @@ ParameterizedTest(int *type, quant_row, each_kind_of_edge_row_gives_the_decoder_
     float *x = xmalloc((size_t)(n + bw) * sizeof(float));
     int bad = 0;
     for (int kind = 0; kind < RK_COUNT; kind++) {
-        tu_rng r = {900 + (uint64_t)kind};
+        tu_rng r = { 900 + (uint64_t)kind };
         for (int row = 0; row < 6; row++) {
             for (int64_t g = 0; g * bw < n; g++)
                 rk_fill_block(&r, kind, x + g * bw, bw);
@@ -201,9 +212,12 @@ ParameterizedTest(int *type, quant_row, each_kind_of_edge_row_gives_the_decoder_
 
 Test(quant_row, the_sum_blocks_are_the_types_blocks_and_256_for_plain_types)
 {
-    static const struct { int type; int64_t bw; } want[] = {
-        {PN_TYPE_PN3T, 80}, {PN_TYPE_PN4T, 64}, {PN_TYPE_Q8_0, 32}, {PN_TYPE_Q4_K, 256},
-        {PN_TYPE_Q3_K, 256}, {PN_TYPE_F32, 256}, {PN_TYPE_F16, 256}, {PN_TYPE_BF16, 256},
+    static const struct {
+        int type;
+        int64_t bw;
+    } want[] = {
+        { PN_TYPE_PN3T, 80 },  { PN_TYPE_PN4T, 64 }, { PN_TYPE_Q8_0, 32 }, { PN_TYPE_Q4_K, 256 },
+        { PN_TYPE_Q3_K, 256 }, { PN_TYPE_F32, 256 }, { PN_TYPE_F16, 256 }, { PN_TYPE_BF16, 256 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect_eq(pn_sum_block_weights(want[i].type), want[i].bw, "%s", tname(want[i].type));
@@ -233,7 +247,8 @@ Test(quant_row, a_plain_row_s_last_sum_block_holds_the_rest_of_the_row)
             we = we + d * d;
             ww = ww + (double)x[i] * (double)x[i];
         }
-        cr_expect(memcmp(&we, &e[b], sizeof we) == 0, "block %d error %a, expected %a", b, e[b], we);
+        cr_expect(memcmp(&we, &e[b], sizeof we) == 0, "block %d error %a, expected %a", b, e[b],
+                  we);
         cr_expect(memcmp(&ww, &w[b], sizeof ww) == 0, "block %d norm %a, expected %a", b, w[b], ww);
     }
     /* f32 is a copy: no error at all */
@@ -244,7 +259,7 @@ Test(quant_row, a_plain_row_s_last_sum_block_holds_the_rest_of_the_row)
 
 ParameterizedTestParameters(quant_row, a_zero_group_s_error_is_its_norm_on_every_path)
 {
-    static int pn_types[2] = {PN_TYPE_PN3T, PN_TYPE_PN4T};
+    static int pn_types[2] = { PN_TYPE_PN3T, PN_TYPE_PN4T };
     return cr_make_param_array(int, pn_types, 2);
 }
 
@@ -265,17 +280,18 @@ ParameterizedTest(int *type, quant_row, a_zero_group_s_error_is_its_norm_on_ever
         uint8_t q[2 * PN_BLOCK_BYTES];
         double err[2], norm[2];
         cr_assert_eq(pn_quantize_row_sums(*type, path, x, 2 * G, q, NULL, err, norm), PN_OK);
-        cr_expect(err[0] == 0.0 && norm[0] == 0.0, "path %s: the all-zero group", pn_path_name(path));
+        cr_expect(err[0] == 0.0 && norm[0] == 0.0, "path %s: the all-zero group",
+                  pn_path_name(path));
         cr_expect_gt(norm[1], 0.0);
-        cr_expect(memcmp(&err[1], &norm[1], sizeof(double)) == 0, "path %s: underflowed group err %a norm %a",
-                  pn_path_name(path), err[1], norm[1]);
+        cr_expect(memcmp(&err[1], &norm[1], sizeof(double)) == 0,
+                  "path %s: underflowed group err %a norm %a", pn_path_name(path), err[1], norm[1]);
         cr_expect_eq(q[PN_BLOCK_BYTES] | q[PN_BLOCK_BYTES + 1], 0, "d = +0.0");
     }
 }
 
 Test(quant_row, bad_types_paths_and_lengths_are_refused)
 {
-    float x[512] = {0};
+    float x[512] = { 0 };
     uint8_t q[2048];
     double e[8], w[8];
     int64_t bad = 3;
@@ -283,19 +299,22 @@ Test(quant_row, bad_types_paths_and_lengths_are_refused)
     cr_expect_eq(bad, -1);
     for (int t = 0; t < 8; t++) {
         bad = 3;
-        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_COUNT, x, 256, q, &bad, e, w), PN_ERR_USAGE,
-                     "%s: unknown path", tname(ALL_TYPES[t]));
+        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_COUNT, x, 256, q, &bad, e, w),
+                     PN_ERR_USAGE, "%s: unknown path", tname(ALL_TYPES[t]));
         cr_expect_eq(bad, -1);
-        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, -1, q, &bad, e, w), PN_ERR_USAGE);
+        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, -1, q, &bad, e, w),
+                     PN_ERR_USAGE);
         const int64_t block = pn_type_traits_get(ALL_TYPES[t])->block_weights;
         if (block > 1) {
-            cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, block + 1, q, &bad, e, w),
-                         PN_ERR_USAGE, "%s", tname(ALL_TYPES[t]));
+            cr_expect_eq(
+                pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, block + 1, q, &bad, e, w),
+                PN_ERR_USAGE, "%s", tname(ALL_TYPES[t]));
             float y[512];
             cr_expect_eq(pn_dequantize_row_type(ALL_TYPES[t], q, y, block + 1), PN_ERR_USAGE);
             cr_expect_eq(pn_row_sums_ref(ALL_TYPES[t], x, q, block + 1, e, w), PN_ERR_USAGE);
         }
-        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, 0, q, &bad, NULL, NULL), PN_OK);
+        cr_expect_eq(pn_quantize_row_sums(ALL_TYPES[t], PN_PATH_REF, x, 0, q, &bad, NULL, NULL),
+                     PN_OK);
     }
     float y[64];
     cr_expect_eq(pn_dequantize_row_type(2, q, y, 32), PN_ERR_TYPE, "q4_0 is not written by a mix");
@@ -306,7 +325,7 @@ Test(quant_row, without_sums_the_bytes_are_those_with_sums)
 {
     const int64_t n = 5120; /* whole blocks of every type */
     float *x = xmalloc((size_t)n * sizeof(float));
-    tu_rng r = {12};
+    tu_rng r = { 12 };
     rk_fill_row(&r, x, n / 256, 256, 0);
     for (int t = 0; t < 8; t++) {
         for (int path = 0; path < PN_PATH_COUNT; path++) {
@@ -319,7 +338,8 @@ Test(quant_row, without_sums_the_bytes_are_those_with_sums)
             pn_status sb = pn_quantize_row_sums(ALL_TYPES[t], path, x, n, b, NULL, e, w);
             cr_expect_eq(sa, PN_OK, "%s path %s", tname(ALL_TYPES[t]), pn_path_name(path));
             cr_expect_eq(sb, PN_OK);
-            cr_expect(memcmp(a, b, (size_t)rb) == 0, "%s path %s", tname(ALL_TYPES[t]), pn_path_name(path));
+            cr_expect(memcmp(a, b, (size_t)rb) == 0, "%s path %s", tname(ALL_TYPES[t]),
+                      pn_path_name(path));
             free(a);
             free(b);
         }

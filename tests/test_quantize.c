@@ -266,8 +266,7 @@ Test(quantize, stores_every_pn_tensor_as_the_reference_rotate_and_quantize, .ini
     free(dst);
 }
 
-Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup,
-     .fini = teardown)
+Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup, .fini = teardown)
 {
     char *src = make_source("src.gguf", 4, PN_TYPE_F16, 11);
     char *a = path_in("a.gguf"), *b = path_in("b.gguf");
@@ -308,8 +307,8 @@ Test(quantize, rotation_none_changes_only_the_pn_bytes_and_the_rotation_key, .in
     for (size_t i = 0; i < gguf_reader_n_tensors(ra); i++) {
         const gguf_tensor_info *ta = gguf_reader_tensor(ra, i), *tb = gguf_reader_tensor(rb, i);
         cr_assert_eq(ta->type, tb->type);
-        bool same = memcmp(gguf_reader_tensor_data(ra, i), gguf_reader_tensor_data(rb, i),
-                           ta->size) == 0;
+        bool same =
+            memcmp(gguf_reader_tensor_data(ra, i), gguf_reader_tensor_data(rb, i), ta->size) == 0;
         if (pn_type_is_pn(ta->type))
             differ += !same;
         else
@@ -331,8 +330,8 @@ static int count_type(gguf_reader *r, int type)
     return n;
 }
 
-Test(quantize, promote_n_turns_exactly_n_pn3t_tensors_into_pn4t_and_records_them,
-     .init = setup, .fini = teardown)
+Test(quantize, promote_n_turns_exactly_n_pn3t_tensors_into_pn4t_and_records_them, .init = setup,
+     .fini = teardown)
 {
     char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *a = path_in("p0.gguf"), *b = path_in("p5.gguf"), *m = path_in("m.txt");
@@ -371,8 +370,8 @@ Test(quantize, promote_n_turns_exactly_n_pn3t_tensors_into_pn4t_and_records_them
     free(m);
 }
 
-Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_again,
-     .init = setup, .fini = teardown)
+Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_again, .init = setup,
+     .fini = teardown)
 {
     char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *a = path_in("a.gguf"), *b = path_in("b.gguf"), *m = path_in("m.txt");
@@ -411,8 +410,9 @@ Test(quantize, promote_list_promotes_exactly_the_listed_tensors, .init = setup, 
     cr_assert_eq(pr->arr_count, 2);
     cr_assert(gguf_str_eq(gguf_kv_arr_str(pr, 0), "blk.0.attn_qkv.weight"));
     cr_assert(gguf_str_eq(gguf_kv_arr_str(pr, 1), "blk.2.ffn_up.weight"));
-    cr_assert_eq(gguf_reader_tensor(r, (size_t)gguf_reader_find_tensor(r, "blk.2.ffn_up.weight"))->type,
-                 PN_TYPE_PN4T);
+    cr_assert_eq(
+        gguf_reader_tensor(r, (size_t)gguf_reader_find_tensor(r, "blk.2.ffn_up.weight"))->type,
+        PN_TYPE_PN4T);
     gguf_reader_close(r);
     free(src);
     free(dst);
@@ -537,9 +537,10 @@ Test(quantize_cli, help_describes_every_option_and_exits_0)
 {
     char *out, *err;
     cr_assert_eq(run_cli("--help", &out, &err), 0);
-    const char *opts[] = {"--recipe", "--promote ", "--promote-list", "--measurement",
-                          "--target-size", "--rotation", "--threads", "--backend", "--dry-run",
-                          "--report", "--force", "--quiet", "--progress", "--device"};
+    const char *opts[] = { "--recipe",      "--promote ", "--promote-list", "--measurement",
+                           "--target-size", "--rotation", "--threads",      "--backend",
+                           "--dry-run",     "--report",   "--force",        "--quiet",
+                           "--progress",    "--device" };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         cr_assert(strstr(out, opts[i]), "--help lacks %s", opts[i]);
     cr_assert_str_empty(err);
@@ -564,7 +565,8 @@ Test(quantize_cli, dry_run_prints_the_plan_and_writes_nothing, .init = setup, .f
     char *src = make_source("src.gguf", 4, PN_TYPE_BF16, 2);
     char *dst = path_in("dst.gguf");
     char args[4096], *out, *err;
-    snprintf(args, sizeof args, "--dry-run --recipe %s --promote 2 %s %s", FALLBACK_RECIPE, src, dst);
+    snprintf(args, sizeof args, "--dry-run --recipe %s --promote 2 %s %s", FALLBACK_RECIPE, src,
+             dst);
     cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "blk.0.attn_qkv.weight"), "%s", out);
     cr_assert(strstr(out, "pn3t") && strstr(out, "pn4t") && strstr(out, "q8_0"));
@@ -593,8 +595,8 @@ Test(quantize_cli, a_real_run_ends_with_the_plan_totals_and_writes_a_report, .in
     char *json = tu_read_file(rep, &n);
     json = realloc(json, n + 1);
     json[n] = 0;
-    cr_assert(strstr(json, "\"relative_error\"") && strstr(json, "\"blk.0.ffn_up.weight\""),
-              "%s", json);
+    cr_assert(strstr(json, "\"relative_error\"") && strstr(json, "\"blk.0.ffn_up.weight\""), "%s",
+              json);
     cr_assert(strstr(json, "\"source_type\": \"bf16\""), "%s", json);
     free(json);
     free(out);
@@ -711,9 +713,10 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     for (int i = 0; i < 600; i++) {
         char *out = NULL;
         char cmd[4096];
-        snprintf(cmd, sizeof cmd,
-                 "ls -l /proc/%d/fd 2>/dev/null | grep -c '%s/\\(#\\|\\.dst\\.gguf\\.pn-\\)' || true",
-                 (int)pid, g_dir);
+        snprintf(
+            cmd, sizeof cmd,
+            "ls -l /proc/%d/fd 2>/dev/null | grep -c '%s/\\(#\\|\\.dst\\.gguf\\.pn-\\)' || true",
+            (int)pid, g_dir);
         tu_run(cmd, &out, NULL);
         int n = atoi(out);
         free(out);
@@ -767,7 +770,8 @@ Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
     free(out);
     free(err);
-    snprintf(args, sizeof args, "PN_CHUNK_WEIGHTS=700 %s/pn-quantize --quiet --recipe %s --promote 1 %s %s",
+    snprintf(args, sizeof args,
+             "PN_CHUNK_WEIGHTS=700 %s/pn-quantize --quiet --recipe %s --promote 1 %s %s",
              PN_BIN_DIR, FALLBACK_RECIPE, src, b);
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
     assert_same_bytes(a, b, "chunk size changed the output");
@@ -789,7 +793,10 @@ static char *read_text(const char *path)
     return t;
 }
 
-static bool has_byte(const char *s, unsigned char b) { return s && strchr(s, b) != NULL; }
+static bool has_byte(const char *s, unsigned char b)
+{
+    return s && strchr(s, b) != NULL;
+}
 
 Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_nothing_is_touched,
      .init = setup, .fini = teardown)
@@ -800,7 +807,7 @@ Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_
     size_t n0;
     void *before = tu_read_file(src, &n0);
     char args[8192], *out, *err;
-    const char *reports[] = {src, link_to_src, dst};
+    const char *reports[] = { src, link_to_src, dst };
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "--force --recipe %s --promote 0 --report %s %s %s",
                  FALLBACK_RECIPE, reports[i], src, dst);
@@ -821,8 +828,8 @@ Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_
     free(link_to_src);
 }
 
-Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_force,
-     .init = setup, .fini = teardown)
+Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_force, .init = setup,
+     .fini = teardown)
 {
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *rep = path_in("r.json");
@@ -859,8 +866,9 @@ Test(quantize_cli, a_report_that_cannot_be_written_leaves_no_output_and_says_so,
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("out.gguf");
     char args[8192], *out, *err;
-    snprintf(args, sizeof args, "--quiet --recipe %s --promote 0 --report /nonexistent/r.json %s %s",
-             FALLBACK_RECIPE, src, dst);
+    snprintf(args, sizeof args,
+             "--quiet --recipe %s --promote 0 --report /nonexistent/r.json %s %s", FALLBACK_RECIPE,
+             src, dst);
     cr_assert_eq(run_cli(args, &out, &err), 1, "%s", err);
     cr_assert(strstr(err, "/nonexistent/r.json") && strstr(err, "nothing was written to"), "%s",
               err);
@@ -938,8 +946,8 @@ Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_
 typedef struct mid_run {
     const char *path;
     int calls;
-    int truncate;     /* 0: create path; else truncate path to this fraction (1/truncate) */
-    int phase;        /* the phase whose first call acts */
+    int truncate; /* 0: create path; else truncate path to this fraction (1/truncate) */
+    int phase;    /* the phase whose first call acts */
 } mid_run;
 
 static void act_mid_run(const pn_progress *p, void *user)
@@ -956,12 +964,12 @@ static void act_mid_run(const pn_progress *p, void *user)
     }
 }
 
-Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_force,
-     .init = setup, .fini = teardown)
+Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_force, .init = setup,
+     .fini = teardown)
 {
     char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 3);
     char *dst = path_in("dst.gguf");
-    mid_run m = {dst, 0, 0, PN_PHASE_QUANTIZE};
+    mid_run m = { dst, 0, 0, PN_PHASE_QUANTIZE };
     pn_quantize_opts o;
     base_opts(&o, src, dst);
     o.progress = act_mid_run;
@@ -999,7 +1007,7 @@ Test(quantize, a_source_truncated_while_it_is_read_is_an_error_naming_it, .init 
     for (int measuring = 0; measuring < 2; measuring++) {
         char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
         char *dst = path_in("dst.gguf");
-        mid_run m = {src, 0, 2, measuring ? PN_PHASE_MEASURE : PN_PHASE_QUANTIZE};
+        mid_run m = { src, 0, 2, measuring ? PN_PHASE_MEASURE : PN_PHASE_QUANTIZE };
         pn_quantize_opts o;
         base_opts(&o, src, dst);
         o.promote = measuring ? 3 : 0;
@@ -1043,14 +1051,13 @@ Test(quantize_cli, a_file_size_limit_fails_like_a_full_disk_and_leaves_nothing, 
 /* Rows of 1280 on two threads once made a misaligned store in the
  * measurement's scratch; cheap enough for the sanitizer build, which runs
  * this suite. */
-Test(quantize, measures_and_quantizes_rows_of_1280_on_two_threads, .init = setup,
-     .fini = teardown)
+Test(quantize, measures_and_quantizes_rows_of_1280_on_two_threads, .init = setup, .fini = teardown)
 {
     static const sf_spec specs[] = {
-        {"blk.0.attn_qkv.weight", 2, 1280, 24, PN_TYPE_BF16},
-        {"blk.0.ffn_up.weight", 2, 1280, 16, PN_TYPE_BF16},
-        {"blk.0.ffn_gate.weight", 2, 1280, 16, PN_TYPE_F16},
-        {"blk.0.attn_norm.weight", 1, 1280, 1, PN_TYPE_F32},
+        { "blk.0.attn_qkv.weight", 2, 1280, 24, PN_TYPE_BF16 },
+        { "blk.0.ffn_up.weight", 2, 1280, 16, PN_TYPE_BF16 },
+        { "blk.0.ffn_gate.weight", 2, 1280, 16, PN_TYPE_F16 },
+        { "blk.0.attn_norm.weight", 1, 1280, 1, PN_TYPE_F32 },
     };
     char *src = path_in("src.gguf"), *dst = path_in("dst.gguf");
     sf_write_model(src, specs, 4, 12);
@@ -1103,9 +1110,9 @@ Test(quantize_cli, names_with_terminal_escapes_are_printed_safely_everywhere, .i
      .fini = teardown)
 {
     static const sf_spec specs[] = {
-        {"blk.0.\x1b]0;owned\x07.attn_q.weight", 2, 320, 4, PN_TYPE_F32},
-        {"blk.0.\x1b[2J.ffn_up.weight", 2, 320, 4, PN_TYPE_F32},
-        {"blk.0.attn_norm.weight", 1, 320, 1, PN_TYPE_F32},
+        { "blk.0.\x1b]0;owned\x07.attn_q.weight", 2, 320, 4, PN_TYPE_F32 },
+        { "blk.0.\x1b[2J.ffn_up.weight", 2, 320, 4, PN_TYPE_F32 },
+        { "blk.0.attn_norm.weight", 1, 320, 1, PN_TYPE_F32 },
     };
     static const char recipe_text[] = "mix E\nrotation hadamard 1024\npromote 0\n"
                                       "rule dims=1 => f32\n"
@@ -1125,15 +1132,13 @@ Test(quantize_cli, names_with_terminal_escapes_are_printed_safely_everywhere, .i
     snprintf(args[2], sizeof args[2], "--recipe %s %s %s.2", narrow, src, dst);
     snprintf(args[3], sizeof args[3], "--recipe %s --promote-list %s %s %s.3", recipe, list, src,
              dst);
-    const int want[] = {0, 0, 1, 1};  /* the list names a tensor the model lacks: 1 */
+    const int want[] = { 0, 0, 1, 1 }; /* the list names a tensor the model lacks: 1 */
     for (int i = 0; i < 4; i++) {
         char *out, *err;
         int rc = run_cli(args[i], &out, &err);
         cr_assert_eq(rc, want[i], "case %d: exit %d: %s", i, rc, err);
-        cr_assert(!has_byte(out, 0x1b) && !has_byte(out, 0x07), "case %d: raw escape on stdout",
-                  i);
-        cr_assert(!has_byte(err, 0x1b) && !has_byte(err, 0x07), "case %d: raw escape on stderr",
-                  i);
+        cr_assert(!has_byte(out, 0x1b) && !has_byte(out, 0x07), "case %d: raw escape on stdout", i);
+        cr_assert(!has_byte(err, 0x1b) && !has_byte(err, 0x07), "case %d: raw escape on stderr", i);
         /* the names are still there, visibly escaped */
         cr_assert(strstr(out, "\\x1b") || strstr(err, "\\x1b"), "case %d: %s %s", i, out, err);
         free(out);
@@ -1156,11 +1161,13 @@ Test(quantize_cli, bad_environment_values_are_usage_errors_naming_the_variable, 
 {
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
-    const char *env[] = {"PN_CPU_PATH=turbo", "PN_CHUNK_WEIGHTS=12abc", "PN_CHUNK_WEIGHTS=3",
-                         "PN_CUDA_EMULATE=yes"};
-    const char *says[] = {"PN_CPU_PATH=turbo: expected ref, scalar, avx2 or avx512 (this CPU has: ref, scalar",
-                          "PN_CHUNK_WEIGHTS=12abc: expected a number of weights",
-                          "PN_CHUNK_WEIGHTS=3: expected", "PN_CUDA_EMULATE=yes: expected 0 or 1"};
+    const char *env[] = { "PN_CPU_PATH=turbo", "PN_CHUNK_WEIGHTS=12abc", "PN_CHUNK_WEIGHTS=3",
+                          "PN_CUDA_EMULATE=yes" };
+    const char *says[] = {
+        "PN_CPU_PATH=turbo: expected ref, scalar, avx2 or avx512 (this CPU has: ref, scalar",
+        "PN_CHUNK_WEIGHTS=12abc: expected a number of weights", "PN_CHUNK_WEIGHTS=3: expected",
+        "PN_CUDA_EMULATE=yes: expected 0 or 1"
+    };
     for (int i = 0; i < 4; i++) {
         char cmd[8192], *out, *err;
         snprintf(cmd, sizeof cmd, "%s %s/pn-quantize --recipe %s %s %s", env[i], PN_BIN_DIR,
@@ -1209,7 +1216,7 @@ Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .ini
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *stale = path_in("dst.gguf.tmp.Ab3xYz");
     cr_assert_eq(tu_write_file(stale, "killed run", 10), 0);
-    tu_notes n = {""};
+    tu_notes n = { "" };
     pn_quantize_opts o;
     base_opts(&o, src, dst);
     o.note = tu_keep_note;
@@ -1259,15 +1266,15 @@ static void need_cuda_build_without_gpu(void)
     }
 }
 
-Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_among_the_plan_lines,
-     .init = setup, .fini = teardown)
+Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_among_the_plan_lines, .init = setup,
+     .fini = teardown)
 {
     need_cuda_build_without_gpu();
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[8192], *out, *err;
-    snprintf(args, sizeof args, "--threads 2 --recipe %s --promote 0 %s %s", FALLBACK_RECIPE,
-             src, dst);
+    snprintf(args, sizeof args, "--threads 2 --recipe %s --promote 0 %s %s", FALLBACK_RECIPE, src,
+             dst);
     cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
     cr_assert(!strstr(err, "GPU"), "stderr is for errors and progress: %s", err);
     const char *line = strstr(out, "\nno usable GPU: ");
@@ -1299,13 +1306,13 @@ Test(quantize_cli, without_a_usable_gpu_quiet_prints_nothing, .init = setup, .fi
     free(dst);
 }
 
-Test(quantize, without_a_usable_gpu_the_reason_is_a_figure_of_the_run_not_a_note,
-     .init = setup, .fini = teardown)
+Test(quantize, without_a_usable_gpu_the_reason_is_a_figure_of_the_run_not_a_note, .init = setup,
+     .fini = teardown)
 {
     need_cuda_build_without_gpu();
     char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
-    tu_notes n = {""};
+    tu_notes n = { "" };
     pn_quantize_opts o;
     base_opts(&o, src, dst);
     o.backend = PN_BACKEND_AUTO;

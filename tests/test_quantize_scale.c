@@ -65,8 +65,14 @@ static double wall_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
-static void put_u64(FILE *f, uint64_t v) { fwrite(&v, 8, 1, f); }
+static void put_u32(FILE *f, uint32_t v)
+{
+    fwrite(&v, 4, 1, f);
+}
+static void put_u64(FILE *f, uint64_t v)
+{
+    fwrite(&v, 8, 1, f);
+}
 static void put_str(FILE *f, const char *s)
 {
     put_u64(f, strlen(s));
@@ -104,7 +110,7 @@ static void write_raw(const char *path, size_t n_kv, size_t n_t, int64_t K, int6
     long pos = ftell(f);
     for (long p = pos; p % 32; p++)
         fputc(0, f);
-    tu_rng rng = {42};
+    tu_rng rng = { 42 };
     float *row = malloc((size_t)padded);
     memset(row, 0, (size_t)padded);
     for (size_t i = 0; i < n_t; i++) {
@@ -176,14 +182,12 @@ Test(quantize_scale, sixty_thousand_tensors_are_measured_sized_promoted_and_writ
     pn_quantize_stats s;
     pn_error err;
     /* every tensor a candidate: 60k measured, ordered and promoted */
-    cr_assert_eq(run(src, dst, recipe, N / 3, 0, NULL, false, &t, &s, &err), PN_OK, "%s",
-                 err.msg);
+    cr_assert_eq(run(src, dst, recipe, N / 3, 0, NULL, false, &t, &s, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(s.n_promoted, N / 3);
     cr_assert_lt(t, 120.0 * SLOWER, "60k tensors, measured and written: %.1f CPU s", t);
     /* the size search over 60k candidates */
     uint64_t limit = s.file_bytes;
-    cr_assert_eq(run(src, NULL, recipe, -1, limit, NULL, true, &t, &s, &err), PN_OK, "%s",
-                 err.msg);
+    cr_assert_eq(run(src, NULL, recipe, -1, limit, NULL, true, &t, &s, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(s.n_promoted, N / 3);
     cr_assert_lt(t, 120.0 * SLOWER, "--target-size over 60k candidates: %.1f s", t);
     /* a promote list of 30k names */
@@ -196,8 +200,8 @@ Test(quantize_scale, sixty_thousand_tensors_are_measured_sized_promoted_and_writ
     free(list);
 }
 
-Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_once,
-     .init = setup, .fini = teardown)
+Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_once, .init = setup,
+     .fini = teardown)
 {
     need_indexed_writer();
     char *src = path_in("keys.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");

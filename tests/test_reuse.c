@@ -91,8 +91,8 @@ static uint64_t weight_offset(const char *path, const char *tensor, int64_t row,
     cr_assert_geq(i, 0, "no tensor %s", tensor);
     const gguf_tensor_info *t = gguf_reader_tensor(r, (size_t)i);
     int64_t es = pn_type_row_bytes(t->type, 1);
-    uint64_t off = gguf_reader_tensor_file_offset(r, (size_t)i) +
-                   (uint64_t)((row * t->ne[0] + col) * es);
+    uint64_t off =
+        gguf_reader_tensor_file_offset(r, (size_t)i) + (uint64_t)((row * t->ne[0] + col) * es);
     if (type)
         *type = t->type;
     gguf_reader_close(r);
@@ -142,7 +142,10 @@ static char *copy_file(const char *from, const char *name)
     return to;
 }
 
-static bool has(const tu_notes *n, const char *phrase) { return strstr(n->text, phrase) != NULL; }
+static bool has(const tu_notes *n, const char *phrase)
+{
+    return strstr(n->text, phrase) != NULL;
+}
 
 /* ---- the identity an output records --------------------------------------- */
 
@@ -228,8 +231,7 @@ static void assert_identity_of(const char *out, const char *src)
     cr_assert_eq(gguf_reader_open(src, &s, &err), PN_OK, "%s", err.msg);
     size_t n;
     uint8_t *bytes = tu_read_file(src, &n);
-    cr_assert_eq(need_kv(o, "pn.source.header_fnv1a64", GGUF_TYPE_UINT64)->v.u64,
-                 model_hash(s));
+    cr_assert_eq(need_kv(o, "pn.source.header_fnv1a64", GGUF_TYPE_UINT64)->v.u64, model_hash(s));
     cr_assert_eq(need_kv(o, "pn.source.sample_rows", GGUF_TYPE_UINT32)->v.u64, 256);
     const gguf_kv *sc = need_kv(o, "pn.source.sample_crc32", GGUF_TYPE_ARRAY);
     const gguf_kv *tc = need_kv(o, "pn.source.tensor_crc32", GGUF_TYPE_ARRAY);
@@ -246,8 +248,8 @@ static void assert_identity_of(const char *out, const char *src)
         for (int64_t j = 0; j < k; j++)
             crc = crc32(crc, data + (uint64_t)rows_buf[j] * rb, (uInt)rb);
         cr_assert_eq((uint32_t)gguf_kv_arr_u64(sc, i), (uint32_t)crc, "%s sampled rows", t->name);
-        cr_assert_eq((uint32_t)gguf_kv_arr_u64(tc, i),
-                     (uint32_t)crc32(0, data, (uInt)t->size), "%s whole", t->name);
+        cr_assert_eq((uint32_t)gguf_kv_arr_u64(tc, i), (uint32_t)crc32(0, data, (uInt)t->size),
+                     "%s whole", t->name);
         cr_assert_eq(gguf_kv_arr_u64(ty, i), (uint64_t)t->type, "%s type", t->name);
     }
     free(bytes);
@@ -291,7 +293,7 @@ Test(reuse_identity, sampled_rows_crc_over_any_pieces_is_the_crc_of_the_sampled_
 {
     enum { K = 7, R = 1000, M = 256 };
     uint8_t *x = malloc(R * K * 2);
-    tu_rng rng = {5};
+    tu_rng rng = { 5 };
     for (int i = 0; i < R * K * 2; i++)
         x[i] = (uint8_t)tu_rng_u64(&rng);
     int64_t rows[M];
@@ -337,8 +339,8 @@ static pn_measurement *load_measurement(const char *path)
     return m;
 }
 
-Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring,
-     .init = setup, .fini = teardown)
+Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 3), *m = path_in("m.txt");
     pn_quantize_opts o;
@@ -391,8 +393,8 @@ Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is
     free(m);
 }
 
-Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again,
-     .init = setup, .fini = teardown)
+Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 5), *m = path_in("m.txt");
     pn_quantize_opts o;
@@ -412,8 +414,8 @@ Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again,
     free(m);
 }
 
-Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again,
-     .init = setup, .fini = teardown)
+Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 6), *m = path_in("m.txt");
     pn_quantize_opts o;
@@ -436,8 +438,8 @@ Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again,
     free(m);
 }
 
-Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again,
-     .init = setup, .fini = teardown)
+Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 7), *m = path_in("m.txt");
     pn_quantize_opts o;
@@ -458,8 +460,8 @@ Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again
     free(m);
 }
 
-Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replaced,
-     .init = setup, .fini = teardown)
+Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replaced, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 8), *m = path_in("m.txt");
     const char *v1 = "pn-measure\t1\nsource\tbytes=1 tensors=2 fnv1a64=0\n"
@@ -510,8 +512,8 @@ static char *make_prev(const char *src, const char *name, const char *m)
     return prev;
 }
 
-Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads,
-     .init = setup, .fini = teardown)
+Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads, .init = setup,
+     .fini = teardown)
 {
     char *src = synth("src.gguf", 10), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
@@ -666,12 +668,11 @@ static void reuse_and_compare(const char *src, const char *prev, const char *m, 
     free(re);
 }
 
-Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup,
-     .fini = teardown)
+Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 13), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
-    nudge_weight(src, "token_embd.weight", 2, 7);    /* row 2 of 512: sampled */
+    nudge_weight(src, "token_embd.weight", 2, 7); /* row 2 of 512: sampled */
     tu_notes n;
     pn_quantize_stats s;
     gguf_reader *r;
@@ -695,7 +696,7 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
     char *src = synth("src.gguf", 14), *m = path_in("m.txt");
     char *prev = make_prev(src, "prev.gguf", m);
     char *prev_src = copy_file(src, "src-before.gguf");
-    nudge_weight(src, "token_embd.weight", 3, 7);    /* row 3 of 512: not sampled */
+    nudge_weight(src, "token_embd.weight", 3, 7); /* row 3 of 512: not sampled */
     gguf_reader *r;
     pn_error err;
     cr_assert_eq(gguf_reader_open(prev, &r, &err), PN_OK);
@@ -786,7 +787,7 @@ Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .
         names[i] = strdup(gguf_reader_tensor(r, i)->name);
     gguf_reader_close(r);
     for (size_t i = 0; i < nt; i++) {
-        flip_data_bits(tuned, names[i], 0, 0x01);   /* the lowest mantissa bit: still finite */
+        flip_data_bits(tuned, names[i], 0, 0x01); /* the lowest mantissa bit: still finite */
         free(names[i]);
     }
     free(names);
@@ -954,11 +955,12 @@ Test(reuse, prev_missing_not_gguf_not_pn_or_a_fifo_is_a_clear_error_and_nothing_
         pn_status code;
         const char *phrase;
     } cases[] = {
-        {missing, PN_ERR_IO, "missing.gguf: cannot open the --reuse file: No such file"},
-        {text, PN_ERR_BAD_MAGIC, "text.gguf"},
-        {src, PN_ERR_FORMAT, "src.gguf: not a PN file (no pn.format key); --reuse needs an "
-                             "earlier output of pn-quantize"},
-        {fifo, PN_ERR_IO, "fifo: the --reuse file is a FIFO"},
+        { missing, PN_ERR_IO, "missing.gguf: cannot open the --reuse file: No such file" },
+        { text, PN_ERR_BAD_MAGIC, "text.gguf" },
+        { src, PN_ERR_FORMAT,
+          "src.gguf: not a PN file (no pn.format key); --reuse needs an "
+          "earlier output of pn-quantize" },
+        { fifo, PN_ERR_IO, "fifo: the --reuse file is a FIFO" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         pn_quantize_opts o;
@@ -992,10 +994,10 @@ static void copy_into(const char *target, int fd, const uint8_t *data, bool by_r
 {
     gguf_writer *w = gguf_writer_new();
     pn_error err;
-    int64_t ne[4] = {1000, 1, 1, 1}, ne2[4] = {3, 1, 1, 1};
+    int64_t ne[4] = { 1000, 1, 1, 1 }, ne2[4] = { 3, 1, 1, 1 };
     cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, ne, PN_TYPE_F32, &err), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "b", 1, ne2, PN_TYPE_F32, &err), PN_OK);
-    pn_outfile_opts oo = {.copy_by_read = by_read};
+    pn_outfile_opts oo = { .copy_by_read = by_read };
     gguf_writer_set_output_opts(w, &oo);
     cr_assert_eq(gguf_writer_begin(w, target, &err), PN_OK, "%s", err.msg);
     /* a's first bytes written, the rest copied; b copied whole */
@@ -1018,7 +1020,7 @@ Test(reuse, copying_from_another_file_writes_what_writing_the_bytes_writes, .ini
     cr_assert_eq(tu_write_file(in, data, sizeof data), 0);
     gguf_writer *w = gguf_writer_new();
     pn_error err;
-    int64_t ne[4] = {1000, 1, 1, 1}, ne2[4] = {3, 1, 1, 1};
+    int64_t ne[4] = { 1000, 1, 1, 1 }, ne2[4] = { 3, 1, 1, 1 };
     cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, ne, PN_TYPE_F32, &err), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "b", 1, ne2, PN_TYPE_F32, &err), PN_OK);
     cr_assert_eq(gguf_writer_begin(w, ref, &err), PN_OK);
@@ -1082,8 +1084,8 @@ Test(reuse_cli, the_summary_and_the_report_say_what_was_copied_and_what_was_quan
     char *json = tu_read_file(rep, &len);
     json = realloc(json, len + 1);
     json[len] = 0;
-    snprintf(want, sizeof want, "\"reuse\": {\"from\": \"%s\", \"tensors\": %zu, \"bytes\": ",
-             prev, n - 1);
+    snprintf(want, sizeof want, "\"reuse\": {\"from\": \"%s\", \"tensors\": %zu, \"bytes\": ", prev,
+             n - 1);
     cr_assert(strstr(json, want), "%s", json);
     cr_assert(strstr(json, "\"because\": \"its type differs from PREV's\""), "%s", json);
     cr_assert(strstr(json, "\"reused\": true") && strstr(json, "\"reused\": false"), "%s", json);
@@ -1119,8 +1121,8 @@ Test(reuse_cli, a_prev_that_cannot_be_one_exits_1_and_writes_nothing, .init = se
     cr_assert(strstr(err, "not a PN file") && strstr(err, "nothing was written to"), "%s", err);
     free(out);
     free(err);
-    snprintf(args, sizeof args, "--quiet --recipe %s --reuse %s %s %s", FALLBACK_RECIPE, fifo,
-             src, dst);
+    snprintf(args, sizeof args, "--quiet --recipe %s --reuse %s %s %s", FALLBACK_RECIPE, fifo, src,
+             dst);
     cr_assert_eq(run_cli("pn-quantize", args, &out, &err), 1);
     cr_assert(strstr(err, "the --reuse file is a FIFO"), "%s", err);
     free(out);

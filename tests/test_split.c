@@ -29,7 +29,7 @@
 /* Helpers                                                             */
 
 #define CRC_KEY "pn.tensor_crc32"
-static const char *const per_tensor_keys[] = {CRC_KEY};
+static const char *const per_tensor_keys[] = { CRC_KEY };
 
 static uint8_t data_byte(size_t tensor, uint64_t k)
 {
@@ -64,7 +64,7 @@ static gguf_writer *model_writer(size_t n, uint32_t align)
         cr_assert_eq(gguf_writer_set_u32(w, "general.alignment", align), PN_OK);
     cr_assert_eq(gguf_writer_set_u32(w, "test.u32", 7), PN_OK);
     cr_assert_eq(gguf_writer_set_f32(w, "test.f32", 1.5f), PN_OK);
-    const char *strs[2] = {"a", "bc"};
+    const char *strs[2] = { "a", "bc" };
     cr_assert_eq(gguf_writer_set_arr_str(w, "test.strs", strs, 2), PN_OK);
     uint32_t *zeros = calloc(n ? n : 1, sizeof *zeros);
     cr_assert_eq(gguf_writer_set_arr(w, CRC_KEY, GGUF_TYPE_UINT32, zeros, n), PN_OK);
@@ -74,10 +74,10 @@ static gguf_writer *model_writer(size_t n, uint32_t align)
         char name[32];
         snprintf(name, sizeof name, "blk.%zu.w", i);
         if (i % 3 == 2)
-            cr_assert_eq(gguf_writer_add_tensor(w, name, 2, (int64_t[]){32, 2}, PN_TYPE_Q8_0, &e),
+            cr_assert_eq(gguf_writer_add_tensor(w, name, 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &e),
                          PN_OK, "%s", e.msg);
         else
-            cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){8 * (int64_t)(i % 5 + 1)},
+            cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){ 8 * (int64_t)(i % 5 + 1) },
                                                 PN_TYPE_F32, &e),
                          PN_OK, "%s", e.msg);
     }
@@ -150,9 +150,9 @@ static gguf_split_plan plan_by_tensors(const gguf_writer *model, uint64_t max)
 {
     gguf_split_plan p;
     pn_error e;
-    cr_assert_eq(gguf_split_plan_of_writer(model, (gguf_split_limit){GGUF_SPLIT_MAX_TENSORS, max},
-                                           &p, &e),
-                 PN_OK, "%s", e.msg);
+    cr_assert_eq(
+        gguf_split_plan_of_writer(model, (gguf_split_limit){ GGUF_SPLIT_MAX_TENSORS, max }, &p, &e),
+        PN_OK, "%s", e.msg);
     return p;
 }
 
@@ -200,7 +200,7 @@ static gguf_reader *open_ok(const char *path, unsigned flags)
 static void open_refused(const char *path, pn_status code, const char *file, const char *what)
 {
     gguf_reader *r = (gguf_reader *)1;
-    pn_error e = {0};
+    pn_error e = { 0 };
     pn_status st = gguf_reader_open(path, &r, &e);
     cr_assert_eq(st, code, "opening %s: status %d, expected %d: %s", path, st, code, e.msg);
     cr_assert_null(r);
@@ -215,12 +215,12 @@ static bool kv_equal(const gguf_kv *a, const gguf_kv *b)
         return false;
     switch (a->type) {
     case GGUF_TYPE_STRING:
-        return a->v.str.len == b->v.str.len && memcmp(a->v.str.data, b->v.str.data, a->v.str.len) == 0;
+        return a->v.str.len == b->v.str.len &&
+               memcmp(a->v.str.data, b->v.str.data, a->v.str.len) == 0;
     case GGUF_TYPE_ARRAY:
         return a->arr_type == b->arr_type && a->arr_count == b->arr_count &&
                a->arr_bytes == b->arr_bytes && memcmp(a->arr_data, b->arr_data, a->arr_bytes) == 0;
-    default:
-        return memcmp(&a->v, &b->v, sizeof a->v) == 0;
+    default: return memcmp(&a->v, &b->v, sizeof a->v) == 0;
     }
 }
 
@@ -246,9 +246,10 @@ static void assert_same_model(const gguf_reader *set, const gguf_reader *plain)
         if (i == gguf_reader_n_kv(set) || j == gguf_reader_n_kv(plain))
             break;
         const gguf_kv *a = gguf_reader_kv(set, i), *b = gguf_reader_kv(plain, j);
-        cr_assert(kv_equal(a, b), "key %zu of the set ('%.*s') differs from key %zu of the plain "
-                  "file ('%.*s')", i, (int)a->key.len, a->key.data, j, (int)b->key.len,
-                  b->key.data);
+        cr_assert(kv_equal(a, b),
+                  "key %zu of the set ('%.*s') differs from key %zu of the plain "
+                  "file ('%.*s')",
+                  i, (int)a->key.len, a->key.data, j, (int)b->key.len, b->key.data);
         i++;
         j++;
     }
@@ -313,8 +314,9 @@ static void set_int_key(gguf_writer *w, const char *key, gguf_value_type t, int6
 
 static custom_split custom(int64_t no, int64_t count, int64_t total)
 {
-    return (custom_split){GGUF_TYPE_UINT16, GGUF_TYPE_UINT16, GGUF_TYPE_INT32, no, count, total,
-                          {"x"}, 1};
+    return (custom_split){
+        GGUF_TYPE_UINT16, GGUF_TYPE_UINT16, GGUF_TYPE_INT32, no, count, total, { "x" }, 1
+    };
 }
 
 static void write_custom(const char *path, const custom_split *c)
@@ -326,11 +328,11 @@ static void write_custom(const char *path, const custom_split *c)
     set_int_key(w, GGUF_SPLIT_KEY_COUNT, c->count_type, c->count);
     set_int_key(w, GGUF_SPLIT_KEY_TENSORS_COUNT, c->total_type, c->total);
     for (size_t i = 0; i < c->n_names; i++)
-        cr_assert_eq(gguf_writer_add_tensor(w, c->names[i], 1, (int64_t[]){4}, PN_TYPE_F32, &e),
+        cr_assert_eq(gguf_writer_add_tensor(w, c->names[i], 1, (int64_t[]){ 4 }, PN_TYPE_F32, &e),
                      PN_OK, "%s", e.msg);
-    gguf_writer_set_replace(w, true);   /* the tests replace a split in place */
+    gguf_writer_set_replace(w, true); /* the tests replace a split in place */
     cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-    uint8_t zero[16] = {0};
+    uint8_t zero[16] = { 0 };
     for (size_t i = 0; i < c->n_names; i++)
         cr_assert_eq(gguf_writer_write(w, zero, 16, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
@@ -407,7 +409,7 @@ static gguf_split_plan plan_ok(const uint64_t *bytes, size_t n, gguf_split_mode 
 {
     gguf_split_plan p;
     pn_error e;
-    cr_assert_eq(gguf_split_plan_make(bytes, n, (gguf_split_limit){mode, max}, &p, &e), PN_OK,
+    cr_assert_eq(gguf_split_plan_make(bytes, n, (gguf_split_limit){ mode, max }, &p, &e), PN_OK,
                  "%s", e.msg);
     return p;
 }
@@ -424,87 +426,87 @@ static void assert_counts(const gguf_split_plan *p, const size_t *counts, size_t
 
 Test(split_plan, by_size_a_split_closes_before_the_tensor_that_would_pass_the_limit)
 {
-    const uint64_t b[] = {32, 32, 32, 32, 32};
+    const uint64_t b[] = { 32, 32, 32, 32, 32 };
     gguf_split_plan p = plan_ok(b, 5, GGUF_SPLIT_MAX_SIZE, 64);
-    assert_counts(&p, (size_t[]){2, 2, 1}, 3);
+    assert_counts(&p, (size_t[]){ 2, 2, 1 }, 3);
     cr_assert_eq(p.data_bytes[0], 64);
     cr_assert_eq(p.data_bytes[2], 32);
     gguf_split_plan_free(&p);
-    p = plan_ok(b, 5, GGUF_SPLIT_MAX_SIZE, 95);   /* 96 would pass it */
-    assert_counts(&p, (size_t[]){2, 2, 1}, 3);
+    p = plan_ok(b, 5, GGUF_SPLIT_MAX_SIZE, 95); /* 96 would pass it */
+    assert_counts(&p, (size_t[]){ 2, 2, 1 }, 3);
     gguf_split_plan_free(&p);
-    p = plan_ok(b, 5, GGUF_SPLIT_MAX_SIZE, 96);   /* exactly the limit fits */
-    assert_counts(&p, (size_t[]){3, 2}, 2);
+    p = plan_ok(b, 5, GGUF_SPLIT_MAX_SIZE, 96); /* exactly the limit fits */
+    assert_counts(&p, (size_t[]){ 3, 2 }, 2);
     gguf_split_plan_free(&p);
 }
 
 Test(split_plan, by_size_each_tensor_counts_its_bytes_rounded_up_to_32)
 {
-    const uint64_t b[] = {1, 33, 31, 64};   /* count as 32, 64, 32, 64 */
+    const uint64_t b[] = { 1, 33, 31, 64 }; /* count as 32, 64, 32, 64 */
     gguf_split_plan p = plan_ok(b, 4, GGUF_SPLIT_MAX_SIZE, 96);
-    assert_counts(&p, (size_t[]){2, 2}, 2);
+    assert_counts(&p, (size_t[]){ 2, 2 }, 2);
     cr_assert_eq(p.data_bytes[0], 96);
     cr_assert_eq(p.data_bytes[1], 96);
     gguf_split_plan_free(&p);
-    p = plan_ok(b, 4, GGUF_SPLIT_MAX_SIZE, 95);   /* any two pass 95 */
-    assert_counts(&p, (size_t[]){1, 1, 1, 1}, 4);
+    p = plan_ok(b, 4, GGUF_SPLIT_MAX_SIZE, 95); /* any two pass 95 */
+    assert_counts(&p, (size_t[]){ 1, 1, 1, 1 }, 4);
     gguf_split_plan_free(&p);
 }
 
 Test(split_plan, a_tensor_larger_than_the_limit_is_alone_in_its_split)
 {
-    const uint64_t mid[] = {32, 1000, 32, 32};
+    const uint64_t mid[] = { 32, 1000, 32, 32 };
     gguf_split_plan p = plan_ok(mid, 4, GGUF_SPLIT_MAX_SIZE, 64);
-    assert_counts(&p, (size_t[]){1, 1, 2}, 3);
+    assert_counts(&p, (size_t[]){ 1, 1, 2 }, 3);
     cr_assert_eq(p.data_bytes[1], 1024);
     gguf_split_plan_free(&p);
-    const uint64_t first[] = {1000, 32, 32};
+    const uint64_t first[] = { 1000, 32, 32 };
     p = plan_ok(first, 3, GGUF_SPLIT_MAX_SIZE, 64);
-    assert_counts(&p, (size_t[]){1, 2}, 2);
+    assert_counts(&p, (size_t[]){ 1, 2 }, 2);
     gguf_split_plan_free(&p);
-    const uint64_t last[] = {32, 32, 1000};
+    const uint64_t last[] = { 32, 32, 1000 };
     p = plan_ok(last, 3, GGUF_SPLIT_MAX_SIZE, 64);
-    assert_counts(&p, (size_t[]){2, 1}, 2);
+    assert_counts(&p, (size_t[]){ 2, 1 }, 2);
     gguf_split_plan_free(&p);
-    const uint64_t all[] = {1000, 1000, 1000};
+    const uint64_t all[] = { 1000, 1000, 1000 };
     p = plan_ok(all, 3, GGUF_SPLIT_MAX_SIZE, 64);
-    assert_counts(&p, (size_t[]){1, 1, 1}, 3);
+    assert_counts(&p, (size_t[]){ 1, 1, 1 }, 3);
     gguf_split_plan_free(&p);
 }
 
 Test(split_plan, limits_at_or_above_the_model_give_one_split)
 {
-    const uint64_t b[] = {10, 20, 30};
+    const uint64_t b[] = { 10, 20, 30 };
     gguf_split_plan p = plan_ok(b, 3, GGUF_SPLIT_MAX_SIZE, 96);
-    assert_counts(&p, (size_t[]){3}, 1);
+    assert_counts(&p, (size_t[]){ 3 }, 1);
     cr_assert_eq(p.data_bytes[0], 96);
     gguf_split_plan_free(&p);
     p = plan_ok(b, 3, GGUF_SPLIT_MAX_SIZE, UINT64_MAX);
-    assert_counts(&p, (size_t[]){3}, 1);
+    assert_counts(&p, (size_t[]){ 3 }, 1);
     gguf_split_plan_free(&p);
     p = plan_ok(b, 3, GGUF_SPLIT_MAX_TENSORS, 3);
-    assert_counts(&p, (size_t[]){3}, 1);
+    assert_counts(&p, (size_t[]){ 3 }, 1);
     gguf_split_plan_free(&p);
     p = plan_ok(b, 3, GGUF_SPLIT_MAX_TENSORS, 1000);
-    assert_counts(&p, (size_t[]){3}, 1);
+    assert_counts(&p, (size_t[]){ 3 }, 1);
     gguf_split_plan_free(&p);
     p = plan_ok(b, 3, GGUF_SPLIT_NONE, 0);
-    assert_counts(&p, (size_t[]){3}, 1);
+    assert_counts(&p, (size_t[]){ 3 }, 1);
     gguf_split_plan_free(&p);
 }
 
 Test(split_plan, by_tensor_count_every_n_tensors_start_a_split)
 {
     gguf_split_plan p = plan_ok(NULL, 5, GGUF_SPLIT_MAX_TENSORS, 2);
-    assert_counts(&p, (size_t[]){2, 2, 1}, 3);
+    assert_counts(&p, (size_t[]){ 2, 2, 1 }, 3);
     gguf_split_plan_free(&p);
     p = plan_ok(NULL, 5, GGUF_SPLIT_MAX_TENSORS, 1);
-    assert_counts(&p, (size_t[]){1, 1, 1, 1, 1}, 5);
+    assert_counts(&p, (size_t[]){ 1, 1, 1, 1, 1 }, 5);
     gguf_split_plan_free(&p);
     p = plan_ok(NULL, 6, GGUF_SPLIT_MAX_TENSORS, 3);
-    assert_counts(&p, (size_t[]){3, 3}, 2);
+    assert_counts(&p, (size_t[]){ 3, 3 }, 2);
     gguf_split_plan_free(&p);
-    const uint64_t b[] = {1, 2, 3, 4, 5};
+    const uint64_t b[] = { 1, 2, 3, 4, 5 };
     p = plan_ok(b, 5, GGUF_SPLIT_MAX_TENSORS, 2);
     cr_assert_eq(p.data_bytes[0], 64, "with sizes, the bytes are counted too");
     gguf_split_plan_free(&p);
@@ -514,7 +516,7 @@ Test(split_plan, no_tensors_give_one_empty_split)
 {
     for (int m = GGUF_SPLIT_NONE; m <= GGUF_SPLIT_MAX_TENSORS; m++) {
         gguf_split_plan p = plan_ok(NULL, 0, (gguf_split_mode)m, 5);
-        assert_counts(&p, (size_t[]){0}, 1);
+        assert_counts(&p, (size_t[]){ 0 }, 1);
         gguf_split_plan_free(&p);
     }
 }
@@ -540,7 +542,7 @@ static size_t reference_splits(const uint64_t *b, size_t n, uint64_t max, size_t
 
 Test(split_plan, the_same_inputs_always_give_the_same_plan_the_one_gguf_split_makes)
 {
-    tu_rng rng = {42};
+    tu_rng rng = { 42 };
     enum { N = 500 };
     uint64_t b[N];
     size_t want[N + 1];
@@ -551,8 +553,8 @@ Test(split_plan, the_same_inputs_always_give_the_same_plan_the_one_gguf_split_ma
         gguf_split_plan p = plan_ok(b, N, GGUF_SPLIT_MAX_SIZE, max);
         gguf_split_plan q = plan_ok(b, N, GGUF_SPLIT_MAX_SIZE, max);
         size_t k = reference_splits(b, N, max, want);
-        cr_assert_eq(p.n_splits, k, "round %d: %zu splits, gguf-split makes %zu", round,
-                     p.n_splits, k);
+        cr_assert_eq(p.n_splits, k, "round %d: %zu splits, gguf-split makes %zu", round, p.n_splits,
+                     k);
         cr_assert_eq(q.n_splits, k);
         for (size_t s = 0; s <= k; s++) {
             cr_assert_eq(p.first[s], want[s], "round %d split %zu", round, s);
@@ -572,18 +574,18 @@ Test(split_plan, limits_that_the_split_keys_cannot_hold_are_refused_naming_the_o
 {
     gguf_split_plan p;
     pn_error e;
-    cr_assert_eq(gguf_split_plan_make(NULL, 10, (gguf_split_limit){GGUF_SPLIT_MAX_TENSORS, 0},
-                                      &p, &e),
-                 PN_ERR_USAGE);
+    cr_assert_eq(
+        gguf_split_plan_make(NULL, 10, (gguf_split_limit){ GGUF_SPLIT_MAX_TENSORS, 0 }, &p, &e),
+        PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "--split-max-tensors"), "%s", e.msg);
-    const uint64_t b[1] = {1};
-    cr_assert_eq(gguf_split_plan_make(b, 1, (gguf_split_limit){GGUF_SPLIT_MAX_SIZE, 0}, &p, &e),
+    const uint64_t b[1] = { 1 };
+    cr_assert_eq(gguf_split_plan_make(b, 1, (gguf_split_limit){ GGUF_SPLIT_MAX_SIZE, 0 }, &p, &e),
                  PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "--split-max-size"), "%s", e.msg);
     /* 65536 splits: one more than split.count holds. */
-    cr_assert_eq(gguf_split_plan_make(NULL, 65536, (gguf_split_limit){GGUF_SPLIT_MAX_TENSORS, 1},
-                                      &p, &e),
-                 PN_ERR_USAGE);
+    cr_assert_eq(
+        gguf_split_plan_make(NULL, 65536, (gguf_split_limit){ GGUF_SPLIT_MAX_TENSORS, 1 }, &p, &e),
+        PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "65535"), "%s", e.msg);
     p = plan_ok(NULL, 65535, GGUF_SPLIT_MAX_TENSORS, 1);
     cr_assert_eq(p.n_splits, 65535);
@@ -591,26 +593,27 @@ Test(split_plan, limits_that_the_split_keys_cannot_hold_are_refused_naming_the_o
     uint64_t *many = malloc(70000 * sizeof *many);
     for (size_t i = 0; i < 70000; i++)
         many[i] = 32;
-    cr_assert_eq(gguf_split_plan_make(many, 70000, (gguf_split_limit){GGUF_SPLIT_MAX_SIZE, 32},
-                                      &p, &e),
-                 PN_ERR_USAGE);
+    cr_assert_eq(
+        gguf_split_plan_make(many, 70000, (gguf_split_limit){ GGUF_SPLIT_MAX_SIZE, 32 }, &p, &e),
+        PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "--split-max-size") && strstr(e.msg, "70000"), "%s", e.msg);
     free(many);
     /* More tensors than split.tensors.count holds, in two splits. */
     size_t huge = (size_t)GGUF_SPLIT_MAX_SET_TENSORS + 1;
-    cr_assert_eq(gguf_split_plan_make(NULL, huge,
-                                      (gguf_split_limit){GGUF_SPLIT_MAX_TENSORS, huge - 1}, &p, &e),
+    cr_assert_eq(gguf_split_plan_make(
+                     NULL, huge, (gguf_split_limit){ GGUF_SPLIT_MAX_TENSORS, huge - 1 }, &p, &e),
                  PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "split.tensors.count"), "%s", e.msg);
-    const uint64_t big[2] = {UINT64_MAX - 5, 1};
-    cr_assert_eq(gguf_split_plan_make(big, 2, (gguf_split_limit){GGUF_SPLIT_MAX_SIZE, 64}, &p, &e),
-                 PN_ERR_USAGE, "a size that overflows when padded");
+    const uint64_t big[2] = { UINT64_MAX - 5, 1 };
+    cr_assert_eq(
+        gguf_split_plan_make(big, 2, (gguf_split_limit){ GGUF_SPLIT_MAX_SIZE, 64 }, &p, &e),
+        PN_ERR_USAGE, "a size that overflows when padded");
 }
 
 Test(split_plan, split_of_gives_the_split_of_each_tensor)
 {
     gguf_split_plan p = plan_ok(NULL, 7, GGUF_SPLIT_MAX_TENSORS, 3);
-    const size_t want[7] = {0, 0, 0, 1, 1, 1, 2};
+    const size_t want[7] = { 0, 0, 0, 1, 1, 1, 2 };
     for (size_t i = 0; i < 7; i++)
         cr_assert_eq(gguf_split_plan_split_of(&p, i), want[i], "tensor %zu", i);
     gguf_split_plan_free(&p);
@@ -623,7 +626,7 @@ Test(split_plan, keep_split_follows_the_source_set)
     gguf_split_plan p;
     pn_error e;
     cr_assert_eq(gguf_split_plan_of_reader(r, NULL, &p, &e), PN_OK, "%s", e.msg);
-    assert_counts(&p, (size_t[]){4, 4, 2}, 3);
+    assert_counts(&p, (size_t[]){ 4, 4, 2 }, 3);
     uint64_t want0 = 0;
     for (size_t i = 0; i < 4; i++)
         want0 += (gguf_reader_tensor(r, i)->size + 31) / 32 * 32;
@@ -649,8 +652,18 @@ Test(split_plan, max_size_is_parsed_as_gguf_split_takes_it)
     cr_assert_eq(v, 500000000ull);
     cr_assert_eq(gguf_split_parse_size("18446744073G", &v, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(v, 18446744073000000000ull, "the largest that fits");
-    const char *bad[] = {"", "G", "1.5G", "0G", "12", "12K", "12g", "-1G", "1 G", "1GB",
-                         "99999999999999999999G", "18446744074G"};
+    const char *bad[] = { "",
+                          "G",
+                          "1.5G",
+                          "0G",
+                          "12",
+                          "12K",
+                          "12g",
+                          "-1G",
+                          "1 G",
+                          "1GB",
+                          "99999999999999999999G",
+                          "18446744074G" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(gguf_split_parse_size(bad[i], &v, &e), PN_ERR_USAGE, "'%s'", bad[i]);
         cr_assert(strstr(e.msg, "--split-max-size"), "%s", e.msg);
@@ -662,7 +675,7 @@ Test(split_plan, max_size_is_parsed_as_gguf_split_takes_it)
 
 Test(split_write, a_set_reads_back_as_the_unsplit_model_from_any_of_its_files)
 {
-    const uint32_t aligns[] = {0, 64};
+    const uint32_t aligns[] = { 0, 64 };
     for (size_t a = 0; a < 2; a++) {
         fixture f = make_set3(aligns[a]);
         char *plain_path = tu_join(f.dir, "plain.gguf");
@@ -711,11 +724,13 @@ Test(split_write, every_split_ends_with_the_split_keys_in_llama_cpps_types_and_o
         gguf_reader *set = open_ok(f.path[0], 0);
         const char *first_keys = a ? "general.architecture:string general.alignment:uint32 "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string "
+                                     "pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32"
                                    : "general.architecture:string "
                                      "test.u32:uint32 test.f32:float32 test.strs:array "
-                                     "pn.tensor_crc32:array test.after:string pn.split.set_fnv1a64:uint64 split.no:uint16 "
+                                     "pn.tensor_crc32:array test.after:string "
+                                     "pn.split.set_fnv1a64:uint64 split.no:uint16 "
                                      "split.count:uint16 split.tensors.count:int32";
         const char *later_keys = a ? "general.alignment:uint32 pn.tensor_crc32:array "
                                      "pn.split.set_fnv1a64:uint64 split.no:uint16 "
@@ -840,7 +855,8 @@ Test(split_write, split_keys_copied_from_a_split_source_never_reach_an_output)
     free(dir);
 }
 
-Test(split_write, split_writers_refuse_a_plan_of_another_model_and_a_per_tensor_key_of_another_shape)
+Test(split_write,
+     split_writers_refuse_a_plan_of_another_model_and_a_per_tensor_key_of_another_shape)
 {
     gguf_writer *model = model_writer(4, 0);
     gguf_writer *w = (gguf_writer *)1;
@@ -852,10 +868,10 @@ Test(split_write, split_writers_refuse_a_plan_of_another_model_and_a_per_tensor_
     p = plan_ok(NULL, 4, GGUF_SPLIT_MAX_TENSORS, 2);
     cr_assert_eq(gguf_writer_new_split(model, &p, 2, per_tensor_keys, 1, &w, &e), PN_ERR_USAGE,
                  "no split 3 of 2");
-    const char *bad[] = {"test.strs"};
+    const char *bad[] = { "test.strs" };
     cr_assert_eq(gguf_writer_new_split(model, &p, 0, bad, 1, &w, &e), PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "test.strs"), "%s", e.msg);
-    const char *absent[] = {"no.such.key"};
+    const char *absent[] = { "no.such.key" };
     cr_assert_eq(gguf_writer_new_split(model, &p, 1, absent, 1, &w, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(gguf_writer_n_kv(w), 4, "only the set identity and the split keys");
     gguf_writer_free(w);
@@ -954,7 +970,7 @@ Test(split_read, split_count_one_or_zero_is_a_set_of_one_and_one_must_say_split_
     gguf_reader *r = open_ok(path, 0);
     cr_assert_eq(gguf_reader_n_splits(r), 1, "any name: llama.cpp loads it as one file");
     gguf_reader_close(r);
-    c = custom(0, 0, 7);   /* what gguf-split --merge leaves in its output */
+    c = custom(0, 0, 7); /* what gguf-split --merge leaves in its output */
     write_custom(path, &c);
     r = open_ok(path, 0);
     cr_assert_eq(gguf_reader_n_splits(r), 1);
@@ -975,7 +991,7 @@ Test(split_read, tensors_of_a_set_are_read_from_the_split_that_holds_them)
     fixture f = make_set3(64);
     gguf_reader *r = open_ok(f.path[2], 0);
     cr_assert_eq(gguf_reader_n_tensors(r), 10);
-    const size_t want_first[4] = {0, 4, 8, 10};
+    const size_t want_first[4] = { 0, 4, 8, 10 };
     for (size_t s = 0; s <= 3; s++)
         cr_assert_eq(gguf_reader_split_first(r, s), want_first[s]);
     for (size_t i = 0; i < 10; i++) {
@@ -986,8 +1002,8 @@ Test(split_read, tensors_of_a_set_are_read_from_the_split_that_holds_them)
         const gguf_reader *sr = gguf_reader_split(r, s);
         const gguf_tensor_info *own = gguf_reader_tensor(sr, i - want_first[s]);
         cr_assert_eq(ti, own, "the same info as its split's reader gives");
-        cr_assert_eq(gguf_reader_tensor_file_offset(r, i),
-                     gguf_reader_data_offset(sr) + ti->offset, "an offset in its split's file");
+        cr_assert_eq(gguf_reader_tensor_file_offset(r, i), gguf_reader_data_offset(sr) + ti->offset,
+                     "an offset in its split's file");
         /* Middle bytes, through the set and through its split. */
         uint8_t a[8], b[8];
         pn_error e;
@@ -1003,7 +1019,7 @@ Test(split_read, tensors_of_a_set_are_read_from_the_split_that_holds_them)
         cr_assert_not_null(mem, "a small split is all in its buffer");
         cr_assert_eq(mem[0], data_byte(i, 0));
         gguf_reader_advise_tensor(r, i, 0, ti->size, true);
-        gguf_reader_advise_tensor(r, i, ti->size, 10, false);   /* past the end: ignored */
+        gguf_reader_advise_tensor(r, i, ti->size, 10, false); /* past the end: ignored */
     }
     pn_error e;
     uint8_t x;
@@ -1035,7 +1051,7 @@ Test(split_read, direct_reads_of_a_set_give_each_tensors_bytes_from_its_own_spli
     cr_assert_eq(gguf_direct_open(r, 4096, &d, &e), PN_OK, "%s", e.msg);
     /* in order (the handle moves from split to split), then backwards and
      * jumping between splits (the window of another file is never used) */
-    const size_t order[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 2, 7, 0, 8, 4, 3, 5, 1, 6};
+    const size_t order[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 2, 7, 0, 8, 4, 3, 5, 1, 6 };
     for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
         size_t i = order[k];
         const uint64_t size = gguf_reader_tensor(r, i)->size;
@@ -1166,7 +1182,9 @@ Test(split_read, splits_of_two_runs_are_refused_naming_the_one_that_differs_from
         const char *name;
         unsigned no_id;
         bool opens;
-    } cases[] = {{"none.gguf", 7u, true}, {"first.gguf", 6u, true}, {"later.gguf", 1u, false}};
+    } cases[] = { { "none.gguf", 7u, true },
+                  { "first.gguf", 6u, true },
+                  { "later.gguf", 1u, false } };
     for (size_t k = 0; k < 3; k++) {
         char *dst = tu_join(adir, cases[k].name);
         write_set_ids(again, &p, dst, cases[k].no_id);
@@ -1205,7 +1223,7 @@ Test(split_read, splits_of_two_runs_are_refused_naming_the_one_that_differs_from
 Test(split_read, a_split_whose_split_no_is_not_its_place_is_refused_naming_it)
 {
     fixture f = make_set3(0);
-    copy_file(f.path[2], f.path[1]);   /* split.no 2 under the name of split 2 (no 1) */
+    copy_file(f.path[2], f.path[1]); /* split.no 2 under the name of split 2 (no 1) */
     open_refused(f.path[0], PN_ERR_FORMAT, f.path[1], "split.no is 2 (split 3 of 3)");
     open_refused(f.path[2], PN_ERR_FORMAT, f.path[1], "by its name this is split 2 of 3");
     /* The named file itself: its keys say split 3, its name split 2. */
@@ -1286,14 +1304,14 @@ Test(split_read, split_keys_of_another_type_or_missing_are_refused_naming_the_ke
         custom_split c;
         const char *what;
     } cases[] = {
-        {custom(0, 2, 2), "split.count' has type uint32, expected uint16"},
-        {custom(0, 2, 2), "split.no' has type int32, expected uint16"},
-        {custom(0, 2, 2), "split.tensors.count' has type uint32, expected int32"},
-        {custom(0, 2, 2), "split.no' has type int16"},
-        {custom(0, 2, 2), "the key split.no is missing"},
-        {custom(0, 2, 2), "the key split.tensors.count is missing"},
-        {custom(2, 2, 2), "split.no is 2, but split.count is 2"},
-        {custom(0, 2, -1), "split.tensors.count is -1"},
+        { custom(0, 2, 2), "split.count' has type uint32, expected uint16" },
+        { custom(0, 2, 2), "split.no' has type int32, expected uint16" },
+        { custom(0, 2, 2), "split.tensors.count' has type uint32, expected int32" },
+        { custom(0, 2, 2), "split.no' has type int16" },
+        { custom(0, 2, 2), "the key split.no is missing" },
+        { custom(0, 2, 2), "the key split.tensors.count is missing" },
+        { custom(2, 2, 2), "split.no is 2, but split.count is 2" },
+        { custom(0, 2, -1), "split.tensors.count is -1" },
     };
     cases[0].c.count_type = GGUF_TYPE_UINT32;
     cases[1].c.no_type = GGUF_TYPE_INT32;
@@ -1323,7 +1341,7 @@ Test(split_read, split_keys_of_another_type_or_missing_are_refused_naming_the_ke
     c.count_type = c.total_type = GGUF_TYPE_COUNT_;
     write_custom(plain, &c);
     open_refused(plain, PN_ERR_FORMAT, plain, "split.no' has type uint32");
-    gguf_reader_close(open_ok(plain, GGUF_OPEN_ONE_FILE));   /* alone: not checked */
+    gguf_reader_close(open_ok(plain, GGUF_OPEN_ONE_FILE)); /* alone: not checked */
     tu_rm_rf(dir);
     free(plain);
     free(p1);
@@ -1343,8 +1361,8 @@ Test(split_read, a_split_that_shrinks_after_open_is_an_error_naming_that_split)
     const gguf_tensor_info *ti = gguf_reader_tensor(r, 9);
     cr_assert_eq(gguf_reader_read_tensor(r, 9, 0, buf, ti->size < 64 ? ti->size : 64, &e),
                  PN_ERR_TRUNCATED);
-    cr_assert(strstr(e.msg, f.path[2]) && strstr(e.msg, "blk.9.w") && strstr(e.msg, "shrank"),
-              "%s", e.msg);
+    cr_assert(strstr(e.msg, f.path[2]) && strstr(e.msg, "blk.9.w") && strstr(e.msg, "shrank"), "%s",
+              e.msg);
     /* The other splits read on. */
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 0, buf, 8, &e), PN_OK, "%s", e.msg);
     gguf_reader_close(r);
@@ -1370,7 +1388,7 @@ Test(split_read, a_fifo_or_a_directory_in_place_of_a_split_is_refused_at_once, .
 
 Test(split_read, the_splits_of_a_large_set_are_read_no_further_than_their_headers)
 {
-    enum { N = 300, FLOATS = 16384 };   /* 64 KiB of data per split */
+    enum { N = 300, FLOATS = 16384 }; /* 64 KiB of data per split */
     char *dir = tu_mkdtemp();
     char *dst = tu_join(dir, "big.gguf");
     gguf_writer *model = gguf_writer_new();
@@ -1379,7 +1397,7 @@ Test(split_read, the_splits_of_a_large_set_are_read_no_further_than_their_header
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "t%d", i);
-        cr_assert_eq(gguf_writer_add_tensor(model, name, 1, (int64_t[]){FLOATS}, PN_TYPE_F32, &e),
+        cr_assert_eq(gguf_writer_add_tensor(model, name, 1, (int64_t[]){ FLOATS }, PN_TYPE_F32, &e),
                      PN_OK);
     }
     gguf_split_plan p = plan_by_tensors(model, 1);

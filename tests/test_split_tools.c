@@ -64,13 +64,13 @@ static int sh(char **out, char **err, const char *fmt, ...)
     return tu_run(cmd, out, err);
 }
 
-#define SH_OK(...)                                                                             \
-    do {                                                                                       \
-        char *o_ = NULL, *e_ = NULL;                                                           \
-        int rc_ = sh(&o_, &e_, __VA_ARGS__);                                                   \
-        cr_assert_eq(rc_, 0, "exit %d\n%s%s", rc_, o_, e_);                                    \
-        free(o_);                                                                              \
-        free(e_);                                                                              \
+#define SH_OK(...)                                                                                 \
+    do {                                                                                           \
+        char *o_ = NULL, *e_ = NULL;                                                               \
+        int rc_ = sh(&o_, &e_, __VA_ARGS__);                                                       \
+        cr_assert_eq(rc_, 0, "exit %d\n%s%s", rc_, o_, e_);                                        \
+        free(o_);                                                                                  \
+        free(e_);                                                                                  \
     } while (0)
 
 /* The folder's entries, hidden ones too, one per line in order. */
@@ -132,8 +132,8 @@ static bool same_kv(const gguf_kv *a, const gguf_kv *b)
 
 /* The per-tensor keys: one array per split in a set, each of its own
  * tensors' entries. */
-static const char *const k_per_tensor[] = {"pn.tensor_crc32", "pn.source.sample_crc32",
-                                           "pn.source.tensor_crc32", "pn.source.type"};
+static const char *const k_per_tensor[] = { "pn.tensor_crc32", "pn.source.sample_crc32",
+                                            "pn.source.tensor_crc32", "pn.source.type" };
 #define N_PER_TENSOR (sizeof k_per_tensor / sizeof k_per_tensor[0])
 
 static bool is_per_tensor_key(gguf_str k)
@@ -154,8 +154,8 @@ static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
         const gguf_kv *a = gguf_reader_kv(set, i);
         if (is_split_key(a->key))
             continue;
-        cr_assert_lt(j, gguf_reader_n_kv(plain), "%s has more keys than %s",
-                     gguf_reader_name(set), gguf_reader_name(plain));
+        cr_assert_lt(j, gguf_reader_n_kv(plain), "%s has more keys than %s", gguf_reader_name(set),
+                     gguf_reader_name(plain));
         const gguf_kv *b = gguf_reader_kv(plain, j++);
         cr_assert(!is_split_key(b->key), "%s has split keys", gguf_reader_name(plain));
         if (is_per_tensor_key(a->key) && gguf_reader_n_splits(set) > 1) {
@@ -163,8 +163,8 @@ static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
                       "key %zu", i);
             continue;
         }
-        cr_assert(same_kv(a, b), "key %.*s differs between %s and %s", (int)a->key.len,
-                  a->key.data, gguf_reader_name(set), gguf_reader_name(plain));
+        cr_assert(same_kv(a, b), "key %.*s differs between %s and %s", (int)a->key.len, a->key.data,
+                  gguf_reader_name(set), gguf_reader_name(plain));
     }
     cr_assert_eq(j, gguf_reader_n_kv(plain), "%s lacks keys of %s", gguf_reader_name(set),
                  gguf_reader_name(plain));
@@ -175,8 +175,7 @@ static void assert_same_keys(const gguf_reader *set, const gguf_reader *plain)
         uint32_t *x = calloc(n ? n : 1, 4), *y = calloc(n ? n : 1, 4);
         pn_error e;
         cr_assert_eq(gguf_reader_per_tensor_u32(set, k_per_tensor[k], x, &e), PN_OK, "%s", e.msg);
-        cr_assert_eq(gguf_reader_per_tensor_u32(plain, k_per_tensor[k], y, &e), PN_OK, "%s",
-                     e.msg);
+        cr_assert_eq(gguf_reader_per_tensor_u32(plain, k_per_tensor[k], y, &e), PN_OK, "%s", e.msg);
         cr_assert(memcmp(x, y, n * 4) == 0, "the %s of %s differ from %s's", k_per_tensor[k],
                   gguf_reader_name(set), gguf_reader_name(plain));
         free(x);
@@ -201,7 +200,8 @@ static void assert_same_tensors(const gguf_reader *set, const gguf_reader *plain
         const gguf_tensor_info *a = gguf_reader_tensor(set, i), *b = gguf_reader_tensor(plain, i);
         cr_assert_str_eq(a->name, b->name);
         cr_assert(a->type == b->type && a->n_dims == b->n_dims &&
-                  memcmp(a->ne, b->ne, sizeof a->ne) == 0, "tensor %s", a->name);
+                      memcmp(a->ne, b->ne, sizeof a->ne) == 0,
+                  "tensor %s", a->name);
         uint8_t *x = tensor_bytes(set, i), *y = tensor_bytes(plain, i);
         cr_assert(memcmp(x, y, a->size) == 0, "the bytes of tensor %s differ", a->name);
         free(x);
@@ -301,7 +301,7 @@ Test(split_source, keep_split_writes_the_unsplit_output_as_files_of_the_same_key
     quantize("src.gguf", "plain.pn.gguf", "");
     quantize("set-00002-of-00003.gguf", "out.gguf", "--keep-split");
     char *plain = at("plain.pn.gguf");
-    const size_t want[3] = {20, 20, 16};
+    const size_t want[3] = { 20, 20, 16 };
     for (uint32_t s = 0; s < 3; s++) {
         char *p = at("out-%05u-of-00003.gguf", s + 1);
         gguf_reader *r = open_ok(p, GGUF_OPEN_ONE_FILE);
@@ -309,7 +309,8 @@ Test(split_source, keep_split_writes_the_unsplit_output_as_files_of_the_same_key
         gguf_reader_close(r);
         gguf_split_keys k = keys_of(p);
         cr_assert(k.has_no && k.no == s && k.has_count && k.count == 3 && k.has_tensors_count &&
-                  k.tensors_count == MODEL_TENSORS, "%s: split keys", p);
+                      k.tensors_count == MODEL_TENSORS,
+                  "%s: split keys", p);
         assert_same_model(p, plain);
         free(p);
     }
@@ -339,8 +340,8 @@ Test(split_source, pn_dequant_decodes_a_split_pn_file_to_the_file_of_the_unsplit
     free(b);
 }
 
-Test(split_source, pn_check_checks_a_split_source_with_source_as_the_whole_model,
-     .init = setup, .fini = teardown)
+Test(split_source, pn_check_checks_a_split_source_with_source_as_the_whole_model, .init = setup,
+     .fini = teardown)
 {
     synth("src.gguf", MODEL, "");
     synth("set.gguf", MODEL, "--split-max-tensors 20");
@@ -379,14 +380,17 @@ Test(split_output, split_max_size_plans_as_gguf_split_and_names_the_files_as_lla
         const size_t nk = gguf_reader_n_kv(r);
         /* llama-quantize's order and types, at the end of every split */
         cr_assert(gguf_str_eq(gguf_reader_kv(r, nk - 3)->key, GGUF_SPLIT_KEY_NO) &&
-                  gguf_reader_kv(r, nk - 3)->type == GGUF_TYPE_UINT16 &&
-                  gguf_reader_kv(r, nk - 3)->v.u64 == s, "%s", name);
+                      gguf_reader_kv(r, nk - 3)->type == GGUF_TYPE_UINT16 &&
+                      gguf_reader_kv(r, nk - 3)->v.u64 == s,
+                  "%s", name);
         cr_assert(gguf_str_eq(gguf_reader_kv(r, nk - 2)->key, GGUF_SPLIT_KEY_COUNT) &&
-                  gguf_reader_kv(r, nk - 2)->type == GGUF_TYPE_UINT16 &&
-                  gguf_reader_kv(r, nk - 2)->v.u64 == n_splits, "%s", name);
+                      gguf_reader_kv(r, nk - 2)->type == GGUF_TYPE_UINT16 &&
+                      gguf_reader_kv(r, nk - 2)->v.u64 == n_splits,
+                  "%s", name);
         cr_assert(gguf_str_eq(gguf_reader_kv(r, nk - 1)->key, GGUF_SPLIT_KEY_TENSORS_COUNT) &&
-                  gguf_reader_kv(r, nk - 1)->type == GGUF_TYPE_INT32 &&
-                  gguf_reader_kv(r, nk - 1)->v.i64 == MODEL_TENSORS, "%s", name);
+                      gguf_reader_kv(r, nk - 1)->type == GGUF_TYPE_INT32 &&
+                      gguf_reader_kv(r, nk - 1)->v.i64 == MODEL_TENSORS,
+                  "%s", name);
         /* the metadata is the first split's; the others hold their own
          * cuts of the per-tensor keys, in the model's order */
         if (s == 0) {
@@ -451,22 +455,24 @@ Test(split_output, the_dry_run_shows_each_split_with_the_size_of_its_file_and_wr
     synth("src.gguf", MODEL, "");
     char *before = listing(g_dir);
     char *out = NULL, *err = NULL;
-    int rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --dry-run --split-max-tensors 20 src.gguf "
-                            "out.gguf",
+    int rc = sh(&out, &err,
+                "'%s/pn-quantize' " QUANT " --dry-run --split-max-tensors 20 src.gguf "
+                "out.gguf",
                 PN_BIN_DIR);
     cr_assert_eq(rc, 0, "%s", err);
     char *after = listing(g_dir);
     cr_assert_str_eq(after, before, "a dry run writes nothing");
     quantize("src.gguf", "out.gguf", "--split-max-tensors 20");
-    const size_t first[3] = {0, 20, 40}, n[3] = {20, 20, 16};
+    const size_t first[3] = { 0, 20, 40 }, n[3] = { 20, 20, 16 };
     for (int s = 0; s < 3; s++) {
         char *p = at("out-%05d-of-00003.gguf", s + 1);
         struct stat sb;
         cr_assert_eq(stat(p, &sb), 0);
         char line[512];
-        snprintf(line, sizeof line, "split %d/3 out-%05d-of-00003.gguf: %zu tensors (%zu to %zu), "
-                 "%lld bytes", s + 1, s + 1, n[s], first[s], first[s] + n[s] - 1,
-                 (long long)sb.st_size);
+        snprintf(line, sizeof line,
+                 "split %d/3 out-%05d-of-00003.gguf: %zu tensors (%zu to %zu), "
+                 "%lld bytes",
+                 s + 1, s + 1, n[s], first[s], first[s] + n[s] - 1, (long long)sb.st_size);
         cr_assert(strstr(out, line), "no line '%s' in:\n%s", line, out);
         free(p);
     }
@@ -497,9 +503,10 @@ Test(split_output, split_index_runs_0_1_and_2_made_separately_equal_one_run_byte
     for (size_t i = 0; i < n_splits; i++) {
         char *before = listing(g_dir);
         char *out = NULL, *err = NULL;
-        int rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --split-max-size 1M --measurement "
-                                "m.txt --report tasks/r%zu.json --split-index %zu src.gguf "
-                                "tasks/out.gguf",
+        int rc = sh(&out, &err,
+                    "'%s/pn-quantize' " QUANT " --split-max-size 1M --measurement "
+                    "m.txt --report tasks/r%zu.json --split-index %zu src.gguf "
+                    "tasks/out.gguf",
                     PN_BIN_DIR, i, i);
         cr_assert_eq(rc, 0, "task %zu: %s%s", i, out, err);
         free(before);
@@ -541,15 +548,16 @@ Test(split_output, usage_errors_exit_2_naming_the_option, .init = setup, .fini =
     static const struct {
         const char *args, *want;
     } cases[] = {
-        {"--split-index 0", "--split-index needs a split output"},
-        {"--split-max-size 1M --split-max-tensors 3", "not both"},
-        {"--keep-split --split-max-tensors 3", "--keep-split follows"},
-        {"--split-max-size 1.5X", "expected a size"},  /* 1.5G is 1.5 GB (mix/size.h) */
-        {"--split-max-size 0", "expected a size"},
-        {"--split-max-tensors 0", "is not an integer in"},
-        {"--split-max-tensors 20 --split-index 3", "--split-index 3: the plan has 3 splits, "
-                                                   "numbered 0 to 2"},
-        {"--keep-split --split-index 1", "--split-index 1: the plan has 1 split, numbered 0 to 0"},
+        { "--split-index 0", "--split-index needs a split output" },
+        { "--split-max-size 1M --split-max-tensors 3", "not both" },
+        { "--keep-split --split-max-tensors 3", "--keep-split follows" },
+        { "--split-max-size 1.5X", "expected a size" }, /* 1.5G is 1.5 GB (mix/size.h) */
+        { "--split-max-size 0", "expected a size" },
+        { "--split-max-tensors 0", "is not an integer in" },
+        { "--split-max-tensors 20 --split-index 3", "--split-index 3: the plan has 3 splits, "
+                                                    "numbered 0 to 2" },
+        { "--keep-split --split-index 1",
+          "--split-index 1: the plan has 1 split, numbered 0 to 0" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char *out = NULL, *err = NULL;
@@ -566,8 +574,8 @@ Test(split_output, usage_errors_exit_2_naming_the_option, .init = setup, .fini =
     free(after);
 }
 
-Test(split_output, an_existing_split_is_refused_without_force_and_replaced_with_it,
-     .init = setup, .fini = teardown)
+Test(split_output, an_existing_split_is_refused_without_force_and_replaced_with_it, .init = setup,
+     .fini = teardown)
 {
     synth("src.gguf", MODEL, "");
     char *p2 = at("out-00002-of-00003.gguf");
@@ -604,12 +612,12 @@ Test(split_output, a_split_that_would_be_a_file_of_the_source_or_the_report_is_r
     char *before = listing(g_dir);
     char *out = NULL, *err = NULL;
     /* --keep-split into the source's own name: its files are the targets */
-    int rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --keep-split --force "
-                            "set-00001-of-00003.gguf set.gguf",
+    int rc = sh(&out, &err,
+                "'%s/pn-quantize' " QUANT " --keep-split --force "
+                "set-00001-of-00003.gguf set.gguf",
                 PN_BIN_DIR);
     cr_assert_eq(rc, 2, "%s", err);
-    cr_assert(strstr(err, "set-00001-of-00003.gguf: the output is a file of the input"), "%s",
-              err);
+    cr_assert(strstr(err, "set-00001-of-00003.gguf: the output is a file of the input"), "%s", err);
     free(out);
     free(err);
     rc = sh(&out, &err, "'%s/pn-dequant' --keep-split --force set-00002-of-00003.gguf set.gguf",
@@ -619,12 +627,13 @@ Test(split_output, a_split_that_would_be_a_file_of_the_source_or_the_report_is_r
     free(out);
     free(err);
     /* a report that would be one of the output's files */
-    rc = sh(&out, &err, "'%s/pn-quantize' " QUANT " --split-max-tensors 20 --report "
-                        "out-00002-of-00003.gguf set-00001-of-00003.gguf out.gguf",
+    rc = sh(&out, &err,
+            "'%s/pn-quantize' " QUANT " --split-max-tensors 20 --report "
+            "out-00002-of-00003.gguf set-00001-of-00003.gguf out.gguf",
             PN_BIN_DIR);
     cr_assert_eq(rc, 2, "%s", err);
-    cr_assert(strstr(err, "--report out-00002-of-00003.gguf: that is split 2 of the output"),
-              "%s", err);
+    cr_assert(strstr(err, "--report out-00002-of-00003.gguf: that is split 2 of the output"), "%s",
+              err);
     free(out);
     free(err);
     char *after = listing(g_dir);
@@ -633,15 +642,16 @@ Test(split_output, a_split_that_would_be_a_file_of_the_source_or_the_report_is_r
     free(after);
 }
 
-Test(split_output, pn_dequant_writes_a_split_set_that_reads_as_its_unsplit_output,
-     .init = setup, .fini = teardown)
+Test(split_output, pn_dequant_writes_a_split_set_that_reads_as_its_unsplit_output, .init = setup,
+     .fini = teardown)
 {
     synth("src.gguf", MODEL, "");
     quantize("src.gguf", "pn.gguf", "--split-max-tensors 20");
     SH_OK("'%s/pn-dequant' --quiet --threads 1 pn-00001-of-00003.gguf plain.gguf", PN_BIN_DIR);
     char *out = NULL, *err = NULL;
-    int rc = sh(&out, &err, "'%s/pn-dequant' --threads 1 --split-max-size 2M pn-00001-of-00003.gguf "
-                            "dq.gguf",
+    int rc = sh(&out, &err,
+                "'%s/pn-dequant' --threads 1 --split-max-size 2M pn-00001-of-00003.gguf "
+                "dq.gguf",
                 PN_BIN_DIR);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert(strstr(out, "splits beside it"), "%s", out);
@@ -717,8 +727,8 @@ Test(split_output, pn_synth_split_max_size_writes_a_source_that_reads_as_the_uns
 
 typedef struct hook {
     volatile sig_atomic_t cancel;
-    size_t cancel_at;          /* tensor index; SIZE_MAX: never */
-    const char *plant;         /* a file to create just before the commit */
+    size_t cancel_at;  /* tensor index; SIZE_MAX: never */
+    const char *plant; /* a file to create just before the commit */
     int calls;
 } hook;
 
@@ -777,9 +787,9 @@ Test(split_atomic, an_interrupted_split_write_leaves_no_file_of_the_set, .init =
     char *src = at("src.gguf"), *dst = at("out.gguf");
     char *before = listing(g_dir);
     /* in split 1, split 2 (split 1 closed and validated by then) and split 3 */
-    const size_t cancel_at[3] = {5, 30, 50};
+    const size_t cancel_at[3] = { 5, 30, 50 };
     for (int k = 0; k < 3; k++) {
-        hook h = {0};
+        hook h = { 0 };
         pn_quantize_opts o;
         split_opts(&o, src, dst, &h);
         h.cancel_at = cancel_at[k];
@@ -796,10 +806,10 @@ Test(split_atomic, an_interrupted_split_write_leaves_no_file_of_the_set, .init =
     quantize("src.gguf", "pn.gguf", "--promote 0");
     free(before);
     before = listing(g_dir);
-    dq_stop stop = {0};
+    dq_stop stop = { 0 };
     pn_dequant_opts d;
     pn_dequant_opts_init(&d);
-    d.split = (gguf_split_limit){GGUF_SPLIT_MAX_TENSORS, 20};
+    d.split = (gguf_split_limit){ GGUF_SPLIT_MAX_TENSORS, 20 };
     d.cancel = &stop.cancel;
     d.progress = dq_progress;
     d.progress_ctx = &stop;
@@ -824,7 +834,7 @@ Test(split_atomic, a_split_that_appears_before_the_commit_is_refused_and_no_file
     char *src = at("src.gguf"), *dst = at("out.gguf");
     char *p1 = at("out-00001-of-00003.gguf"), *p2 = at("out-00002-of-00003.gguf"),
          *p3 = at("out-00003-of-00003.gguf");
-    hook h = {0};
+    hook h = { 0 };
     pn_quantize_opts o;
     split_opts(&o, src, dst, &h);
     h.plant = p2;
@@ -866,11 +876,11 @@ static void make_pn_sets(void)
 
 typedef struct broken {
     const char *what;
-    char *dir;                /* the case's folder */
-    char *given;              /* the file named on the command line */
-    char *bad;                /* the file the message must name */
-    const char *phrase;       /* what it must say */
-    const char *check_code;   /* pn-check's finding */
+    char *dir;              /* the case's folder */
+    char *given;            /* the file named on the command line */
+    char *bad;              /* the file the message must name */
+    const char *phrase;     /* what it must say */
+    const char *check_code; /* pn-check's finding */
 } broken;
 
 enum { N_BROKEN = 4 };
@@ -878,7 +888,7 @@ enum { N_BROKEN = 4 };
 /* Case k in a folder of its own: the good set "p" with one thing wrong. */
 static broken make_broken(int k)
 {
-    broken b = {0};
+    broken b = { 0 };
     char name[64];
     snprintf(name, sizeof name, "case%d", k);
     b.dir = at("%s", name);
@@ -959,13 +969,12 @@ static void assert_refused(const broken *b, const char *tool, const char *args)
 {
     char *before = listing(b->dir);
     char *out = NULL, *err = NULL;
-    int rc = sh(&out, &err, "'%s/%s' %s '%s' '%s/out.gguf'", PN_BIN_DIR, tool, args, b->given,
-                b->dir);
+    int rc =
+        sh(&out, &err, "'%s/%s' %s '%s' '%s/out.gguf'", PN_BIN_DIR, tool, args, b->given, b->dir);
     cr_assert_eq(rc, 1, "%s on %s: exit %d\n%s%s", tool, b->what, rc, out, err);
     cr_assert(strstr(err, b->bad), "%s on %s: the message does not name %s:\n%s", tool, b->what,
               b->bad, err);
-    cr_assert(strstr(err, b->phrase), "%s on %s: no '%s' in:\n%s", tool, b->what, b->phrase,
-              err);
+    cr_assert(strstr(err, b->phrase), "%s on %s: no '%s' in:\n%s", tool, b->what, b->phrase, err);
     char *after = listing(b->dir);
     cr_assert_str_eq(after, before, "%s on %s left files", tool, b->what);
     free(before);
@@ -1051,8 +1060,9 @@ Test(split_check, a_good_split_set_is_valid_from_any_of_its_files, .init = setup
     quantize("src.gguf", "p.gguf", "--split-max-tensors 20");
     for (int s = 1; s <= 3; s++) {
         char *out = NULL, *err = NULL;
-        int rc = sh(&out, &err, "'%s/pn-check' --threads 1 --recipe '" FALLBACK_RECIPE
-                                "' --source src.gguf p-%05d-of-00003.gguf",
+        int rc = sh(&out, &err,
+                    "'%s/pn-check' --threads 1 --recipe '" FALLBACK_RECIPE
+                    "' --source src.gguf p-%05d-of-00003.gguf",
                     PN_BIN_DIR, s);
         cr_assert_eq(rc, 0, "split %d:\n%s%s", s, out, err);
         cr_assert(strstr(out, "a split set of 3 files, 56 tensors"), "%s", out);
@@ -1085,8 +1095,10 @@ Test(split_check, a_set_with_one_split_damaged_is_invalid_naming_that_file, .ini
     int rc = sh(&out, &err, "'%s/pn-check' --threads 1 p-00001-of-00003.gguf", PN_BIN_DIR);
     cr_assert_eq(rc, 1, "%s%s", out, err);
     char line[1024];
-    snprintf(line, sizeof line, "error   PN-CRC-MISMATCH file p-00002-of-00003.gguf tensor %s "
-             "key pn.tensor_crc32 byte %llu: ", name, (unsigned long long)at_byte);
+    snprintf(line, sizeof line,
+             "error   PN-CRC-MISMATCH file p-00002-of-00003.gguf tensor %s "
+             "key pn.tensor_crc32 byte %llu: ",
+             name, (unsigned long long)at_byte);
     cr_assert(strstr(out, line), "no '%s' in:\n%s", line, out);
     cr_assert(strstr(out, "\ninvalid (1 error, 0 warnings)"), "only that finding:\n%s", out);
     free(out);
@@ -1101,7 +1113,8 @@ Test(split_check, a_set_with_one_split_damaged_is_invalid_naming_that_file, .ini
     const char *f = strstr(out, "\"code\": \"GGUF-TENSOR-PAST-EOF\"");
     const char *eol = strchr(f, '\n');
     cr_assert(eol && memmem(f, (size_t)(eol - f), "\"file\": \"p-00003-of-00003.gguf\"",
-                            strlen("\"file\": \"p-00003-of-00003.gguf\"")), "%s", out);
+                            strlen("\"file\": \"p-00003-of-00003.gguf\"")),
+              "%s", out);
     cr_assert(strstr(out, "\"file\": \"p-00002-of-00003.gguf\"}"), "the CRC finding too");
     free(out);
     free(err);
@@ -1115,7 +1128,7 @@ Test(split_check, a_set_with_one_split_damaged_is_invalid_naming_that_file, .ini
 static size_t count_in(const char *path, const char *needle)
 {
     size_t n = 0, len = 0;
-    char *text = tu_read_file(path, &len);   /* NUL-terminated */
+    char *text = tu_read_file(path, &len); /* NUL-terminated */
     for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
         n++;
     free(text);
@@ -1173,7 +1186,7 @@ Test(split_identity, a_set_of_two_runs_is_refused_by_every_reader_naming_the_old
 {
     synth("src.gguf", MODEL, "");
     const char *plan = "--measurement m.txt --split-max-tensors 12";
-    quantize("src.gguf", "m.gguf", plan);   /* the recipe's promotions */
+    quantize("src.gguf", "m.gguf", plan); /* the recipe's promotions */
     char *name[5], *old[5], *ref[5];
     for (int s = 0; s < 5; s++) {
         name[s] = at("m-%05d-of-00005.gguf", s + 1);
@@ -1184,7 +1197,7 @@ Test(split_identity, a_set_of_two_runs_is_refused_by_every_reader_naming_the_old
     }
     for (int i = 0; i < 5; i++) {
         if (i == 2)
-            continue;   /* the task that failed */
+            continue; /* the task that failed */
         char extra[256];
         snprintf(extra, sizeof extra, "%s --promote 5 --force --split-index %d", plan, i);
         quantize("src.gguf", "m.gguf", extra);
@@ -1256,28 +1269,28 @@ Test(split_identity, a_set_of_two_runs_is_refused_by_every_reader_naming_the_old
 /* --measurement FILE: written when it is not there, so checked like an  */
 /* output                                                               */
 
-Test(measurement_path, may_not_be_an_input_the_output_or_a_file_of_the_output_set,
-     .init = setup, .fini = teardown, .timeout = 120)
+Test(measurement_path, may_not_be_an_input_the_output_or_a_file_of_the_output_set, .init = setup,
+     .fini = teardown, .timeout = 120)
 {
     synth("src.gguf", MODEL, "");
     quantize("src.gguf", "prev.gguf", "");
     SH_OK("mkdir sub");
     struct {
-        const char *args;     /* the options, SRC and DST */
-        const char *named;    /* the measurement path the message quotes */
+        const char *args;  /* the options, SRC and DST */
+        const char *named; /* the measurement path the message quotes */
         const char *what;
     } cases[] = {
-        {"--measurement out.gguf src.gguf out.gguf", "out.gguf", "the output (DST)"},
-        {"--measurement sub/../out.gguf src.gguf ./out.gguf", "sub/../out.gguf",
-         "the output (DST)"},
-        {"--measurement out.gguf --dry-run src.gguf out.gguf", "out.gguf", "the output (DST)"},
-        {"--measurement src.gguf src.gguf out.gguf", "src.gguf", "the source"},
-        {"--measurement set-00002-of-00003.gguf --split-max-tensors 20 src.gguf set.gguf",
-         "set-00002-of-00003.gguf", "a file of the output set"},
-        {"--measurement sub/../set-00007-of-00009.gguf --split-max-tensors 20 src.gguf set",
-         "sub/../set-00007-of-00009.gguf", "a file of the output set"},
-        {"--measurement prev.gguf --reuse prev.gguf src.gguf out.gguf", "prev.gguf",
-         "the --reuse file"},
+        { "--measurement out.gguf src.gguf out.gguf", "out.gguf", "the output (DST)" },
+        { "--measurement sub/../out.gguf src.gguf ./out.gguf", "sub/../out.gguf",
+          "the output (DST)" },
+        { "--measurement out.gguf --dry-run src.gguf out.gguf", "out.gguf", "the output (DST)" },
+        { "--measurement src.gguf src.gguf out.gguf", "src.gguf", "the source" },
+        { "--measurement set-00002-of-00003.gguf --split-max-tensors 20 src.gguf set.gguf",
+          "set-00002-of-00003.gguf", "a file of the output set" },
+        { "--measurement sub/../set-00007-of-00009.gguf --split-max-tensors 20 src.gguf set",
+          "sub/../set-00007-of-00009.gguf", "a file of the output set" },
+        { "--measurement prev.gguf --reuse prev.gguf src.gguf out.gguf", "prev.gguf",
+          "the --reuse file" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char *before = listing(g_dir);
@@ -1296,8 +1309,9 @@ Test(measurement_path, may_not_be_an_input_the_output_or_a_file_of_the_output_se
         free(err);
     }
     /* a path of its own is fine, and a split name of another output too */
-    quantize("src.gguf", "set.gguf", "--measurement other-00001-of-00002.gguf "
-                                     "--split-max-tensors 20");
+    quantize("src.gguf", "set.gguf",
+             "--measurement other-00001-of-00002.gguf "
+             "--split-max-tensors 20");
     cr_assert(exists(at("other-00001-of-00002.gguf")), "the measurement was saved");
     cr_assert(exists(at("set-00003-of-00003.gguf")), "and the set written");
 }

@@ -21,7 +21,10 @@
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
@@ -73,7 +76,7 @@ static bool same_bytes(const char *a, const char *b)
 static void str_key(const char *file, const char *key, char *out, size_t len)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, file), &r, &err), PN_OK, "%s", err.msg);
     const gguf_kv *kv = gguf_reader_find_kv(r, key);
     cr_assert(kv && kv->type == GGUF_TYPE_STRING, "%s has no string %s", file, key);
@@ -84,7 +87,7 @@ static void str_key(const char *file, const char *key, char *out, size_t len)
 static uint64_t u64_key(const char *file, const char *key)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, file), &r, &err), PN_OK, "%s", err.msg);
     const gguf_kv *kv = gguf_reader_find_kv(r, key);
     cr_assert(kv && kv->type == GGUF_TYPE_UINT64, "%s has no u64 %s", file, key);
@@ -141,8 +144,8 @@ Test(source_spelling, pn_quantize_writes_one_file_and_one_identity_for_every_spe
     char sp[5][4096];
     spellings(sp);
     for (int i = 0; i < 5; i++)
-        sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' '%s' q%d.gguf", FALLBACK_RECIPE,
-              sp[i], i);
+        sh_ok("pn-quantize --quiet --threads 2 --recipe '%s' '%s' q%d.gguf", FALLBACK_RECIPE, sp[i],
+              i);
     char name[256];
     str_key("q0.gguf", "general.name", name, sizeof name);
     cr_assert_str_eq(name, "X");
@@ -176,14 +179,13 @@ Test(source_spelling, measurement_reuse_and_check_source_accept_every_other_spel
                   "a measurement made with '%s' is used with '%s':\n%s", made, used, e);
         cr_assert(!strstr(e, "measuring again"), "%s", e);
         cr_assert(strstr(o, "copied 43 of 43 tensors"),
-                  "--reuse of an output of '%s' copies every tensor for '%s':\n%s", made, used,
-                  o);
+                  "--reuse of an output of '%s' copies every tensor for '%s':\n%s", made, used, o);
         free(o);
         free(e);
         cr_assert(same_bytes("a.gguf", "b.gguf"));
         rc = sh(&o, &e, "pn-check --strict --source '%s' a.gguf", used);
-        cr_assert_eq(rc, 0, "pn-check --strict --source '%s' of a file made from '%s':\n%s%s",
-                     used, made, o, e);
+        cr_assert_eq(rc, 0, "pn-check --strict --source '%s' of a file made from '%s':\n%s%s", used,
+                     made, o, e);
         cr_assert(!strstr(o, "SRC-HEADER"), "%s", o);
         free(o);
         free(e);
@@ -210,7 +212,7 @@ Test(source_spelling, dot_and_a_config_json_path_name_the_folder_too)
 static const char *damage_pn_tensor(const char *file, int64_t at, int value)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     const char *path = tu_join_static(g_dir, file);
     cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
     static char name[256];
@@ -259,8 +261,7 @@ static void every_decoder_refuses(const char *name)
     free(e);
     rc = sh(&o, &e, "pn-check --source X bad.gguf");
     cr_assert_eq(rc, 1, "pn-check --source of a damaged file: exit %d\n%s%s", rc, o, e);
-    cr_assert(strstr(o, "PN-CRC-MISMATCH") && strstr(o, name), "pn-check names '%s':\n%s", name,
-              o);
+    cr_assert(strstr(o, "PN-CRC-MISMATCH") && strstr(o, name), "pn-check names '%s':\n%s", name, o);
     free(o);
     free(e);
     /* pn-compare decodes through pn-dequant's job (llama.cpp runs on the
@@ -329,7 +330,7 @@ static void write_full_shape_with_mtp(const char *file)
     c.n_mtp = 1;
     pn_tensor_desc *d = NULL;
     size_t n = 0;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(pn_qwen38_tensors(&c, &d, &n, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(n, 866, "the checkpoint's 866 tensors");
     gguf_writer *w = gguf_writer_new();
@@ -337,9 +338,9 @@ static void write_full_shape_with_mtp(const char *file)
     cr_assert_eq(gguf_writer_set_u32(w, "qwen35.block_count", 65), PN_OK);
     cr_assert_eq(gguf_writer_set_u32(w, "qwen35.nextn_predict_layers", 1), PN_OK);
     for (size_t i = 0; i < n; i++)
-        cr_assert_eq(gguf_writer_add_tensor(w, d[i].name, d[i].n_dims, d[i].ne, d[i].src_type,
-                                            &err),
-                     PN_OK, "%s", err.msg);
+        cr_assert_eq(
+            gguf_writer_add_tensor(w, d[i].name, d[i].n_dims, d[i].ne, d[i].src_type, &err), PN_OK,
+            "%s", err.msg);
     uint8_t *hdr = NULL;
     size_t len = 0;
     cr_assert_eq(gguf_writer_header(w, &hdr, &len, &err), PN_OK, "%s", err.msg);
@@ -375,14 +376,13 @@ Test(mtp_recipe, on_the_full_shape_the_pn3_recipe_plans_851_tensors_and_keep_mtp
     cr_assert(!strstr(o, "nextn"), "no MTP tensor is planned");
     free(o);
     free(e);
-    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf",
-                    PN3_RECIPE),
-                 0, "%s", e);
+    cr_assert_eq(
+        sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf", PN3_RECIPE), 0,
+        "%s", e);
     cr_assert_eq(planned_tensors(o), 851, "the shipped recipe file: %s", o);
     free(o);
     free(e);
-    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --keep-mtp full.gguf"), 0, "%s",
-                 e);
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --keep-mtp full.gguf"), 0, "%s", e);
     cr_assert_eq(planned_tensors(o), 866, "--keep-mtp keeps the 15 tensors of block 64:\n%s", o);
     cr_assert(strstr(o, "blk.64.nextn.eh_proj.weight"), "%s", o);
     free(o);
@@ -392,9 +392,9 @@ Test(mtp_recipe, on_the_full_shape_the_pn3_recipe_plans_851_tensors_and_keep_mtp
     free(o);
     free(e);
     /* a recipe that says nothing about the layer keeps it, as the converter */
-    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf",
-                    FALLBACK_RECIPE),
-                 0, "%s", e);
+    cr_assert_eq(
+        sh(&o, &e, "pn-quantize --dry-run --promote 0 --recipe '%s' full.gguf", FALLBACK_RECIPE), 0,
+        "%s", e);
     cr_assert_eq(planned_tensors(o), 866);
     free(o);
     free(e);
@@ -409,7 +409,7 @@ Test(mtp_recipe, on_the_full_shape_the_pn3_recipe_plans_851_tensors_and_keep_mtp
 static size_t count_tensors(const char *file, bool *has_nextn)
 {
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, file), &r, &err), PN_OK, "%s", err.msg);
     size_t n = gguf_reader_n_tensors(r);
     *has_nextn = false;
@@ -420,7 +420,8 @@ static size_t count_tensors(const char *file, bool *has_nextn)
     return n;
 }
 
-Test(mtp_recipe, the_readmes_command_gives_the_file_without_the_mtp_layer_and_check_tells_them_apart)
+Test(mtp_recipe,
+     the_readmes_command_gives_the_file_without_the_mtp_layer_and_check_tells_them_apart)
 {
     sh_ok("pn-synth --quiet --hf --mtp --layers 2 --width-scale 4 --vocab 512 Qwen3.8-27B");
     sh_ok("pn-quantize --quiet --threads 2 ./Qwen3.8-27B/ qwen3.8-27b-pn3.gguf");
@@ -434,16 +435,15 @@ Test(mtp_recipe, the_readmes_command_gives_the_file_without_the_mtp_layer_and_ch
     cr_assert(same_bytes("qwen3.8-27b-pn3.gguf", "no-mtp.gguf"),
               "the recipe's 'mtp drop' writes what --no-mtp writes");
     char *o = NULL, *e = NULL;
-    cr_assert_eq(sh(&o, &e, "pn-check --strict --recipe '%s' qwen3.8-27b-pn3.gguf", PN3_RECIPE),
-                 0, "%s%s", o, e);
+    cr_assert_eq(sh(&o, &e, "pn-check --strict --recipe '%s' qwen3.8-27b-pn3.gguf", PN3_RECIPE), 0,
+                 "%s%s", o, e);
     free(o);
     free(e);
     cr_assert_eq(sh(&o, &e, "pn-check --strict --recipe '%s' with-mtp.gguf", PN3_RECIPE), 1);
     cr_assert(strstr(o, "RECIPE-MTP") && strstr(o, "15 tensors"), "%s", o);
     free(o);
     free(e);
-    cr_assert_eq(sh(&o, &e, "pn-check --strict --keep-mtp --recipe '%s' with-mtp.gguf",
-                    PN3_RECIPE),
+    cr_assert_eq(sh(&o, &e, "pn-check --strict --keep-mtp --recipe '%s' with-mtp.gguf", PN3_RECIPE),
                  0, "%s%s", o, e);
     free(o);
     free(e);
@@ -467,9 +467,9 @@ static void make_refusal_inputs(void)
 }
 
 typedef struct refusal {
-    const char *cmd;   /* run in g_dir */
+    const char *cmd; /* run in g_dir */
     int status;
-    const char *says;  /* in stderr or stdout */
+    const char *says; /* in stderr or stdout */
 } refusal;
 
 TestSuite(exit_status, .init = setup, .fini = teardown, .timeout = 240);
@@ -482,47 +482,47 @@ Test(exit_status, every_refusal_of_every_program_follows_the_one_rule)
     snprintf(rq, sizeof rq, "pn-quantize --threads 2 %s", R);
     const refusal rows[] = {
         /* 2: the command line itself */
-        {"pn-quantize --no-such-option src.gguf o.gguf", 2, "--no-such-option"},
-        {"pn-quantize --promote many src.gguf o.gguf", 2, "many"},
-        {"pn-quantize src.gguf", 2, "DST.gguf is missing"},
-        {"pn-quantize src.gguf o.gguf Q4_K_M", 2, "'Q4_K_M' is one argument too many"},
-        {"pn-quantize --target-size 13X src.gguf o.gguf", 2, "13X"},
-        {"pn-quantize --no-mtp --keep-mtp src.gguf o.gguf", 2, "--keep-mtp"},
-        {"pn-quantize --promote 2 --target-size 1G src.gguf o.gguf", 2, "--target-size"},
-        {"pn-quantize src.gguf src.gguf", 2, "source"},
-        {"pn-dequant --bogus pn.gguf o.gguf", 2, "--bogus"},
-        {"pn-dequant pn.gguf", 2, "OUT"},
-        {"pn-dequant --split-max-size 0 pn.gguf o.gguf", 2, "'0'"},
-        {"pn-dequant pn.gguf pn.gguf", 2, "input"},
-        {"pn-check --bogus pn.gguf", 2, "--bogus"},
-        {"pn-check", 2, "FILE"},
-        {"pn-convert --bogus X o.gguf", 2, "--bogus"},
-        {"pn-convert X", 2, "OUT.gguf is missing"},
-        {"pn-synth --layers many o.gguf", 2, "many"},
-        {"pn-synth", 2, "no arguments"},
-        {"pn-compare --bogus src.gguf pn.gguf", 2, "--bogus"},
-        {"pn-compare src.gguf", 2, "pn-compare"},
-        {"pn-compare src.gguf pn.gguf pn.gguf", 2, "twice"},
+        { "pn-quantize --no-such-option src.gguf o.gguf", 2, "--no-such-option" },
+        { "pn-quantize --promote many src.gguf o.gguf", 2, "many" },
+        { "pn-quantize src.gguf", 2, "DST.gguf is missing" },
+        { "pn-quantize src.gguf o.gguf Q4_K_M", 2, "'Q4_K_M' is one argument too many" },
+        { "pn-quantize --target-size 13X src.gguf o.gguf", 2, "13X" },
+        { "pn-quantize --no-mtp --keep-mtp src.gguf o.gguf", 2, "--keep-mtp" },
+        { "pn-quantize --promote 2 --target-size 1G src.gguf o.gguf", 2, "--target-size" },
+        { "pn-quantize src.gguf src.gguf", 2, "source" },
+        { "pn-dequant --bogus pn.gguf o.gguf", 2, "--bogus" },
+        { "pn-dequant pn.gguf", 2, "OUT" },
+        { "pn-dequant --split-max-size 0 pn.gguf o.gguf", 2, "'0'" },
+        { "pn-dequant pn.gguf pn.gguf", 2, "input" },
+        { "pn-check --bogus pn.gguf", 2, "--bogus" },
+        { "pn-check", 2, "FILE" },
+        { "pn-convert --bogus X o.gguf", 2, "--bogus" },
+        { "pn-convert X", 2, "OUT.gguf is missing" },
+        { "pn-synth --layers many o.gguf", 2, "many" },
+        { "pn-synth", 2, "no arguments" },
+        { "pn-compare --bogus src.gguf pn.gguf", 2, "--bogus" },
+        { "pn-compare src.gguf", 2, "pn-compare" },
+        { "pn-compare src.gguf pn.gguf pn.gguf", 2, "twice" },
         /* 1: what the files hold */
-        {"pn-quantize missing.gguf o.gguf", 1, "missing.gguf"},
-        {"pn-quantize --recipe missing.mix src.gguf o.gguf", 1, "missing.mix"},
-        {"RQ --promote 40 src.gguf o.gguf", 1, "40 promotions"},
-        {"RQ --target-size 1k src.gguf o.gguf", 1, "even with no promotion"},
-        {"RQ --promote-list bad-list.txt src.gguf o.gguf", 1, "bad-list.txt:3"},
-        {"RQ src.gguf exists.gguf", 1, "--force"},
-        {"pn-dequant missing.gguf o.gguf", 1, "missing.gguf"},
-        {"pn-dequant pn.gguf exists.gguf", 1, "--force"},
-        {"pn-dequant bad.gguf o.gguf", 1, "damaged"},
-        {"pn-check missing.gguf", 1, "missing.gguf"},
-        {"pn-check bad.gguf", 1, "PN-CRC-MISMATCH"},
-        {"pn-check --recipe missing.mix pn.gguf", 1, "missing.mix"},
-        {"pn-check --source pn.gguf pn.gguf", 1, "not a float model"},
-        {"pn-convert missing o.gguf", 1, "missing"},
-        {"pn-convert X exists.gguf", 1, "exists"},
-        {"pn-synth --layers 2 --width-scale 16 --vocab 300 exists.gguf", 1, "--force"},
-        {"pn-compare src.gguf missing.gguf", 1, "missing.gguf"},
+        { "pn-quantize missing.gguf o.gguf", 1, "missing.gguf" },
+        { "pn-quantize --recipe missing.mix src.gguf o.gguf", 1, "missing.mix" },
+        { "RQ --promote 40 src.gguf o.gguf", 1, "40 promotions" },
+        { "RQ --target-size 1k src.gguf o.gguf", 1, "even with no promotion" },
+        { "RQ --promote-list bad-list.txt src.gguf o.gguf", 1, "bad-list.txt:3" },
+        { "RQ src.gguf exists.gguf", 1, "--force" },
+        { "pn-dequant missing.gguf o.gguf", 1, "missing.gguf" },
+        { "pn-dequant pn.gguf exists.gguf", 1, "--force" },
+        { "pn-dequant bad.gguf o.gguf", 1, "damaged" },
+        { "pn-check missing.gguf", 1, "missing.gguf" },
+        { "pn-check bad.gguf", 1, "PN-CRC-MISMATCH" },
+        { "pn-check --recipe missing.mix pn.gguf", 1, "missing.mix" },
+        { "pn-check --source pn.gguf pn.gguf", 1, "not a float model" },
+        { "pn-convert missing o.gguf", 1, "missing" },
+        { "pn-convert X exists.gguf", 1, "exists" },
+        { "pn-synth --layers 2 --width-scale 16 --vocab 300 exists.gguf", 1, "--force" },
+        { "pn-compare src.gguf missing.gguf", 1, "missing.gguf" },
         /* 0 */
-        {"pn-check pn.gguf", 0, "valid"},
+        { "pn-check pn.gguf", 0, "valid" },
     };
     const int before = tu_count_files(g_dir);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
@@ -542,7 +542,7 @@ Test(exit_status, every_refusal_of_every_program_follows_the_one_rule)
     }
     cr_assert_eq(tu_count_files(g_dir), before, "a refusal left a file behind");
     cr_assert(!tu_exists(tu_join_static(g_dir, "o.gguf")));
-    char keep[8] = {0};
+    char keep[8] = { 0 };
     FILE *f = fopen(tu_join_static(g_dir, "exists.gguf"), "r");
     cr_assert(f && fgets(keep, sizeof keep, f));
     fclose(f);
@@ -566,8 +566,8 @@ Test(exit_status, every_size_option_takes_the_same_forms_and_refuses_the_same_wa
         "H",
         "pn-convert --quiet --force --split-max-size %s H c.gguf",
     };
-    static const char *const good[] = {"1.5G", "13G", "50M", "0.05GB", "12.5GiB", "13e9"};
-    static const char *const bad[] = {"13X", "-1G", "1.5g", "0", "1e-3"};
+    static const char *const good[] = { "1.5G", "13G", "50M", "0.05GB", "12.5GiB", "13e9" };
+    static const char *const bad[] = { "13X", "-1G", "1.5g", "0", "1e-3" };
     for (size_t k = 0; k < sizeof options / sizeof *options; k++) {
         char cmd[1024];
         for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
@@ -622,8 +622,8 @@ Test(exit_status, dst_a_folder_gets_the_models_name_and_mix_and_dequant_says_it_
 {
     sh_ok("pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X && mkdir out");
     char *o = NULL, *e = NULL;
-    int rc = sh(&o, &e, "pn-quantize --threads 2 --recipe '%s' --promote 2 ./X/ out/",
-                FALLBACK_RECIPE);
+    int rc =
+        sh(&o, &e, "pn-quantize --threads 2 --recipe '%s' --promote 2 ./X/ out/", FALLBACK_RECIPE);
     cr_assert_eq(rc, 0, "%s", e);
     cr_assert(strstr(o, "wrote out/X-P0k-fallback+2.gguf"), "%s", o);
     free(o);
@@ -648,7 +648,7 @@ Test(exit_status, dst_a_folder_gets_the_models_name_and_mix_and_dequant_says_it_
 
 Test(exit_status, the_free_space_and_the_outputs_folder_are_checked_by_the_library)
 {
-    pn_error err = {0};
+    pn_error err = { 0 };
     const char *out = tu_join_static(g_dir, "o.gguf");
     cr_assert_eq(pn_check_free_space(out, 1, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(pn_check_free_space(out, UINT64_MAX / 2, &err), PN_ERR_NOSPACE);
@@ -666,9 +666,12 @@ Test(exit_status, the_free_space_and_the_outputs_folder_are_checked_by_the_libra
 Test(exit_status, a_missing_folder_or_gpu_is_refused_before_the_measurement_reads_anything)
 {
     write_full_shape_with_mtp("full.gguf");
-    static const struct { const char *args; const char *says; } cases[] = {
-        {"full.gguf no-such-folder/o.gguf", "its folder no-such-folder"},
-        {"--measurement no-such-folder/m.meas full.gguf o.gguf", "its folder no-such-folder"},
+    static const struct {
+        const char *args;
+        const char *says;
+    } cases[] = {
+        { "full.gguf no-such-folder/o.gguf", "its folder no-such-folder" },
+        { "--measurement no-such-folder/m.meas full.gguf o.gguf", "its folder no-such-folder" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *o = NULL, *e = NULL;
@@ -729,17 +732,20 @@ Test(llama_options, tensor_type_overrides_stand_before_the_recipe_and_the_first_
     cr_assert_str_eq(planned_type(o, "blk.0.ffn_down.weight"), "pn4t", "the recipe's rules");
     free(o);
     free(e);
-    rc = sh(&o, &e, "pn-quantize --dry-run --recipe test-fallback --output-tensor-type q4_K "
-                    "src.gguf");
+    rc = sh(&o, &e,
+            "pn-quantize --dry-run --recipe test-fallback --output-tensor-type q4_K "
+            "src.gguf");
     cr_assert_eq(rc, 1, "q4_K cannot hold this model's rows of 320 (what the file holds): %s", e);
     cr_assert(strstr(e, "--output-tensor-type q4_K") && strstr(e, "output.weight"), "%s", e);
     free(o);
     free(e);
-    static const struct { const char *args, *says; } bad[] = {
-        {"--tensor-type attn_v", "PATTERN=TYPE"},
-        {"--tensor-type =q8_0", "PATTERN=TYPE"},
-        {"--tensor-type attn_v=q6_K", "'q6_K'"},
-        {"--output-tensor-type Q5_K", "--output-tensor-type: 'Q5_K'"},
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        { "--tensor-type attn_v", "PATTERN=TYPE" },
+        { "--tensor-type =q8_0", "PATTERN=TYPE" },
+        { "--tensor-type attn_v=q6_K", "'q6_K'" },
+        { "--output-tensor-type Q5_K", "--output-tensor-type: 'Q5_K'" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         rc = sh(&o, &e, "pn-quantize --dry-run %s src.gguf", bad[i].args);
@@ -757,19 +763,20 @@ Test(llama_options, the_output_records_the_overrides_and_check_accepts_it_with_t
                      "--token-embedding-type f16";
     sh_ok("pn-quantize --quiet --threads 2 --recipe test-fallback %s src.gguf o.gguf", ov);
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, "o.gguf"), &r, &err), PN_OK);
     const gguf_kv *kv = gguf_reader_find_kv(r, "pn.mix.overrides");
     cr_assert(kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_STRING &&
-              kv->arr_count == 3, "pn.mix.overrides: three strings");
+                  kv->arr_count == 3,
+              "pn.mix.overrides: three strings");
     const char *at = (const char *)kv->arr_data;
-    static const char *const want[] = {"--tensor-type attn_v=q8_0", "--output-tensor-type bf16",
-                                       "--token-embedding-type f16"};
+    static const char *const want[] = { "--tensor-type attn_v=q8_0", "--output-tensor-type bf16",
+                                        "--token-embedding-type f16" };
     for (int i = 0; i < 3; i++) {
         uint64_t len;
         memcpy(&len, at, 8);
-        cr_assert(len == strlen(want[i]) && memcmp(at + 8, want[i], len) == 0,
-                  "entry %d is '%.*s'", i, (int)len, at + 8);
+        cr_assert(len == strlen(want[i]) && memcmp(at + 8, want[i], len) == 0, "entry %d is '%.*s'",
+                  i, (int)len, at + 8);
         at += 8 + len;
     }
     gguf_reader_close(r);
@@ -857,8 +864,7 @@ Test(exit_status, a_dry_run_says_the_real_run_would_be_refused_and_quiet_silence
     char *o = NULL, *e = NULL;
     int rc = sh(&o, &e, "pn-quantize --dry-run --recipe test-fallback src.gguf o.gguf");
     cr_assert_eq(rc, 0, "%s", e);
-    cr_assert(strstr(e, "o.gguf exists: the real run would be refused without --force"), "%s",
-              e);
+    cr_assert(strstr(e, "o.gguf exists: the real run would be refused without --force"), "%s", e);
     free(o);
     free(e);
     rc = sh(&o, &e, "pn-quantize --dry-run --force --recipe test-fallback src.gguf o.gguf");
@@ -886,13 +892,14 @@ Test(exit_status, sigterm_exits_143_and_says_dst_is_as_it_was)
     write_full_shape_with_mtp("full.gguf");
     sh_ok("echo old > o.gguf");
     char *o = NULL, *e = NULL;
-    int rc = sh(&o, &e, "pn-quantize --force --threads 1 full.gguf o.gguf & p=$!; sleep 1; "
-                        "kill -TERM $p; wait $p");
+    int rc = sh(&o, &e,
+                "pn-quantize --force --threads 1 full.gguf o.gguf & p=$!; sleep 1; "
+                "kill -TERM $p; wait $p");
     cr_assert_eq(rc, 143, "128 + SIGTERM: %d\n%s", rc, e);
     cr_assert(strstr(e, "interrupted") && strstr(e, "as it was"), "%s", e);
     free(o);
     free(e);
-    char keep[8] = {0};
+    char keep[8] = { 0 };
     FILE *f = fopen(tu_join_static(g_dir, "o.gguf"), "r");
     cr_assert(f && fgets(keep, sizeof keep, f));
     fclose(f);
@@ -915,13 +922,13 @@ Test(llama_options, pn_check_dump_lists_keys_and_tensors_as_gguf_dump_with_pn_ke
     cr_assert(strstr(o, "pn.source.header_fnv1a64 = "), "%s", o);
     /* each tensor with its type, shape, offset and bytes, as the reader has them */
     gguf_reader *r = NULL;
-    pn_error err = {0};
+    pn_error err = { 0 };
     cr_assert_eq(gguf_reader_open(tu_join_static(g_dir, "a.gguf"), &r, &err), PN_OK);
     const gguf_tensor_info *t = gguf_reader_tensor(r, 0);
     char line[256];
     snprintf(line, sizeof line, "offset %12llu %12llu bytes  %s\n",
-             (unsigned long long)gguf_reader_tensor_file_offset(r, 0),
-             (unsigned long long)t->size, t->name);
+             (unsigned long long)gguf_reader_tensor_file_offset(r, 0), (unsigned long long)t->size,
+             t->name);
     cr_assert(strstr(o, line), "'%s' in:\n%s", line, o);
     const size_t nt = gguf_reader_n_tensors(r);
     gguf_reader_close(r);

@@ -21,8 +21,8 @@
 
 #define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-#define LIBLLAMA                                                                               \
-    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"       \
+#define LIBLLAMA                                                                                   \
+    PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"            \
                   "libllama.v0.5.0.so"
 
 static bool in_ci(void)
@@ -39,20 +39,22 @@ static const char *llama_missing(void)
     if (rc == 0 && out && strstr(out, "llama_cpp") && access(LIBLLAMA, R_OK) == 0)
         why[0] = 0;
     else
-        snprintf(why, sizeof why, "node or node-llama-cpp is not installed (exit %d: %.900s); "
-                 "run scripts/install-deps", rc, err ? err : "");
+        snprintf(why, sizeof why,
+                 "node or node-llama-cpp is not installed (exit %d: %.900s); "
+                 "run scripts/install-deps",
+                 rc, err ? err : "");
     free(out);
     free(err);
     return why[0] ? why : NULL;
 }
 
-#define REQUIRE_LLAMA()                                                                        \
-    do {                                                                                       \
-        const char *why_ = llama_missing();                                                    \
-        if (why_ && in_ci())                                                                   \
-            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);       \
-        if (why_)                                                                              \
-            cr_skip_test("llama.cpp is not available: %s", why_);                              \
+#define REQUIRE_LLAMA()                                                                            \
+    do {                                                                                           \
+        const char *why_ = llama_missing();                                                        \
+        if (why_ && in_ci())                                                                       \
+            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);           \
+        if (why_)                                                                                  \
+            cr_skip_test("llama.cpp is not available: %s", why_);                                  \
     } while (0)
 
 static void synth(const char *path, const char *args)
@@ -89,19 +91,23 @@ Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_
 {
     char *src = path_in("src.gguf");
     synth(src, "--layers 2 --width-scale 16 --vocab 64");
-    struct { const char *args; const char *says; } cases[] = {
-        {"--promote 0,19 '%s' '%s'", "go with --sweep"},
-        {"--sweep '%s' '%s'", "expected one SOURCE"},
-        {"--sweep '%s'", "no mix to make"},
-        {"--sweep --promote 0,x '%s'", "--promote"},
-        {"--sweep --stock Q4_K_M,Q9_K '%s'", "not a type the stock quantizer takes: 'Q9_K'"},
-        {"--sweep --promote 1 --budget 16GB '%s'", "--budget"},
-        {"--sweep --promote 1 --target-size 12.6XB '%s'", "--target-size"},
+    struct {
+        const char *args;
+        const char *says;
+    } cases[] = {
+        { "--promote 0,19 '%s' '%s'", "go with --sweep" },
+        { "--sweep '%s' '%s'", "expected one SOURCE" },
+        { "--sweep '%s'", "no mix to make" },
+        { "--sweep --promote 0,x '%s'", "--promote" },
+        { "--sweep --stock Q4_K_M,Q9_K '%s'", "not a type the stock quantizer takes: 'Q9_K'" },
+        { "--sweep --promote 1 --budget 16GB '%s'", "--budget" },
+        { "--sweep --promote 1 --target-size 12.6XB '%s'", "--target-size" },
     };
     char *hout, *herr;
     int hrc = tu_run(PN_BIN_DIR "/pn-compare --help", &hout, &herr);
     cr_assert(hrc == 0 && strstr(hout, "--sweep") && strstr(hout, "--plot FILE") &&
-                  strstr(hout, "--imatrix FILE"), "exit %d: %s%s", hrc, hout, herr);
+                  strstr(hout, "--imatrix FILE"),
+              "exit %d: %s%s", hrc, hout, herr);
     free(hout);
     free(herr);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -136,7 +142,8 @@ Test(sweep_cli, the_imatrix_is_given_to_every_pn_mix_and_to_the_stock_quantizer,
     char args[8192], *out, *err;
     snprintf(args, sizeof args,
              "--tmpdir '%s' --recipe '%s/recipes/test-fallback.mix' --promote 0 --stock Q4_K_M "
-             "--llama-quantize '%s' --imatrix '%s' '%s'", tmp, PN_SOURCE_DIR, fakeq, imx, src);
+             "--llama-quantize '%s' --imatrix '%s' '%s'",
+             tmp, PN_SOURCE_DIR, fakeq, imx, src);
     int rc = sweep(args, &out, &err);
     cr_assert_eq(rc, 1, "every mix failed: exit %d: %s%s", rc, out, err);
     cr_assert(strstr(out, "m4.imatrix.gguf") && strstr(out, "blk.0.attn_gate.weight") &&
@@ -158,8 +165,8 @@ Test(sweep_cli, the_imatrix_is_given_to_every_pn_mix_and_to_the_stock_quantizer,
     free(args_file);
 }
 
-Test(sweep_cli, a_keep_folder_holding_a_mixs_name_is_refused_before_anything_runs,
-     .init = setup, .fini = teardown)
+Test(sweep_cli, a_keep_folder_holding_a_mixs_name_is_refused_before_anything_runs, .init = setup,
+     .fini = teardown)
 {
     char *src = path_in("src.gguf"), *keep = path_in("keep"), *tmp = path_in("tmp");
     mkdir(tmp, 0700);
@@ -225,7 +232,7 @@ static int interrupted_sweep(const char *src, const char *tmp, const char *keep,
         argv[a++] = "--llama-quantize";
         argv[a++] = q;
         argv[a++] = "--libllama";
-        argv[a++] = src;           /* any readable file: the fake never opens it */
+        argv[a++] = src; /* any readable file: the fake never opens it */
         argv[a++] = "--llama-script";
         argv[a++] = SCRIPT;
         argv[a++] = "--tmpdir";
@@ -256,8 +263,8 @@ static int interrupted_sweep(const char *src, const char *tmp, const char *keep,
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-Test(sweep_cli, sigint_during_a_stock_quantization_exits_130_and_leaves_nothing,
-     .init = setup, .fini = teardown)
+Test(sweep_cli, sigint_during_a_stock_quantization_exits_130_and_leaves_nothing, .init = setup,
+     .fini = teardown)
 {
     char *src = path_in("src.gguf"), *tmp = path_in("tmp");
     mkdir(tmp, 0700);
@@ -268,7 +275,8 @@ Test(sweep_cli, sigint_during_a_stock_quantization_exits_130_and_leaves_nothing,
     cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
     cr_assert_gt(qp, 0);
     cr_assert(kill(qp, 0) != 0, "the stock quantizer %d still runs", (int)qp);
-    cr_assert_eq(tu_count_files(g_dir), 4, "only src.gguf, tmp, the pid file and the fake "
+    cr_assert_eq(tu_count_files(g_dir), 4,
+                 "only src.gguf, tmp, the pid file and the fake "
                  "quantizer are in the test's folder");
     free(src);
     free(tmp);
@@ -276,8 +284,8 @@ Test(sweep_cli, sigint_during_a_stock_quantization_exits_130_and_leaves_nothing,
 
 /* With --keep, the mixes finished before the interrupt are kept, whole
  * (pn-check passes them), and nothing else is left. */
-Test(sweep_cli, sigterm_with_keep_exits_143_and_leaves_the_finished_mixes_and_nothing_else, .init = setup,
-     .fini = teardown)
+Test(sweep_cli, sigterm_with_keep_exits_143_and_leaves_the_finished_mixes_and_nothing_else,
+     .init = setup, .fini = teardown)
 {
     char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
     mkdir(tmp, 0700);
@@ -310,8 +318,8 @@ Test(sweep_cli, sigterm_with_keep_exits_143_and_leaves_the_finished_mixes_and_no
 /* Five PN mixes, one of which fails (more promotions than the model has
  * pn3t tensors), two stock types, one of which fails (its quantizer), and
  * the rest compared in one run; the table, the JSON and the picture. */
-Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_drawn,
-     .init = setup, .fini = teardown, .timeout = 600)
+Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_drawn, .init = setup,
+     .fini = teardown, .timeout = 600)
 {
     REQUIRE_LLAMA();
     char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *svg = path_in("mixes.svg");
@@ -324,13 +332,15 @@ Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_draw
     snprintf(text, sizeof text,
              "#!/bin/sh\nfor a; do t=$a; done\n"
              "if [ \"$t\" = Q3_K_S ]; then echo 'fake: no Q3_K_S today' >&2; exit 1; fi\n"
-             "exec '%s/pn-llama-quantize' \"$@\"\n", PN_BIN_DIR);
+             "exec '%s/pn-llama-quantize' \"$@\"\n",
+             PN_BIN_DIR);
     tu_write_file(failq, text, strlen(text));
     chmod(failq, 0755);
     char args[8192], *out, *err;
     snprintf(args, sizeof args,
              "--tmpdir '%s' --promote 0,2,100,4,7 --stock Q4_K_M,Q3_K_S --llama-quantize '%s' "
-             "--plot '%s' --budget 2MB --keep '%s' '%s'", tmp, failq, svg, keep, src);
+             "--plot '%s' --budget 2MB --keep '%s' '%s'",
+             tmp, failq, svg, keep, src);
     int rc = sweep(args, &out, &err);
     cr_assert_eq(rc, 1, "a failed mix is exit 1: %d: %s%s", rc, out, err);
     cr_log_info("%s", out);
@@ -338,7 +348,8 @@ Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_draw
     /* the table: four PN mixes and Q4_K_M compared, two failures with why */
     cr_assert(strstr(out, "P0k-fallback+0") && strstr(out, "P0k-fallback+2") &&
                   strstr(out, "P0k-fallback+4") && strstr(out, "P0k-fallback+7") &&
-                  strstr(out, "stock Q4_K_M"), "%s", out);
+                  strstr(out, "stock Q4_K_M"),
+              "%s", out);
     cr_assert(strstr(out, "promote 100") && strstr(out, "pn3t tensors"), "%s", out);
     cr_assert(strstr(out, "stock Q3_K_S") && strstr(out, "no Q3_K_S today"), "%s", out);
     cr_assert_eq(count(out, " failed        -"), 2, "%s", out);
@@ -379,16 +390,15 @@ Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_draw
 
 /* The JSON of a sweep names each mix, its kind and status, and its figures;
  * KL falls as pn3t tensors become pn4t. */
-Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked,
-     .init = setup, .fini = teardown, .timeout = 600)
+Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked, .init = setup,
+     .fini = teardown, .timeout = 600)
 {
     REQUIRE_LLAMA();
     char *src = path_in("src.gguf"), *tmp = path_in("tmp");
     mkdir(tmp, 0700);
     synth(src, "--layers 2 --width-scale 16 --vocab 300");
     char args[8192], *out, *err;
-    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0,7 --stock Q8_0 --json '%s'", tmp,
-             src);
+    snprintf(args, sizeof args, "--tmpdir '%s' --promote 0,7 --stock Q8_0 --json '%s'", tmp, src);
     int rc = sweep(args, &out, &err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
@@ -418,9 +428,9 @@ Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked,
 /* ---- the picture ---- */
 
 static const pn_plot_point k_points[] = {
-    {"P0k+0", false, 1000000000ull, 0.30},   {"P0k+10", false, 1100000000ull, 0.20},
-    {"P0k+19", false, 1200000000ull, 0.22},  {"P0k+40", false, 1300000000ull, 0.10},
-    {"stock Q3_K_M", true, 1150000000ull, 0.25}, {"stock Q4_K_M", true, 1500000000ull, 0.05},
+    { "P0k+0", false, 1000000000ull, 0.30 },       { "P0k+10", false, 1100000000ull, 0.20 },
+    { "P0k+19", false, 1200000000ull, 0.22 },      { "P0k+40", false, 1300000000ull, 0.10 },
+    { "stock Q3_K_M", true, 1150000000ull, 0.25 }, { "stock Q4_K_M", true, 1500000000ull, 0.05 },
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 
@@ -429,10 +439,10 @@ Test(plot, the_pareto_front_is_the_points_that_nothing_beats)
     bool f[N_POINTS];
     pn_plot_pareto(k_points, N_POINTS, f);
     /* +19 is beaten by +10 (smaller and nearer), Q3_K_M by +10 too */
-    const bool want[N_POINTS] = {true, true, false, true, false, true};
+    const bool want[N_POINTS] = { true, true, false, true, false, true };
     for (size_t i = 0; i < N_POINTS; i++)
         cr_expect_eq(f[i], want[i], "%s", k_points[i].name);
-    pn_plot_point same[2] = {{"a", false, 5, 0.1}, {"b", true, 5, 0.1}};
+    pn_plot_point same[2] = { { "a", false, 5, 0.1 }, { "b", true, 5, 0.1 } };
     bool g[2];
     pn_plot_pareto(same, 2, g);
     cr_expect(g[0] && !g[1], "of equal points the first is on the front");
@@ -442,8 +452,10 @@ static void require_gnuplot(void)
 {
     char *out, *err;
     int rc = tu_run("gnuplot --version", &out, &err);
-    cr_assert_eq(rc, 0, "gnuplot is needed (apt-get install gnuplot-nox; scripts/install-deps "
-                 "installs it): exit %d: %s", rc, err);
+    cr_assert_eq(rc, 0,
+                 "gnuplot is needed (apt-get install gnuplot-nox; scripts/install-deps "
+                 "installs it): exit %d: %s",
+                 rc, err);
     free(out);
     free(err);
 }
@@ -453,7 +465,7 @@ Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_b
 {
     require_gnuplot();
     char *svg = path_in("m.svg");
-    pn_plot_opts o = {.path = svg, .weights = 2000000000ull, .budget = 1400000000ull};
+    pn_plot_opts o = { .path = svg, .weights = 2000000000ull, .budget = 1400000000ull };
     extern char **environ;
     o.envp = environ;
     pn_error err;
@@ -467,7 +479,8 @@ Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_b
     for (size_t i = 0; i < N_POINTS; i++)
         cr_assert(strstr(pic, k_points[i].name), "%s is named", k_points[i].name);
     cr_assert(strstr(pic, "budget 1.4 GB") && strstr(pic, "Pareto front") &&
-              strstr(pic, "bits per weight"), "the budget, the front and the second axis");
+                  strstr(pic, "bits per weight"),
+              "the budget, the front and the second axis");
     free(pic);
     /* drawn again: refused without force, replaced with it */
     cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_ERR_EXISTS);
@@ -491,13 +504,13 @@ Test(plot, a_png_name_gives_a_png_and_another_name_is_refused, .init = setup, .f
     require_gnuplot();
     char *png = path_in("m.png"), *pdf = path_in("m.pdf");
     extern char **environ;
-    pn_plot_opts o = {.path = png, .weights = 2000000000ull, .envp = environ};
+    pn_plot_opts o = { .path = png, .weights = 2000000000ull, .envp = environ };
     pn_error err;
     pn_error_clear(&err);
     cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_OK, "%s", err.msg);
     size_t n;
     unsigned char *b = tu_read_file(png, &n);
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const unsigned char sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
     cr_assert(n > 33 && memcmp(b, sig, 8) == 0 && memcmp(b + 12, "IHDR", 4) == 0);
     cr_assert_eq(be32(b + 16), 1000);
     cr_assert_eq(be32(b + 20), 650);

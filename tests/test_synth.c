@@ -45,7 +45,8 @@ static uint64_t key_u(const gguf_reader *r, const char *key)
     const gguf_kv *kv = gguf_reader_find_kv(r, key);
     cr_assert_not_null(kv, "key %s missing", key);
     cr_assert(kv->type == GGUF_TYPE_UINT32 || kv->type == GGUF_TYPE_UINT64 ||
-                  kv->type == GGUF_TYPE_BOOL, "key %s has type %d", key, kv->type);
+                  kv->type == GGUF_TYPE_BOOL,
+              "key %s has type %d", key, kv->type);
     return kv->v.u64;
 }
 
@@ -55,9 +56,9 @@ Test(synth_cli, help_names_every_option)
 {
     char *out, *err;
     cr_assert_eq(synth("--help", &out, &err), 0);
-    const char *opts[] = {"--layers", "--width-scale", "--vocab", "--dtype", "--seed", "--full",
-                          "--threads", "--force", "--quiet", "--version",
-                          "--hf", "--mtp", "--shard-size"};
+    const char *opts[] = { "--layers", "--width-scale", "--vocab",     "--dtype", "--seed",
+                           "--full",   "--threads",     "--force",     "--quiet", "--version",
+                           "--hf",     "--mtp",         "--shard-size" };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         cr_assert(strstr(out, opts[i]), "--help lacks %s", opts[i]);
     /* the text is printed with fputs, so a printf escape shows */
@@ -108,7 +109,8 @@ Test(synth_cli, one_layer_is_refused_because_llama_cpp_cannot_run_it, .init = se
     snprintf(args, sizeof args, "--layers 1 --width-scale 16 %s/one.gguf", g_dir);
     cr_assert_eq(synth(args, &out, &err), 2);
     cr_assert(strstr(err, "--layers 1") && strstr(err, "linear-attention") &&
-                  strstr(err, "llama.cpp") && strstr(err, "2 layers or more"), "%s", err);
+                  strstr(err, "llama.cpp") && strstr(err, "2 layers or more"),
+              "%s", err);
     struct stat sb;
     char path[4096];
     snprintf(path, sizeof path, "%s/one.gguf", g_dir);
@@ -193,7 +195,8 @@ Test(synth_cli, a_file_size_limit_is_a_clean_write_error, .init = setup, .fini =
     char cmd[8192], *out, *err;
     snprintf(cmd, sizeof cmd,
              "ulimit -f 1024; exec %s/pn-synth --quiet --layers 2 --width-scale 16 --vocab 64 "
-             "%s/big.gguf", PN_BIN_DIR, g_dir);
+             "%s/big.gguf",
+             PN_BIN_DIR, g_dir);
     int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 1, "exit %d (153 is death by SIGXFSZ): %s", rc, err);
     cr_assert(strstr(err, "big.gguf") && strstr(err, "file size limit"), "%s", err);
@@ -254,28 +257,39 @@ Test(synth_keys, width_scale_1_with_64_layers_is_exactly_the_full_shape)
 /* The shape llama.cpp's qwen35 loader expects for a tensor, derived from the
  * hyperparameters the way its load_arch_tensors does (facts read from
  * src/models/qwen35.cpp). Returns the number of dims, 0 if unknown. */
-static int loader_shape(const char *role, const pn_qwen38_hparams *h, int64_t n_embd,
-                        int64_t n_ff, int64_t n_vocab, int64_t ne[2])
+static int loader_shape(const char *role, const pn_qwen38_hparams *h, int64_t n_embd, int64_t n_ff,
+                        int64_t n_vocab, int64_t ne[2])
 {
     const int64_t key_dim = h->ssm_state * h->ssm_groups;
     const int64_t value_dim = h->ssm_state * h->ssm_v_heads;
     const int64_t hd = h->head_dim;
-    struct { const char *role; int64_t a, b; } rows[] = {
-        {"token_embd.weight", n_embd, n_vocab},   {"output.weight", n_embd, n_vocab},
-        {"output_norm.weight", n_embd, 0},        {"attn_norm.weight", n_embd, 0},
-        {"post_attention_norm.weight", n_embd, 0},
-        {"attn_q.weight", n_embd, hd * h->n_head * 2},
-        {"attn_k.weight", n_embd, hd * h->n_head_kv}, {"attn_v.weight", n_embd, hd * h->n_head_kv},
-        {"attn_output.weight", hd * h->n_head, n_embd},
-        {"attn_q_norm.weight", hd, 0},            {"attn_k_norm.weight", hd, 0},
-        {"attn_qkv.weight", n_embd, 2 * key_dim + value_dim},
-        {"attn_gate.weight", n_embd, value_dim},
-        {"ssm_conv1d.weight", h->conv_kernel, 2 * key_dim + value_dim},
-        {"ssm_dt.bias", h->ssm_v_heads, 0},        {"ssm_a", h->ssm_v_heads, 0},
-        {"ssm_beta.weight", n_embd, h->ssm_v_heads}, {"ssm_alpha.weight", n_embd, h->ssm_v_heads},
-        {"ssm_norm.weight", h->ssm_state, 0},      {"ssm_out.weight", value_dim, n_embd},
-        {"ffn_gate.weight", n_embd, n_ff},         {"ffn_up.weight", n_embd, n_ff},
-        {"ffn_down.weight", n_ff, n_embd},
+    struct {
+        const char *role;
+        int64_t a, b;
+    } rows[] = {
+        { "token_embd.weight", n_embd, n_vocab },
+        { "output.weight", n_embd, n_vocab },
+        { "output_norm.weight", n_embd, 0 },
+        { "attn_norm.weight", n_embd, 0 },
+        { "post_attention_norm.weight", n_embd, 0 },
+        { "attn_q.weight", n_embd, hd * h->n_head * 2 },
+        { "attn_k.weight", n_embd, hd * h->n_head_kv },
+        { "attn_v.weight", n_embd, hd * h->n_head_kv },
+        { "attn_output.weight", hd * h->n_head, n_embd },
+        { "attn_q_norm.weight", hd, 0 },
+        { "attn_k_norm.weight", hd, 0 },
+        { "attn_qkv.weight", n_embd, 2 * key_dim + value_dim },
+        { "attn_gate.weight", n_embd, value_dim },
+        { "ssm_conv1d.weight", h->conv_kernel, 2 * key_dim + value_dim },
+        { "ssm_dt.bias", h->ssm_v_heads, 0 },
+        { "ssm_a", h->ssm_v_heads, 0 },
+        { "ssm_beta.weight", n_embd, h->ssm_v_heads },
+        { "ssm_alpha.weight", n_embd, h->ssm_v_heads },
+        { "ssm_norm.weight", h->ssm_state, 0 },
+        { "ssm_out.weight", value_dim, n_embd },
+        { "ffn_gate.weight", n_embd, n_ff },
+        { "ffn_up.weight", n_embd, n_ff },
+        { "ffn_down.weight", n_ff, n_embd },
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (strcmp(role, rows[i].role) == 0) {
@@ -432,15 +446,21 @@ Test(synth_keys, the_file_holds_every_key_the_loader_reads_consistent_with_its_s
     cr_assert(base && base->type == GGUF_TYPE_FLOAT32 && base->v.f64 == 1e7);
     const gguf_kv *sec = gguf_reader_find_kv(r, "qwen35.rope.dimension_sections");
     cr_assert(sec && sec->type == GGUF_TYPE_ARRAY && sec->arr_type == GGUF_TYPE_INT32 &&
-              sec->arr_count == 4, "rope.dimension_sections must be 4 int32 (llama.cpp's int[4])");
+                  sec->arr_count == 4,
+              "rope.dimension_sections must be 4 int32 (llama.cpp's int[4])");
     int64_t sum = 0;
     for (int k = 0; k < 4; k++)
         sum += gguf_kv_arr_i64(sec, k);
     cr_assert_eq(sum, 32, "sections cover the 32 rotary pairs");
     /* the shapes the loader derives from those keys */
     pn_qwen38_hparams h = {
-        .n_head = 3, .n_head_kv = 1, .head_dim = 256, .ssm_state = 128, .ssm_groups = 2,
-        .ssm_v_heads = 6, .conv_kernel = 4,
+        .n_head = 3,
+        .n_head_kv = 1,
+        .head_dim = 256,
+        .ssm_state = 128,
+        .ssm_groups = 2,
+        .ssm_v_heads = 6,
+        .conv_kernel = 4,
     };
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
@@ -552,7 +572,10 @@ Test(synth_vocab, a_byte_level_bpe_vocabulary_of_exactly_vocab_tokens, .init = s
                   (unsigned long long)k);
         free(m);
     }
-    cr_assert_str_eq(t[256], "\xC4\xA0" "a", "the first merge is 'Ġ a'");
+    cr_assert_str_eq(t[256],
+                     "\xC4\xA0"
+                     "a",
+                     "the first merge is 'Ġ a'");
     qsort(t, V, sizeof *t, cmp_str);
     for (uint64_t i = 1; i < V; i++)
         cr_assert_str_neq(t[i - 1], t[i], "token text '%s' twice", t[i]);

@@ -27,14 +27,20 @@
 #define GOLDEN PN_TEST_DATA "/hf-qwen35-tiny"
 
 static char *g_dir;
-static void setup(void) { g_dir = tu_mkdtemp(); }
+static void setup(void)
+{
+    g_dir = tu_mkdtemp();
+}
 static void teardown(void)
 {
     tu_rm_rf(g_dir);
     free(g_dir);
 }
 
-static char *in_dir(const char *name) { return tu_join(g_dir, name); }
+static char *in_dir(const char *name)
+{
+    return tu_join(g_dir, name);
+}
 
 static int run(const char *prog, const char *args, char **err)
 {
@@ -105,7 +111,7 @@ typedef struct folder {
     size_t n_shards;
     uint64_t max_shard_data;
     uint64_t shard_data[64];
-    char shard_name[64][64];     /* in the order first named by the index */
+    char shard_name[64][64]; /* in the order first named by the index */
 } folder;
 
 /* Parses every shard the index names: 8-byte LE length, a JSON header
@@ -126,7 +132,8 @@ static folder read_folder(const char *dir)
     const char *shards[64];
     const char *tname;
     const json_t *v;
-    json_object_foreach((json_t *)map, tname, v) {
+    json_object_foreach((json_t *)map, tname, v)
+    {
         cr_assert(json_is_string(v));
         size_t k;
         for (k = 0; k < f.n_shards; k++)
@@ -156,7 +163,8 @@ static folder read_folder(const char *dir)
         uint64_t at = 0;
         const char *name;
         json_t *e;
-        json_object_foreach(h, name, e) {
+        json_object_foreach(h, name, e)
+        {
             if (strcmp(name, "__metadata__") == 0)
                 continue;
             st_tensor *t = &f.t[f.n++];
@@ -180,8 +188,8 @@ static folder read_folder(const char *dir)
             const json_t *off = json_object_get(e, "data_offsets");
             uint64_t b0 = (uint64_t)json_integer_value(json_array_get(off, 0));
             uint64_t b1 = (uint64_t)json_integer_value(json_array_get(off, 1));
-            cr_assert_eq(b0, at, "%s: %s starts at %llu, not right after the one before", p,
-                         name, (unsigned long long)b0);
+            cr_assert_eq(b0, at, "%s: %s starts at %llu, not right after the one before", p, name,
+                         (unsigned long long)b0);
             uint64_t es = strcmp(t->dtype, "F32") == 0 ? 4 : 2;
             cr_assert_eq(b1 - b0, elems * es, "%s: %s: shape and byte range disagree", p, name);
             at = b1;
@@ -232,8 +240,7 @@ Test(synth_hf, the_folder_parses_and_lists_the_model_tensors, .init = setup, .fi
     char *dir = synth_hf("m", "--layers 4 --width-scale 8 --vocab 300");
     folder f = read_folder(dir);
     const json_t *arch = json_object_get(f.config, "architectures");
-    cr_assert_str_eq(json_string_value(json_array_get(arch, 0)),
-                     "Qwen3_5ForConditionalGeneration");
+    cr_assert_str_eq(json_string_value(json_array_get(arch, 0)), "Qwen3_5ForConditionalGeneration");
     cr_assert(json_is_object(json_object_get(f.config, "vision_config")));
     /* width scale 8: n_embd 640, n_ff 2176, 3 heads of 256 (1 kv head), 6
      * linear value heads and 2 key heads of 128 */
@@ -255,21 +262,25 @@ Test(synth_hf, the_folder_parses_and_lists_the_model_tensors, .init = setup, .fi
     cr_assert_str_eq(json_string_value(json_array_get(lt, 0)), "linear_attention");
     /* 3 linear blocks of 14, 1 full block of 11, 3 top tensors, 3 vision */
     cr_assert_eq(f.n, 3 * 14 + 11 + 3 + 3, "%zu tensors", f.n);
-    struct { const char *name; int n; int64_t s[3]; } want[] = {
-        {"model.language_model.embed_tokens.weight", 2, {300, 640}},
-        {"lm_head.weight", 2, {300, 640}},
-        {"model.language_model.norm.weight", 1, {640}},
-        {"model.language_model.layers.0.linear_attn.in_proj_qkv.weight", 2, {1280, 640}},
-        {"model.language_model.layers.0.linear_attn.in_proj_z.weight", 2, {768, 640}},
-        {"model.language_model.layers.0.linear_attn.conv1d.weight", 3, {1280, 1, 4}},
-        {"model.language_model.layers.0.linear_attn.A_log", 1, {6}},
-        {"model.language_model.layers.0.linear_attn.dt_bias", 1, {6}},
-        {"model.language_model.layers.0.linear_attn.norm.weight", 1, {128}},
-        {"model.language_model.layers.0.linear_attn.out_proj.weight", 2, {640, 768}},
-        {"model.language_model.layers.2.linear_attn.in_proj_a.weight", 2, {6, 640}},
-        {"model.language_model.layers.3.self_attn.q_proj.weight", 2, {1536, 640}},
-        {"model.language_model.layers.3.self_attn.o_proj.weight", 2, {640, 768}},
-        {"model.language_model.layers.3.mlp.down_proj.weight", 2, {640, 2176}},
+    struct {
+        const char *name;
+        int n;
+        int64_t s[3];
+    } want[] = {
+        { "model.language_model.embed_tokens.weight", 2, { 300, 640 } },
+        { "lm_head.weight", 2, { 300, 640 } },
+        { "model.language_model.norm.weight", 1, { 640 } },
+        { "model.language_model.layers.0.linear_attn.in_proj_qkv.weight", 2, { 1280, 640 } },
+        { "model.language_model.layers.0.linear_attn.in_proj_z.weight", 2, { 768, 640 } },
+        { "model.language_model.layers.0.linear_attn.conv1d.weight", 3, { 1280, 1, 4 } },
+        { "model.language_model.layers.0.linear_attn.A_log", 1, { 6 } },
+        { "model.language_model.layers.0.linear_attn.dt_bias", 1, { 6 } },
+        { "model.language_model.layers.0.linear_attn.norm.weight", 1, { 128 } },
+        { "model.language_model.layers.0.linear_attn.out_proj.weight", 2, { 640, 768 } },
+        { "model.language_model.layers.2.linear_attn.in_proj_a.weight", 2, { 6, 640 } },
+        { "model.language_model.layers.3.self_attn.q_proj.weight", 2, { 1536, 640 } },
+        { "model.language_model.layers.3.self_attn.o_proj.weight", 2, { 640, 768 } },
+        { "model.language_model.layers.3.mlp.down_proj.weight", 2, { 640, 2176 } },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const st_tensor *t = find(&f, want[i].name);
@@ -321,13 +332,21 @@ Test(synth_hf, mtp_and_vision_tensors_are_there_when_asked, .init = setup, .fini
     folder f = read_folder(dir);
     cr_assert_eq(int_at(f.text, "mtp_num_hidden_layers"), 1);
     const char *mtp[] = {
-        "mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
-        "mtp.norm.weight", "mtp.layers.0.input_layernorm.weight",
-        "mtp.layers.0.post_attention_layernorm.weight", "mtp.layers.0.self_attn.q_proj.weight",
-        "mtp.layers.0.self_attn.k_proj.weight", "mtp.layers.0.self_attn.v_proj.weight",
-        "mtp.layers.0.self_attn.o_proj.weight", "mtp.layers.0.self_attn.q_norm.weight",
-        "mtp.layers.0.self_attn.k_norm.weight", "mtp.layers.0.mlp.gate_proj.weight",
-        "mtp.layers.0.mlp.up_proj.weight", "mtp.layers.0.mlp.down_proj.weight",
+        "mtp.fc.weight",
+        "mtp.pre_fc_norm_embedding.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        "mtp.norm.weight",
+        "mtp.layers.0.input_layernorm.weight",
+        "mtp.layers.0.post_attention_layernorm.weight",
+        "mtp.layers.0.self_attn.q_proj.weight",
+        "mtp.layers.0.self_attn.k_proj.weight",
+        "mtp.layers.0.self_attn.v_proj.weight",
+        "mtp.layers.0.self_attn.o_proj.weight",
+        "mtp.layers.0.self_attn.q_norm.weight",
+        "mtp.layers.0.self_attn.k_norm.weight",
+        "mtp.layers.0.mlp.gate_proj.weight",
+        "mtp.layers.0.mlp.up_proj.weight",
+        "mtp.layers.0.mlp.down_proj.weight",
     };
     for (size_t i = 0; i < sizeof mtp / sizeof mtp[0]; i++)
         cr_assert_not_null(find(&f, mtp[i]), "%s missing", mtp[i]);
@@ -369,7 +388,8 @@ Test(synth_hf, the_tokenizer_is_the_gguf_vocabulary_with_the_qwen35_pattern, .in
     const char **by_id = calloc(400, sizeof *by_id);
     const char *text;
     const json_t *id;
-    json_object_foreach((json_t *)vocab, text, id) {
+    json_object_foreach((json_t *)vocab, text, id)
+    {
         json_int_t k = json_integer_value(id);
         cr_assert(k >= 0 && k < 400 && !by_id[k], "id %lld", (long long)k);
         by_id[k] = text;
@@ -404,8 +424,8 @@ Test(synth_hf, the_tokenizer_is_the_gguf_vocabulary_with_the_qwen35_pattern, .in
     json_t *golden = load_json(GOLDEN "/hf", "tokenizer.json");
     const json_t *gp = json_array_get(
         json_object_get(json_object_get(golden, "pre_tokenizer"), "pretokenizers"), 0);
-    const json_t *sp = json_array_get(
-        json_object_get(json_object_get(tok, "pre_tokenizer"), "pretokenizers"), 0);
+    const json_t *sp =
+        json_array_get(json_object_get(json_object_get(tok, "pre_tokenizer"), "pretokenizers"), 0);
     cr_assert(json_equal((json_t *)gp, (json_t *)sp), "the Split pre-tokenizer differs");
     cr_assert_str_eq(json_string_value(json_object_get(tcfg, "eos_token")), by_id[399]);
     cr_assert(json_is_false(json_object_get(tcfg, "add_bos_token")));
@@ -418,8 +438,8 @@ Test(synth_hf, the_tokenizer_is_the_gguf_vocabulary_with_the_qwen35_pattern, .in
     free(dir);
 }
 
-Test(synth_hf, an_existing_target_is_refused_and_only_a_checkpoint_folder_replaced,
-     .init = setup, .fini = teardown)
+Test(synth_hf, an_existing_target_is_refused_and_only_a_checkpoint_folder_replaced, .init = setup,
+     .fini = teardown)
 {
     char *dir = synth_hf("m", "--layers 2 --width-scale 16 --vocab 300");
     char a[8192], *err;
@@ -431,8 +451,10 @@ Test(synth_hf, an_existing_target_is_refused_and_only_a_checkpoint_folder_replac
     char *cfg = tu_join(dir, "model-00001-of-00001.safetensors");
     size_t n1, n2;
     void *before = tu_read_file(cfg, &n1);
-    snprintf(a, sizeof a, "--quiet --hf --force --seed 7 --layers 2 --width-scale 16 --vocab 300 "
-             "'%s/'", dir);
+    snprintf(a, sizeof a,
+             "--quiet --hf --force --seed 7 --layers 2 --width-scale 16 --vocab 300 "
+             "'%s/'",
+             dir);
     run_ok("pn-synth", a);
     void *after = tu_read_file(cfg, &n2);
     cr_assert(n1 == n2 && memcmp(before, after, n1) != 0, "--force did not replace the folder");
@@ -441,8 +463,7 @@ Test(synth_hf, an_existing_target_is_refused_and_only_a_checkpoint_folder_replac
     /* but not a folder holding anything else */
     char *notes = tu_join(dir, "notes.txt");
     tu_write_file(notes, "mine", 4);
-    snprintf(a, sizeof a, "--quiet --hf --force --layers 2 --width-scale 16 --vocab 300 '%s'",
-             dir);
+    snprintf(a, sizeof a, "--quiet --hf --force --layers 2 --width-scale 16 --vocab 300 '%s'", dir);
     cr_assert_eq(run("pn-synth", a, &err), 1);
     cr_assert(strstr(err, "notes.txt"), "%s", err);
     free(err);
@@ -471,7 +492,8 @@ Test(synth_hf, a_failed_write_leaves_nothing, .init = setup, .fini = teardown)
     char cmd[8192], *out, *err;
     snprintf(cmd, sizeof cmd,
              "ulimit -f 512; exec %s/pn-synth --quiet --hf --layers 2 --width-scale 16 "
-             "--vocab 300 '%s/m'", PN_BIN_DIR, g_dir);
+             "--vocab 300 '%s/m'",
+             PN_BIN_DIR, g_dir);
     int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "file size limit"), "%s", err);
@@ -703,21 +725,28 @@ Test(synth_quantize, the_shipped_recipe_types_the_mtp_layer_in_both_forms, .init
     const char *opts = "--layers 4 --width-scale 4 --vocab 512 --mtp";
     char *dir = synth_hf("hf", opts), *gg = synth_gguf("m.gguf", opts);
     char cmd[8192], *plan_dir, *plan_gg, *err;
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
-             "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, dir, g_dir);
+    snprintf(cmd, sizeof cmd,
+             "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
+             "'^(blk|token_embd|output)' | sort",
+             PN_BIN_DIR, dir, g_dir);
     cr_assert_eq(tu_run(cmd, &plan_dir, &err), 0, "%s", err);
     free(err);
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
-             "'^(blk|token_embd|output)' | sort", PN_BIN_DIR, gg, g_dir);
+    snprintf(cmd, sizeof cmd,
+             "%s/pn-quantize --dry-run --keep-mtp '%s' '%s/o.gguf' | grep -E "
+             "'^(blk|token_embd|output)' | sort",
+             PN_BIN_DIR, gg, g_dir);
     cr_assert_eq(tu_run(cmd, &plan_gg, &err), 0, "%s", err);
     free(err);
     cr_assert_str_eq(plan_dir, plan_gg, "the folder's plan differs from the GGUF's");
     const char *mtp[] = {
-        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight", "blk.4.nextn.hnorm.weight",
-        "blk.4.nextn.shared_head_norm.weight", "blk.4.attn_q.weight", "blk.4.attn_k.weight",
-        "blk.4.attn_v.weight", "blk.4.attn_output.weight", "blk.4.attn_q_norm.weight",
-        "blk.4.attn_k_norm.weight", "blk.4.attn_norm.weight", "blk.4.post_attention_norm.weight",
-        "blk.4.ffn_gate.weight", "blk.4.ffn_up.weight", "blk.4.ffn_down.weight",
+        "blk.4.nextn.eh_proj.weight", "blk.4.nextn.enorm.weight",
+        "blk.4.nextn.hnorm.weight",   "blk.4.nextn.shared_head_norm.weight",
+        "blk.4.attn_q.weight",        "blk.4.attn_k.weight",
+        "blk.4.attn_v.weight",        "blk.4.attn_output.weight",
+        "blk.4.attn_q_norm.weight",   "blk.4.attn_k_norm.weight",
+        "blk.4.attn_norm.weight",     "blk.4.post_attention_norm.weight",
+        "blk.4.ffn_gate.weight",      "blk.4.ffn_up.weight",
+        "blk.4.ffn_down.weight",
     };
     for (size_t i = 0; i < sizeof mtp / sizeof mtp[0]; i++) {
         char needle[128];

@@ -87,7 +87,7 @@ static float *read_floats(const gguf_reader *r, size_t i, int64_t *rows, int64_t
 /* Every value of the tensors whose name ends with role ("ffn_down.weight"). */
 static values kind_values(const gguf_reader *r, const char *role)
 {
-    values a = {0};
+    values a = { 0 };
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const char *name = gguf_reader_tensor(r, i)->name;
         size_t ln = strlen(name), lr = strlen(role);
@@ -151,7 +151,7 @@ static double kurtosis(const float *v, size_t n)
 Test(synth_profile, the_fit_gives_the_published_anchor_for_gaussian_weights)
 {
     /* Ding (2026): i.i.d. Gaussian weights give k of about 1.20 */
-    tu_rng rng = {7};
+    tu_rng rng = { 7 };
     size_t n = 400000;
     float *v = malloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
@@ -176,24 +176,29 @@ Test(synth_profile, weight_tails_match_the_published_weibull_shapes_of_each_tens
     pn_error err;
     cr_assert_eq(gguf_reader_open(tr, &r, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(gguf_reader_open(ga, &g, &err), PN_OK, "%s", err.msg);
-    static const struct { const char *role; double lo, hi; } kinds[] = {
-        {"attn_q.weight", 1.10, 1.16},     {"attn_k.weight", 1.10, 1.16},
-        {"attn_qkv.weight", 1.10, 1.16},   {"ffn_gate.weight", 1.186, 1.204},
-        {"ffn_up.weight", 1.186, 1.204},   {"ffn_down.weight", 1.186, 1.204},
-        {"attn_output.weight", 1.186, 1.204}, {"ssm_out.weight", 1.186, 1.204},
+    static const struct {
+        const char *role;
+        double lo, hi;
+    } kinds[] = {
+        { "attn_q.weight", 1.10, 1.16 },        { "attn_k.weight", 1.10, 1.16 },
+        { "attn_qkv.weight", 1.10, 1.16 },      { "ffn_gate.weight", 1.186, 1.204 },
+        { "ffn_up.weight", 1.186, 1.204 },      { "ffn_down.weight", 1.186, 1.204 },
+        { "attn_output.weight", 1.186, 1.204 }, { "ssm_out.weight", 1.186, 1.204 },
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         values a = kind_values(r, kinds[i].role), b = kind_values(g, kinds[i].role);
         double k = weibull_shape(a.v, a.n), kg = weibull_shape(b.v, b.n);
         cr_log_info("%-20s trained k %.4f kurtosis %.2f (%zu values); gaussian k %.4f "
-                    "kurtosis %.2f", kinds[i].role, k, kurtosis(a.v, a.n), a.n, kg,
-                    kurtosis(b.v, b.n));
+                    "kurtosis %.2f",
+                    kinds[i].role, k, kurtosis(a.v, a.n), a.n, kg, kurtosis(b.v, b.n));
         cr_expect(k >= kinds[i].lo - 0.01 && k <= kinds[i].hi + 0.01,
                   "%s: k %.4f outside the published %.3f-%.3f (+-0.01)", kinds[i].role, k,
                   kinds[i].lo, kinds[i].hi);
         if (kinds[i].hi < 1.17)
-            cr_expect(kg > kinds[i].hi + 0.01, "%s: the default profile is in the band too "
-                      "(k %.4f)", kinds[i].role, kg);
+            cr_expect(kg > kinds[i].hi + 0.01,
+                      "%s: the default profile is in the band too "
+                      "(k %.4f)",
+                      kinds[i].role, kg);
         free(a.v);
         free(b.v);
     }
@@ -230,7 +235,7 @@ Test(synth_profile, the_activations_reaching_the_matrices_have_a_few_fixed_outli
             cr_assert_eq(rows, 1);
             double *ms = calloc((size_t)E, sizeof *ms);
             float *h = malloc((size_t)E * sizeof *h);
-            tu_rng rng = {11};
+            tu_rng rng = { 11 };
             const int tokens = 2000;
             for (int t = 0; t < tokens; t++) {
                 double ss = 0;
@@ -267,12 +272,14 @@ Test(synth_profile, the_activations_reaching_the_matrices_have_a_few_fixed_outli
                 } else {
                     cr_assert_eq(n_out, n_first);
                     for (int k = 0; k < n_out; k++)
-                        cr_assert_eq(out[k], first[k], "%s: channel %lld, not %lld as in the "
-                                     "first norm", name, (long long)out[k], (long long)first[k]);
+                        cr_assert_eq(out[k], first[k],
+                                     "%s: channel %lld, not %lld as in the "
+                                     "first norm",
+                                     name, (long long)out[k], (long long)first[k]);
                 }
             } else {
-                cr_assert_eq(n_out, 0, "the default profile has no outlier channels (%s: %d)",
-                             name, n_out);
+                cr_assert_eq(n_out, 0, "the default profile has no outlier channels (%s: %d)", name,
+                             n_out);
             }
             n_norms++;
             free(ms);
@@ -281,7 +288,8 @@ Test(synth_profile, the_activations_reaching_the_matrices_have_a_few_fixed_outli
             free(sorted);
             free(gain);
         }
-        cr_assert_eq(n_norms, 2 * 4 + 1, "attn_norm and post_attention_norm of 4 blocks, "
+        cr_assert_eq(n_norms, 2 * 4 + 1,
+                     "attn_norm and post_attention_norm of 4 blocks, "
                      "output_norm");
         gguf_reader_close(r);
     }
@@ -315,8 +323,7 @@ static double sd(double *x, int64_t n)
 
 /* robust spread of ln(median |w|) over the rows, and over the columns, of a matrix: a
  * scale that a few large entries do not move. */
-static void scale_spread(const float *f, int64_t rows, int64_t cols, double *row_sd,
-                         double *col_sd)
+static void scale_spread(const float *f, int64_t rows, int64_t cols, double *row_sd, double *col_sd)
 {
     int64_t most = rows > cols ? rows : cols;
     float *scratch = malloc((size_t)most * sizeof *scratch);
@@ -341,8 +348,8 @@ Test(synth_profile, rows_and_columns_have_the_stated_spread_of_scale, .init = se
     char *tr = path_in("trained.gguf"), *ga = path_in("gaussian.gguf");
     synth(tr, "--profile trained --layers 4 --width-scale 8 --vocab 300");
     synth(ga, "--layers 4 --width-scale 8 --vocab 300");
-    const char *names[] = {"blk.0.ffn_gate.weight", "blk.3.attn_output.weight",
-                           "blk.1.ssm_out.weight"};
+    const char *names[] = { "blk.0.ffn_gate.weight", "blk.3.attn_output.weight",
+                            "blk.1.ssm_out.weight" };
     for (int which = 0; which < 2; which++) {
         gguf_reader *r;
         pn_error err;
@@ -363,8 +370,7 @@ Test(synth_profile, rows_and_columns_have_the_stated_spread_of_scale, .init = se
                 cr_expect(fabs(rsd - PN_SYNTH_SCALE_SIGMA) < 0.03, "%s rows %.3f", names[k], rsd);
                 cr_expect(fabs(csd - PN_SYNTH_SCALE_SIGMA) < 0.03, "%s cols %.3f", names[k], csd);
             } else {
-                cr_expect(rsd < 0.07 && csd < 0.07, "%s rows %.3f cols %.3f", names[k], rsd,
-                          csd);
+                cr_expect(rsd < 0.07 && csd < 0.07, "%s rows %.3f cols %.3f", names[k], rsd, csd);
             }
             free(f);
         }
@@ -413,8 +419,10 @@ static const char *llama_missing(void)
     if (rc == 0 && out && strstr(out, "llama_cpp"))
         why[0] = 0;
     else
-        snprintf(why, sizeof why, "node-llama-cpp is not installed (exit %d: %.900s); run "
-                 "scripts/install-deps", rc, err ? err : "");
+        snprintf(why, sizeof why,
+                 "node-llama-cpp is not installed (exit %d: %.900s); run "
+                 "scripts/install-deps",
+                 rc, err ? err : "");
     free(out);
     free(err);
     return why[0] ? why : NULL;
@@ -444,22 +452,26 @@ Test(synth_profile_llama, stock_llama_cpp_runs_the_trained_model_in_both_forms, 
     synth(src, "--profile trained --layers 2 --width-scale 16 --vocab 300");
     synth(hf, "--hf --profile trained --layers 2 --width-scale 16 --vocab 300");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s/pn-quantize --quiet --backend cpu --threads 1 --recipe '%s' "
-             "--promote 2 '%s' '%s'", PN_BIN_DIR, FALLBACK_RECIPE, src, pn);
+    snprintf(cmd, sizeof cmd,
+             "%s/pn-quantize --quiet --backend cpu --threads 1 --recipe '%s' "
+             "--promote 2 '%s' '%s'",
+             PN_BIN_DIR, FALLBACK_RECIPE, src, pn);
     run_ok(cmd);
     double kl[2];
     for (int i = 0; i < 2; i++) {
         char *out, *err;
-        snprintf(cmd, sizeof cmd, "%s/pn-compare --quiet --json --threads 1 --tmpdir '%s' '%s' "
-                 "'%s'", PN_BIN_DIR, tmp, i ? hf : src, pn);
+        snprintf(cmd, sizeof cmd,
+                 "%s/pn-compare --quiet --json --threads 1 --tmpdir '%s' '%s' "
+                 "'%s'",
+                 PN_BIN_DIR, tmp, i ? hf : src, pn);
         int rc = tu_run(cmd, &out, &err);
         cr_assert_eq(rc, 0, "%s: exit %d: %s", cmd, rc, err);
         kl[i] = kl_of(out);
         free(out);
         free(err);
     }
-    cr_log_info("mean KL of P0k-fallback+2 on the trained profile: %.6g (GGUF), %.6g (HF)",
-                kl[0], kl[1]);
+    cr_log_info("mean KL of P0k-fallback+2 on the trained profile: %.6g (GGUF), %.6g (HF)", kl[0],
+                kl[1]);
     cr_assert(isfinite(kl[0]) && kl[0] > 0 && kl[0] < 5, "%g", kl[0]);
     cr_assert_eq(kl[0], kl[1], "the two forms are the same model");
     free(src);

@@ -25,7 +25,7 @@ void *tu_read_file(const char *path, size_t *size)
     if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)
         cr_assert_fail("short read of %s", path);
     fclose(f);
-    buf[n > 0 ? n : 0] = '\0';   /* a NUL after the bytes: text files read as C strings */
+    buf[n > 0 ? n : 0] = '\0'; /* a NUL after the bytes: text files read as C strings */
     if (size)
         *size = (size_t)n;
     return buf;
@@ -127,7 +127,8 @@ void tu_rm_rf(const char *path)
         return;
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) { /* best effort */ }
+    if (system(cmd) != 0) { /* best effort */
+    }
 }
 
 static char *slurp_fd(FILE *f)
@@ -163,12 +164,14 @@ int tu_run(const char *cmdline, char **out, char **err)
     if (out) {
         f = fopen(outp, "rb");
         *out = f ? slurp_fd(f) : strdup("");
-        if (f) fclose(f);
+        if (f)
+            fclose(f);
     }
     if (err) {
         f = fopen(errp, "rb");
         *err = f ? slurp_fd(f) : strdup("");
-        if (f) fclose(f);
+        if (f)
+            fclose(f);
     }
     unlink(outp);
     unlink(errp);
@@ -209,7 +212,10 @@ uint64_t tu_rng_u64(tu_rng *r)
     return z ^ (z >> 31);
 }
 
-double tu_rng_uniform(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1.0p-53; }
+double tu_rng_uniform(tu_rng *r)
+{
+    return (double)(tu_rng_u64(r) >> 11) * 0x1.0p-53;
+}
 
 double tu_rng_gauss(tu_rng *r)
 {

@@ -53,10 +53,12 @@ typedef struct tu_notes {
 void tu_keep_note(const char *msg, void *user);
 
 /* Deterministic random numbers for tests (splitmix64 + Box-Muller). */
-typedef struct tu_rng { uint64_t s; } tu_rng;
+typedef struct tu_rng {
+    uint64_t s;
+} tu_rng;
 uint64_t tu_rng_u64(tu_rng *r);
-double tu_rng_uniform(tu_rng *r);     /* [0, 1) */
-double tu_rng_gauss(tu_rng *r);       /* N(0, 1) */
+double tu_rng_uniform(tu_rng *r); /* [0, 1) */
+double tu_rng_gauss(tu_rng *r);   /* N(0, 1) */
 
 /* The measurement's sampled rows, computed here as the format states them
  * (every row when n_rows <= max_rows, else floor(i * n_rows / max_rows) in

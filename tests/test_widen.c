@@ -56,8 +56,8 @@ typedef struct widen_case {
 ParameterizedTestParameters(widen, every_16_bit_pattern_widens_exactly)
 {
     static widen_case cases[] = {
-        {PN_TYPE_F16, 0}, {PN_TYPE_F16, 1}, {PN_TYPE_F16, 3},
-        {PN_TYPE_BF16, 0}, {PN_TYPE_BF16, 1}, {PN_TYPE_BF16, 3},
+        { PN_TYPE_F16, 0 },  { PN_TYPE_F16, 1 },  { PN_TYPE_F16, 3 },
+        { PN_TYPE_BF16, 0 }, { PN_TYPE_BF16, 1 }, { PN_TYPE_BF16, 3 },
     };
     return cr_make_param_array(widen_case, cases, sizeof cases / sizeof cases[0]);
 }
@@ -92,7 +92,7 @@ ParameterizedTest(widen_case *c, widen, every_16_bit_pattern_widens_exactly)
 
 ParameterizedTestParameters(widen, f32_rows_are_copied_bit_for_bit)
 {
-    static int offsets[] = {0, 1, 2, 3};
+    static int offsets[] = { 0, 1, 2, 3 };
     return cr_make_param_array(int, offsets, 4);
 }
 
@@ -100,7 +100,7 @@ ParameterizedTest(int *offset, widen, f32_rows_are_copied_bit_for_bit)
 {
     enum { N = 4099 };
     uint32_t want[N];
-    tu_rng rng = {42};
+    tu_rng rng = { 42 };
     for (int i = 0; i < N; i++)
         want[i] = (uint32_t)tu_rng_u64(&rng); /* every kind: NaN payloads, subnormals, inf */
     want[0] = 0x80000000u;                    /* -0.0 */
@@ -119,14 +119,14 @@ ParameterizedTest(int *offset, widen, f32_rows_are_copied_bit_for_bit)
 
 ParameterizedTestParameters(widen, a_type_that_is_not_a_float_source_is_refused)
 {
-    static int types[] = {PN_TYPE_Q8_0, PN_TYPE_Q3_K, PN_TYPE_Q4_K, PN_TYPE_PN3T, PN_TYPE_PN4T,
-                          2, 31, -1, 1000};
+    static int types[] = { PN_TYPE_Q8_0, PN_TYPE_Q3_K, PN_TYPE_Q4_K, PN_TYPE_PN3T, PN_TYPE_PN4T, 2,
+                           31,           -1,           1000 };
     return cr_make_param_array(int, types, sizeof types / sizeof types[0]);
 }
 
 ParameterizedTest(int *type, widen, a_type_that_is_not_a_float_source_is_refused)
 {
-    uint8_t src[64] = {0};
+    uint8_t src[64] = { 0 };
     float dst[16];
     for (int i = 0; i < 16; i++)
         dst[i] = 123.0f;
@@ -137,8 +137,8 @@ ParameterizedTest(int *type, widen, a_type_that_is_not_a_float_source_is_refused
 
 Test(widen, an_empty_row_is_fine_for_every_float_type)
 {
-    float dst[1] = {7.0f};
-    uint8_t src[1] = {0};
+    float dst[1] = { 7.0f };
+    uint8_t src[1] = { 0 };
     cr_assert_eq(pn_widen_row(PN_TYPE_F32, src, dst, 0), PN_OK);
     cr_assert_eq(pn_widen_row(PN_TYPE_F16, src, dst, 0), PN_OK);
     cr_assert_eq(pn_widen_row(PN_TYPE_BF16, src, dst, 0), PN_OK);
@@ -147,7 +147,7 @@ Test(widen, an_empty_row_is_fine_for_every_float_type)
 
 Test(widen, a_short_f16_row_reads_little_endian_bytes)
 {
-    const uint8_t src[] = {0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b, 0x01, 0x00, 0x00, 0x80};
+    const uint8_t src[] = { 0x00, 0x3c, 0x00, 0xc0, 0xff, 0x7b, 0x01, 0x00, 0x00, 0x80 };
     float dst[5];
     cr_assert_eq(pn_widen_row(PN_TYPE_F16, src, dst, 5), PN_OK);
     cr_assert_eq(dst[0], 1.0f);
@@ -155,7 +155,7 @@ Test(widen, a_short_f16_row_reads_little_endian_bytes)
     cr_assert_eq(dst[2], 65504.0f);
     cr_assert_eq(dst[3], 0x1p-24f);
     cr_assert(dst[4] == 0.0f && signbit(dst[4]));
-    const uint8_t bsrc[] = {0x80, 0x3f, 0xc0, 0xbf};
+    const uint8_t bsrc[] = { 0x80, 0x3f, 0xc0, 0xbf };
     cr_assert_eq(pn_widen_row(PN_TYPE_BF16, bsrc, dst, 2), PN_OK);
     cr_assert_eq(dst[0], 1.0f);
     cr_assert_eq(dst[1], -1.5f);
@@ -165,7 +165,7 @@ Test(widen, a_short_f16_row_reads_little_endian_bytes)
 
 Test(find_nonfinite, a_finite_row_gives_minus_one)
 {
-    float x[] = {0.0f, -0.0f, FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, -0x1p-149f, 1.0f};
+    float x[] = { 0.0f, -0.0f, FLT_MAX, -FLT_MAX, FLT_MIN, 0x1p-149f, -0x1p-149f, 1.0f };
     cr_assert_eq(pn_find_nonfinite(x, 8), -1);
     cr_assert_eq(pn_find_nonfinite(x, 0), -1, "an empty row has nothing to find");
 }
@@ -220,7 +220,7 @@ Test(find_nonfinite, finds_every_nan_pattern_of_the_widened_halves)
 
 #include "quant/pn_fast.h"
 
-static const int g_paths[] = {PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512};
+static const int g_paths[] = { PN_PATH_REF, PN_PATH_SCALAR_FAST, PN_PATH_AVX2, PN_PATH_AVX512 };
 #define N_PATHS 4
 
 static bool path_runs(int path)
@@ -270,11 +270,12 @@ static uint32_t float_bits_of(const float *x, int64_t i)
 
 ParameterizedTestParameters(widen_paths, every_finite_16_bit_pattern_widens_exactly_at_every_offset)
 {
-    static int types[] = {PN_TYPE_F16, PN_TYPE_BF16};
+    static int types[] = { PN_TYPE_F16, PN_TYPE_BF16 };
     return cr_make_param_array(int, types, 2);
 }
 
-ParameterizedTest(int *type, widen_paths, every_finite_16_bit_pattern_widens_exactly_at_every_offset)
+ParameterizedTest(int *type, widen_paths,
+                  every_finite_16_bit_pattern_widens_exactly_at_every_offset)
 {
     int64_t n;
     uint16_t *pat = finite_patterns(*type, &n);
@@ -292,8 +293,8 @@ ParameterizedTest(int *type, widen_paths, every_finite_16_bit_pattern_widens_exa
             cr_assert_eq(bad, -1, "no column is bad in a finite row");
             int wrong = 0;
             for (int64_t i = 0; i < n; i++) {
-                uint32_t want = *type == PN_TYPE_F16 ? half_as_float_bits(pat[i])
-                                                     : (uint32_t)pat[i] << 16;
+                uint32_t want =
+                    *type == PN_TYPE_F16 ? half_as_float_bits(pat[i]) : (uint32_t)pat[i] << 16;
                 if (float_bits_of(got, i) != want && wrong++ == 0)
                     cr_log_error("path %s offset %d: 0x%04x widens to 0x%08x, expected 0x%08x",
                                  pn_path_name(g_paths[pi]), off, pat[i], float_bits_of(got, i),
@@ -313,7 +314,7 @@ ParameterizedTest(int *type, widen_paths, every_finite_16_bit_pattern_widens_exa
  * every byte offset: the bytes of the reference. */
 ParameterizedTestParameters(widen_paths, rows_of_every_length_give_the_references_bytes)
 {
-    static int types[] = {PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_F32};
+    static int types[] = { PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_F32 };
     return cr_make_param_array(int, types, 3);
 }
 
@@ -321,7 +322,7 @@ ParameterizedTest(int *type, widen_paths, rows_of_every_length_give_the_referenc
 {
     enum { MAXN = 700 };
     const int64_t es = *type == PN_TYPE_F32 ? 4 : 2;
-    tu_rng rng = {(uint64_t)*type + 5};
+    tu_rng rng = { (uint64_t)*type + 5 };
     uint8_t *src = malloc(MAXN * 4 + 8);
     float *want = malloc(MAXN * sizeof(float)), *got = malloc(MAXN * sizeof(float));
     cr_assert(src && want && got);
@@ -355,9 +356,8 @@ ParameterizedTest(int *type, widen_paths, rows_of_every_length_give_the_referenc
                           "path %s, type %d, n %lld, offset %d: other floats",
                           pn_path_name(g_paths[pi]), *type, (long long)n, off);
                 if (n < MAXN)
-                    cr_assert_eq(float_bits_of(got, n), 0xa5a5a5a5u,
-                                 "path %s wrote past n = %lld", pn_path_name(g_paths[pi]),
-                                 (long long)n);
+                    cr_assert_eq(float_bits_of(got, n), 0xa5a5a5a5u, "path %s wrote past n = %lld",
+                                 pn_path_name(g_paths[pi]), (long long)n);
             }
         }
     free(src);
@@ -372,8 +372,8 @@ static int64_t nonfinite_patterns(int type, uint32_t *out)
 {
     int64_t k = 0;
     if (type == PN_TYPE_F32) {
-        static const uint32_t f[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
-                                     0x7f800001u, 0x7fa00001u, 0xffffffffu, 0x7fffffffu};
+        static const uint32_t f[] = { 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
+                                      0x7f800001u, 0x7fa00001u, 0xffffffffu, 0x7fffffffu };
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
             out[k++] = f[i];
         return k;
@@ -387,15 +387,17 @@ static int64_t nonfinite_patterns(int type, uint32_t *out)
 /* Each non-finite pattern at every position of rows of several lengths
  * (and a second one later): the same status and column as the reference on
  * every path, the floats before it exact. */
-ParameterizedTestParameters(widen_paths, the_first_nan_or_infinity_is_found_at_the_references_column)
+ParameterizedTestParameters(widen_paths,
+                            the_first_nan_or_infinity_is_found_at_the_references_column)
 {
-    static int types[] = {PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_F32};
+    static int types[] = { PN_TYPE_F16, PN_TYPE_BF16, PN_TYPE_F32 };
     return cr_make_param_array(int, types, 3);
 }
 
-ParameterizedTest(int *type, widen_paths, the_first_nan_or_infinity_is_found_at_the_references_column)
+ParameterizedTest(int *type, widen_paths,
+                  the_first_nan_or_infinity_is_found_at_the_references_column)
 {
-    static const int64_t lengths[] = {1, 7, 8, 9, 17, 255, 256, 257, 300, 513, 1031};
+    static const int64_t lengths[] = { 1, 7, 8, 9, 17, 255, 256, 257, 300, 513, 1031 };
     const int64_t es = *type == PN_TYPE_F32 ? 4 : 2;
     uint32_t *bad_pat = malloc(ALL_PATTERNS * sizeof *bad_pat);
     cr_assert_not_null(bad_pat);
@@ -404,7 +406,7 @@ ParameterizedTest(int *type, widen_paths, the_first_nan_or_infinity_is_found_at_
     uint8_t *src = malloc(MAXN * 4 + 8);
     float *want = malloc(MAXN * sizeof(float)), *got = malloc(MAXN * sizeof(float));
     cr_assert(src && want && got);
-    tu_rng rng = {99};
+    tu_rng rng = { 99 };
     int64_t k = 0, cases = 0;
     for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
         const int64_t n = lengths[li];
@@ -450,16 +452,15 @@ ParameterizedTest(int *type, widen_paths, the_first_nan_or_infinity_is_found_at_
                 cr_assert(memcmp(got, want, (size_t)pos * sizeof(float)) == 0,
                           "path %s: the floats before the bad one differ",
                           pn_path_name(g_paths[pi]));
-                cr_assert(isnan(got[pos]) == isnan(want[pos]) && isinf(got[pos]) == isinf(want[pos]) &&
-                              signbit(got[pos]) == signbit(want[pos]),
-                          "path %s: the bad value's class or sign differs",
-                          pn_path_name(g_paths[pi]));
+                cr_assert(
+                    isnan(got[pos]) == isnan(want[pos]) && isinf(got[pos]) == isinf(want[pos]) &&
+                        signbit(got[pos]) == signbit(want[pos]),
+                    "path %s: the bad value's class or sign differs", pn_path_name(g_paths[pi]));
             }
             cases++;
         }
     }
-    cr_assert_geq(k, n_bad, "every non-finite pattern was placed (%lld)",
-                  (long long)k);
+    cr_assert_geq(k, n_bad, "every non-finite pattern was placed (%lld)", (long long)k);
     cr_log_info("type %d: %lld rows with a non-finite weight", *type, (long long)cases);
     free(bad_pat);
     free(src);
@@ -469,7 +470,7 @@ ParameterizedTest(int *type, widen_paths, the_first_nan_or_infinity_is_found_at_
 
 Test(widen_paths, a_refused_type_or_path_writes_nothing)
 {
-    uint8_t src[64] = {0};
+    uint8_t src[64] = { 0 };
     float dst[16];
     for (int i = 0; i < 16; i++)
         dst[i] = 123.0f;

@@ -21,7 +21,7 @@
 #include "quant/types.h"
 
 #define NAME "fuzz.gguf"
-#define WALK_MAX 256   /* arr_str / arr_arr are O(i): bound the walk per array */
+#define WALK_MAX 256 /* arr_str / arr_arr are O(i): bound the walk per array */
 
 static volatile uint8_t sink;
 
@@ -66,9 +66,7 @@ static void walk_array(const gguf_kv *kv, int depth)
             break;
         }
         case GGUF_TYPE_FLOAT32:
-        case GGUF_TYPE_FLOAT64:
-            sink ^= (uint8_t)(gguf_kv_arr_f64(kv, i) != 0.0);
-            break;
+        case GGUF_TYPE_FLOAT64: sink ^= (uint8_t)(gguf_kv_arr_f64(kv, i) != 0.0); break;
         default:
             sink ^= (uint8_t)gguf_kv_arr_u64(kv, i);
             sink ^= (uint8_t)gguf_kv_arr_i64(kv, i);

@@ -12,7 +12,8 @@
 
 static void require(int ok)
 {
-    if (!ok) abort();
+    if (!ok)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -38,7 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(src, sizeof src, names[i], (unsigned long long)(c.n_layer - 1));
         int r = pn_hf_map_name(src, &c, false, out, sizeof out, &err);
         require(r >= -1 && r <= 1);
-        if (r == 1) require(memchr(out, '\0', sizeof out) != NULL);
+        if (r == 1)
+            require(memchr(out, '\0', sizeof out) != NULL);
     }
     return 0;
 }

@@ -10,15 +10,16 @@
 
 static void require(int ok)
 {
-    if (!ok) abort();
+    if (!ok)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pn_error err;
     size_t n = 0;
-    pn_status st = pn_hf_index_parse((const char *)data, size, "model.safetensors.index.json",
-                                     &n, &err);
+    pn_status st =
+        pn_hf_index_parse((const char *)data, size, "model.safetensors.index.json", &n, &err);
     if (st != PN_OK) {
         require(strncmp(err.msg, "model.safetensors.index.json", 28) == 0 || st == PN_ERR_NOMEM);
         require(n == 0);

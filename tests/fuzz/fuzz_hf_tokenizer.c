@@ -13,12 +13,13 @@
 
 static void require(int ok)
 {
-    if (!ok) abort();
+    if (!ok)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    pn_hf_config c = {0};
+    pn_hf_config c = { 0 };
     c.vocab_size = 320;
     c.n_layer = 4;
     c.n_embd = 64;
@@ -49,11 +50,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (uint64_t i = 0; i < mg->arr_count; i++) {
             require(end - p >= 8);
             uint64_t n = 0;
-            for (int b = 7; b >= 0; b--) n = (n << 8) | p[b];
+            for (int b = 7; b >= 0; b--)
+                n = (n << 8) | p[b];
             p += 8;
             require((uint64_t)(end - p) >= n);
             const uint8_t *sp = memchr(p, ' ', n);
-            require(sp && sp > p && sp < p + n - 1 && !memchr(sp + 1, ' ', (size_t)(p + n - sp - 1)));
+            require(sp && sp > p && sp < p + n - 1 &&
+                    !memchr(sp + 1, ' ', (size_t)(p + n - sp - 1)));
             p += n;
         }
     }

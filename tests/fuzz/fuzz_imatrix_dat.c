@@ -20,8 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char text[] = "mix F\nrotation none\npromote 0\nrule * => pn3t|f32\n";
     pn_recipe *r = NULL;
     pn_plan *plan = NULL;
-    const pn_tensor_desc d[2] = {{"output.weight", 2, {8, 4, 1, 1}, 0},
-                                 {"blk.0.attn_gate.weight", 2, {4, 4, 1, 1}, 0}};
+    const pn_tensor_desc d[2] = { { "output.weight", 2, { 8, 4, 1, 1 }, 0 },
+                                  { "blk.0.attn_gate.weight", 2, { 4, 4, 1, 1 }, 0 } };
     if (pn_recipe_parse(text, strlen(text), "fuzz", &r, &err) == PN_OK &&
         pn_plan_build(r, d, 2, &plan, NULL, &err) == PN_OK) {
         size_t n_unknown = 0;

@@ -11,9 +11,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pn_error err;
     if (pn_recipe_parse((const char *)data, size, "fuzz", &r, &err) != PN_OK)
         return 0;
-    static const int64_t shapes[][4] = {{5120, 10240, 1, 1}, {320, 1, 1, 1}, {1, 1, 1, 1},
-                                        {17408, 5120, 2, 3}};
-    static const char *const names[] = {"blk.0.attn_qkv.weight", "token_embd.weight", "x", ""};
+    static const int64_t shapes[][4] = {
+        { 5120, 10240, 1, 1 }, { 320, 1, 1, 1 }, { 1, 1, 1, 1 }, { 17408, 5120, 2, 3 }
+    };
+    static const char *const names[] = { "blk.0.attn_qkv.weight", "token_embd.weight", "x", "" };
     for (size_t i = 0; i < 4; i++) {
         const pn_recipe_rule *rule = pn_recipe_match(r, names[i], (uint32_t)(i % 4 + 1), shapes[i]);
         if (rule)

@@ -12,7 +12,8 @@
 
 static void require(int ok)
 {
-    if (!ok) abort();
+    if (!ok)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -29,14 +30,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         require(t->name && t->name[0]);
         require(t->begin <= t->end && t->end <= data_size);
         uint64_t n = t->dtype == PN_HF_F32 ? 4 : 2;
-        for (uint32_t d = 0; d < t->n_dims; d++) n *= t->shape[d];
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            n *= t->shape[d];
         require(n == t->end - t->begin);
         for (size_t j = 0; j < i; j++) {
             const pn_hf_st_tensor *u = &h.tensors[j];
             require(t->end <= u->begin || u->end <= t->begin || t->begin == t->end ||
                     u->begin == u->end);
         }
-        if (i > 64) break;   /* the pairwise check is quadratic: bound it */
+        if (i > 64)
+            break; /* the pairwise check is quadratic: bound it */
     }
     pn_hf_st_free(&h);
     return 0;

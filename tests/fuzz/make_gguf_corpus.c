@@ -65,7 +65,7 @@ static uint8_t *read_bytes(const char *path, size_t *n)
 static void finish(gguf_writer *w, const char *name, uint64_t total)
 {
     pn_error e;
-    gguf_writer_set_replace(w, true);   /* regenerating the corpus replaces it */
+    gguf_writer_set_replace(w, true); /* regenerating the corpus replaces it */
     check(gguf_writer_begin(w, out_path(name), &e), &e, name);
     uint8_t buf[256];
     for (uint64_t done = 0; done < total;) {
@@ -100,14 +100,14 @@ static void small_file(void)
     gguf_writer_set_bool(w, "test.flag", true);
     gguf_writer_set_u32(w, "test.k1", 1);
     gguf_writer_set_u32(w, "test.k2", 2);
-    uint32_t arr[3] = {1, 2, 3};
+    uint32_t arr[3] = { 1, 2, 3 };
     gguf_writer_set_arr(w, "test.arr", GGUF_TYPE_UINT32, arr, 3);
-    const char *toks[] = {"<s>", "", "tok"};
+    const char *toks[] = { "<s>", "", "tok" };
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
     uint64_t total = 0;
-    add(w, "t0", 1, (int64_t[]){4}, PN_TYPE_F32, &total);
-    add(w, "t1", 2, (int64_t[]){32, 2}, PN_TYPE_Q8_0, &total);
-    add(w, "t2", 2, (int64_t[]){80, 1}, PN_TYPE_PN3T, &total);
+    add(w, "t0", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &total);
+    add(w, "t1", 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &total);
+    add(w, "t2", 2, (int64_t[]){ 80, 1 }, PN_TYPE_PN3T, &total);
     finish(w, "valid-small.gguf", total);
 }
 
@@ -127,20 +127,20 @@ static void types_file(void)
     gguf_writer_set_i64(w, "v.i64", -1);
     gguf_writer_set_f64(w, "v.f64", 0.25);
     gguf_writer_set_str(w, "v.empty", "");
-    float f[3] = {1, -0.0f, 2};
+    float f[3] = { 1, -0.0f, 2 };
     gguf_writer_set_arr(w, "a.f32", GGUF_TYPE_FLOAT32, f, 3);
-    uint8_t b[2] = {1, 0};
+    uint8_t b[2] = { 1, 0 };
     gguf_writer_set_arr(w, "a.bool", GGUF_TYPE_BOOL, b, 2);
-    int64_t i64[2] = {-7, 7};
+    int64_t i64[2] = { -7, 7 };
     gguf_writer_set_arr(w, "a.i64", GGUF_TYPE_INT64, i64, 2);
     gguf_writer_set_arr(w, "a.empty", GGUF_TYPE_UINT16, NULL, 0);
     static const uint8_t nested[] = {
-        4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0,
-        8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'x',
+        4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0,   8,
+        0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 'x',
     };
     gguf_kv kv;
     memset(&kv, 0, sizeof kv);
-    kv.key = (gguf_str){8, "a.nested"};
+    kv.key = (gguf_str){ 8, "a.nested" };
     kv.type = GGUF_TYPE_ARRAY;
     kv.arr_type = GGUF_TYPE_ARRAY;
     kv.arr_count = 2;
@@ -156,14 +156,14 @@ static void mixed_file(void)
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_u32(w, "general.alignment", 64);
     gguf_writer_set_str(w, "pn.format", "PNX-FORMAT-v0");
-    uint32_t crc[5] = {0};
+    uint32_t crc[5] = { 0 };
     gguf_writer_set_arr(w, "pn.tensor_crc32", GGUF_TYPE_UINT32, crc, 5);
     uint64_t total = 0;
-    add(w, "a.f16", 1, (int64_t[]){3}, PN_TYPE_F16, &total);
-    add(w, "b.pn4t", 2, (int64_t[]){64, 2}, PN_TYPE_PN4T, &total);
-    add(w, "c.q4_K", 1, (int64_t[]){256}, PN_TYPE_Q4_K, &total);
-    add(w, "d.bf16", 3, (int64_t[]){2, 1, 2}, PN_TYPE_BF16, &total);
-    add(w, "e.q3_K", 4, (int64_t[]){256, 1, 1, 1}, PN_TYPE_Q3_K, &total);
+    add(w, "a.f16", 1, (int64_t[]){ 3 }, PN_TYPE_F16, &total);
+    add(w, "b.pn4t", 2, (int64_t[]){ 64, 2 }, PN_TYPE_PN4T, &total);
+    add(w, "c.q4_K", 1, (int64_t[]){ 256 }, PN_TYPE_Q4_K, &total);
+    add(w, "d.bf16", 3, (int64_t[]){ 2, 1, 2 }, PN_TYPE_BF16, &total);
+    add(w, "e.q3_K", 4, (int64_t[]){ 256, 1, 1, 1 }, PN_TYPE_Q3_K, &total);
     finish(w, "valid-mixed.gguf", total);
 }
 
@@ -180,7 +180,7 @@ static void golden_header_file(const char *golden)
     uint64_t total = 0;
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
-        int64_t ne[GGUF_MAX_DIMS] = {2, 1, 1, 1};
+        int64_t ne[GGUF_MAX_DIMS] = { 2, 1, 1, 1 };
         add(w, t->name, t->n_dims, ne, t->type, &total);
     }
     gguf_reader_close(r);
@@ -219,11 +219,11 @@ static void invalid_files(void)
     uint64_t arr_count = (uint64_t)((const uint8_t *)arr->key.data - orig) + arr->key.len + 8;
     gguf_reader_close(r);
 
-#define VARIANT(name, edit)          \
-    do {                             \
-        memcpy(b, orig, n);          \
-        edit;                        \
-        write_bytes(name, b, n);     \
+#define VARIANT(name, edit)                                                                        \
+    do {                                                                                           \
+        memcpy(b, orig, n);                                                                        \
+        edit;                                                                                      \
+        write_bytes(name, b, n);                                                                   \
     } while (0)
     VARIANT("valid-v2.gguf", put(b, 4, 2, 4));
     VARIANT("invalid-v1.gguf", put(b, 4, 1, 4));

@@ -33,19 +33,19 @@ enum {
 
 /* struct llama_model_quantize_params of v0.5.0, field for field */
 typedef struct pnl_quantize_params {
-    int32_t nthread;                  /* <= 0: std::thread::hardware_concurrency() */
-    int ftype;                        /* enum llama_ftype */
-    int output_tensor_type;           /* enum ggml_type */
-    int token_embedding_type;         /* enum ggml_type */
+    int32_t nthread;          /* <= 0: std::thread::hardware_concurrency() */
+    int ftype;                /* enum llama_ftype */
+    int output_tensor_type;   /* enum ggml_type */
+    int token_embedding_type; /* enum ggml_type */
     bool allow_requantize;
     bool quantize_output_tensor;
     bool only_copy;
     bool pure;
     bool keep_split;
     bool dry_run;
-    const void *imatrix;              /* const struct llama_model_imatrix_data * */
-    const void *kv_overrides;         /* const struct llama_model_kv_override * */
-    const void *tt_overrides;         /* const struct llama_model_tensor_override * */
+    const void *imatrix;      /* const struct llama_model_imatrix_data * */
+    const void *kv_overrides; /* const struct llama_model_kv_override * */
+    const void *tt_overrides; /* const struct llama_model_tensor_override * */
     const int32_t *prune_layers;
     size_t max_buf_size;
 } pnl_quantize_params;
@@ -59,11 +59,12 @@ typedef struct pnl_imatrix_data {
 } pnl_imatrix_data;
 
 /* the functions (names as exported by libllama) */
-typedef pnl_quantize_params (*pnl_default_params_fn)(void);   /* llama_model_quantize_default_params */
+typedef pnl_quantize_params (*pnl_default_params_fn)(
+    void); /* llama_model_quantize_default_params */
 typedef uint32_t (*pnl_quantize_fn)(const char *fname_inp, const char *fname_out,
-                                    const pnl_quantize_params *params);   /* llama_model_quantize */
-typedef void (*pnl_backend_init_fn)(void);                    /* llama_backend_init */
+                                    const pnl_quantize_params *params); /* llama_model_quantize */
+typedef void (*pnl_backend_init_fn)(void);                              /* llama_backend_init */
 typedef void (*pnl_log_callback)(int level, const char *text, void *user_data);
-typedef void (*pnl_log_set_fn)(pnl_log_callback cb, void *user_data);   /* llama_log_set */
+typedef void (*pnl_log_set_fn)(pnl_log_callback cb, void *user_data); /* llama_log_set */
 
 #endif

@@ -22,10 +22,10 @@ static const struct {
     const char *name;
     int ftype;
 } k_types[] = {
-    {"Q8_0", PNL_FTYPE_MOSTLY_Q8_0},     {"Q3_K_S", PNL_FTYPE_MOSTLY_Q3_K_S},
-    {"Q3_K_M", PNL_FTYPE_MOSTLY_Q3_K_M}, {"Q3_K_L", PNL_FTYPE_MOSTLY_Q3_K_L},
-    {"Q4_K_S", PNL_FTYPE_MOSTLY_Q4_K_S}, {"Q4_K_M", PNL_FTYPE_MOSTLY_Q4_K_M},
-    {"Q5_K_M", PNL_FTYPE_MOSTLY_Q5_K_M}, {"Q6_K", PNL_FTYPE_MOSTLY_Q6_K},
+    { "Q8_0", PNL_FTYPE_MOSTLY_Q8_0 },     { "Q3_K_S", PNL_FTYPE_MOSTLY_Q3_K_S },
+    { "Q3_K_M", PNL_FTYPE_MOSTLY_Q3_K_M }, { "Q3_K_L", PNL_FTYPE_MOSTLY_Q3_K_L },
+    { "Q4_K_S", PNL_FTYPE_MOSTLY_Q4_K_S }, { "Q4_K_M", PNL_FTYPE_MOSTLY_Q4_K_M },
+    { "Q5_K_M", PNL_FTYPE_MOSTLY_Q5_K_M }, { "Q6_K", PNL_FTYPE_MOSTLY_Q6_K },
 };
 
 static void quiet_log(int level, const char *text, void *user)
@@ -46,7 +46,7 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    const char *lib = NULL, *pos[3] = {NULL, NULL, NULL}, *imx = NULL;
+    const char *lib = NULL, *pos[3] = { NULL, NULL, NULL }, *imx = NULL;
     int threads = 0, n_pos = 0;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {

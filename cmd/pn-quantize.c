@@ -690,6 +690,52 @@ static int finish_stdout(int status)
     return status;
 }
 
+/* --rotation's value (none, hadamard or hadamard:CAP) into o->rotation_cap.
+ * Returns -1 to go on, or 2 after the message. */
+static int take_rotation(const char *arg, pn_quantize_opts *o)
+{
+    long v;
+    if (strcmp(arg, "none") == 0)
+        o->rotation_cap = 0;
+    else if (strcmp(arg, "hadamard") == 0)
+        o->rotation_cap = 1024;
+    else if (strncmp(arg, "hadamard:", 9) == 0) {
+        if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", arg + 9, 1, 4096, &v))
+            return 2;
+        if (v & (v - 1)) {
+            fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
+            return 2;
+        }
+        o->rotation_cap = (int)v;
+    } else {
+        fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
+                        "hadamard:CAP, got '");
+        pn_fput_safe(stderr, arg);
+        fprintf(stderr, "'\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* --backend's value (auto, cpu or cuda) into o->backend. Returns -1 to go
+ * on, or 2 after the message. */
+static int take_backend(const char *arg, pn_quantize_opts *o)
+{
+    if (strcmp(arg, "auto") == 0)
+        o->backend = PN_BACKEND_AUTO;
+    else if (strcmp(arg, "cpu") == 0)
+        o->backend = PN_BACKEND_CPU;
+    else if (strcmp(arg, "cuda") == 0)
+        o->backend = PN_BACKEND_CUDA;
+    else {
+        fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
+        pn_fput_safe(stderr, arg);
+        fprintf(stderr, "'\n");
+        return 2;
+    }
+    return -1;
+}
+
 /* One option (c, with optarg) into o and cs. Returns -1 to go on, else
  * the exit status: 0 after --help or --version, 2 for a bad value. */
 static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
@@ -751,45 +797,12 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         }
         break;
     }
-    case O_ROT:
-        if (strcmp(optarg, "none") == 0)
-            o->rotation_cap = 0;
-        else if (strcmp(optarg, "hadamard") == 0)
-            o->rotation_cap = 1024;
-        else if (strncmp(optarg, "hadamard:", 9) == 0) {
-            if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", optarg + 9, 1, 4096, &v))
-                return 2;
-            if (v & (v - 1)) {
-                fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
-                return 2;
-            }
-            o->rotation_cap = (int)v;
-        } else {
-            fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
-                            "hadamard:CAP, got '");
-            pn_fput_safe(stderr, optarg);
-            fprintf(stderr, "'\n");
-            return 2;
-        }
-        break;
+    case O_ROT: return take_rotation(optarg, o);
     case O_THREADS:
         if (!pn_cli_threads("pn-quantize", optarg, &o->threads))
             return 2;
         break;
-    case O_BACKEND:
-        if (strcmp(optarg, "auto") == 0)
-            o->backend = PN_BACKEND_AUTO;
-        else if (strcmp(optarg, "cpu") == 0)
-            o->backend = PN_BACKEND_CPU;
-        else if (strcmp(optarg, "cuda") == 0)
-            o->backend = PN_BACKEND_CUDA;
-        else {
-            fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
-            pn_fput_safe(stderr, optarg);
-            fprintf(stderr, "'\n");
-            return 2;
-        }
-        break;
+    case O_BACKEND: return take_backend(optarg, o);
     case O_DEVICE:
         if (!pn_cli_long("pn-quantize", "--device", optarg, 0, 1024, &v))
             return 2;

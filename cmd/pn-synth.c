@@ -218,6 +218,36 @@ static int parse_profile(const char *v, pn_synth_profile *out)
     return 0;
 }
 
+/* --dtype's value; -1 after the message. */
+static int parse_dtype(const char *v, int *out)
+{
+    if (strcmp(v, "bf16") == 0)
+        *out = PN_TYPE_BF16;
+    else if (strcmp(v, "f16") == 0)
+        *out = PN_TYPE_F16;
+    else if (strcmp(v, "f32") == 0)
+        *out = PN_TYPE_F32;
+    else {
+        fprintf(stderr, "pn-synth: --dtype: expected bf16, f16 or f32, got '%s'\n", v);
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGINT and SIGTERM cancel the write (its temporary file is removed). */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* a file-size limit (ulimit -f) must be the writer's "disk full" error
+     * (write fails with EFBIG), not a silent death that leaves the
+     * temporary file */
+    signal(SIGXFSZ, SIG_IGN);
+}
+
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
@@ -253,16 +283,8 @@ int main(int argc, char **argv)
                 return 2;
             break;
         case O_DTYPE:
-            if (strcmp(optarg, "bf16") == 0)
-                dtype = PN_TYPE_BF16;
-            else if (strcmp(optarg, "f16") == 0)
-                dtype = PN_TYPE_F16;
-            else if (strcmp(optarg, "f32") == 0)
-                dtype = PN_TYPE_F32;
-            else {
-                fprintf(stderr, "pn-synth: --dtype: expected bf16, f16 or f32, got '%s'\n", optarg);
+            if (parse_dtype(optarg, &dtype))
                 return 2;
-            }
             break;
         case O_SPLIT_SIZE:
         case O_SPLIT_TENSORS: {
@@ -349,15 +371,7 @@ int main(int argc, char **argv)
     if (!space_ok(o.path, bytes))
         return 1;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    /* a file-size limit (ulimit -f) must be the writer's "disk full" error
-     * (write fails with EFBIG), not a silent death that leaves the
-     * temporary file */
-    signal(SIGXFSZ, SIG_IGN);
+    catch_signals();
 
     double t0 = pn_now_seconds();
     pn_status st = hf ? pn_synth_write_hf(&o, &err) : pn_synth_write(&o, &err);

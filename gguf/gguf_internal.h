@@ -1,4 +1,4 @@
-/* gguf_internal.h - what gguf_reader.c, gguf_data.c and gguf_split.c share;
+/* gguf_internal.h - what gguf_reader.c, gguf_tensors.c, gguf_data.c and gguf_split.c share;
  * not for callers outside gguf/.
  *
  * A reader is either one file (splits == NULL) or a split set: then it owns

@@ -712,6 +712,61 @@ static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
 
 /* ---- model keys ---- */
 
+/* rope_parameters.mrope_section (an array of up to four 32-bit integers)
+ * as the four rope dimension sections. Returns the format error, if any;
+ * a writer failure goes to k->st. */
+static pn_status put_mrope_sections(kctx *k, const json_t *ms)
+{
+    if (!json_is_array(ms))
+        return pn_error_set(k->err, PN_ERR_FORMAT,
+                            "%s: key rope_parameters.mrope_section is "
+                            "not an array",
+                            k->file);
+    int32_t sec[4] = { 0, 0, 0, 0 };
+    for (size_t i = 0; i < json_array_size(ms) && i < 4; i++) {
+        const json_t *e = json_array_get(ms, i);
+        if (!json_is_integer(e) || json_integer_value(e) < INT32_MIN ||
+            json_integer_value(e) > INT32_MAX)
+            return pn_error_set(k->err, PN_ERR_FORMAT,
+                                "%s: key rope_parameters.mrope_section"
+                                "[%zu] is not a 32-bit integer",
+                                k->file, i);
+        sec[i] = (int32_t)json_integer_value(e);
+    }
+    if (gguf_writer_set_arr(k->w, ARCH ".rope.dimension_sections", GGUF_TYPE_INT32, sec, 4) !=
+        PN_OK)
+        wfail(k, ARCH ".rope.dimension_sections");
+    return PN_OK;
+}
+
+/* The rope dimension count: head_dim x partial_rotary_factor (default
+ * 0.25), the factor from rope_parameters (rp) or else the root (hp).
+ * Returns the format error, if any; a writer failure goes to k->st. */
+static pn_status put_rope_dimension_count(kctx *k, const json_t *rp, const json_t *hp,
+                                          const pn_hf_config *cfg)
+{
+    const json_t *prf = rp ? json_object_get(rp, "partial_rotary_factor") : NULL;
+    if (!prf || json_is_null(prf))
+        prf = FIND(hp, "partial_rotary_factor", "rope_pct", "rope_percent");
+    double f = 0.25;
+    if (prf && !json_is_null(prf)) {
+        if (!json_is_number(prf))
+            return pn_error_set(k->err, PN_ERR_FORMAT,
+                                "%s: key partial_rotary_factor is not a "
+                                "number",
+                                k->file);
+        f = json_number_value(prf);
+    }
+    double rd = (double)cfg->head_dim * f;
+    if (!(rd >= 0 && rd < 4294967296.0))
+        return pn_error_set(k->err, PN_ERR_FORMAT,
+                            "%s: key partial_rotary_factor %g gives a rope "
+                            "dimension count out of range",
+                            k->file, f);
+    put_u32(k, ARCH ".rope.dimension_count", (uint64_t)rd);
+    return PN_OK;
+}
+
 pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp,
                            const pn_hf_config *cfg, const pn_hf_opts *opts, int file_type,
                            gguf_writer *w, pn_error *err)
@@ -778,25 +833,9 @@ pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp
     }
     const json_t *ms = rp ? json_object_get(rp, "mrope_section") : NULL;
     if (ms && !json_is_null(ms)) {
-        if (!json_is_array(ms))
-            return pn_error_set(err, PN_ERR_FORMAT,
-                                "%s: key rope_parameters.mrope_section is "
-                                "not an array",
-                                file);
-        int32_t sec[4] = { 0, 0, 0, 0 };
-        for (size_t i = 0; i < json_array_size(ms) && i < 4; i++) {
-            const json_t *e = json_array_get(ms, i);
-            if (!json_is_integer(e) || json_integer_value(e) < INT32_MIN ||
-                json_integer_value(e) > INT32_MAX)
-                return pn_error_set(err, PN_ERR_FORMAT,
-                                    "%s: key rope_parameters.mrope_section"
-                                    "[%zu] is not a 32-bit integer",
-                                    file, i);
-            sec[i] = (int32_t)json_integer_value(e);
-        }
-        if (gguf_writer_set_arr(w, ARCH ".rope.dimension_sections", GGUF_TYPE_INT32, sec, 4) !=
-            PN_OK)
-            wfail(&k, ARCH ".rope.dimension_sections");
+        pn_status ms_st = put_mrope_sections(&k, ms);
+        if (ms_st != PN_OK)
+            return ms_st;
     }
     const json_t *theta = rparams ? json_object_get(rparams, "rope_theta") : NULL;
     if ((!theta || json_is_null(theta)) && !(rp && (json_object_get(rp, "full_attention") ||
@@ -846,26 +885,9 @@ pn_status pn_hf_keys_write(const char *dir, const json_t *root, const json_t *hp
         put_u32v(&k, ARCH ".full_attention_interval", fai, "full_attention_interval");
     else
         put_u32(&k, ARCH ".full_attention_interval", 4);
-    /* rope dimension count: head_dim x partial_rotary_factor (default 0.25) */
-    const json_t *prf = rp ? json_object_get(rp, "partial_rotary_factor") : NULL;
-    if (!prf || json_is_null(prf))
-        prf = FIND(hp, "partial_rotary_factor", "rope_pct", "rope_percent");
-    double f = 0.25;
-    if (prf && !json_is_null(prf)) {
-        if (!json_is_number(prf))
-            return pn_error_set(err, PN_ERR_FORMAT,
-                                "%s: key partial_rotary_factor is not a "
-                                "number",
-                                file);
-        f = json_number_value(prf);
-    }
-    double rd = (double)cfg->head_dim * f;
-    if (!(rd >= 0 && rd < 4294967296.0))
-        return pn_error_set(err, PN_ERR_FORMAT,
-                            "%s: key partial_rotary_factor %g gives a rope "
-                            "dimension count out of range",
-                            file, f);
-    put_u32(&k, ARCH ".rope.dimension_count", (uint64_t)rd);
+    pn_status rd_st = put_rope_dimension_count(&k, rp, hp, cfg);
+    if (rd_st != PN_OK)
+        return rd_st;
     if (!ms || json_is_null(ms)) {
         static const int32_t def[4] = { 11, 11, 10, 0 };
         if (k.st == PN_OK && gguf_writer_set_arr(w, ARCH ".rope.dimension_sections",

@@ -58,6 +58,79 @@ static int get_u64(const json_t *v, uint64_t *out)
     return 1;
 }
 
+/* One tensor's entry (key: val) of the header into t, its data_offsets
+ * checked against the data section (data_size bytes from file offset
+ * data_offset). name is the file, for the messages. */
+static pn_status parse_entry(const char *name, const char *key, const json_t *val,
+                             uint64_t data_size, uint64_t data_offset, pn_hf_st_tensor *t,
+                             pn_error *err)
+{
+    if (key[0] == '\0' || strlen(key) >= 256)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "%s: tensor name \"%.64s\" is empty or longer than 255 bytes", name,
+                            key);
+    if (!json_is_object(val))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: tensor %s: entry is not an object", name, key);
+    const json_t *jd = json_object_get(val, "dtype");
+    const json_t *js = json_object_get(val, "shape");
+    const json_t *jo = json_object_get(val, "data_offsets");
+    if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo))
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: tensor %s: needs \"dtype\" (a string), \"shape\" and "
+                            "\"data_offsets\" (arrays)",
+                            name, key);
+    if (!dtype_of(json_string_value(jd), &t->dtype))
+        return pn_error_set(err, PN_ERR_TYPE,
+                            "%s: tensor %s: dtype %.32s is not taken (only BF16, F16, F32)", name,
+                            key, json_string_value(jd));
+    if (json_array_size(js) > 8)
+        return pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s: %zu dimensions (at most 8)", name,
+                            key, json_array_size(js));
+    t->n_dims = (uint32_t)json_array_size(js);
+    unsigned __int128 elems = 1;
+    int bad = 0;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        if (!get_u64(json_array_get(js, d), &t->shape[d])) {
+            bad = 1;
+            break;
+        }
+        elems *= t->shape[d];
+        if (elems > ((unsigned __int128)1 << 62)) {
+            bad = 2;
+            break;
+        }
+    }
+    if (bad)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            bad == 1 ? "%s: tensor %s: shape holds a value that is not a "
+                                       "non-negative integer"
+                                     : "%s: tensor %s: shape too large",
+                            name, key);
+    if (json_array_size(jo) != 2 || !get_u64(json_array_get(jo, 0), &t->begin) ||
+        !get_u64(json_array_get(jo, 1), &t->end)) {
+        return pn_error_set(err, PN_ERR_FORMAT,
+                            "%s: tensor %s: data_offsets is not two non-negative integers", name,
+                            key);
+    }
+    if (t->end < t->begin || t->end > data_size)
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "%s: tensor %s: data_offsets [%llu, %llu] out of order or outside "
+                            "the data (%llu bytes, from file offset %llu)",
+                            name, key, (unsigned long long)t->begin, (unsigned long long)t->end,
+                            (unsigned long long)data_size, (unsigned long long)data_offset);
+    unsigned __int128 bytes_want = elems * dtype_size(t->dtype);
+    if (bytes_want != (unsigned __int128)(t->end - t->begin))
+        return pn_error_set(err, PN_ERR_TENSOR,
+                            "%s: tensor %s: shape x dtype is %llu bytes but data_offsets "
+                            "span %llu",
+                            name, key, (unsigned long long)bytes_want,
+                            (unsigned long long)(t->end - t->begin));
+    t->name = strdup(key);
+    if (!t->name)
+        return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
+    return PN_OK;
+}
+
 pn_status pn_hf_st_parse(const uint8_t *bytes, size_t n_bytes, uint64_t file_size, const char *name,
                          pn_hf_st_header *out, pn_error *err)
 {
@@ -109,90 +182,10 @@ pn_status pn_hf_st_parse(const uint8_t *bytes, size_t n_bytes, uint64_t file_siz
             }
             continue;
         }
-        if (key[0] == '\0' || strlen(key) >= 256) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              "%s: tensor name \"%.64s\" is empty or longer than 255 bytes", name,
-                              key);
-            break;
-        }
-        if (!json_is_object(val)) {
-            st = pn_error_set(err, PN_ERR_FORMAT, "%s: tensor %s: entry is not an object", name,
-                              key);
-            break;
-        }
-        const json_t *jd = json_object_get(val, "dtype");
-        const json_t *js = json_object_get(val, "shape");
-        const json_t *jo = json_object_get(val, "data_offsets");
-        if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo)) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: tensor %s: needs \"dtype\" (a string), \"shape\" and "
-                              "\"data_offsets\" (arrays)",
-                              name, key);
-            break;
-        }
         pn_hf_st_tensor *t = &out->tensors[out->n_tensors];
-        if (!dtype_of(json_string_value(jd), &t->dtype)) {
-            st = pn_error_set(err, PN_ERR_TYPE,
-                              "%s: tensor %s: dtype %.32s is not taken (only BF16, F16, F32)", name,
-                              key, json_string_value(jd));
+        st = parse_entry(name, key, val, data_size, out->data_offset, t, err);
+        if (st != PN_OK)
             break;
-        }
-        if (json_array_size(js) > 8) {
-            st = pn_error_set(err, PN_ERR_TENSOR, "%s: tensor %s: %zu dimensions (at most 8)", name,
-                              key, json_array_size(js));
-            break;
-        }
-        t->n_dims = (uint32_t)json_array_size(js);
-        unsigned __int128 elems = 1;
-        int bad = 0;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            if (!get_u64(json_array_get(js, d), &t->shape[d])) {
-                bad = 1;
-                break;
-            }
-            elems *= t->shape[d];
-            if (elems > ((unsigned __int128)1 << 62)) {
-                bad = 2;
-                break;
-            }
-        }
-        if (bad) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              bad == 1 ? "%s: tensor %s: shape holds a value that is not a "
-                                         "non-negative integer"
-                                       : "%s: tensor %s: shape too large",
-                              name, key);
-            break;
-        }
-        if (json_array_size(jo) != 2 || !get_u64(json_array_get(jo, 0), &t->begin) ||
-            !get_u64(json_array_get(jo, 1), &t->end)) {
-            st = pn_error_set(err, PN_ERR_FORMAT,
-                              "%s: tensor %s: data_offsets is not two non-negative integers", name,
-                              key);
-            break;
-        }
-        if (t->end < t->begin || t->end > data_size) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              "%s: tensor %s: data_offsets [%llu, %llu] out of order or outside "
-                              "the data (%llu bytes, from file offset %llu)",
-                              name, key, (unsigned long long)t->begin, (unsigned long long)t->end,
-                              (unsigned long long)data_size, (unsigned long long)out->data_offset);
-            break;
-        }
-        unsigned __int128 bytes_want = elems * dtype_size(t->dtype);
-        if (bytes_want != (unsigned __int128)(t->end - t->begin)) {
-            st = pn_error_set(err, PN_ERR_TENSOR,
-                              "%s: tensor %s: shape x dtype is %llu bytes but data_offsets "
-                              "span %llu",
-                              name, key, (unsigned long long)bytes_want,
-                              (unsigned long long)(t->end - t->begin));
-            break;
-        }
-        t->name = strdup(key);
-        if (!t->name) {
-            st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", name);
-            break;
-        }
         sorted[out->n_tensors] = t;
         out->n_tensors++;
     }

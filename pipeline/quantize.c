@@ -43,6 +43,7 @@
 #include "io/outset.h"
 #include "io/free_space.h"
 #include "pipeline/plan_build.h"
+#include "pipeline/quantize_paths.h"
 #include "pipeline/reuse.h"
 #include "io/source_id.h"
 #include "pipeline/stream.h"
@@ -82,176 +83,6 @@ static bool cancelled(const pn_quantize_opts *o)
 static pn_status interrupted(pn_error *err)
 {
     return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
-}
-
-/* The output is planned as a split set (a plan of one split is still DST
- * itself). */
-static bool split_output(const pn_quantize_opts *o)
-{
-    return o->split.mode != GGUF_SPLIT_NONE || o->keep_split;
-}
-
-static bool is_folder(const char *path)
-{
-    struct stat sb;
-    return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static pn_status check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err)
-{
-    struct stat ds;
-    if (stat(o->src_path, ss) != 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: cannot open source: %s", o->src_path,
-                            strerror(errno));
-    if (o->backend == PN_BACKEND_CUDA && !o->cuda_emulate && !pn_cuda_build_enabled())
-        return pn_error_set(err, PN_ERR_CUDA,
-                            "--backend cuda: this pn-quantize was built without CUDA (use "
-                            "--backend cpu or auto; docs/usage.md#gpu)");
-    if (o->measurement_path && !o->dry_run && stat(o->measurement_path, &ds) != 0) {
-        pn_status st = pn_check_parent_folder(o->measurement_path, "the measurement", err);
-        if (st != PN_OK)
-            return st;
-    }
-    if (is_folder(o->dst_path))
-        return PN_OK; /* a file in it, named once the plan is made (dst_in_folder) */
-    if (!o->dst_path)
-        return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
-    if (!o->dry_run) {
-        pn_status st = pn_check_parent_folder(o->dst_path, "the output", err);
-        if (st != PN_OK)
-            return st;
-    }
-    /* a split output is checked file by file once its plan is made
-     * (pn_outset_check_targets): DST itself is only a name then */
-    if (split_output(o))
-        return PN_OK;
-    if (strcmp(o->src_path, o->dst_path) == 0 ||
-        (stat(o->dst_path, &ds) == 0 && ds.st_dev == ss->st_dev && ds.st_ino == ss->st_ino))
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: the output is the source file; choose another output path",
-                            o->dst_path);
-    if (o->imatrix_path && pn_same_file(o->imatrix_path, o->dst_path))
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "%s: the output is the --imatrix file; choose another output path",
-                            o->dst_path);
-    if (o->dry_run)
-        return PN_OK;
-    if (stat(o->dst_path, &ds) == 0 && !o->force)
-        return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
-                            o->dst_path);
-    return PN_OK;
-}
-
-/* DST a folder: the output is <general.name>-<pn.mix>.gguf in it (the
- * source's file name, less .gguf, where it has no general.name), any '/'
- * or control byte of the name made '-'. *out is malloc'd. */
-static pn_status dst_in_folder(const char *folder, const gguf_reader *src, const char *src_path,
-                               const char *mix_label, char **out, pn_error *err)
-{
-    char name[256];
-    const gguf_kv *kv = gguf_reader_find_kv(src, "general.name");
-    if (kv && kv->type == GGUF_TYPE_STRING && kv->v.str.len > 0) {
-        snprintf(name, sizeof name, "%.*s", (int)(kv->v.str.len < 200 ? kv->v.str.len : 200),
-                 kv->v.str.data);
-    } else {
-        size_t n = strlen(src_path);
-        while (n > 1 && src_path[n - 1] == '/')
-            n--;
-        size_t b = n;
-        while (b > 0 && src_path[b - 1] != '/')
-            b--;
-        if (n - b > 5 && strncmp(src_path + n - 5, ".gguf", 5) == 0)
-            n -= 5;
-        snprintf(name, sizeof name, "%.*s", (int)(n - b < 200 ? n - b : 200), src_path + b);
-    }
-    for (char *p = name; *p; p++)
-        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '-';
-    size_t len = strlen(folder) + strlen(name) + strlen(mix_label) + 8;
-    *out = malloc(len);
-    if (!*out)
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    snprintf(*out, len, "%s%s%s-%s.gguf", folder,
-             folder[0] && folder[strlen(folder) - 1] == '/' ? "" : "/",
-             name[0] && strcmp(name, ".") && strcmp(name, "..") ? name : "model", mix_label);
-    return PN_OK;
-}
-
-/* Whether a and b name the same place: the same string, one existing file,
- * or the same name in one folder (for a file that is not there yet). */
-static bool same_place(const char *a, const char *b)
-{
-    if (pn_same_file(a, b))
-        return true;
-    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
-    const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
-    if (strcmp(na, nb) != 0)
-        return false;
-    char da[4096], db[4096];
-    int la = ba ? (ba == a ? 1 : (int)(ba - a)) : 1, lb = bb ? (bb == b ? 1 : (int)(bb - b)) : 1;
-    if (la >= (int)sizeof da || lb >= (int)sizeof db)
-        return false;
-    snprintf(da, sizeof da, "%.*s", la, ba ? a : ".");
-    snprintf(db, sizeof db, "%.*s", lb, bb ? b : ".");
-    struct stat sa, sb;
-    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
-/* Whether path is the name of a split (any K of any N) of the split output
- * DST: PREFIX-0000K-of-0000N.gguf with DST's prefix (gguf_split_path). */
-static bool is_split_of(const char *path, const char *dst)
-{
-    size_t n = strlen(path);
-    const size_t tail = sizeof "-00001-of-00002.gguf" - 1;
-    unsigned k = 0, count = 0;
-    char end[8] = "";
-    if (n <= tail || sscanf(path + n - tail, "-%5u-of-%5u%7s", &k, &count, end) != 3 ||
-        strcmp(end, ".gguf") != 0 || k == 0 || count == 0 || k > count)
-        return false;
-    char *mine = gguf_split_prefix(path, k - 1, count);
-    char *first = gguf_split_path(dst, 0, 2); /* PREFIX-00001-of-00002.gguf */
-    bool same = false;
-    if (mine && first && strlen(first) > tail) {
-        first[strlen(first) - tail] = '\0';
-        same = same_place(mine, first);
-    }
-    free(mine);
-    free(first);
-    return same;
-}
-
-/* --measurement FILE is read when it is there and written when it is not:
- * it may not be the source (or a split of it), DST or a file of the output
- * set, or the --reuse file, whose places it would take. */
-static pn_status check_measurement_path(const pn_quantize_opts *o, const gguf_reader *src,
-                                        pn_error *err)
-{
-    const char *m = o->measurement_path;
-    if (!m)
-        return PN_OK;
-    const char *what = NULL;
-    for (size_t k = 0; !what && k < gguf_reader_n_splits(src); k++)
-        if (same_place(m, gguf_reader_name(gguf_reader_split(src, k))))
-            what = gguf_reader_n_splits(src) > 1 ? "a file of the source" : "the source";
-    if (!what && same_place(m, o->src_path))
-        what = "the source";
-    if (!what && o->dst_path && same_place(m, o->dst_path))
-        what = "the output (DST)";
-    if (!what && o->dst_path && split_output(o) && is_split_of(m, o->dst_path))
-        what = "a file of the output set";
-    if (!what && pn_source_check_target(o->src_path, m, "the measurement", err) != PN_OK)
-        return pn_error_prefix(err, "--measurement");
-    if (!what && o->reuse_path && same_place(m, o->reuse_path))
-        what = "the --reuse file";
-    if (!what && o->recipe_path && same_place(m, o->recipe_path))
-        what = "the recipe";
-    if (!what && o->promote_list_path && same_place(m, o->promote_list_path))
-        what = "the promote list";
-    if (!what)
-        return PN_OK;
-    return pn_error_set(err, PN_ERR_USAGE,
-                        "--measurement %s: that is %s; choose another measurement path", m, what);
 }
 
 /* ---- the run ------------------------------------------------------------ */
@@ -936,7 +767,7 @@ static pn_status stat_source_splits(run_ctx *c, pn_error *err)
 static pn_status make_output(run_ctx *c, pn_error *err)
 {
     const pn_quantize_opts *o = c->o;
-    if (o->split_index >= 0 && !split_output(o))
+    if (o->split_index >= 0 && !pn_quantize_split_output(o))
         return pn_error_set(err, PN_ERR_USAGE,
                             "--split-index needs a split output: --split-max-size, "
                             "--split-max-tensors or --keep-split");
@@ -968,7 +799,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
  * an existing DST without --force. */
 static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
 {
-    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !split_output(o) &&
+    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !pn_quantize_split_output(o) &&
         access(o->dst_path, F_OK) == 0)
         pn_quantize_note(o, "%s exists: the real run would be refused without --force",
                          o->dst_path);
@@ -979,12 +810,93 @@ static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
 static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **dst_auto,
                                     struct stat *src_stat, pn_error *err)
 {
-    pn_status st =
-        dst_in_folder(named->dst_path, c->src, named->src_path, c->plan->mix_label, dst_auto, err);
+    pn_status st = pn_quantize_dst_in_folder(named->dst_path, c->src, named->src_path,
+                                             c->plan->mix_label, dst_auto, err);
     if (st != PN_OK)
         return st;
     named->dst_path = *dst_auto;
-    return check_paths(named, src_stat, err);
+    return pn_quantize_check_paths(named, src_stat, err);
+}
+
+/* The source opened (MTP dropped if asked) and checked: the measurement
+ * path, every tensor a float one; its identity made, its sampled rows
+ * read when --reuse decides on them, its splits' stat kept for the end. */
+static pn_status open_source(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    bool drop_mtp = false;
+    pn_status st = pn_job_drop_mtp(o, &drop_mtp, err);
+    pn_source_opts so = { drop_mtp, o->tokenizer_pre };
+    if (st == PN_OK)
+        st = pn_source_open(o->src_path, &so, &c->src, err);
+    if (st != PN_OK)
+        return st;
+    st = pn_quantize_check_measurement_path(o, c->src, err);
+    if (st != PN_OK)
+        return st;
+    for (size_t i = 0; i < gguf_reader_n_tensors(c->src); i++) {
+        const gguf_tensor_info *info = gguf_reader_tensor(c->src, i);
+        if (!pn_type_is_float(info->type)) {
+            const pn_type_traits *tt = pn_type_traits_get(info->type);
+            return pn_error_set(err, PN_ERR_TYPE,
+                                "%s: tensor %s is already quantized (%s); pn-quantize needs a "
+                                "F32, F16 or BF16 source",
+                                o->src_path, info->name, tt ? tt->name : "unknown type");
+        }
+    }
+    st = pn_source_id_init(&c->sid, c->src, err);
+    if (st != PN_OK)
+        return st;
+    if (c->ru) {
+        /* what to copy is decided on the sampled rows: read them first */
+        double ti = pn_now_seconds();
+        progress_phase(c, PN_PHASE_IDENTITY, "reading the sampled rows");
+        st = pn_source_id_read_samples(&c->sid, c->src, c->env.threads, o->cancel, err);
+        stats->t_identity = pn_now_seconds() - ti;
+        if (st != PN_OK)
+            return st;
+    }
+    return stat_source_splits(c, err);
+}
+
+/* The output written: begun, every tensor streamed into it, closed (the
+ * splits closed during the stream had their per-tensor keys patched then;
+ * the last one here). The writer's notes are said as they come. */
+static pn_status write_output(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    pn_status st = pn_outset_begin(c->out, err);
+    if (st != PN_OK)
+        return st;
+    if (pn_outset_notes(c->out))
+        pn_quantize_note(o, "%s", pn_outset_notes(c->out));
+    for (size_t i = 0; i < c->plan->n; i++)
+        if (pn_outset_writes_tensor(c->out, i))
+            c->weights_total += (uint64_t)c->plan->t[i].n_weights;
+    st = stream_tensors(c, stats, err);
+    if (st != PN_OK)
+        return st;
+    double tf = pn_now_seconds();
+    const char *had_notes = pn_outset_notes(c->out);
+    st = pn_outset_close(c->out, err);
+    stats->t_flush = pn_now_seconds() - tf;
+    if (st != PN_OK)
+        return st;
+    if (pn_outset_notes(c->out) && pn_outset_notes(c->out) != had_notes)
+        pn_quantize_note(o, "%s", pn_outset_notes(c->out));
+    return PN_OK;
+}
+
+/* The source, and each split of a set, as it was when opened (src_stat:
+ * the path's). */
+static pn_status check_sources_unchanged(const run_ctx *c, const struct stat *src_stat,
+                                         pn_error *err)
+{
+    pn_status st = check_source_unchanged(c->o->src_path, src_stat, err);
+    for (size_t s = 0; st == PN_OK && c->split_stats && s < gguf_reader_n_splits(c->src); s++)
+        st = check_source_unchanged(gguf_reader_name(gguf_reader_split(c->src, s)),
+                                    &c->split_stats[s], err);
+    return st;
 }
 
 pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats, pn_error *err)
@@ -997,7 +909,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     pn_quantize_opts named = *given;
     const pn_quantize_opts *o = &named;
     char *dst_auto = NULL;
-    const bool dst_folder = is_folder(given->dst_path);
+    const bool dst_folder = pn_quantize_is_folder(given->dst_path);
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
@@ -1008,7 +920,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         return st;
     stats->threads = c.env.threads;
     struct stat src_stat;
-    st = check_paths(o, &src_stat, err);
+    st = pn_quantize_check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
     note_dry_run_refusal(o, dst_folder);
@@ -1029,43 +941,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         if (st != PN_OK)
             return st;
     }
-    {
-        bool drop_mtp = false;
-        st = pn_job_drop_mtp(o, &drop_mtp, err);
-        pn_source_opts so = { drop_mtp, o->tokenizer_pre };
-        if (st == PN_OK)
-            st = pn_source_open(o->src_path, &so, &c.src, err);
-    }
-    if (st != PN_OK)
-        goto out;
-    st = check_measurement_path(o, c.src, err);
-    if (st != PN_OK)
-        goto out;
-    for (size_t i = 0; i < gguf_reader_n_tensors(c.src); i++) {
-        const gguf_tensor_info *info = gguf_reader_tensor(c.src, i);
-        if (!pn_type_is_float(info->type)) {
-            const pn_type_traits *tt = pn_type_traits_get(info->type);
-            st = pn_error_set(err, PN_ERR_TYPE,
-                              "%s: tensor %s is already quantized (%s); pn-quantize needs a "
-                              "F32, F16 or BF16 source",
-                              o->src_path, info->name, tt ? tt->name : "unknown type");
-            goto out;
-        }
-    }
-    st = pn_source_id_init(&c.sid, c.src, err);
-    if (st != PN_OK)
-        goto out;
-    if (c.ru) {
-        /* what to copy is decided on the sampled rows: read them first */
-        double ti = pn_now_seconds();
-        progress_phase(&c, PN_PHASE_IDENTITY, "reading the sampled rows");
-        st = pn_source_id_read_samples(&c.sid, c.src, c.env.threads, o->cancel, err);
-        stats->t_identity = pn_now_seconds() - ti;
-        if (st != PN_OK)
-            goto out;
-    }
-
-    st = stat_source_splits(&c, err);
+    st = open_source(&c, stats, err);
     if (st != PN_OK)
         goto out;
 
@@ -1117,36 +993,14 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     if (st != PN_OK)
         goto out;
 
-    /* write */
-    st = pn_outset_begin(c.out, err);
+    st = write_output(&c, stats, err);
     if (st != PN_OK)
         goto out;
-    if (pn_outset_notes(c.out))
-        pn_quantize_note(o, "%s", pn_outset_notes(c.out));
-    for (size_t i = 0; i < c.plan->n; i++)
-        if (pn_outset_writes_tensor(c.out, i))
-            c.weights_total += (uint64_t)c.plan->t[i].n_weights;
-    st = stream_tensors(&c, stats, err);
-    if (st != PN_OK)
-        goto out;
-    /* the splits closed during the stream had their per-tensor keys patched
-     * then; the last one here */
-    double tf = pn_now_seconds();
-    const char *had_notes = pn_outset_notes(c.out);
-    st = pn_outset_close(c.out, err);
-    stats->t_flush = pn_now_seconds() - tf;
-    if (st != PN_OK)
-        goto out;
-    if (pn_outset_notes(c.out) && pn_outset_notes(c.out) != had_notes)
-        pn_quantize_note(o, "%s", pn_outset_notes(c.out));
     if (cancelled(o)) {
         st = interrupted(err);
         goto out;
     }
-    st = check_source_unchanged(o->src_path, &src_stat, err);
-    for (size_t s = 0; st == PN_OK && c.split_stats && s < gguf_reader_n_splits(c.src); s++)
-        st = check_source_unchanged(gguf_reader_name(gguf_reader_split(c.src, s)),
-                                    &c.split_stats[s], err);
+    st = check_sources_unchanged(&c, &src_stat, err);
     if (st != PN_OK)
         goto out;
     /* the source is read: its buffers go before the output's are made */

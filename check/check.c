@@ -357,7 +357,7 @@ static pn_status check_file_layout(pn_check_ctx *c, const gguf_reader *sr, size_
                          "(its %llu bytes of %s fit 64 bits); its data is not checked",
                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                          (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
-                         (unsigned long long)t->bytes, gguf_type_traits(t->type)->name);
+                         (unsigned long long)t->bytes, pn_type_traits_get(t->type)->name);
         }
         if (align && ti->offset % align != 0)
             pn_check_add(c, PN_SEV_ERROR, "GGUF-TENSOR-MISALIGNED", t->name, NULL,
@@ -588,7 +588,8 @@ static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
             return pn_error_set(err, PN_ERR_TYPE,
                                 "source %s: not a float model: tensor '%s' is %s (a source holds "
                                 "only f32, f16 and bf16 tensors)",
-                                gguf_reader_name(src), ti->name, gguf_type_traits(ti->type)->name);
+                                gguf_reader_name(src), ti->name,
+                                pn_type_traits_get(ti->type)->name);
     }
     return PN_OK;
 }

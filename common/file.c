@@ -151,3 +151,12 @@ int pn_open_direct(int fd)
         close(d);
     return -1;
 }
+
+char *pn_path_join(const char *folder, const char *name)
+{
+    size_t n = strlen(folder) + strlen(name) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", folder, name);
+    return s;
+}

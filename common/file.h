@@ -1,6 +1,7 @@
 /* file.h - reading small input files (recipes, name lists, measurements)
- * the hostile way, telling whether two paths are one file, and opening a
- * file again for reads around the page cache.
+ * the hostile way, telling whether two paths are one file, joining a
+ * folder and a name, and opening a file again for reads around the page
+ * cache.
  *
  * pn_read_small_file opens without blocking (a FIFO with no writer must not
  * hang the program), refuses anything that is not a regular file, and
@@ -23,6 +24,9 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
 /* True when both paths name one existing file (same device and inode), or
  * are the same string. */
 bool pn_same_file(const char *a, const char *b);
+
+/* folder/name, malloc'd (NULL when out of memory); free() it. */
+char *pn_path_join(const char *folder, const char *name);
 
 /* What a file of mode m is when it is not a regular file ("a FIFO (named
  * pipe)", "a directory", ..., "not a regular file"); NULL for a regular file. */

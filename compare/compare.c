@@ -1,6 +1,7 @@
 /* compare.c - pn-compare: the KL and top-1 math, the child protocol with the
  * llama.cpp harness (tools/llama), and the run that decodes each mix and
  * compares its logits with the source's (see compare.h). */
+#include "common/file.h"
 #include "hf/hf.h"
 #include "convert/convert.h"
 #include "io/source_open.h"
@@ -608,15 +609,6 @@ typedef struct run {
     double *kl;
 } run;
 
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
 /* Removes the private folder and whatever is left in it (a decoded model,
  * the decoder's temporary file). */
 static void remove_dir(run *R)
@@ -629,7 +621,7 @@ static void remove_dir(run *R)
         while ((e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            char *p = join(R->dir, e->d_name);
+            char *p = pn_path_join(R->dir, e->d_name);
             if (p)
                 unlink(p);
             free(p);
@@ -645,7 +637,7 @@ static pn_status make_logits_file(run *R, pn_error *err)
 {
     int fd = open(R->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        char *p = join(R->dir, "logits.XXXXXX");
+        char *p = pn_path_join(R->dir, "logits.XXXXXX");
         if (!p)
             return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         fd = mkostemp(p, O_CLOEXEC);
@@ -986,15 +978,15 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
     gguf_reader_close(src);
     run R = { .o = o, .logits_fd = -1, .n_vocab = n_vocab };
     if (st == PN_OK) {
-        char *tmpl = join(o->tmp_dir, "pn-compare.XXXXXX");
+        char *tmpl = pn_path_join(o->tmp_dir, "pn-compare.XXXXXX");
         if (tmpl && mkdtemp(tmpl)) {
             R.dir = tmpl;
-            R.decoded = join(R.dir, "decoded.gguf");
+            R.decoded = pn_path_join(R.dir, "decoded.gguf");
             st = R.decoded ? make_logits_file(&R, err)
                            : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             if (st == PN_OK && pn_source_is_hf(o->source_path)) {
                 /* stock llama.cpp reads a GGUF: the folder converted first */
-                R.src_gguf = join(R.dir, "source.gguf");
+                R.src_gguf = pn_path_join(R.dir, "source.gguf");
                 st = R.src_gguf ? convert_source(o->source_path, R.src_gguf, err)
                                 : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             }

@@ -2,6 +2,7 @@
  * work folder, the stock types by stock llama.cpp's quantizer in a child,
  * one comparison of all of them, and what is kept. */
 #include "compare/sweep.h"
+#include "common/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -62,15 +63,6 @@ static double now_s(void)
 static bool cancelled(const pn_sweep_opts *o)
 {
     return o->compare.cancel && *o->compare.cancel;
-}
-
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", a, b);
-    return s;
 }
 
 /* ---- the work folder ---- */
@@ -230,7 +222,7 @@ void pn_sweep_report_free(pn_sweep_report *rep)
 static pn_status keep_file(const char *work_dir, const char *keep_dir, const char *name,
                            char **kept, pn_error *err)
 {
-    char *from = join(work_dir, name), *to = join(keep_dir, name);
+    char *from = pn_path_join(work_dir, name), *to = pn_path_join(keep_dir, name);
     pn_status st = PN_OK;
     if (!from || !to)
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -255,7 +247,7 @@ static pn_status keep_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
     for (size_t i = 0; i < rep->n_mixes && st == PN_OK; i++)
         if (rep->mixes[i].status == PN_OK)
             st = keep_file(w->dir, o->keep_dir, rep->mixes[i].file, &rep->mixes[i].kept, err);
-    char *meas = join(w->dir, MEASUREMENT_NAME);
+    char *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
     if (st == PN_OK && meas && access(meas, F_OK) == 0)
         st = keep_file(w->dir, o->keep_dir, MEASUREMENT_NAME, &rep->kept_measurement, err);
     free(meas);
@@ -329,7 +321,7 @@ static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, 
     }
     for (size_t i = 0; i <= rep->n_mixes; i++) {
         const char *name = i < rep->n_mixes ? rep->mixes[i].file : MEASUREMENT_NAME;
-        char *p = join(o->keep_dir, name);
+        char *p = pn_path_join(o->keep_dir, name);
         if (!p)
             return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         bool there = lstat(p, &sb) == 0;
@@ -352,7 +344,7 @@ static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, 
 static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
                          uint64_t target, const char *prev, pn_error *err)
 {
-    char *dst = join(w->dir, m->file), *meas = join(w->dir, MEASUREMENT_NAME);
+    char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
     if (!dst || !meas) {
         free(dst);
         free(meas);
@@ -430,7 +422,8 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     if (st == PN_OK)
         st = check_keep(o, rep, &w, err);
     if (st == PN_OK) {
-        char *tmpl = join(o->keep_dir ? o->keep_dir : o->compare.tmp_dir, ".pn-sweep.XXXXXX");
+        char *tmpl =
+            pn_path_join(o->keep_dir ? o->keep_dir : o->compare.tmp_dir, ".pn-sweep.XXXXXX");
         if (tmpl && mkdtemp(tmpl)) {
             w.dir = tmpl;
         } else {
@@ -452,7 +445,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         m->make_seconds = now_s() - t;
         if (st == PN_OK && m->status == PN_OK) {
             free(prev_path);
-            prev_path = join(w.dir, m->file);
+            prev_path = pn_path_join(w.dir, m->file);
             prev = prev_path;
         }
     }
@@ -460,7 +453,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     for (size_t i = 0; st == PN_OK && i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
         progress(o, "quantizing with llama.cpp", m->name);
-        char *dst = join(w.dir, m->file);
+        char *dst = pn_path_join(w.dir, m->file);
         if (!dst) {
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             break;
@@ -485,7 +478,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
             rep->n_failed++;
             continue;
         }
-        paths[n_made] = join(w.dir, m->file);
+        paths[n_made] = pn_path_join(w.dir, m->file);
         if (!paths[n_made])
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         m->file_index = (long)n_made++;

@@ -214,13 +214,6 @@ pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error
 pn_status gguf_reader_open_memory_lenient(const void *data, size_t size, const char *name,
                                           gguf_reader **out, pn_error *err);
 
-/* The traits of a type a GGUF tensor may be stored in: the project's own
- * (pn_type_traits_get), or one of the other ggml types a stock llama.cpp
- * quantization stores (q4_0 .. q6_K, iq4_nl, ...), which this project reads
- * (names, shapes, sizes) but never computes. NULL for any other id: the
- * reader refuses a file with such a tensor (PN_ERR_TYPE). */
-const pn_type_traits *gguf_type_traits(int id);
-
 uint32_t gguf_reader_version(const gguf_reader *r);
 uint64_t gguf_reader_file_size(const gguf_reader *r);
 uint64_t gguf_reader_alignment(const gguf_reader *r);

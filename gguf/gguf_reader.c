@@ -528,28 +528,6 @@ static pn_status read_alignment(parser *ps)
 /* Tensor infos                                                        */
 
 
-/* Other ggml types a stock llama.cpp quantization stores, which this project
- * reads (names, shapes, sizes: a stock file can be compared, pn-compare) but
- * never computes: their block weights and bytes, facts from ggml's type
- * traits (ggml.c, type_traits), as of llama.cpp v0.5.0. */
-static const pn_type_traits k_stock_types[] = {
-    { 2, "q4_0", 32, 18 },    { 3, "q4_1", 32, 20 },      { 6, "q5_0", 32, 22 },
-    { 7, "q5_1", 32, 24 },    { 9, "q8_1", 32, 36 },      { 10, "q2_K", 256, 84 },
-    { 13, "q5_K", 256, 176 }, { 14, "q6_K", 256, 210 },   { 15, "q8_K", 256, 292 },
-    { 20, "iq4_nl", 32, 18 }, { 23, "iq4_xs", 256, 136 }, { 24, "i8", 1, 1 },
-    { 25, "i16", 1, 2 },      { 26, "i32", 1, 4 },        { 27, "i64", 1, 8 },
-    { 28, "f64", 1, 8 },
-};
-
-const pn_type_traits *gguf_type_traits(int id)
-{
-    const pn_type_traits *t = pn_type_traits_get(id);
-    for (size_t i = 0; !t && i < sizeof k_stock_types / sizeof k_stock_types[0]; i++)
-        if (k_stock_types[i].id == id)
-            t = &k_stock_types[i];
-    return t;
-}
-
 static pn_status parse_tensor_info(parser *ps, uint64_t i, gguf_tensor_info *ti)
 {
     gguf_reader *r = ps->r;
@@ -595,7 +573,7 @@ static pn_status parse_tensor_info(parser *ps, uint64_t i, gguf_tensor_info *ti)
     at = ps->pos;
     if ((st = read_u32(ps, &type, "the tensor type")))
         return st;
-    const pn_type_traits *tt = type <= INT_MAX ? gguf_type_traits((int)type) : NULL;
+    const pn_type_traits *tt = type <= INT_MAX ? pn_type_traits_get((int)type) : NULL;
     if (!tt)
         return fail(ps, PN_ERR_TYPE, at, "tensor %s: unknown ggml type id %u", Q(name), type);
     ti->type = (int)type;

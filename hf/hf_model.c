@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "quant/types.h"
@@ -61,22 +62,13 @@ static char *dir_of(const char *p)
     return strndup(p, (size_t)(s - p));
 }
 
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
 bool pn_hf_is_source(const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return false;
     if (S_ISDIR(sb.st_mode)) {
-        char *c = join(path, "config.json");
+        char *c = pn_path_join(path, "config.json");
         bool ok = c && stat(c, &sb) == 0;
         free(c);
         return ok;
@@ -405,7 +397,7 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
         for (size_t i = 0; st == PN_OK && i < n; i++) {
             m->shards[i].fd = -1;
             m->shards[i].name = strdup(names[i]);
-            m->shards[i].path = join(m->dir, names[i]);
+            m->shards[i].path = pn_path_join(m->dir, names[i]);
             m->n_shards++;
             if (!m->shards[i].name || !m->shards[i].path)
                 st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -421,7 +413,7 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     m->shards[0].fd = -1;
     m->shards[0].name = strdup(single);
-    m->shards[0].path = join(m->dir, single);
+    m->shards[0].path = pn_path_join(m->dir, single);
     m->n_shards = 1;
     if (!m->shards[0].name || !m->shards[0].path)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -431,7 +423,7 @@ static pn_status list_shards(pn_hf_model *m, const char *index_path, const char 
 /* config.json of m->dir: read, text_config merged, the values checked. */
 static pn_status open_config(pn_hf_model *m, pn_error *err)
 {
-    char *cfg_path = join(m->dir, "config.json");
+    char *cfg_path = pn_path_join(m->dir, "config.json");
     if (!cfg_path)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     struct stat cb;
@@ -620,14 +612,14 @@ static pn_status find_weights(pn_hf_model *m, const char *src, bool is_dir, char
             return PN_OK;
         }
     }
-    char *ip = join(m->dir, "model.safetensors.index.json");
+    char *ip = pn_path_join(m->dir, "model.safetensors.index.json");
     struct stat sb;
     if (ip && lstat(ip, &sb) == 0) {
         *index_path = ip;
         return PN_OK;
     }
     free(ip);
-    char *sp = join(m->dir, *single);
+    char *sp = pn_path_join(m->dir, *single);
     bool none = sp && lstat(sp, &sb) != 0 && errno == ENOENT;
     free(sp);
     if (none)

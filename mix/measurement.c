@@ -68,17 +68,26 @@ static pn_status quantize_error(int type, const float *row, int64_t K, uint8_t *
         return pn_error_set(err, st, "%s quantizer failed: %s", pn_type_traits_get(type)->name,
                             pn_strerror(st));
     pn_dequantize_row(type, q, y, K);
-    double s = 0.0, w2 = 0.0;
-    for (int64_t j = 0; j < K; j++) {
-        double d = (double)row[j] - (double)y[j];
-        s = s + d * d;
-        if (norm)
-            w2 = w2 + (double)row[j] * (double)row[j];
-    }
-    *sum = s;
+    *sum = pn_error_sum(row, y, K, 0.0);
     if (norm)
-        *norm = w2;
+        *norm = pn_norm_sum(row, K, 0.0);
     return PN_OK;
+}
+
+double pn_error_sum(const float *x, const float *y, int64_t n, double sum)
+{
+    for (int64_t j = 0; j < n; j++) {
+        double d = (double)x[j] - (double)y[j];
+        sum = sum + d * d;
+    }
+    return sum;
+}
+
+double pn_norm_sum(const float *x, int64_t n, double sum)
+{
+    for (int64_t j = 0; j < n; j++)
+        sum = sum + (double)x[j] * (double)x[j];
+    return sum;
 }
 
 pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3, double *err4,
@@ -184,7 +193,8 @@ pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_
                             (long long)K);
     pn_status st = PN_OK;
     for (int64_t r = 0; r < n_rows && !st; r++) {
-        double e3, e4, w2;
+        /* zeros for the compiler only: pn_measure_row sets them when it succeeds */
+        double e3 = 0.0, e4 = 0.0, w2 = 0.0;
         st = pn_measure_row(rotated_rows + r * K, K, scratch, &e3, &e4, &w2, err);
         if (st)
             pn_error_prefix(err, "row %lld", (long long)r);

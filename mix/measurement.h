@@ -101,6 +101,11 @@ size_t pn_measure_scratch_bytes(int64_t K);
 pn_status pn_measure_row(const float *row, int64_t K, void *scratch, double *err3, double *err4,
                          double *norm, pn_error *err);
 void pn_measure_acc_add(pn_measure_acc *acc, double err3, double err4, double norm);
+/* The pieces of pn_measure_row's sums, continued from a carried sum (a row
+ * measured in pieces): sum + sum_j (x_j - y_j)^2 and sum + sum_j x_j^2 over
+ * n columns, in column order, in double. */
+double pn_error_sum(const float *x, const float *y, int64_t n, double sum);
+double pn_norm_sum(const float *x, int64_t n, double sum);
 
 /* The weighted sums of one row (the rule above): orig the K floats before
  * rotation, rotated the same row rotated with block B (B <= 1: not rotated,

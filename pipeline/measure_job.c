@@ -149,16 +149,9 @@ static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8
     if (st != PN_OK)
         return st;
     pn_dequantize_row(type, q, y, n);
-    double s = *err, w2 = norm ? *norm : 0.0;
-    for (int64_t e = 0; e < n; e++) {
-        double d = (double)x[e] - (double)y[e];
-        s = s + d * d;
-        if (norm)
-            w2 = w2 + (double)x[e] * (double)x[e];
-    }
-    *err = s;
+    *err = pn_error_sum(x, y, n, *err);
     if (norm)
-        *norm = w2;
+        *norm = pn_norm_sum(x, n, *norm);
     return PN_OK;
 }
 

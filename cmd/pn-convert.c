@@ -108,6 +108,9 @@ static uint64_t tensor_bytes_total(const pn_hf_model *m)
     return n;
 }
 
+static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_convert_opts *o,
+                   bool quiet, bool force_progress);
+
 int main(int argc, char **argv)
 {
     pn_hf_opts ho = { 0 };
@@ -212,8 +215,16 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-convert", argc, argv, 2, 2, "SRC OUT.gguf"))
         return 2;
-    const char *src = argv[optind], *dst = argv[optind + 1];
     pn_cli_cap_threads("pn-convert", "--threads", &threads, quiet);
+    return convert(argv[optind], argv[optind + 1], &ho, &co, quiet, force_progress);
+}
+
+/* The run after the options: the folder opened, converted (or, on a dry
+ * run, listed and its targets checked), what happened said. */
+static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_convert_opts *o,
+                   bool quiet, bool force_progress)
+{
+    pn_convert_opts co = *o;
     progress_state ps;
     pn_cli_meter_init(&ps.meter);
     ps.start = pn_cli_now();
@@ -233,7 +244,7 @@ int main(int argc, char **argv)
 
     pn_error err = { 0 };
     pn_hf_model *m = NULL;
-    pn_status st = pn_hf_open(src, &ho, &m, &err);
+    pn_status st = pn_hf_open(src, ho, &m, &err);
     pn_convert_result res = { 0 };
     if (st == PN_OK && co.dry_run)
         print_tensors(m);

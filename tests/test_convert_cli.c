@@ -232,10 +232,12 @@ Test(convert_cli, progress_goes_to_stderr_at_a_bounded_rate_with_an_eta_and_quie
     free(e);
 }
 
-/* Runs pn-convert --progress with its stderr a full pipe, so that it stops
- * in its first progress line, in the middle of the conversion; SIGTERM
- * then. Returns the exit status; *err what it said after the filler. */
-static int convert_killed_in_the_middle(const char *dst, char **err)
+/* Runs the program (argv: its path first, --progress among the options)
+ * with its stderr a full pipe, so that it stops in its first progress
+ * line, in the middle of its work; SIGTERM then. Returns the exit status as
+ * a shell reports it (128 + the signal when the signal killed it); *err
+ * what it said after the filler. */
+static int killed_in_the_middle(char *const argv[], char **err)
 {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
@@ -258,7 +260,7 @@ static int convert_killed_in_the_middle(const char *dst, char **err)
         dup2(null, 1);
         if (chdir(g_dir) != 0)
             _exit(126);
-        execl(BIN "/pn-convert", "pn-convert", "--progress", "--force", "X", dst, (char *)NULL);
+        execv(argv[0], argv);
         _exit(127);
     }
     close(fds[1]);
@@ -282,7 +284,8 @@ Test(convert_cli, sigterm_exits_143_and_says_dst_is_as_it_was)
 {
     sh_ok(SYNTH_HF " && echo old > o.gguf");
     char *e = NULL;
-    int rc = convert_killed_in_the_middle("o.gguf", &e);
+    char *const argv[] = { BIN "/pn-convert", "--progress", "--force", "X", "o.gguf", NULL };
+    int rc = killed_in_the_middle(argv, &e);
     cr_assert_eq(rc, 143, "128 + SIGTERM, an exit of its own: %d\n%s", rc, e);
     cr_assert(strstr(e, "pn-convert: interrupted: nothing was written to o.gguf; what was "
                         "there is as it was\n"),
@@ -290,6 +293,20 @@ Test(convert_cli, sigterm_exits_143_and_says_dst_is_as_it_was)
     free(e);
     expect_file_text("o.gguf", "old\n");
     cr_assert_eq(tu_count_temporary_files(g_dir), 0, "no temporary file left");
+}
+
+Test(convert_cli, pn_check_stopped_by_sigterm_reports_143_and_leaves_nothing)
+{
+    /* pn-check writes nothing: SIGTERM's own action ends it, which a shell
+     * reports as 143 like the programs that stop their work themselves */
+    sh_ok(SYNTH_HF " && pn-convert --quiet X c.gguf");
+    int entries = tu_count_files(g_dir);
+    char *e = NULL;
+    char *const argv[] = { BIN "/pn-check", "--progress", "c.gguf", NULL };
+    int rc = killed_in_the_middle(argv, &e);
+    cr_assert_eq(rc, 143, "128 + SIGTERM: %d\n%s", rc, e);
+    free(e);
+    cr_assert_eq(tu_count_files(g_dir), entries, "nothing left");
 }
 
 /* ---- --threads above the usable CPUs ---- */

@@ -238,7 +238,7 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
         char shape[64], name[1024];
         format_shape(t, shape, sizeof shape);
         pn_safe_text(t->name, name, sizeof name);
-        char note[64] = "";
+        char note[112] = "";
         if (t->promoted)
             snprintf(note, sizeof note, "promoted #%d", t->promote_rank + 1);
         if (t->rotated) {
@@ -248,6 +248,12 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
         if (r->reused && r->reused[i]) {
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%sfrom PREV", l ? ", " : "");
+        }
+        /* --imatrix: whether each candidate's measurement is weighted */
+        if (r->imatrix && t->candidate) {
+            size_t l = strlen(note);
+            snprintf(note + l, sizeof note - l, "%s%s", l ? ", " : "",
+                     pn_imatrix_find(r->imatrix, t->name) ? "imatrix entry" : "no imatrix entry");
         }
         fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, type_name(t->src_type),
                 type_name(t->type), (unsigned long long)t->bytes, note);
@@ -418,6 +424,9 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
                 t->promoted ? "true" : "false");
         if (r->reused)
             fprintf(f, "\"reused\": %s, ", r->reused[i] ? "true" : "false");
+        if (r->imatrix)
+            fprintf(f, "\"imatrix_entry\": %s, ",
+                    pn_imatrix_find(r->imatrix, t->name) ? "true" : "false");
         if (r->dry_run || !tensor_written(r, i))
             fprintf(f, "\"relative_error\": null, \"crc32\": null, \"seconds\": null}");
         else if (r->reused && r->reused[i])

@@ -6,8 +6,10 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The longest table of any program, with room to grow. */
@@ -86,6 +88,70 @@ bool pn_cli_threads(const char *prog, const char *v, int *threads)
         return false;
     *threads = (int)n;
     return true;
+}
+
+int pn_cli_usable_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void pn_cli_cap_threads(const char *prog, const char *opt, int *threads, bool quiet)
+{
+    int cpus = pn_cli_usable_cpus();
+    if (*threads <= cpus)
+        return;
+    if (!quiet)
+        fprintf(stderr, "%s: %s %d: this process may use %d CPU%s; using %d\n", prog, opt, *threads,
+                cpus, cpus == 1 ? "" : "s", cpus);
+    *threads = cpus;
+}
+
+double pn_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void pn_cli_meter_init(pn_cli_meter *m)
+{
+    *m = (pn_cli_meter){ .tty = isatty(2) != 0, .drawn = false, .last = -1e9 };
+}
+
+bool pn_cli_meter_due(pn_cli_meter *m, double elapsed, bool always)
+{
+    double every = m->tty ? 0.25 : 5.0;
+    if (!always && elapsed - m->last < every)
+        return false;
+    m->last = elapsed;
+    return true;
+}
+
+void pn_cli_meter_line(pn_cli_meter *m, const char *phase, size_t index, size_t n, const char *name,
+                       double done, double total, double elapsed, const char *unit)
+{
+    double pct = total > 0 ? 100.0 * done / total : 0;
+    double rate = elapsed > 0 ? done / elapsed : 0;
+    double eta = rate > 0 ? (total - done) / rate : 0;
+    char safe[40];
+    pn_safe_text(name ? name : "", safe, sizeof safe);
+    fprintf(stderr, "%s%s tensor %zu/%zu %-36.36s %5.1f%%  %.3g %s/s  ETA %.0fs%s",
+            m->tty ? "\r" : "", phase, index, n, safe, pct, rate, unit, eta,
+            m->tty ? "\033[K" : "\n");
+    fflush(stderr);
+    m->drawn = m->tty;
+}
+
+void pn_cli_meter_end(pn_cli_meter *m)
+{
+    if (m->drawn)
+        fputs("\r\033[K", stderr);
+    m->drawn = false;
 }
 
 int pn_cli_refuse_option(const pn_cli_program *p, char **argv)

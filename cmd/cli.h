@@ -60,6 +60,40 @@ static inline void pn_cli_show_progress(void *ctx, uint64_t done, uint64_t total
     fprintf(stderr, ": %3d%% of %llu %s\n", percent, (unsigned long long)total, p->what);
 }
 
+/* The one progress reporter of the long jobs (pn-quantize, pn-convert): a
+ * line on stderr "<phase> tensor I/N <name> P%  R <unit>/s  ETA Ss", redrawn
+ * in place at most 4 times a second on a terminal, else a new line at most
+ * once every 5 s (and at the end), so a log of a long run stays short. */
+typedef struct pn_cli_meter {
+    bool tty;    /* stderr is a terminal: redraw in place */
+    bool drawn;  /* a line is on the terminal (pn_cli_meter_end clears it) */
+    double last; /* elapsed seconds of the last line */
+} pn_cli_meter;
+
+/* A meter for stderr as it is (isatty). */
+void pn_cli_meter_init(pn_cli_meter *m);
+/* Whether a line is due at `elapsed` seconds; `always` (the last step, a
+ * phase that must show each step) makes it due. */
+bool pn_cli_meter_due(pn_cli_meter *m, double elapsed, bool always);
+/* The line: step index + 1 of n, name (terminal-safe, cut to 36 columns),
+ * done of total (in unit), the rate and the time left from elapsed. */
+void pn_cli_meter_line(pn_cli_meter *m, const char *phase, size_t index, size_t n, const char *name,
+                       double done, double total, double elapsed, const char *unit);
+/* Clears a line drawn in place, before a message or the end of the run. */
+void pn_cli_meter_end(pn_cli_meter *m);
+/* Seconds since an arbitrary start (CLOCK_MONOTONIC). */
+double pn_cli_now(void);
+
+/* The number of CPUs this process may run on (sched_getaffinity; the
+ * online CPUs when that fails; at least 1). */
+int pn_cli_usable_cpus(void);
+
+/* --threads N (opt) above the usable CPUs is capped to them (more threads
+ * than CPUs only take turns; no output depends on the count) with one note
+ * "<prog>: --threads N: this process may use C CPUs; using C" on stderr
+ * unless quiet. 0 (the default: all) is left as it is. */
+void pn_cli_cap_threads(const char *prog, const char *opt, int *threads, bool quiet);
+
 /* Flushes and closes stdout. Returns 0 when everything written to it
  * arrived; otherwise -1 with the reason in *why (a full disk, a file size
  * limit: output that is lost is an error, not a success). */

@@ -551,6 +551,7 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
+    pn_cli_cap_threads("pn-check", "--threads", &o.threads, false);
     /* several files, as llama.cpp users list them: one report and verdict
      * each (a JSON array of the reports with --json), the worst status */
     const int n_files = argc - optind;

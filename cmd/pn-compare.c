@@ -648,10 +648,10 @@ int main(int argc, char **argv)
                         "4 sequences of 64\n");
         return 2;
     }
-    if (o.threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = n > 0 && n <= 4096 ? (int)n : 1;
-    }
+    if (o.threads == 0)
+        o.threads = pn_cli_usable_cpus();
+    pn_cli_cap_threads("pn-compare", "--threads", &o.threads, quiet);
+    pn_cli_cap_threads("pn-compare", "--quantize-threads", &w.qthreads, quiet);
     o.dequant_threads = o.threads;
     if (!tmp_given) {
         const char *t = getenv("TMPDIR");

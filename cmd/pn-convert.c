@@ -3,6 +3,7 @@
  * is pn_convert (convert/convert.h). */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "common/text.h"
 #include "hf/hf.h"
 #include "convert/convert.h"
+#include "quant/types.h"
 
 static const char usage[] =
     "usage: pn-convert [options] SRC OUT.gguf\n"
@@ -36,18 +38,85 @@ static const char usage[] =
     "  --split-max-tensors N  the same, at most N tensors per split\n"
     "  --force              replace an existing OUT (never a file SRC is read from:\n"
     "                       its config.json, index, shards or tokenizer files)\n"
-    "  --quiet              print nothing on success\n"
+    "  --dry-run            list the tensors OUT would hold (GGUF name, type, shape,\n"
+    "                       bytes) and the total; read no tensor data, write nothing;\n"
+    "                       say when the real run would be refused\n"
+    "  --threads N          accepted as llama.cpp's tools take it; the conversion is\n"
+    "                       one stream (read, convert, write a chunk at a time) whose\n"
+    "                       speed is the disk's, so it uses one thread whatever N is\n"
+    "  --progress           progress on stderr even when it is not a terminal (on a\n"
+    "                       terminal it is shown unless --quiet)\n"
+    "  --quiet              print nothing on success, no progress and no notes\n"
     "  -h, --help           this text\n"
     "  --version            the version\n"
     "\n"
     "exit status: 0 written, 1 what the files hold (message on stderr), 2 the\n"
-    "command line itself\n";
+    "command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n";
+
+static volatile sig_atomic_t g_cancel = 0;
+
+static void on_signal(int sig)
+{
+    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
+}
+
+typedef struct progress_state {
+    pn_cli_meter meter;
+    double start;
+} progress_state;
+
+static void on_progress(void *user, size_t tensor, size_t n_tensors, const char *name,
+                        uint64_t done, uint64_t total)
+{
+    progress_state *ps = user;
+    double elapsed = pn_cli_now() - ps->start;
+    if (pn_cli_meter_due(&ps->meter, elapsed, done >= total))
+        pn_cli_meter_line(&ps->meter, "converting", tensor + 1, n_tensors, name, (double)done / 1e6,
+                          (double)total / 1e6, elapsed, "MB");
+}
+
+static const char *type_name(int type)
+{
+    const pn_type_traits *tt = pn_type_traits_get(type);
+    return tt ? tt->name : "?";
+}
+
+/* --dry-run: the tensors the real run would write, one line each, and the
+ * total (the set's file bytes come from the planned set). */
+static void print_tensors(const pn_hf_model *m)
+{
+    printf("%-48s %-5s %-20s %14s\n", "tensor", "type", "shape", "bytes");
+    for (size_t i = 0; i < pn_hf_n_tensors(m); i++) {
+        const pn_hf_tensor *t = pn_hf_tensor_at(m, i);
+        char shape[96], name[200];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "x%lld", (long long)t->ne[d]);
+        pn_safe_text(t->name, name, sizeof name);
+        printf("%-48s %-5s %-20s %14llu\n", name, type_name(t->type), shape,
+               (unsigned long long)(t->n_rows * t->row_elems * pn_hf_type_size(t->type)));
+    }
+}
+
+static uint64_t tensor_bytes_total(const pn_hf_model *m)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < pn_hf_n_tensors(m); i++) {
+        const pn_hf_tensor *t = pn_hf_tensor_at(m, i);
+        n += t->n_rows * t->row_elems * pn_hf_type_size(t->type);
+    }
+    return n;
+}
+
+static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_convert_opts *o,
+                   bool quiet, bool force_progress);
 
 int main(int argc, char **argv)
 {
     pn_hf_opts ho = { 0 };
     pn_convert_opts co = { 0 };
-    bool quiet = false;
+    bool quiet = false, force_progress = false;
+    int threads = 0;
     enum {
         OPT_OUTTYPE = 256,
         OPT_NO_MTP,
@@ -56,6 +125,9 @@ int main(int argc, char **argv)
         OPT_SPLIT_TENSORS,
         OPT_FORCE,
         OPT_QUIET,
+        OPT_DRY_RUN,
+        OPT_THREADS,
+        OPT_PROGRESS,
         OPT_VERSION
     };
     static const struct option longopts[] = {
@@ -66,6 +138,9 @@ int main(int argc, char **argv)
         { "split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS },
         { "force", no_argument, NULL, OPT_FORCE },
         { "quiet", no_argument, NULL, OPT_QUIET },
+        { "dry-run", no_argument, NULL, OPT_DRY_RUN },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "progress", no_argument, NULL, OPT_PROGRESS },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, OPT_VERSION },
         { NULL, 0, NULL, 0 },
@@ -123,6 +198,12 @@ int main(int argc, char **argv)
         }
         case OPT_FORCE: co.force = true; break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_DRY_RUN: co.dry_run = true; break;
+        case OPT_PROGRESS: force_progress = true; break;
+        case OPT_THREADS:
+            if (!pn_cli_threads("pn-convert", optarg, &threads))
+                return 2;
+            break;
         case 'h': fputs(usage, stdout); return 0;
         case OPT_VERSION: printf("pn-convert %s\n", PN_VERSION); return 0;
         default:
@@ -134,24 +215,72 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-convert", argc, argv, 2, 2, "SRC OUT.gguf"))
         return 2;
-    const char *src = argv[optind], *dst = argv[optind + 1];
+    pn_cli_cap_threads("pn-convert", "--threads", &threads, quiet);
+    return convert(argv[optind], argv[optind + 1], &ho, &co, quiet, force_progress);
+}
+
+/* The run after the options: the folder opened, converted (or, on a dry
+ * run, listed and its targets checked), what happened said. */
+static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_convert_opts *o,
+                   bool quiet, bool force_progress)
+{
+    pn_convert_opts co = *o;
+    progress_state ps;
+    pn_cli_meter_init(&ps.meter);
+    ps.start = pn_cli_now();
+    if (!quiet && !co.dry_run && (ps.meter.tty || force_progress)) {
+        co.progress = on_progress;
+        co.user = &ps;
+    }
+    co.cancel = &g_cancel;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write instead */
+
     pn_error err = { 0 };
     pn_hf_model *m = NULL;
-    pn_status st = pn_hf_open(src, &ho, &m, &err);
-    size_t n_files = 0;
+    pn_status st = pn_hf_open(src, ho, &m, &err);
+    pn_convert_result res = { 0 };
+    if (st == PN_OK && co.dry_run)
+        print_tensors(m);
     if (st == PN_OK)
-        st = pn_convert(m, src, dst, &co, &n_files, &err);
+        st = pn_convert(m, src, dst, &co, &res, &err);
+    pn_cli_meter_end(&ps.meter);
+    if (co.dry_run && st == PN_ERR_EXISTS) {
+        /* what the dry run is for: the real run would stop here */
+        if (!quiet) {
+            fputs("pn-convert: ", stderr);
+            pn_fput_safe(stderr, dst);
+            fputs(" exists: the real run would be refused without --force\n", stderr);
+        }
+        st = PN_OK;
+    }
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
+        if (!co.dry_run && st == PN_ERR_INTERRUPTED) {
+            fputs("pn-convert: interrupted: nothing was written to ", stderr);
+            pn_fput_safe(stderr, dst);
+            fputs("; what was there is as it was\n", stderr);
+        }
         pn_hf_close(m);
-        return pn_cli_exit_status(st);
+        return pn_cli_exit_status_signal(st, g_cancel);
     }
-    if (!quiet) {
+    if (co.dry_run) {
+        printf("total: %zu tensors, %llu bytes of tensor data, %llu bytes in %zu file%s "
+               "(dry run: nothing written)\n",
+               pn_hf_n_tensors(m), (unsigned long long)tensor_bytes_total(m),
+               (unsigned long long)res.file_bytes, res.n_files, res.n_files == 1 ? "" : "s");
+    } else if (!quiet) {
         printf("pn-convert: ");
         pn_fput_safe(stdout, dst);
         printf(": %zu tensors", pn_hf_n_tensors(m));
-        if (n_files > 1)
-            printf(", written as %zu splits beside it", n_files);
+        if (res.n_files > 1)
+            printf(", written as %zu splits beside it", res.n_files);
         printf("\n");
     }
     pn_hf_close(m);

@@ -151,6 +151,7 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-dequant", argc, argv, 2, 2, "IN.gguf OUT.gguf"))
         return 2;
+    pn_cli_cap_threads("pn-dequant", "--threads", &o.threads, quiet);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

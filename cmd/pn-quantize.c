@@ -195,7 +195,7 @@ static const pn_cli_program program = {
 typedef struct cli_state {
     int show_progress;
     int tty;
-    double last;
+    pn_cli_meter meter; /* the progress line (cli.h) */
     int quiet;
     int force_progress; /* --progress: even when stderr is no terminal */
     int force;
@@ -238,7 +238,7 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
         char shape[64], name[1024];
         format_shape(t, shape, sizeof shape);
         pn_safe_text(t->name, name, sizeof name);
-        char note[64] = "";
+        char note[112] = "";
         if (t->promoted)
             snprintf(note, sizeof note, "promoted #%d", t->promote_rank + 1);
         if (t->rotated) {
@@ -248,6 +248,12 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
         if (r->reused && r->reused[i]) {
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%sfrom PREV", l ? ", " : "");
+        }
+        /* --imatrix: whether each candidate's measurement is weighted */
+        if (r->imatrix && t->candidate) {
+            size_t l = strlen(note);
+            snprintf(note + l, sizeof note - l, "%s%s", l ? ", " : "",
+                     pn_imatrix_find(r->imatrix, t->name) ? "imatrix entry" : "no imatrix entry");
         }
         fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, type_name(t->src_type),
                 type_name(t->type), (unsigned long long)t->bytes, note);
@@ -418,6 +424,9 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
                 t->promoted ? "true" : "false");
         if (r->reused)
             fprintf(f, "\"reused\": %s, ", r->reused[i] ? "true" : "false");
+        if (r->imatrix)
+            fprintf(f, "\"imatrix_entry\": %s, ",
+                    pn_imatrix_find(r->imatrix, t->name) ? "true" : "false");
         if (r->dry_run || !tensor_written(r, i))
             fprintf(f, "\"relative_error\": null, \"crc32\": null, \"seconds\": null}");
         else if (r->reused && r->reused[i])
@@ -579,22 +588,13 @@ static void on_progress(const pn_progress *p, void *user)
     cli_state *s = user;
     if (!s->show_progress)
         return;
-    /* Redraw at most 4 times a second on a terminal, once every 5 s otherwise. */
-    double every = s->tty ? 0.25 : 5.0;
-    if (p->elapsed_s - s->last < every && p->weights_done < p->weights_total &&
-        p->phase != PN_PHASE_VALIDATE)
+    if (!pn_cli_meter_due(&s->meter, p->elapsed_s,
+                          p->weights_done >= p->weights_total || p->phase == PN_PHASE_VALIDATE))
         return;
-    s->last = p->elapsed_s;
-    double pct = p->weights_total ? 100.0 * (double)p->weights_done / (double)p->weights_total : 0;
-    double rate = p->elapsed_s > 0 ? (double)p->weights_done / p->elapsed_s : 0;
-    double eta = rate > 0 ? (double)(p->weights_total - p->weights_done) / rate : 0;
-    char name[40];
-    pn_safe_text(p->tensor_name ? p->tensor_name : "", name, sizeof name);
-    fprintf(stderr, "%s%s tensor %zu/%zu %-36.36s %5.1f%%  %.3g w/s  ETA %.0fs%s",
-            s->tty ? "\r" : "", phase_name(p->phase),
-            p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors, name, pct, rate, eta,
-            s->tty ? "\033[K" : "\n");
-    fflush(stderr);
+    pn_cli_meter_line(&s->meter, phase_name(p->phase),
+                      p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors,
+                      p->tensor_name, (double)p->weights_done, (double)p->weights_total,
+                      p->elapsed_s, "w");
 }
 
 /* Prints a message from the library line by line, each line terminal-safe. */
@@ -918,10 +918,11 @@ static int run(int argc, char **argv)
     cli_state cs;
     memset(&cs, 0, sizeof cs);
     cs.tty = isatty(2);
-    cs.last = -1e9;
+    pn_cli_meter_init(&cs.meter);
     int rc = parse_arguments(argc, argv, &o, &cs);
     if (rc >= 0)
         return rc;
+    pn_cli_cap_threads("pn-quantize", "--threads", &o.threads, cs.quiet);
     cs.force = o.force;
     if (cs.report_path && (rc = check_report_path(&cs, &o)) != 0)
         return rc;

@@ -350,6 +350,7 @@ int main(int argc, char **argv)
     o.force = force;
     o.split = split;
     o.threads = (int)threads;
+    pn_cli_cap_threads("pn-synth", "--threads", &o.threads, quiet);
     o.cancel = &g_cancel;
     prog pg = { !quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9 };
     o.progress = on_progress;

@@ -11,11 +11,16 @@
 
 #define CHUNK ((size_t)8 << 20)
 
-pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
-                     const pn_convert_opts *o, size_t *n_files, pn_error *err)
+static uint64_t tensor_bytes(const pn_hf_tensor *t)
 {
-    if (n_files)
-        *n_files = 0;
+    return t->n_rows * t->row_elems * pn_hf_type_size(t->type);
+}
+
+pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
+                     const pn_convert_opts *o, pn_convert_result *res, pn_error *err)
+{
+    if (res)
+        *res = (pn_convert_result){ 0 };
     gguf_writer *w = gguf_writer_new();
     if (!w)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -32,8 +37,17 @@ pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
     /* no target is a file of the folder, before anything is opened */
     for (size_t s = 0; st == PN_OK && s < pn_outset_n_splits(os); s++)
         st = pn_source_check_target(src, pn_outset_path(os, s), "the output", err);
+    if (st == PN_OK && res) {
+        res->n_files = pn_outset_n_splits(os);
+        res->file_bytes = pn_outset_written_bytes(os);
+    }
     if (st == PN_OK)
         st = pn_outset_check_targets(os, NULL, err);
+    if (o->dry_run) {
+        pn_outset_free(os);
+        gguf_writer_free(w);
+        return st;
+    }
     pn_hf_reader *rd = NULL;
     uint8_t *buf = NULL;
     if (st == PN_OK)
@@ -42,14 +56,25 @@ pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     if (st == PN_OK)
         st = pn_outset_begin(os, err);
-    for (size_t i = 0; st == PN_OK && i < pn_hf_n_tensors(m); i++) {
+    const size_t n_tensors = pn_hf_n_tensors(m);
+    uint64_t all = 0, done = 0;
+    for (size_t i = 0; i < n_tensors; i++)
+        all += tensor_bytes(pn_hf_tensor_at(m, i));
+    for (size_t i = 0; st == PN_OK && i < n_tensors; i++) {
         const pn_hf_tensor *t = pn_hf_tensor_at(m, i);
-        uint64_t total = t->n_rows * t->row_elems * pn_hf_type_size(t->type);
+        uint64_t total = tensor_bytes(t);
         for (uint64_t off = 0; st == PN_OK && off < total; off += CHUNK) {
+            if (o->cancel && *o->cancel) {
+                st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
+                break;
+            }
             size_t n = total - off < CHUNK ? (size_t)(total - off) : CHUNK;
             st = pn_hf_read(rd, i, off, buf, n, err);
             if (st == PN_OK)
                 st = pn_outset_write(os, i, buf, n, err);
+            done += n;
+            if (st == PN_OK && o->progress)
+                o->progress(o->user, i, n_tensors, t->name, done, all);
         }
     }
     if (st == PN_OK)
@@ -63,8 +88,6 @@ pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
     }
     if (st == PN_OK)
         st = pn_outset_commit(os, err);
-    if (st == PN_OK && n_files)
-        *n_files = pn_outset_n_splits(os);
     pn_outset_free(os);
     free(buf);
     pn_hf_reader_close(rd);

@@ -340,10 +340,11 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
             pn_error_prefix(err, "%s", c->o->src_path);
             goto done;
         }
-        /* dense only: an expert tensor's rows would need their expert's
-         * weights (left unweighted for now) */
-        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[2] == 1 && t->ne[3] == 1)
+        /* dense or expert (the imatrix holds ne[2] matrices, checked) */
+        if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[3] == 1) {
             q.jt[k].qweights = pn_imatrix_weights_for(c->plan->imatrix, t->name);
+            q.jt[k].qweights_rows = t->ne[1];
+        }
         int64_t w, b;
         uint64_t ob;
         pn_job_tensor_needs(&q.jt[k], &w, &ob, &b);
@@ -612,6 +613,7 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         r.reuse_why = c->ru->why;
         r.reuse_none_why = c->ru->none_why[0] ? c->ru->none_why : NULL;
     }
+    r.imatrix = c->plan->imatrix;
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);

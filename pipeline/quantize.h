@@ -55,6 +55,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf_split.h"
+#include "mix/imatrix.h"
 #include "mix/plan.h"
 
 typedef enum pn_backend { PN_BACKEND_AUTO = 0, PN_BACKEND_CPU, PN_BACKEND_CUDA } pn_backend;
@@ -150,6 +151,9 @@ typedef struct pn_quantize_result {
     const bool *reused;
     const char *const *reuse_why;
     const char *reuse_none_why; /* why nothing is reused, or NULL */
+    /* --imatrix: the file read (pn_imatrix_find says which tensors have an
+     * entry); NULL without --imatrix */
+    const pn_imatrix *imatrix;
 } pn_quantize_result;
 
 /* Called once the figures are final: for a real run after the written file

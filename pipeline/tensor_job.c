@@ -268,8 +268,9 @@ pn_status pn_job_chunk_work(pn_job_kernels *k, const pn_job_tensor *t, pn_chunk 
                 if (t->qweights) {
                     /* weighted: its own encoder, then the sums by the
                      * reference's separate pass (the same definition) */
-                    ist = pn_quantize_row_kquant_weighted(t->type, x, len, t->qweights + col_base,
-                                                          out, &col);
+                    /* an expert tensor's row takes its expert's weights */
+                    const float *v = t->qweights + (row / t->qweights_rows) * t->K + col_base;
+                    ist = pn_quantize_row_kquant_weighted(t->type, x, len, v, out, &col);
                     if (ist == PN_OK)
                         ist = pn_row_sums_ref(t->type, x, out, len, c->blk_err + blk,
                                               c->blk_norm + blk);

@@ -43,10 +43,14 @@ typedef struct pn_job_tensor {
     int64_t unit;           /* lcm(type's block, rot_block, sum_block) */
     int64_t rows_per_chunk; /* whole-row chunks: rows each; else 1 */
     int64_t cols_per_chunk; /* K for whole-row chunks; else a multiple of unit */
-    /* q3_K/q4_K with an imatrix entry: the K column weights; the tensor is
-     * then encoded by quant/kquants_weighted.h (one scalar path). NULL:
-     * the unweighted encoders. Set by the job after pn_job_tensor_init. */
+    /* q3_K/q4_K with an imatrix entry: the column weights, K per matrix
+     * (an expert tensor's experts one after the other); the tensor is then
+     * encoded by quant/kquants_weighted.h (one scalar path). NULL: the
+     * unweighted encoders. qweights_rows: the rows of one matrix (ne[1]),
+     * so row r takes matrix r / qweights_rows. Set by the job after
+     * pn_job_tensor_init. */
     const float *qweights;
+    int64_t qweights_rows;
 } pn_job_tensor;
 
 /* Fills t's chunking for chunks of about chunk_weights weights and at most

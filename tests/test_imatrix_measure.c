@@ -4,6 +4,7 @@
  * candidates without an entry; the identity in the output and in the
  * --measurement file. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -756,4 +757,98 @@ Test(imatrix_measure, a_folder_source_matches_the_imatrix_through_its_converted_
     free(out);
     free(err_text);
     free(imx);
+}
+
+/* ---- the plan says which candidates have an entry ----------------------- */
+
+/* The plan table's row of tensor name in out (a copy), or NULL. */
+static char *plan_row(const char *out, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, name, n) == 0 && l[n] == ' ') {
+            const char *e = strchr(l, '\n');
+            return strndup(l, e ? (size_t)(e - l) : strlen(l));
+        }
+    return NULL;
+}
+
+/* The report's imatrix_entry of tensor name: 1 true, 0 false, -1 absent. */
+static int report_entry(json_t *root, const char *name)
+{
+    json_t *ts = json_object_get(root, "tensors");
+    for (size_t i = 0; i < json_array_size(ts); i++) {
+        json_t *t = json_array_get(ts, i);
+        if (strcmp(json_string_value(json_object_get(t, "name")), name) != 0)
+            continue;
+        json_t *f = json_object_get(t, "imatrix_entry");
+        cr_assert(f == NULL || json_is_boolean(f), "%s: imatrix_entry is no boolean", name);
+        return f ? json_is_true(f) : -1;
+    }
+    cr_assert_fail("%s: not in the report", name);
+    return -1;
+}
+
+Test(imatrix_measure, the_plan_marks_each_candidate_with_or_without_an_entry_and_only_with_imatrix,
+     .init = setup, .fini = teardown)
+{
+    static const sf_spec specs[] = {
+        { "a.ffn_up.weight", 2, 320, 16, PN_TYPE_F32 },
+        { "b.ffn_up.weight", 2, 320, 16, PN_TYPE_F32 },
+        { "output.weight", 2, 512, 8, PN_TYPE_F32 },
+    };
+    static const char recipe_text[] = "mix P\nrotation hadamard 1024\npromote 1\n"
+                                      "rule output.weight => q4_K\nrule * => pn3t\n";
+    char *src = path_in("p.gguf"), *recipe = path_in("p.mix"), *imx = path_in("half.dat"),
+         *report = path_in("r.json");
+    sf_write_model(src, specs, 3, 4);
+    cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
+    /* a.ffn_up.weight, a candidate, has no entry; output.weight, not a
+     * candidate, has one */
+    const char *names[] = { "b.ffn_up.weight", "output.weight" };
+    const int64_t K[] = { 320, 512 };
+    write_dat(imx, names, K, 2, w_varied);
+    char *out = NULL, *err_text = NULL;
+    int rc = tu_run_program(&out, &err_text, "pn-quantize",
+                            "--dry-run --recipe '%s' --imatrix '%s' --imatrix-missing unweighted "
+                            "--report '%s' '%s'",
+                            recipe, imx, report, src);
+    cr_assert_eq(rc, 0, "%s", err_text);
+    char *a = plan_row(out, "a.ffn_up.weight"), *b = plan_row(out, "b.ffn_up.weight"),
+         *o = plan_row(out, "output.weight");
+    cr_assert(a && b && o, "rows missing from the plan:\n%s", out);
+    cr_assert(strstr(a, "no imatrix entry") != NULL, "%s", a);
+    cr_assert(strstr(b, "imatrix entry") != NULL && strstr(b, "no imatrix entry") == NULL, "%s", b);
+    cr_assert_null(strstr(o, "imatrix"), "not a candidate, yet marked: %s", o);
+    json_error_t je;
+    json_t *root = json_load_file(report, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    cr_assert_eq(report_entry(root, "a.ffn_up.weight"), 0);
+    cr_assert_eq(report_entry(root, "b.ffn_up.weight"), 1);
+    cr_assert_eq(report_entry(root, "output.weight"), 1);
+    json_decref(root);
+    free(a);
+    free(b);
+    free(o);
+    free(out);
+    free(err_text);
+    /* without --imatrix: neither the marker nor the report's flag */
+    rc = tu_run_program(&out, &err_text, "pn-quantize",
+                        "--dry-run --force --recipe '%s' --report '%s' '%s'", recipe, report, src);
+    cr_assert_eq(rc, 0, "%s", err_text);
+    a = plan_row(out, "a.ffn_up.weight");
+    cr_assert_not_null(a, "%s", out);
+    free(a);
+    cr_assert_null(strstr(out, "imatrix"), "%s", out);
+    root = json_load_file(report, 0, &je);
+    cr_assert_not_null(root, "%s", je.text);
+    cr_assert_eq(report_entry(root, "a.ffn_up.weight"), -1);
+    cr_assert_eq(report_entry(root, "output.weight"), -1);
+    json_decref(root);
+    free(out);
+    free(err_text);
+    free(src);
+    free(recipe);
+    free(imx);
+    free(report);
 }

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,4 +235,12 @@ int64_t tu_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out)
     for (int64_t i = 0; i < n; i++)
         out[i] = n_rows <= max_rows ? i : (int64_t)((i128)i * n_rows / max_rows);
     return n;
+}
+
+int tu_usable_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0, "sched_getaffinity");
+    return CPU_COUNT(&set);
 }

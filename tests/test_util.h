@@ -52,6 +52,10 @@ typedef struct tu_notes {
 } tu_notes;
 void tu_keep_note(const char *msg, void *user);
 
+/* The CPUs this process may run on (sched_getaffinity), as the tests
+ * count them, to say what a program's --threads note must read. */
+int tu_usable_cpus(void);
+
 /* Deterministic random numbers for tests (splitmix64 + Box-Muller). */
 typedef struct tu_rng {
     uint64_t s;

@@ -303,15 +303,20 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
             fprintf(stderr, "pn-compare: --stock: not a type the stock quantizer takes: '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
-            return -1;
+            goto refused;
         }
         out[(*n)++] = t;
     }
     if (*n == 0) {
         fprintf(stderr, "pn-compare: --stock: no type given\n");
-        return -1;
+        goto refused;
     }
     return 0;
+refused: /* the program exits at once: nothing may point into the copy */
+    free(*buf);
+    *buf = NULL;
+    *n = 0;
+    return -1;
 }
 
 static int parse_size_opt(const char *opt, const char *v, uint64_t *out)

@@ -986,6 +986,7 @@ static int run(int argc, char **argv)
             fputc('\n', stderr);
         }
         free(cs.files);
+        free(cs.dst_written);
         return pn_cli_exit_status_signal(st, g_cancel);
     }
     if (cs.report_path) {
@@ -1007,6 +1008,7 @@ static int run(int argc, char **argv)
             } else {
                 put_lines(stderr, "", re.msg); /* the message names the report path */
             }
+            free(cs.dst_written);
             return 1;
         }
     }

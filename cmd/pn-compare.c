@@ -520,6 +520,10 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
     po.envp = environ;
     po.budget = w->budget;
     po.force = w->force;
+    po.source = o->source_path;
+    po.inputs[0] = o->text_path;
+    po.inputs[1] = w->so.imatrix_path;
+    po.inputs[2] = w->so.recipe_path;
     pn_status st = plot ? pn_plot_check_target(&po, &err) : PN_OK;
     if (st == PN_OK) {
         so.compare = *o;

@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/outfile.h"
+#include "io/source_open.h"
 
 void pn_plot_pareto(const pn_plot_point *p, size_t n, bool *on_front)
 {
@@ -51,6 +53,17 @@ pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err)
     if (!o->path || !(is_png(o->path) || is_svg(o->path)))
         return pn_error_set(err, PN_ERR_USAGE, "--plot %s: the name must end in .svg or .png",
                             o->path ? o->path : "(none)");
+    if (o->source) {
+        pn_status st = pn_source_check_target(o->source, o->path, "--plot", err);
+        if (st != PN_OK)
+            return st;
+    }
+    for (size_t i = 0; i < sizeof o->inputs / sizeof o->inputs[0]; i++)
+        if (o->inputs[i] && pn_same_file(o->inputs[i], o->path))
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--plot %s: that is %s, an input of the sweep; choose another "
+                                "path",
+                                o->path, o->inputs[i]);
     struct stat sb;
     if (lstat(o->path, &sb) == 0) {
         if (!S_ISREG(sb.st_mode))

@@ -42,6 +42,11 @@ typedef struct pn_plot_opts {
     uint64_t budget;     /* bytes; 0: no line */
     const char *title;   /* NULL: none */
     bool force;          /* replace an existing file */
+    /* What the sweep reads, which the picture may never be, whatever force
+     * says: the source (every file of a folder, io/source_open.h) and the
+     * other inputs (the text, the imatrix, the recipe); NULL where none. */
+    const char *source;
+    const char *inputs[3];
 } pn_plot_opts;
 
 /* on_front[i]: no other point is at most as large and at most as far

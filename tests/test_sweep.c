@@ -165,6 +165,46 @@ Test(sweep_cli, the_imatrix_is_given_to_every_pn_mix_and_to_the_stock_quantizer,
     free(args_file);
 }
 
+/* The picture is never an input of the sweep, --force or not: not the
+ * source (here a GGUF named like a picture), not the text. */
+Test(sweep_cli, a_plot_path_that_names_an_input_is_refused_and_the_input_kept, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.svg"), *text = path_in("text.svg"), *tmp = path_in("tmp");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 10 --vocab 64");
+    tu_write_file(text, "some held-out text\n", 19);
+    size_t n_src = 0, n_text = 0;
+    char *src_before = tu_read_file(src, &n_src), *text_before = tu_read_file(text, &n_text);
+    const char *cases[][2] = { { src, "--plot is a file of the input" },
+                               { text, "an input of the sweep" } };
+    for (size_t i = 0; i < 2; i++) {
+        char args[8192], *out, *err;
+        snprintf(args, sizeof args,
+                 "--tmpdir '%s' --recipe '%s/recipes/test-fallback.mix' --promote 0 --text '%s' "
+                 "--plot '%s' --force '%s'",
+                 tmp, PN_SOURCE_DIR, text, cases[i][0], src);
+        int rc = sweep(args, &out, &err);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", cases[i][0], rc, err);
+        cr_assert(strstr(err, cases[i][1]), "%s", err);
+        free(out);
+        free(err);
+    }
+    size_t n = 0;
+    char *src_after = tu_read_file(src, &n);
+    cr_assert(n == n_src && memcmp(src_after, src_before, n) == 0, "the source was changed");
+    char *text_after = tu_read_file(text, &n);
+    cr_assert(n == n_text && memcmp(text_after, text_before, n) == 0, "the text was changed");
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(src_before);
+    free(src_after);
+    free(text_before);
+    free(text_after);
+    free(src);
+    free(text);
+    free(tmp);
+}
+
 Test(sweep_cli, a_keep_folder_holding_a_mixs_name_is_refused_before_anything_runs, .init = setup,
      .fini = teardown)
 {

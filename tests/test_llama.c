@@ -26,48 +26,8 @@
 
 /* ---- is llama.cpp here? ---- */
 
-static bool in_ci(void)
-{
-    const char *v = getenv("PN_REQUIRE_LLAMA");
-    return v && strcmp(v, "1") == 0;
-}
+#define REQUIRE_LLAMA() TU_REQUIRE_LLAMA(SCRIPT, NULL)
 
-/* NULL when `node SCRIPT --version` works, else why not. */
-static const char *llama_missing(void)
-{
-    static char why[1200];
-    char *out = NULL, *err = NULL;
-    int rc = tu_run("node --version", &out, &err);
-    if (rc != 0) {
-        snprintf(why, sizeof why,
-                 "node is not installed (exit %d); pn-compare runs llama.cpp "
-                 "through Node.js",
-                 rc);
-    } else {
-        free(out);
-        free(err);
-        rc = tu_run("node '" SCRIPT "' --version", &out, &err);
-        if (rc == 0 && strstr(out, "llama_cpp"))
-            why[0] = 0;
-        else
-            snprintf(why, sizeof why,
-                     "node-llama-cpp is not installed (exit %d: %.900s); run "
-                     "scripts/install-deps",
-                     rc, err ? err : "");
-    }
-    free(out);
-    free(err);
-    return why[0] ? why : NULL;
-}
-
-#define REQUIRE_LLAMA()                                                                            \
-    do {                                                                                           \
-        const char *why_ = llama_missing();                                                        \
-        if (why_ && in_ci())                                                                       \
-            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);           \
-        if (why_)                                                                                  \
-            cr_skip_test("llama.cpp is not available: %s", why_);                                  \
-    } while (0)
 
 static void run_ok(const char *cmd)
 {

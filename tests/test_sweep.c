@@ -25,37 +25,8 @@
     PN_SOURCE_DIR "/tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"            \
                   "libllama.v0.5.0.so"
 
-static bool in_ci(void)
-{
-    const char *v = getenv("PN_REQUIRE_LLAMA");
-    return v && strcmp(v, "1") == 0;
-}
 
-static const char *llama_missing(void)
-{
-    static char why[1200];
-    char *out = NULL, *err = NULL;
-    int rc = tu_run("node '" SCRIPT "' --version", &out, &err);
-    if (rc == 0 && out && strstr(out, "llama_cpp") && access(LIBLLAMA, R_OK) == 0)
-        why[0] = 0;
-    else
-        snprintf(why, sizeof why,
-                 "node or node-llama-cpp is not installed (exit %d: %.900s); "
-                 "run scripts/install-deps",
-                 rc, err ? err : "");
-    free(out);
-    free(err);
-    return why[0] ? why : NULL;
-}
-
-#define REQUIRE_LLAMA()                                                                            \
-    do {                                                                                           \
-        const char *why_ = llama_missing();                                                        \
-        if (why_ && in_ci())                                                                       \
-            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);           \
-        if (why_)                                                                                  \
-            cr_skip_test("llama.cpp is not available: %s", why_);                                  \
-    } while (0)
+#define REQUIRE_LLAMA() TU_REQUIRE_LLAMA(SCRIPT, LIBLLAMA)
 
 static void synth(const char *path, const char *args)
 {

@@ -411,22 +411,6 @@ Test(synth_profile, the_default_is_the_gaussian_profile_byte_for_byte_and_traine
 
 /* ---- stock llama.cpp runs it, in both forms ---- */
 
-static const char *llama_missing(void)
-{
-    static char why[1200];
-    char *out = NULL, *err = NULL;
-    int rc = tu_run("node '" SCRIPT "' --version", &out, &err);
-    if (rc == 0 && out && strstr(out, "llama_cpp"))
-        why[0] = 0;
-    else
-        snprintf(why, sizeof why,
-                 "node-llama-cpp is not installed (exit %d: %.900s); run "
-                 "scripts/install-deps",
-                 rc, err ? err : "");
-    free(out);
-    free(err);
-    return why[0] ? why : NULL;
-}
 
 static double kl_of(const char *json)
 {
@@ -440,12 +424,7 @@ static double kl_of(const char *json)
 Test(synth_profile_llama, stock_llama_cpp_runs_the_trained_model_in_both_forms, .init = setup,
      .fini = teardown, .timeout = 600)
 {
-    const char *why = llama_missing();
-    const char *ci = getenv("PN_REQUIRE_LLAMA");
-    if (why && ci && strcmp(ci, "1") == 0)
-        cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why);
-    if (why)
-        cr_skip_test("llama.cpp is not available: %s", why);
+    TU_REQUIRE_LLAMA(SCRIPT, NULL);
     char *src = path_in("src.gguf"), *hf = path_in("src-hf"), *pn = path_in("pn.gguf");
     char *tmp = path_in("tmp");
     mkdir(tmp, 0700);

@@ -244,3 +244,31 @@ int tu_usable_cpus(void)
     cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0, "sched_getaffinity");
     return CPU_COUNT(&set);
 }
+
+const char *tu_llama_missing(const char *script, const char *needed)
+{
+    static char why[1200];
+    char *out = NULL, *err = NULL;
+    int rc = tu_run("node --version", &out, &err);
+    if (rc != 0) {
+        snprintf(why, sizeof why,
+                 "node is not installed (exit %d); pn-compare runs llama.cpp through Node.js", rc);
+    } else {
+        free(out);
+        free(err);
+        out = err = NULL;
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "node '%s' --version", script);
+        rc = tu_run(cmd, &out, &err);
+        if (rc == 0 && out && strstr(out, "llama_cpp") && (!needed || access(needed, R_OK) == 0))
+            why[0] = 0;
+        else
+            snprintf(why, sizeof why,
+                     "node-llama-cpp is not installed (exit %d: %.900s); run "
+                     "scripts/install-deps",
+                     rc, err ? err : "");
+    }
+    free(out);
+    free(err);
+    return why[0] ? why : NULL;
+}

@@ -70,4 +70,22 @@ double tu_rng_gauss(tu_rng *r);   /* N(0, 1) */
  * min(n_rows, max_rows) entries; returns how many. */
 int64_t tu_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out);
 
+/* Is stock llama.cpp here? NULL when node runs SCRIPT (the harness,
+ * tools/llama/pn-llama-logits.mjs) and it reports llama_cpp, and NEEDED (a
+ * file the test also needs, such as libllama; NULL for none) is readable;
+ * else why not (a static buffer, the last call's). */
+const char *tu_llama_missing(const char *script, const char *needed);
+
+/* The stock llama.cpp tests: skipped with the reason where llama.cpp is
+ * missing, except where PN_REQUIRE_LLAMA=1 (CI), where they fail. */
+#define TU_REQUIRE_LLAMA(script, needed)                                                           \
+    do {                                                                                           \
+        const char *why_ = tu_llama_missing(script, needed);                                       \
+        const char *ci_ = getenv("PN_REQUIRE_LLAMA");                                              \
+        if (why_ && ci_ && strcmp(ci_, "1") == 0)                                                  \
+            cr_assert_fail("llama.cpp is required here (PN_REQUIRE_LLAMA=1): %s", why_);           \
+        if (why_)                                                                                  \
+            cr_skip_test("llama.cpp is not available: %s", why_);                                  \
+    } while (0)
+
 #endif

@@ -21,11 +21,13 @@
 # the checkout's recipes/ and scripts/. A block that runs pn-compare needs
 # stock llama.cpp (tools/llama): without it the block is listed as skipped,
 # and under PN_REQUIRE_LLAMA=1 it fails.
+# And every link of a page to a file of the checkout leads to a file there.
 # Prints each block's page:line and verdict, then
 # "docs: N run, N failed, N not run, N skipped" and exits 1 on any failure.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:?usage: check-docs.sh BIN_DIR}" && pwd)
+cd "$root"   # the pages are named from the checkout
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ran=0 failed=0 norun=0 skipped=0
@@ -54,6 +56,13 @@ for page in README.md docs/*.md recipes/README.md; do
   ' "$root/$page")
 done
 [ "$n" -gt 0 ] || fail "no block found in the docs"
+
+# the pages' links to files of the checkout lead to files that are there
+for page in README.md docs/*.md recipes/README.md; do
+  for link in $(grep -o '](\([^)( ]*\))' "$root/$page" | sed 's/^](//; s/)$//; s/#.*//' | grep -v -e '^[a-z]*:' -e '^$' | sort -u); do
+    [ -e "$root/$(dirname "$page")/$link" ] || fail "$page: a link to $link, which is not there"
+  done
+done
 
 # 2. the stand-ins, made once
 fx=$work/fixture

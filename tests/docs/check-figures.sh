@@ -18,6 +18,7 @@
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "${1:?usage: check-figures.sh BIN_DIR}" && pwd)
+cd "$root"   # the pages are named from the checkout
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0 skipped=0

@@ -13,6 +13,7 @@
 #include "common/outfile.h"
 
 #include "common/file.h"
+#include "common/outfile_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,13 +33,8 @@
 #endif
 #endif
 
-#ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0)
-#endif
-
 /* ".pn-" and six random characters after the cut target name. */
 #define TEMP_SUFFIX ".pn-"
-#define TEMP_RANDOM 6
 #define TEMP_PREFIX_MAX (NAME_MAX - 1 - (int)(sizeof TEMP_SUFFIX - 1) - TEMP_RANDOM)
 /* Stale names listed in the note; the rest are counted. */
 #define NOTE_NAMES_MAX 8
@@ -73,7 +69,7 @@ struct pn_outfile {
 /* ------------------------------------------------------------------ */
 /* Names                                                               */
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t pn_outfile_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -82,7 +78,7 @@ static uint64_t splitmix(uint64_t *s)
 }
 
 /* A seed for temporary names; they need only differ between runs. */
-static uint64_t name_seed(const void *p)
+uint64_t pn_outfile_seed(const void *p)
 {
     uint64_t s = 0;
 #ifdef PN_HAVE_GETRANDOM
@@ -116,14 +112,19 @@ static char *new_temp_name(pn_outfile *f)
     p += f->prefix_len;
     memcpy(p, TEMP_SUFFIX, sizeof TEMP_SUFFIX - 1);
     p += sizeof TEMP_SUFFIX - 1;
-    uint64_t r = splitmix(&f->rng);
-    for (int i = 0; i < TEMP_RANDOM; i++, r /= sizeof name_chars - 1)
-        *p++ = name_chars[r % (sizeof name_chars - 1)];
-    *p = '\0';
+    pn_outfile_random_chars(&f->rng, p, TEMP_RANDOM);
     return s;
 }
 
-static bool random_tail(const char *s, size_t n)
+void pn_outfile_random_chars(uint64_t *rng, char *out, int n)
+{
+    uint64_t r = pn_outfile_splitmix(rng);
+    for (int i = 0; i < n; i++, r /= sizeof name_chars - 1)
+        out[i] = name_chars[r % (sizeof name_chars - 1)];
+    out[n] = '\0';
+}
+
+bool pn_outfile_random_tail(const char *s, size_t n)
 {
     if (strlen(s) != n)
         return false;
@@ -140,12 +141,12 @@ static bool is_temp_of(const pn_outfile *f, const char *name)
     if (name[0] == '.' && strncmp(name + 1, f->base, f->prefix_len) == 0) {
         const char *rest = name + 1 + f->prefix_len;
         if (strncmp(rest, TEMP_SUFFIX, sizeof TEMP_SUFFIX - 1) == 0 &&
-            random_tail(rest + sizeof TEMP_SUFFIX - 1, TEMP_RANDOM))
+            pn_outfile_random_tail(rest + sizeof TEMP_SUFFIX - 1, TEMP_RANDOM))
             return true;
     }
     size_t bl = strlen(f->base);
     return strncmp(name, f->base, bl) == 0 && strncmp(name + bl, ".tmp.", 5) == 0 &&
-           random_tail(name + bl + 5, 6);
+           pn_outfile_random_tail(name + bl + 5, 6);
 }
 
 static char *join_dir(const pn_outfile *f, const char *name)
@@ -231,7 +232,7 @@ static void find_stale(pn_outfile *f)
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
 
-static const char *reason(int e)
+const char *pn_outfile_reason(int e)
 {
     switch (e) {
     case ENOSPC: return "no space left on the device (disk full)";
@@ -245,7 +246,7 @@ static pn_status io_fail(const pn_outfile *f, pn_error *err, int e, const char *
 {
     pn_status code = (e == ENOSPC || e == EDQUOT || e == EFBIG) ? PN_ERR_NOSPACE : PN_ERR_IO;
     return pn_error_set(err, code, "%s: %s at byte offset %llu: %s", f->target, what,
-                        (unsigned long long)at, reason(e));
+                        (unsigned long long)at, pn_outfile_reason(e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,7 +317,7 @@ static pn_status create_named(pn_outfile *f, pn_error *err)
         if (e != EEXIST)
             return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
                                 "%s: cannot create a temporary file in its folder %s: %s",
-                                f->target, f->dir, reason(e));
+                                f->target, f->dir, pn_outfile_reason(e));
     }
     return pn_error_set(err, PN_ERR_IO,
                         "%s: cannot create a temporary file in its folder %s: every name tried "
@@ -356,7 +357,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
     f->state = OF_OPEN; /* so that a failure below discards what was made */
     if (opts)
         f->opts = *opts;
-    f->rng = name_seed(f);
+    f->rng = pn_outfile_seed(f);
     f->target = strdup(target);
     pn_status st = f->target ? split_target(f, err)
                              : pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", target);
@@ -379,7 +380,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
             int e = errno;
             st = pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
                               "%s: cannot create a temporary file in its folder %s: %s", target,
-                              f->dir, reason(e));
+                              f->dir, pn_outfile_reason(e));
             goto fail;
         }
     }
@@ -619,7 +620,7 @@ static int link_unnamed(const pn_outfile *f, const char *name)
     return errno;
 }
 
-static int rename_noreplace(int dirfd, const char *from, const char *to)
+int pn_outfile_rename_noreplace(int dirfd, const char *from, const char *to)
 {
 #ifdef SYS_renameat2
     if (syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE) == 0)
@@ -637,7 +638,7 @@ static int place_noreplace(pn_outfile *f)
     if (f->unnamed)
         return link_unnamed(f, f->base);
     if (!f->opts.link_commit) {
-        int e = rename_noreplace(f->dirfd, f->tmp_name, f->base);
+        int e = pn_outfile_rename_noreplace(f->dirfd, f->tmp_name, f->base);
         if (e == 0) {
             free(f->tmp_name);
             f->tmp_name = NULL;
@@ -720,7 +721,8 @@ static pn_status place_failure(const pn_outfile *f, int e, pn_error *err)
                             "written there",
                             f->target);
     return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                        "%s: cannot put the written file in place: %s", f->target, reason(e));
+                        "%s: cannot put the written file in place: %s", f->target,
+                        pn_outfile_reason(e));
 }
 
 static void abort_all(pn_outfile *const *files, size_t n)

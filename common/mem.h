@@ -23,4 +23,14 @@ void pn_free_array(void *const *p, size_t n);
         free(v);                                                                                   \
     } while (0)
 
+/* free() of arr[i].field for i in [0, n), then of arr itself (an array
+ * of structures, each owning one string). */
+#define PN_FREE_EACH_FIELD(arr, n, field)                                                          \
+    do {                                                                                           \
+        if (arr)                                                                                   \
+            for (size_t pn_i_ = 0; pn_i_ < (size_t)(n); pn_i_++)                                   \
+                free((arr)[pn_i_].field);                                                          \
+        free(arr);                                                                                 \
+    } while (0)
+
 #endif

@@ -74,14 +74,9 @@ static bool same_inode(int fd, int at, const char *name)
  * inside (none of the writers makes one) is left, and so is the folder. */
 static void remove_folder(int at, const char *name)
 {
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
+    DIR *d = pn_outfile_opendir_at(at, name);
+    if (!d)
         return;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return;
-    }
     struct dirent *e;
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
@@ -95,13 +90,9 @@ static void remove_folder(int at, const char *name)
  * however it ends). */
 static void remove_stale_folders(pn_outdir *d)
 {
-    int lfd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *dir = lfd >= 0 ? fdopendir(lfd) : NULL;
-    if (!dir) {
-        if (lfd >= 0)
-            close(lfd);
+    DIR *dir = pn_outfile_opendir_at(d->dirfd, ".");
+    if (!dir)
         return;
-    }
     size_t pl = strlen(d->prefix);
     struct dirent *e;
     while ((e = readdir(dir))) {
@@ -136,14 +127,9 @@ static pn_status check_target_folder(pn_outdir *d, const pn_outdir_opts *o, pn_e
                             S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file", d->writer);
     if (!o->force)
         return pn_error_set(err, PN_ERR_EXISTS, "%s exists; use --force to replace it", d->target);
-    int fd = openat(d->dirfd, d->base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!dir) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return pn_error_set(err, PN_ERR_IO, "%s: %s", d->target, strerror(e));
-    }
+    DIR *dir = pn_outfile_opendir_at(d->dirfd, d->base);
+    if (!dir)
+        return pn_error_set(err, PN_ERR_IO, "%s: %s", d->target, strerror(errno));
     pn_status st = PN_OK;
     struct dirent *e;
     while (st == PN_OK && (e = readdir(dir))) {
@@ -186,9 +172,12 @@ static pn_status make_temp_folder(pn_outdir *d, pn_error *err)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        if (fd < 0 && e != ENOENT)
+        if (fd < 0 && e != ENOENT) {
+            (void)unlinkat(d->dirfd, d->tmp_name, AT_REMOVEDIR);
             return pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder: %s",
                                 d->target, strerror(e));
+        }
+        /* else a run removing stale folders took it: it removes it */
     }
     return pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it", d->target);
 }
@@ -356,14 +345,7 @@ pn_status pn_outdir_commit(pn_outdir *d, pn_error *err)
         e = dir_place_new(d);
     if (e != 0) {
         pn_outdir_abort(d);
-        if (e == EEXIST || e == ENOTEMPTY)
-            return pn_error_set(err, PN_ERR_EXISTS,
-                                "%s: exists (it was created while this run was writing); nothing "
-                                "was replaced; use --force to replace it",
-                                d->target);
-        return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                            "%s: cannot put the written folder in place: %s", d->target,
-                            pn_outfile_reason(e));
+        return pn_outfile_place_failure(d->target, true, e, err);
     }
     if (d->exists)
         remove_folder(d->dirfd, d->tmp_name); /* the replaced folder */
@@ -373,7 +355,8 @@ pn_status pn_outdir_commit(pn_outdir *d, pn_error *err)
         close(pfd);
     }
     close(d->lockfd);
-    d->lockfd = -1;
+    close(d->dirfd);
+    d->lockfd = d->dirfd = -1;
     d->state = OD_COMMITTED;
     return PN_OK;
 }
@@ -382,20 +365,20 @@ void pn_outdir_abort(pn_outdir *d)
 {
     if (!d || d->state != OD_OPEN)
         return;
-    if (d->tmp_name && d->lockfd >= 0)
-        remove_folder(d->dirfd, d->tmp_name);
-    if (d->lockfd >= 0)
-        close(d->lockfd);
-    d->lockfd = -1;
     d->state = OD_ABORTED;
+    if (d->lockfd >= 0) { /* else open failed before a folder was ours */
+        remove_folder(d->dirfd, d->tmp_name);
+        close(d->lockfd);
+        d->lockfd = -1;
+    }
+    if (d->dirfd >= 0)
+        close(d->dirfd);
+    d->dirfd = -1;
 }
 
 void pn_outdir_free(pn_outdir *d)
 {
-    if (!d)
-        return;
-    pn_outdir_abort(d);
-    if (d->dirfd >= 0)
-        close(d->dirfd);
-    PN_FREE_ALL(d->target, d->base, d->parent, d->prefix, d->tmp_name, d->tmp_path, d);
+    pn_outdir_abort(d); /* closes what is open */
+    if (d)
+        PN_FREE_ALL(d->target, d->base, d->parent, d->prefix, d->tmp_name, d->tmp_path, d);
 }

@@ -13,6 +13,7 @@
 #include "common/outfile.h"
 
 #include "common/file.h"
+#include "common/mem.h"
 #include "common/outfile_internal.h"
 
 #include <dirent.h>
@@ -185,18 +186,25 @@ static void note_add(char **note, size_t *len, size_t *cap, const char *s)
     *len += n;
 }
 
+DIR *pn_outfile_opendir_at(int at, const char *name)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
 /* Lists the temporary files of this target left in its folder. Best effort:
  * a folder that cannot be listed gives no note. */
 static void find_stale(pn_outfile *f)
 {
-    int lfd = openat(f->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lfd < 0)
+    DIR *d = pn_outfile_opendir_at(f->dirfd, ".");
+    if (!d)
         return;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
-        close(lfd);
-        return;
-    }
     char *note = NULL;
     size_t len = 0, cap = 0, found = 0;
     struct dirent *e;
@@ -708,21 +716,23 @@ static void sync_folder(const pn_outfile *f)
     }
 }
 
-static pn_status place_failure(const pn_outfile *f, int e, pn_error *err)
+pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err)
 {
+    if (folder && (e == ENOTEMPTY || e == ENOTDIR))
+        e = EEXIST; /* a folder with something in it, or a file, is there */
     if (e == EEXIST)
         return pn_error_set(err, PN_ERR_EXISTS,
                             "%s: exists (it was created while this run was writing); nothing "
                             "was replaced; use --force to replace it",
-                            f->target);
+                            target);
     if (e == EISDIR || e == ENOTEMPTY)
         return pn_error_set(err, PN_ERR_IO,
                             "%s: became a directory while this run was writing; nothing was "
                             "written there",
-                            f->target);
+                            target);
     return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                        "%s: cannot put the written file in place: %s", f->target,
-                        pn_outfile_reason(e));
+                        "%s: cannot put the written %s in place: %s", target,
+                        folder ? "folder" : "file", pn_outfile_reason(e));
 }
 
 static void abort_all(pn_outfile *const *files, size_t n)
@@ -781,7 +791,7 @@ pn_status pn_outfile_commit_set(pn_outfile *const *files, size_t n, pn_error *er
             f->state = OF_COMMITTED;
             continue;
         }
-        pn_status st = place_failure(f, e, err);
+        pn_status st = pn_outfile_place_failure(f->target, false, e, err);
         if (!force)
             for (size_t j = k + 1; j < n; j++) {
                 unplace(files[j]);
@@ -835,11 +845,5 @@ void pn_outfile_free(pn_outfile *f)
         close(f->fd);
     if (f->dirfd >= 0)
         close(f->dirfd);
-    free(f->tmp_name);
-    free(f->tmp_path);
-    free(f->note);
-    free(f->target);
-    free(f->dir);
-    free(f->base);
-    free(f);
+    PN_FREE_ALL(f->tmp_name, f->tmp_path, f->note, f->target, f->dir, f->base, f);
 }

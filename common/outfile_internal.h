@@ -4,15 +4,34 @@
 #ifndef PN_COMMON_OUTFILE_INTERNAL_H
 #define PN_COMMON_OUTFILE_INTERNAL_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/pn_error.h"
+
 #ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0)
+#define RENAME_NOREPLACE                                                                           \
+    (1 << 0) /* The folder name of folder descriptor at, opened for listing, never
+ * through a link (O_NOFOLLOW); NULL with errno. */
+DIR *pn_outfile_opendir_at(int at, const char *name);
+
+/* The error of a commit that could not put the file (folder) at target:
+ * PN_ERR_EXISTS where something appeared there meanwhile. */
+pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err);
+
 #endif
 #ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1)
+#define RENAME_EXCHANGE                                                                            \
+    (1 << 1) /* The folder name of folder descriptor at, opened for listing, never
+ * through a link (O_NOFOLLOW); NULL with errno. */
+DIR *pn_outfile_opendir_at(int at, const char *name);
+
+/* The error of a commit that could not put the file (folder) at target:
+ * PN_ERR_EXISTS where something appeared there meanwhile. */
+pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err);
+
 #endif
 
 /* Random characters closing a temporary name. */
@@ -30,5 +49,12 @@ const char *pn_outfile_reason(int e);
 /* renameat2(RENAME_NOREPLACE) within one folder: 0 or an errno (ENOSYS,
  * EINVAL where the kernel or the filesystem has none). */
 int pn_outfile_rename_noreplace(int dirfd, const char *from, const char *to);
+/* The folder name of folder descriptor at, opened for listing, never
+ * through a link (O_NOFOLLOW); NULL with errno. */
+DIR *pn_outfile_opendir_at(int at, const char *name);
+
+/* The error of a commit that could not put the file (folder) at target:
+ * PN_ERR_EXISTS where something appeared there meanwhile. */
+pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/mem.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "common/file.h"
@@ -686,17 +687,10 @@ static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
             put_bool(k, "tokenizer.ggml.normalizer.strip_accents", strip != 0);
         st = k->st;
     }
-    if (j.merges_own)
-        for (size_t i = 0; i < j.n_merges; i++)
-            free(j.merges_own[i]);
-    free(j.merges_own);
-    free(j.merges);
-    free(j.tokens);
-    free(j.types);
+    PN_FREE_EACH(j.merges_own, j.n_merges);
+    PN_FREE_ALL(j.merges, j.tokens, j.types, tok_path, tcfg_path);
     json_decref(tok);
     json_decref(tcfg);
-    free(tok_path);
-    free(tcfg_path);
     return st;
 }
 

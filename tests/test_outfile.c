@@ -325,7 +325,9 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
 
 /* Forks a child that opens path in mode m, writes 1 MiB and waits; kills it
  * with SIGKILL once it has written. */
-static void kill_a_writer(const char *path, mode m)
+/* A child that runs body (which _exits on failure), says so on a pipe and
+ * waits to be killed; returns its pid once body is done. */
+static pid_t start_writer(void (*body)(const char *, int), const char *path, int arg)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
@@ -333,15 +335,7 @@ static void kill_a_writer(const char *path, mode m)
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         close(p[0]);
-        pn_outfile_opts o = opts_of(m, false);
-        pn_outfile *f = NULL;
-        pn_error e;
-        if (pn_outfile_open(path, &o, &f, &e) != PN_OK || pn_outfile_unnamed(f) != (m == UNNAMED))
-            _exit(3);
-        static char buf[1 << 20];
-        memset(buf, 'k', sizeof buf);
-        if (pn_outfile_write(f, buf, sizeof buf, &e) != PN_OK)
-            _exit(4);
+        body(path, arg);
         if (write(p[1], "w", 1) != 1)
             _exit(5);
         for (;;)
@@ -351,10 +345,34 @@ static void kill_a_writer(const char *path, mode m)
     char c = 0;
     cr_assert_eq(read(p[0], &c, 1), 1, "the child did not get to write");
     close(p[0]);
+    return pid;
+}
+
+static void kill_child(pid_t pid)
+{
     cr_assert_eq(kill(pid, SIGKILL), 0);
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/* Opens an outfile of mode m and writes 1 MiB to it. */
+static void file_writer(const char *path, int m)
+{
+    pn_outfile_opts o = opts_of((mode)m, false);
+    pn_outfile *f = NULL;
+    pn_error e;
+    if (pn_outfile_open(path, &o, &f, &e) != PN_OK || pn_outfile_unnamed(f) != (m == UNNAMED))
+        _exit(3);
+    static char buf[1 << 20];
+    memset(buf, 'k', sizeof buf);
+    if (pn_outfile_write(f, buf, sizeof buf, &e) != PN_OK)
+        _exit(4);
+}
+
+static void kill_a_writer(const char *path, mode m)
+{
+    kill_child(start_writer(file_writer, path, (int)m));
 }
 
 Test(outfile, a_writer_killed_by_sigkill_leaves_nothing_with_o_tmpfile)
@@ -928,42 +946,18 @@ Test(outdir, a_file_a_link_or_a_foreign_folder_is_refused_even_with_force)
     free(top);
 }
 
-/* A child that opens the folder, writes a file in it, says so on the pipe
- * and waits to be killed; returns its pid. */
-static pid_t folder_writer(const char *target)
+/* Opens the folder and writes a file in it. */
+static void folder_writer(const char *target, int unused)
 {
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        close(p[0]);
-        pn_outdir_opts o = dir_opts(0, false);
-        pn_outdir *d = NULL;
-        pn_outfile *f = NULL;
-        pn_error e;
-        if (pn_outdir_open(target, &o, &d, &e) != PN_OK ||
-            pn_outdir_file(d, "config.json", &f, &e) != PN_OK ||
-            pn_outfile_write(f, "{}", 2, &e) != PN_OK || pn_outfile_commit(f, &e) != PN_OK)
-            _exit(3);
-        if (write(p[1], "w", 1) != 1)
-            _exit(5);
-        for (;;)
-            pause();
-    }
-    close(p[1]);
-    char c = 0;
-    cr_assert_eq(read(p[0], &c, 1), 1, "the child did not get to write");
-    close(p[0]);
-    return pid;
-}
-
-static void kill_child(pid_t pid)
-{
-    cr_assert_eq(kill(pid, SIGKILL), 0);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    (void)unused;
+    pn_outdir_opts o = dir_opts(0, false);
+    pn_outdir *d = NULL;
+    pn_outfile *f = NULL;
+    pn_error e;
+    if (pn_outdir_open(target, &o, &d, &e) != PN_OK ||
+        pn_outdir_file(d, "config.json", &f, &e) != PN_OK ||
+        pn_outfile_write(f, "{}", 2, &e) != PN_OK || pn_outfile_commit(f, &e) != PN_OK)
+        _exit(3);
 }
 
 /* The entries of top whose names start with prefix. */
@@ -981,8 +975,8 @@ static int count_prefix(const char *top, const char *prefix)
 Test(outdir, a_killed_writers_folder_is_removed_by_the_next_open_and_a_live_ones_left)
 {
     char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
-    pid_t live = folder_writer(target);
-    pid_t dead = folder_writer(target);
+    pid_t live = start_writer(folder_writer, target, 0);
+    pid_t dead = start_writer(folder_writer, target, 0);
     kill_child(dead);
     cr_assert(!exists(target), "a killed writer puts nothing at the target");
     cr_assert_eq(count_prefix(top, ".ckpt.pn-test-"), 2, "both writers' folders");

@@ -165,19 +165,19 @@ static pn_status make_temp_folder(pn_outdir *d, pn_error *err)
                                 pn_outfile_reason(e));
         }
         int fd = openat(d->dirfd, d->tmp_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && same_inode(fd, d->dirfd, d->tmp_name)) {
+        int e = fd < 0 ? errno : flock(fd, LOCK_EX | LOCK_NB) != 0 ? errno : 0;
+        if (e == 0 && same_inode(fd, d->dirfd, d->tmp_name)) {
             d->lockfd = fd;
             return PN_OK;
         }
-        int e = errno;
         if (fd >= 0)
             close(fd);
-        if (fd < 0 && e != ENOENT) {
+        if (e != 0 && e != ENOENT && e != EWOULDBLOCK) {
             (void)unlinkat(d->dirfd, d->tmp_name, AT_REMOVEDIR);
             return pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder: %s",
                                 d->target, strerror(e));
         }
-        /* else a run removing stale folders took it: it removes it */
+        /* else a run removing stale folders took it (and removes it) */
     }
     return pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it", d->target);
 }
@@ -297,6 +297,11 @@ static int dir_place_new(pn_outdir *d)
  * stands at the temporary name (to be removed); 0 or an errno. */
 static int dir_place_swap(pn_outdir *d)
 {
+    struct stat sb;
+    if (fstatat(d->dirfd, d->base, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno;
+    if (!S_ISDIR(sb.st_mode))
+        return ENOTDIR; /* a file took the folder's place meanwhile: never swapped */
 #ifdef SYS_renameat2
     if (!d->plain_rename) {
         if (syscall(SYS_renameat2, d->dirfd, d->tmp_name, d->dirfd, d->base, RENAME_EXCHANGE) == 0)
@@ -311,14 +316,10 @@ static int dir_place_swap(pn_outdir *d)
     char *aside = dir_temp_name(d);
     if (!aside)
         return ENOMEM;
-    int e = 0;
-    if (renameat(d->dirfd, d->base, d->dirfd, aside) != 0)
-        e = errno;
-    else if ((e = dir_place_new(d)) != 0)
-        (void)renameat(d->dirfd, aside, d->dirfd, d->base);
-    else
-        e = renameat(d->dirfd, aside, d->dirfd, d->tmp_name) == 0 ? 0 : errno;
-    if (e != 0 && e != EEXIST && e != ENOTEMPTY)
+    int e = renameat(d->dirfd, d->base, d->dirfd, aside) == 0 ? 0 : errno;
+    if (e == 0 && (e = dir_place_new(d)) != 0)
+        (void)renameat(d->dirfd, aside, d->dirfd, d->base); /* the old one back */
+    else if (e == 0 && renameat(d->dirfd, aside, d->dirfd, d->tmp_name) != 0)
         remove_folder(d->dirfd, aside);
     free(aside);
     return e;

@@ -902,6 +902,27 @@ Test(outdir, a_target_made_between_open_and_commit_is_refused_and_left_intact)
     }
 }
 
+Test(outdir, a_file_that_took_the_replaced_folders_place_is_never_swapped_away)
+{
+    for (int plain = 0; plain < 2; plain++) {
+        char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+        cr_assert_eq(mkdir(target, 0755), 0);
+        pn_outdir *d = dir_open_ok(target, plain, true);
+        fill(d, three, "");
+        cr_assert_eq(rmdir(target), 0);
+        cr_assert_eq(tu_write_file(target, "file", 4), 0);
+        pn_error e;
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_ERR_EXISTS, "%s", dir_mode_names[plain]);
+        pn_outdir_free(d);
+        cr_assert(has_bytes(target, "file"), "%s: the file is at the target still",
+                  dir_mode_names[plain]);
+        cr_assert_eq(tu_count_files(top), 1, "%s", dir_mode_names[plain]);
+        tu_rm_rf(top);
+        free(target);
+        free(top);
+    }
+}
+
 Test(outdir, a_file_a_link_or_a_foreign_folder_is_refused_even_with_force)
 {
     char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");

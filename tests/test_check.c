@@ -385,6 +385,26 @@ Test(pn_check, source_catches_a_pn_tensor_holding_the_other_pn_types_bytes)
 
 /* ---- could not read: exit 1, the verdict "unreadable" (cmd/cli.h's rule) ---- */
 
+Test(pn_check, cannot_read_a_file_whose_string_length_is_damaged_and_names_the_length_field)
+{
+    /* byte 24: the first key's length, overwritten (a cut header is
+     * GGUF-TRUNCATED-HEADER, below) */
+    const char *p = damaged("bad-length.gguf", (edit){ 24, 4, 1ull << 40 }, false);
+    char *out, *err;
+    int rc = check_cli(&out, &err, "'%s'", p);
+    cr_assert_eq(rc, 1, "%s%s", out, err);
+    cr_assert(has_finding(out, "error", "GGUF-BAD-STRING-LENGTH", "byte 24: "), "%s", out);
+    cr_assert(strstr(out, "the key of key/value pair 0: damaged string length: the length field "
+                          "at byte 24 reads 1099511627776 bytes, more than the whole file (the "
+                          "file is "),
+              "%s", out);
+    cr_assert(!strstr(out, "GGUF-TRUNCATED-HEADER"), "%s", out);
+    cr_assert_str_eq(last_line(out), "unreadable (1 error, 0 warnings)");
+    cr_assert_str_empty(err, "the report says it once, on stdout: %s", err);
+    free(out);
+    free(err);
+}
+
 Test(pn_check, cannot_read_a_file_cut_inside_its_header)
 {
     const char *p = damaged("cut-header.gguf", (edit){ 40, 3, 0 }, false);

@@ -174,8 +174,8 @@ void pn_cli_meter_line(pn_cli_meter *m, const char *phase, const char *item, siz
     m->drawn = m->tty;
 }
 
-void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index,
-                       size_t n, const char *name, double done, double total, const char *unit)
+void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, const char *unit)
 {
     if (!m->on)
         return;

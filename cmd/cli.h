@@ -74,8 +74,8 @@ void pn_cli_meter_line(pn_cli_meter *m, const char *phase, const char *item, siz
 /* pn_cli_meter_line when the meter is on and a line is due, elapsed being
  * the time since pn_cli_meter_open (or the last pn_cli_meter_restart); the
  * line at done >= total is always due. */
-void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index,
-                       size_t n, const char *name, double done, double total, const char *unit);
+void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, const char *unit);
 /* A new measure from now (the next line is due at once). */
 void pn_cli_meter_restart(pn_cli_meter *m);
 /* Clears a line drawn in place, before a message or the end of the run. */

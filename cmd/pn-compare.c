@@ -195,8 +195,8 @@ static void on_progress(const pn_compare_progress *p, void *user)
     ps->model = p->model;
     double elapsed = pn_cli_now() - ps->meter.start;
     if (pn_cli_meter_due(&ps->meter, elapsed, begins || (p->total > 0 && p->done >= p->total)))
-        pn_cli_meter_line(&ps->meter, p->step, p->item, p->model + 1, p->n_models, p->path,
-                          p->done, p->total, elapsed, p->unit);
+        pn_cli_meter_line(&ps->meter, p->step, p->item, p->model + 1, p->n_models, p->path, p->done,
+                          p->total, elapsed, p->unit);
 }
 
 /* The harness beside the program: <dir of the executable>/../share/pn-quantize/llama/. */

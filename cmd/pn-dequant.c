@@ -69,7 +69,8 @@ static const pn_cli_option options[] = {
       "  --progress           progress on stderr even when it is not a terminal (on a\n"
       "                       terminal it is shown unless --quiet)\n" },
     { "force", no_argument, OPT_FORCE, "  --force              replace an existing OUT\n" },
-    { "quiet", no_argument, OPT_QUIET, "  --quiet              print nothing on success, no progress and no notes\n" },
+    { "quiet", no_argument, OPT_QUIET,
+      "  --quiet              print nothing on success, no progress and no notes\n" },
     { "help", no_argument, 'h', "  -h, --help           this text\n" },
     { "version", no_argument, OPT_VERSION, "  --version            the version\n" },
     { NULL, 0, 0, NULL },

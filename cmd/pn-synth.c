@@ -133,8 +133,8 @@ typedef struct progress_state {
 static void on_progress(uint64_t done, uint64_t total, void *user)
 {
     progress_state *ps = user;
-    pn_cli_meter_show(&ps->meter, "generating", NULL, 0, 0, ps->path, (double)done,
-                      (double)total, "w");
+    pn_cli_meter_show(&ps->meter, "generating", NULL, 0, 0, ps->path, (double)done, (double)total,
+                      "w");
 }
 
 /* The options that do not go together; false (after saying why) when

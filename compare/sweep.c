@@ -354,8 +354,8 @@ static void progress_at(const sweep_at *a, double part)
 {
     if (!a->o->compare.progress)
         return;
-    pn_compare_progress p = { a->step, a->name, "mix", a->k, a->n, (double)a->k + part, (double)a->n,
-                              "mixes" };
+    pn_compare_progress p = { a->step,      a->name, "mix", a->k, a->n, (double)a->k + part,
+                              (double)a->n, "mixes" };
     a->o->compare.progress(&p, a->o->compare.user);
 }
 

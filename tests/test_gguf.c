@@ -364,7 +364,8 @@ Test(gguf_reader, refuses_huge_tensor_and_key_counts)
 static char *length_read(uint64_t at, uint64_t len)
 {
     static char buf[128];
-    snprintf(buf, sizeof buf, "damaged string length: the length field at byte %llu reads %llu bytes",
+    snprintf(buf, sizeof buf,
+             "damaged string length: the length field at byte %llu reads %llu bytes",
              (unsigned long long)at, (unsigned long long)len);
     return buf;
 }
@@ -376,11 +377,11 @@ Test(gguf_reader, a_key_longer_than_the_file_is_a_damaged_string_length_at_its_o
     kv_at k = locate_kv(r, "general.architecture");
     gguf_reader_close(r);
     put_u64(b, k.key_len, 1ull << 40);
-    expect_refusal(b, PN_ERR_STRING_LENGTH, at_byte(k.key_len),
-                   length_read(k.key_len, 1ull << 40));
+    expect_refusal(b, PN_ERR_STRING_LENGTH, at_byte(k.key_len), length_read(k.key_len, 1ull << 40));
     char rest[96];
-    snprintf(rest, sizeof rest, "more than the whole file (the file is %zu bytes, %llu of them after",
-             b.size, (unsigned long long)(b.size - k.key));
+    snprintf(rest, sizeof rest,
+             "more than the whole file (the file is %zu bytes, %llu of them after", b.size,
+             (unsigned long long)(b.size - k.key));
     expect_refusal(b, PN_ERR_STRING_LENGTH, "the key of key/value pair 0", rest);
     free(b.bytes);
 }

@@ -115,8 +115,7 @@ static void expect_progress(const char *err, double seconds, const char *prog, c
             notes++;
             continue;
         }
-        cr_assert_eq(regexec(&re, line, 0, NULL, 0), 0, "not a progress line: '%s'\n%s", line,
-                     err);
+        cr_assert_eq(regexec(&re, line, 0, NULL, 0), 0, "not a progress line: '%s'\n%s", line, err);
         cr_assert(strncmp(line, phase, strlen(phase)) == 0 || strcmp(phase, "*") == 0,
                   "'%s' is not of %s", line, phase);
         cr_assert(strstr(line, want_unit), "'%s': not in %s", line, unit);
@@ -179,7 +178,8 @@ Test(progress, pn_synth_reports_through_the_one_reporter_when_asked_and_quiet_sa
     silent_when_quiet("pn-synth --quiet --hf " SMALL " hf/");
 }
 
-Test(progress, pn_compare_reports_the_positions_llama_cpp_evaluated_when_asked_and_quiet_says_nothing)
+Test(progress,
+     pn_compare_reports_the_positions_llama_cpp_evaluated_when_asked_and_quiet_says_nothing)
 {
     TU_REQUIRE_LLAMA(SCRIPT, NULL);
     silent_when_piped("pn-compare --threads 1 src.gguf pn.gguf");

@@ -119,6 +119,7 @@ echo "bench_chunk (2 threads, BF16-valued, w/s, x bench_pn's loop):" $(echo "$bc
 
 # ---- pn-quantize -----------------------------------------------------------
 json_num() { grep -o "\"$1\": [0-9.e+-]*" "$2" | head -1 | awk '{print $2}'; }
+walls=""
 printf '%-7s %10s %12s %11s %8s  %s\n' threads wall_s weights/s peak_rss_MB ratio "stage seconds (they overlap)"
 for T in $threads_list; do
   rm -f "$out"
@@ -136,8 +137,12 @@ for T in $threads_list; do
       "$(awk -v w="$weights" -v t="$total" 'BEGIN{print w/t}')" \
       "$(awk -v k="$rss_kb" 'BEGIN{print k/1024}')" \
       "$(awk -v w="$weights" -v t="$total" -v r="$ref" 'BEGIN{print (w/t)/r}')" "$phases"
+  walls="$walls $T:$total"
 done
 echo "(ratio: (weights / wall) / bench_pn pn3t fast at the same thread count; weights = $weights)"
+for tw in $walls; do
+  echo "wall / cold cat of the source, ${tw%%:*} threads: $(awk -v w="${tw#*:}" -v c="$cat_src" 'BEGIN{printf "%.2f", w/c}')x (goal: at most 1.5x at 2 threads)"
+done
 
 # ---- the output --------------------------------------------------------
 drop_cache "$out"

@@ -182,7 +182,8 @@ static int64_t offset_in_message(const char *msg)
 }
 
 /* Codes for a file the reader refuses. A file that is not GGUF, of a version
- * or byte order we cannot read, cut inside its header, or holding a tensor
+ * or byte order we cannot read, cut inside its header, with a damaged string
+ * length (the header cannot be read past it), or holding a tensor
  * type this build does not know cannot be checked at all (exit 2); a header
  * that was read but breaks a GGUF rule makes the file invalid (exit 1). */
 static void add_reader_refusal(pn_check_ctx *c, const pn_error *e)
@@ -196,6 +197,10 @@ static void add_reader_refusal(pn_check_ctx *c, const pn_error *e)
         break;
     case PN_ERR_TRUNCATED:
         code = "GGUF-TRUNCATED-HEADER";
+        readable = false;
+        break;
+    case PN_ERR_STRING_LENGTH:
+        code = "GGUF-BAD-STRING-LENGTH";
         readable = false;
         break;
     case PN_ERR_BAD_MAGIC:

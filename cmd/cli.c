@@ -120,7 +120,15 @@ double pn_cli_now(void)
 
 void pn_cli_meter_init(pn_cli_meter *m)
 {
-    *m = (pn_cli_meter){ .tty = isatty(2) != 0, .drawn = false, .last = -1e9 };
+    *m = (pn_cli_meter){
+        .on = true, .tty = isatty(2) != 0, .drawn = false, .last = -1e9, .start = pn_cli_now()
+    };
+}
+
+void pn_cli_meter_open(pn_cli_meter *m, bool quiet, bool forced)
+{
+    pn_cli_meter_init(m);
+    m->on = !quiet && (m->tty || forced);
 }
 
 bool pn_cli_meter_due(pn_cli_meter *m, double elapsed, bool always)
@@ -132,19 +140,54 @@ bool pn_cli_meter_due(pn_cli_meter *m, double elapsed, bool always)
     return true;
 }
 
-void pn_cli_meter_line(pn_cli_meter *m, const char *phase, size_t index, size_t n, const char *name,
-                       double done, double total, double elapsed, const char *unit)
+void pn_cli_meter_line(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, double elapsed,
+                       const char *unit)
 {
-    double pct = total > 0 ? 100.0 * done / total : 0;
     double rate = elapsed > 0 ? done / elapsed : 0;
-    double eta = rate > 0 ? (total - done) / rate : 0;
-    char safe[40];
-    pn_safe_text(name ? name : "", safe, sizeof safe);
-    fprintf(stderr, "%s%s tensor %zu/%zu %-36.36s %5.1f%%  %.3g %s/s  ETA %.0fs%s",
-            m->tty ? "\r" : "", phase, index, n, safe, pct, rate, unit, eta,
-            m->tty ? "\033[K" : "\n");
+    char pct[16] = "    ?", eta[32] = "?";
+    if (total > 0)
+        snprintf(pct, sizeof pct, "%5.1f", 100.0 * done / total);
+    if (total > 0 && done >= total)
+        snprintf(eta, sizeof eta, "0s");
+    else if (total > 0 && rate > 0)
+        snprintf(eta, sizeof eta, "%.0fs", (total - done) / rate);
+    fputs(m->tty ? "\r" : "", stderr);
+    fputs(phase, stderr);
+    if (item)
+        fprintf(stderr, " %s %zu/%zu", item, index, n);
+    if (name) {
+        /* the end of a long name tells most (a file's name, a tensor's
+         * block and kind): "..." and its last bytes, whole characters */
+        char safe[1024];
+        const char *at = pn_safe_text(name, safe, sizeof safe);
+        size_t len = strlen(at);
+        if (len > 36) {
+            at += len - 33;
+            while ((*at & 0xC0) == 0x80)
+                at++;
+        }
+        fprintf(stderr, " %s%-*s", len > 36 ? "..." : "", len > 36 ? 33 : 36, at);
+    }
+    fprintf(stderr, " %s%%  %.3g %s/s  ETA %s%s", pct, rate, unit, eta, m->tty ? "\033[K" : "\n");
     fflush(stderr);
     m->drawn = m->tty;
+}
+
+void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, const char *unit)
+{
+    if (!m->on)
+        return;
+    double elapsed = pn_cli_now() - m->start;
+    if (pn_cli_meter_due(m, elapsed, total > 0 && done >= total))
+        pn_cli_meter_line(m, phase, item, index, n, name, done, total, elapsed, unit);
+}
+
+void pn_cli_meter_restart(pn_cli_meter *m)
+{
+    m->start = pn_cli_now();
+    m->last = -1e9;
 }
 
 void pn_cli_meter_end(pn_cli_meter *m)

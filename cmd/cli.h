@@ -41,44 +41,43 @@
 #include "gguf/gguf_split.h"
 #include "mix/size.h"
 
-/* A job's progress as lines on stderr: "<prog>: <path>: N% of B <what>",
- * at the start and at each further percent. */
-typedef struct pn_cli_progress {
-    const char *prog, *path, *what;
-    int last_percent;
-} pn_cli_progress;
-
-static inline void pn_cli_show_progress(void *ctx, uint64_t done, uint64_t total)
-{
-    pn_cli_progress *p = ctx;
-    int percent = total ? (int)(done * 100 / total) : 100;
-    if (done != 0 && percent == p->last_percent)
-        return;
-    p->last_percent = percent;
-    fprintf(stderr, "%s: ", p->prog);
-    pn_fput_safe(stderr, p->path);
-    fprintf(stderr, ": %3d%% of %llu %s\n", percent, (unsigned long long)total, p->what);
-}
-
-/* The one progress reporter of the long jobs (pn-quantize, pn-convert): a
- * line on stderr "<phase> tensor I/N <name> P%  R <unit>/s  ETA Ss", redrawn
- * in place at most 4 times a second on a terminal, else a new line at most
- * once every 5 s (and at the end), so a log of a long run stays short. */
+/* The one progress reporter of every program: a line on stderr
+ *   "<phase> [<item> I/N] [<name>] P%  R <unit>/s  ETA Ss"
+ * ("quantizing tensor 12/28 blk.0.ffn_up.weight  41.3%  9.6e+07 w/s  ETA 12s",
+ * "decoding out.gguf  63.0%  412 MB/s  ETA 3s"), redrawn in place at most 4
+ * times a second on a terminal, else a new line at most once every 5 s (and
+ * at the end), so a log of a long run stays short. Shown on a terminal by
+ * default, with --progress when stderr is no terminal, never under --quiet
+ * (pn_cli_meter_open). P and the ETA are "?" while nothing is measured. */
 typedef struct pn_cli_meter {
-    bool tty;    /* stderr is a terminal: redraw in place */
-    bool drawn;  /* a line is on the terminal (pn_cli_meter_end clears it) */
-    double last; /* elapsed seconds of the last line */
+    bool on;      /* lines are shown (pn_cli_meter_open) */
+    bool tty;     /* stderr is a terminal: redraw in place */
+    bool drawn;   /* a line is on the terminal (pn_cli_meter_end clears it) */
+    double last;  /* elapsed seconds of the last line */
+    double start; /* pn_cli_now() when the measure began (pn_cli_meter_show) */
 } pn_cli_meter;
 
-/* A meter for stderr as it is (isatty). */
+/* A meter for stderr as it is (isatty), shown (on). */
 void pn_cli_meter_init(pn_cli_meter *m);
+/* The same, on only when not quiet and stderr is a terminal or forced
+ * (--progress); the clock of pn_cli_meter_show starts now. */
+void pn_cli_meter_open(pn_cli_meter *m, bool quiet, bool forced);
 /* Whether a line is due at `elapsed` seconds; `always` (the last step, a
  * phase that must show each step) makes it due. */
 bool pn_cli_meter_due(pn_cli_meter *m, double elapsed, bool always);
-/* The line: step index + 1 of n, name (terminal-safe, cut to 36 columns),
- * done of total (in unit), the rate and the time left from elapsed. */
-void pn_cli_meter_line(pn_cli_meter *m, const char *phase, size_t index, size_t n, const char *name,
-                       double done, double total, double elapsed, const char *unit);
+/* The line: item (NULL: none) index of n, name (NULL: none; terminal-safe,
+ * padded to 36 bytes; a longer one as "..." and its last 33), done of total (in unit), the rate and the time left
+ * from elapsed. */
+void pn_cli_meter_line(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, double elapsed,
+                       const char *unit);
+/* pn_cli_meter_line when the meter is on and a line is due, elapsed being
+ * the time since pn_cli_meter_open (or the last pn_cli_meter_restart); the
+ * line at done >= total is always due. */
+void pn_cli_meter_show(pn_cli_meter *m, const char *phase, const char *item, size_t index, size_t n,
+                       const char *name, double done, double total, const char *unit);
+/* A new measure from now (the next line is due at once). */
+void pn_cli_meter_restart(pn_cli_meter *m);
 /* Clears a line drawn in place, before a message or the end of the run. */
 void pn_cli_meter_end(pn_cli_meter *m);
 /* Seconds since an arbitrary start (CLOCK_MONOTONIC). */

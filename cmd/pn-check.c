@@ -28,7 +28,8 @@ enum {
     OPT_OUTPUT_TYPE,
     OPT_EMBD_TYPE,
     OPT_DUMP,
-    OPT_IMATRIX
+    OPT_IMATRIX,
+    OPT_QUIET
 };
 
 #define MAX_OVERRIDES 64
@@ -61,7 +62,10 @@ static const pn_cli_option options[] = {
     { "threads", required_argument, OPT_THREADS,
       "  --threads N       worker threads (default: all cores)\n" },
     { "progress", no_argument, OPT_PROGRESS,
-      "  --progress        print the progress of the data pass on standard error\n" },
+      "  --progress        progress of the data pass on stderr even when it is not a\n"
+      "                    terminal (on a terminal it is shown unless --quiet)\n" },
+    { "quiet", no_argument, OPT_QUIET,
+      "  --quiet           no progress and no notes on stderr (the report still prints)\n" },
     { "strict", no_argument, OPT_STRICT,
       "  --strict          warnings make the file invalid too\n" },
     { "help", no_argument, 'h', "  -h, --help        this text\n" },
@@ -97,6 +101,19 @@ static const pn_cli_program program = {
     "not be written; 2 the command line itself (an unknown option, a bad value, a\n"
     "missing argument)\n",
 };
+
+/* The data bytes checked, through the one reporter (cli.h). */
+typedef struct progress_state {
+    pn_cli_meter meter;
+    const char *path;
+} progress_state;
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    progress_state *ps = ctx;
+    pn_cli_meter_show(&ps->meter, "checking", NULL, 0, 0, ps->path, (double)done / 1e6,
+                      (double)total / 1e6, "MB");
+}
 
 /* ---- text ---- */
 
@@ -502,7 +519,7 @@ int main(int argc, char **argv)
 {
     pn_check_options o;
     pn_check_options_default(&o);
-    bool json = false, strict = false, progress = false, dump = false;
+    bool json = false, strict = false, progress = false, dump = false, quiet = false;
     char recipe_buf[4096];
     pn_recipe_override overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
@@ -540,6 +557,7 @@ int main(int argc, char **argv)
         case OPT_DUMP: dump = true; break;
         case OPT_STRICT: strict = true; break;
         case OPT_PROGRESS: progress = true; break;
+        case OPT_QUIET: quiet = true; break;
         case OPT_THREADS:
             if (!pn_cli_threads("pn-check", optarg, &o.threads))
                 return 2;
@@ -551,7 +569,7 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
-    pn_cli_cap_threads("pn-check", "--threads", &o.threads, false);
+    pn_cli_cap_threads("pn-check", "--threads", &o.threads, quiet);
     /* several files, as llama.cpp users list them: one report and verdict
      * each (a JSON array of the reports with --json), the worst status */
     const int n_files = argc - optind;
@@ -566,14 +584,16 @@ int main(int argc, char **argv)
         fputs("[\n", stdout);
     for (int k = 0; k < n_files; k++) {
         const char *path = argv[optind + k];
-        pn_cli_progress pl = { "pn-check", path, "data bytes checked", -1 };
-        if (progress) {
-            o.progress = pn_cli_show_progress;
-            o.progress_ctx = &pl;
+        progress_state ps = { .path = path };
+        pn_cli_meter_open(&ps.meter, quiet, progress);
+        if (ps.meter.on) {
+            o.progress = on_progress;
+            o.progress_ctx = &ps;
         }
         pn_check_report *r = NULL;
         pn_error err = { 0 };
         pn_status st = pn_check_file(path, &o, &r, &err);
+        pn_cli_meter_end(&ps.meter);
         if (st) {
             pn_cli_error("pn-check", err.msg);
             int s = pn_cli_exit_status(st);

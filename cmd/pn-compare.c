@@ -41,6 +41,7 @@ enum {
     O_NODE,
     O_SCRIPT,
     O_QUIET,
+    O_PROGRESS,
     O_VERSION,
     O_SWEEP,
     O_PROMOTE,
@@ -118,7 +119,11 @@ static const pn_cli_option options[] = {
       "                      the harness)\n" },
     { "gnuplot", required_argument, O_GNUPLOT,
       "  --gnuplot PROG      the gnuplot program (default: gnuplot, looked up in PATH)\n" },
-    { "quiet", no_argument, O_QUIET, "  --quiet             no progress on stderr\n" },
+    { "progress", no_argument, O_PROGRESS,
+      "  --progress          progress on stderr even when it is not a terminal (on a\n"
+      "                      terminal it is shown unless --quiet): the positions\n"
+      "                      llama.cpp has evaluated of all, over its runs\n" },
+    { "quiet", no_argument, O_QUIET, "  --quiet             no progress and no notes on stderr\n" },
     { "help", no_argument, 'h', "  -h, --help          this text\n" },
     { "version", no_argument, O_VERSION, "  --version           the version\n" },
     { NULL, 0, 0, NULL },
@@ -167,13 +172,31 @@ static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
 }
 
 
-static void on_progress(const char *step, const char *path, void *user)
+typedef struct progress_state {
+    pn_cli_meter meter;
+    const char *unit, *step; /* the measure and the step of the last call */
+    size_t model;
+} progress_state;
+
+/* Where the comparison stands, through the one reporter (cli.h): a line
+ * as each step begins (a few per model), else at the meter's rate; the
+ * clock of the rate and the ETA starts again when the measure does (the
+ * sweep's mixes, then the positions). */
+static void on_progress(const pn_compare_progress *p, void *user)
 {
-    if (!*(int *)user)
+    progress_state *ps = user;
+    if (!ps->meter.on)
         return;
-    fprintf(stderr, "pn-compare: %s ", step);
-    pn_fput_safe(stderr, path);
-    fputs("\n", stderr);
+    if (!ps->unit || strcmp(ps->unit, p->unit) != 0)
+        pn_cli_meter_restart(&ps->meter);
+    bool begins = !ps->step || strcmp(ps->step, p->step) != 0 || ps->model != p->model;
+    ps->unit = p->unit;
+    ps->step = p->step;
+    ps->model = p->model;
+    double elapsed = pn_cli_now() - ps->meter.start;
+    if (pn_cli_meter_due(&ps->meter, elapsed, begins || (p->total > 0 && p->done >= p->total)))
+        pn_cli_meter_line(&ps->meter, p->step, p->item, p->model + 1, p->n_models, p->path, p->done,
+                          p->total, elapsed, p->unit);
 }
 
 /* The harness beside the program: <dir of the executable>/../share/pn-quantize/llama/. */
@@ -536,6 +559,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
     memset(&srep, 0, sizeof srep);
     if (st == PN_OK)
         st = pn_sweep_run(&so, &srep, &err);
+    pn_cli_meter_end(&((progress_state *)o->user)->meter);
     free(quantizer);
     if (st == PN_OK && plot && srep.compared) {
         pn_plot_point pts[PN_SWEEP_MAX_MIXES];
@@ -586,7 +610,7 @@ int main(int argc, char **argv)
     pn_compare_opts o;
     pn_compare_opts_init(&o);
     o.threads = 0;
-    int json = 0, quiet = 0, text_opts = 0, tmp_given = 0;
+    int json = 0, quiet = 0, progress = 0, text_opts = 0, tmp_given = 0;
     char *script = NULL;
     const char *decode = "f32";
     sweep_cli w;
@@ -641,6 +665,7 @@ int main(int argc, char **argv)
             script = strdup(optarg);
             break;
         case O_QUIET: quiet = 1; break;
+        case O_PROGRESS: progress = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION:
             printf("pn-compare %s\n", PN_VERSION);
@@ -679,9 +704,10 @@ int main(int argc, char **argv)
     o.pn_paths = (const char *const *)&argv[optind + 1];
     o.n_pn = (size_t)(argc - optind - 1);
     o.cancel = &g_cancel;
-    int show = !quiet && isatty(2);
+    progress_state ps = { 0 };
+    pn_cli_meter_open(&ps.meter, quiet, progress);
     o.progress = on_progress;
-    o.user = &show;
+    o.user = &ps;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -701,6 +727,7 @@ int main(int argc, char **argv)
     free(w.quantizer);
     pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);
+    pn_cli_meter_end(&ps.meter);
     free(script);
     if (st != PN_OK) {
         fputs("pn-compare: error: ", stderr);

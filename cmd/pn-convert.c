@@ -71,8 +71,8 @@ static void on_progress(void *user, size_t tensor, size_t n_tensors, const char 
     progress_state *ps = user;
     double elapsed = pn_cli_now() - ps->start;
     if (pn_cli_meter_due(&ps->meter, elapsed, done >= total))
-        pn_cli_meter_line(&ps->meter, "converting", tensor + 1, n_tensors, name, (double)done / 1e6,
-                          (double)total / 1e6, elapsed, "MB");
+        pn_cli_meter_line(&ps->meter, "converting", "tensor", tensor + 1, n_tensors, name,
+                          (double)done / 1e6, (double)total / 1e6, elapsed, "MB");
 }
 
 static const char *type_name(int type)

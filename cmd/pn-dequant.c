@@ -19,6 +19,19 @@ static void on_signal(int sig)
     g_cancel = sig; /* non-zero: the run stops; the exit status names it */
 }
 
+typedef struct progress_state {
+    pn_cli_meter meter;
+    const char *out; /* OUT, named in the line */
+} progress_state;
+
+/* The tensor data bytes written, through the one reporter (cli.h). */
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    progress_state *ps = ctx;
+    pn_cli_meter_show(&ps->meter, "decoding", NULL, 0, 0, ps->out, (double)done / 1e6,
+                      (double)total / 1e6, "MB");
+}
+
 /* What pn_cli_next returns for each option. */
 enum {
     OPT_TYPE = 256,
@@ -53,9 +66,11 @@ static const pn_cli_option options[] = {
     { "threads", required_argument, OPT_THREADS,
       "  --threads N          worker threads (default: all cores)\n" },
     { "progress", no_argument, OPT_PROGRESS,
-      "  --progress           print the progress on standard error\n" },
+      "  --progress           progress on stderr even when it is not a terminal (on a\n"
+      "                       terminal it is shown unless --quiet)\n" },
     { "force", no_argument, OPT_FORCE, "  --force              replace an existing OUT\n" },
-    { "quiet", no_argument, OPT_QUIET, "  --quiet              print nothing on success\n" },
+    { "quiet", no_argument, OPT_QUIET,
+      "  --quiet              print nothing on success, no progress and no notes\n" },
     { "help", no_argument, 'h', "  -h, --help           this text\n" },
     { "version", no_argument, OPT_VERSION, "  --version            the version\n" },
     { NULL, 0, 0, NULL },
@@ -162,15 +177,17 @@ int main(int argc, char **argv)
      * run ends like on a full disk, cleaning up, instead of being killed. */
     signal(SIGXFSZ, SIG_IGN);
     o.cancel = &g_cancel;
-    pn_cli_progress pl = { "pn-dequant", argv[optind + 1], "bytes written", -1 };
-    if (progress) {
-        o.progress = pn_cli_show_progress;
-        o.progress_ctx = &pl;
+    progress_state ps = { .out = argv[optind + 1] };
+    pn_cli_meter_open(&ps.meter, quiet, progress);
+    if (ps.meter.on) {
+        o.progress = on_progress;
+        o.progress_ctx = &ps;
     }
 
     pn_dequant_stats s;
     pn_error err = { 0 };
     pn_status st = pn_dequant_file(argv[optind], argv[optind + 1], &o, &s, &err);
+    pn_cli_meter_end(&ps.meter);
     if (st) {
         pn_cli_error("pn-dequant", err.msg);
         return pn_cli_exit_status_signal(st, g_cancel);

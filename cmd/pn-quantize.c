@@ -591,7 +591,7 @@ static void on_progress(const pn_progress *p, void *user)
     if (!pn_cli_meter_due(&s->meter, p->elapsed_s,
                           p->weights_done >= p->weights_total || p->phase == PN_PHASE_VALIDATE))
         return;
-    pn_cli_meter_line(&s->meter, phase_name(p->phase),
+    pn_cli_meter_line(&s->meter, phase_name(p->phase), "tensor",
                       p->tensor_index + (p->phase != PN_PHASE_VALIDATE), p->n_tensors,
                       p->tensor_name, (double)p->weights_done, (double)p->weights_total,
                       p->elapsed_s, "w");

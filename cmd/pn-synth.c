@@ -33,6 +33,7 @@ enum {
     O_THREADS,
     O_FORCE,
     O_QUIET,
+    O_PROGRESS,
     O_VERSION,
     O_SPLIT_SIZE,
     O_SPLIT_TENSORS,
@@ -92,7 +93,11 @@ static const pn_cli_option options[] = {
     { "threads", required_argument, O_THREADS,
       "  --threads N         worker threads (default: all cores)\n" },
     { "force", no_argument, O_FORCE, "  --force             replace an existing OUT\n" },
-    { "quiet", no_argument, O_QUIET, "  --quiet             no progress\n" },
+    { "progress", no_argument, O_PROGRESS,
+      "  --progress          progress on stderr even when it is not a terminal (on a\n"
+      "                      terminal it is shown unless --quiet)\n" },
+    { "quiet", no_argument, O_QUIET,
+      "  --quiet             print nothing on success, no progress and no notes\n" },
     { "help", no_argument, 'h', "  -h, --help          this text\n" },
     { "version", no_argument, O_VERSION, "  --version           the version\n" },
     { NULL, 0, 0, NULL },
@@ -119,23 +124,17 @@ static const pn_cli_program program = {
     "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
 };
 
-typedef struct prog {
-    int on, tty;
-    double t0, last;
-} prog;
+typedef struct progress_state {
+    pn_cli_meter meter;
+    const char *path;
+} progress_state;
 
+/* The weights written, through the one reporter (cli.h). */
 static void on_progress(uint64_t done, uint64_t total, void *user)
 {
-    prog *p = user;
-    if (!p->on)
-        return;
-    double t = pn_now_seconds() - p->t0;
-    if (t - p->last < (p->tty ? 0.25 : 5.0) && done < total)
-        return;
-    p->last = t;
-    fprintf(stderr, "%sgenerating %5.1f%%  %.3g weights/s%s", p->tty ? "\r" : "",
-            100.0 * (double)done / (double)total, t > 0 ? (double)done / t : 0.0,
-            p->tty ? "\033[K" : "\n");
+    progress_state *ps = user;
+    pn_cli_meter_show(&ps->meter, "generating", NULL, 0, 0, ps->path, (double)done, (double)total,
+                      "w");
 }
 
 /* The options that do not go together; false (after saying why) when
@@ -252,7 +251,7 @@ int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
     pn_synth_profile profile = PN_SYNTH_GAUSSIAN;
-    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0;
+    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0, progress = 0;
     uint64_t shard_size = 0;
     gguf_split_limit split = { GGUF_SPLIT_NONE, 0 };
     int c;
@@ -315,6 +314,7 @@ int main(int argc, char **argv)
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
         case O_QUIET: quiet = 1; break;
+        case O_PROGRESS: progress = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
         case O_VERSION: printf("pn-synth %s\n", PN_VERSION); return pn_cli_close_stdout("pn-synth");
         default: return pn_cli_refuse_option(&program, argv);
@@ -352,9 +352,9 @@ int main(int argc, char **argv)
     o.threads = (int)threads;
     pn_cli_cap_threads("pn-synth", "--threads", &o.threads, quiet);
     o.cancel = &g_cancel;
-    prog pg = { !quiet && isatty(2), isatty(2), pn_now_seconds(), -1e9 };
+    progress_state ps = { .path = o.path }; /* off until pn_cli_meter_open below */
     o.progress = on_progress;
-    o.user = &pg;
+    o.user = &ps;
 
     struct stat sb;
     if (!hf && split.mode == GGUF_SPLIT_NONE && stat(o.path, &sb) == 0 && !force) {
@@ -375,9 +375,9 @@ int main(int argc, char **argv)
     catch_signals();
 
     double t0 = pn_now_seconds();
+    pn_cli_meter_open(&ps.meter, quiet, progress);
     pn_status st = hf ? pn_synth_write_hf(&o, &err) : pn_synth_write(&o, &err);
-    if (pg.on)
-        fprintf(stderr, "\r\033[K");
+    pn_cli_meter_end(&ps.meter);
     if (st != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
         return pn_cli_exit_status_signal(st, g_cancel);

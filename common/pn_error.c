@@ -29,6 +29,7 @@ static const char *const pn_status_names[PN_ERR_COUNT_] = {
     [PN_ERR_CUDA] = "CUDA error",
     [PN_ERR_MISMATCH] = "data mismatch",
     [PN_ERR_INTERNAL] = "internal error",
+    [PN_ERR_STRING_LENGTH] = "damaged string length",
 };
 
 const char *pn_strerror(pn_status code)

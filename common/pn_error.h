@@ -35,6 +35,7 @@ typedef enum pn_status {
     PN_ERR_CUDA = 20,           /* CUDA unavailable or failed */
     PN_ERR_MISMATCH = 21,       /* data does not match what was expected */
     PN_ERR_INTERNAL = 22,
+    PN_ERR_STRING_LENGTH = 23, /* a GGUF string's length that no file could hold */
     PN_ERR_COUNT_
 } pn_status;
 

@@ -607,7 +607,45 @@ typedef struct run {
     seqs tokens; /* the source run's */
     float *row_p, *row_q;
     double *kl;
+    /* progress: the step now, its model, positions evaluated so far */
+    const char *step, *path;
+    size_t model;
+    size_t positions_done;
 } run;
+
+/* The progress callback with where the comparison stands: step `step` of
+ * model `model` (its file `path`) begins, or goes on. */
+static void report(run *R)
+{
+    const pn_compare_opts *o = R->o;
+    if (!o->progress)
+        return;
+    pn_compare_progress p = { R->step,
+                              R->path,
+                              "model",
+                              R->model,
+                              1 + o->n_pn,
+                              (double)R->positions_done,
+                              (double)R->tokens.total * (double)(1 + o->n_pn),
+                              "positions" };
+    o->progress(&p, o->user);
+}
+
+static void step(run *R, const char *what, size_t model, const char *path)
+{
+    R->step = what;
+    R->model = model;
+    R->path = path;
+    report(R);
+}
+
+/* The decoder's progress, as the decoding step's. */
+static void on_decoded(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)done;
+    (void)total;
+    report(ctx);
+}
 
 /* Removes the private folder and whatever is left in it (a decoded model,
  * the decoder's temporary file). */
@@ -742,6 +780,7 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
         ok = R->row_p && R->row_q && R->kl;
         why = "out of memory";
     }
+    size_t seq = 0, in_seq = 0;
     for (size_t pos = 0; ok && pos < R->tokens.total; pos++) {
         ok = read_all(o, c.out_fd, R->row_p, row_bytes);
         why = "its output ended before the last position";
@@ -752,6 +791,13 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
             return pn_error_set(err, e == ENOSPC ? PN_ERR_NOSPACE : PN_ERR_IO,
                                 "%s: cannot keep the source's logits (%zu bytes): %s", R->dir,
                                 R->tokens.total * row_bytes, strerror(e));
+        }
+        /* reported as each sequence ends: llama.cpp answers a sequence at once */
+        R->positions_done += ok;
+        if (ok && ++in_seq == R->tokens.len[seq]) {
+            seq++;
+            in_seq = 0;
+            report(R);
         }
     }
     if (cancelled(o)) {
@@ -772,27 +818,28 @@ static pn_status run_source(run *R, pn_compare_report *rep, pn_error *err)
 
 /* A PN file is decoded first; a stock quantization (stock) is given to
  * llama.cpp as it is. */
-static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f, pn_error *err)
+static pn_status run_pn(run *R, size_t model, const char *path, bool stock, pn_compare_file *f,
+                        pn_error *err)
 {
     const pn_compare_opts *o = R->o;
     double t0 = pn_now_seconds();
     pn_status st = PN_OK;
     if (!stock) {
-        if (o->progress)
-            o->progress("decoding", path, o->user);
+        step(R, "decoding", model, path);
         pn_dequant_opts d;
         pn_dequant_opts_init(&d);
         d.out_type = o->decode_type;
         d.keep_rotation = o->keep_rotation;
         d.threads = o->dequant_threads;
         d.cancel = o->cancel;
+        d.progress = o->progress ? on_decoded : NULL;
+        d.progress_ctx = R;
         pn_dequant_stats ds;
         st = pn_dequant_file(path, R->decoded, &d, &ds, err);
         if (st != PN_OK)
             return st == PN_ERR_INTERRUPTED ? st : pn_error_prefix(err, "decoding %s", path);
     }
-    if (o->progress)
-        o->progress("llama.cpp on", path, o->user);
+    step(R, "llama.cpp", model, path);
     char threads[16];
     snprintf(threads, sizeof threads, "%d", o->threads);
     char *argv[] = { (char *)o->node, (char *)o->script, stock ? (char *)path : R->decoded,
@@ -849,6 +896,7 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
                                 src ? "the source" : "the decoded model");
         }
         R->kl[pos] = kl;
+        R->positions_done++;
         sum += kl;
         agree += ap == aq;
         if (kl > f->kl_max) {
@@ -859,6 +907,7 @@ static pn_status run_pn(run *R, const char *path, bool stock, pn_compare_file *f
         if (++in_seq == R->tokens.len[seq]) {
             seq++;
             in_seq = 0;
+            report(R); /* as each sequence ends: llama.cpp answers a sequence at once */
         }
     }
     if (cancelled(o)) {
@@ -987,6 +1036,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
             if (st == PN_OK && pn_source_is_hf(o->source_path)) {
                 /* stock llama.cpp reads a GGUF: the folder converted first */
                 R.src_gguf = pn_path_join(R.dir, "source.gguf");
+                step(&R, "converting", 0, o->source_path);
                 st = R.src_gguf ? convert_source(o->source_path, R.src_gguf, err)
                                 : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
             }
@@ -997,8 +1047,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         }
     }
     if (st == PN_OK) {
-        if (o->progress)
-            o->progress("llama.cpp on", o->source_path, o->user);
+        step(&R, "llama.cpp", 0, o->source_path);
         st = run_source(&R, rep, err);
     }
     if (st == PN_OK) {
@@ -1009,7 +1058,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
     for (size_t i = 0; i < o->n_pn && st == PN_OK; i++) {
         fill_file(&rep->files[i], o->pn_paths[i], &fis[i]);
         rep->n_files = i + 1;
-        st = run_pn(&R, o->pn_paths[i], fis[i].stock, &rep->files[i], err);
+        st = run_pn(&R, i + 1, o->pn_paths[i], fis[i].stock, &rep->files[i], err);
     }
     if (R.logits_fd >= 0)
         close(R.logits_fd);

@@ -72,6 +72,21 @@ pn_status pn_compare_kl(const float *p, const float *q, size_t n, double *kl, ui
  * ceil(q n)-th smallest. Sorts v in place. 0 for n = 0. */
 double pn_compare_quantile(double *v, size_t n, double q);
 
+/* What the progress callback sees: the step, its model, and the measure of
+ * the whole comparison, the positions llama.cpp has evaluated over all its
+ * runs (the source's, then each file's) of all it will evaluate. */
+typedef struct pn_compare_progress {
+    const char *step;       /* "converting", "decoding", "llama.cpp"; the sweep's
+                               "making", "quantizing with llama.cpp" */
+    const char *path;       /* the model's file (the sweep's steps: the mix's name) */
+    const char *item;       /* what model counts: "model"; the sweep's steps: "mix" */
+    size_t model, n_models; /* 0 the source, 1.. the files (the sweep's steps: the mix) */
+    double done, total;     /* positions evaluated, of all (0 while unknown: a text
+                               before the source's first answer); the sweep's steps:
+                               mixes made (a part of one while it is quantized) */
+    const char *unit;       /* "positions"; the sweep's steps: "mixes" */
+} pn_compare_progress;
+
 typedef struct pn_compare_opts {
     const char *source_path;     /* float GGUF (f32/f16/bf16 tensors) */
     const char *const *pn_paths; /* PN files of that source */
@@ -87,8 +102,9 @@ typedef struct pn_compare_opts {
     bool keep_rotation;            /* decode with the rotation kept (an experiment) */
     int dequant_threads;           /* <= 0: all cores */
     volatile sig_atomic_t *cancel; /* checked while waiting; may be NULL */
-    /* called before each step ("decoding X", "llama.cpp on X"); may be NULL */
-    void (*progress)(const char *step, const char *path, void *user);
+    /* called at the start of each step, during a decoding after each chunk
+     * and as llama.cpp's logits arrive, from the calling thread; may be NULL */
+    void (*progress)(const pn_compare_progress *p, void *user);
     void *user;
 } pn_compare_opts;
 

@@ -341,8 +341,34 @@ static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, 
     return PN_OK;
 }
 
+/* Where the sweep stands, for the progress callback: step `step` of mix k
+ * of n (named name). */
+typedef struct sweep_at {
+    const pn_sweep_opts *o;
+    const char *step, *name;
+    size_t k, n;
+} sweep_at;
+
+/* The callback, `part` (0 to 1) of mix k made. */
+static void progress_at(const sweep_at *a, double part)
+{
+    if (!a->o->compare.progress)
+        return;
+    pn_compare_progress p = { a->step,      a->name, "mix", a->k, a->n, (double)a->k + part,
+                              (double)a->n, "mixes" };
+    a->o->compare.progress(&p, a->o->compare.user);
+}
+
+/* pn-quantize's progress as the making's: the share of the weights
+ * quantized (the other phases say nothing of how far it is). */
+static void on_quantized(const pn_progress *p, void *user)
+{
+    if (p->phase == PN_PHASE_QUANTIZE && p->weights_total)
+        progress_at(user, (double)p->weights_done / (double)p->weights_total);
+}
+
 static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
-                         uint64_t target, const char *prev, pn_error *err)
+                         uint64_t target, const char *prev, const sweep_at *at, pn_error *err)
 {
     char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
     if (!dst || !meas) {
@@ -363,6 +389,10 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     q.backend = PN_BACKEND_CPU;
     q.cancel = o->compare.cancel;
     q.imatrix_path = o->imatrix_path;
+    if (o->compare.progress) {
+        q.progress = on_quantized;
+        q.user = (void *)at;
+    }
     pn_quantize_stats stats;
     memset(&stats, 0, sizeof stats);
     pn_error qe;
@@ -379,12 +409,6 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     else if (st != PN_OK)
         snprintf(m->error, sizeof m->error, "%s", qe.msg[0] ? qe.msg : pn_strerror(st));
     return PN_OK;
-}
-
-static void progress(const pn_sweep_opts *o, const char *step, const char *what)
-{
-    if (o->compare.progress)
-        o->compare.progress(step, what, o->compare.user);
 }
 
 pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *err)
@@ -438,10 +462,12 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     size_t k = 0;
     for (; st == PN_OK && k < o->n_promote + (o->target_size ? 1 : 0); k++) {
         pn_sweep_mix *m = &rep->mixes[k];
-        progress(o, "making", m->name);
+        sweep_at at = { o, "making", m->name, k, rep->n_mixes };
+        progress_at(&at, 0);
         double t = now_s();
         bool target = k >= o->n_promote;
-        st = make_pn(o, &w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev, err);
+        st = make_pn(o, &w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev, &at,
+                     err);
         m->make_seconds = now_s() - t;
         if (st == PN_OK && m->status == PN_OK) {
             free(prev_path);
@@ -452,7 +478,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
     free(prev_path);
     for (size_t i = 0; st == PN_OK && i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
-        progress(o, "quantizing with llama.cpp", m->name);
+        progress_at(&(sweep_at){ o, "quantizing with llama.cpp", m->name, k, rep->n_mixes }, 0);
         char *dst = pn_path_join(w.dir, m->file);
         if (!dst) {
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");

@@ -158,6 +158,9 @@ static const char *item_context(const parser *ps, char *buf, size_t cap)
  * unless the read fails: this runs for every field of every header. */
 #define NO_INDEX UINT64_MAX
 
+/* The longest string a header may hold: 4 GiB - 1 (read_str). */
+#define STRING_LENGTH_MAX UINT64_C(0xFFFFFFFF)
+
 static pn_status need(parser *ps, uint64_t n, const char *what, uint64_t index)
 {
     if (n > bytes_left(ps)) {
@@ -204,12 +207,28 @@ static pn_status read_str(parser *ps, gguf_str *s, const char *what, uint64_t in
     pn_status st = read_u64_at(ps, &len, what, index);
     if (st)
         return st;
-    if (len > bytes_left(ps)) {
+    /* A length past the end is a file cut inside the string, unless no
+     * file of this size could hold it (more bytes than the whole file) or
+     * no header string is that long (4 GiB or more): then the length
+     * itself is damaged, a GGUF string length being 8 bytes any bit flip
+     * or overwrite makes huge. */
+    if (len > bytes_left(ps) || len > STRING_LENGTH_MAX) {
         char num[24] = "";
         if (index != NO_INDEX)
             snprintf(num, sizeof num, " %llu", (unsigned long long)index);
         char ctx[QUOTE_MAX + 16];
-        return fail(ps, PN_ERR_TRUNCATED, ps->pos - 8,
+        const uint64_t at = ps->pos - 8;
+        if (len > ps->r->size || len > STRING_LENGTH_MAX)
+            return fail(ps, PN_ERR_STRING_LENGTH, at,
+                        "%s%s%s: damaged string length: the length field at byte %llu reads "
+                        "%llu bytes, %s (the file is %llu bytes, %llu of them after the "
+                        "length field)",
+                        item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)at,
+                        (unsigned long long)len,
+                        len > ps->r->size ? "more than the whole file"
+                                          : "more than any GGUF header string (at most 4 GiB)",
+                        (unsigned long long)ps->r->size, (unsigned long long)bytes_left(ps));
+        return fail(ps, PN_ERR_TRUNCATED, at,
                     "%s%s%s: string of %llu bytes, but the file ends after %llu",
                     item_context(ps, ctx, sizeof ctx), what, num, (unsigned long long)len,
                     (unsigned long long)bytes_left(ps));

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf_bytes.h"
 #include "quant/types.h"
 #include "test_util.h"
 
@@ -359,24 +360,87 @@ Test(gguf_reader, refuses_huge_tensor_and_key_counts)
     free(b.bytes);
 }
 
-Test(gguf_reader, refuses_a_key_longer_than_the_file)
+/* "the length field at byte AT reads LEN bytes" */
+static char *length_read(uint64_t at, uint64_t len)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf,
+             "damaged string length: the length field at byte %llu reads %llu bytes",
+             (unsigned long long)at, (unsigned long long)len);
+    return buf;
+}
+
+Test(gguf_reader, a_key_longer_than_the_file_is_a_damaged_string_length_at_its_offset)
 {
     blob b = small_file();
     gguf_reader *r = open_blob(b);
     kv_at k = locate_kv(r, "general.architecture");
     gguf_reader_close(r);
     put_u64(b, k.key_len, 1ull << 40);
-    expect_refusal(b, PN_ERR_TRUNCATED, "the key of key/value pair 0",
-                   "string of 1099511627776 bytes");
+    expect_refusal(b, PN_ERR_STRING_LENGTH, at_byte(k.key_len), length_read(k.key_len, 1ull << 40));
+    char rest[96];
+    snprintf(rest, sizeof rest,
+             "more than the whole file (the file is %zu bytes, %llu of them after", b.size,
+             (unsigned long long)(b.size - k.key));
+    expect_refusal(b, PN_ERR_STRING_LENGTH, "the key of key/value pair 0", rest);
     free(b.bytes);
 }
 
-Test(gguf_reader, refuses_a_string_value_longer_than_the_file)
+Test(gguf_reader, a_string_value_longer_than_the_file_is_a_damaged_string_length_at_its_offset)
 {
     blob b = small_file();
     gguf_reader *r = open_blob(b);
     kv_at k = locate_kv(r, "general.architecture");
     gguf_reader_close(r);
+    put_u64(b, k.value, b.size + 1);
+    expect_refusal(b, PN_ERR_STRING_LENGTH, "key 'general.architecture': the string value",
+                   length_read(k.value, b.size + 1));
+    put_u64(b, k.value, UINT64_MAX);
+    expect_refusal(b, PN_ERR_STRING_LENGTH, at_byte(k.value), length_read(k.value, UINT64_MAX));
+    free(b.bytes);
+}
+
+Test(gguf_reader, a_tensor_name_longer_than_the_file_is_a_damaged_string_length_at_its_offset)
+{
+    blob b = small_file();
+    gguf_reader *r = open_blob(b);
+    tensor_at t = locate_tensor(r, "t1");
+    gguf_reader_close(r);
+    put_u64(b, t.name_len, 1ull << 33);
+    expect_refusal(b, PN_ERR_STRING_LENGTH, "the name of tensor info 1",
+                   length_read(t.name_len, 1ull << 33));
+    free(b.bytes);
+}
+
+Test(gguf_reader, a_string_element_longer_than_the_file_is_a_damaged_string_length_at_its_offset)
+{
+    /* tokenizer.ggml.tokens-like: an array of 3 strings, eight letters
+     * over the second's length */
+    gb g = { 0 };
+    gb_header(&g, 0, 1);
+    gb_kv_str_array(&g, "tokenizer.ggml.tokens", 3);
+    gb_str(&g, "a", 1);
+    const uint64_t second = g.n;
+    gb_str(&g, "b", 1);
+    gb_str(&g, "c", 1);
+    memcpy(g.p + second, "HGFEDCBA", 8);
+    blob b = { g.p, g.n };
+    expect_refusal(b, PN_ERR_STRING_LENGTH, "key 'tokenizer.ggml.tokens': string element 1",
+                   length_read(second, 0x4142434445464748ull));
+    free(g.p);
+}
+
+Test(gguf_reader, a_file_cut_inside_a_string_is_a_truncated_header_not_a_damaged_length)
+{
+    blob b = small_file();
+    gguf_reader *r = open_blob(b);
+    kv_at k = locate_kv(r, "general.architecture");
+    tensor_at t = locate_tensor(r, "t2");
+    gguf_reader_close(r);
+    /* its length (2, "t2") is right: the file ends after 1 of its bytes */
+    expect_refusal((blob){ b.bytes, (size_t)t.name + 1 }, PN_ERR_TRUNCATED, at_byte(t.name_len),
+                   "the name of tensor info 2: string of 2 bytes, but the file ends after 1");
+    /* a length past the end that the whole file could hold: a cut, too */
     put_u64(b, k.value, b.size);
     expect_refusal(b, PN_ERR_TRUNCATED, at_byte(k.value), "the string value: string of 512");
     free(b.bytes);

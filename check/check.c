@@ -668,7 +668,10 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             st = PN_ERR_NOMEM;
             goto fail;
         }
-        st = pn_source_open(c.opt.source_path, NULL, &c.src, err);
+        pn_source_opts so = { 0 };
+        if ((st = pn_check_source_drops_mtp(&c, &so.no_mtp, err)))
+            goto fail_msg;
+        st = pn_source_open(c.opt.source_path, &so, &c.src, err);
         if (st) {
             pn_error_prefix(err, "source");
             goto fail_msg;

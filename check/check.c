@@ -588,6 +588,33 @@ static pn_status check_source_is_float(const gguf_reader *src, pn_error *err)
     return PN_OK;
 }
 
+/* Whether a GGUF has an MTP layer to drop: its <arch>.nextn_predict_layers
+ * key, as io/source_open.c drops it. */
+static bool has_mtp_key(const gguf_reader *r)
+{
+    const gguf_kv *arch = gguf_reader_find_kv(r, "general.architecture");
+    if (!arch || arch->type != GGUF_TYPE_STRING || arch->v.str.len > 100)
+        return false;
+    char key[160];
+    snprintf(key, sizeof key, "%.*s.nextn_predict_layers", (int)arch->v.str.len, arch->v.str.data);
+    return gguf_reader_find_kv(r, key) != NULL;
+}
+
+/* --source, without its MTP layer when drop_mtp (pn_check_source_drops_mtp);
+ * a GGUF without an MTP layer is read as it is, whatever its keys. */
+static pn_status open_source(pn_check_ctx *c, bool drop_mtp, pn_error *err)
+{
+    pn_source_opts so = { .no_mtp = drop_mtp };
+    if (drop_mtp && !pn_source_is_hf(c->opt.source_path)) {
+        pn_status st = pn_source_open(c->opt.source_path, NULL, &c->src, err);
+        if (st || !has_mtp_key(c->src))
+            return st;
+        gguf_reader_close(c->src);
+        c->src = NULL;
+    }
+    return pn_source_open(c->opt.source_path, &so, &c->src, err);
+}
+
 static void close_readers(pn_check_ctx *c)
 {
     if (c->src)
@@ -662,7 +689,10 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             st = PN_ERR_NOMEM;
             goto fail;
         }
-        st = pn_source_open(c.opt.source_path, NULL, &c.src, err);
+        bool drop_mtp = false;
+        if ((st = pn_check_source_drops_mtp(&c, &drop_mtp, err)))
+            goto fail_msg;
+        st = open_source(&c, drop_mtp, err);
         if (st) {
             pn_error_prefix(err, "source");
             goto fail_msg;

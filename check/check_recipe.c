@@ -88,24 +88,28 @@ static void check_file_type(pn_check_ctx *c, const pn_recipe *rc)
                      kv ? "has another value" : "has none");
 }
 
-/* The MTP layer: the block (or blocks) that holds nextn.* tensors, as the
- * converter writes it. A file that holds it against a recipe that drops it
- * (mtp drop, unless pn-check --keep-mtp) was made with --keep-mtp or by
- * another recipe: RECIPE-MTP says so, so that the format's file (the PN3
- * recipe drops the layer) and the one with the layer are told apart. */
+long pn_check_mtp_layer(const pn_check_report *rep)
+{
+    for (size_t i = 0; i < rep->n_tensors; i++) {
+        long b;
+        int at = 0;
+        if (strstr(rep->tensors[i].name, ".nextn.") &&
+            sscanf(rep->tensors[i].name, "blk.%ld.%n", &b, &at) == 1 && at > 0 && b >= 0)
+            return b;
+    }
+    return -1;
+}
+
+/* A file that holds the MTP layer against a recipe that drops it (mtp drop,
+ * unless pn-check --keep-mtp) was made with --keep-mtp or by another recipe:
+ * RECIPE-MTP says so, so that the format's file (the PN3 recipe drops the
+ * layer) and the one with the layer are told apart. */
 static void check_mtp(pn_check_ctx *c, const pn_recipe *rc)
 {
     if (rc->mtp != PN_RECIPE_MTP_DROP || c->opt.keep_mtp)
         return;
     const pn_check_report *rep = c->rep;
-    long layer = -1;
-    for (size_t i = 0; i < rep->n_tensors && layer < 0; i++) {
-        long b;
-        int at = 0;
-        if (strstr(rep->tensors[i].name, ".nextn.") &&
-            sscanf(rep->tensors[i].name, "blk.%ld.%n", &b, &at) == 1 && at > 0 && b >= 0)
-            layer = b;
-    }
+    const long layer = pn_check_mtp_layer(rep);
     if (layer < 0)
         return;
     char prefix[40];

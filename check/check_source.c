@@ -11,6 +11,11 @@
  * naming the first tensor that differs and counting them: the weights are
  * not the ones the file was made from, so its errors against this source
  * mean little). The sampled rows are 256 per tensor, read in file order.
+ *
+ * The source is read as pn-quantize read it: without its MTP layer (as
+ * --no-mtp reads it, io/source_open.h) unless --keep-mtp, when the recipe
+ * says 'mtp drop' or the file holds no MTP layer, the file's tensor set
+ * saying how it was made when no recipe does.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -20,7 +25,28 @@
 #include "check/check_internal.h"
 #include "gguf/pn_keys.h"
 #include "io/source_id.h"
+#include "mix/recipe.h"
 #include "quant/types.h"
+
+pn_status pn_check_source_drops_mtp(const pn_check_ctx *c, bool *drop, pn_error *err)
+{
+    *drop = false;
+    if (c->opt.keep_mtp)
+        return PN_OK;
+    if (pn_check_mtp_layer(c->rep) < 0) {
+        *drop = true; /* a source without the layer is read as it is */
+        return PN_OK;
+    }
+    if (!c->opt.recipe_path)
+        return PN_OK;
+    pn_recipe *rc = NULL;
+    pn_status st = pn_recipe_load(c->opt.recipe_path, &rc, err);
+    if (st != PN_OK)
+        return st;
+    *drop = rc->mtp == PN_RECIPE_MTP_DROP;
+    pn_recipe_free(rc);
+    return PN_OK;
+}
 
 /* Reads the keys into *rec; false when absent or unusable (reported). */
 static bool recorded(pn_check_ctx *c, pn_recorded_source *rec)

@@ -46,11 +46,13 @@ static const pn_cli_option options[] = {
     { "token-embedding-type", required_argument, OPT_EMBD_TYPE,
       "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n" },
     { "keep-mtp", no_argument, OPT_KEEP_MTP,
-      "  --keep-mtp        with --recipe: the file was made with pn-quantize --keep-mtp\n"
-      "                    (the recipe's 'mtp drop' is taken as keep)\n" },
+      "  --keep-mtp        the file was made with pn-quantize --keep-mtp: the recipe's\n"
+      "                    'mtp drop' is taken as keep, --source read with its MTP layer\n" },
     { "source", required_argument, OPT_SOURCE,
       "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
-      "                    source; flag errors far above what the type gives\n" },
+      "                    source (a GGUF or a checkpoint folder, read as pn-quantize\n"
+      "                    read it: its MTP layer dropped when the recipe drops it or\n"
+      "                    the file has none); flag errors far above what the type gives\n" },
     { "imatrix", required_argument, OPT_IMATRIX,
       "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
       "                    with --source, whether its promotions are the ones it chooses\n" },

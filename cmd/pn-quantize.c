@@ -123,8 +123,10 @@ static const pn_cli_option options[] = {
       "  --device N              CUDA device index (default 0)\n" },
     { "dry-run", no_argument, O_DRY,
       "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
-      "                          files of a split output) and exit without writing; DST\n"
-      "                          may be omitted\n" },
+      "                          files of a split output) and exit without writing DST,\n"
+      "                          which may be omitted; the promotion measurement it makes\n"
+      "                          is still saved to --measurement FILE, and --report FILE\n"
+      "                          written (the plan, without errors or times)\n" },
     { "split-max-size", required_argument, O_SPLIT_SIZE,
       "  --split-max-size SIZE   write DST as a split set, as llama.cpp's gguf-split does:\n"
       "                          NAME.gguf becomes NAME-00001-of-0000N.gguf ... beside it,\n"

@@ -1,6 +1,7 @@
 /* `cmake --install` of this build: every program of cmd/ lands in bin/ (and
- * nothing else does), the recipes and their README in
- * share/pn-quantize/recipes, the pages of docs/ in share/doc/pn-quantize; each
+ * nothing else does), the recipes in share/pn-quantize/recipes, the README,
+ * docs/ and recipes/README.md in share/doc/pn-quantize laid out as in the
+ * checkout, every relative link of those pages leading to an installed file; each
  * installed program answers --version with "<program> <version>" on stdout,
  * nothing on stderr and exit 0; and the installed pn-quantize records that
  * same line in pn.quantizer. Each test installs into its own temporary
@@ -170,21 +171,23 @@ Test(install, puts_every_program_in_bin_and_nothing_else, .init = install_into_p
     free(bin);
 }
 
-Test(install, puts_the_recipes_with_their_readme_and_the_docs_under_share,
-     .init = install_into_prefix, .fini = remove_prefix)
+Test(install, puts_the_recipes_and_the_pages_under_share, .init = install_into_prefix,
+     .fini = remove_prefix)
 {
     char *recipes = under_prefix("share/pn-quantize/recipes");
     cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/recipes", ".mix", recipes), 2);
-    char readme[4096];
-    snprintf(readme, sizeof readme, "%s/README.md", recipes);
-    assert_installed_copy(PN_SOURCE_DIR "/recipes/README.md", readme);
     char *recipe = under_prefix("share/pn-quantize/recipes/qwen3.8-27b-pn3.mix");
     assert_installed_copy(PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix", recipe);
 
-    char *docs = under_prefix("share/doc/pn-quantize");
-    cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/docs", ".md", docs), 1);
-    char *format = under_prefix("share/doc/pn-quantize/format.md");
+    char *docs = under_prefix("share/doc/pn-quantize/docs");
+    cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/docs", ".md", docs), 10);
+    cr_assert_geq(assert_folder_installed(PN_SOURCE_DIR "/docs", ".svg", docs), 1);
+    char *format = under_prefix("share/doc/pn-quantize/docs/format.md");
     assert_installed_copy(PN_SOURCE_DIR "/docs/format.md", format);
+    char *readme = under_prefix("share/doc/pn-quantize/README.md");
+    assert_installed_copy(PN_SOURCE_DIR "/README.md", readme);
+    char *recipes_readme = under_prefix("share/doc/pn-quantize/recipes/README.md");
+    assert_installed_copy(PN_SOURCE_DIR "/recipes/README.md", recipes_readme);
 
     char *top[MAX_NAMES];
     int m = names_in(g_prefix, "", false, top);
@@ -200,6 +203,88 @@ Test(install, puts_the_recipes_with_their_readme_and_the_docs_under_share,
     free(recipe);
     free(docs);
     free(format);
+    free(readme);
+    free(recipes_readme);
+}
+
+/* The relative links of the page at path, `[text](TARGET)` with TARGET
+ * holding no blank or parenthesis, no scheme (https:, mailto:) and its
+ * #anchor cut, each checked to name a file relative to the page's folder;
+ * returns how many there were. */
+static int assert_links_resolve(const char *path)
+{
+    size_t len;
+    char *text = tu_read_file(path, &len);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "](")) != NULL;) {
+        p += 2;
+        size_t l = strcspn(p, ")( \n");
+        if (p[l] != ')')
+            continue;
+        size_t t = strcspn(p, "#");
+        if (t > l)
+            t = l;
+        size_t scheme = strspn(p, "abcdefghijklmnopqrstuvwxyz");
+        if (t == 0 || (scheme < t && p[scheme] == ':'))
+            continue;
+        char link[1024], target[sizeof dir + sizeof link];
+        cr_assert_lt(t, sizeof link, "%s: a link of %zu characters", path, t);
+        memcpy(link, p, t);
+        link[t] = '\0';
+        snprintf(target, sizeof target, "%s/%s", dir, link);
+        struct stat sb;
+        cr_expect(stat(target, &sb) == 0, "%s: the link to %s leads to no installed file", path,
+                  link);
+        n++;
+    }
+    free(text);
+    return n;
+}
+
+/* Every *.md under dir (and its folders), each page's links checked;
+ * returns the links, *pages the pages. */
+static int assert_tree_links_resolve(const char *dir, int *pages)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        cr_assert_eq(stat(path, &sb), 0, "%s", path);
+        size_t l = strlen(e->d_name);
+        if (S_ISDIR(sb.st_mode)) {
+            n += assert_tree_links_resolve(path, pages);
+        } else if (l > 3 && strcmp(e->d_name + l - 3, ".md") == 0) {
+            n += assert_links_resolve(path);
+            (*pages)++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+Test(install, every_relative_link_of_the_installed_pages_leads_to_an_installed_file,
+     .init = install_into_prefix, .fini = remove_prefix)
+{
+    char *doc = under_prefix("share/doc/pn-quantize");
+    int pages = 0;
+    int links = assert_tree_links_resolve(doc, &pages);
+    char *names[MAX_NAMES];
+    const int n_docs = names_in(PN_SOURCE_DIR "/docs", ".md", false, names);
+    free_names(names, n_docs);
+    /* the README, docs/, recipes/README.md, the golden files' SOURCE.md */
+    cr_assert_eq(pages, n_docs + 3, "%d pages installed under %s, %d expected", pages, doc,
+                 n_docs + 3);
+    cr_assert_gt(links, 50, "only %d links found in the installed pages", links);
+    free(doc);
 }
 
 Test(install, every_installed_program_prints_its_name_and_version, .init = install_into_prefix,

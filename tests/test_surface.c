@@ -449,6 +449,53 @@ Test(mtp_recipe,
     free(e);
 }
 
+/* The exit status of a pn-check command (formatted) in g_dir, asserting
+ * that its output holds `code` when given, or names no finding when not. */
+static void check_gives(int want, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void check_gives(int want, const char *code, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "%s", cmd), want, "%s:\n%s%s", cmd, o, e);
+    if (code)
+        cr_assert(strstr(o, code), "%s does not report %s:\n%s", cmd, code, o);
+    else
+        cr_assert(!strstr(o, "SRC-") && !strstr(o, "RECIPE-"), "%s:\n%s", cmd, o);
+    free(o);
+    free(e);
+}
+
+Test(mtp_recipe, check_reads_the_checkpoint_as_quantize_did_with_or_without_its_mtp_layer)
+{
+    sh_ok("pn-synth --quiet --hf --mtp --layers 2 --width-scale 4 --vocab 512 ckpt && "
+          "pn-synth --quiet --hf --mtp --layers 2 --width-scale 4 --vocab 512 --seed 2 other && "
+          "pn-quantize --quiet --threads 2 --recipe '%s' ckpt pn3.gguf && "
+          "pn-quantize --quiet --threads 2 --recipe '%s' --keep-mtp ckpt with-mtp.gguf",
+          PN3_RECIPE, PN3_RECIPE);
+    bool nextn;
+    count_tensors("pn3.gguf", &nextn);
+    cr_assert(!nextn, "the recipe drops the MTP layer");
+    count_tensors("with-mtp.gguf", &nextn);
+    cr_assert(nextn, "--keep-mtp keeps it");
+    /* strict: not even SRC-HEADER, the header being the one pn-quantize read */
+    check_gives(0, NULL, "pn-check --strict --recipe '%s' --source ckpt pn3.gguf", PN3_RECIPE);
+    check_gives(0, NULL, "pn-check --strict --source ckpt pn3.gguf");
+    check_gives(0, NULL, "pn-check --strict --keep-mtp --recipe '%s' --source ckpt with-mtp.gguf",
+                PN3_RECIPE);
+    check_gives(0, NULL, "pn-check --strict --source ckpt with-mtp.gguf");
+    /* the MTP layer read where the file has none, dropped where it has it */
+    check_gives(1, "SRC-NAME", "pn-check --keep-mtp --source ckpt pn3.gguf");
+    check_gives(1, "SRC-NAME", "pn-check --recipe '%s' --source ckpt with-mtp.gguf", PN3_RECIPE);
+    /* other weights under the same names */
+    check_gives(1, "SRC-IDENTITY", "pn-check --recipe '%s' --source other pn3.gguf", PN3_RECIPE);
+    check_gives(1, "SRC-IDENTITY", "pn-check --keep-mtp --source other with-mtp.gguf");
+}
+
 /* ---- one exit-status rule (cmd/cli.h) for every refusal of every program ---- */
 
 /* src.gguf (a small float model), pn.gguf (its PN file), bad.gguf (pn.gguf

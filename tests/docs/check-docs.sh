@@ -16,9 +16,11 @@
 #   a command is never fenced as text and silently left out.
 # The scratch folder holds small stand-ins under the names the docs use:
 # Qwen3.8-27B/ (a pn-synth --hf checkpoint, MTP layer included), SRC.gguf
-# (a float GGUF), SOURCE.gguf with MIX1.gguf and MIX2.gguf (PN files of it)
-# and MIX.gguf, my-list.txt (tensor names), my.mix (a recipe), and links to
-# the checkout's recipes/ and scripts/. A block that runs pn-compare needs
+# (a float GGUF; both of 6 layers at width scale 4, the smallest the docs'
+# --promote 23 and the PN3 recipe's q4_K output take: 23 candidates),
+# SOURCE.gguf with MIX1.gguf and MIX2.gguf (PN files of it) and MIX.gguf,
+# my-list.txt (tensor names), my.mix (a recipe), and links to the
+# checkout's recipes/ and scripts/. A block that runs pn-compare needs
 # stock llama.cpp (tools/llama): without it the block is listed as skipped,
 # and under PN_REQUIRE_LLAMA=1 it fails.
 # And every link of a page to a file of the checkout leads to a file there.
@@ -72,8 +74,8 @@ if ! node "$bin/../share/pn-quantize/llama/pn-llama-logits.mjs" --version 2>/dev
   llama_missing="stock llama.cpp (node-llama-cpp in tools/llama) does not run here; scripts/install-deps installs it"
 fi
 if ! (cd "$fx" &&
-      "$bin/pn-synth" --quiet --hf --mtp --layers 8 --vocab 512 Qwen3.8-27B &&
-      "$bin/pn-synth" --quiet --layers 8 --vocab 512 SRC.gguf &&
+      "$bin/pn-synth" --quiet --hf --mtp --layers 6 --vocab 512 Qwen3.8-27B &&
+      "$bin/pn-synth" --quiet --layers 6 --vocab 512 SRC.gguf &&
       "$bin/pn-synth" --quiet --layers 2 --width-scale 16 --vocab 512 SOURCE.gguf &&
       "$bin/pn-quantize" --quiet --recipe test-fallback --promote 0 SOURCE.gguf MIX1.gguf &&
       "$bin/pn-quantize" --quiet --recipe test-fallback --promote 1 SOURCE.gguf MIX2.gguf &&

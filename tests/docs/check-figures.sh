@@ -100,9 +100,11 @@ for meta in "$work"/marks/*.meta; do
     else echo "skipped: $where: docs/figures.sh compare: $llama_missing"; skipped=$((skipped + 1)); fi
     continue
   fi
-  quick=0
-  [ "$args" = compare ] && quick=1
-  if ! (cd "$root" && QUICK=$quick BIN="$bin" WORK="$fig/shape-$args" docs/figures.sh "$args") \
+  # the demo model made once (in the made figures' folder), the 2-layer
+  # model of QUICK=1 in its own
+  quick=0 shape_work=$fig/work
+  [ "$args" = compare ] && quick=1 shape_work=$fig/shape-$args
+  if ! (cd "$root" && QUICK=$quick BIN="$bin" WORK="$shape_work" docs/figures.sh "$args") \
          >"$fig/shape-$args.out" 2>"$fig/shape-$args.err"; then
     bad "$where: docs/figures.sh $args failed: $(tail -3 "$fig/shape-$args.err")"
   elif diff <(mask <"$fig/shape-$args.out") <(mask <"$body") >"$fig/shape-$args.diff"; then

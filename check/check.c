@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/mem.h"
 #include "io/source_open.h"
 #include "gguf/gguf_split.h"
 #include "check/check_internal.h"
@@ -131,28 +132,16 @@ void pn_check_report_free(pn_check_report *r)
     if (!r)
         return;
     for (size_t i = 0; i < r->n_findings; i++) {
-        free(r->findings[i].tensor);
-        free(r->findings[i].key);
-        free(r->findings[i].message);
-        free(r->findings[i].file);
+        const pn_finding *f = &r->findings[i];
+        PN_FREE_ALL(f->tensor, f->key, f->message, f->file);
     }
     free(r->findings);
-    for (size_t i = 0; i < r->n_splits; i++)
-        free(r->splits[i].path);
-    free(r->splits);
-    for (size_t i = 0; i < r->n_tensors; i++) {
-        free(r->tensors[i].name);
-        free(r->tensors[i].note);
-    }
+    PN_FREE_EACH_FIELD(r->splits, r->n_splits, path);
+    for (size_t i = 0; i < r->n_tensors; i++)
+        PN_FREE_ALL(r->tensors[i].name, r->tensors[i].note);
     free(r->tensors);
-    for (size_t i = 0; i < r->n_promoted; i++)
-        free(r->promoted[i]);
-    free(r->promoted);
-    free(r->recipe_mix);
-    free(r->expected_mix);
-    free(r->source_path);
-    free(r->path);
-    free(r);
+    PN_FREE_EACH(r->promoted, r->n_promoted);
+    PN_FREE_ALL(r->recipe_mix, r->expected_mix, r->source_path, r->path, r);
 }
 
 int pn_check_exit_code(const pn_check_report *r, bool strict)

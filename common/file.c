@@ -130,6 +130,12 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
         n += (size_t)k;
     }
     close(fd);
+    if ((uint64_t)n < (uint64_t)sb.st_size) {
+        free(buf);
+        return pn_error_set(err, PN_ERR_TRUNCATED,
+                            "%s: the %s is %lld bytes but %zu were read (it changed while read)",
+                            path, what, (long long)sb.st_size, n);
+    }
     buf[n] = '\0';
     *data = buf;
     *len = n;

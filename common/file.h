@@ -5,7 +5,10 @@
  *
  * pn_read_small_file opens without blocking (a FIFO with no writer must not
  * hang the program), refuses anything that is not a regular file, and
- * refuses a file larger than max_bytes before reading it. The data is
+ * refuses a file larger than max_bytes before reading it, and a file that
+ * gives fewer bytes than its size said (it shrank while read, or is not
+ * what its size claims: PN_ERR_TRUNCATED). One that grew while read is
+ * read to its end, up to max_bytes. The data is
  * NUL-terminated (data[len] == 0) and may itself hold NUL bytes; free() it.
  * Messages name the path and `what` it is ("recipe", "promote list").
  */

@@ -13,6 +13,8 @@
 #include "common/outfile.h"
 
 #include "common/file.h"
+#include "common/mem.h"
+#include "common/outfile_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,13 +34,8 @@
 #endif
 #endif
 
-#ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0)
-#endif
-
 /* ".pn-" and six random characters after the cut target name. */
 #define TEMP_SUFFIX ".pn-"
-#define TEMP_RANDOM 6
 #define TEMP_PREFIX_MAX (NAME_MAX - 1 - (int)(sizeof TEMP_SUFFIX - 1) - TEMP_RANDOM)
 /* Stale names listed in the note; the rest are counted. */
 #define NOTE_NAMES_MAX 8
@@ -73,7 +70,7 @@ struct pn_outfile {
 /* ------------------------------------------------------------------ */
 /* Names                                                               */
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t pn_outfile_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -82,7 +79,7 @@ static uint64_t splitmix(uint64_t *s)
 }
 
 /* A seed for temporary names; they need only differ between runs. */
-static uint64_t name_seed(const void *p)
+uint64_t pn_outfile_seed(const void *p)
 {
     uint64_t s = 0;
 #ifdef PN_HAVE_GETRANDOM
@@ -116,14 +113,19 @@ static char *new_temp_name(pn_outfile *f)
     p += f->prefix_len;
     memcpy(p, TEMP_SUFFIX, sizeof TEMP_SUFFIX - 1);
     p += sizeof TEMP_SUFFIX - 1;
-    uint64_t r = splitmix(&f->rng);
-    for (int i = 0; i < TEMP_RANDOM; i++, r /= sizeof name_chars - 1)
-        *p++ = name_chars[r % (sizeof name_chars - 1)];
-    *p = '\0';
+    pn_outfile_random_chars(&f->rng, p, TEMP_RANDOM);
     return s;
 }
 
-static bool random_tail(const char *s, size_t n)
+void pn_outfile_random_chars(uint64_t *rng, char *out, int n)
+{
+    uint64_t r = pn_outfile_splitmix(rng);
+    for (int i = 0; i < n; i++, r /= sizeof name_chars - 1)
+        out[i] = name_chars[r % (sizeof name_chars - 1)];
+    out[n] = '\0';
+}
+
+bool pn_outfile_random_tail(const char *s, size_t n)
 {
     if (strlen(s) != n)
         return false;
@@ -140,12 +142,12 @@ static bool is_temp_of(const pn_outfile *f, const char *name)
     if (name[0] == '.' && strncmp(name + 1, f->base, f->prefix_len) == 0) {
         const char *rest = name + 1 + f->prefix_len;
         if (strncmp(rest, TEMP_SUFFIX, sizeof TEMP_SUFFIX - 1) == 0 &&
-            random_tail(rest + sizeof TEMP_SUFFIX - 1, TEMP_RANDOM))
+            pn_outfile_random_tail(rest + sizeof TEMP_SUFFIX - 1, TEMP_RANDOM))
             return true;
     }
     size_t bl = strlen(f->base);
     return strncmp(name, f->base, bl) == 0 && strncmp(name + bl, ".tmp.", 5) == 0 &&
-           random_tail(name + bl + 5, 6);
+           pn_outfile_random_tail(name + bl + 5, 6);
 }
 
 static char *join_dir(const pn_outfile *f, const char *name)
@@ -184,18 +186,25 @@ static void note_add(char **note, size_t *len, size_t *cap, const char *s)
     *len += n;
 }
 
+DIR *pn_outfile_opendir_at(int at, const char *name)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
 /* Lists the temporary files of this target left in its folder. Best effort:
  * a folder that cannot be listed gives no note. */
 static void find_stale(pn_outfile *f)
 {
-    int lfd = openat(f->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lfd < 0)
+    DIR *d = pn_outfile_opendir_at(f->dirfd, ".");
+    if (!d)
         return;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
-        close(lfd);
-        return;
-    }
     char *note = NULL;
     size_t len = 0, cap = 0, found = 0;
     struct dirent *e;
@@ -231,7 +240,7 @@ static void find_stale(pn_outfile *f)
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
 
-static const char *reason(int e)
+const char *pn_outfile_reason(int e)
 {
     switch (e) {
     case ENOSPC: return "no space left on the device (disk full)";
@@ -245,7 +254,7 @@ static pn_status io_fail(const pn_outfile *f, pn_error *err, int e, const char *
 {
     pn_status code = (e == ENOSPC || e == EDQUOT || e == EFBIG) ? PN_ERR_NOSPACE : PN_ERR_IO;
     return pn_error_set(err, code, "%s: %s at byte offset %llu: %s", f->target, what,
-                        (unsigned long long)at, reason(e));
+                        (unsigned long long)at, pn_outfile_reason(e));
 }
 
 /* ------------------------------------------------------------------ */
@@ -316,7 +325,7 @@ static pn_status create_named(pn_outfile *f, pn_error *err)
         if (e != EEXIST)
             return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
                                 "%s: cannot create a temporary file in its folder %s: %s",
-                                f->target, f->dir, reason(e));
+                                f->target, f->dir, pn_outfile_reason(e));
     }
     return pn_error_set(err, PN_ERR_IO,
                         "%s: cannot create a temporary file in its folder %s: every name tried "
@@ -356,7 +365,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
     f->state = OF_OPEN; /* so that a failure below discards what was made */
     if (opts)
         f->opts = *opts;
-    f->rng = name_seed(f);
+    f->rng = pn_outfile_seed(f);
     f->target = strdup(target);
     pn_status st = f->target ? split_target(f, err)
                              : pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", target);
@@ -379,7 +388,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
             int e = errno;
             st = pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
                               "%s: cannot create a temporary file in its folder %s: %s", target,
-                              f->dir, reason(e));
+                              f->dir, pn_outfile_reason(e));
             goto fail;
         }
     }
@@ -619,7 +628,7 @@ static int link_unnamed(const pn_outfile *f, const char *name)
     return errno;
 }
 
-static int rename_noreplace(int dirfd, const char *from, const char *to)
+int pn_outfile_rename_noreplace(int dirfd, const char *from, const char *to)
 {
 #ifdef SYS_renameat2
     if (syscall(SYS_renameat2, dirfd, from, dirfd, to, RENAME_NOREPLACE) == 0)
@@ -637,7 +646,7 @@ static int place_noreplace(pn_outfile *f)
     if (f->unnamed)
         return link_unnamed(f, f->base);
     if (!f->opts.link_commit) {
-        int e = rename_noreplace(f->dirfd, f->tmp_name, f->base);
+        int e = pn_outfile_rename_noreplace(f->dirfd, f->tmp_name, f->base);
         if (e == 0) {
             free(f->tmp_name);
             f->tmp_name = NULL;
@@ -707,20 +716,23 @@ static void sync_folder(const pn_outfile *f)
     }
 }
 
-static pn_status place_failure(const pn_outfile *f, int e, pn_error *err)
+pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err)
 {
+    if (folder && (e == ENOTEMPTY || e == ENOTDIR))
+        e = EEXIST; /* a folder with something in it, or a file, is there */
     if (e == EEXIST)
         return pn_error_set(err, PN_ERR_EXISTS,
                             "%s: exists (it was created while this run was writing); nothing "
                             "was replaced; use --force to replace it",
-                            f->target);
+                            target);
     if (e == EISDIR || e == ENOTEMPTY)
         return pn_error_set(err, PN_ERR_IO,
                             "%s: became a directory while this run was writing; nothing was "
                             "written there",
-                            f->target);
+                            target);
     return pn_error_set(err, e == ENOSPC || e == EDQUOT ? PN_ERR_NOSPACE : PN_ERR_IO,
-                        "%s: cannot put the written file in place: %s", f->target, reason(e));
+                        "%s: cannot put the written %s in place: %s", target,
+                        folder ? "folder" : "file", pn_outfile_reason(e));
 }
 
 static void abort_all(pn_outfile *const *files, size_t n)
@@ -779,7 +791,7 @@ pn_status pn_outfile_commit_set(pn_outfile *const *files, size_t n, pn_error *er
             f->state = OF_COMMITTED;
             continue;
         }
-        pn_status st = place_failure(f, e, err);
+        pn_status st = pn_outfile_place_failure(f->target, false, e, err);
         if (!force)
             for (size_t j = k + 1; j < n; j++) {
                 unplace(files[j]);
@@ -833,11 +845,5 @@ void pn_outfile_free(pn_outfile *f)
         close(f->fd);
     if (f->dirfd >= 0)
         close(f->dirfd);
-    free(f->tmp_name);
-    free(f->tmp_path);
-    free(f->note);
-    free(f->target);
-    free(f->dir);
-    free(f->base);
-    free(f);
+    PN_FREE_ALL(f->tmp_name, f->tmp_path, f->note, f->target, f->dir, f->base, f);
 }

@@ -1,5 +1,5 @@
 /* outfile.h - every file a program writes (GGUF outputs, reports, the
- * measurement), written so that no half-written file is ever at the target
+ * measurement) and every folder (pn-synth --hf's checkpoint), written so that no half-written file is ever at the target
  * path and no file is replaced unless the caller said so.
  *
  * Contract:
@@ -121,5 +121,65 @@ pn_status pn_outfile_commit_set(pn_outfile *const *files, size_t n, pn_error *er
 void pn_outfile_abort(pn_outfile *f);
 /* Aborts unless committed, and frees. NULL is fine. */
 void pn_outfile_free(pn_outfile *f);
+
+/* ---- Folders ----
+ * A folder a program writes (pn-synth --hf's checkpoint) is written the same
+ * way: never half there at its target, and never put over an existing
+ * target unless the caller said so.
+ *
+ * Contract:
+ *  - pn_outdir_open refuses a target that exists and is not a folder (a
+ *    file, a symbolic link), even with force; an existing folder without
+ *    force (PN_ERR_EXISTS, "use --force"); and with force, a folder that
+ *    holds anything but regular files that opts->ours accepts (any regular
+ *    file where ours is NULL), naming the first such entry.
+ *  - The files go into a temporary folder beside the target,
+ *    ".<start of the target's name>.<tag>-XXXXXX" (mode 0755 less the
+ *    umask), each written as an outfile (pn_outdir_file) and committed by
+ *    the caller before the folder is.
+ *  - The run holds an flock on its temporary folder until commit, abort or
+ *    its end, however it ends. Opening removes the temporary folders of the
+ *    same target's pattern whose lock nobody holds (killed runs'), by name
+ *    within them, never through a link; one another live run holds is left.
+ *  - pn_outdir_commit fsyncs the folder and renames it into place: with
+ *    renameat2(RENAME_NOREPLACE) where nothing was, so a target that
+ *    appeared meanwhile is never replaced (PN_ERR_EXISTS); with
+ *    RENAME_EXCHANGE where force replaces a folder, which is then removed.
+ *    Where the filesystem has neither, a plain rename after a check, and
+ *    for a replacement the old folder moved aside first: the target is
+ *    then missing for a moment, never half there. A failed commit discards
+ *    the temporary folder; what was at the target is untouched.
+ *  - No printing, no global state; a pn_outdir is used by one thread.
+ */
+typedef struct pn_outdir_opts {
+    bool force;                     /* replace an existing folder */
+    const char *tag;                /* in the temporary folder's name; NULL: "pn-dir" */
+    const char *writer;             /* who writes it, for messages; NULL: "this program" */
+    bool (*ours)(const char *name); /* with force: entries a replaced folder may hold */
+    /* For tests of the fallbacks: commit as where renameat2 is missing. */
+    bool plain_rename;
+} pn_outdir_opts;
+
+typedef struct pn_outdir pn_outdir;
+
+/* Checks the target (trailing slashes are dropped), makes and locks the
+ * temporary folder, removes stale ones. opts may be NULL. On error *out is
+ * NULL and nothing was made. */
+pn_status pn_outdir_open(const char *target, const pn_outdir_opts *opts, pn_outdir **out,
+                         pn_error *err);
+/* The target as checked (without trailing slashes). */
+const char *pn_outdir_target(const pn_outdir *d);
+/* The temporary folder's path while open, else NULL. */
+const char *pn_outdir_temp_path(const pn_outdir *d);
+/* An outfile for the file NAME (a plain name, no '/') of the folder; the
+ * caller writes it, commits it (or aborts it) and frees it. */
+pn_status pn_outdir_file(pn_outdir *d, const char *name, pn_outfile **out, pn_error *err);
+/* Puts the folder at the target (see the contract). On failure nothing is
+ * replaced and the temporary folder is gone. */
+pn_status pn_outdir_commit(pn_outdir *d, pn_error *err);
+/* Removes the temporary folder. Idempotent; a committed folder is left. */
+void pn_outdir_abort(pn_outdir *d);
+/* Aborts unless committed, and frees. NULL is fine. */
+void pn_outdir_free(pn_outdir *d);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/mem.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "common/file.h"
@@ -204,31 +205,21 @@ static pn_status load_optional(const char *dir, const char *file, json_t **out, 
 
 /* chat_template.jinja of dir, whole, or NULL when there is none: read as
  * every input file is (common/file.h: a regular file, at most
- * PN_HF_MAX_JSON bytes), and refused when fewer bytes are read than the
- * file had (it changed while read). */
+ * PN_HF_MAX_JSON bytes, refused when fewer bytes are read than the file
+ * had). */
 static pn_status read_chat_template(const char *dir, char **out, size_t *len, pn_error *err)
 {
     *out = NULL;
     *len = 0;
-    size_t pl = strlen(dir) + sizeof "/chat_template.jinja";
-    char *jp = malloc(pl);
+    char *jp = pn_path_join(dir, "chat_template.jinja");
     if (!jp)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    snprintf(jp, pl, "%s/chat_template.jinja", dir);
     struct stat sb;
     if (lstat(jp, &sb) != 0 && errno == ENOENT) {
         free(jp);
         return PN_OK;
     }
     pn_status st = pn_read_small_file(jp, PN_HF_MAX_JSON, "chat template", out, len, err);
-    if (st == PN_OK && stat(jp, &sb) == 0 && (uint64_t)sb.st_size != *len) {
-        st = pn_error_set(err, PN_ERR_TRUNCATED,
-                          "%s: the chat template is %lld bytes but %zu "
-                          "were read (it changed while read)",
-                          jp, (long long)sb.st_size, *len);
-        free(*out);
-        *out = NULL;
-    }
     free(jp);
     return st;
 }
@@ -696,17 +687,10 @@ static pn_status tokenizer_keys_of(kctx *k, const char *dir, const json_t *root,
             put_bool(k, "tokenizer.ggml.normalizer.strip_accents", strip != 0);
         st = k->st;
     }
-    if (j.merges_own)
-        for (size_t i = 0; i < j.n_merges; i++)
-            free(j.merges_own[i]);
-    free(j.merges_own);
-    free(j.merges);
-    free(j.tokens);
-    free(j.types);
+    PN_FREE_EACH(j.merges_own, j.n_merges);
+    PN_FREE_ALL(j.merges, j.tokens, j.types, tok_path, tcfg_path);
     json_decref(tok);
     json_decref(tcfg);
-    free(tok_path);
-    free(tcfg_path);
     return st;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/file.h"
+#include "common/mem.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 #include "quant/types.h"
@@ -305,13 +306,9 @@ void pn_hf_close(pn_hf_model *m)
         free(m->shards[i].path);
         pn_hf_st_free(&m->shards[i].hdr);
     }
-    free(m->shards);
-    free(m->tensors);
     json_decref(m->hp);
     json_decref(m->root);
-    free(m->tokenizer_pre);
-    free(m->dir);
-    free(m);
+    PN_FREE_ALL(m->shards, m->tensors, m->tokenizer_pre, m->dir, m);
 }
 
 /* The shard names of a parsed index: its weight_map's values, checked,

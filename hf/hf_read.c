@@ -53,10 +53,8 @@ pn_status pn_hf_reader_open(const pn_hf_model *m, size_t buf_bytes, pn_hf_reader
         const pn_hf_tensor *t = pn_hf_tensor_at(m, i);
         size_t s = (size_t)t->row_elems * src_size(t->src_dtype);
         size_t o = (size_t)t->row_elems * pn_hf_type_size(t->type);
-        if (s > max_src_row)
-            max_src_row = s;
-        if (o > max_out_row)
-            max_out_row = o;
+        max_src_row = s > max_src_row ? s : max_src_row;
+        max_out_row = o > max_out_row ? o : max_out_row;
     }
     if (buf_bytes < max_src_row)
         buf_bytes = max_src_row;

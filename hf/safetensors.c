@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
 
@@ -43,9 +44,7 @@ void pn_hf_st_free(pn_hf_st_header *h)
 {
     if (!h)
         return;
-    for (size_t i = 0; i < h->n_tensors; i++)
-        free(h->tensors[i].name);
-    free(h->tensors);
+    PN_FREE_EACH_FIELD(h->tensors, h->n_tensors, name);
     memset(h, 0, sizeof *h);
 }
 

@@ -4,6 +4,7 @@
 #include "mix/measurement.h"
 
 #include "common/file.h"
+#include "common/mem.h"
 #include "common/outfile.h"
 
 #include <errno.h>
@@ -264,9 +265,7 @@ void pn_measurement_free(pn_measurement *m)
 {
     if (!m)
         return;
-    for (size_t i = 0; i < m->n; i++)
-        free(m->entries[i].name);
-    free(m->entries);
+    PN_FREE_EACH_FIELD(m->entries, m->n, name);
     free(m);
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "hadamard/hadamard.h"
 #include "quant/types.h"
 
@@ -203,9 +204,7 @@ void pn_plan_free(pn_plan *plan)
 {
     if (!plan)
         return;
-    for (size_t i = 0; i < plan->n_tensors; i++)
-        free(plan->tensors[i].name);
-    free(plan->tensors);
+    PN_FREE_EACH_FIELD(plan->tensors, plan->n_tensors, name);
     free(plan);
 }
 

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "common/crc32.h"
+#include "common/mem.h"
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
@@ -395,13 +396,8 @@ static pn_status measure_all(const pn_quantize_opts *o, const gguf_reader *src, 
         times->wait_input = t.wait_input;
     }
 done:
-    if (j.scratch)
-        for (int i = 0; i < j.threads; i++)
-            free(j.scratch[i]);
-    free(j.scratch);
-    free(j.c);
-    free(j.rows_crc);
-    free(names);
+    PN_FREE_EACH(j.scratch, j.threads);
+    PN_FREE_ALL(j.c, j.rows_crc, names);
     if (st != PN_OK) {
         if (st != PN_ERR_INTERRUPTED)
             pn_error_prefix(err, "%s: measuring promotions", o->src_path);

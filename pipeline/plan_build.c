@@ -2,6 +2,7 @@
  * --target-size, the output's keys and its exact size (see plan_build.h). */
 #include "pipeline/plan_build.h"
 
+#include "common/mem.h"
 #include "common/text.h"
 
 #include <errno.h>
@@ -32,9 +33,7 @@ void pn_job_plan_free(pn_job_plan *p)
     pn_plan_free(p->plan);
     pn_recipe_free(p->recipe);
     pn_imatrix_free(p->imatrix);
-    free(p->rel_error);
-    free(p->seconds);
-    free(p);
+    PN_FREE_ALL(p->rel_error, p->seconds, p);
 }
 
 /* The recipe with the run's overrides (--tensor-type ...) before its rules. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/file.h"
+#include "common/mem.h"
 #include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "quant/types.h"
@@ -37,15 +38,8 @@ void pn_reuse_free(pn_reuse *ru)
         return;
     gguf_reader_close(ru->prev);
     pn_recorded_source_free(&ru->rec);
-    free(ru->prev_crc);
-    free(ru->fd);
-    free(ru->path);
-    free(ru->from);
-    free(ru->why);
-    free(ru->crc32);
-    free(ru->source_crc32);
-    free(ru->offset);
-    free(ru);
+    PN_FREE_ALL(ru->prev_crc, ru->fd, ru->path, ru->from, ru->why, ru->crc32, ru->source_crc32,
+                ru->offset, ru);
 }
 
 static const char *needs = "--reuse needs an earlier output of pn-quantize";

@@ -2,6 +2,7 @@
  * CRC work on a chunk (see tensor_job.h). */
 #include "pipeline/tensor_job.h"
 
+#include "common/mem.h"
 #include "quant/kquants_weighted.h"
 
 #include <omp.h>
@@ -153,12 +154,7 @@ pn_status pn_job_kernels_init(pn_job_kernels *k, int threads, int path)
 
 void pn_job_kernels_free(pn_job_kernels *k)
 {
-    free(k->item_st);
-    free(k->item_row);
-    free(k->item_col);
-    free(k->item_crc);
-    free(k->item_len);
-    free(k->thread_times);
+    PN_FREE_ALL(k->item_st, k->item_row, k->item_col, k->item_crc, k->item_len, k->thread_times);
     memset(k, 0, sizeof *k);
 }
 

@@ -1,29 +1,16 @@
 /* synth_hf.c - pn-synth's model as a Hugging Face checkpoint folder:
  * config.json, safetensors shards with model.safetensors.index.json,
  * tokenizer.json and tokenizer_config.json, all JSON written with Jansson.
- * The folder is written as a temporary sibling and renamed into place.
- *
- * Why not common/outfile: outfile's temporaries are unnamed files
- * (O_TMPFILE) linked into place, and a folder cannot be made unnamed or
- * linked; a folder is put in place by renameat2 (RENAME_NOREPLACE, or
- * RENAME_EXCHANGE with the folder it replaces). So a SIGKILLed run leaves
- * its temporary folder: each run holds an flock on its own temporary folder
- * while it writes (the kernel drops it when the process dies, however it
- * dies), and a later run for the same DIR removes every temporary folder of
- * DIR's pattern whose lock nobody holds. */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
+ * The folder is written through common/outfile's folder writer: a
+ * temporary sibling ".DIR.pn-synth-XXXXXX", locked while written, renamed
+ * into place (a killed run's is removed by the next run for DIR). */
 #include <jansson.h>
-#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "common/outfile.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
 #include "synth/synth.h"
@@ -180,46 +167,9 @@ pn_status pn_synth_hf_bytes(const pn_synth_opts *o, uint64_t *bytes, size_t *n_s
 
 /* ---- files ---- */
 
-static pn_status write_all(int fd, const void *data, size_t n, const char *path, pn_error *err)
-{
-    const uint8_t *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return pn_error_set(
-                err, PN_ERR_IO, "%s: write: %s", path,
-                w < 0 ? (errno == EFBIG ? "file size limit exceeded" : strerror(errno))
-                      : "no progress");
-        p += w;
-        n -= (size_t)w;
-    }
-    return PN_OK;
-}
-
-static pn_status create_file(const char *dir, const char *name, int *fd, char *path,
-                             size_t path_len, pn_error *err)
-{
-    if (snprintf(path, path_len, "%s/%s", dir, name) >= (int)path_len)
-        return pn_error_set(err, PN_ERR_USAGE, "%s/%s: path too long", dir, name);
-    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (*fd < 0)
-        return pn_error_set(err, PN_ERR_IO, "%s: %s", path, strerror(errno));
-    return PN_OK;
-}
-
-static pn_status finish_file(int fd, const char *path, pn_status st, pn_error *err)
-{
-    if (st == PN_OK && fsync(fd) != 0)
-        st = pn_error_set(err, PN_ERR_IO, "%s: fsync: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == PN_OK)
-        st = pn_error_set(err, PN_ERR_IO, "%s: close: %s", path, strerror(errno));
-    return st;
-}
-
-/* Writes j (stolen) as DIR/NAME, indented, with a final newline. */
-static pn_status write_json(const char *dir, const char *name, json_t *j, pn_error *err)
+/* Writes j (stolen) as the folder's file NAME, indented, with a final
+ * newline. */
+static pn_status write_json(pn_outdir *d, const char *name, json_t *j, pn_error *err)
 {
     if (!j)
         return oom(err);
@@ -227,35 +177,35 @@ static pn_status write_json(const char *dir, const char *name, json_t *j, pn_err
     json_decref(j);
     if (!text)
         return oom(err);
-    char path[4096];
-    int fd = -1;
-    pn_status st = create_file(dir, name, &fd, path, sizeof path, err);
-    if (st == PN_OK) {
-        st = write_all(fd, text, strlen(text), path, err);
-        if (st == PN_OK)
-            st = write_all(fd, "\n", 1, path, err);
-        st = finish_file(fd, path, st, err);
-    }
+    pn_outfile *f = NULL;
+    pn_status st = pn_outdir_file(d, name, &f, err);
+    if (st == PN_OK)
+        st = pn_outfile_write(f, text, strlen(text), err);
+    if (st == PN_OK)
+        st = pn_outfile_write(f, "\n", 1, err);
+    if (st == PN_OK)
+        st = pn_outfile_commit(f, err);
+    pn_outfile_free(f);
     free(text);
     return st;
 }
 
-static pn_status write_shard(const pn_synth_opts *o, const layout *l, size_t s, const char *dir,
+static pn_status write_shard(const pn_synth_opts *o, const layout *l, size_t s, pn_outdir *d,
                              uint64_t *done, uint64_t total, pn_error *err)
 {
-    char name[64], path[4096];
+    char name[64];
     snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, l->n_shards);
-    int fd = -1;
-    pn_status st = create_file(dir, name, &fd, path, sizeof path, err);
+    pn_outfile *f = NULL;
+    pn_status st = pn_outdir_file(d, name, &f, err);
     if (st != PN_OK)
         return st;
     const shard *sh = &l->s[s];
     uint8_t len[8];
     for (int b = 0; b < 8; b++)
         len[b] = (uint8_t)((uint64_t)sh->header_len >> (8 * b));
-    st = write_all(fd, len, 8, path, err);
+    st = pn_outfile_write(f, len, 8, err);
     if (st == PN_OK)
-        st = write_all(fd, sh->header, sh->header_len, path, err);
+        st = pn_outfile_write(f, sh->header, sh->header_len, err);
     const int threads = o->threads > 0 ? o->threads : omp_get_num_procs();
     const int64_t chunk_weights = (int64_t)4 << 20;
     float *x = NULL;
@@ -286,7 +236,7 @@ static pn_status write_shard(const pn_synth_opts *o, const layout *l, size_t s, 
 #pragma omp parallel for schedule(static) num_threads(threads)
             for (int64_t r = 0; r < m; r++)
                 synth_hf_row(t, ti, o->seed, cols, r0 + r, x + r * K, buf + r * row_bytes);
-            st = write_all(fd, buf, (size_t)(m * row_bytes), path, err);
+            st = pn_outfile_write(f, buf, (size_t)(m * row_bytes), err);
             *done += (uint64_t)(m * K);
             if (o->progress)
                 o->progress(*done, total, o->user);
@@ -294,7 +244,10 @@ static pn_status write_shard(const pn_synth_opts *o, const layout *l, size_t s, 
     }
     free(x);
     free(buf);
-    return finish_file(fd, path, st, err);
+    if (st == PN_OK)
+        st = pn_outfile_commit(f, err);
+    pn_outfile_free(f);
+    return st;
 }
 
 static int cmp_name(const void *a, const void *b)
@@ -303,7 +256,7 @@ static int cmp_name(const void *a, const void *b)
                   (*(const synth_tensor *const *)b)->hf_name);
 }
 
-static pn_status write_index(const layout *l, const char *dir, pn_error *err)
+static pn_status write_index(const layout *l, pn_outdir *dir, pn_error *err)
 {
     const synth_tensor **by_name = malloc(l->p.n * sizeof *by_name);
     size_t *shard_of = malloc(l->p.n * sizeof *shard_of);
@@ -341,7 +294,7 @@ static pn_status write_index(const layout *l, const char *dir, pn_error *err)
         err);
 }
 
-static pn_status write_config(const pn_synth_opts *o, const synth_vocab *v, const char *dir,
+static pn_status write_config(const pn_synth_opts *o, const synth_vocab *v, pn_outdir *dir,
                               pn_error *err)
 {
     const pn_qwen38_config *c = &o->config;
@@ -396,7 +349,7 @@ static json_t *added_token(const synth_vocab *v, uint64_t id, bool with_id)
     return a;
 }
 
-static pn_status write_tokenizer(const synth_vocab *v, const char *dir, pn_error *err)
+static pn_status write_tokenizer(const synth_vocab *v, pn_outdir *dir, pn_error *err)
 {
     const uint64_t n_regular = v->n_tokens - v->n_special;
     json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
@@ -435,7 +388,7 @@ static pn_status write_tokenizer(const synth_vocab *v, const char *dir, pn_error
     return write_json(dir, "tokenizer.json", root, err);
 }
 
-static pn_status write_tokenizer_config(const synth_vocab *v, const char *dir, pn_error *err)
+static pn_status write_tokenizer_config(const synth_vocab *v, pn_outdir *dir, pn_error *err)
 {
     json_t *dec = json_object();
     for (uint64_t i = v->n_tokens - v->n_special; dec && i < v->n_tokens; i++) {
@@ -468,101 +421,6 @@ static bool ours(const char *name)
            (size_t)end == strlen(name);
 }
 
-/* Removes the regular files of dir (all of them ours) and dir. */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[8192];
-            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p)
-                unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-/* Removes the temporary folders ".BASE.pn-synth-XXXXXX" in parent that
- * earlier runs for the same DIR left (killed before they could): those
- * whose flock no live run holds. A folder another run is writing is left. */
-static void remove_stale_temporaries(const char *parent, const char *base)
-{
-    char prefix[4200];
-    int pl = snprintf(prefix, sizeof prefix, ".%s.pn-synth-", base);
-    if (pl < 0 || pl >= (int)sizeof prefix)
-        return;
-    DIR *d = opendir(parent);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, (size_t)pl) != 0 || strlen(e->d_name) != (size_t)pl + 6)
-            continue;
-        char p[8192];
-        if (snprintf(p, sizeof p, "%s/%s", parent, e->d_name) >= (int)sizeof p)
-            continue;
-        int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            continue; /* not a folder (or a link): not ours */
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-            remove_tree(p); /* nobody holds it: its run is gone */
-        close(fd);
-    }
-    closedir(d);
-}
-
-/* An existing DIR may be replaced only with force, and only when it is a
- * folder (not a link) holding nothing but what pn-synth --hf writes. */
-static pn_status check_target(const char *dir, bool force, bool *exists, pn_error *err)
-{
-    struct stat sb;
-    *exists = false;
-    if (lstat(dir, &sb) != 0) {
-        if (errno == ENOENT)
-            return PN_OK;
-        return pn_error_set(err, PN_ERR_IO, "%s: %s", dir, strerror(errno));
-    }
-    if (!S_ISDIR(sb.st_mode))
-        return pn_error_set(err, PN_ERR_IO,
-                            "%s exists and is not a folder (%s); pn-synth --hf writes a folder",
-                            dir, S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
-    if (!force)
-        return pn_error_set(err, PN_ERR_EXISTS, "%s exists; use --force to replace it", dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return pn_error_set(err, PN_ERR_IO, "%s: %s", dir, strerror(errno));
-    struct dirent *e;
-    pn_status st = PN_OK;
-    while (st == PN_OK && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char p[8192];
-        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p)
-            continue;
-        if (!ours(e->d_name) || lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
-            st = pn_error_set(err, PN_ERR_EXISTS,
-                              "%s: --force replaces only a folder that pn-synth --hf wrote, and "
-                              "it holds %s; remove the folder yourself",
-                              dir, e->d_name);
-    }
-    closedir(d);
-    *exists = st == PN_OK;
-    return st;
-}
-
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
 {
     /* DIR without its trailing slashes */
@@ -583,85 +441,34 @@ pn_status pn_synth_write_hf(const pn_synth_opts *o, pn_error *err)
     pn_status st = layout_make(o, &l, err);
     if (st != PN_OK)
         return st;
-    bool exists = false;
-    st = check_target(dir, o->force, &exists, err);
+    const pn_outdir_opts dopts = {
+        .force = o->force, .tag = "pn-synth", .writer = "pn-synth --hf", .ours = ours
+    };
+    pn_outdir *d = NULL;
+    st = pn_outdir_open(dir, &dopts, &d, err);
     synth_vocab v;
     memset(&v, 0, sizeof v);
     if (st == PN_OK)
         st = synth_vocab_build((uint64_t)o->config.n_vocab, &v, err);
-    if (st != PN_OK) {
-        layout_free(&l);
-        return st;
-    }
-    /* the folder DIR is in (dirname works on a copy: it writes into its
-     * argument, which snprintf may not also read) */
-    char parent[4096], tmp[8192], dir_copy[4096];
-    snprintf(dir_copy, sizeof dir_copy, "%s", dir);
-    snprintf(parent, sizeof parent, "%s", dirname(dir_copy));
-    if (snprintf(tmp, sizeof tmp, "%s/.%s.pn-synth-XXXXXX", parent, base) >= (int)sizeof tmp ||
-        !mkdtemp(tmp)) {
-        st = pn_error_set(err, PN_ERR_IO, "%s: cannot make a temporary folder beside it: %s", dir,
-                          strerror(errno));
-        synth_vocab_free(&v);
-        layout_free(&l);
-        return st;
-    }
-    chmod(tmp, 0755);
-    /* held until this run ends, however it ends: what tells a later run
-     * that this folder is being written (remove_stale_temporaries) */
-    int lock_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        st = pn_error_set(err, PN_ERR_IO, "%s: cannot lock the temporary folder %s: %s", dir, tmp,
-                          strerror(errno));
-        if (lock_fd >= 0)
-            close(lock_fd);
-        rmdir(tmp);
-        synth_vocab_free(&v);
-        layout_free(&l);
-        return st;
-    }
-    remove_stale_temporaries(parent, base);
     uint64_t total = 0, done = 0;
     for (size_t i = 0; i < l.p.n; i++)
         total += (uint64_t)(l.p.t[i].n_rows * l.p.t[i].row_len);
     for (size_t s = 0; s < l.n_shards && st == PN_OK; s++)
-        st = write_shard(o, &l, s, tmp, &done, total, err);
+        st = write_shard(o, &l, s, d, &done, total, err);
     if (st == PN_OK)
-        st = write_index(&l, tmp, err);
+        st = write_index(&l, d, err);
     if (st == PN_OK)
-        st = write_config(o, &v, tmp, err);
+        st = write_config(o, &v, d, err);
     if (st == PN_OK)
-        st = write_tokenizer(&v, tmp, err);
+        st = write_tokenizer(&v, d, err);
     if (st == PN_OK)
-        st = write_tokenizer_config(&v, tmp, err);
+        st = write_tokenizer_config(&v, d, err);
     synth_vocab_free(&v);
     layout_free(&l);
     if (st == PN_OK && o->cancel && *o->cancel)
         st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
-    if (st == PN_OK) {
-        sync_dir(tmp);
-        /* into place: swapped with the folder it replaces, or put where
-         * nothing is (never over something that appeared meanwhile) */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, exists ? RENAME_EXCHANGE : RENAME_NOREPLACE) !=
-            0) {
-            if (!exists && (errno == EINVAL || errno == ENOSYS)) {
-                struct stat sb;
-                if (lstat(dir, &sb) == 0)
-                    errno = EEXIST;
-                else if (rename(tmp, dir) == 0)
-                    errno = 0;
-            }
-            if (errno)
-                st = pn_error_set(err, errno == EEXIST ? PN_ERR_EXISTS : PN_ERR_IO,
-                                  "%s: putting the written folder in place: %s", dir,
-                                  strerror(errno));
-        }
-        if (st == PN_OK)
-            sync_dir(parent);
-    }
-    /* tmp now holds the replaced folder, or what failed: remove it */
-    if (st != PN_OK || exists)
-        remove_tree(tmp);
-    close(lock_fd);
+    if (st == PN_OK)
+        st = pn_outdir_commit(d, err);
+    pn_outdir_free(d);
     return st;
 }

@@ -62,6 +62,33 @@ Test(small_file, a_directory_and_a_missing_file_are_refused_naming_them)
     free(dir);
 }
 
+Test(small_file, a_file_that_reads_shorter_than_its_size_is_refused_naming_it)
+{
+    /* a sysfs attribute: a regular file of st_size 4096 whose read gives a
+     * few bytes, as a file that shrank between the stat and the read */
+    const char *sys = tu_short_read_file();
+    char *dir = tu_mkdtemp();
+    char *path = join(dir, "recipe.mix");
+    cr_assert_eq(symlink(sys, path), 0);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    char *data = NULL;
+    size_t len = 0;
+    pn_error e;
+    cr_assert_eq(pn_read_small_file(path, 1 << 20, "recipe", &data, &len, &e), PN_ERR_TRUNCATED,
+                 "%s read whole", sys);
+    cr_assert_null(data);
+    cr_assert_eq(len, 0);
+    char size[64];
+    snprintf(size, sizeof size, "is %lld bytes but ", (long long)sb.st_size);
+    cr_assert(strstr(e.msg, path) && strstr(e.msg, "recipe") && strstr(e.msg, size) &&
+                  strstr(e.msg, "changed while read"),
+              "%s", e.msg);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}
+
 Test(small_file, a_file_over_the_limit_is_refused_before_it_is_read)
 {
     char *dir = tu_mkdtemp();

@@ -740,3 +740,20 @@ Test(hf_folder, an_oversized_chat_template_jinja_is_refused_not_skipped)
     free(jp);
     free(m);
 }
+
+Test(hf_folder, a_chat_template_jinja_that_reads_shorter_than_its_size_is_refused)
+{
+    /* a sysfs attribute (st_size 4096, a few bytes read) as the template:
+     * what a file that shrank while read looks like to the reader */
+    const char *sys = tu_short_read_file();
+    char *m = copy_model(), *jp = tu_join(m, "chat_template.jinja");
+    drop_config_template(m);
+    cr_assert_eq(symlink(sys, jp), 0);
+    struct stat sb;
+    cr_assert_eq(stat(jp, &sb), 0);
+    char said[96];
+    snprintf(said, sizeof said, "the chat template is %lld bytes but ", (long long)sb.st_size);
+    ALL_REFUSE(m, "", "chat_template.jinja", said, "changed while read");
+    free(jp);
+    free(m);
+}

@@ -325,7 +325,9 @@ Test(outfile, abort_and_free_leave_nothing_in_either_mode)
 
 /* Forks a child that opens path in mode m, writes 1 MiB and waits; kills it
  * with SIGKILL once it has written. */
-static void kill_a_writer(const char *path, mode m)
+/* A child that runs body (which _exits on failure), says so on a pipe and
+ * waits to be killed; returns its pid once body is done. */
+static pid_t start_writer(void (*body)(const char *, int), const char *path, int arg)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
@@ -333,15 +335,7 @@ static void kill_a_writer(const char *path, mode m)
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         close(p[0]);
-        pn_outfile_opts o = opts_of(m, false);
-        pn_outfile *f = NULL;
-        pn_error e;
-        if (pn_outfile_open(path, &o, &f, &e) != PN_OK || pn_outfile_unnamed(f) != (m == UNNAMED))
-            _exit(3);
-        static char buf[1 << 20];
-        memset(buf, 'k', sizeof buf);
-        if (pn_outfile_write(f, buf, sizeof buf, &e) != PN_OK)
-            _exit(4);
+        body(path, arg);
         if (write(p[1], "w", 1) != 1)
             _exit(5);
         for (;;)
@@ -351,10 +345,34 @@ static void kill_a_writer(const char *path, mode m)
     char c = 0;
     cr_assert_eq(read(p[0], &c, 1), 1, "the child did not get to write");
     close(p[0]);
+    return pid;
+}
+
+static void kill_child(pid_t pid)
+{
     cr_assert_eq(kill(pid, SIGKILL), 0);
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/* Opens an outfile of mode m and writes 1 MiB to it. */
+static void file_writer(const char *path, int m)
+{
+    pn_outfile_opts o = opts_of((mode)m, false);
+    pn_outfile *f = NULL;
+    pn_error e;
+    if (pn_outfile_open(path, &o, &f, &e) != PN_OK || pn_outfile_unnamed(f) != (m == UNNAMED))
+        _exit(3);
+    static char buf[1 << 20];
+    memset(buf, 'k', sizeof buf);
+    if (pn_outfile_write(f, buf, sizeof buf, &e) != PN_OK)
+        _exit(4);
+}
+
+static void kill_a_writer(const char *path, mode m)
+{
+    kill_child(start_writer(file_writer, path, (int)m));
 }
 
 Test(outfile, a_writer_killed_by_sigkill_leaves_nothing_with_o_tmpfile)
@@ -691,4 +709,390 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     tu_rm_rf(dir);
     free(path);
     free(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* Folders                                                             */
+
+/* Renames by renameat2 (NOREPLACE, EXCHANGE), or as where it is missing. */
+static const char *const dir_mode_names[2] = { "renameat2", "plain rename" };
+
+static pn_outdir_opts dir_opts(int plain, bool force)
+{
+    pn_outdir_opts o = {
+        .force = force, .tag = "pn-test", .writer = "the test", .plain_rename = plain != 0
+    };
+    return o;
+}
+
+static pn_outdir *dir_open_ok(const char *target, int plain, bool force)
+{
+    pn_outdir_opts o = dir_opts(plain, force);
+    pn_outdir *d = NULL;
+    pn_error e;
+    cr_assert_eq(pn_outdir_open(target, &o, &d, &e), PN_OK, "%s: %s", dir_mode_names[plain], e.msg);
+    return d;
+}
+
+/* NAME with content s in the folder being written. */
+static void dir_file_ok(pn_outdir *d, const char *name, const char *s)
+{
+    pn_outfile *f = NULL;
+    pn_error e;
+    cr_assert_eq(pn_outdir_file(d, name, &f, &e), PN_OK, "%s", e.msg);
+    write_ok(f, s);
+    cr_assert_eq(pn_outfile_commit(f, &e), PN_OK, "%s", e.msg);
+    pn_outfile_free(f);
+}
+
+/* The folder holds exactly the names of want (NULL-ended), each file
+ * holding its own name followed by tag. */
+static bool folder_is(const char *dir, const char *const *want, const char *tag)
+{
+    int n = 0;
+    for (; want[n]; n++) {
+        char *p = tu_join(dir, want[n]), s[256];
+        snprintf(s, sizeof s, "%s%s", want[n], tag);
+        bool ok = exists(p) && has_bytes(p, s);
+        free(p);
+        if (!ok)
+            return false;
+    }
+    return tu_count_files(dir) == n;
+}
+
+static void fill(pn_outdir *d, const char *const *names, const char *tag)
+{
+    for (size_t i = 0; names[i]; i++) {
+        char s[256];
+        snprintf(s, sizeof s, "%s%s", names[i], tag);
+        dir_file_ok(d, names[i], s);
+    }
+}
+
+static const char *const three[] = { "config.json", "model-00001-of-00002.safetensors",
+                                     "model-00002-of-00002.safetensors", NULL };
+
+Test(outdir, commit_puts_the_whole_folder_in_place_and_nothing_beside_it)
+{
+    for (int plain = 0; plain < 2; plain++) {
+        char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+        char slashed[4200];
+        snprintf(slashed, sizeof slashed, "%s//", target);
+        pn_outdir *d = dir_open_ok(slashed, plain, false);
+        cr_assert_str_eq(pn_outdir_target(d), target, "trailing slashes are dropped");
+        const char *tmp = pn_outdir_temp_path(d);
+        cr_assert_not_null(tmp);
+        const char *base = strrchr(tmp, '/') + 1;
+        cr_assert(strncmp(base, ".ckpt.pn-test-", 14) == 0 && strlen(base) == 20, "%s", tmp);
+        fill(d, three, "-new");
+        cr_assert(!exists(target), "%s: nothing at the target before the commit",
+                  dir_mode_names[plain]);
+        cr_assert(folder_is(tmp, three, "-new"), "the files are in the temporary folder");
+        pn_error e;
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_OK, "%s: %s", dir_mode_names[plain], e.msg);
+        cr_assert_null(pn_outdir_temp_path(d));
+        pn_outdir_free(d);
+        cr_assert(folder_is(target, three, "-new"), "%s", dir_mode_names[plain]);
+        cr_assert_eq(tu_count_files(top), 1, "%s: only the target is left", dir_mode_names[plain]);
+        tu_rm_rf(top);
+        free(target);
+        free(top);
+    }
+}
+
+Test(outdir, abort_and_free_leave_nothing)
+{
+    char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+    pn_outdir *d = dir_open_ok(target, 0, false);
+    fill(d, three, "");
+    /* a file still being written when the folder is dropped */
+    pn_outfile *f = NULL;
+    pn_error e;
+    pn_outfile_opts named = { .named_temp = true };
+    char *p = tu_join(pn_outdir_temp_path(d), "tokenizer.json");
+    cr_assert_eq(pn_outfile_open(p, &named, &f, &e), PN_OK, "%s", e.msg);
+    write_ok(f, "half");
+    pn_outdir_abort(d);
+    cr_assert_eq(tu_count_files(top), 0, "abort leaves nothing");
+    cr_assert_neq(pn_outdir_commit(d, &e), PN_OK, "an aborted folder is not committed");
+    cr_assert_eq(tu_count_files(top), 0);
+    pn_outfile_free(f);
+    pn_outdir_free(d);
+    /* free without commit is an abort */
+    d = dir_open_ok(target, 0, false);
+    fill(d, three, "");
+    pn_outdir_free(d);
+    cr_assert_eq(tu_count_files(top), 0, "free without commit leaves nothing");
+    tu_rm_rf(top);
+    free(p);
+    free(target);
+    free(top);
+}
+
+static bool accept_config_and_shards(const char *name)
+{
+    return strcmp(name, "config.json") == 0 || strstr(name, ".safetensors") != NULL;
+}
+
+Test(outdir, an_existing_folder_is_replaced_only_with_force_and_whole_until_the_commit)
+{
+    static const char *const old[] = { "config.json", "model-00001-of-00001.safetensors", NULL };
+    for (int plain = 0; plain < 2; plain++) {
+        char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+        pn_outdir *d = dir_open_ok(target, plain, false);
+        fill(d, old, "-old");
+        pn_error e;
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_OK, "%s", e.msg);
+        pn_outdir_free(d);
+
+        pn_outdir_opts o = dir_opts(plain, false);
+        d = NULL;
+        cr_assert_eq(pn_outdir_open(target, &o, &d, &e), PN_ERR_EXISTS);
+        cr_assert_null(d);
+        cr_assert(strstr(e.msg, target) && strstr(e.msg, "use --force"), "%s", e.msg);
+        cr_assert_eq(tu_count_files(top), 1, "a refused open makes nothing");
+
+        o = dir_opts(plain, true);
+        o.ours = accept_config_and_shards;
+        cr_assert_eq(pn_outdir_open(target, &o, &d, &e), PN_OK, "%s", e.msg);
+        fill(d, three, "-new");
+        cr_assert(folder_is(target, old, "-old"), "%s: the old folder is whole until the commit",
+                  dir_mode_names[plain]);
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_OK, "%s: %s", dir_mode_names[plain], e.msg);
+        pn_outdir_free(d);
+        cr_assert(folder_is(target, three, "-new"), "%s: the new folder, nothing of the old",
+                  dir_mode_names[plain]);
+        cr_assert_eq(tu_count_files(top), 1, "%s: the replaced folder is removed",
+                     dir_mode_names[plain]);
+        tu_rm_rf(top);
+        free(target);
+        free(top);
+    }
+}
+
+Test(outdir, a_target_made_between_open_and_commit_is_refused_and_left_intact)
+{
+    for (int plain = 0; plain < 2; plain++) {
+        for (int full = 0; full < 2; full++) {
+            char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+            pn_outdir *d = dir_open_ok(target, plain, false);
+            fill(d, three, "");
+            /* another run's folder (or, where full = 0, a plain file) */
+            char *mine = tu_join(target, "mine.txt");
+            if (full) {
+                cr_assert_eq(mkdir(target, 0755), 0);
+                cr_assert_eq(tu_write_file(mine, "mine", 4), 0);
+            } else {
+                cr_assert_eq(tu_write_file(target, "file", 4), 0);
+            }
+            pn_error e;
+            cr_assert_eq(pn_outdir_commit(d, &e), PN_ERR_EXISTS, "%s", dir_mode_names[plain]);
+            cr_assert(strstr(e.msg, target) && strstr(e.msg, "nothing was replaced"), "%s", e.msg);
+            pn_outdir_free(d);
+            cr_assert(has_bytes(full ? mine : target, full ? "mine" : "file"),
+                      "%s: what appeared is untouched", dir_mode_names[plain]);
+            cr_assert_eq(tu_count_files(top), 1, "%s: the temporary folder is gone",
+                         dir_mode_names[plain]);
+            tu_rm_rf(top);
+            free(mine);
+            free(target);
+            free(top);
+        }
+    }
+}
+
+Test(outdir, a_file_that_took_the_replaced_folders_place_is_never_swapped_away)
+{
+    for (int plain = 0; plain < 2; plain++) {
+        char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+        cr_assert_eq(mkdir(target, 0755), 0);
+        pn_outdir *d = dir_open_ok(target, plain, true);
+        fill(d, three, "");
+        cr_assert_eq(rmdir(target), 0);
+        cr_assert_eq(tu_write_file(target, "file", 4), 0);
+        pn_error e;
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_ERR_EXISTS, "%s", dir_mode_names[plain]);
+        pn_outdir_free(d);
+        cr_assert(has_bytes(target, "file"), "%s: the file is at the target still",
+                  dir_mode_names[plain]);
+        cr_assert_eq(tu_count_files(top), 1, "%s", dir_mode_names[plain]);
+        tu_rm_rf(top);
+        free(target);
+        free(top);
+    }
+}
+
+Test(outdir, a_file_a_link_or_a_foreign_folder_is_refused_even_with_force)
+{
+    char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+    pn_outdir_opts o = dir_opts(0, true);
+    o.ours = accept_config_and_shards;
+    pn_outdir *d = NULL;
+    pn_error e;
+    /* a file */
+    cr_assert_eq(tu_write_file(target, "x", 1), 0);
+    cr_assert_neq(pn_outdir_open(target, &o, &d, &e), PN_OK);
+    cr_assert(strstr(e.msg, "is not a folder (a file); the test writes a folder"), "%s", e.msg);
+    cr_assert(has_bytes(target, "x"));
+    unlink(target);
+    /* a link to a folder */
+    char *real = tu_join(top, "real");
+    cr_assert_eq(mkdir(real, 0755), 0);
+    cr_assert_eq(symlink("real", target), 0);
+    cr_assert_neq(pn_outdir_open(target, &o, &d, &e), PN_OK);
+    cr_assert(strstr(e.msg, "a symbolic link"), "%s", e.msg);
+    unlink(target);
+    /* a folder holding what the writer does not write, or a folder */
+    cr_assert_eq(mkdir(target, 0755), 0);
+    char *cfg = tu_join(target, "config.json"), *notes = tu_join(target, "notes.txt");
+    cr_assert_eq(tu_write_file(cfg, "{}", 2), 0);
+    cr_assert_eq(tu_write_file(notes, "mine", 4), 0);
+    cr_assert_eq(pn_outdir_open(target, &o, &d, &e), PN_ERR_EXISTS);
+    cr_assert(strstr(e.msg, "holds notes.txt"), "%s", e.msg);
+    unlink(notes);
+    char *sub = tu_join(target, "model.safetensors");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    cr_assert_eq(pn_outdir_open(target, &o, &d, &e), PN_ERR_EXISTS);
+    cr_assert(strstr(e.msg, "holds model.safetensors"), "a folder is not a file: %s", e.msg);
+    cr_assert_null(d);
+    cr_assert(has_bytes(cfg, "{}"), "a refused --force removes nothing");
+    cr_assert_eq(tu_count_files(top), 2, "nothing made beside them: ckpt and real");
+    tu_rm_rf(top);
+    free(sub);
+    free(notes);
+    free(cfg);
+    free(real);
+    free(target);
+    free(top);
+}
+
+/* Opens the folder and writes a file in it. */
+static void folder_writer(const char *target, int unused)
+{
+    (void)unused;
+    pn_outdir_opts o = dir_opts(0, false);
+    pn_outdir *d = NULL;
+    pn_outfile *f = NULL;
+    pn_error e;
+    if (pn_outdir_open(target, &o, &d, &e) != PN_OK ||
+        pn_outdir_file(d, "config.json", &f, &e) != PN_OK ||
+        pn_outfile_write(f, "{}", 2, &e) != PN_OK || pn_outfile_commit(f, &e) != PN_OK)
+        _exit(3);
+}
+
+/* The entries of top whose names start with prefix. */
+static int count_prefix(const char *top, const char *prefix)
+{
+    DIR *dir = opendir(top);
+    cr_assert_not_null(dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(dir);
+    return n;
+}
+
+Test(outdir, a_killed_writers_folder_is_removed_by_the_next_open_and_a_live_ones_left)
+{
+    char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+    pid_t live = start_writer(folder_writer, target, 0);
+    pid_t dead = start_writer(folder_writer, target, 0);
+    kill_child(dead);
+    cr_assert(!exists(target), "a killed writer puts nothing at the target");
+    cr_assert_eq(count_prefix(top, ".ckpt.pn-test-"), 2, "both writers' folders");
+    /* a stale name that is a link to a folder elsewhere: not followed */
+    char *elsewhere = tu_join(top, "elsewhere"), *kept = tu_join(elsewhere, "kept");
+    char *link = tu_join(top, ".ckpt.pn-test-LINKED");
+    cr_assert_eq(mkdir(elsewhere, 0755), 0);
+    cr_assert_eq(tu_write_file(kept, "k", 1), 0);
+    cr_assert_eq(symlink("elsewhere", link), 0);
+    /* a temporary of another target is not this one's */
+    char *other = tu_join(top, ".ckpu.pn-test-ABCDEF");
+    cr_assert_eq(mkdir(other, 0755), 0);
+
+    pn_outdir *d = dir_open_ok(target, 0, false);
+    cr_assert_eq(count_prefix(top, ".ckpt.pn-test-"), 3,
+                 "the killed writer's folder is removed; the live one's, this one's and the "
+                 "link are left");
+    cr_assert(exists(link) && has_bytes(kept, "k"), "the link and what it names are left");
+    cr_assert(exists(other), "another target's temporary is left");
+    pn_outdir_free(d);
+    kill_child(live);
+    d = dir_open_ok(target, 0, false);
+    pn_outdir_free(d);
+    cr_assert_eq(count_prefix(top, ".ckpt.pn-test-"), 1,
+                 "once its writer is gone, its folder goes too (the link stays)");
+    cr_assert(!exists(target));
+    tu_rm_rf(top);
+    free(other);
+    free(link);
+    free(kept);
+    free(elsewhere);
+    free(target);
+    free(top);
+}
+
+Test(outdir, a_reader_never_sees_a_half_folder_while_it_is_replaced_again_and_again, .timeout = 60)
+{
+    for (int plain = 0; plain < 2; plain++) {
+        char *top = tu_mkdtemp(), *target = tu_join(top, "ckpt");
+        pn_outdir *d = dir_open_ok(target, plain, false);
+        fill(d, three, "-0");
+        pn_error e;
+        cr_assert_eq(pn_outdir_commit(d, &e), PN_OK, "%s", e.msg);
+        pn_outdir_free(d);
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            for (int gen = 1; gen <= 200; gen++) {
+                pn_outdir_opts o = dir_opts(plain, true);
+                char tag[16];
+                snprintf(tag, sizeof tag, "-%d", gen);
+                if (pn_outdir_open(target, &o, &d, &e) != PN_OK)
+                    _exit(3);
+                for (size_t i = 0; three[i]; i++) {
+                    pn_outfile *f = NULL;
+                    char s[256];
+                    snprintf(s, sizeof s, "%s%s", three[i], tag);
+                    if (pn_outdir_file(d, three[i], &f, &e) != PN_OK ||
+                        pn_outfile_write(f, s, strlen(s), &e) != PN_OK ||
+                        pn_outfile_commit(f, &e) != PN_OK)
+                        _exit(4);
+                    pn_outfile_free(f);
+                }
+                if (pn_outdir_commit(d, &e) != PN_OK)
+                    _exit(5);
+                pn_outdir_free(d);
+            }
+            _exit(0);
+        }
+        int status = 0, looks = 0;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            DIR *dir = opendir(target);
+            if (!dir)
+                continue; /* missing a moment (plain rename): never half there */
+            int n = 0;
+            for (struct dirent *ent; (ent = readdir(dir));)
+                n += ent->d_name[0] != '.';
+            /* counted while at the target only if it is there still (a
+             * replaced folder never comes back; it is emptied once away) */
+            struct stat a, b;
+            bool there = fstat(dirfd(dir), &a) == 0 && lstat(target, &b) == 0 &&
+                         a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+            closedir(dir);
+            if (!there)
+                continue;
+            looks++;
+            cr_assert_eq(n, 3, "%s: a folder of %d files at the target", dir_mode_names[plain], n);
+        }
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the writer failed (%d)",
+                  dir_mode_names[plain], status);
+        cr_assert_gt(looks, 0);
+        cr_assert(folder_is(target, three, "-200"), "%s", dir_mode_names[plain]);
+        cr_assert_eq(tu_count_files(top), 1);
+        tu_rm_rf(top);
+        free(target);
+        free(top);
+    }
 }

@@ -245,6 +245,35 @@ int tu_usable_cpus(void)
     return CPU_COUNT(&set);
 }
 
+const char *tu_short_read_file(void)
+{
+    static const char *const tries[] = {
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "/sys/devices/system/cpu/online",
+        "/sys/kernel/uevent_seqnum",
+        "/sys/kernel/profiling",
+    };
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        struct stat sb;
+        if (stat(tries[i], &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0)
+            continue;
+        int fd = open(tries[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        char buf[8192];
+        ssize_t got = 0, k;
+        while ((k = read(fd, buf, sizeof buf)) > 0)
+            got += k;
+        close(fd);
+        if (k == 0 && got < (ssize_t)sb.st_size)
+            return tries[i];
+    }
+    cr_assert_fail("no file here reads fewer bytes than its size says (tried %s, %s, %s, %s): "
+                   "the short-read tests need sysfs mounted at /sys",
+                   tries[0], tries[1], tries[2], tries[3]);
+    return NULL;
+}
+
 const char *tu_llama_missing(const char *script, const char *needed)
 {
     static char why[1200];

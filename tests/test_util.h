@@ -70,6 +70,12 @@ double tu_rng_gauss(tu_rng *r);   /* N(0, 1) */
  * min(n_rows, max_rows) entries; returns how many. */
 int64_t tu_sample_rows(int64_t n_rows, int64_t max_rows, int64_t *out);
 
+/* A regular file that gives fewer bytes than its size says (a sysfs
+ * attribute: st_size 4096, a few bytes read), for the short-read tests.
+ * Fails the test, naming what was tried, where there is none (/sys not
+ * mounted): never a silent skip. */
+const char *tu_short_read_file(void);
+
 /* Is stock llama.cpp here? NULL when node runs SCRIPT (the harness,
  * tools/llama/pn-llama-logits.mjs) and it reports llama_cpp, and NEEDED (a
  * file the test also needs, such as libllama; NULL for none) is readable;

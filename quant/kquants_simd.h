@@ -329,8 +329,9 @@ static const float kq_zero_block[PN_QK_K];
  * raised by u/4 of a step. */
 static const float q4f_trial[9] = { -1.0f, -0.75f, -0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f, 1.0f };
 
-/* q4k_sums for every lane: code sums for codes round(clamp((x - lo) * inv)). */
-static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq, kvd2 *sxq)
+/* q4k_sums for every lane: code sums for codes round(clamp((x - lo) * inv)),
+ * as floats (the reference's float sums, before it widens them). */
+static inline void q4f_sums_f(const kvf *xt, kvf lo, kvf inv, kvf *sq, kvf *sqq, kvf *sxq)
 {
     const kvf zero = kq_splat(0.0f), hi = kq_splat(15.0f);
     kvf aq[4] = { zero, zero, zero, zero }, aqq[4] = { zero, zero, zero, zero };
@@ -344,9 +345,19 @@ static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq,
             axq[l] = axq[l] + xe * c;
         }
     }
-    *sq = kq_widen(kq_comb(aq));
-    *sqq = kq_widen(kq_comb(aqq));
-    *sxq = kq_widen(kq_comb(axq));
+    *sq = kq_comb(aq);
+    *sqq = kq_comb(aqq);
+    *sxq = kq_comb(axq);
+}
+
+/* The same, widened to double as the reference widens them. */
+static inline void q4f_sums(const kvf *xt, kvf lo, kvf inv, kvd2 *sq, kvd2 *sqq, kvd2 *sxq)
+{
+    kvf fq, fqq, fxq;
+    q4f_sums_f(xt, lo, inv, &fq, &fqq, &fxq);
+    *sq = kq_widen(fq);
+    *sqq = kq_widen(fqq);
+    *sxq = kq_widen(fxq);
 }
 
 /* q4k_lsq for the lanes of one half: a, c (c <= 0) and the error of
@@ -409,12 +420,22 @@ static inline void q4f_fit(const kvf *xt, kvf *a_out, kvf *b_out, kvd2 *sx_out, 
     kvf invs[9];
     for (int t = 0; t < 9; t++)
         invs[t] = (15.0f + q4f_trial[t]) / range;
+    /* the code sums of all 27 trials first, then their fits and
+     * comparisons in trial order: the fits of different trials do not
+     * depend on each other, so their long chains (a division among them)
+     * overlap instead of each waiting behind its own trial's sums */
+    kvf fq[27], fqq[27], fxq[27];
     for (int u = 0; u < 3; u++) {
         for (int t = 0; t < 9; t++) {
             const kvf inv = invs[t];
             const kvf lou = u == 0 ? lo : lo + 0.25f * (float)u / inv;
-            kvd2 sq, sqq, sxq;
-            q4f_sums(xt, lou, inv, &sq, &sqq, &sxq);
+            q4f_sums_f(xt, lou, inv, &fq[9 * u + t], &fqq[9 * u + t], &fxq[9 * u + t]);
+        }
+    }
+    for (int u = 0; u < 3; u++) {
+        for (int t = 0; t < 9; t++) {
+            const kvd2 sq = kq_widen(fq[9 * u + t]), sqq = kq_widen(fqq[9 * u + t]);
+            const kvd2 sxq = kq_widen(fxq[9 * u + t]);
             for (int h = 0; h < 2; h++) {
                 kvdh a, c, err;
                 q4f_lsq(sx.h[h], sxx.h[h], sxn.h[h], sq.h[h], sqq.h[h], sxq.h[h], &a, &c, &err);

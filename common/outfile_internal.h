@@ -11,28 +11,21 @@
 
 #include "common/pn_error.h"
 
+/* renameat2's flags, for C libraries whose headers lack them. */
 #ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE                                                                           \
-    (1 << 0) /* The folder name of folder descriptor at, opened for listing, never
- * through a link (O_NOFOLLOW); NULL with errno. */
-DIR *pn_outfile_opendir_at(int at, const char *name);
-
-/* The error of a commit that could not put the file (folder) at target:
- * PN_ERR_EXISTS where something appeared there meanwhile. */
-pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err);
-
+#define RENAME_NOREPLACE (1 << 0)
 #endif
 #ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE                                                                            \
-    (1 << 1) /* The folder name of folder descriptor at, opened for listing, never
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* The folder name of folder descriptor at, opened for listing, never
  * through a link (O_NOFOLLOW); NULL with errno. */
 DIR *pn_outfile_opendir_at(int at, const char *name);
 
 /* The error of a commit that could not put the file (folder) at target:
  * PN_ERR_EXISTS where something appeared there meanwhile. */
 pn_status pn_outfile_place_failure(const char *target, bool folder, int e, pn_error *err);
-
-#endif
 
 /* Random characters closing a temporary name. */
 #define TEMP_RANDOM 6

@@ -60,8 +60,8 @@ typedef struct pn_outset_opts {
      * Keys the model lacks are left out. */
     size_t n_per_tensor;
     const char *per_tensor_key[PN_OUTSET_MAX_PER_TENSOR];
-    const uint32_t *per_tensor_values
-        [PN_OUTSET_MAX_PER_TENSOR]; /* Ask the kernel to start writing back every this many bytes written
+    const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
+    /* Ask the kernel to start writing back every this many bytes written
      * (so that the final fsync has little left to do); 0: never. */
     uint64_t writeback_bytes;
     /* With writeback_bytes: the data written more than this many bytes

@@ -412,12 +412,6 @@ typedef struct vpiece {
     int64_t bad_block; /* block within the piece */
 } vpiece;
 
-/* Reads written file s (split s of the set; the file of a plan of one) once,
- * in pieces, in parallel: CRC-32 per piece (combined in order with
- * crc32_combine) against the CRCs computed while writing, and every PN block
- * checked; its tensor count and split keys are checked by
- * pn_outset_open_written. The first problem in file order is reported. Its
- * tensor j is tensor lo + j of the plan. */
 /* Validation reads around the page cache, one handle and buffer a thread
  * (the writer dropped most of the file from it:
  * pn_outset_opts.drop_behind_bytes): the device's bytes are checked, and
@@ -438,6 +432,12 @@ static pn_status open_piece_readers(const gguf_reader *r, const char *path, int 
     return PN_OK;
 }
 
+/* Reads written file s (split s of the set; the file of a plan of one) once,
+ * in pieces, in parallel: CRC-32 per piece (combined in order with
+ * crc32_combine) against the CRCs computed while writing, and every PN block
+ * checked; its tensor count and split keys are checked by
+ * pn_outset_open_written. The first problem in file order is reported. Its
+ * tensor j is tensor lo + j of the plan. */
 static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
 {
     const char *path = pn_outset_path(c->out, s);

@@ -3,7 +3,8 @@
  * A stream is a sequence of chunks (pieces of source tensors, whole blocks of
  * whatever the consumer computes) that pass through three stages:
  *   reader   a helper thread: describes chunk k (ops.next) and reads its
- *            raw source bytes with pread (file order, read-ahead advice) *            or, with cfg.direct_io, around the page cache (gguf/gguf.h,
+ *            raw source bytes with pread (file order, read-ahead advice)
+ *            or, with cfg.direct_io, around the page cache (gguf/gguf.h,
  *            direct reads: the ring of slots is the read-ahead): an f32
  *            chunk into its float buffer, an f16/bf16 chunk into one of
  *            two raw buffers; with cfg.direct_io a chunk of whole

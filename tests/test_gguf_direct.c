@@ -282,7 +282,7 @@ Test(gguf_direct, every_range_read_into_a_buffer_in_any_number_of_parts_gives_pr
         cr_assert_eq(gguf_direct_open(r, max_bytes, &d[p], &err), PN_OK, "%s", err.msg);
     for (int parts = 1; parts <= 3; parts++) {
         /* whole tensors, and in order in pieces of several sizes */
-        const size_t pieces[] = { 1, 6, 4095, 4096, 4097, 12288, 1 << 20 };
+        const size_t pieces[] = { 333, 4095, 4096, 4097, 12288, 1 << 20 };
         for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
             for (size_t i = 0; i < N_SPECS; i++) {
                 const uint64_t size = gguf_reader_tensor(r, i)->size;
@@ -293,7 +293,7 @@ Test(gguf_direct, every_range_read_into_a_buffer_in_any_number_of_parts_gives_pr
             }
         /* anywhere, any length (past max_bytes too) */
         tu_rng rng = { 13 + (uint64_t)parts };
-        for (int k = 0; k < 1000; k++) {
+        for (int k = 0; k < 300; k++) {
             size_t i = (size_t)(tu_rng_u64(&rng) % N_SPECS);
             const uint64_t size = gguf_reader_tensor(r, i)->size;
             uint64_t off = tu_rng_u64(&rng) % (size + 1);

@@ -346,7 +346,9 @@ pn_status gguf_direct_read_tensor_into(gguf_direct *d, size_t i, uint64_t off, s
     if (st != PN_OK)
         return st;
     uint64_t end;
-    if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > UINT64_MAX - DIRECT_ALIGN)
+    /* past 2^63 no file reaches (off_t), and the pieces' offsets below
+     * cannot wrap */
+    if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > (UINT64_MAX >> 1))
         return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
                             f->name, gguf_reader_tensor(d->r, i)->name);
     use_file(d, f);

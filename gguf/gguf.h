@@ -275,6 +275,27 @@ bool gguf_direct_is_direct(const gguf_direct *d);
  * gguf_reader_read_tensor; PN_ERR_USAGE when n > max_bytes. */
 pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
                                   const uint8_t **data, pn_error *err);
+/* The buffer gguf_direct_read_tensor_into needs for n bytes: n and a block
+ * of slack on each side (SIZE_MAX when that overflows). */
+size_t gguf_direct_into_cap(size_t n);
+/* Tensor i's bytes [off, off + n) read straight into the caller's buffer,
+ * with no copy: buf is aligned to 4096 bytes and holds at least
+ * gguf_direct_into_cap(n); the aligned cover of the range is read into it,
+ * and *data points where the bytes asked for start (within buf's first
+ * 4096 bytes: the same place however they were read). n has no limit: the
+ * cover is cut into aligned pieces of at most max_bytes, so that one big
+ * read does not hold the device alone. Several threads read one range
+ * together, each with its own handle (all opened with the same max_bytes)
+ * and the same i, off, n and buf: the pieces are dealt round-robin, and the
+ * call of part `part` of n_parts reads pieces part, part + n_parts, ...
+ * (part 0 of 1 reads them all); the range is whole when every part has
+ * returned PN_OK, and two reads in flight take more of a fast device than
+ * one. A handle that reads buffered (as above) reads its pieces' bytes with
+ * pread into the same places. The errors of gguf_reader_read_tensor;
+ * PN_ERR_USAGE for a buffer that is unaligned or too small, or a bad part. */
+pn_status gguf_direct_read_tensor_into(gguf_direct *d, size_t i, uint64_t off, size_t n,
+                                       uint8_t *buf, size_t cap, int part, int n_parts,
+                                       const uint8_t **data, pn_error *err);
 /* File offset of tensor i's data (data section + its offset; UINT64_MAX on
  * overflow, possible only for a lenient reader), in the file of its split
  * (gguf_reader_tensor(r, i)->split): use it with that split's reader. */

@@ -197,28 +197,75 @@ bool gguf_direct_is_direct(const gguf_direct *d)
     return d && d->fd >= 0;
 }
 
-/* Reads bytes [a0, a0 + len) with O_DIRECT into d->buf until at least
- * `need` are in, and makes them the window; false when it could not (an
- * error, EINVAL included, or the file ends first; the window is then
- * empty), errno set where there was one. */
-static bool direct_pread(gguf_direct *d, uint64_t a0, size_t len, size_t need)
+/* Reads bytes [a0, a0 + len) of fd (opened with O_DIRECT; a0, len and dst
+ * aligned) into dst until at least `need` are in; the count read, or -1
+ * when it could not (an error, EINVAL included, or the file ends first),
+ * errno set where there was one. */
+static ssize_t direct_pread_to(int fd, uint8_t *dst, uint64_t a0, size_t len, size_t need)
 {
-    d->win_len = 0;
     size_t done = 0;
     errno = 0;
     while (done < need) {
-        ssize_t k = pread(d->fd, d->buf + done, len - done, (off_t)(a0 + done));
+        ssize_t k = pread(fd, dst + done, len - done, (off_t)(a0 + done));
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return false;
+            return -1;
         done += (size_t)k;
         if (done < need && done % DIRECT_ALIGN != 0)
-            return false; /* a short read inside the file: the next would be unaligned */
+            return -1; /* a short read inside the file: the next would be unaligned */
     }
+    return (ssize_t)done;
+}
+
+/* The same into d->buf, made the window (empty when it fails). */
+static bool direct_pread(gguf_direct *d, uint64_t a0, size_t len, size_t need)
+{
+    d->win_len = 0;
+    ssize_t k = direct_pread_to(d->fd, d->buf, a0, len, need);
+    if (k < 0)
+        return false;
     d->win_at = a0;
-    d->win_len = done;
+    d->win_len = (uint64_t)k;
     return true;
+}
+
+/* The handle reads file f from now on: a set's next split has its own
+ * descriptor and window (reads in order change files once per split). A
+ * file system that refused O_DIRECT for the last file is asked again for
+ * this one. */
+static void use_file(gguf_direct *d, const gguf_reader *f)
+{
+    if (f == d->file)
+        return;
+    if (d->fd >= 0)
+        close(d->fd);
+    d->file = f;
+    d->fd = open_direct(f);
+    d->win_len = 0;
+}
+
+/* A failed direct read with errno EINVAL: the file system (or this range)
+ * refuses O_DIRECT, so the rest of this file is read buffered. */
+static void maybe_give_up_direct(gguf_direct *d)
+{
+    if (errno == EINVAL) {
+        close(d->fd);
+        d->fd = -1;
+    }
+}
+
+/* Tensor i's bytes [off, off + n), at file offset `at` of its file f, read
+ * buffered into dst: the reader's pread, or a virtual reader's provider. */
+static pn_status buffered_read(gguf_direct *d, const gguf_reader *f, size_t i, uint64_t off,
+                               uint64_t at, uint8_t *dst, size_t n, pn_error *err)
+{
+    if (f->virt)
+        return f->prov.read(f->prov.ctx, i, off, dst, n, err);
+    pn_status st = gguf_reader_read_at(f, at, dst, n, err);
+    if (st != PN_OK)
+        pn_error_prefix(err, "tensor %s", gguf_reader_tensor(d->r, i)->name);
+    return st;
 }
 
 pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
@@ -232,16 +279,7 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
     pn_status st = tensor_range(d->r, i, off, n, &at, &f, err);
     if (st != PN_OK)
         return st;
-    if (f != d->file) {
-        /* the next split's file of a set: its own descriptor and window
-         * (reads in order change files once per split). A file system that
-         * refused O_DIRECT for the last file is asked again for this one. */
-        if (d->fd >= 0)
-            close(d->fd);
-        d->file = f;
-        d->fd = open_direct(f);
-        d->win_len = 0;
-    }
+    use_file(d, f);
     if (d->fd >= 0 && n > 0 && at + n <= f->size) {
         if (at >= d->win_at && at + n <= d->win_at + d->win_len) {
             *data = d->buf + (at - d->win_at); /* read with an earlier request */
@@ -258,24 +296,84 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
             *data = d->buf + (at - a0);
             return PN_OK;
         }
-        if (errno == EINVAL) {
-            /* the file system (or this range) refuses O_DIRECT: buffered for the rest of this file */
-            close(d->fd);
-            d->fd = -1;
-        }
+        maybe_give_up_direct(d);
         /* otherwise (an error, or the file ended early) the buffered read
          * below says what happened, in the reader's words */
     }
     d->win_len = 0;
-    if (f->virt) {
-        st = f->prov.read(f->prov.ctx, i, off, d->buf, n, err);
-        if (st == PN_OK)
-            *data = d->buf;
-        return st;
-    }
-    st = gguf_reader_read_at(f, at, d->buf, n, err);
+    st = buffered_read(d, f, i, off, at, d->buf, n, err);
+    if (st == PN_OK)
+        *data = d->buf;
+    return st;
+}
+
+size_t gguf_direct_into_cap(size_t n)
+{
+    return n > SIZE_MAX - 3 * DIRECT_ALIGN ? SIZE_MAX : (n + 2 * DIRECT_ALIGN);
+}
+
+/* The cover of a range read into a caller's buffer is cut into pieces of
+ * one size, aligned, dealt round-robin to the parts: at most the handle's
+ * max_bytes, and small enough that every part gets one. */
+static uint64_t piece_bytes(const gguf_direct *d, uint64_t cover, int n_parts)
+{
+    uint64_t most = d->max_bytes / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (most < DIRECT_ALIGN)
+        most = DIRECT_ALIGN;
+    uint64_t share = (cover / (uint64_t)n_parts + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (share < DIRECT_ALIGN)
+        share = DIRECT_ALIGN;
+    return share < most ? share : most;
+}
+
+pn_status gguf_direct_read_tensor_into(gguf_direct *d, size_t i, uint64_t off, size_t n,
+                                       uint8_t *buf, size_t cap, int part, int n_parts,
+                                       const uint8_t **data, pn_error *err)
+{
+    const char *name = gguf_file_of_(d->r)->name;
+    if (n_parts < 1 || part < 0 || part >= n_parts)
+        return pn_error_set(err, PN_ERR_USAGE, "%s: part %d of a read in %d parts", name, part,
+                            n_parts);
+    if ((uintptr_t)buf % DIRECT_ALIGN != 0 || cap < gguf_direct_into_cap(n))
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: a read of %zu bytes into a buffer of %zu bytes at %p (it must be "
+                            "aligned to %llu bytes and hold %zu)",
+                            name, n, cap, (void *)buf, (unsigned long long)DIRECT_ALIGN,
+                            gguf_direct_into_cap(n));
+    uint64_t at = 0;
+    const gguf_reader *f = NULL;
+    pn_status st = tensor_range(d->r, i, off, n, &at, &f, err);
     if (st != PN_OK)
-        return pn_error_prefix(err, "tensor %s", gguf_reader_tensor(d->r, i)->name);
-    *data = d->buf;
+        return st;
+    uint64_t end;
+    /* past 2^63 no file reaches (off_t), and the pieces' offsets below
+     * cannot wrap */
+    if (__builtin_add_overflow(at, (uint64_t)n, &end) || end > (UINT64_MAX >> 1))
+        return pn_error_set(err, PN_ERR_TRUNCATED, "%s: tensor %s lies past the end of the file",
+                            f->name, gguf_reader_tensor(d->r, i)->name);
+    use_file(d, f);
+    /* the aligned cover [a0, a1) of [at, end) lands at buf: the bytes asked
+     * for start at buf + (at - a0), whichever way they are read */
+    const uint64_t a0 = at / DIRECT_ALIGN * DIRECT_ALIGN;
+    const uint64_t a1 = (end + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    const uint64_t piece = piece_bytes(d, a1 - a0, n_parts);
+    const bool in_file = end <= f->size;
+    for (uint64_t p0 = a0 + (uint64_t)part * piece; n > 0 && p0 < a1;
+         p0 += (uint64_t)n_parts * piece) {
+        const uint64_t p1 = a1 - p0 < piece ? a1 : p0 + piece;
+        /* this piece's share of the bytes asked for */
+        const uint64_t x0 = p0 > at ? p0 : at, x1 = p1 < end ? p1 : end;
+        if (d->fd >= 0 && in_file) {
+            if (direct_pread_to(d->fd, buf + (p0 - a0), p0, (size_t)(p1 - p0), (size_t)(x1 - p0)) >=
+                0)
+                continue;
+            maybe_give_up_direct(d);
+            /* otherwise the buffered read says what happened */
+        }
+        st = buffered_read(d, f, i, off + (x0 - at), x0, buf + (x0 - a0), (size_t)(x1 - x0), err);
+        if (st != PN_OK)
+            return st;
+    }
+    *data = buf + (at - a0);
     return PN_OK;
 }

@@ -32,9 +32,9 @@ struct pn_outset {
     size_t n_per_tensor;
     const char *per_tensor_key[PN_OUTSET_MAX_PER_TENSOR];
     const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
-    uint64_t writeback_bytes;
+    uint64_t writeback_bytes, drop_behind_bytes;
     size_t cur; /* the split being written (state OPEN), or SIZE_MAX */
-    uint64_t cur_written, cur_synced;
+    uint64_t cur_written, cur_synced, cur_dropped;
     char *notes;
 };
 
@@ -171,6 +171,7 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
         os->per_tensor_values[k] = o->per_tensor_values[k];
     }
     os->writeback_bytes = o->writeback_bytes;
+    os->drop_behind_bytes = o->drop_behind_bytes;
     os->cur = SIZE_MAX;
     os->n_tensors = gguf_writer_n_tensors(model);
     pn_status st = make_plan(model, o, &os->plan, err);
@@ -275,7 +276,7 @@ static pn_status begin_split(pn_outset *os, size_t s, pn_error *err)
         add_note(os, gguf_writer_note(os->w[s]));
     os->state[s] = SPLIT_OPEN;
     os->cur = s;
-    os->cur_written = os->cur_synced = 0;
+    os->cur_written = os->cur_synced = os->cur_dropped = 0;
     return PN_OK;
 }
 
@@ -334,16 +335,31 @@ static pn_status writer_of(pn_outset *os, size_t i, gguf_writer **w, pn_error *e
 }
 
 /* Starts the writeback of what the open split has written (the range is
- * the data's, shifted by the header: approximately the file's). */
+ * the data's, shifted by the header: approximately the file's; the
+ * writer's buffer holds at most a few MiB of it), and drops what lies
+ * drop_behind_bytes behind from the page cache once it is on the device
+ * (only clean pages are dropped: nothing written is lost). */
 static void written(pn_outset *os, gguf_writer *w, size_t n)
 {
     os->cur_written += n;
-    if (os->writeback_bytes && os->cur_written - os->cur_synced >= os->writeback_bytes) {
-        uint64_t at = gguf_writer_data_offset(w) + os->cur_synced;
-        (void)sync_file_range(gguf_writer_fd(w), (off_t)at,
-                              (off_t)(os->cur_written - os->cur_synced), SYNC_FILE_RANGE_WRITE);
-        os->cur_synced = os->cur_written;
-    }
+    if (!os->writeback_bytes || os->cur_written - os->cur_synced < os->writeback_bytes)
+        return;
+    const int fd = gguf_writer_fd(w);
+    const uint64_t data = gguf_writer_data_offset(w);
+    (void)sync_file_range(fd, (off_t)(data + os->cur_synced),
+                          (off_t)(os->cur_written - os->cur_synced), SYNC_FILE_RANGE_WRITE);
+    os->cur_synced = os->cur_written;
+    if (!os->drop_behind_bytes || os->cur_synced < os->drop_behind_bytes)
+        return;
+    const uint64_t to = os->cur_synced - os->drop_behind_bytes;
+    if (to <= os->cur_dropped)
+        return;
+    const off_t at = (off_t)(data + os->cur_dropped), len = (off_t)(to - os->cur_dropped);
+    (void)sync_file_range(fd, at, len,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                              SYNC_FILE_RANGE_WAIT_AFTER);
+    (void)posix_fadvise(fd, at, len, POSIX_FADV_DONTNEED);
+    os->cur_dropped = to;
 }
 
 pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)

@@ -64,6 +64,13 @@ typedef struct pn_outset_opts {
     /* Ask the kernel to start writing back every this many bytes written
      * (so that the final fsync has little left to do); 0: never. */
     uint64_t writeback_bytes;
+    /* With writeback_bytes: the data written more than this many bytes
+     * ago is waited for on the device and dropped from the page cache, so
+     * a run that writes many GB holds about this much of its output in
+     * memory: its pages are used again (fresh pages cost far more than a
+     * copy on a virtual machine), and the rest of the system's cache is
+     * kept. Reading the output back then reads the device. 0: keep all. */
+    uint64_t drop_behind_bytes;
 } pn_outset_opts;
 
 void pn_outset_opts_init(pn_outset_opts *o);

@@ -62,6 +62,9 @@
 /* The writer asks the kernel to start writing back every this many bytes,
  * so the final fsync has little left to do. */
 #define PN_WRITEBACK_BYTES ((uint64_t)32 << 20)
+/* The writer keeps about this much of the output in the page cache (the
+ * rest is dropped once on the device: pn_outset_opts.drop_behind_bytes). */
+#define PN_DROP_BEHIND_BYTES ((uint64_t)128 << 20)
 /* Validation reads the written file in pieces of about this size. */
 #define PN_VALIDATE_PIECE ((uint64_t)2 << 20)
 
@@ -409,6 +412,26 @@ typedef struct vpiece {
     int64_t bad_block; /* block within the piece */
 } vpiece;
 
+/* Validation reads around the page cache, one handle and buffer a thread
+ * (the writer dropped most of the file from it:
+ * pn_outset_opts.drop_behind_bytes): the device's bytes are checked, and
+ * each thread has a read in flight. */
+static pn_status open_piece_readers(const gguf_reader *r, const char *path, int threads,
+                                    size_t piece, uint8_t **bufs, gguf_direct **direct,
+                                    pn_error *err)
+{
+    for (int i = 0; i < threads; i++) {
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, gguf_direct_into_cap(piece)) != 0)
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
+        bufs[i] = p;
+        pn_status st = gguf_direct_open(r, piece, &direct[i], err);
+        if (st != PN_OK)
+            return st;
+    }
+    return PN_OK;
+}
+
 /* Reads written file s (split s of the set; the file of a plan of one) once,
  * in pieces, in parallel: CRC-32 per piece (combined in order with
  * crc32_combine) against the CRCs computed while writing, and every PN block
@@ -428,6 +451,7 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
         return pn_error_prefix(err, "validating the written file");
     vpiece *pc = NULL;
     uint8_t **bufs = NULL;
+    gguf_direct **direct = NULL;
     const int threads = c->env.threads;
     for (size_t i = 0; i < n; i++) {
         const pn_plan_tensor *t = &pt[i];
@@ -448,7 +472,8 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
         n_pc += (size_t)((pt[i].bytes + piece - 1) / piece);
     pc = calloc(n_pc ? n_pc : 1, sizeof *pc);
     bufs = calloc((size_t)threads, sizeof *bufs);
-    if (!pc || !bufs) {
+    direct = calloc((size_t)threads, sizeof *direct);
+    if (!pc || !bufs || !direct) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
         goto done;
     }
@@ -462,11 +487,10 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
             pc[k].bad_block = -1;
             k++;
         }
-    for (int i = 0; i < threads; i++)
-        if (!(bufs[i] = malloc((size_t)piece))) {
-            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
-            goto done;
-        }
+    const size_t cap = gguf_direct_into_cap((size_t)piece);
+    st = open_piece_readers(r, path, threads, (size_t)piece, bufs, direct, err);
+    if (st != PN_OK)
+        goto done;
     volatile int stop = 0;
     pn_error first_io;
     pn_error_clear(&first_io);
@@ -477,15 +501,18 @@ static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
         if (stop || (cancel && *cancel))
             continue;
         vpiece *p = &pc[j];
-        /* the pieces a little ahead are read by the kernel meanwhile */
+        gguf_direct *d = direct[omp_get_thread_num()];
+        /* read buffered (the file system refuses O_DIRECT): the pieces a
+         * little ahead are read by the kernel meanwhile */
         size_t ahead = j + 2 * (size_t)threads;
-        if (ahead < n_pc)
+        if (ahead < n_pc && !gguf_direct_is_direct(d))
             gguf_reader_advise(r,
                                gguf_reader_tensor_file_offset(r, pc[ahead].tensor) + pc[ahead].off,
                                pc[ahead].len, true);
-        uint8_t *buf = bufs[omp_get_thread_num()];
+        const uint8_t *buf = NULL;
         pn_error e;
-        p->st = gguf_reader_read_tensor(r, p->tensor, p->off, buf, (size_t)p->len, &e);
+        p->st = gguf_direct_read_tensor_into(d, p->tensor, p->off, (size_t)p->len,
+                                             bufs[omp_get_thread_num()], cap, 0, 1, &buf, &e);
         if (p->st != PN_OK) {
 #pragma omp critical(pn_validate_io)
             if (j < first_io_at) {
@@ -546,6 +573,10 @@ done:
         for (int i = 0; i < threads; i++)
             free(bufs[i]);
     free(bufs);
+    if (direct)
+        for (int i = 0; i < threads; i++)
+            gguf_direct_close(direct[i]);
+    free(direct);
     free(pc);
     gguf_reader_close(r);
     return st;
@@ -794,6 +825,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE; /* known from the start: the model's values */
     oo.per_tensor_values[3] = NULL;
     oo.writeback_bytes = PN_WRITEBACK_BYTES;
+    oo.drop_behind_bytes = PN_DROP_BEHIND_BYTES;
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 

@@ -34,6 +34,29 @@
  * (each a call of pn_widen_row_checked, which asks the CPU's features). */
 #define SLICE_WEIGHTS ((int64_t)1 << 18)
 #define TIMES_STRIDE 8 /* doubles per thread: no false sharing */
+/* A consecutive 2-byte chunk read directly is read by this many threads at
+ * once (the reader and its helpers), each with its own handle: one read in
+ * flight leaves a fast device about half idle. */
+#define READ_PARTS 2
+
+/* A helper of the reader: reads its part of the reader's current range
+ * (gguf_direct_read_tensor_into) when asked, into the same buffer. */
+typedef struct read_helper {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gguf_direct *direct; /* its own handle */
+    int part;
+    /* the job, under mu: asked while `busy`; quit when told */
+    bool busy, quit;
+    size_t tensor;
+    uint64_t off;
+    size_t n, cap;
+    uint8_t *buf;
+    pn_status st;
+    pn_error err;
+} read_helper;
 
 /* One slice's result (calling thread's array, filled by the team). */
 typedef struct slice_res {
@@ -55,12 +78,14 @@ typedef struct stream {
     int64_t err_seq;
     pn_error err;
 
-    uint8_t *raw[N_RAW];      /* raw f16/bf16 bytes of chunks k % N_RAW */
-    const uint8_t **slot_src; /* per slot: where its chunk's source bytes are */
-    gguf_direct *direct;      /* the reader's (cfg.direct_io), or NULL */
-    int threads;              /* the widening team */
-    double *thread_times;     /* threads x TIMES_STRIDE: widen, source CRCs */
-    slice_res *slices;        /* calling thread's */
+    uint8_t *raw[N_RAW];                 /* raw f16/bf16 bytes of chunks k % N_RAW */
+    const uint8_t **slot_src;            /* per slot: where its chunk's source bytes are */
+    gguf_direct *direct;                 /* the reader's (cfg.direct_io), or NULL */
+    read_helper helpers[READ_PARTS - 1]; /* with direct: parts 1.. of its reads */
+    size_t raw_cap;                      /* bytes of each raw buffer */
+    int threads;                         /* the widening team */
+    double *thread_times;                /* threads x TIMES_STRIDE: widen, source CRCs */
+    slice_res *slices;                   /* calling thread's */
     int64_t cap_slices;
     uint64_t advised_end;   /* read-ahead advice given up to this file offset */
     uint32_t advised_split; /* ... of this split's file (a split source) */
@@ -168,14 +193,93 @@ static pn_status read_range(stream *s, const pn_chunk *c, int64_t at, int64_t n,
     return PN_OK;
 }
 
-/* Reads chunk c's source bytes into dst (row after row). */
-static pn_status read_chunk(stream *s, pn_chunk *c, uint8_t *dst, pn_error *err)
+static void *helper_main(void *arg)
 {
+    read_helper *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (!h->busy && !h->quit)
+            pthread_cond_wait(&h->cv, &h->mu);
+        if (h->quit)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        const uint8_t *data = NULL;
+        pn_error e;
+        pn_error_clear(&e);
+        pn_status st = gguf_direct_read_tensor_into(h->direct, h->tensor, h->off, h->n, h->buf,
+                                                    h->cap, h->part, READ_PARTS, &data, &e);
+        pthread_mutex_lock(&h->mu);
+        h->st = st;
+        h->err = e;
+        h->busy = false;
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* Reads n elements of tensor c->tensor from element `at` with the direct
+ * handles, straight into raw buffer `buf` (no copy): the reader reads part
+ * 0, its helpers the others, all at once. *data: where the bytes start. A
+ * failed part's error is kept, the lowest part's first. */
+static pn_status read_range_into(stream *s, const pn_chunk *c, int64_t at, int64_t n, uint8_t *buf,
+                                 const uint8_t **data, pn_error *err)
+{
+    const int64_t elem = elem_bytes(c->src_type);
+    const uint64_t off = (uint64_t)(at * elem);
+    const size_t bytes = (size_t)(n * elem);
+    const uint64_t file_at = gguf_reader_tensor_file_offset(s->cfg->src, c->tensor);
+    /* advice only where the reads fell back to the page cache */
+    advise_ahead(s, gguf_reader_tensor(s->cfg->src, c->tensor)->split, file_at + off,
+                 file_at + off + bytes);
+    double t0 = pn_now_seconds();
+    for (int h = 0; h < READ_PARTS - 1; h++) {
+        read_helper *hp = &s->helpers[h];
+        pthread_mutex_lock(&hp->mu);
+        hp->tensor = c->tensor;
+        hp->off = off;
+        hp->n = bytes;
+        hp->buf = buf;
+        hp->cap = s->raw_cap;
+        hp->busy = true;
+        pthread_cond_broadcast(&hp->cv);
+        pthread_mutex_unlock(&hp->mu);
+    }
+    pn_status st = gguf_direct_read_tensor_into(s->direct, c->tensor, off, bytes, buf, s->raw_cap,
+                                                0, READ_PARTS, data, err);
+    for (int h = 0; h < READ_PARTS - 1; h++) {
+        read_helper *hp = &s->helpers[h];
+        pthread_mutex_lock(&hp->mu);
+        while (hp->busy)
+            pthread_cond_wait(&hp->cv, &hp->mu);
+        if (st == PN_OK && hp->st != PN_OK) {
+            st = hp->st;
+            if (err)
+                *err = hp->err;
+        }
+        pthread_mutex_unlock(&hp->mu);
+    }
+    s->t.read += pn_now_seconds() - t0;
+    if (st != PN_OK && s->cfg->src_path)
+        return pn_error_prefix(err, "%s", s->cfg->src_path);
+    return st;
+}
+
+/* Reads chunk c's source bytes into dst (row after row); *src: where they
+ * are (dst, or inside raw buffer dst for a consecutive 2-byte chunk read
+ * directly). */
+static pn_status read_chunk(stream *s, pn_chunk *c, uint8_t *dst, const uint8_t **src,
+                            pn_error *err)
+{
+    *src = dst;
     if (c->n_rows == 0)
         return PN_OK; /* bytes from elsewhere: nothing to read, no advice */
     const int64_t elem = elem_bytes(c->src_type);
-    if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K)
+    if (!c->use_rows && c->col0 == 0 && c->n_cols == c->K) {
+        if (s->direct && elem == 2)
+            return read_range_into(s, c, c->row0 * c->K, c->n_rows * c->K, dst, src, err);
         return read_range(s, c, c->row0 * c->K, c->n_rows * c->K, dst, err);
+    }
     for (int64_t r = 0; r < c->n_rows; r++) {
         if (cancelled(s))
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
@@ -258,9 +362,10 @@ static void *reader_main(void *arg)
                 return NULL;
             dst = s->raw[k % N_RAW];
         }
-        s->slot_src[k % s->n_slots] = dst;
+        const uint8_t *src = dst;
         if (st == PN_OK)
-            st = read_chunk(s, c, dst, &e);
+            st = read_chunk(s, c, dst, &src, &e);
+        s->slot_src[k % s->n_slots] = src;
         if (st != PN_OK) {
             /* the chunks before this one are still computed and written, so
              * an error found in one of them comes first */
@@ -520,12 +625,21 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
     s.thread_times = calloc((size_t)s.threads * TIMES_STRIDE, sizeof(double));
     if (cfg->direct_io) {
         st = gguf_direct_open(cfg->src, RAW_BYTES, &s.direct, err);
+        for (int h = 0; st == PN_OK && h < READ_PARTS - 1; h++) {
+            s.helpers[h].part = h + 1;
+            st = gguf_direct_open(cfg->src, RAW_BYTES, &s.helpers[h].direct, err);
+        }
         if (st != PN_OK)
             goto done;
     }
+    /* aligned, with the slack of a direct read into it */
+    s.raw_cap = gguf_direct_into_cap((size_t)cfg->slot_weights * 2);
     bool raw_ok = true;
-    for (int i = 0; i < N_RAW; i++)
-        raw_ok = raw_ok && (s.raw[i] = malloc((size_t)cfg->slot_weights * 2)) != NULL;
+    for (int i = 0; i < N_RAW; i++) {
+        void *p = NULL;
+        raw_ok = raw_ok && posix_memalign(&p, 4096, s.raw_cap) == 0;
+        s.raw[i] = p;
+    }
     if (!s.slots || !s.slot_src || !s.thread_times || !raw_ok) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory for the chunk buffers");
         goto done;
@@ -548,7 +662,22 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     pthread_t reader, writer;
-    int rc = pthread_create(&reader, NULL, reader_main, &s);
+    int rc = 0;
+    for (int h = 0; h < READ_PARTS - 1; h++) {
+        pthread_mutex_init(&s.helpers[h].mu, NULL);
+        pthread_cond_init(&s.helpers[h].cv, NULL);
+    }
+    for (int h = 0; s.direct && h < READ_PARTS - 1; h++) {
+        read_helper *hp = &s.helpers[h];
+        rc = pthread_create(&hp->thread, NULL, helper_main, hp);
+        if (rc != 0) {
+            st = pn_error_set(err, PN_ERR_IO, "cannot start a reader's helper thread: %s",
+                              strerror(rc));
+            goto destroy;
+        }
+        hp->started = true;
+    }
+    rc = pthread_create(&reader, NULL, reader_main, &s);
     if (rc != 0) {
         st = pn_error_set(err, PN_ERR_IO, "cannot start the reader thread: %s", strerror(rc));
         goto destroy;
@@ -578,6 +707,20 @@ pn_status pn_stream_run(const pn_stream_cfg *cfg, const pn_stream_ops *ops, pn_s
             *err = s.err;
     }
 destroy:
+    for (int h = 0; h < READ_PARTS - 1; h++) {
+        read_helper *hp = &s.helpers[h];
+        if (!hp->started)
+            continue;
+        pthread_mutex_lock(&hp->mu);
+        hp->quit = true;
+        pthread_cond_broadcast(&hp->cv);
+        pthread_mutex_unlock(&hp->mu);
+        pthread_join(hp->thread, NULL);
+    }
+    for (int h = 0; h < READ_PARTS - 1; h++) {
+        pthread_cond_destroy(&s.helpers[h].cv);
+        pthread_mutex_destroy(&s.helpers[h].mu);
+    }
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
 done:
@@ -595,6 +738,8 @@ done:
         free(s.raw[i]);
     free(s.slices);
     gguf_direct_close(s.direct);
+    for (int h = 0; h < READ_PARTS - 1; h++)
+        gguf_direct_close(s.helpers[h].direct);
     if (s.thread_times)
         for (int i = 0; i < s.threads; i++) {
             s.t.widen += s.thread_times[(size_t)i * TIMES_STRIDE] / s.threads;

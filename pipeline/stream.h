@@ -6,8 +6,11 @@
  *            raw source bytes with pread (file order, read-ahead advice)
  *            or, with cfg.direct_io, around the page cache (gguf/gguf.h,
  *            direct reads: the ring of slots is the read-ahead): an f32
- *            chunk straight into its float buffer, an f16/bf16 chunk into
- *            one of two raw buffers;
+ *            chunk into its float buffer, an f16/bf16 chunk into one of
+ *            two raw buffers; with cfg.direct_io a chunk of whole
+ *            f16/bf16 rows is read straight into its raw buffer, no copy,
+ *            by the reader and a second thread at once (two reads in
+ *            flight, gguf_direct_read_tensor_into);
  *   compute  the calling thread, with its OpenMP team of cfg.threads: first
  *            the team widens the chunk to float and checks that every
  *            weight is finite, in one pass on cfg.cpu_path

@@ -3,9 +3,12 @@
  * order (from the window of an earlier read) or anywhere; a file that shrank
  * is the reader's own PN_ERR_TRUNCATED message; bad ranges are refused with
  * its messages; a memory reader falls back to copying; data written and not
- * yet flushed is read. */
+ * yet flushed is read. The reads into a caller's buffer
+ * (gguf_direct_read_tensor_into) give the same bytes in one part or in
+ * several, one after the other or from threads at once. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,4 +230,253 @@ Test(gguf_direct, where_the_file_system_takes_o_direct_the_reads_use_it, .init =
     gguf_direct_close(d);
     gguf_reader_close(r);
     free(path);
+}
+
+/* ---- reads into the caller's buffer ------------------------------------ */
+
+/* Tensor i's bytes [off, off + n) read into an aligned buffer in n_parts
+ * parts, one handle each (one after the other), compared with pread's; the
+ * buffer is filled with a pattern first, so a piece no part read shows. */
+static void same_bytes_into(const gguf_reader *r, gguf_direct **d, int n_parts, size_t i,
+                            uint64_t off, size_t n)
+{
+    uint8_t *want = malloc(n + 1);
+    pn_error err;
+    cr_assert_eq(gguf_reader_read_tensor(r, i, off, want, n, &err), PN_OK, "%s", err.msg);
+    const size_t cap = gguf_direct_into_cap(n);
+    uint8_t *buf = NULL;
+    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
+    memset(buf, 0xA5, cap);
+    const uint8_t *first = NULL;
+    for (int p = 0; p < n_parts; p++) {
+        const uint8_t *data = NULL;
+        cr_assert_eq(
+            gguf_direct_read_tensor_into(d[p], i, off, n, buf, cap, p, n_parts, &data, &err), PN_OK,
+            "tensor %zu, part %d of %d: %s", i, p, n_parts, err.msg);
+        cr_assert(data >= buf && data < buf + 4096 && data + n <= buf + cap,
+                  "the bytes start %td bytes into the buffer", data - buf);
+        if (p == 0)
+            first = data;
+        cr_assert_eq(data, first, "part %d says the bytes start elsewhere than part 0", p);
+    }
+    cr_assert(n == 0 || memcmp(first, want, n) == 0,
+              "tensor %zu, bytes [%llu, %llu) in %d parts: the read differs", i,
+              (unsigned long long)off, (unsigned long long)(off + n), n_parts);
+    free(buf);
+    free(want);
+}
+
+Test(gguf_direct, every_range_read_into_a_buffer_in_any_number_of_parts_gives_preads_bytes,
+     .init = setup, .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 12);
+    gguf_reader *r;
+    gguf_direct *d[3];
+    /* pieces of at most 5000 bytes (4096 once aligned): a tensor of 40960
+     * takes ten of them, dealt to the parts */
+    const size_t max_bytes = 5000;
+    open_both(path, &r, &d[0], max_bytes);
+    pn_error err;
+    for (int p = 1; p < 3; p++)
+        cr_assert_eq(gguf_direct_open(r, max_bytes, &d[p], &err), PN_OK, "%s", err.msg);
+    for (int parts = 1; parts <= 3; parts++) {
+        /* whole tensors, and in order in pieces of several sizes */
+        const size_t pieces[] = { 333, 4095, 4096, 4097, 12288, 1 << 20 };
+        for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
+            for (size_t i = 0; i < N_SPECS; i++) {
+                const uint64_t size = gguf_reader_tensor(r, i)->size;
+                for (uint64_t off = 0; off < size; off += pieces[p]) {
+                    size_t n = size - off < pieces[p] ? (size_t)(size - off) : pieces[p];
+                    same_bytes_into(r, d, parts, i, off, n);
+                }
+            }
+        /* anywhere, any length (past max_bytes too) */
+        tu_rng rng = { 13 + (uint64_t)parts };
+        for (int k = 0; k < 300; k++) {
+            size_t i = (size_t)(tu_rng_u64(&rng) % N_SPECS);
+            const uint64_t size = gguf_reader_tensor(r, i)->size;
+            uint64_t off = tu_rng_u64(&rng) % (size + 1);
+            size_t n = (size_t)(tu_rng_u64(&rng) % (size - off + 1));
+            same_bytes_into(r, d, parts, i, off, n);
+        }
+        /* the last bytes of the file, whose block ends past its end */
+        const size_t last = N_SPECS - 1;
+        same_bytes_into(r, d, parts, last, gguf_reader_tensor(r, last)->size - 1, 1);
+        same_bytes_into(r, d, parts, last, 0, (size_t)gguf_reader_tensor(r, last)->size);
+    }
+    for (int p = 0; p < 3; p++)
+        gguf_direct_close(d[p]);
+    gguf_reader_close(r);
+    free(path);
+}
+
+typedef struct part_job {
+    gguf_direct *d;
+    size_t i;
+    uint64_t off;
+    size_t n, cap;
+    uint8_t *buf;
+    int part, n_parts;
+    pn_status st;
+} part_job;
+
+static void *read_part(void *arg)
+{
+    part_job *j = arg;
+    const uint8_t *data = NULL;
+    pn_error err;
+    j->st = gguf_direct_read_tensor_into(j->d, j->i, j->off, j->n, j->buf, j->cap, j->part,
+                                         j->n_parts, &data, &err);
+    return NULL;
+}
+
+Test(gguf_direct, two_threads_reading_the_parts_of_one_range_at_once_give_preads_bytes,
+     .init = setup, .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 14);
+    gguf_reader *r;
+    gguf_direct *d[2];
+    open_both(path, &r, &d[0], 4096);
+    pn_error err;
+    cr_assert_eq(gguf_direct_open(r, 4096, &d[1], &err), PN_OK, "%s", err.msg);
+    const size_t i = 3; /* d.weight, 40960 bytes: ten or eleven pieces */
+    tu_rng rng = { 15 };
+    for (int k = 0; k < 200; k++) {
+        uint64_t off = tu_rng_u64(&rng) % 40960;
+        size_t n = (size_t)(tu_rng_u64(&rng) % (40960 - off + 1));
+        uint8_t *want = malloc(n + 1);
+        cr_assert_eq(gguf_reader_read_tensor(r, i, off, want, n, &err), PN_OK, "%s", err.msg);
+        const size_t cap = gguf_direct_into_cap(n);
+        uint8_t *buf = NULL;
+        cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
+        memset(buf, 0x5A, cap);
+        part_job jobs[2];
+        pthread_t th[2];
+        for (int p = 0; p < 2; p++) {
+            jobs[p] = (part_job){ d[p], i, off, n, cap, buf, p, 2, PN_ERR_INTERNAL };
+            cr_assert_eq(pthread_create(&th[p], NULL, read_part, &jobs[p]), 0);
+        }
+        for (int p = 0; p < 2; p++) {
+            pthread_join(th[p], NULL);
+            cr_assert_eq(jobs[p].st, PN_OK, "part %d failed", p);
+        }
+        const uint64_t at = gguf_reader_tensor_file_offset(r, i) + off;
+        cr_assert(n == 0 || memcmp(buf + at % 4096, want, n) == 0,
+                  "bytes [%llu, %llu) read by two threads differ", (unsigned long long)off,
+                  (unsigned long long)(off + n));
+        free(buf);
+        free(want);
+    }
+    gguf_direct_close(d[1]);
+    gguf_direct_close(d[0]);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_read_into_a_buffer_of_a_file_that_shrank_is_a_truncated_error_naming_it,
+     .init = setup, .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 16);
+    gguf_reader *r;
+    gguf_direct *d[2];
+    open_both(path, &r, &d[0], 8192);
+    pn_error err;
+    cr_assert_eq(gguf_direct_open(r, 8192, &d[1], &err), PN_OK, "%s", err.msg);
+    const size_t i = 3; /* d.weight */
+    const uint64_t at = gguf_reader_tensor_file_offset(r, i);
+    cr_assert_eq(truncate(path, (off_t)(at + 1000)), 0);
+    const size_t cap = gguf_direct_into_cap(40960);
+    uint8_t *buf = NULL;
+    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
+    /* in one part, and in two: some part says what is missing */
+    for (int parts = 1; parts <= 2; parts++) {
+        int failed = 0;
+        for (int p = 0; p < parts; p++) {
+            const uint8_t *data = NULL;
+            pn_status st =
+                gguf_direct_read_tensor_into(d[p], i, 0, 40960, buf, cap, p, parts, &data, &err);
+            if (st == PN_OK)
+                continue;
+            failed++;
+            cr_assert_eq(st, PN_ERR_TRUNCATED, "%s", err.msg);
+            cr_assert(strstr(err.msg, path) && strstr(err.msg, "changed or shrank") &&
+                          strstr(err.msg, "d.weight"),
+                      "%s", err.msg);
+        }
+        cr_assert_geq(failed, 1, "a read in %d parts of bytes no longer in the file succeeded",
+                      parts);
+    }
+    /* what is still in the file is still read */
+    same_bytes_into(r, d, 2, i, 0, 1000);
+    free(buf);
+    gguf_direct_close(d[1]);
+    gguf_direct_close(d[0]);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_read_into_an_unaligned_or_small_buffer_or_outside_the_tensor_is_refused,
+     .init = setup, .fini = teardown)
+{
+    char *path = tu_join(g_dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 17);
+    gguf_reader *r;
+    gguf_direct *d;
+    open_both(path, &r, &d, 4096);
+    const size_t cap = gguf_direct_into_cap(1000);
+    uint8_t *buf = NULL;
+    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap + 4096), 0);
+    const uint8_t *data = NULL;
+    pn_error want, got;
+    cr_assert_eq(gguf_direct_read_tensor_into(d, 0, 0, 1000, buf + 8, cap, 0, 1, &data, &got),
+                 PN_ERR_USAGE);
+    cr_assert(strstr(got.msg, path) && strstr(got.msg, "aligned"), "%s", got.msg);
+    cr_assert_eq(gguf_direct_read_tensor_into(d, 0, 0, 1000, buf, cap - 1, 0, 1, &data, &got),
+                 PN_ERR_USAGE);
+    cr_assert(strstr(got.msg, "1000 bytes"), "%s", got.msg);
+    cr_assert_eq(gguf_direct_read_tensor_into(d, 0, 0, 1000, buf, cap, 2, 2, &data, &got),
+                 PN_ERR_USAGE);
+    cr_assert(strstr(got.msg, "part 2 of a read in 2 parts"), "%s", got.msg);
+    /* b.weight has 6 bytes: the reader's own message */
+    uint8_t small[16];
+    cr_assert_eq(gguf_reader_read_tensor(r, 1, 2, small, 5, &want), PN_ERR_USAGE);
+    cr_assert_eq(gguf_direct_read_tensor_into(d, 1, 2, 5, buf, cap, 0, 1, &data, &got),
+                 PN_ERR_USAGE);
+    cr_assert_str_eq(got.msg, want.msg);
+    free(buf);
+    gguf_direct_close(d);
+    gguf_reader_close(r);
+    free(path);
+}
+
+Test(gguf_direct, a_memory_reader_is_read_into_a_buffer_by_copying)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "m.gguf");
+    sf_write_model(path, g_specs, N_SPECS, 18);
+    size_t size;
+    void *bytes = tu_read_file(path, &size);
+    gguf_reader *r;
+    gguf_direct *d[2];
+    pn_error err;
+    cr_assert_eq(gguf_reader_open_memory(bytes, size, "mem", &r, &err), PN_OK, "%s", err.msg);
+    for (int p = 0; p < 2; p++)
+        cr_assert_eq(gguf_direct_open(r, 8192, &d[p], &err), PN_OK, "%s", err.msg);
+    cr_assert(!gguf_direct_is_direct(d[0]), "a memory reader has no file to read directly");
+    for (int parts = 1; parts <= 2; parts++)
+        for (size_t i = 0; i < N_SPECS; i++) {
+            const size_t n = (size_t)gguf_reader_tensor(r, i)->size;
+            same_bytes_into(r, d, parts, i, 0, n);
+            same_bytes_into(r, d, parts, i, n / 3, n - n / 3);
+        }
+    for (int p = 0; p < 2; p++)
+        gguf_direct_close(d[p]);
+    gguf_reader_close(r);
+    free(bytes);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
 }

@@ -264,7 +264,10 @@ void gguf_reader_advise_tensor(const gguf_reader *r, size_t i, uint64_t off, uin
  * file (the handle moves to the next file when a tensor lies there). One
  * handle per thread; r must outlive it. */
 typedef struct gguf_direct gguf_direct;
-/* A handle for reads of at most max_bytes; PN_ERR_NOMEM only. */
+/* A handle for reads of at most max_bytes; PN_ERR_NOMEM only. Its buffer
+ * of about max_bytes is made at its first gguf_direct_read_tensor (which
+ * may then say PN_ERR_NOMEM): a handle that only reads into its caller's
+ * buffers (gguf_direct_read_tensor_into) never holds one. */
 pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out,
                            pn_error *err);
 void gguf_direct_close(gguf_direct *d);
@@ -272,7 +275,8 @@ void gguf_direct_close(gguf_direct *d);
 bool gguf_direct_is_direct(const gguf_direct *d);
 /* Tensor i's bytes [off, off + n), n <= max_bytes: *data points at them,
  * inside the handle's buffer, until the next call. The errors of
- * gguf_reader_read_tensor; PN_ERR_USAGE when n > max_bytes. */
+ * gguf_reader_read_tensor; PN_ERR_USAGE when n > max_bytes; PN_ERR_NOMEM
+ * when the buffer cannot be made. */
 pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t n,
                                   const uint8_t **data, pn_error *err);
 /* The buffer gguf_direct_read_tensor_into needs for n bytes: n and a block

@@ -148,7 +148,9 @@ struct gguf_direct {
     const gguf_reader *r;    /* the reader (a set's, or one file's) */
     const gguf_reader *file; /* the file the descriptor and window are of */
     int fd;                  /* that file opened with O_DIRECT, or -1: buffered */
-    uint8_t *buf;            /* DIRECT_ALIGN-aligned, cap bytes */
+    uint8_t *buf;            /* DIRECT_ALIGN-aligned, cap bytes; made at the first
+                              * gguf_direct_read_tensor (reads into a caller's
+                              * buffer never need it) */
     size_t cap, max_bytes;
     /* direct reads: buf holds bytes [win_at, win_at + win_len) of `file` */
     uint64_t win_at, win_len;
@@ -164,17 +166,12 @@ static int open_direct(const gguf_reader *f)
 pn_status gguf_direct_open(const gguf_reader *r, size_t max_bytes, gguf_direct **out, pn_error *err)
 {
     *out = NULL;
-    gguf_direct *d = calloc(1, sizeof *d);
-    size_t cap = (max_bytes + 2 * DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN + DIRECT_ALIGN;
-    void *buf = NULL;
-    if (!d || max_bytes > SIZE_MAX / 2 || posix_memalign(&buf, DIRECT_ALIGN, cap) != 0) {
-        free(d);
+    gguf_direct *d = max_bytes > SIZE_MAX / 2 ? NULL : calloc(1, sizeof *d);
+    if (!d)
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for a read buffer of %zu bytes",
                             gguf_file_of_(r)->name, max_bytes);
-    }
     d->r = r;
-    d->buf = buf;
-    d->cap = cap;
+    d->cap = (max_bytes + 2 * DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN + DIRECT_ALIGN;
     d->max_bytes = max_bytes;
     d->file = gguf_file_of_(r); /* a set's reads start in its first file */
     d->fd = open_direct(d->file);
@@ -279,6 +276,14 @@ pn_status gguf_direct_read_tensor(gguf_direct *d, size_t i, uint64_t off, size_t
     pn_status st = tensor_range(d->r, i, off, n, &at, &f, err);
     if (st != PN_OK)
         return st;
+    if (!d->buf) {
+        void *buf = NULL;
+        if (posix_memalign(&buf, DIRECT_ALIGN, d->cap) != 0)
+            return pn_error_set(err, PN_ERR_NOMEM,
+                                "%s: out of memory for a read buffer of %zu bytes",
+                                gguf_file_of_(d->r)->name, d->max_bytes);
+        d->buf = buf;
+    }
     use_file(d, f);
     if (d->fd >= 0 && n > 0 && at + n <= f->size) {
         if (at >= d->win_at && at + n <= d->win_at + d->win_len) {

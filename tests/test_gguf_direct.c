@@ -234,6 +234,43 @@ Test(gguf_direct, where_the_file_system_takes_o_direct_the_reads_use_it, .init =
 
 /* ---- reads into the caller's buffer ------------------------------------ */
 
+/* A model written with `seed`, its reader and n handles (n <= 3) of
+ * max_bytes, for the reads into a buffer. */
+typedef struct handles {
+    char *path;
+    gguf_reader *r;
+    gguf_direct *d[3];
+    int n;
+} handles;
+
+static void handles_open(handles *h, uint64_t seed, size_t max_bytes, int n)
+{
+    h->path = tu_join(g_dir, "m.gguf");
+    sf_write_model(h->path, g_specs, N_SPECS, seed);
+    h->n = n;
+    open_both(h->path, &h->r, &h->d[0], max_bytes);
+    pn_error err;
+    for (int p = 1; p < n; p++)
+        cr_assert_eq(gguf_direct_open(h->r, max_bytes, &h->d[p], &err), PN_OK, "%s", err.msg);
+}
+
+static void handles_close(handles *h)
+{
+    for (int p = 0; p < h->n; p++)
+        gguf_direct_close(h->d[p]);
+    gguf_reader_close(h->r);
+    free(h->path);
+}
+
+/* A buffer aligned as direct reads want it, every byte `fill`. */
+static uint8_t *aligned_buffer(size_t cap, uint8_t fill)
+{
+    void *buf = NULL;
+    cr_assert_eq(posix_memalign(&buf, 4096, cap), 0);
+    memset(buf, fill, cap);
+    return buf;
+}
+
 /* Tensor i's bytes [off, off + n) read into an aligned buffer in n_parts
  * parts, one handle each (one after the other), compared with pread's; the
  * buffer is filled with a pattern first, so a piece no part read shows. */
@@ -244,9 +281,7 @@ static void same_bytes_into(const gguf_reader *r, gguf_direct **d, int n_parts, 
     pn_error err;
     cr_assert_eq(gguf_reader_read_tensor(r, i, off, want, n, &err), PN_OK, "%s", err.msg);
     const size_t cap = gguf_direct_into_cap(n);
-    uint8_t *buf = NULL;
-    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
-    memset(buf, 0xA5, cap);
+    uint8_t *buf = aligned_buffer(cap, 0xA5);
     const uint8_t *first = NULL;
     for (int p = 0; p < n_parts; p++) {
         const uint8_t *data = NULL;
@@ -269,17 +304,12 @@ static void same_bytes_into(const gguf_reader *r, gguf_direct **d, int n_parts, 
 Test(gguf_direct, every_range_read_into_a_buffer_in_any_number_of_parts_gives_preads_bytes,
      .init = setup, .fini = teardown)
 {
-    char *path = tu_join(g_dir, "m.gguf");
-    sf_write_model(path, g_specs, N_SPECS, 12);
-    gguf_reader *r;
-    gguf_direct *d[3];
     /* pieces of at most 5000 bytes (4096 once aligned): a tensor of 40960
      * takes ten of them, dealt to the parts */
-    const size_t max_bytes = 5000;
-    open_both(path, &r, &d[0], max_bytes);
-    pn_error err;
-    for (int p = 1; p < 3; p++)
-        cr_assert_eq(gguf_direct_open(r, max_bytes, &d[p], &err), PN_OK, "%s", err.msg);
+    handles h;
+    handles_open(&h, 12, 5000, 3);
+    const gguf_reader *r = h.r;
+    gguf_direct **d = h.d;
     for (int parts = 1; parts <= 3; parts++) {
         /* whole tensors, and in order in pieces of several sizes */
         const size_t pieces[] = { 333, 4095, 4096, 4097, 12288, 1 << 20 };
@@ -305,10 +335,7 @@ Test(gguf_direct, every_range_read_into_a_buffer_in_any_number_of_parts_gives_pr
         same_bytes_into(r, d, parts, last, gguf_reader_tensor(r, last)->size - 1, 1);
         same_bytes_into(r, d, parts, last, 0, (size_t)gguf_reader_tensor(r, last)->size);
     }
-    for (int p = 0; p < 3; p++)
-        gguf_direct_close(d[p]);
-    gguf_reader_close(r);
-    free(path);
+    handles_close(&h);
 }
 
 typedef struct part_job {
@@ -334,13 +361,11 @@ static void *read_part(void *arg)
 Test(gguf_direct, two_threads_reading_the_parts_of_one_range_at_once_give_preads_bytes,
      .init = setup, .fini = teardown)
 {
-    char *path = tu_join(g_dir, "m.gguf");
-    sf_write_model(path, g_specs, N_SPECS, 14);
-    gguf_reader *r;
-    gguf_direct *d[2];
-    open_both(path, &r, &d[0], 4096);
+    handles h;
+    handles_open(&h, 14, 4096, 2);
+    const gguf_reader *r = h.r;
+    gguf_direct **d = h.d;
     pn_error err;
-    cr_assert_eq(gguf_direct_open(r, 4096, &d[1], &err), PN_OK, "%s", err.msg);
     const size_t i = 3; /* d.weight, 40960 bytes: ten or eleven pieces */
     tu_rng rng = { 15 };
     for (int k = 0; k < 200; k++) {
@@ -349,9 +374,7 @@ Test(gguf_direct, two_threads_reading_the_parts_of_one_range_at_once_give_preads
         uint8_t *want = malloc(n + 1);
         cr_assert_eq(gguf_reader_read_tensor(r, i, off, want, n, &err), PN_OK, "%s", err.msg);
         const size_t cap = gguf_direct_into_cap(n);
-        uint8_t *buf = NULL;
-        cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
-        memset(buf, 0x5A, cap);
+        uint8_t *buf = aligned_buffer(cap, 0x5A);
         part_job jobs[2];
         pthread_t th[2];
         for (int p = 0; p < 2; p++) {
@@ -369,28 +392,23 @@ Test(gguf_direct, two_threads_reading_the_parts_of_one_range_at_once_give_preads
         free(buf);
         free(want);
     }
-    gguf_direct_close(d[1]);
-    gguf_direct_close(d[0]);
-    gguf_reader_close(r);
-    free(path);
+    handles_close(&h);
 }
 
 Test(gguf_direct, a_read_into_a_buffer_of_a_file_that_shrank_is_a_truncated_error_naming_it,
      .init = setup, .fini = teardown)
 {
-    char *path = tu_join(g_dir, "m.gguf");
-    sf_write_model(path, g_specs, N_SPECS, 16);
-    gguf_reader *r;
-    gguf_direct *d[2];
-    open_both(path, &r, &d[0], 8192);
+    handles h;
+    handles_open(&h, 16, 8192, 2);
+    const gguf_reader *r = h.r;
+    gguf_direct **d = h.d;
+    const char *path = h.path;
     pn_error err;
-    cr_assert_eq(gguf_direct_open(r, 8192, &d[1], &err), PN_OK, "%s", err.msg);
     const size_t i = 3; /* d.weight */
     const uint64_t at = gguf_reader_tensor_file_offset(r, i);
     cr_assert_eq(truncate(path, (off_t)(at + 1000)), 0);
     const size_t cap = gguf_direct_into_cap(40960);
-    uint8_t *buf = NULL;
-    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap), 0);
+    uint8_t *buf = aligned_buffer(cap, 0);
     /* in one part, and in two: some part says what is missing */
     for (int parts = 1; parts <= 2; parts++) {
         int failed = 0;
@@ -412,23 +430,19 @@ Test(gguf_direct, a_read_into_a_buffer_of_a_file_that_shrank_is_a_truncated_erro
     /* what is still in the file is still read */
     same_bytes_into(r, d, 2, i, 0, 1000);
     free(buf);
-    gguf_direct_close(d[1]);
-    gguf_direct_close(d[0]);
-    gguf_reader_close(r);
-    free(path);
+    handles_close(&h);
 }
 
 Test(gguf_direct, a_read_into_an_unaligned_or_small_buffer_or_outside_the_tensor_is_refused,
      .init = setup, .fini = teardown)
 {
-    char *path = tu_join(g_dir, "m.gguf");
-    sf_write_model(path, g_specs, N_SPECS, 17);
-    gguf_reader *r;
-    gguf_direct *d;
-    open_both(path, &r, &d, 4096);
+    handles h;
+    handles_open(&h, 17, 4096, 1);
+    const gguf_reader *r = h.r;
+    gguf_direct *d = h.d[0];
+    const char *path = h.path;
     const size_t cap = gguf_direct_into_cap(1000);
-    uint8_t *buf = NULL;
-    cr_assert_eq(posix_memalign((void **)&buf, 4096, cap + 4096), 0);
+    uint8_t *buf = aligned_buffer(cap + 4096, 0);
     const uint8_t *data = NULL;
     pn_error want, got;
     cr_assert_eq(gguf_direct_read_tensor_into(d, 0, 0, 1000, buf + 8, cap, 0, 1, &data, &got),
@@ -447,9 +461,7 @@ Test(gguf_direct, a_read_into_an_unaligned_or_small_buffer_or_outside_the_tensor
                  PN_ERR_USAGE);
     cr_assert_str_eq(got.msg, want.msg);
     free(buf);
-    gguf_direct_close(d);
-    gguf_reader_close(r);
-    free(path);
+    handles_close(&h);
 }
 
 Test(gguf_direct, a_memory_reader_is_read_into_a_buffer_by_copying)

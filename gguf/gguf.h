@@ -454,6 +454,10 @@ pn_status gguf_writer_close(gguf_writer *w, pn_error *err);
  * begin until commit or abort, else -1. Validate with
  * gguf_reader_open_fd(gguf_writer_fd(w), target, ...); do not close it. */
 int gguf_writer_fd(const gguf_writer *w);
+/* From begin on: how many bytes of the file (header included) have been
+ * handed to the file, in order; what the writer still buffers (at most a
+ * few MiB) is not counted. 0 before begin. */
+uint64_t gguf_writer_bytes_flushed(const gguf_writer *w);
 /* Puts the closed file at the target (and fsyncs the folder). Without
  * replace, a target that appeared since begin is refused (PN_ERR_EXISTS) and
  * left untouched. Any failure aborts. */

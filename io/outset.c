@@ -384,7 +384,8 @@ pn_status pn_outset_open_settled(const pn_outset *os, size_t s, gguf_reader **ou
     *out = NULL;
     if (s != os->cur || !os->cur_sized || os->cur_dropped < gguf_writer_data_offset(os->w[s]))
         return pn_error_set(err, PN_ERR_USAGE, "output set: split %zu has nothing settled", s);
-    return gguf_reader_open_fd(gguf_writer_fd(os->w[s]), os->path[s], out, err);
+    return gguf_reader_open_fd_flags(gguf_writer_fd(os->w[s]), os->path[s], GGUF_OPEN_HEADER_ONLY,
+                                     out, err);
 }
 
 pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)

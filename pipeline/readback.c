@@ -7,8 +7,6 @@
 
 #include "common/clock.h"
 #include "common/crc32.h"
-#include "common/mem.h"
-#include "common/threads.h"
 #include "quant/pn.h"
 #include "quant/types.h"
 

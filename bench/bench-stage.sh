@@ -36,7 +36,7 @@ json_num() { grep -o "\"$1\": [0-9.e+-]*" "$2" | head -1 | awk '{print $2}'; }
 type_weights() { grep -o '"shape": \[[0-9, ]*\], "source_type": "[a-z0-9]*", "type": "[a-zA-Z0-9_]*"' "$1" |
   awk -F'[][]' '{ n = split($2, d, ", "); w = 1; for (i = 1; i <= n; i++) w *= d[i];
                   t = $3; sub(/.*"type": "/, "", t); sub(/"$/, "", t); tw[t] += w }
-                END { for (t in tw) printf "%s %d ", t, tw[t] }'; }
+                END { for (t in tw) printf "%s %.0f ", t, tw[t] }'; }
 echo "== $(nproc) cores, $(awk -F: '/model name/{print $2; exit}' /proc/cpuinfo | sed 's/^ *//'), $(grep -qw avx512bw /proc/cpuinfo && echo AVX-512 || echo 'AVX2 only'); source $src ($(stat -c %s "$src") bytes); $threads threads; best of $rounds alternating rounds"
 cat "$src" > /dev/null
 declare -A best_wall best_cpu best_q best_rot bp3 bp4 bc3 bc4 chunk3 chunk4

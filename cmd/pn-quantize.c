@@ -399,11 +399,12 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
             "\"read\": %.3f, \"widen\": %.3f, \"rotate\": %.3f, \"quantize\": %.3f, "
             "\"error\": %.3f, \"crc\": %.3f, \"write\": %.3f, \"flush\": %.3f, "
             "\"wait_input\": %.3f, \"wait_output\": %.3f, \"validate\": %.3f, "
-            "\"source_crc\": %.3f, \"identity\": %.3f, \"verify\": %.3f, \"reuse_check\": %.3f},\n",
+            "\"validate_behind\": %.3f, \"source_crc\": %.3f, \"identity\": %.3f, "
+            "\"verify\": %.3f, \"reuse_check\": %.3f},\n",
             s->t_total, s->t_plan, s->t_measure, s->t_measure_read, s->t_measure_compute,
             s->t_measure_wait_input, s->t_read, s->t_widen, s->t_rotate, s->t_quantize, s->t_error,
             s->t_crc, s->t_write, s->t_flush, s->t_wait_input, s->t_wait_output, s->t_validate,
-            s->t_source_crc, s->t_identity, s->t_verify, s->t_reuse_check);
+            s->t_validate_behind, s->t_source_crc, s->t_identity, s->t_verify, s->t_reuse_check);
     write_report_reuse(f, r);
     fprintf(f, "  \"promoted\": [");
     int k = 0;
@@ -1034,12 +1035,14 @@ static int run(int argc, char **argv)
                stats.t_total > 0 ? (double)stats.weights / stats.t_total : 0.0, stats.backend);
         printf("stage seconds (they overlap): plan %.1f, measure %.1f (read %.1f, compute %.1f, "
                "waiting %.1f), read %.1f, widen %.1f, rotate %.1f, quantize %.1f, error %.1f, "
-               "crc %.1f, write %.1f, flush %.1f, validate %.1f, source crc %.1f; compute "
+               "crc %.1f, write %.1f, flush %.1f, validate %.1f (%.1f behind the writer), source "
+               "crc %.1f; compute "
                "waited %.1f for input, reader %.1f for buffers\n",
                stats.t_plan, stats.t_measure, stats.t_measure_read, stats.t_measure_compute,
                stats.t_measure_wait_input, stats.t_read, stats.t_widen, stats.t_rotate,
                stats.t_quantize, stats.t_error, stats.t_crc, stats.t_write, stats.t_flush,
-               stats.t_validate, stats.t_source_crc, stats.t_wait_input, stats.t_wait_output);
+               stats.t_validate, stats.t_validate_behind, stats.t_source_crc, stats.t_wait_input,
+               stats.t_wait_output);
         if (o.reuse_path)
             printf("reuse seconds: sampled rows %.1f, --reuse-verify %.1f, PREV checked %.1f\n",
                    stats.t_identity, stats.t_verify, stats.t_reuse_check);

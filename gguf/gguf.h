@@ -165,9 +165,13 @@ typedef struct gguf_reader gguf_reader;
 pn_status gguf_reader_open(const char *path, gguf_reader **out, pn_error *err);
 /* Flags of gguf_reader_open_flags. */
 enum {
-    GGUF_OPEN_LENIENT = 1u << 0,  /* as gguf_reader_open_lenient, for every split */
-    GGUF_OPEN_ONE_FILE = 1u << 1, /* this file alone, even a split of a set; its split
+    GGUF_OPEN_LENIENT = 1u << 0,     /* as gguf_reader_open_lenient, for every split */
+    GGUF_OPEN_ONE_FILE = 1u << 1,    /* this file alone, even a split of a set; its split
                                     * keys are not checked (gguf_split_read_keys does) */
+    GGUF_OPEN_HEADER_ONLY = 1u << 2, /* hold only the header in memory (a few KiB read
+                                       * first, more as it needs), not the first 16 MiB
+                                       * of the file: for a reader that reads its
+                                       * tensors around the cache (gguf_direct) */
 };
 /* gguf_reader_open with flags; 0 is gguf_reader_open itself. */
 pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out,
@@ -176,6 +180,10 @@ pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader *
  * temporary file that has no name yet; `name` is used in messages. Always
  * that one file, never a set (like the memory readers). */
 pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err);
+/* gguf_reader_open_fd with GGUF_OPEN_HEADER_ONLY or 0 (the other flags do
+ * not apply to one descriptor). */
+pn_status gguf_reader_open_fd_flags(int fd, const char *name, unsigned flags, gguf_reader **out,
+                                    pn_error *err);
 /* Same on a caller-owned buffer (for fuzzing and tests); the buffer must
  * outlive the reader. `name` is used in messages. */
 pn_status gguf_reader_open_memory(const void *data, size_t size, const char *name,
@@ -454,6 +462,10 @@ pn_status gguf_writer_close(gguf_writer *w, pn_error *err);
  * begin until commit or abort, else -1. Validate with
  * gguf_reader_open_fd(gguf_writer_fd(w), target, ...); do not close it. */
 int gguf_writer_fd(const gguf_writer *w);
+/* From begin on: how many bytes of the file (header included) have been
+ * handed to the file, in order; what the writer still buffers (at most a
+ * few MiB) is not counted. 0 before begin. */
+uint64_t gguf_writer_bytes_flushed(const gguf_writer *w);
 /* Puts the closed file at the target (and fsyncs the folder). Without
  * replace, a target that appeared since begin is refused (PN_ERR_EXISTS) and
  * left untouched. Any failure aborts. */

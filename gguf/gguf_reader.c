@@ -929,7 +929,9 @@ pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader *
         return pn_error_set(err, PN_ERR_USAGE, "gguf reader: open of no path");
     bool lenient = (flags & GGUF_OPEN_LENIENT) != 0;
     gguf_reader *r;
-    pn_status st = gguf_reader_open_one_(path, lenient, GGUF_READ_FIRST_FILE, &r, err);
+    const uint64_t first =
+        (flags & GGUF_OPEN_HEADER_ONLY) ? GGUF_READ_FIRST_SPLIT : GGUF_READ_FIRST_FILE;
+    pn_status st = gguf_reader_open_one_(path, lenient, first, &r, err);
     if (st)
         return st;
     if (flags & GGUF_OPEN_ONE_FILE) {
@@ -961,14 +963,25 @@ pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error
     return gguf_reader_open_flags(path, GGUF_OPEN_LENIENT, out, err);
 }
 
-pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err)
+pn_status gguf_reader_open_fd_flags(int fd, const char *name, unsigned flags, gguf_reader **out,
+                                    pn_error *err)
 {
     *out = NULL;
+    if (flags & ~(unsigned)GGUF_OPEN_HEADER_ONLY)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "gguf reader: flags %#x do not apply to a descriptor", flags);
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot duplicate its descriptor: %s",
                             name ? name : "(fd)", strerror(errno));
-    return open_fd_owned(own, name ? name : "(fd)", false, GGUF_READ_FIRST_FILE, out, err);
+    const uint64_t first =
+        (flags & GGUF_OPEN_HEADER_ONLY) ? GGUF_READ_FIRST_SPLIT : GGUF_READ_FIRST_FILE;
+    return open_fd_owned(own, name ? name : "(fd)", false, first, out, err);
+}
+
+pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err)
+{
+    return gguf_reader_open_fd_flags(fd, name, 0, out, err);
 }
 
 void gguf_reader_close(gguf_reader *r)

@@ -999,6 +999,11 @@ int gguf_writer_fd(const gguf_writer *w)
     return w && (w->state == W_OPEN || w->state == W_CLOSED) ? pn_outfile_fd(w->out) : -1;
 }
 
+uint64_t gguf_writer_bytes_flushed(const gguf_writer *w)
+{
+    return w && (w->state == W_OPEN || w->state == W_CLOSED) ? w->flushed : 0;
+}
+
 const char *gguf_writer_note(const gguf_writer *w)
 {
     return w ? pn_outfile_note(w->out) : NULL;

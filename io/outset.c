@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 enum { SPLIT_NEW, SPLIT_OPEN, SPLIT_CLOSED };
 
@@ -34,7 +35,10 @@ struct pn_outset {
     const uint32_t *per_tensor_values[PN_OUTSET_MAX_PER_TENSOR];
     uint64_t writeback_bytes, drop_behind_bytes;
     size_t cur; /* the split being written (state OPEN), or SIZE_MAX */
-    uint64_t cur_written, cur_synced, cur_dropped;
+    /* file offsets of the open split: written back from cur_synced on,
+     * on the device and dropped before cur_dropped */
+    uint64_t cur_synced, cur_dropped;
+    bool cur_sized; /* the open split's file has its final size (ftruncate) */
     char *notes;
 };
 
@@ -276,7 +280,13 @@ static pn_status begin_split(pn_outset *os, size_t s, pn_error *err)
         add_note(os, gguf_writer_note(os->w[s]));
     os->state[s] = SPLIT_OPEN;
     os->cur = s;
-    os->cur_written = os->cur_synced = os->cur_dropped = 0;
+    os->cur_synced = os->cur_dropped = 0;
+    /* given its final size, the file can be opened as GGUF while it is
+     * written, to read back what is settled (pn_outset_open_settled); the
+     * holes are written over in order and the size is the writer's own */
+    os->cur_sized =
+        os->drop_behind_bytes && os->writeback_bytes &&
+        ftruncate(gguf_writer_fd(os->w[s]), (off_t)gguf_writer_file_bytes(os->w[s])) == 0;
     return PN_OK;
 }
 
@@ -334,32 +344,48 @@ static pn_status writer_of(pn_outset *os, size_t i, gguf_writer **w, pn_error *e
     return PN_OK;
 }
 
-/* Starts the writeback of what the open split has written (the range is
- * the data's, shifted by the header: approximately the file's; the
- * writer's buffer holds at most a few MiB of it), and drops what lies
- * drop_behind_bytes behind from the page cache once it is on the device
- * (only clean pages are dropped: nothing written is lost). */
-static void written(pn_outset *os, gguf_writer *w, size_t n)
+/* Starts the writeback of what the open split's writer has handed to the
+ * file, and drops what lies drop_behind_bytes behind from the page cache
+ * once it is on the device (only clean pages are dropped: nothing written
+ * is lost). */
+static void written(pn_outset *os, gguf_writer *w)
 {
-    os->cur_written += n;
-    if (!os->writeback_bytes || os->cur_written - os->cur_synced < os->writeback_bytes)
+    const uint64_t in_file = gguf_writer_bytes_flushed(w);
+    if (!os->writeback_bytes || in_file - os->cur_synced < os->writeback_bytes)
         return;
     const int fd = gguf_writer_fd(w);
-    const uint64_t data = gguf_writer_data_offset(w);
-    (void)sync_file_range(fd, (off_t)(data + os->cur_synced),
-                          (off_t)(os->cur_written - os->cur_synced), SYNC_FILE_RANGE_WRITE);
-    os->cur_synced = os->cur_written;
+    (void)sync_file_range(fd, (off_t)os->cur_synced, (off_t)(in_file - os->cur_synced),
+                          SYNC_FILE_RANGE_WRITE);
+    os->cur_synced = in_file;
     if (!os->drop_behind_bytes || os->cur_synced < os->drop_behind_bytes)
         return;
     const uint64_t to = os->cur_synced - os->drop_behind_bytes;
     if (to <= os->cur_dropped)
         return;
-    const off_t at = (off_t)(data + os->cur_dropped), len = (off_t)(to - os->cur_dropped);
+    const off_t at = (off_t)os->cur_dropped, len = (off_t)(to - os->cur_dropped);
     (void)sync_file_range(fd, at, len,
                           SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                               SYNC_FILE_RANGE_WAIT_AFTER);
     (void)posix_fadvise(fd, at, len, POSIX_FADV_DONTNEED);
     os->cur_dropped = to;
+}
+
+size_t pn_outset_settled(const pn_outset *os, uint64_t *bytes)
+{
+    *bytes = 0;
+    if (os->cur == SIZE_MAX || !os->cur_sized)
+        return SIZE_MAX;
+    *bytes = os->cur_dropped;
+    return os->cur;
+}
+
+pn_status pn_outset_open_settled(const pn_outset *os, size_t s, gguf_reader **out, pn_error *err)
+{
+    *out = NULL;
+    if (s != os->cur || !os->cur_sized || os->cur_dropped < gguf_writer_data_offset(os->w[s]))
+        return pn_error_set(err, PN_ERR_USAGE, "output set: split %zu has nothing settled", s);
+    return gguf_reader_open_fd_flags(gguf_writer_fd(os->w[s]), os->path[s], GGUF_OPEN_HEADER_ONLY,
+                                     out, err);
 }
 
 pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, pn_error *err)
@@ -369,7 +395,7 @@ pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, p
     if (!st)
         st = gguf_writer_write(w, data, n, err);
     if (!st)
-        written(os, w, n);
+        written(os, w);
     return st;
 }
 
@@ -381,7 +407,7 @@ pn_status pn_outset_copy_from(pn_outset *os, size_t i, int fd, uint64_t at, size
     if (!st)
         st = gguf_writer_copy_from(w, fd, at, n, from, err);
     if (!st)
-        written(os, w, n);
+        written(os, w);
     return st;
 }
 

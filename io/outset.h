@@ -19,6 +19,9 @@
  *                             buffer is live at a time, whatever the number of
  *                             splits;
  *   pn_outset_close           closes what is left;
+ *   pn_outset_settled,        during the writing, with drop_behind_bytes:
+ *   pn_outset_open_settled    how much of the open split is on the device,
+ *                             and a reader to read that part back;
  *   pn_outset_open_written    a reader of a written split (for validation),
  *                             whose split keys are checked against the plan;
  *   pn_outset_commit          every written split at once, the first split
@@ -69,7 +72,10 @@ typedef struct pn_outset_opts {
      * a run that writes many GB holds about this much of its output in
      * memory: its pages are used again (fresh pages cost far more than a
      * copy on a virtual machine), and the rest of the system's cache is
-     * kept. Reading the output back then reads the device. 0: keep all. */
+     * kept. Reading the output back then reads the device. Each split's
+     * file is then given its final size when begun, so that the part on
+     * the device can be read back while the rest is written
+     * (pn_outset_open_settled). 0: keep all. */
     uint64_t drop_behind_bytes;
 } pn_outset_opts;
 
@@ -123,6 +129,19 @@ pn_status pn_outset_write(pn_outset *os, size_t i, const void *data, size_t n, p
 pn_status pn_outset_copy_from(pn_outset *os, size_t i, int fd, uint64_t at, size_t n,
                               const char *from, pn_error *err);
 pn_status pn_outset_close(pn_outset *os, pn_error *err);
+
+/* The split being written and, in *bytes, how much of its file is settled:
+ * bytes [0, *bytes) are handed to the file, on the device and no longer
+ * written (everything the writer writes later lies after them). SIZE_MAX
+ * (and 0) when no split is open, or without drop_behind_bytes and
+ * writeback_bytes, or where the file could not be given its size. Called
+ * from the thread that writes. */
+size_t pn_outset_settled(const pn_outset *os, uint64_t *bytes);
+/* A reader of open split s for reading back its settled bytes (header as
+ * begun: the per-tensor keys not yet patched; the data past the settled
+ * part not yet written; it holds its own descriptor). PN_ERR_USAGE while
+ * the header is not settled. Called from the thread that writes. */
+pn_status pn_outset_open_settled(const pn_outset *os, size_t s, gguf_reader **r, pn_error *err);
 
 /* A reader of written split s (closed, not committed), for validation; its
  * tensor count and split keys are checked against the plan (PN_ERR_MISMATCH

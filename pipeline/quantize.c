@@ -44,6 +44,7 @@
 #include "io/free_space.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/quantize_paths.h"
+#include "pipeline/readback.h"
 #include "pipeline/reuse.h"
 #include "io/source_id.h"
 #include "pipeline/stream.h"
@@ -65,8 +66,6 @@
 /* The writer keeps about this much of the output in the page cache (the
  * rest is dropped once on the device: pn_outset_opts.drop_behind_bytes). */
 #define PN_DROP_BEHIND_BYTES ((uint64_t)128 << 20)
-/* Validation reads the written file in pieces of about this size. */
-#define PN_VALIDATE_PIECE ((uint64_t)2 << 20)
 
 void pn_quantize_opts_init(pn_quantize_opts *o)
 {
@@ -108,6 +107,7 @@ typedef struct run_ctx {
                               * them (compared with sid's when read before the run) */
     pn_reuse *ru;        /* --reuse PREV, or NULL */
     bool *reused;        /* per tensor, with --reuse */
+    pn_readback rb;      /* the output read back: behind the writer, then the rest */
 } run_ctx;
 
 /* Tensor i is copied from PREV. */
@@ -270,16 +270,19 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 }
 
 /* The writer stage: the chunk goes to the file of its tensor (which also
- * starts the writeback of what is written, pn_outset_opts). */
+ * starts the writeback of what is written, pn_outset_opts), then what has
+ * settled on the device since is read back (pipeline/readback.h). */
 static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     const pn_reuse *ru = q->c->ru;
     const size_t i = ch->tensor;
-    if (copied(q->c, i))
-        return pn_outset_copy_from(q->c->out, i, ru->fd[i], ru->offset[i], ch->out_len, ru->path,
-                                   err);
-    return pn_outset_write(q->c->out, i, ch->out, ch->out_len, err);
+    pn_status st = copied(q->c, i) ? pn_outset_copy_from(q->c->out, i, ru->fd[i], ru->offset[i],
+                                                         ch->out_len, ru->path, err)
+                                   : pn_outset_write(q->c->out, i, ch->out, ch->out_len, err);
+    if (st == PN_OK)
+        pn_readback_behind(&q->c->rb);
+    return st;
 }
 
 /* The identity of every streamed tensor, from the sampled rows the reader
@@ -391,7 +394,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     stats->t_widen = t.widen;
     stats->t_wait_input = t.wait_input;
     stats->t_wait_output = t.wait_output;
-    stats->t_write = t.write;
+    stats->t_write = t.write - c->rb.seconds; /* the writer's read-back is its own figure */
     pn_job_kernels_times(&q.k, &stats->t_rotate, &stats->t_quantize, &stats->t_error,
                          &stats->t_crc);
     stats->t_quantize += q.t_gpu;
@@ -402,197 +405,19 @@ done:
     return st;
 }
 
-/* ---- validation of the written file ------------------------------------ */
-
-typedef struct vpiece {
-    size_t tensor;
-    uint64_t off, len;
-    uint32_t crc;
-    pn_status st;
-    int64_t bad_block; /* block within the piece */
-} vpiece;
-
-/* Validation reads around the page cache, one handle and buffer a thread
- * (the writer dropped most of the file from it:
- * pn_outset_opts.drop_behind_bytes): the device's bytes are checked, and
- * each thread has a read in flight. */
-static pn_status open_piece_readers(const gguf_reader *r, const char *path, int threads,
-                                    size_t piece, uint8_t **bufs, gguf_direct **direct,
-                                    pn_error *err)
-{
-    for (int i = 0; i < threads; i++) {
-        void *p = NULL;
-        if (posix_memalign(&p, 4096, gguf_direct_into_cap(piece)) != 0)
-            return pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
-        bufs[i] = p;
-        pn_status st = gguf_direct_open(r, piece, &direct[i], err);
-        if (st != PN_OK)
-            return st;
-    }
-    return PN_OK;
-}
-
-/* Reads written file s (split s of the set; the file of a plan of one) once,
- * in pieces, in parallel: CRC-32 per piece (combined in order with
- * crc32_combine) against the CRCs computed while writing, and every PN block
- * checked; its tensor count and split keys are checked by
- * pn_outset_open_written. The first problem in file order is reported. Its
- * tensor j is tensor lo + j of the plan. */
-static pn_status validate_split(run_ctx *c, size_t s, pn_error *err)
-{
-    const char *path = pn_outset_path(c->out, s);
-    const gguf_split_plan *sp = pn_outset_plan(c->out);
-    const size_t lo = sp->first[s], n = sp->first[s + 1] - lo;
-    const pn_plan_tensor *pt = c->plan->t + lo;
-    const uint32_t *crcs = c->crcs + lo;
-    gguf_reader *r = NULL;
-    pn_status st = pn_outset_open_written(c->out, s, &r, err);
-    if (st != PN_OK)
-        return pn_error_prefix(err, "validating the written file");
-    vpiece *pc = NULL;
-    uint8_t **bufs = NULL;
-    gguf_direct **direct = NULL;
-    const int threads = c->env.threads;
-    for (size_t i = 0; i < n; i++) {
-        const pn_plan_tensor *t = &pt[i];
-        const gguf_tensor_info *info = gguf_reader_tensor(r, i);
-        if (strcmp(info->name, t->name) != 0 || info->type != t->type || info->size != t->bytes) {
-            st = pn_error_set(err, PN_ERR_MISMATCH,
-                              "%s: tensor %zu is %s (type %d, %llu bytes), expected %s (type "
-                              "%d, %llu bytes)",
-                              path, i, info->name, info->type, (unsigned long long)info->size,
-                              t->name, t->type, (unsigned long long)t->bytes);
-            goto done;
-        }
-    }
-    /* pieces of whole PN blocks */
-    const uint64_t piece = PN_VALIDATE_PIECE / PN_BLOCK_BYTES * PN_BLOCK_BYTES;
-    size_t n_pc = 0;
-    for (size_t i = 0; i < n; i++)
-        n_pc += (size_t)((pt[i].bytes + piece - 1) / piece);
-    pc = calloc(n_pc ? n_pc : 1, sizeof *pc);
-    bufs = calloc((size_t)threads, sizeof *bufs);
-    direct = calloc((size_t)threads, sizeof *direct);
-    if (!pc || !bufs || !direct) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory validating %s", path);
-        goto done;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        for (uint64_t off = 0; off < pt[i].bytes; off += piece) {
-            uint64_t left = pt[i].bytes - off;
-            pc[k].tensor = i;
-            pc[k].off = off;
-            pc[k].len = left < piece ? left : piece;
-            pc[k].bad_block = -1;
-            k++;
-        }
-    const size_t cap = gguf_direct_into_cap((size_t)piece);
-    st = open_piece_readers(r, path, threads, (size_t)piece, bufs, direct, err);
-    if (st != PN_OK)
-        goto done;
-    volatile int stop = 0;
-    pn_error first_io;
-    pn_error_clear(&first_io);
-    size_t first_io_at = SIZE_MAX;
-    volatile sig_atomic_t *cancel = c->o->cancel;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t j = 0; j < n_pc; j++) {
-        if (stop || (cancel && *cancel))
-            continue;
-        vpiece *p = &pc[j];
-        gguf_direct *d = direct[omp_get_thread_num()];
-        /* read buffered (the file system refuses O_DIRECT): the pieces a
-         * little ahead are read by the kernel meanwhile */
-        size_t ahead = j + 2 * (size_t)threads;
-        if (ahead < n_pc && !gguf_direct_is_direct(d))
-            gguf_reader_advise(r,
-                               gguf_reader_tensor_file_offset(r, pc[ahead].tensor) + pc[ahead].off,
-                               pc[ahead].len, true);
-        const uint8_t *buf = NULL;
-        pn_error e;
-        p->st = gguf_direct_read_tensor_into(d, p->tensor, p->off, (size_t)p->len,
-                                             bufs[omp_get_thread_num()], cap, 0, 1, &buf, &e);
-        if (p->st != PN_OK) {
-#pragma omp critical(pn_validate_io)
-            if (j < first_io_at) {
-                first_io_at = j;
-                first_io = e;
-            }
-            stop = 1;
-            continue;
-        }
-        p->crc = pn_crc32(0, buf, (size_t)p->len);
-        int type = pt[p->tensor].type;
-        if (pn_type_is_pn(type)) {
-            int64_t bb = 0;
-            pn_status rs = pn_validate_row(
-                type, buf, (int64_t)(p->len / PN_BLOCK_BYTES) * pn_params_get(type)->group, &bb);
-            if (rs != PN_OK) {
-                p->st = rs;
-                p->bad_block = bb;
-            }
-        }
-    }
-    if (cancelled(c->o)) {
-        st = interrupted(err);
-        goto done;
-    }
-    if (first_io_at != SIZE_MAX) {
-        /* reading our own file back failed: nothing else is worth checking */
-        if (err)
-            *err = first_io;
-        st = first_io.code;
-        pn_error_prefix(err, "validating the written file");
-        goto done;
-    }
-    for (size_t j = 0, i = 0; i < n; i++) {
-        const pn_plan_tensor *t = &pt[i];
-        uLong crc = 0;
-        for (; j < n_pc && pc[j].tensor == i; j++) {
-            if (pc[j].st != PN_OK) {
-                const int64_t bpr = t->ne[0] / pn_params_get(t->type)->group;
-                int64_t gb = (int64_t)(pc[j].off / PN_BLOCK_BYTES) + pc[j].bad_block;
-                st = pn_error_set(err, pc[j].st, "%s: tensor %s, row %lld, block %lld: %s", path,
-                                  t->name, (long long)(gb / bpr), (long long)(gb % bpr),
-                                  pn_strerror(pc[j].st));
-                goto done;
-            }
-            crc = crc32_combine(crc, pc[j].crc, (z_off_t)pc[j].len);
-        }
-        if ((uint32_t)crc != crcs[i]) {
-            st = pn_error_set(err, PN_ERR_CRC,
-                              "%s: tensor %s: CRC-32 of the written data is %08x, computed "
-                              "%08x while writing",
-                              path, t->name, (unsigned)crc, crcs[i]);
-            goto done;
-        }
-    }
-done:
-    if (bufs)
-        for (int i = 0; i < threads; i++)
-            free(bufs[i]);
-    free(bufs);
-    if (direct)
-        for (int i = 0; i < threads; i++)
-            gguf_direct_close(direct[i]);
-    free(direct);
-    free(pc);
-    gguf_reader_close(r);
-    return st;
-}
-
 /* Every file this run wrote. */
-static pn_status validate_output(run_ctx *c, pn_error *err)
+static pn_status validate_output(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
-    for (size_t s = 0; s < pn_outset_n_splits(c->out); s++) {
-        if (!pn_outset_writes(c->out, s))
-            continue;
-        pn_status st = validate_split(c, s, err);
-        if (st != PN_OK)
-            return st;
-    }
-    return PN_OK;
+    const double t0 = pn_now_seconds();
+    progress(c, PN_PHASE_VALIDATE, c->plan->n, "validating");
+    pn_status st = PN_OK;
+    for (size_t s = 0; s < pn_outset_n_splits(c->out) && st == PN_OK; s++)
+        if (pn_outset_writes(c->out, s))
+            st = pn_readback_split(&c->rb, s, err);
+    stats->t_validate = pn_now_seconds() - t0;
+    stats->t_validate_behind = c->rb.seconds;
+    stats->validated_behind_bytes = c->rb.bytes;
+    return st;
 }
 
 /* ---- the result ----------------------------------------------------- */
@@ -824,8 +649,9 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     oo.per_tensor_values[2] = c->sid.tensor_crc;
     oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE; /* known from the start: the model's values */
     oo.per_tensor_values[3] = NULL;
-    oo.writeback_bytes = PN_WRITEBACK_BYTES;
-    oo.drop_behind_bytes = PN_DROP_BEHIND_BYTES;
+    const uint64_t drop = o->drop_behind_bytes ? o->drop_behind_bytes : PN_DROP_BEHIND_BYTES;
+    oo.writeback_bytes = drop < 4 * PN_WRITEBACK_BYTES ? drop / 4 + 1 : PN_WRITEBACK_BYTES;
+    oo.drop_behind_bytes = drop;
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
@@ -998,6 +824,9 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         goto out;
     }
     st = make_output(&c, err);
+    if (st == PN_OK)
+        st = pn_readback_init(&c.rb, c.out, c.plan->t, c.crcs, c.plan->n, c.env.threads, o->cancel,
+                              err);
     if (st != PN_OK)
         goto out;
     stats->file_bytes = pn_outset_written_bytes(c.out);
@@ -1042,10 +871,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     c.src = NULL;
 
     /* validate, then put in place */
-    double tv = pn_now_seconds();
-    progress(&c, PN_PHASE_VALIDATE, c.plan->n, "validating");
-    st = validate_output(&c, err);
-    stats->t_validate = pn_now_seconds() - tv;
+    st = validate_output(&c, stats, err);
     if (st != PN_OK)
         goto out;
     if (cancelled(o)) {
@@ -1063,6 +889,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     stats->t_total = pn_now_seconds() - t_begin;
 
 out:
+    pn_readback_free(&c.rb);
     pn_outset_free(c.out); /* aborts what is not committed */
     gguf_writer_free(c.model);
     free(c.split_stats);

@@ -98,10 +98,13 @@ typedef void (*pn_note_fn)(const char *msg, void *user);
  * because no chunk was read yet (the disk is the bottleneck when it is
  * large); wait_output: the reader waiting for a free buffer (the compute or
  * the writer is the bottleneck); flush: the final fsync; validate: reading
- * the written file back and checking it. */
+ * the written file back and checking it after the stream; validate_behind:
+ * the writer thread reading back, during the stream, what was already on
+ * the device (validated_behind_bytes of it; pipeline/readback.h). */
 typedef struct pn_quantize_stats {
     double t_total, t_plan, t_measure, t_read, t_widen, t_rotate, t_quantize, t_error, t_write,
-        t_crc, t_flush, t_validate, t_wait_input, t_wait_output;
+        t_crc, t_flush, t_validate, t_wait_input, t_wait_output, t_validate_behind;
+    uint64_t validated_behind_bytes;
     /* of the measurement, the same way (its share of t_measure) */
     double t_measure_read, t_measure_compute, t_measure_wait_input;
     /* the source identity: the reader's CRC-32 of the source bytes (part of
@@ -209,6 +212,9 @@ typedef struct pn_quantize_opts {
      * unweighted; false: such a candidate is an error naming it. */
     bool imatrix_missing_unweighted;
     const char *quantizer_name; /* tests only: pn.quantizer instead of "pn-quantize <v>" */
+    /* tests only: how far behind the writer the output leaves the page
+     * cache and is read back (pipeline/readback.h); 0: 128 MiB */
+    uint64_t drop_behind_bytes;
     pn_progress_fn progress;
     pn_note_fn note;
     pn_result_fn result; /* may be NULL */

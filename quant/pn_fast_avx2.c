@@ -1,6 +1,7 @@
 /* The AVX2 PN quantizer. The search (pn_quantize_row_avx2): the 36
- * candidates scored in float, four 8-float vectors and one 4-float one,
- * then only those the float scores cannot tell from the best summed again in
+ * candidates scored in float, four 8-float vectors and one that holds
+ * candidates 32..35 of two elements at once, then only those the float
+ * scores cannot tell from the best summed again in
  * double, four lanes at a time, exactly as the reference sums them. The
  * previous search (pn_quantize_row_avx2_v1, the baseline bench_pn times):
  * one double lane per candidate in nine 4-double vectors; for each element
@@ -15,7 +16,6 @@
 #include "quant/pn_fast_internal.h"
 
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define ROUND_DOWN (_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 #define NVEC (PN_N_CANDIDATES / 4)
 
 typedef struct cands256 {
@@ -150,13 +150,15 @@ static void rescore(const double *wd, int G, int z, const cands256 *c, uint64_t 
 }
 
 /* One float step of the search (argument 3 of pn_fast_internal.h): the
- * code k = floor(clamp(fl(w * r + 1/2), +-(z - 1/2))), the remainder
- * fl(w - s*k) and its square fused into the running float sum. */
-#define PN_FSTEP(wv, S, R, E, half, lo, hi, sfx)                                                   \
+ * code k = clamp(rint(w * r), -z, z - 1), rounded by the one fused addition
+ * of C = 1.5 * 2^23 (the exact product plus C, rounded to an integer) and
+ * clamped as C + k, the remainder fl(w - s*k) and its square fused into the
+ * running float sum. lo and hi are C - z and C + z - 1. */
+#define PN_FSTEP(wv, S, R, E, C, lo, hi, sfx)                                                      \
     do {                                                                                           \
-        __typeof__(E) q_ = _mm##sfx##_fmadd_ps(wv, R, half);                                       \
+        __typeof__(E) q_ = _mm##sfx##_fmadd_ps(wv, R, C);                                          \
         q_ = _mm##sfx##_min_ps(_mm##sfx##_max_ps(q_, lo), hi);                                     \
-        __typeof__(E) d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_round_ps(q_, ROUND_DOWN), wv);       \
+        __typeof__(E) d_ = _mm##sfx##_fnmadd_ps(S, _mm##sfx##_sub_ps(q_, C), wv);                  \
         E = _mm##sfx##_fmadd_ps(d_, d_, E);                                                        \
     } while (0)
 
@@ -199,22 +201,31 @@ float_scores(const float *w, int G, int z, const cands256 *c, __m256 *E, __m128 
         R[v] = _mm256_div_ps(one, S[v]);
         E[v] = _mm256_setzero_ps();
     }
-    const __m128 S4 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
-    const __m128 R4 = _mm_div_ps(_mm_set1_ps(1.0f), S4);
-    __m128 E4 = _mm_setzero_ps();
-    const float zc = (float)z - 0.5f;
-    const __m256 lo = _mm256_set1_ps(-zc), hi = _mm256_set1_ps(zc), half = _mm256_set1_ps(0.5f);
-    const __m128 lo4 = _mm_set1_ps(-zc), hi4 = _mm_set1_ps(zc), half4 = _mm_set1_ps(0.5f);
-    for (int e = 0; e < G; e++) {
+    /* candidates 32..35 of two elements at once: lane 4j + i holds
+     * candidate 32 + i and element e + j, so a vector is full */
+    const __m128 S4h = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
+    const __m256 S4 = _mm256_set_m128(S4h, S4h);
+    const __m256 R4 = _mm256_div_ps(one, S4);
+    __m256 E4 = _mm256_setzero_ps();
+    const __m256 C = _mm256_set1_ps(PN_FAST_FLOAT_RINT_MAGIC);
+    const __m256 lo = _mm256_set1_ps(PN_FAST_FLOAT_RINT_MAGIC - (float)z);
+    const __m256 hi = _mm256_set1_ps(PN_FAST_FLOAT_RINT_MAGIC + (float)(z - 1));
+    for (int e = 0; e < G; e += 2) { /* G is 64 or 80 */
         const __m256 wv = _mm256_broadcast_ss(w + e);
-        const __m128 w4 = _mm256_castps256_ps128(wv);
-        PN_FSTEP(wv, S[0], R[0], E[0], half, lo, hi, 256);
-        PN_FSTEP(wv, S[1], R[1], E[1], half, lo, hi, 256);
-        PN_FSTEP(wv, S[2], R[2], E[2], half, lo, hi, 256);
-        PN_FSTEP(wv, S[3], R[3], E[3], half, lo, hi, 256);
-        PN_FSTEP(w4, S4, R4, E4, half4, lo4, hi4, );
+        const __m256 wn = _mm256_broadcast_ss(w + e + 1);
+        PN_FSTEP(wv, S[0], R[0], E[0], C, lo, hi, 256);
+        PN_FSTEP(wv, S[1], R[1], E[1], C, lo, hi, 256);
+        PN_FSTEP(wv, S[2], R[2], E[2], C, lo, hi, 256);
+        PN_FSTEP(wv, S[3], R[3], E[3], C, lo, hi, 256);
+        PN_FSTEP(wn, S[0], R[0], E[0], C, lo, hi, 256);
+        PN_FSTEP(wn, S[1], R[1], E[1], C, lo, hi, 256);
+        PN_FSTEP(wn, S[2], R[2], E[2], C, lo, hi, 256);
+        PN_FSTEP(wn, S[3], R[3], E[3], C, lo, hi, 256);
+        const __m256 w2 = _mm256_blend_ps(wv, wn, 0xf0);
+        PN_FSTEP(w2, S4, R4, E4, C, lo, hi, 256);
     }
-    *E4out = E4;
+    /* the two partial sums of candidates 32..35: j0 + j1 */
+    *E4out = _mm_add_ps(_mm256_castps256_ps128(E4), _mm256_extractf128_ps(E4, 1));
 }
 
 /* The winner by the float-scored search (argument 3 of pn_fast_internal.h):

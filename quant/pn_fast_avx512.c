@@ -1,6 +1,7 @@
 /* The AVX-512 PN quantizer. The search (pn_quantize_row_avx512): the 36
- * candidates scored in float, two 16-float vectors and one 4-float one, then
- * only those the float scores cannot tell from the best summed again in
+ * candidates scored in float, two 16-float vectors and one that holds
+ * candidates 32..35 of four elements at once, then only those the float
+ * scores cannot tell from the best summed again in
  * double, eight lanes at a time, exactly as the reference sums them. The
  * previous search (pn_quantize_row_avx512_v1, the baseline bench_pn times):
  * one double lane per candidate, four 8-double vectors and one 4-double
@@ -15,7 +16,6 @@
 #include "quant/pn_fast_internal.h"
 
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define ROUND_DOWN (_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
 
 /* The per-group candidate table: s (1.0 where skipped), r = 1/s, and which
  * lanes are valid / overflowed. */
@@ -173,8 +173,8 @@ static void rescore(const double *wd, int G, int z, const cands512 *c, uint64_t 
 }
 
 /* The winner by the float-scored search (argument 3 of pn_fast_internal.h):
- * candidates 0..31 in two 16-float vectors and 32..35 in a 4-float one,
- * scored in float; then the candidates the float scores cannot tell from the
+ * candidates 0..31 in two 16-float vectors and 32..35 of four elements in a
+ * third, scored in float; then the candidates the float scores cannot tell from the
  * best rescored exactly and picked as the reference does. err receives the
  * exact double sum of every rescored candidate, the winner among them when
  * err_wanted (the sums of quant_row.h); with norm not NULL, *norm = sum
@@ -191,30 +191,44 @@ float_scores(const float *w, int G, int z, const cands512 *c, __m512 *F0, __m512
         _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_load_pd(c->s + 16))),
                            _mm512_cvtpd_ps(_mm512_load_pd(c->s + 24)), 1);
     const __m512 R0 = _mm512_div_ps(one, S0), R1 = _mm512_div_ps(one, S1);
-    const __m128 S2 = _mm256_cvtpd_ps(_mm256_load_pd(c->s + 32));
-    const __m128 R2 = _mm_div_ps(_mm_set1_ps(1.0f), S2);
-    /* the code k = floor(clamp(fl(w * r + 1/2), +-(z - 1/2))): vrangeps
-     * with imm 2 is sign(a) * min(|a|, |b|), the symmetric clamp */
-    const __m512 zc = _mm512_set1_ps((float)z - 0.5f), half = _mm512_set1_ps(0.5f);
-    const __m128 zc4 = _mm_set1_ps((float)z - 0.5f), half4 = _mm_set1_ps(0.5f);
-    __m512 E0 = _mm512_setzero_ps(), E1 = E0;
-    __m128 E2 = _mm_setzero_ps();
-    for (int e = 0; e < G; e++) {
-        const __m512 wv = _mm512_set1_ps(w[e]);
-        const __m128 w4 = _mm512_castps512_ps128(wv);
-        __m512 q0 = _mm512_range_ps(_mm512_fmadd_ps(wv, R0, half), zc, 2);
-        __m512 q1 = _mm512_range_ps(_mm512_fmadd_ps(wv, R1, half), zc, 2);
-        __m128 q2 = _mm_range_ps(_mm_fmadd_ps(w4, R2, half4), zc4, 2);
-        __m512 d0 = _mm512_fnmadd_ps(S0, _mm512_roundscale_ps(q0, ROUND_DOWN), wv);
-        __m512 d1 = _mm512_fnmadd_ps(S1, _mm512_roundscale_ps(q1, ROUND_DOWN), wv);
-        __m128 d2 = _mm_fnmadd_ps(S2, _mm_roundscale_ps(q2, ROUND_DOWN), w4);
-        E0 = _mm512_fmadd_ps(d0, d0, E0);
-        E1 = _mm512_fmadd_ps(d1, d1, E1);
-        E2 = _mm_fmadd_ps(d2, d2, E2);
+    /* candidates 32..35 of four elements at once: lane 4j + i holds
+     * candidate 32 + i and element e + j, so a vector is full */
+    const __m512 S2 = _mm512_broadcast_f32x4(_mm256_cvtpd_ps(_mm256_load_pd(c->s + 32)));
+    const __m512 R2 = _mm512_div_ps(one, S2);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    /* the code k = clamp(rint(w * r), -z, z - 1): the exact product plus
+     * C = 1.5 * 2^23 rounded once to an integer by the fused addition,
+     * clamped as C + k, and C taken off again (exactly) */
+    const __m512 mg = _mm512_set1_ps(PN_FAST_FLOAT_RINT_MAGIC);
+    const __m512 lo = _mm512_set1_ps(PN_FAST_FLOAT_RINT_MAGIC - (float)z);
+    const __m512 hi = _mm512_set1_ps(PN_FAST_FLOAT_RINT_MAGIC + (float)(z - 1));
+    __m512 E0 = _mm512_setzero_ps(), E1 = E0, E2 = E0;
+#define PN_FLOAT_STEP(wv)                                                                          \
+    do {                                                                                           \
+        __m512 q0 = _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(wv, R0, mg), lo), hi);             \
+        __m512 q1 = _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(wv, R1, mg), lo), hi);             \
+        __m512 d0 = _mm512_fnmadd_ps(S0, _mm512_sub_ps(q0, mg), wv);                               \
+        __m512 d1 = _mm512_fnmadd_ps(S1, _mm512_sub_ps(q1, mg), wv);                               \
+        E0 = _mm512_fmadd_ps(d0, d0, E0);                                                          \
+        E1 = _mm512_fmadd_ps(d1, d1, E1);                                                          \
+    } while (0)
+    for (int e = 0; e < G; e += 4) { /* G is 64 or 80 */
+        PN_FLOAT_STEP(_mm512_set1_ps(w[e]));
+        PN_FLOAT_STEP(_mm512_set1_ps(w[e + 1]));
+        PN_FLOAT_STEP(_mm512_set1_ps(w[e + 2]));
+        PN_FLOAT_STEP(_mm512_set1_ps(w[e + 3]));
+        const __m512 w4 =
+            _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(w + e)));
+        __m512 q2 = _mm512_min_ps(_mm512_max_ps(_mm512_fmadd_ps(w4, R2, mg), lo), hi);
+        __m512 d2 = _mm512_fnmadd_ps(S2, _mm512_sub_ps(q2, mg), w4);
+        E2 = _mm512_fmadd_ps(d2, d2, E2);
     }
+#undef PN_FLOAT_STEP
+    /* the four running sums of candidates 32..35: (j0 + j2) + (j1 + j3) */
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(E2), _mm512_extractf32x8_ps(E2, 1));
     *F0 = E0;
     *F1 = E1;
-    *F2 = E2;
+    *F2 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* The winner by the float-scored search (argument 3 of pn_fast_internal.h).

@@ -54,30 +54,34 @@
  *    are >= 0 and none is a double subnormal (D_e is 0 or a multiple of
  *    2^-149, so D_e^2 >= 2^-298).
  *
- *    The float score F: r' = fl(1/s), q' = fl(w*r' + 1/2) (one fused
- *    rounding), k' = floor(clamp(q', -(z - 1/2), z - 1/2)), which is
- *    clamp(floor(q'), -z, z - 1); d' = fl(w - s*k') (one fused rounding),
- *    acc = fl(acc + d'*d') (one fused rounding), element order.
- *    - Let x = w/s and y = x + 1/2 exactly. clamp(floor(y), -z, z-1) is k_e,
- *      or, where x is exactly a half-way point, its other neighbour, with
- *      the same |D_e| = |s|/2. floor changes only at the integers
- *      N = M + 1/2 inside the range, M = j + 1/2 a half-way point,
- *      |M| <= z - 1/2. q' = (x(1+a) + 1/2)(1+b), |a|,|b| <= u (or, where
- *      q' is a float subnormal, within 2^-150 of x(1+a) + 1/2), so
- *      |q' - y| <= u|x| + u(|x| + 1/2)(1 + u) + 2^-150. If k' and k_e
- *      differ, an N lies between y and q', so rho = |x - M| = |y - N| obeys
- *      rho <= u(2(z - 1/2 + rho) + 1/2)(1 + u) + 2^-150 < 16u, and the codes
- *      are M's two neighbours. Both leave a remainder in
- *      [1/2 - rho, 1/2 + rho] * |s|: (w - s*k')^2 = D_e^2 (1 + beta),
- *      |beta| <= ((1 + 32u)/(1 - 32u))^2 - 1 < 129u (beta = 0 when the codes
- *      agree).
- *    - Each fl above that lands in float's subnormal range errs by at most
- *      2^-150 absolutely instead of u relatively; the 2G of them, carried
- *      through the later additions, add less than 2^-140 in all. Nothing
- *      overflows: a valid s needs amax < 65520 * 8 / 0.5, so every d'^2 and
- *      sum stays below 2^60. A skipped candidate's lane has s = +inf:
- *      r' = 0, k' = 0, d' = w - inf*0 = NaN, its score is NaN, and NaN is
- *      neither the minimum taken below nor admitted by any comparison.
+ *    The float score F: r' = fl(1/s); the code k' = clamp(rint(w*r'),
+ *    -z, z - 1), computed as c' = fl(w*r' + C), C = 1.5 * 2^23 (one fused
+ *    rounding: |w*r'| <= 4z(1 + u) < 2^22, as s >= t/2 = m*amax/(2z), so
+ *    c' lies in [2^23, 2^24), where the floats are the integers, and c' - C
+ *    is w*r' rounded to an integer, ties to even), clamped to
+ *    [C - z, C + z - 1] and less C (exact); d' = fl(w - s*k') (one fused
+ *    rounding), acc = fl(acc + d'*d') (one fused rounding). Candidates
+ *    0..31 sum in element order; candidates 32..35 share a vector among 2
+ *    (AVX2) or 4 (AVX-512) elements, so each of their scores is 2 or 4
+ *    running sums over every second or fourth element, added at the end
+ *    (1 or 3 more roundings; no term passes through more than G).
+ *    - Let x = w/s exactly. clamp(rint(x), -z, z-1) is k_e, or, where x is
+ *      exactly a half-way point, its other neighbour, with the same
+ *      |D_e| = |s|/2. It changes only at the half-way points M = j + 1/2,
+ *      |M| <= z - 1/2. w*r' = x(1+a), |a| <= u, so if k' and k_e differ,
+ *      an M lies between x and x(1+a): rho = |x - M| obeys
+ *      rho <= u(z - 1/2 + rho) < 16u, and the codes are M's two
+ *      neighbours. Both leave a remainder in [1/2 - rho, 1/2 + rho] * |s|:
+ *      (w - s*k')^2 = D_e^2 (1 + beta), |beta| <= ((1 + 32u)/(1 - 32u))^2
+ *      - 1 < 129u (beta = 0 when the codes agree).
+ *    - Each fl above that lands in float's subnormal range (d' and the
+ *      sums; c' never does) errs by at most 2^-150 absolutely instead of u
+ *      relatively; the 2G + 3 of them, carried through the later additions,
+ *      add less than 2^-140 in all. Nothing overflows: a valid s needs
+ *      amax < 65520 * 8 / 0.5, so every d'^2 and sum stays below 2^60. A
+ *      skipped candidate's lane has s = +inf: r' = 0, c' = C, k' = 0,
+ *      d' = w - inf*0 = NaN, its score is NaN, and NaN is neither the
+ *      minimum taken below nor admitted by any comparison.
  *    - So F = sum D_e^2 (1+beta_e)(1+c_e)^2 prod(1+a_j) + abs, with at most G
  *      factors (1+a_j), |c_e|,|a_j| <= u: |F - E| <= f*E + A, f = 212u,
  *      A = 2^-140 ((1 + 129u)(1 + u)^82 < 1 + 212u).
@@ -144,6 +148,7 @@ static const double pn_fast_m[PN_FAST_LANES] __attribute__((aligned(64))) = {
 #define PN_FAST_MIN_NORMAL_HALF 0x1p-14
 #define PN_FAST_SPLIT 0x1p42
 #define PN_FAST_RINT_MAGIC 0x1.8p52
+#define PN_FAST_FLOAT_RINT_MAGIC 0x1.8p23f
 
 static inline uint64_t pn_fast_bits_of(double x)
 {

@@ -2439,6 +2439,44 @@ Test(gguf_reader_io, opening_a_descriptor_reads_the_same_file_and_keeps_the_call
     free(dir);
 }
 
+Test(gguf_reader_io, a_header_only_reader_holds_the_header_alone_and_reads_the_same_bytes)
+{
+    char *dir = tu_mkdtemp();
+    /* a header of 10 KB (more than the first read) before 4 MiB of data */
+    char *path = write_model(dir, "h.gguf", 10000, (int64_t)1 << 20);
+    gguf_reader *full = open_file(path), *r = NULL;
+    pn_error e;
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(gguf_reader_open_fd_flags(fd, path, GGUF_OPEN_ONE_FILE, &r, &e), PN_ERR_USAGE);
+    cr_assert_null(r);
+    for (int by_path = 0; by_path < 2; by_path++) {
+        cr_assert_eq(by_path ? gguf_reader_open_flags(path, GGUF_OPEN_HEADER_ONLY, &r, &e)
+                             : gguf_reader_open_fd_flags(fd, path, GGUF_OPEN_HEADER_ONLY, &r, &e),
+                     PN_OK, "%s", e.msg);
+        const gguf_kv *pad = gguf_reader_find_kv(r, "pad");
+        cr_assert_not_null(pad);
+        cr_assert_eq(pad->v.str.len, 10000);
+        cr_assert_eq(gguf_reader_data_offset(r), gguf_reader_data_offset(full));
+        /* the full reader holds the first 16 MiB, this one none of the data */
+        cr_assert_not_null(gguf_reader_tensor_data(full, 0));
+        cr_assert_null(gguf_reader_tensor_data(r, 0));
+        const size_t n = (size_t)4 << 20;
+        uint8_t *a = malloc(n), *b = malloc(n);
+        cr_assert_eq(gguf_reader_read_tensor(full, 0, 0, a, n, &e), PN_OK, "%s", e.msg);
+        cr_assert_eq(gguf_reader_read_tensor(r, 0, 0, b, n, &e), PN_OK, "%s", e.msg);
+        cr_assert(memcmp(a, b, n) == 0, "the header-only reader read other bytes");
+        free(a);
+        free(b);
+        gguf_reader_close(r);
+    }
+    close(fd);
+    gguf_reader_close(full);
+    tu_rm_rf(dir);
+    free(path);
+    free(dir);
+}
+
 /* u32 magic, version, counts, then one key of `klen` bytes and a u8 value. */
 static blob header_with_key(const char *key, size_t klen)
 {

@@ -370,35 +370,6 @@ typedef struct damage {
     int done;
 } damage;
 
-/* The temporary output this process is writing in dir, as a path that
- * opens it: a named temporary file ("*.tmp.*", ".*.pn-*"), or an unnamed
- * one (O_TMPFILE) through the descriptor the job holds, /proc/self/fd/N. */
-static char *find_temp(const char *dir)
-{
-    char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep '\\.tmp\\.\\|\\.pn-' | head -1", dir);
-    tu_run(cmd, &out, NULL);
-    out[strcspn(out, "\n")] = 0;
-    char *p = NULL;
-    if (out[0]) {
-        p = malloc(strlen(dir) + strlen(out) + 2);
-        sprintf(p, "%s/%s", dir, out);
-    } else {
-        for (int fd = 3; fd < 1024 && !p; fd++) {
-            char link[64], target[4096];
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            ssize_t n = readlink(link, target, sizeof target - 1);
-            if (n <= 0)
-                continue;
-            target[n] = 0;
-            if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, "(deleted)"))
-                p = strdup(link);
-        }
-    }
-    free(out);
-    cr_assert(p, "no temporary output in %s", dir);
-    return p;
-}
 
 /* At the validation phase the temporary file is written and closed: damage
  * one tensor of it. */
@@ -408,7 +379,7 @@ static void damage_at_validation(const pn_progress *p, void *user)
     if (p->phase != PN_PHASE_VALIDATE || d->done)
         return;
     d->done = 1;
-    char *tmp = find_temp(d->dir);
+    char *tmp = tu_find_temporary_output(d->dir);
     gguf_reader *r;
     pn_error err;
     cr_assert_eq(gguf_reader_open(tmp, &r, &err), PN_OK, "%s", err.msg);
@@ -469,6 +440,51 @@ Test(pipeline, validation_reads_the_written_file_back_and_refuses_a_bad_crc_or_r
     free(src);
     free(recipe);
     free(dst);
+}
+
+/* A model of 6.6 MB of output: with the output dropped from the page cache
+ * 256 KiB behind the writer, the first tensor settles on the device during
+ * the run (once the writer's 4 MiB buffer is handed to the file) and is
+ * read back there; the rest is read back at the end. */
+Test(pipeline,
+     the_output_read_back_behind_the_writer_is_the_same_file_and_what_settled_is_read_there,
+     .init = setup, .fini = teardown)
+{
+    static const sf_spec specs[] = {
+        { "a.attn_q.weight", 2, 5120, 1024, PN_TYPE_BF16 },  /* pn3t, 2.2 MB */
+        { "b.ffn_down.weight", 2, 4096, 1024, PN_TYPE_F16 }, /* pn4t, 2.2 MB */
+        { "c.ffn_up.weight", 2, 5120, 1024, PN_TYPE_F32 },   /* pn3t, 2.2 MB */
+        { "d.norm", 1, 5120, 1, PN_TYPE_F32 },
+    };
+    static const char recipe_text[] = "mix T\nrotation hadamard 1024\npromote 0\n"
+                                      "rule dims=1 => f32\nrule *.ffn_down.weight => pn4t\n"
+                                      "rule *.attn_q.weight *.ffn_up.weight => pn3t\n";
+    char *src = path_in("src.gguf"), *recipe = path_in("r.mix");
+    char *dst[2] = { path_in("default.gguf"), path_in("behind.gguf") };
+    sf_write_model(src, specs, sizeof specs / sizeof specs[0], 5);
+    cr_assert_eq(tu_write_file(recipe, recipe_text, strlen(recipe_text)), 0);
+    pn_quantize_stats stats[2];
+    for (int k = 0; k < 2; k++) {
+        pn_quantize_opts o;
+        base_opts(&o, src, dst[k], recipe);
+        o.threads = 2;
+        o.drop_behind_bytes = k ? 262144 : 0; /* 0: 128 MiB, more than the file */
+        pn_error err;
+        cr_assert_eq(pn_quantize_file(&o, &stats[k], &err), PN_OK, "%s", err.msg);
+    }
+    cr_assert_eq(stats[0].validated_behind_bytes, 0);
+    cr_assert_geq(stats[1].validated_behind_bytes, (uint64_t)2176 * 1024,
+                  "%llu bytes read back behind the writer",
+                  (unsigned long long)stats[1].validated_behind_bytes);
+    size_t n0, n1;
+    uint8_t *b0 = tu_read_file(dst[0], &n0), *b1 = tu_read_file(dst[1], &n1);
+    cr_assert(n0 == n1 && memcmp(b0, b1, n0) == 0, "the files differ");
+    free(b0);
+    free(b1);
+    free(src);
+    free(recipe);
+    free(dst[0]);
+    free(dst[1]);
 }
 
 /* ---- memory bounded by the chunk, whatever K ----------------------------- */

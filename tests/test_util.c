@@ -122,6 +122,31 @@ int tu_count_temporary_files(const char *dir)
     return n;
 }
 
+char *tu_find_temporary_output(const char *dir)
+{
+    char *p = NULL;
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    for (struct dirent *e; !p && (e = readdir(d));)
+        if (strstr(e->d_name, ".tmp.") || strstr(e->d_name, ".pn-")) {
+            p = malloc(strlen(dir) + strlen(e->d_name) + 2);
+            sprintf(p, "%s/%s", dir, e->d_name);
+        }
+    closedir(d);
+    for (int fd = 3; fd < 1024 && !p; fd++) {
+        char link[64], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, "(deleted)"))
+            p = strdup(link);
+    }
+    cr_assert(p, "no temporary output in %s", dir);
+    return p;
+}
+
 void tu_rm_rf(const char *path)
 {
     if (!path || !*path || strcmp(path, "/") == 0)

@@ -29,6 +29,11 @@ int tu_count_files(const char *dir);
 /* Entries of a folder that are an output's temporary files: names holding
  * ".tmp." (a file beside its target) or ".pn-" (a split set's). */
 int tu_count_temporary_files(const char *dir);
+/* The temporary output this process is writing in dir, as a path that
+ * opens it (malloc'd): a named temporary file (".tmp.", ".pn-"), or an
+ * unnamed one (O_TMPFILE) through the descriptor the process holds,
+ * /proc/self/fd/N. Fails the test when there is none. */
+char *tu_find_temporary_output(const char *dir);
 /* Removes a directory tree made by tu_mkdtemp. */
 void tu_rm_rf(const char *path);
 

@@ -922,6 +922,14 @@ pn_status gguf_reader_open_one_(const char *path, bool lenient, uint64_t first_r
     return open_fd_owned(fd, path, lenient, first_read, out, err);
 }
 
+/* How much of the file an open reads at first: the first 16 MiB (the header
+ * and, for a small file, its data), or a few KiB (the header alone, read
+ * further as it needs) with GGUF_OPEN_HEADER_ONLY. */
+static uint64_t first_read_of(unsigned flags)
+{
+    return (flags & GGUF_OPEN_HEADER_ONLY) ? GGUF_READ_FIRST_SPLIT : GGUF_READ_FIRST_FILE;
+}
+
 pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader **out, pn_error *err)
 {
     *out = NULL;
@@ -929,9 +937,7 @@ pn_status gguf_reader_open_flags(const char *path, unsigned flags, gguf_reader *
         return pn_error_set(err, PN_ERR_USAGE, "gguf reader: open of no path");
     bool lenient = (flags & GGUF_OPEN_LENIENT) != 0;
     gguf_reader *r;
-    const uint64_t first =
-        (flags & GGUF_OPEN_HEADER_ONLY) ? GGUF_READ_FIRST_SPLIT : GGUF_READ_FIRST_FILE;
-    pn_status st = gguf_reader_open_one_(path, lenient, first, &r, err);
+    pn_status st = gguf_reader_open_one_(path, lenient, first_read_of(flags), &r, err);
     if (st)
         return st;
     if (flags & GGUF_OPEN_ONE_FILE) {
@@ -974,9 +980,7 @@ pn_status gguf_reader_open_fd_flags(int fd, const char *name, unsigned flags, gg
     if (own < 0)
         return pn_error_set(err, PN_ERR_IO, "%s: cannot duplicate its descriptor: %s",
                             name ? name : "(fd)", strerror(errno));
-    const uint64_t first =
-        (flags & GGUF_OPEN_HEADER_ONLY) ? GGUF_READ_FIRST_SPLIT : GGUF_READ_FIRST_FILE;
-    return open_fd_owned(own, name ? name : "(fd)", false, first, out, err);
+    return open_fd_owned(own, name ? name : "(fd)", false, first_read_of(flags), out, err);
 }
 
 pn_status gguf_reader_open_fd(int fd, const char *name, gguf_reader **out, pn_error *err)

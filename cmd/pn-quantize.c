@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
+#include "cmd/quantize_kl.h"
 #include "common/file.h"
 #include "common/outfile.h"
 #include "common/text.h"
@@ -23,6 +24,8 @@
 #include "pipeline/quantize.h"
 #include "quant/pn_fast.h"
 #include "quant/types.h"
+
+extern char **environ;
 
 static volatile sig_atomic_t g_cancel = 0;
 
@@ -62,7 +65,8 @@ enum {
     O_OUTPUT_TYPE,
     O_EMBD_TYPE,
     O_IMATRIX,
-    O_IMATRIX_MISSING
+    O_IMATRIX_MISSING,
+    O_KL /* O_KL + KL_OPT_*: the --measure kl options (quantize_kl.h) */
 };
 
 /* The most --tensor-type options one run takes. */
@@ -98,6 +102,29 @@ static const pn_cli_option options[] = {
       "  --imatrix-missing error|unweighted\n"
       "                          a promotion candidate without an entry: an error (default),\n"
       "                          or measured unweighted\n" },
+    { "measure", required_argument, O_KL + KL_OPT_MEASURE,
+      "  --measure error|kl      how promotion candidates are ranked: error (default: the\n"
+      "                          weight error each removes, measured on sampled rows) or\n"
+      "                          kl (each promoted alone over the base mix and judged by\n"
+      "                          stock llama.cpp on --calibration; docs/usage.md#kl)\n" },
+    { "calibration", required_argument, O_KL + KL_OPT_CALIBRATION,
+      "  --calibration FILE      --measure kl: the text the candidates are judged on\n" },
+    { "seq-len", required_argument, O_KL + KL_OPT_SEQ_LEN,
+      "  --seq-len N             --measure kl: tokens per sequence (default 256)\n" },
+    { "max-seqs", required_argument, O_KL + KL_OPT_MAX_SEQS,
+      "  --max-seqs N            --measure kl: most sequences of the text (default 8)\n" },
+    { "measure-part", required_argument, O_KL + KL_OPT_PART,
+      "  --measure-part I/N      --measure kl: measure only share I of N into\n"
+      "                          --measurement FILE.part-IIIII-of-NNNNN (no DST); a later\n"
+      "                          run with --measurement FILE joins the N parts\n" },
+    { "judge", no_argument, O_KL + KL_OPT_JUDGE,
+      "  --judge                 --measure kl: judge the written mix on the calibration\n"
+      "                          text and print its KL beside the base's\n" },
+    { "node", required_argument, O_KL + KL_OPT_NODE,
+      "  --node PROG             --measure kl: the Node.js program (default: node)\n" },
+    { "llama-script", required_argument, O_KL + KL_OPT_SCRIPT,
+      "  --llama-script FILE     --measure kl: the llama.cpp harness (default:\n"
+      "                          ../share/pn-quantize/llama/ beside the program)\n" },
     { "measure-rows", required_argument, O_MROWS,
       "  --measure-rows N        rows sampled per tensor for the measurement (default 256)\n" },
     { "reuse", required_argument, O_REUSE,
@@ -214,6 +241,7 @@ typedef struct cli_state {
     char recipe_path[4096]; /* --recipe NAME: the shipped file */
     pn_recipe_override overrides[MAX_OVERRIDES];
     size_t n_overrides;
+    kl_cli kl; /* --measure kl */
 } cli_state;
 
 /* ---- the plan table, the totals and the report (from the job's data) ---- */
@@ -231,7 +259,7 @@ static const char *type_name(int type)
     return tt ? tt->name : "?";
 }
 
-static void print_plan_table(FILE *f, const pn_quantize_result *r)
+static void print_plan_table(FILE *f, const pn_quantize_result *r, const cli_state *cs)
 {
     fprintf(f, "%-40s %-16s %-6s %-6s %14s  %s\n", "tensor", "shape", "source", "type", "bytes",
             "note");
@@ -247,6 +275,7 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r)
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%srotated B=%d", l ? ", " : "", t->rotation_block);
         }
+        kl_cli_plan_note(&cs->kl, t, note, sizeof note);
         if (r->reused && r->reused[i]) {
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%sfrom PREV", l ? ", " : "");
@@ -543,8 +572,9 @@ static pn_status on_result(const pn_quantize_result *r, void *user, pn_error *er
     s->split_index = r->split_index;
     free(s->dst_written);
     s->dst_written = r->dst_path ? strdup(r->dst_path) : NULL;
+    kl_cli_take_plan(&s->kl, r->plan);
     if (r->dry_run) {
-        print_plan_table(stdout, r);
+        print_plan_table(stdout, r, s);
         print_totals(stdout, r);
         print_files(stdout, r);
     } else if (!s->quiet) {
@@ -856,7 +886,10 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_VERSION: printf("pn-quantize %s\n", PN_VERSION); return 0;
     case O_REUSE: o->reuse_path = optarg; break;
     case O_REUSE_VERIFY: o->reuse_verify = true; break;
-    default: return pn_cli_refuse_option(&program, argv);
+    default:
+        if (c >= O_KL && c < O_KL + KL_OPT_COUNT)
+            return kl_cli_take(&cs->kl, c - O_KL, optarg);
+        return pn_cli_refuse_option(&program, argv);
     }
     return -1;
 }
@@ -904,15 +937,18 @@ static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state
         if ((rc = take_option(c, o, cs, argv)) >= 0)
             return rc;
     int npos = argc - optind;
-    if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run ? 1 : 2, 2,
+    if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run || cs->kl.n_parts ? 1 : 2, 2,
                            o->dry_run ? "SRC [DST.gguf]" : "SRC DST.gguf"))
         return 2;
-    if (check_combinations(o) != 0 || read_environment(o) != 0)
+    if (check_combinations(o) != 0 || kl_cli_check(&cs->kl, o, npos == 2) != 0 ||
+        read_environment(o) != 0)
         return 2;
     o->src_path = argv[optind];
     o->dst_path = npos == 2 ? argv[optind + 1] : NULL;
     return -1;
 }
+
+static int run_parsed(pn_quantize_opts *op, cli_state *cs);
 
 static int run(int argc, char **argv)
 {
@@ -922,17 +958,27 @@ static int run(int argc, char **argv)
     memset(&cs, 0, sizeof cs);
     cs.tty = isatty(2);
     pn_cli_meter_init(&cs.meter);
+    kl_cli_init(&cs.kl);
     int rc = parse_arguments(argc, argv, &o, &cs);
-    if (rc >= 0)
+    if (rc < 0)
+        rc = run_parsed(&o, &cs);
+    kl_cli_free(&cs.kl);
+    return rc;
+}
+
+/* The run once its options are parsed. */
+static int run_parsed(pn_quantize_opts *op, cli_state *cs)
+{
+    pn_quantize_opts o = *op;
+    int rc;
+    pn_cli_cap_threads("pn-quantize", "--threads", &o.threads, cs->quiet);
+    cs->force = o.force;
+    if (cs->report_path && (rc = check_report_path(cs, &o)) != 0)
         return rc;
-    pn_cli_cap_threads("pn-quantize", "--threads", &o.threads, cs.quiet);
-    cs.force = o.force;
-    if (cs.report_path && (rc = check_report_path(&cs, &o)) != 0)
-        return rc;
-    if (cs.report_path) {
-        pn_outfile_opts ro = { .force = cs.force != 0 };
+    if (cs->report_path) {
+        pn_outfile_opts ro = { .force = cs->force != 0 };
         pn_error re;
-        if (pn_outfile_open(cs.report_path, &ro, &cs.report, &re) != PN_OK) {
+        if (pn_outfile_open(cs->report_path, &ro, &cs->report, &re) != PN_OK) {
             put_lines(stderr, "pn-quantize: error: ", re.msg);
             if (o.dst_path && !o.dry_run) {
                 fprintf(stderr, "pn-quantize: nothing was written to ");
@@ -942,15 +988,15 @@ static int run(int argc, char **argv)
             return 1;
         }
         /* stale temporary files of a killed run beside the report */
-        const char *note = pn_outfile_note(cs.report);
-        if (note && !cs.quiet)
+        const char *note = pn_outfile_note(cs->report);
+        if (note && !cs->quiet)
             put_lines(stderr, "pn-quantize: ", note);
     }
-    cs.show_progress = !cs.quiet && (cs.tty || cs.force_progress);
+    cs->show_progress = !cs->quiet && (cs->tty || cs->force_progress);
     o.progress = on_progress;
     o.note = on_note;
     o.result = on_result;
-    o.user = &cs;
+    o.user = cs;
     o.cancel = &g_cancel;
 
     struct sigaction sa;
@@ -964,15 +1010,19 @@ static int run(int argc, char **argv)
      * which is reported and cleaned up, instead of killing the program. */
     signal(SIGXFSZ, SIG_IGN);
 
+    cs->kl.quiet = cs->quiet;
+    cs->kl.progress = !cs->quiet;
+    if ((rc = kl_cli_obtain(&cs->kl, &o, environ, &g_cancel)) >= 0)
+        return rc;
     pn_quantize_stats stats;
     pn_error err;
     pn_error_clear(&err);
     pn_status st = pn_quantize_file(&o, &stats, &err);
-    if (cs.show_progress && cs.tty)
+    if (cs->show_progress && cs->tty)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
-        discard_report(&cs);
-        free(cs.totals);
+        discard_report(cs);
+        free(cs->totals);
         put_lines(stderr, "pn-quantize: error: ", err.msg[0] ? err.msg : pn_strerror(st));
         if (st == PN_ERR_NOSPACE || (st == PN_ERR_IO && strstr(err.msg, strerror(EFBIG))))
             fprintf(stderr, "pn-quantize: the disk is full, or a file-size limit (ulimit -f) "
@@ -988,16 +1038,16 @@ static int run(int argc, char **argv)
                 fprintf(stderr, "; what was there is as it was");
             fputc('\n', stderr);
         }
-        free(cs.files);
-        free(cs.dst_written);
+        free(cs->files);
+        free(cs->dst_written);
         return pn_cli_exit_status_signal(st, g_cancel);
     }
-    if (cs.report_path) {
+    if (cs->report_path) {
         pn_error re;
-        pn_status rs = commit_report(&cs, &re);
+        pn_status rs = commit_report(cs, &re);
         if (rs != PN_OK) {
-            free(cs.totals);
-            free(cs.files);
+            free(cs->totals);
+            free(cs->files);
             if (o.dry_run) {
                 fprintf(stderr, "pn-quantize: error: ");
             } else {
@@ -1006,28 +1056,28 @@ static int run(int argc, char **argv)
                 fprintf(stderr, ", but the report could not be written: ");
             }
             if (rs == PN_ERR_EXISTS) {
-                pn_fput_safe(stderr, cs.report_path);
+                pn_fput_safe(stderr, cs->report_path);
                 fprintf(stderr, ": it appeared during the run; use --force to replace it\n");
             } else {
                 put_lines(stderr, "", re.msg); /* the message names the report path */
             }
-            free(cs.dst_written);
+            free(cs->dst_written);
             return 1;
         }
     }
-    if (cs.totals)
-        fputs(cs.totals, stdout);
-    free(cs.totals);
-    if (cs.files)
-        fputs(cs.files, stdout);
-    free(cs.files);
-    if (!o.dry_run && !cs.quiet) {
+    if (cs->totals)
+        fputs(cs->totals, stdout);
+    free(cs->totals);
+    if (cs->files)
+        fputs(cs->files, stdout);
+    free(cs->files);
+    if (!o.dry_run && !cs->quiet) {
         printf("wrote ");
-        if (cs.split_index >= 0)
-            printf("split %ld of %zu of ", cs.split_index + 1, cs.n_splits);
-        else if (cs.n_splits > 1)
-            printf("%zu splits of ", cs.n_splits);
-        pn_fput_safe(stdout, cs.dst_written ? cs.dst_written : o.dst_path);
+        if (cs->split_index >= 0)
+            printf("split %ld of %zu of ", cs->split_index + 1, cs->n_splits);
+        else if (cs->n_splits > 1)
+            printf("%zu splits of ", cs->n_splits);
+        pn_fput_safe(stdout, cs->dst_written ? cs->dst_written : o.dst_path);
         printf(": ");
         pn_fput_safe(stdout, stats.mix_name);
         printf(", %llu bytes, %.1f s, %.3g weights/s, backend %s\n",
@@ -1047,8 +1097,9 @@ static int run(int argc, char **argv)
             printf("reuse seconds: sampled rows %.1f, --reuse-verify %.1f, PREV checked %.1f\n",
                    stats.t_identity, stats.t_verify, stats.t_reuse_check);
     }
-    free(cs.dst_written);
-    return 0;
+    kl_cli_print_promoted(&cs->kl, cs->quiet);
+    free(cs->dst_written);
+    return o.dry_run ? 0 : kl_cli_judge(&cs->kl, &o, environ, &g_cancel);
 }
 
 /* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main), and

@@ -118,6 +118,7 @@ typedef struct pn_compare_file {
     uint64_t pn_weights, pn_bytes;  /* over pn3t/pn4t tensors */
     double bpw, bpw_pn;             /* bits per weight; bpw_pn 0 without PN tensors */
     double kl_mean, kl_p99, kl_max;
+    double kl_se;                  /* standard error of kl_mean: sample deviation / sqrt(n) */
     double top1;                   /* share of positions, 0..1 */
     size_t kl_max_seq, kl_max_pos; /* where the maximum is */
     double seconds;                /* decode and llama.cpp run */

@@ -146,12 +146,16 @@ typedef struct pn_measure_entry {
     char *name;
     double e3, e4;
     uint32_t rows_crc32; /* of the source bytes of the rows measured */
+    double gain;         /* with by_gain: what promoting it buys (a KL gain) */
 } pn_measure_entry;
 
 typedef struct pn_measurement {
     pn_measure_params params;
     size_t n;
     pn_measure_entry *entries; /* the plan's candidates, in tensor order */
+    /* Promotions ordered by each entry's gain (a KL measurement made in
+     * compare/kl_measure.h, never saved in this format) instead of E3 - E4. */
+    bool by_gain;
 } pn_measurement;
 
 /* A measurement with one entry per candidate of the plan (E3 = E4 = 0 and

@@ -9,7 +9,7 @@
 
 typedef struct ranked {
     size_t index; /* plan tensor index */
-    double gain;  /* E3 - E4 */
+    double gain;  /* E3 - E4, or the entry's gain (by_gain) */
 } ranked;
 
 /* A total order (gain, then index), so qsort's instability cannot show. */
@@ -61,7 +61,7 @@ pn_status pn_promotion_order(const pn_plan *plan, const pn_measurement *m, size_
             goto done;
         }
         r[k].index = i;
-        r[k].gain = m->entries[e].e3 - m->entries[e].e4;
+        r[k].gain = m->by_gain ? m->entries[e].gain : m->entries[e].e3 - m->entries[e].e4;
         k++;
     }
     qsort(r, k, sizeof *r, cmp_ranked);

@@ -463,10 +463,14 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
             pn_measurement *m = NULL;
             pn_measure_times mt = { 0, 0, 0 };
             double t0 = pn_now_seconds();
-            st = check_missing_entries(o, p, err);
-            if (st == PN_OK)
-                st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
-                                           p->imatrix_hash, &m, &mt, err);
+            const pn_measurement *use = o->measurement;
+            if (!use) {
+                st = check_missing_entries(o, p, err);
+                if (st == PN_OK)
+                    st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
+                                               p->imatrix_hash, &m, &mt, err);
+                use = m;
+            }
             stats->t_measure += pn_now_seconds() - t0;
             stats->t_measure_read += mt.read;
             stats->t_measure_compute += mt.compute;
@@ -475,7 +479,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                 goto fail;
             size_t n_promote = (size_t)want;
             if (o->target_size) {
-                st = choose_n_for_size(p, src, m, o->target_size, o->cancel, &n_promote, err);
+                st = choose_n_for_size(p, src, use, o->target_size, o->cancel, &n_promote, err);
                 if (st == PN_OK)
                     st = measure_file_size(p, src, o->cancel, err);
                 if (st == PN_OK && o->note) {
@@ -487,7 +491,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                     o->note(msg, o->user);
                 }
             } else {
-                st = pn_plan_promote_top(p->plan, m, n_promote, err);
+                st = pn_plan_promote_top(p->plan, use, n_promote, err);
             }
             pn_measurement_free(m);
             if (st != PN_OK)

@@ -184,9 +184,13 @@ typedef struct pn_quantize_opts {
     int promote;                   /* -1: the recipe's `promote` */
     const char *promote_list_path; /* NULL or a file of tensor names */
     const char *measurement_path;  /* NULL or a file to read/write */
-    uint64_t target_size;          /* 0: none */
-    int rotation_cap;              /* -1: the recipe's; 0: none; else cap */
-    int threads;                   /* 0: all cores (pn_threads_resolve) */
+    /* A measurement made elsewhere (the KL measurement of compare/kl_measure.h,
+     * its entries' gains ordering the promotions): used as it is, instead of
+     * measurement_path or measuring; NULL: none. */
+    const struct pn_measurement *measurement;
+    uint64_t target_size; /* 0: none */
+    int rotation_cap;     /* -1: the recipe's; 0: none; else cap */
+    int threads;          /* 0: all cores (pn_threads_resolve) */
     pn_backend backend;
     int device;
     bool cuda_emulate;     /* the CUDA backend's host emulator (tests) */

@@ -351,6 +351,31 @@ static pn_status check_missing_entries(const pn_quantize_opts *o, const pn_job_p
     return PN_OK;
 }
 
+/* The measurement promotions are chosen by: the one given (o->measurement),
+ * else read or made (pipeline/measure_job.h; *made owns it), its time added
+ * to stats. */
+static pn_status obtain_measurement(const pn_quantize_opts *o, pn_job_plan *p, gguf_reader *src,
+                                    const pn_job_env *env, const pn_source_id *sid,
+                                    pn_quantize_stats *stats, pn_measurement **made,
+                                    const pn_measurement **use, pn_error *err)
+{
+    *use = o->measurement;
+    if (*use)
+        return PN_OK;
+    pn_measure_times mt = { 0, 0, 0 };
+    double t0 = pn_now_seconds();
+    pn_status st = check_missing_entries(o, p, err);
+    if (st == PN_OK)
+        st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
+                                   p->imatrix_hash, made, &mt, err);
+    stats->t_measure += pn_now_seconds() - t0;
+    stats->t_measure_read += mt.read;
+    stats->t_measure_compute += mt.compute;
+    stats->t_measure_wait_input += mt.wait_input;
+    *use = *made;
+    return st;
+}
+
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
                            pn_error *err)
@@ -461,20 +486,8 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
                 goto fail;
             }
             pn_measurement *m = NULL;
-            pn_measure_times mt = { 0, 0, 0 };
-            double t0 = pn_now_seconds();
-            const pn_measurement *use = o->measurement;
-            if (!use) {
-                st = check_missing_entries(o, p, err);
-                if (st == PN_OK)
-                    st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
-                                               p->imatrix_hash, &m, &mt, err);
-                use = m;
-            }
-            stats->t_measure += pn_now_seconds() - t0;
-            stats->t_measure_read += mt.read;
-            stats->t_measure_compute += mt.compute;
-            stats->t_measure_wait_input += mt.wait_input;
+            const pn_measurement *use = NULL;
+            st = obtain_measurement(o, p, src, env, sid, stats, &m, &use, err);
             if (st != PN_OK)
                 goto fail;
             size_t n_promote = (size_t)want;

@@ -664,7 +664,7 @@ Test(outfile_users, a_measurement_replaces_its_own_file_atomically_and_refuses_a
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "m.txt");
     char name[] = "blk.0.ffn_down.weight";
-    pn_measure_entry entry = { name, 0.25, 0.125, 0x1234abcdu };
+    pn_measure_entry entry = { name, 0.25, 0.125, 0x1234abcdu, 0.0 };
     pn_measurement m = { .params = { .quantizer = "pn-quantize test", .sample_max_rows = 8 },
                          .n = 1,
                          .entries = &entry };

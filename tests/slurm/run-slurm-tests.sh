@@ -15,7 +15,11 @@
 #      (its file exists: --force) and the set is whole: one run's, byte for
 #      byte;
 #   3. the quick recipe of docs/split.md, run as pasted: one split (DST
-#      itself), equal to one run.
+#      itself), equal to one run;
+#   4. --measure kl spread over an array of 3 measurement tasks: the parts
+#      join into the file one process measures (cmp), and the set equals
+#      one run with that measurement (needs stock llama.cpp on the node:
+#      skipped without it unless PN_REQUIRE_LLAMA=1).
 # Skipped, with a message, only where Slurm cannot be installed; with
 # PN_REQUIRE_SLURM=1 (CI) that is a failure.
 set -euo pipefail
@@ -137,4 +141,29 @@ ls doc/out | grep -q -- '-of-' && fail "3: one split written as a split name: $(
 "$bin/pn-quantize" --quiet --backend cpu --threads 2 --split-max-size 8G doc/models/MODEL-BF16.gguf one.gguf 2>/dev/null
 cmp doc/out/MODEL-PN3.gguf one.gguf || fail "3: the one-split set differs from one run"
 pass "3: docs/split.md's quick recipe ran as pasted: one split (DST itself), equal to one run"
+# ---- 4. the KL measurement as an array job ---------------------------------
+if [ ! -f "$root/tools/llama/node_modules/node-llama-cpp/package.json" ]; then
+  [ "${PN_REQUIRE_LLAMA:-0}" = 1 ] && fail "4: stock llama.cpp is not installed (scripts/install-deps)"
+  echo "slurm tests: 4 SKIPPED: stock llama.cpp is not installed (scripts/install-deps)"
+else
+  KL=(--measure kl --calibration /usr/share/common-licenses/GPL-3 --seq-len 8 --max-seqs 2)
+  t0=$(now)
+  "$S" "${RES[@]}" --wait --measure-tasks 3 "${Q[@]}" "${KL[@]}" --promote 2 src.gguf k/m.gguf \
+    > run4.log 2>&1 || { cat run4.log k/m.slurm/logs/* 2>/dev/null; fail "4: the measured array run did not end VALID"; }
+  t1=$(now)
+  grep -q '^VALID' run4.log || { cat run4.log; fail "4: no VALID verdict"; }
+  for i in 1 2 3; do
+    [ -f "k/m.slurm/measurement.kl.part-0000$i-of-00003" ] || fail "4: part $i of the measurement is missing: $(ls k/m.slurm)"
+  done
+  "$bin/pn-quantize" --quiet --recipe "$R" --threads 2 "${KL[@]}" --measurement one.kl --dry-run src.gguf \
+    > /dev/null 2>&1 || fail "4: the one-process measurement failed"
+  cmp one.kl k/m.slurm/measurement.kl || fail "4: the joined parts differ from one process's measurement"
+  mkdir ref4
+  "$bin/pn-quantize" --quiet --backend cpu --threads 2 "${Q[@]}" "${KL[@]}" --measurement one.kl --promote 2 \
+    src.gguf ref4/m.gguf 2>/dev/null || fail "4: the single run failed"
+  for s in 1 2 3 4 5; do
+    cmp "$(split k/m "$s")" "$(split ref4/m "$s")" || fail "4: split $s differs from one run's"
+  done
+  pass "4: --measure kl in 3 array tasks: the parts join into one process's measurement (cmp) and the set equals one run; submit to verdict $(secs "$t0" "$t1") s"
+fi
 echo "slurm tests: all passed"

@@ -82,8 +82,7 @@ int kl_cli_check(const kl_cli *k, const pn_quantize_opts *o, bool have_dst)
     if (!k->kl && (k->calibration || k->n_parts || k->judge))
         need = k->calibration ? "--calibration" : k->n_parts ? "--measure-part" : "--judge";
     if (need) {
-        fprintf(stderr, "pn-quantize: %s belongs to the KL measurement: give --measure kl\n",
-                need);
+        fprintf(stderr, "pn-quantize: %s belongs to the KL measurement: give --measure kl\n", need);
         return 2;
     }
     if (!k->kl)
@@ -269,9 +268,8 @@ void kl_cli_take_plan(kl_cli *k, const pn_plan *plan)
     for (size_t rank = 0; rank < plan->n_promoted; rank++)
         for (size_t i = 0; i < plan->n_tensors; i++) {
             const pn_plan_tensor *t = &plan->tensors[i];
-            const pn_kl_entry *e = t->promoted && t->promote_rank == (int)rank
-                                       ? entry_of(k, t->name)
-                                       : NULL;
+            const pn_kl_entry *e =
+                t->promoted && t->promote_rank == (int)rank ? entry_of(k, t->name) : NULL;
             if (!e)
                 continue;
             fprintf(f, "  #%zu ", rank + 1);
@@ -291,12 +289,11 @@ void kl_cli_print_promoted(const kl_cli *k, bool quiet)
         return;
     printf("promoted by KL gain (base %s %.4f \xc2\xb1 %.4f on %zu positions; the gains add up "
            "to %.4f):\n%s",
-           k->m->params.base_label, k->m->kl_base, k->m->kl_base_se, k->m->n_positions,
-           k->gain_sum, k->promoted);
+           k->m->params.base_label, k->m->kl_base, k->m->kl_base_se, k->m->n_positions, k->gain_sum,
+           k->promoted);
 }
 
-int kl_cli_judge(kl_cli *k, const pn_quantize_opts *o, char **envp,
-                 volatile sig_atomic_t *cancel)
+int kl_cli_judge(kl_cli *k, const pn_quantize_opts *o, char **envp, volatile sig_atomic_t *cancel)
 {
     if (!k->judge || !k->m)
         return 0;

@@ -25,8 +25,8 @@ typedef struct kl_cli {
     pn_kl_measurement *m;
     pn_measurement *as; /* m as promotion takes it */
     char *script_found;
-    char *promoted;     /* the promotions with their gains, one line each */
-    double gain_sum;    /* of the promotions' single gains */
+    char *promoted;  /* the promotions with their gains, one line each */
+    double gain_sum; /* of the promotions' single gains */
     size_t n_promoted;
 } kl_cli;
 
@@ -70,7 +70,6 @@ void kl_cli_print_promoted(const kl_cli *k, bool quiet);
 /* --judge: the written DST judged on the calibration text beside the base
  * and what the single gains add up to. The exit status (0, or 1 after a
  * message). */
-int kl_cli_judge(kl_cli *k, const pn_quantize_opts *o, char **envp,
-                 volatile sig_atomic_t *cancel);
+int kl_cli_judge(kl_cli *k, const pn_quantize_opts *o, char **envp, volatile sig_atomic_t *cancel);
 
 #endif

@@ -629,7 +629,9 @@ pn_status pn_judge_eval(pn_judge *J, size_t model, const char *path, const char 
                                 "%s: sequence %zu position %zu: a non-finite logit (token %zu) "
                                 "from llama.cpp on %s",
                                 src ? o->source_path : shown, seq, in_seq, bad,
-                                src ? "the source" : decoded ? "the decoded model" : "the model");
+                                src       ? "the source"
+                                : decoded ? "the decoded model"
+                                          : "the model");
         }
         J->kl[pos] = kl;
         J->positions_done++;
@@ -681,8 +683,8 @@ static pn_status convert_source(const char *src, const char *path, pn_error *err
     return st;
 }
 
-pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_models,
-                        pn_judge **out, char *llama_cpp, char *node_llama_cpp, pn_error *err)
+pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_models, pn_judge **out,
+                        char *llama_cpp, char *node_llama_cpp, pn_error *err)
 {
     *out = NULL;
     pn_judge *J = calloc(1, sizeof *J);

@@ -48,8 +48,8 @@ typedef struct pn_judge_figures {
  * compare.c finds it) and runs the source. llama_cpp and node_llama_cpp (64
  * bytes each) receive the versions the harness names. Errors as
  * pn_compare_run's for the source. */
-pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_models,
-                        pn_judge **out, char *llama_cpp, char *node_llama_cpp, pn_error *err);
+pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_models, pn_judge **out,
+                        char *llama_cpp, char *node_llama_cpp, pn_error *err);
 
 /* The vocabulary size llama.cpp will see in the model r reads: the length
  * of tokenizer.ggml.tokens, else token_embd's rows; 0 when neither is

@@ -42,8 +42,8 @@ pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err
     const pn_kl_params *p = &m->params;
     if (!field_ok(p->quantizer) || !field_ok(p->base_label) || !field_ok(p->llama_cpp) ||
         !field_ok(p->node_llama_cpp))
-        return pn_error_set(err, PN_ERR_USAGE, "%s: a text of the measurement is empty or not one line",
-                            path);
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: a text of the measurement is empty or not one line", path);
     for (size_t i = 0; i < m->n; i++)
         if (!field_ok(m->entries[i].name) || !isfinite(m->entries[i].kl) ||
             !isfinite(m->entries[i].gain) || !isfinite(m->entries[i].se))
@@ -187,8 +187,9 @@ static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, 
         BAD("%s:1: expected 'pn-measure-kl<TAB>%d' (a KL measurement file)", path,
             PN_KL_FORMAT_VERSION);
     if (!u64_of(f[1], 10, 0, &v) || v != PN_KL_FORMAT_VERSION) {
-        st = pn_error_set(err, PN_ERR_VERSION, "%s:1: expected KL measurement format %d, found '%s'",
-                          path, PN_KL_FORMAT_VERSION, f[1]);
+        st =
+            pn_error_set(err, PN_ERR_VERSION, "%s:1: expected KL measurement format %d, found '%s'",
+                         path, PN_KL_FORMAT_VERSION, f[1]);
         goto done;
     }
     if (!fields(next_line(lr), "source", f, 3) || strcmp(f[1], "header-fnv1a64") != 0 ||
@@ -220,8 +221,8 @@ static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, 
     if (!fields(next_line(lr), "positions", f, 4) || !int_of(f[1], 1, 1 << 22, &p->seq_len) ||
         !int_of(f[2], 1, 1 << 22, &p->max_seqs) || !u64_of(f[3], 10, 0, &v) || v < 1 ||
         v > (uint64_t)p->seq_len * (uint64_t)p->max_seqs)
-        BAD("%s:%d: expected 'positions<TAB><seq-len><TAB><max-seqs><TAB><positions judged>'",
-            path, lr->line);
+        BAD("%s:%d: expected 'positions<TAB><seq-len><TAB><max-seqs><TAB><positions judged>'", path,
+            lr->line);
     m->n_positions = (size_t)v;
     if (!fields(next_line(lr), "judge", f, 4) ||
         !text_into(f[1], p->llama_cpp, sizeof p->llama_cpp) ||
@@ -315,8 +316,8 @@ done:
 }
 
 #define DIFF(what, fmt, a, b)                                                                      \
-    return pn_error_set(err, PN_ERR_MISMATCH, "%s: measured with another %s: " fmt ", this run: " fmt, \
-                        path, what, a, b)
+    return pn_error_set(err, PN_ERR_MISMATCH,                                                      \
+                        "%s: measured with another %s: " fmt ", this run: " fmt, path, what, a, b)
 
 pn_status pn_kl_params_check(const pn_kl_params *got, const pn_kl_params *want, const char *path,
                              pn_error *err)

@@ -248,13 +248,15 @@ static pn_status prepare(const pn_kl_opts *o, pn_judge *J, const base_plan *b, i
 {
     const char *dir = pn_judge_dir(J);
     char *pn[2] = { pn_path_join(dir, "base.gguf"), pn_path_join(dir, "all.gguf") };
-    char *dec[2] = { pn_path_join(dir, "base-decoded.gguf"), pn_path_join(dir, "all-decoded.gguf") };
+    char *dec[2] = { pn_path_join(dir, "base-decoded.gguf"),
+                     pn_path_join(dir, "all-decoded.gguf") };
     char *undo = pn_path_join(dir, "undo");
     pn_status st = pn[0] && pn[1] && dec[0] && dec[1] && undo
                        ? PN_OK
                        : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (int k = 0; k < 2 && st == PN_OK; k++) {
-        pn_judge_step(J, k ? "making the all-promoted mix" : "making the base mix", 1, o->q.src_path);
+        pn_judge_step(J, k ? "making the all-promoted mix" : "making the base mix", 1,
+                      o->q.src_path);
         pn_quantize_opts q = base_opts(o, k ? (int)b->n : 0, pn[k], k ? pn[0] : NULL);
         pn_quantize_stats qs;
         st = pn_quantize_file(&q, &qs, err);
@@ -284,8 +286,9 @@ static pn_status prepare(const pn_kl_opts *o, pn_judge *J, const base_plan *b, i
     for (size_t i = 0; i < b->n && st == PN_OK; i++) {
         long x = gguf_reader_find_tensor(r[0], b->names[i]);
         long y = gguf_reader_find_tensor(r[1], b->names[i]);
-        if (x < 0 || y < 0 || gguf_reader_tensor(r[0], (size_t)x)->size !=
-                                  gguf_reader_tensor(r[1], (size_t)y)->size) {
+        if (x < 0 || y < 0 ||
+            gguf_reader_tensor(r[0], (size_t)x)->size !=
+                gguf_reader_tensor(r[1], (size_t)y)->size) {
             st = pn_error_set(err, PN_ERR_MISMATCH,
                               "%s: the decodings of the base and the all-promoted mix disagree on "
                               "candidate %s",
@@ -336,8 +339,8 @@ static pn_status judge_candidate(pn_judge *J, swap *sw, const char *base_dec, co
                                  pn_error *err)
 {
     const char *dir = pn_judge_dir(J);
-    pn_status st = copy_range(sw->base_fd, sw->base_at[i], sw->undo_fd, 0, sw->bytes[i], sw->buf,
-                              dir, err);
+    pn_status st =
+        copy_range(sw->base_fd, sw->base_at[i], sw->undo_fd, 0, sw->bytes[i], sw->buf, dir, err);
     if (st == PN_OK)
         st = copy_range(sw->all_fd, sw->all_at[i], sw->base_fd, sw->base_at[i], sw->bytes[i],
                         sw->buf, dir, err);
@@ -345,8 +348,8 @@ static pn_status judge_candidate(pn_judge *J, swap *sw, const char *base_dec, co
     if (st == PN_OK)
         st = pn_judge_eval(J, 2 + i, base_dec, name, true, false, &f, kl, err);
     /* put back whatever happened, so that the base is the base again */
-    pn_status back = copy_range(sw->undo_fd, 0, sw->base_fd, sw->base_at[i], sw->bytes[i],
-                                sw->buf, dir, st == PN_OK ? err : NULL);
+    pn_status back = copy_range(sw->undo_fd, 0, sw->base_fd, sw->base_at[i], sw->bytes[i], sw->buf,
+                                dir, st == PN_OK ? err : NULL);
     if (st == PN_OK)
         st = back;
     if (st != PN_OK)
@@ -397,9 +400,8 @@ static pn_status check_file(const pn_kl_measurement *m, const base_plan *b, size
     for (size_t i = 0; i < m->n; i++) {
         const pn_kl_entry *e = &m->entries[i];
         if (strcmp(e->name, b->names[first + i]) != 0)
-            return pn_error_set(err, PN_ERR_MISMATCH,
-                                "%s: candidate %zu is %s, this run's is %s", path, first + i,
-                                e->name, b->names[first + i]);
+            return pn_error_set(err, PN_ERR_MISMATCH, "%s: candidate %zu is %s, this run's is %s",
+                                path, first + i, e->name, b->names[first + i]);
         if (e->sample_crc != b->crc[first + i])
             return pn_error_set(err, PN_ERR_MISMATCH,
                                 "%s: %s was measured on other bytes of the source (sampled rows "
@@ -489,8 +491,8 @@ static pn_status measure(const pn_kl_opts *o, const base_plan *b, pn_kl_measurem
     char llama[64], node[64];
     progress(o, "judging the source", NULL, m->n, m->count, t0, 0, t0);
     pn_status st = pn_judge_open(&c, b->n_vocab, 2, &J, llama, node, err);
-    if (st == PN_OK && (strcmp(llama, b->want.llama_cpp) != 0 ||
-                        strcmp(node, b->want.node_llama_cpp) != 0))
+    if (st == PN_OK &&
+        (strcmp(llama, b->want.llama_cpp) != 0 || strcmp(node, b->want.node_llama_cpp) != 0))
         st = pn_error_set(err, PN_ERR_MISMATCH, "llama.cpp changed during the run: %s, then %s",
                           b->want.llama_cpp, llama);
     size_t n_pos = J ? pn_judge_n_positions(J) : 0;
@@ -505,8 +507,8 @@ static pn_status measure(const pn_kl_opts *o, const base_plan *b, pn_kl_measurem
                           m->n_positions, n_pos);
     m->n_positions = n_pos;
     if (st == PN_OK) {
-        progress(o, "making and decoding the base and all-promoted mixes", NULL, m->n, m->count,
-                 t0, 0, t0);
+        progress(o, "making and decoding the base and all-promoted mixes", NULL, m->n, m->count, t0,
+                 0, t0);
         st = prepare(o, J, b, c.decode_type, &sw, &base_dec, err);
     }
     if (st == PN_OK) {

@@ -80,20 +80,20 @@ typedef struct pn_kl_params {
 
 typedef struct pn_kl_entry {
     char *name;
-    double kl;           /* mean KL of the base with this candidate promoted */
-    double gain, se;     /* KL(base) - kl, and its standard error */
+    double kl;            /* mean KL of the base with this candidate promoted */
+    double gain, se;      /* KL(base) - kl, and its standard error */
     uint64_t extra_bytes; /* data bytes promoting it adds */
-    uint32_t sample_crc; /* the source's sampled rows */
+    uint32_t sample_crc;  /* the source's sampled rows */
 } pn_kl_entry;
 
 typedef struct pn_kl_measurement {
     pn_kl_params params;
     size_t n_positions;
     double kl_base, kl_base_se;
-    int part, n_parts;     /* 1 1: the whole measurement */
-    size_t first, count;   /* the share: candidates first .. first+count-1 */
-    size_t total;          /* candidates of the whole measurement */
-    size_t n;              /* entries measured (n < count: interrupted) */
+    int part, n_parts;    /* 1 1: the whole measurement */
+    size_t first, count;  /* the share: candidates first .. first+count-1 */
+    size_t total;         /* candidates of the whole measurement */
+    size_t n;             /* entries measured (n < count: interrupted) */
     pn_kl_entry *entries; /* n, in tensor order */
 } pn_kl_measurement;
 
@@ -118,9 +118,9 @@ pn_status pn_kl_as_measurement(const pn_kl_measurement *m, bool per_byte, pn_mea
 
 /* What the progress callback sees while measuring. */
 typedef struct pn_kl_progress {
-    const char *step;   /* "judging the source", "quantizing", "decoding", "judging" */
-    const char *name;   /* the candidate (bytes from the file: print safely), or NULL */
-    size_t done, total; /* candidates of this share measured */
+    const char *step;        /* "judging the source", "quantizing", "decoding", "judging" */
+    const char *name;        /* the candidate (bytes from the file: print safely), or NULL */
+    size_t done, total;      /* candidates of this share measured */
     double elapsed_s, eta_s; /* eta_s < 0 while unknown */
 } pn_kl_progress;
 

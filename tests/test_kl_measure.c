@@ -86,8 +86,8 @@ Test(kl_file, a_saved_measurement_reads_back_figure_for_figure, .init = setup, .
     cr_assert_eq(r->n, 5);
     for (size_t i = 0; i < 5; i++) {
         cr_assert_str_eq(r->entries[i].name, m->entries[i].name);
-        cr_assert(r->entries[i].kl == m->entries[i].kl && r->entries[i].gain == m->entries[i].gain &&
-                  r->entries[i].se == m->entries[i].se);
+        cr_assert(r->entries[i].kl == m->entries[i].kl &&
+                  r->entries[i].gain == m->entries[i].gain && r->entries[i].se == m->entries[i].se);
         cr_assert_eq(r->entries[i].extra_bytes, m->entries[i].extra_bytes);
         cr_assert_eq(r->entries[i].sample_crc, m->entries[i].sample_crc);
     }
@@ -140,7 +140,8 @@ Test(kl_file, a_damaged_file_is_refused_naming_the_file_and_line, .init = setup,
 }
 
 /* Saves part I of N of a measurement of 7 candidates beside path. */
-static void save_part(const char *path, int part, int n_parts, pn_kl_measurement *(*edit)(pn_kl_measurement *))
+static void save_part(const char *path, int part, int n_parts,
+                      pn_kl_measurement *(*edit)(pn_kl_measurement *))
 {
     size_t first = 7 * (size_t)(part - 1) / (size_t)n_parts;
     size_t count = 7 * (size_t)part / (size_t)n_parts - first;
@@ -231,8 +232,8 @@ Test(kl_file, promotion_takes_the_gain_or_the_gain_per_byte)
 static void synth(const char *path)
 {
     char *out, *err;
-    int rc = tu_run_program(&out, &err, "pn-synth", "--quiet --layers 2 --width-scale 16 --vocab 64 '%s'",
-                            path);
+    int rc = tu_run_program(&out, &err, "pn-synth",
+                            "--quiet --layers 2 --width-scale 16 --vocab 64 '%s'", path);
     cr_assert_eq(rc, 0, "pn-synth: %s", err);
     free(out);
     free(err);
@@ -277,8 +278,8 @@ Test(kl_cli, options_that_need_each_other_are_usage_errors, .init = setup, .fini
     free(src);
 }
 
-Test(kl_cli, a_hostile_calibration_text_is_refused_naming_it_and_nothing_is_written,
-     .init = setup, .fini = teardown)
+Test(kl_cli, a_hostile_calibration_text_is_refused_naming_it_and_nothing_is_written, .init = setup,
+     .fini = teardown)
 {
     char *src = path_in("src.gguf"), *dst = path_in("out.gguf"), *meas = path_in("m.kl");
     synth(src);
@@ -294,8 +295,8 @@ Test(kl_cli, a_hostile_calibration_text_is_refused_naming_it_and_nothing_is_writ
     struct {
         const char *path, *says;
     } cases[] = {
-        { empty, "empty" },         { latin, "not UTF-8 (byte offset 3)" },
-        { fifo, "not a regular" },  { big, "" },
+        { empty, "empty" },        { latin, "not UTF-8 (byte offset 3)" },
+        { fifo, "not a regular" }, { big, "" },
         { none, "No such file" },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -304,8 +305,7 @@ Test(kl_cli, a_hostile_calibration_text_is_refused_naming_it_and_nothing_is_writ
                  cases[c].path, meas, src, dst);
         int rc = quantize(&out, &err, args);
         cr_assert_eq(rc, 1, "case %zu: exit %d: %s", c, rc, err);
-        cr_assert(strstr(err, cases[c].path) && strstr(err, cases[c].says), "case %zu: %s", c,
-                  err);
+        cr_assert(strstr(err, cases[c].path) && strstr(err, cases[c].says), "case %zu: %s", c, err);
         cr_assert_not(tu_exists(dst) || tu_exists(meas), "case %zu wrote a file", c);
         free(out);
         free(err);
@@ -324,7 +324,8 @@ Test(kl_cli, a_hostile_calibration_text_is_refused_naming_it_and_nothing_is_writ
 
 #define KL_ARGS "--measure kl --calibration " TEXT " --seq-len 8 --max-seqs 2"
 
-static char *measure(const char *src, const char *file, const char *more)
+/* pn-quantize --measure kl into file; the text of `read` (NULL: file). */
+static char *measure_into(const char *src, const char *file, const char *more, const char *read)
 {
     char args[8192], *out, *err;
     snprintf(args, sizeof args, KL_ARGS " --measurement '%s' %s '%s'", file, more, src);
@@ -333,7 +334,12 @@ static char *measure(const char *src, const char *file, const char *more)
     free(out);
     free(err);
     size_t n;
-    return tu_read_file(file, &n);
+    return tu_read_file(read ? read : file, &n);
+}
+
+static char *measure(const char *src, const char *file, const char *more)
+{
+    return measure_into(src, file, more, NULL);
 }
 
 Test(kl_llama, the_file_is_the_same_at_any_thread_count_from_parts_and_after_an_interruption,
@@ -350,11 +356,12 @@ Test(kl_llama, the_file_is_the_same_at_any_thread_count_from_parts_and_after_an_
     char *one = measure(src, b, "--threads 1 --dry-run");
     cr_assert_str_eq(one, whole, "1 thread:\n%s\n2 threads:\n%s", one, whole);
     /* two parts, then a run that joins them */
-    free(measure(src, parts, "--measure-part 1/2"));
-    char *p2 = measure(src, parts, "--measure-part 2/2");
+    char *p1path = path_in("p.kl.part-00001-of-00002"),
+         *p2path = path_in("p.kl.part-00002-of-00002");
+    free(measure_into(src, parts, "--measure-part 1/2", p1path));
+    char *p2 = measure_into(src, parts, "--measure-part 2/2", p2path);
     cr_assert(strstr(p2, "part\t2\t2\t3\t4\t7\n"), "%s", p2);
-    char *p2path = path_in("p.kl.part-00002-of-00002");
-    cr_assert(tu_exists(p2path));
+    cr_assert_not(tu_exists(parts), "a part run wrote the whole file");
     char *joined = measure(src, parts, "--dry-run");
     cr_assert_str_eq(joined, whole);
     /* an interrupted measurement: the file as it is after its second candidate */
@@ -369,6 +376,7 @@ Test(kl_llama, the_file_is_the_same_at_any_thread_count_from_parts_and_after_an_
     free(cut);
     free(joined);
     free(p2);
+    free(p1path);
     free(p2path);
     free(one);
     free(whole);

@@ -347,3 +347,230 @@ Test(compare_hf, the_sweep_of_a_folder_with_an_mtp_layer_prints_its_table_and_dr
     free(svg);
     free(recipe);
 }
+
+/* ---- what the sweep checks before it runs anything ---- */
+
+/* A stand-in stock quantizer that records its arguments and fails. */
+static char *recording_quantizer(const char *args_file)
+{
+    char *q = path_in("record.sh"), text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\necho \"$@\" > '%s'\nexit 1\n", args_file);
+    tu_write_file(q, text, strlen(text));
+    chmod(q, 0755);
+    return q;
+}
+
+/* pn-compare --sweep ARGS SOURCE: its exit status, stdout and stderr. */
+static int sweep_run(const char *args, const char *src, char **out, char **err)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s/pn-compare --sweep --quiet --threads 1 %s '%s'", PN_BIN_DIR,
+             args, src);
+    return tu_run(cmd, out, err);
+}
+
+/* A recipe given by a shipped name is taken as pn-quantize takes it (and
+ * one that cannot type the model is refused then, once, naming its rule),
+ * an unknown name is a usage error, and a text that is not there is
+ * refused: each before any mix is made (the stock quantizer never ran,
+ * nothing is left). */
+Test(sweep_first, the_recipe_and_the_text_are_checked_before_any_mix_is_made, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *args_file = path_in("args.txt");
+    char *q = recording_quantizer(args_file), *missing = path_in("no-such-text.txt");
+    mkdir(tmp, 0700);
+    /* width 16: K = 320, which the shipped recipe's q3_K and q4_K cannot hold */
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    struct {
+        const char *opts;
+        int rc;
+        const char *says, *says_too;
+    } cases[] = {
+        { "--recipe qwen3.8-27b-pn3", 1, "qwen3.8-27b-pn3.mix:", "needs a multiple of 256" },
+        { "--recipe no-such-recipe", 2,
+          "pn-compare: --recipe no-such-recipe: no such file, nor a shipped recipe of that name; "
+          "shipped:",
+          "qwen3.8-27b-pn3" },
+        { "--recipe " FALLBACK_RECIPE " --text '%s'", 1, "no-such-text.txt: cannot open the text",
+          "No such file" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char opts[4096], args[8192], *out, *err;
+        snprintf(opts, sizeof opts, cases[i].opts, missing);
+        snprintf(args, sizeof args,
+                 "--tmpdir '%s' --promote 0,2 --stock Q4_K_M --llama-quantize '%s' --libllama "
+                 "'%s' %s",
+                 tmp, q, src, opts);
+        int rc = sweep_run(args, src, &out, &err);
+        cr_expect_eq(rc, cases[i].rc, "%s: exit %d: %s%s", opts, rc, out, err);
+        cr_expect(strstr(err, cases[i].says) && strstr(err, cases[i].says_too), "%s: %s", opts,
+                  err);
+        cr_expect_str_empty(out, "%s: %s", opts, out);
+        cr_expect(!exists(args_file), "%s: the stock quantizer ran", opts);
+        cr_expect_eq(tu_count_files(tmp), 0, "%s: files left", opts);
+        unlink(args_file);
+        free(out);
+        free(err);
+    }
+    free(src);
+    free(tmp);
+    free(args_file);
+    free(q);
+    free(missing);
+}
+
+/* llama-quantize takes its types in either case (q4_k_m): so does --stock,
+ * and the quantizer is given llama.cpp's spelling. */
+Test(sweep_first, stock_types_are_taken_in_lower_case_as_llama_quantize_takes_them, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *args_file = path_in("args.txt");
+    char *q = recording_quantizer(args_file);
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' --stock q4_k_m --llama-quantize '%s' --libllama '%s'",
+             tmp, q, src);
+    int rc = sweep_run(args, src, &out, &err);
+    cr_assert_eq(rc, 1, "the stand-in fails: exit %d: %s%s", rc, out, err);
+    cr_assert(strstr(out, "no mix could be made") && strstr(out, "stock Q4_K_M"), "%s", out);
+    cr_assert(strstr(err, "pn-compare: error: stock Q4_K_M failed: stock quantizer failed (exit 1)"),
+              "%s", err);
+    size_t n = 0;
+    char *recorded = tu_read_file(args_file, &n);
+    cr_assert(recorded, "the stock quantizer ran");
+    cr_assert(strstr(recorded, "/stock-Q4_K_M.gguf Q4_K_M\n"), "%s", recorded);
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(recorded);
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+    free(args_file);
+    free(q);
+}
+
+/* A stock quantizer that says it started (its pid in pidfile), then hangs. */
+static char *hanging_quantizer(const char *pidfile)
+{
+    char *p = path_in("hang.sh"), text[2048];
+    snprintf(text, sizeof text, "#!/bin/sh\necho $$ > '%s'\nexec sleep 60\n", pidfile);
+    tu_write_file(p, text, strlen(text));
+    chmod(p, 0755);
+    return p;
+}
+
+/* pn-compare --sweep --promote 0,4 --stock Q4_K_M --keep KEEP SRC with the
+ * hanging quantizer, started in the background; returns once the
+ * quantizer runs (the PN mixes are made), with the sweep's pid. */
+static pid_t sweep_until_stock(const char *src, const char *tmp, const char *keep)
+{
+    char *pidfile = path_in("quantizer.pid");
+    unlink(pidfile);
+    char *q = hanging_quantizer(pidfile);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        tu_child_output_to_devnull();
+        execl(PN_BIN_DIR "/pn-compare", "pn-compare", "--sweep", "--quiet", "--threads", "1",
+              "--recipe", FALLBACK_RECIPE, "--promote", "0,4", "--stock", "Q4_K_M",
+              "--llama-quantize", q, "--libllama", src, "--llama-script", SCRIPT, "--tmpdir", tmp,
+              "--keep", keep, src, (char *)NULL);
+        _exit(127);
+    }
+    struct stat sb;
+    for (int i = 0; i < 6000 && stat(pidfile, &sb) != 0; i++)
+        usleep(10000);
+    cr_assert_eq(stat(pidfile, &sb), 0, "the stock quantizer never started");
+    usleep(100000);
+    free(pidfile);
+    free(q);
+    return pid;
+}
+
+static int stop(pid_t pid, int sig)
+{
+    kill(pid, sig);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Two sweeps keeping into one folder would both run and the second lose
+ * every mix at the end: the second is refused at once, and touches
+ * nothing. */
+Test(sweep_first, a_second_sweep_into_a_keep_folder_in_use_is_refused_at_once, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    pid_t first = sweep_until_stock(src, tmp, keep);
+    int before = tu_count_files(keep);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' --recipe '%s' --promote 7 --keep '%s'", tmp,
+             FALLBACK_RECIPE, keep);
+    int rc = sweep_run(args, src, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s%s", rc, out, err);
+    char want[8192];
+    snprintf(want, sizeof want,
+             "pn-compare: error: --keep %s: another sweep is keeping its mixes there now; one "
+             "sweep at a time per folder (wait for it, or give another folder)\n",
+             keep);
+    cr_assert_str_eq(err, want);
+    cr_assert_str_empty(out);
+    cr_assert_eq(tu_count_files(keep), before, "the second sweep touched the folder");
+    cr_assert(!exists(tu_join_static(keep, "promote-7.gguf")));
+    cr_assert_eq(stop(first, SIGTERM), 128 + SIGTERM);
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+    free(keep);
+}
+
+/* An interrupted sweep with --keep leaves its finished mixes there; the
+ * same sweep run again uses them (the files are not made again: the same
+ * inode, the same time) and makes the rest. */
+Test(sweep_resume, an_interrupted_sweep_with_keep_resumes_with_the_mixes_it_kept, .init = setup,
+     .fini = teardown, .timeout = 600)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    cr_assert_eq(stop(sweep_until_stock(src, tmp, keep), SIGTERM), 128 + SIGTERM);
+    const char *names[] = { "promote-0.gguf", "promote-4.gguf", "measurement.pnm" };
+    struct stat before[3], after;
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(stat(tu_join_static(keep, names[i]), &before[i]), 0, "%s", names[i]);
+    cr_assert_eq(tu_count_files(keep), 3);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --llama-script '%s' --recipe '%s' --promote 0,4,7 --keep '%s'", tmp,
+             SCRIPT, FALLBACK_RECIPE, keep);
+    int rc = sweep_run(args, src, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s%s", rc, out, err);
+    cr_assert_str_empty(err);
+    cr_log_info("%s", out);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(stat(tu_join_static(keep, names[i]), &after), 0, "%s", names[i]);
+        cr_assert(after.st_ino == before[i].st_ino &&
+                      after.st_mtim.tv_sec == before[i].st_mtim.tv_sec &&
+                      after.st_mtim.tv_nsec == before[i].st_mtim.tv_nsec,
+                  "%s was made again", names[i]);
+    }
+    const char *rows[] = { " P0k-fallback+0 ", " P0k-fallback+4 ", " P0k-fallback+7 " };
+    for (int i = 0; i < 3; i++)
+        cr_assert(strstr(out, rows[i]), "%s:\n%s", rows[i], out);
+    cr_assert(strstr(out, "(3 mixes, 0 failed)"), "%s", out);
+    cr_assert(exists(tu_join_static(keep, "promote-7.gguf")));
+    cr_assert_eq(tu_count_files(keep), 4, "the three mixes and the measurement");
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+    free(keep);
+}

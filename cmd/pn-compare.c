@@ -229,8 +229,9 @@ static void put_table_head(const pn_compare_report *r, const char *decode)
     /* the mean KL with its standard error, as llama-perplexity's "Mean KLD: x ± y" */
     printf("%14s %8s %7s %10s ± %-7s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN",
            "KL mean", "SE", "KL p99", "KL max", "top-1", "mix", "file");
-    printf("%14llu %8.4f %7s %10s   %-7s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
-           r->source.bpw, "-", "-", "", "-", "-", "-", "(source)");
+    printf("%14llu %8.4f %7s %10s   %-7s %10s %10s %7s  %-16s ",
+           (unsigned long long)r->source.file_bytes, r->source.bpw, "-", "-", "", "-", "-", "-",
+           "(source)");
     pn_fput_safe(stdout, r->source.path);
     putchar('\n');
 }
@@ -272,11 +273,11 @@ static void put_file_json(const pn_compare_file *f, bool source)
            (unsigned long long)f->tensor_bytes, f->bpw);
     if (!source)
         printf(", \"pn_weights\": %llu, \"bits_per_weight_pn\": %.6f, \"kl_mean\": %.9g, "
-               "\"kl_mean_se\": %.9g, \"kl_p99\": %.9g, \"kl_max\": %.9g, \"kl_max_at\": {\"sequence\": %zu, "
+               "\"kl_mean_se\": %.9g, \"kl_p99\": %.9g, \"kl_max\": %.9g, \"kl_max_at\": "
+               "{\"sequence\": %zu, "
                "\"position\": %zu}, \"top1\": %.6f, \"seconds\": %.3f",
                (unsigned long long)f->pn_weights, f->bpw_pn, f->kl_mean, f->kl_se, f->kl_p99,
-               f->kl_max,
-               f->kl_max_seq, f->kl_max_pos, f->top1, f->seconds);
+               f->kl_max, f->kl_max_seq, f->kl_max_pos, f->top1, f->seconds);
     printf("}");
 }
 
@@ -530,8 +531,8 @@ static int sweep_usage(const sweep_cli *w, int n_args)
 /* The sweep's picture: every mix compared, with its standard error and its
  * bits per weight as the table gives them, and a caption that says what
  * was judged, on what and by what. */
-static pn_status draw_sweep(const pn_sweep_report *srep, pn_plot_opts *po,
-                            const pn_compare_opts *o, const char *decode, pn_error *err)
+static pn_status draw_sweep(const pn_sweep_report *srep, pn_plot_opts *po, const pn_compare_opts *o,
+                            const char *decode, pn_error *err)
 {
     pn_plot_point pts[PN_SWEEP_MAX_MIXES];
     size_t np = 0;

@@ -136,6 +136,32 @@ static void put_points(FILE *f, const pn_plot_point *p, size_t n, bool stock, do
         }
 }
 
+/* The top axis: each point's bits per weight as the table gives it, a tic
+ * above the point (the table's definition, not a scale of the size). */
+static void put_bpw_axis(FILE *f, const pn_plot_point *p, size_t n, double div, double x_lo,
+                         double x_hi)
+{
+    bool any_bpw = false;
+    for (size_t i = 0; i < n; i++)
+        any_bpw |= p[i].bpw > 0;
+    if (any_bpw) {
+        fprintf(f, "set tmargin 7\nset x2label 'bits per weight of each mix (8 x tensor "
+                   "bytes / weights, as in the table)'\n");
+        fprintf(f,
+                "set x2range [%.9g:%.9g]\nset xtics nomirror\nset x2tics out rotate by 45 "
+                "left font ',9' (",
+                x_lo, x_hi);
+        bool first = true;
+        for (size_t i = 0; i < n; i++)
+            if (p[i].bpw > 0) {
+                fprintf(f, "%s\"%.3f\" %.9g", first ? "" : ", ", p[i].bpw,
+                        (double)p[i].bytes / div);
+                first = false;
+            }
+        fprintf(f, ")\n");
+    }
+}
+
 /* The gnuplot script, into a memory file. */
 static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, size_t n, int fd,
                               pn_error *err)
@@ -199,29 +225,12 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
         fputc('\n', f);
     }
     fprintf(f, "set xlabel 'file size (%s, 10^%d bytes)'\n", unit,
-            div == 1e9 ? 9 : div == 1e6 ? 6 : 3);
+            div == 1e9   ? 9
+            : div == 1e6 ? 6
+                         : 3);
     fprintf(f, "set ylabel 'mean KL from the source (nats/token; bar: 1 std. error)'\n");
     fprintf(f, "set xrange [%.9g:%.9g]\n", x_lo, x_hi);
-    /* the top axis: each point's bits per weight as the table gives it, a
-     * tic above the point (the table's definition, not a scale of the size) */
-    bool any_bpw = false;
-    for (size_t i = 0; i < n; i++)
-        any_bpw |= p[i].bpw > 0;
-    if (any_bpw) {
-        fprintf(f, "set tmargin 7\nset x2label 'bits per weight of each mix (8 x tensor "
-                   "bytes / weights, as in the table)'\n");
-        fprintf(f, "set x2range [%.9g:%.9g]\nset xtics nomirror\nset x2tics out rotate by 45 "
-                   "left font ',9' (",
-                x_lo, x_hi);
-        bool first = true;
-        for (size_t i = 0; i < n; i++)
-            if (p[i].bpw > 0) {
-                fprintf(f, "%s\"%.3f\" %.9g", first ? "" : ", ", p[i].bpw,
-                        (double)p[i].bytes / div);
-                first = false;
-            }
-        fprintf(f, ")\n");
-    }
+    put_bpw_axis(f, p, n, div, x_lo, x_hi);
     if (all_positive && kl_hi > kl_lo * 10) {
         double b_lo = bar_lo > 0 ? bar_lo : kl_lo;
         fprintf(f, "set logscale y\n");

@@ -403,9 +403,8 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, 
     char label[96] = "";
     if (mix && mix->type == GGUF_TYPE_STRING && mix->v.str.len < sizeof label)
         for (size_t i = 0; i < mix->v.str.len; i++)
-            label[i] = mix->v.str.data[i] >= 0x20 && mix->v.str.data[i] < 0x7f
-                           ? mix->v.str.data[i]
-                           : '?';
+            label[i] =
+                mix->v.str.data[i] >= 0x20 && mix->v.str.data[i] < 0x7f ? mix->v.str.data[i] : '?';
     char want[160];
     if (promote >= 0)
         snprintf(want, sizeof want, "%s+%d", w->recipe, promote);
@@ -434,10 +433,10 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, 
 static pn_status recipe_name(const pn_sweep_opts *o, work *w, pn_error *err)
 {
     pn_recipe *rc = NULL;
-    pn_status st = o->recipe_path ? pn_recipe_load(o->recipe_path, &rc, err)
-                                  : pn_recipe_parse(pn_default_recipe_text,
-                                                    strlen(pn_default_recipe_text),
-                                                    pn_default_recipe_name, &rc, err);
+    pn_status st = o->recipe_path
+                       ? pn_recipe_load(o->recipe_path, &rc, err)
+                       : pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text),
+                                         pn_default_recipe_name, &rc, err);
     if (st != PN_OK)
         return st;
     snprintf(w->recipe, sizeof w->recipe, "%s", rc->name);
@@ -540,11 +539,13 @@ static pn_status copy_kept_measurement(const pn_sweep_opts *o, const work *w, pn
 {
     if (!w->kept_meas)
         return PN_OK;
-    char *from = pn_path_join(o->keep_dir, MEASUREMENT_NAME), *to = pn_path_join(w->dir, MEASUREMENT_NAME);
+    char *from = pn_path_join(o->keep_dir, MEASUREMENT_NAME),
+         *to = pn_path_join(w->dir, MEASUREMENT_NAME);
     char *data = NULL;
     size_t n = 0;
-    pn_status st = from && to ? pn_read_small_file(from, (size_t)1 << 30, "measurement", &data, &n, err)
-                              : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = from && to
+                       ? pn_read_small_file(from, (size_t)1 << 30, "measurement", &data, &n, err)
+                       : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     if (st == PN_OK) {
         int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 || write(fd, data, n) != (ssize_t)n)
@@ -655,8 +656,8 @@ static pn_status check_text(const char *path, pn_error *err)
     if (!S_ISREG(sb.st_mode))
         return pn_error_set(err, PN_ERR_IO, "%s: the text is not a regular file", path);
     if (sb.st_size > ((off_t)64 << 20))
-        return pn_error_set(err, PN_ERR_FORMAT, "%s: the text has %lld bytes, at most %lld",
-                            path, (long long)sb.st_size, (long long)64 << 20);
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: the text has %lld bytes, at most %lld", path,
+                            (long long)sb.st_size, (long long)64 << 20);
     if (sb.st_size == 0)
         return pn_error_set(err, PN_ERR_FORMAT, "%s: the text is empty: no token to judge on",
                             path);

@@ -364,8 +364,8 @@ static char *recording_quantizer(const char *args_file)
 static int sweep_run(const char *args, const char *src, char **out, char **err)
 {
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "%s/pn-compare --sweep --quiet --threads 1 %s '%s'", PN_BIN_DIR,
-             args, src);
+    snprintf(cmd, sizeof cmd, "%s/pn-compare --sweep --quiet --threads 1 %s '%s'", PN_BIN_DIR, args,
+             src);
     return tu_run(cmd, out, err);
 }
 
@@ -430,13 +430,14 @@ Test(sweep_first, stock_types_are_taken_in_lower_case_as_llama_quantize_takes_th
     mkdir(tmp, 0700);
     synth(src, "--layers 2 --width-scale 16 --vocab 64");
     char args[8192], *out, *err;
-    snprintf(args, sizeof args, "--tmpdir '%s' --stock q4_k_m --llama-quantize '%s' --libllama '%s'",
-             tmp, q, src);
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --stock q4_k_m --llama-quantize '%s' --libllama '%s'", tmp, q, src);
     int rc = sweep_run(args, src, &out, &err);
     cr_assert_eq(rc, 1, "the stand-in fails: exit %d: %s%s", rc, out, err);
     cr_assert(strstr(out, "no mix could be made") && strstr(out, "stock Q4_K_M"), "%s", out);
-    cr_assert(strstr(err, "pn-compare: error: stock Q4_K_M failed: stock quantizer failed (exit 1)"),
-              "%s", err);
+    cr_assert(
+        strstr(err, "pn-compare: error: stock Q4_K_M failed: stock quantizer failed (exit 1)"),
+        "%s", err);
     size_t n = 0;
     char *recorded = tu_read_file(args_file, &n);
     cr_assert(recorded, "the stock quantizer ran");
@@ -573,4 +574,40 @@ Test(sweep_resume, an_interrupted_sweep_with_keep_resumes_with_the_mixes_it_kept
     free(src);
     free(tmp);
     free(keep);
+}
+
+/* ---- the docs ---- */
+
+/* Every option pn-compare's --help lists is documented (docs/usage.md or
+ * docs/llama-cpp.md name it as `--option`). */
+Test(compare_docs, every_option_of_pn_compare_is_in_the_docs)
+{
+    char *out, *err;
+    int rc = tu_run(PN_BIN_DIR "/pn-compare --help", &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert_str_empty(err);
+    size_t n1 = 0, n2 = 0;
+    char *usage = tu_read_file(PN_SOURCE_DIR "/docs/usage.md", &n1);
+    char *llama = tu_read_file(PN_SOURCE_DIR "/docs/llama-cpp.md", &n2);
+    cr_assert(usage && llama);
+    size_t checked = 0;
+    for (const char *p = strstr(out, "\n  --"); p; p = strstr(p + 1, "\n  --")) {
+        char opt[64];
+        size_t k = 0;
+        for (const char *q = p + 3; k < sizeof opt - 2 && (*q == '-' || (*q >= 'a' && *q <= 'z'));
+             q++)
+            opt[k++] = *q;
+        opt[k] = 0;
+        char ticked[80], spaced[80];
+        snprintf(ticked, sizeof ticked, "`%s", opt);
+        snprintf(spaced, sizeof spaced, "[%s ", opt);
+        bool named = strstr(usage, ticked) || strstr(llama, ticked) || strstr(usage, spaced);
+        cr_expect(named, "%s is in --help but in no doc", opt);
+        checked++;
+    }
+    cr_assert_gt(checked, 25, "the options were read from --help:\n%s", out);
+    free(usage);
+    free(llama);
+    free(out);
+    free(err);
 }

@@ -145,7 +145,9 @@ typedef struct pn_compare_report {
  * node or the script not runnable, llama.cpp failing: its last messages
  * quoted), PN_ERR_TYPE (the source is not float), PN_ERR_FORMAT (a file is
  * neither PN, with pn.format, nor quantized), PN_ERR_MISMATCH (a PN file whose tensors are not the
- * source's: the first differing tensor named; llama.cpp's vocabulary or
+ * source's: the first differing tensor named; a file without the MTP layer
+ * (blk.N.nextn.*) of a source that has one is held against the source read
+ * without it, as pn-quantize read it for that file, io/source_open.h; llama.cpp's vocabulary or
  * tokens differ between runs), PN_ERR_NONFINITE (a non-finite logit, with
  * sequence and position), PN_ERR_INTERRUPTED, and pn_dequant_file's. On
  * error *rep is empty. */

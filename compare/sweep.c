@@ -801,21 +801,32 @@ static pn_status make_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
 }
 
 /* An error of the comparison names a mix by its path in the work folder,
- * which is gone by the time it is read: the path it was kept under
- * instead, or its name in the work folder said to be removed. */
+ * which is gone by the time it is read: every such path is given as the
+ * path the mix was kept under instead, or, not kept, as its file name with
+ * a word that it was removed. */
 static void name_mixes_in_error(const pn_sweep_opts *o, const work *w, pn_error *err)
 {
     size_t n = strlen(w->dir);
-    char *at = strstr(err->msg, w->dir);
-    if (!at || at[n] != '/')
-        return;
     char msg[sizeof err->msg];
-    if (o->keep_dir)
-        snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - err->msg), err->msg, o->keep_dir, at + n);
-    else
-        snprintf(msg, sizeof msg, "%.*s%s (a mix of the sweep, not kept: --keep DIR keeps them)",
-                 (int)(at - err->msg), err->msg, at + n + 1);
-    snprintf(err->msg, sizeof err->msg, "%s", msg);
+    size_t len = 0;
+    bool named = false;
+    for (const char *p = err->msg; *p && len + 1 < sizeof msg;) {
+        if (strncmp(p, w->dir, n) == 0 && p[n] == '/') {
+            int k = o->keep_dir ? snprintf(msg + len, sizeof msg - len, "%s/", o->keep_dir) : 0;
+            len += k > 0 ? (size_t)k : 0;
+            len = len < sizeof msg - 1 ? len : sizeof msg - 1;
+            p += n + 1;
+            named = true;
+        } else {
+            msg[len++] = *p++;
+        }
+    }
+    msg[len] = 0;
+    if (named && !o->keep_dir)
+        snprintf(err->msg, sizeof err->msg,
+                 "%.700s (the sweep's mixes were removed: --keep DIR keeps them)", msg);
+    else if (named)
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
 }
 
 /* One comparison of every mix made or kept. */

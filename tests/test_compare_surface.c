@@ -611,3 +611,54 @@ Test(compare_docs, every_option_of_pn_compare_is_in_the_docs)
     free(out);
     free(err);
 }
+
+/* When llama.cpp fails on a mix, the error names the mix as it is after
+ * the sweep: by its file name (the work folder is gone), or by the path
+ * --keep kept it under, where it is. */
+Test(sweep_first, a_failed_comparison_names_each_mix_where_it_is_after_the_sweep, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    char *node = path_in("node.sh"), *p_bin = path_in("p.bin");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    write_answer(p_bin, false);
+    char text[4096];
+    snprintf(text, sizeof text,
+             "#!/bin/sh\ncat >/dev/null\ncase \"$*\" in\n"
+             "*--print-version*) echo '{\"llama_cpp\":\"vTEST\"}'; cat '%s' >&3 ;;\n"
+             "*) echo \"fake: cannot load $2\" >&2; exit 1 ;;\nesac\n",
+             p_bin);
+    tu_write_file(node, text, strlen(text));
+    chmod(node, 0755);
+    for (int kept = 0; kept < 2; kept++) {
+        char args[8192], *out, *err;
+        snprintf(args, sizeof args,
+                 "--tmpdir '%s' --node '%s' --llama-script '%s' --recipe '%s' --promote 0 %s%s%s",
+                 tmp, node, SCRIPT, FALLBACK_RECIPE, kept ? "--keep '" : "", kept ? keep : "",
+                 kept ? "'" : "");
+        int rc = sweep_run(args, src, &out, &err);
+        cr_assert_eq(rc, 1, "exit %d: %s%s", rc, out, err);
+        cr_assert_str_empty(out);
+        cr_assert(!strstr(err, ".pn-sweep."), "a removed work folder is named: %s", err);
+        char want[8192];
+        if (kept)
+            snprintf(want, sizeof want, "pn-compare: error: llama.cpp on %s/promote-0.gguf failed",
+                     keep);
+        else
+            snprintf(want, sizeof want, "pn-compare: error: llama.cpp on promote-0.gguf failed");
+        cr_assert(strncmp(err, want, strlen(want)) == 0, "%s", err);
+        cr_assert(kept || strstr(err, "(the sweep's mixes were removed: --keep DIR keeps them)\n"),
+                  "%s", err);
+        cr_assert(!kept || exists(tu_join_static(keep, "promote-0.gguf")),
+                  "the mix is kept where the error says");
+        cr_assert_eq(tu_count_files(tmp), 0);
+        free(out);
+        free(err);
+    }
+    free(src);
+    free(tmp);
+    free(keep);
+    free(node);
+    free(p_bin);
+}

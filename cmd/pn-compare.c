@@ -103,7 +103,9 @@ static const pn_cli_option options[] = {
       "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n" },
     { "keep", required_argument, O_KEEP_DIR,
       "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
-      "                      absent; nothing there is replaced); default: removed\n" },
+      "                      absent; one sweep at a time; nothing there is replaced,\n"
+      "                      and a mix an earlier sweep kept there is used: an\n"
+      "                      interrupted sweep resumes); default: removed\n" },
     { "plot", required_argument, O_PLOT,
       "  --plot FILE         draw mean KL against size (FILE.svg, or FILE.png) with gnuplot\n" },
     { "budget", required_argument, O_BUDGET,
@@ -151,8 +153,10 @@ static const pn_cli_program program = {
     "With --sweep, the mixes are made first, in a work folder: each PN mix with\n"
     "pn-quantize's job (one promotion measurement, each mix reusing the last one\n"
     "made, as --reuse does), each stock type with llama.cpp's own quantizer; a\n"
-    "mix that fails is reported as failed and the others are still compared. An\n"
-    "interrupted sweep leaves nothing but the finished mixes --keep asked for.\n"
+    "mix that fails is reported as failed and the others are still compared.\n"
+    "Everything (the recipe, the text, the stock types, --keep, --plot) is checked\n"
+    "before any mix is made. An interrupted sweep leaves nothing but the finished\n"
+    "mixes --keep asked for, and the same sweep run again uses them.\n"
     "\n"
     "options:\n",
     options,

@@ -93,16 +93,19 @@ static const pn_cli_option options[] = {
     { "target-size", required_argument, O_TARGET,
       "  --target-size SIZE  one more PN mix: the most promotions within SIZE (12.6GB)\n" },
     { "recipe", required_argument, O_RECIPE,
-      "  --recipe FILE       the PN mixes' recipe (default: the built-in P0k+19)\n" },
+      "  --recipe FILE|NAME  the PN mixes' recipe: a file, or a shipped recipe by name\n"
+      "                      (default: the built-in P0k+19)\n" },
     { "stock", required_argument, O_STOCK,
       "  --stock LIST        stock llama.cpp types made by llama_model_quantize of the\n"
       "                      libllama that judges: Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M\n"
-      "                      Q5_K_M Q6_K Q8_0, comma-separated\n" },
+      "                      Q5_K_M Q6_K Q8_0, comma-separated, in either case (q4_k_m)\n" },
     { "imatrix", required_argument, O_IMATRIX,
       "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n" },
     { "keep", required_argument, O_KEEP_DIR,
       "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
-      "                      absent; nothing there is replaced); default: removed\n" },
+      "                      absent; one sweep at a time; nothing there is replaced,\n"
+      "                      and a mix an earlier sweep kept there is used: an\n"
+      "                      interrupted sweep resumes); default: removed\n" },
     { "plot", required_argument, O_PLOT,
       "  --plot FILE         draw mean KL against size (FILE.svg, or FILE.png) with gnuplot\n" },
     { "budget", required_argument, O_BUDGET,
@@ -150,8 +153,10 @@ static const pn_cli_program program = {
     "With --sweep, the mixes are made first, in a work folder: each PN mix with\n"
     "pn-quantize's job (one promotion measurement, each mix reusing the last one\n"
     "made, as --reuse does), each stock type with llama.cpp's own quantizer; a\n"
-    "mix that fails is reported as failed and the others are still compared. An\n"
-    "interrupted sweep leaves nothing but the finished mixes --keep asked for.\n"
+    "mix that fails is reported as failed and the others are still compared.\n"
+    "Everything (the recipe, the text, the stock types, --keep, --plot) is checked\n"
+    "before any mix is made. An interrupted sweep leaves nothing but the finished\n"
+    "mixes --keep asked for, and the same sweep run again uses them.\n"
     "\n"
     "options:\n",
     options,
@@ -215,7 +220,8 @@ static char *default_script(void)
     return s;
 }
 
-static void print_table(const pn_compare_report *r, const char *decode)
+/* The table's first lines: the source, the judge and the tokens. */
+static void put_table_head(const pn_compare_report *r, const char *decode)
 {
     printf("source ");
     pn_fput_safe(stdout, r->source.path);
@@ -224,22 +230,33 @@ static void print_table(const pn_compare_report *r, const char *decode)
            r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
            r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs, r->n_positions,
            r->n_vocab, decode);
-    printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
-           "KL p99", "KL max", "top-1", "mix", "file");
-    printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
-           r->source.bpw, "-", "-", "-", "-", "-", "(source)");
+    /* the mean KL with its standard error, as llama-perplexity's "Mean KLD: x ± y" */
+    printf("%14s %8s %7s %10s ± %-7s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN",
+           "KL mean", "SE", "KL p99", "KL max", "top-1", "mix", "file");
+    printf("%14llu %8.4f %7s %10s   %-7s %10s %10s %7s  %-16s ",
+           (unsigned long long)r->source.file_bytes, r->source.bpw, "-", "-", "", "-", "-", "-",
+           "(source)");
     pn_fput_safe(stdout, r->source.path);
     putchar('\n');
-    for (size_t i = 0; i < r->n_files; i++) {
-        const pn_compare_file *f = &r->files[i];
-        char bpw_pn[16];
-        snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
-        printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
-               (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99, f->kl_max,
-               100.0 * f->top1, f->mix ? f->mix : "?");
-        pn_fput_safe(stdout, f->path);
-        putchar('\n');
-    }
+}
+
+/* One file's row, its mix named `mix`. */
+static void put_table_row(const pn_compare_file *f, const char *mix)
+{
+    char bpw_pn[16];
+    snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
+    printf("%14llu %8.4f %7s %10.4g ± %-7.2g %10.4g %10.4g %6.2f%%  %-16s ",
+           (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_se, f->kl_p99,
+           f->kl_max, 100.0 * f->top1, mix);
+    pn_fput_safe(stdout, f->path);
+    putchar('\n');
+}
+
+static void print_table(const pn_compare_report *r, const char *decode)
+{
+    put_table_head(r, decode);
+    for (size_t i = 0; i < r->n_files; i++)
+        put_table_row(&r->files[i], r->files[i].mix ? r->files[i].mix : "?");
     printf("\n%.1f s\n", r->seconds);
 }
 
@@ -260,10 +277,11 @@ static void put_file_json(const pn_compare_file *f, bool source)
            (unsigned long long)f->tensor_bytes, f->bpw);
     if (!source)
         printf(", \"pn_weights\": %llu, \"bits_per_weight_pn\": %.6f, \"kl_mean\": %.9g, "
-               "\"kl_p99\": %.9g, \"kl_max\": %.9g, \"kl_max_at\": {\"sequence\": %zu, "
+               "\"kl_mean_se\": %.9g, \"kl_p99\": %.9g, \"kl_max\": %.9g, \"kl_max_at\": "
+               "{\"sequence\": %zu, "
                "\"position\": %zu}, \"top1\": %.6f, \"seconds\": %.3f",
-               (unsigned long long)f->pn_weights, f->bpw_pn, f->kl_mean, f->kl_p99, f->kl_max,
-               f->kl_max_seq, f->kl_max_pos, f->top1, f->seconds);
+               (unsigned long long)f->pn_weights, f->bpw_pn, f->kl_mean, f->kl_se, f->kl_p99,
+               f->kl_max, f->kl_max_seq, f->kl_max_pos, f->top1, f->seconds);
     printf("}");
 }
 
@@ -376,39 +394,17 @@ static char *beside_exe(const char *name)
 
 static void print_sweep_table(const pn_sweep_report *s, const char *decode)
 {
-    if (s->compared) {
-        const pn_compare_report *r = &s->compare;
-        printf("source ");
-        pn_fput_safe(stdout, r->source.path);
-        printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
-               "positions, vocabulary %u; decoded as %s\n\n",
-               r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
-               r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
-               r->n_positions, r->n_vocab, decode);
-        printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
-               "KL p99", "KL max", "top-1", "mix", "file");
-        printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ",
-               (unsigned long long)r->source.file_bytes, r->source.bpw, "-", "-", "-", "-", "-",
-               "(source)");
-        pn_fput_safe(stdout, r->source.path);
-        putchar('\n');
-    } else {
+    if (s->compared)
+        put_table_head(&s->compare, decode);
+    else
         printf("no mix could be made: nothing compared\n\n");
-    }
     for (size_t i = 0; i < s->n_mixes; i++) {
         const pn_sweep_mix *m = &s->mixes[i];
         if (m->file_index >= 0 && s->compared) {
-            const pn_compare_file *f = &s->compare.files[m->file_index];
-            char bpw_pn[16];
-            snprintf(bpw_pn, sizeof bpw_pn, f->pn_weights ? "%.4f" : "-", f->bpw_pn);
-            printf("%14llu %8.4f %7s %10.4g %10.4g %10.4g %6.2f%%  %-16s ",
-                   (unsigned long long)f->file_bytes, f->bpw, bpw_pn, f->kl_mean, f->kl_p99,
-                   f->kl_max, 100.0 * f->top1, m->name);
-            pn_fput_safe(stdout, f->path);
-            putchar('\n');
+            put_table_row(&s->compare.files[m->file_index], m->name);
         } else {
-            printf("%14s %8s %7s %10s %10s %10s %7s  %-16s ", "failed", "-", "-", "-", "-", "-",
-                   "-", m->name);
+            printf("%14s %8s %7s %10s   %-7s %10s %10s %7s  %-16s ", "failed", "-", "-", "-", "",
+                   "-", "-", "-", m->name);
             pn_fput_safe(stdout, m->error);
             putchar('\n');
         }
@@ -473,6 +469,8 @@ typedef struct sweep_cli {
     char *types_buf, *quantizer;
     const char *plot, *gnuplot;
     uint64_t budget;
+    int quiet;
+    char recipe_buf[4096]; /* --recipe NAME: the shipped file */
 } sweep_cli;
 
 /* A --sweep option: 1 taken, 0 not one of them, -1 refused (message out). */
@@ -487,7 +485,12 @@ static int sweep_option(int c, sweep_cli *w)
         w->so.promote = w->counts;
         break;
     case O_TARGET: bad = parse_size_opt("--target-size", optarg, &w->so.target_size); break;
-    case O_RECIPE: w->so.recipe_path = optarg; break;
+    case O_RECIPE:
+        /* a file, or a shipped recipe by name, as pn-quantize takes it */
+        w->so.recipe_path =
+            pn_cli_recipe_path("pn-compare", optarg, w->recipe_buf, sizeof w->recipe_buf);
+        bad = !w->so.recipe_path;
+        break;
     case O_STOCK:
         bad = parse_types(optarg, &w->types_buf, w->types, &w->so.n_stock);
         w->so.stock = w->types;
@@ -529,6 +532,47 @@ static int sweep_usage(const sweep_cli *w, int n_args)
     return 2;
 }
 
+/* The sweep's picture: every mix compared, with its standard error and its
+ * bits per weight as the table gives them, and a caption that says what
+ * was judged, on what and by what. */
+static pn_status draw_sweep(const pn_sweep_report *srep, pn_plot_opts *po, const pn_compare_opts *o,
+                            const char *decode, pn_error *err)
+{
+    pn_plot_point pts[PN_SWEEP_MAX_MIXES];
+    size_t np = 0;
+    for (size_t i = 0; i < srep->n_mixes; i++) {
+        const pn_sweep_mix *m = &srep->mixes[i];
+        if (m->file_index < 0)
+            continue;
+        const pn_compare_file *f = &srep->compare.files[m->file_index];
+        pts[np] = (pn_plot_point){ .name = m->name,
+                                   .stock = m->kind == PN_SWEEP_STOCK,
+                                   .bytes = f->file_bytes,
+                                   .kl_mean = f->kl_mean,
+                                   .kl_se = f->kl_se,
+                                   .bpw = f->bpw };
+        np++;
+    }
+    const pn_compare_report *r = &srep->compare;
+    char tokens[1200], caption[2400];
+    if (r->from_text)
+        snprintf(tokens, sizeof tokens,
+                 "judged on the text %.600s: %zu sequences of at most %d tokens, %zu positions",
+                 o->text_path, r->n_seqs, o->seq_len, r->n_positions);
+    else
+        snprintf(tokens, sizeof tokens,
+                 "judged on the fixed token set: %zu sequences, %zu positions", r->n_seqs,
+                 r->n_positions);
+    snprintf(caption, sizeof caption,
+             "source %.600s (%llu weights)\n%s\nby stock llama.cpp %s (node-llama-cpp %s, CPU, "
+             "%d thread%s), the PN mixes decoded as %s; bars: the mean's standard error over "
+             "the positions",
+             r->source.path, (unsigned long long)r->source.weights, tokens, r->llama_cpp,
+             r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s", decode);
+    po->caption = caption;
+    return pn_plot_draw(po, pts, np, err);
+}
+
 /* The sweep, its picture and its table: the exit status. */
 static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const char *decode)
 {
@@ -562,21 +606,12 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
     pn_cli_meter_end(&((progress_state *)o->user)->meter);
     free(quantizer);
     if (st == PN_OK && plot && srep.compared) {
-        pn_plot_point pts[PN_SWEEP_MAX_MIXES];
-        size_t np = 0;
-        for (size_t i = 0; i < srep.n_mixes; i++) {
-            const pn_sweep_mix *m = &srep.mixes[i];
-            if (m->file_index < 0)
-                continue;
-            const pn_compare_file *f = &srep.compare.files[m->file_index];
-            pts[np].name = m->name;
-            pts[np].stock = m->kind == PN_SWEEP_STOCK;
-            pts[np].bytes = f->file_bytes;
-            pts[np].kl_mean = f->kl_mean;
-            np++;
+        st = draw_sweep(&srep, &po, o, decode, &err);
+        if (st == PN_OK && !w->quiet) {
+            fputs("wrote ", stderr);
+            pn_fput_safe(stderr, plot);
+            fputc('\n', stderr);
         }
-        po.weights = srep.compare.source.weights;
-        st = pn_plot_draw(&po, pts, np, &err);
     }
     if (st != PN_OK) {
         free(w->types_buf);
@@ -664,7 +699,10 @@ int main(int argc, char **argv)
             free(script);
             script = strdup(optarg);
             break;
-        case O_QUIET: quiet = 1; break;
+        case O_QUIET:
+            quiet = 1;
+            w.quiet = 1;
+            break;
         case O_PROGRESS: progress = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
         case O_VERSION:

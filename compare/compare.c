@@ -157,7 +157,10 @@ static void account(const gguf_reader *r, file_info *fi)
             fi->pn_bytes += t->size;
         }
     }
-    fi->file_bytes = gguf_reader_file_size(r);
+    /* a split set's bytes are all its files' (gguf_reader_file_size is the first's) */
+    fi->file_bytes = 0;
+    for (size_t s = 0; s < gguf_reader_n_splits(r); s++)
+        fi->file_bytes += gguf_reader_file_size(gguf_reader_split(r, s));
 }
 
 static pn_status stat_regular(const char *path, const char *what, file_info *fi, pn_error *err)
@@ -234,12 +237,34 @@ static const char *ftype_name(uint64_t ftype)
     return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
 }
 
+/* True when r holds an MTP layer: a tensor blk.N.nextn.* (how pn-check
+ * tells a file's MTP layer). */
+static bool has_mtp_layer(const gguf_reader *r)
+{
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
+        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
+            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
+            return true;
+    return false;
+}
+
+/* The source as each file was made from it: as it is, or without its MTP
+ * layer (pn-quantize's --no-mtp, or a recipe's 'mtp drop'), opened when a
+ * file without the layer is checked against a source that has one. */
+typedef struct source_views {
+    const char *path;
+    gguf_reader *full;
+    gguf_reader *no_mtp;
+    bool has_mtp;
+} source_views;
+
 /* A PN file of that source: pn.format, and the source's tensors by name and
  * shape, in any order. Or a stock quantization of it: no pn.format, some
  * tensor of a quantized type, the source's tensors likewise; llama.cpp
- * loads it as it is (no decoding), its mix is "stock" and its ftype. */
-static pn_status check_pn(const char *path, const gguf_reader *src, const char *src_path,
-                          file_info *fi, pn_error *err)
+ * loads it as it is (no decoding), its mix is "stock" and its ftype. A file
+ * without the MTP layer of a source that has one was made with the layer
+ * dropped: it is checked against the source read so. */
+static pn_status check_pn(const char *path, source_views *sv, file_info *fi, pn_error *err)
 {
     pn_status st = stat_regular(path, "PN file", fi, err);
     if (st != PN_OK)
@@ -248,6 +273,20 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
     st = gguf_reader_open(path, &r, err);
     if (st != PN_OK)
         return st;
+    const gguf_reader *src = sv->full;
+    const char *src_path = sv->path, *as_read = "";
+    if (sv->has_mtp && !has_mtp_layer(r)) {
+        if (!sv->no_mtp) {
+            pn_source_opts so = { .no_mtp = true };
+            st = pn_source_open(sv->path, &so, &sv->no_mtp, err);
+            if (st != PN_OK) {
+                gguf_reader_close(r);
+                return st;
+            }
+        }
+        src = sv->no_mtp;
+        as_read = " without its MTP layer";
+    }
     const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
     if (!fmt || fmt->type != GGUF_TYPE_STRING) {
         for (size_t i = 0; i < gguf_reader_n_tensors(r) && !fi->stock; i++)
@@ -281,15 +320,16 @@ static pn_status check_pn(const char *path, const gguf_reader *src, const char *
             same = s->ne[d] == t->ne[d];
         if (!same) {
             char *name = safe_dup(t->name, strlen(t->name));
-            st = pn_error_set(err, PN_ERR_MISMATCH, "%s: not %s of %s: tensor '%s' %s", path, what,
-                              src_path, name ? name : "?",
+            st = pn_error_set(err, PN_ERR_MISMATCH, "%s: not %s of %s%s: tensor '%s' %s", path,
+                              what, src_path, as_read, name ? name : "?",
                               s ? "has another shape in the source" : "is not in the source");
             free(name);
         }
     }
     if (st == PN_OK && n != ns)
-        st = pn_error_set(err, PN_ERR_MISMATCH, "%s: not %s of %s: %zu tensors, the source has %zu",
-                          path, what, src_path, n, ns);
+        st = pn_error_set(err, PN_ERR_MISMATCH,
+                          "%s: not %s of %s%s: %zu tensors, the source has %zu", path, what,
+                          src_path, as_read, n, ns);
     if (st == PN_OK)
         account(r, fi);
     gguf_reader_close(r);
@@ -409,8 +449,9 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         gguf_reader_close(src);
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
+    source_views sv = { o->source_path, src, NULL, has_mtp_layer(src) };
     for (size_t i = 0; i < o->n_pn && st == PN_OK; i++) {
-        st = check_pn(o->pn_paths[i], src, o->source_path, &fis[i], err);
+        st = check_pn(o->pn_paths[i], &sv, &fis[i], err);
         if (st == PN_OK && fis[i].dev == sfi.dev && fis[i].ino == sfi.ino)
             st = pn_error_set(err, PN_ERR_USAGE, "%s is the source itself", o->pn_paths[i]);
         for (size_t k = 0; st == PN_OK && k < i; k++)
@@ -419,6 +460,8 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
                                   o->pn_paths[i], o->pn_paths[k]);
     }
     gguf_reader_close(src);
+    if (sv.no_mtp)
+        gguf_reader_close(sv.no_mtp);
     pn_judge *J = NULL;
     if (st == PN_OK)
         st = pn_judge_open(o, n_vocab, 1 + o->n_pn, &J, rep->llama_cpp, rep->node_llama_cpp, err);

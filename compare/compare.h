@@ -12,10 +12,12 @@
  *           q = the decoded model's, in double (log-softmax with the maximum
  *           subtracted, exp and log of libm); mean, 99th percentile
  *           (nearest rank: the ceil(0.99 n)-th smallest) and maximum over all
- *           positions;
+ *           positions; the mean's standard error over the positions, the
+ *           sample standard deviation / sqrt(n) (llama-perplexity's
+ *           "Mean KLD: x ± y");
  *   top-1   the share of positions where both give the same highest logit
  *           (the lowest token id among equal maxima);
- *   size    the PN file's bytes, and bits per weight: 8 x tensor data bytes /
+ *   size    the PN file's bytes (a split set's: all its files'), and bits per weight: 8 x tensor data bytes /
  *           weights, over all tensors and over pn3t/pn4t tensors.
  *
  * Tokens: the fixed set (PN_COMPARE_FIXED_SEQS sequences of
@@ -118,7 +120,8 @@ typedef struct pn_compare_file {
     uint64_t pn_weights, pn_bytes;  /* over pn3t/pn4t tensors */
     double bpw, bpw_pn;             /* bits per weight; bpw_pn 0 without PN tensors */
     double kl_mean, kl_p99, kl_max;
-    double kl_se;                  /* standard error of kl_mean: sample deviation / sqrt(n) */
+    double kl_se;                  /* standard error of kl_mean over the positions:
+                                      sample standard deviation / sqrt(n); 0 for n = 1 */
     double top1;                   /* share of positions, 0..1 */
     size_t kl_max_seq, kl_max_pos; /* where the maximum is */
     double seconds;                /* decode and llama.cpp run */
@@ -142,7 +145,9 @@ typedef struct pn_compare_report {
  * node or the script not runnable, llama.cpp failing: its last messages
  * quoted), PN_ERR_TYPE (the source is not float), PN_ERR_FORMAT (a file is
  * neither PN, with pn.format, nor quantized), PN_ERR_MISMATCH (a PN file whose tensors are not the
- * source's: the first differing tensor named; llama.cpp's vocabulary or
+ * source's: the first differing tensor named; a file without the MTP layer
+ * (blk.N.nextn.*) of a source that has one is held against the source read
+ * without it, as pn-quantize read it for that file, io/source_open.h; llama.cpp's vocabulary or
  * tokens differ between runs), PN_ERR_NONFINITE (a non-finite logit, with
  * sequence and position), PN_ERR_INTERRUPTED, and pn_dequant_file's. On
  * error *rep is empty. */

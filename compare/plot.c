@@ -84,10 +84,82 @@ static void put_name(FILE *f, const char *s)
     for (size_t i = 0; s[i] && i < 80; i++) {
         unsigned char c = (unsigned char)s[i];
         bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == ' ' || c == '+' || c == '.' || c == '_' || c == '-';
+                  c == ' ' || c == '+' || c == '.' || c == '_' || c == '-' || c == '(' || c == ')';
         fputc(ok ? (int)c : '?', f);
     }
     fputc('"', f);
+}
+
+/* The caption inside double quotes: printable ASCII but '"' and '\\', each
+ * line break as gnuplot's "\n", at most 4 lines of 160 bytes. */
+static void put_caption(FILE *f, const char *s)
+{
+    fputc('"', f);
+    int lines = 1;
+    size_t col = 0;
+    for (size_t i = 0; s[i] && i < 800; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') {
+            if (++lines > 4)
+                break;
+            fputs("\\n", f);
+            col = 0;
+            continue;
+        }
+        if (col++ >= 160)
+            continue;
+        bool ok = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+        fputc(ok ? (int)c : '?', f);
+    }
+    fputc('"', f);
+}
+
+/* The unit of the size axis: the one that suits the largest size. */
+static void size_unit(double max_bytes, double *div, const char **name)
+{
+    if (max_bytes >= 1e9)
+        *div = 1e9, *name = "GB";
+    else if (max_bytes >= 1e6)
+        *div = 1e6, *name = "MB";
+    else
+        *div = 1e3, *name = "kB";
+}
+
+/* The points of one kind: size, KL, its standard error, name. */
+static void put_points(FILE *f, const pn_plot_point *p, size_t n, bool stock, double div)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i].stock == stock) {
+            fprintf(f, "%.9g %.9g %.9g ", (double)p[i].bytes / div, p[i].kl_mean, p[i].kl_se);
+            put_name(f, p[i].name);
+            fputc('\n', f);
+        }
+}
+
+/* The top axis: each point's bits per weight as the table gives it, a tic
+ * above the point (the table's definition, not a scale of the size). */
+static void put_bpw_axis(FILE *f, const pn_plot_point *p, size_t n, double div, double x_lo,
+                         double x_hi)
+{
+    bool any_bpw = false;
+    for (size_t i = 0; i < n; i++)
+        any_bpw |= p[i].bpw > 0;
+    if (any_bpw) {
+        fprintf(f, "set tmargin 7\nset x2label 'bits per weight of each mix (8 x tensor "
+                   "bytes / weights, as in the table)'\n");
+        fprintf(f,
+                "set x2range [%.9g:%.9g]\nset xtics nomirror\nset x2tics out rotate by 45 "
+                "left font ',9' (",
+                x_lo, x_hi);
+        bool first = true;
+        for (size_t i = 0; i < n; i++)
+            if (p[i].bpw > 0) {
+                fprintf(f, "%s\"%.3f\" %.9g", first ? "" : ", ", p[i].bpw,
+                        (double)p[i].bytes / div);
+                first = false;
+            }
+        fprintf(f, ")\n");
+    }
 }
 
 /* The gnuplot script, into a memory file. */
@@ -106,16 +178,19 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
     pn_plot_pareto(p, n, front);
-    double lo = INFINITY, hi = 0, kl_lo = INFINITY, kl_hi = 0;
+    double lo = INFINITY, hi = 0, kl_lo = INFINITY, kl_hi = 0, bar_lo = INFINITY, bar_hi = 0;
     bool all_positive = true;
     size_t n_pn = 0, n_stock = 0;
     for (size_t i = 0; i < n; i++) {
-        double gb = (double)p[i].bytes / 1e9;
-        lo = gb < lo ? gb : lo;
-        hi = gb > hi ? gb : hi;
-        kl_lo = p[i].kl_mean < kl_lo ? p[i].kl_mean : kl_lo;
-        kl_hi = p[i].kl_mean > kl_hi ? p[i].kl_mean : kl_hi;
-        if (!(p[i].kl_mean > 0))
+        double b = (double)p[i].bytes;
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+        double k = p[i].kl_mean, se = p[i].kl_se > 0 ? p[i].kl_se : 0;
+        kl_lo = k < kl_lo ? k : kl_lo;
+        kl_hi = k > kl_hi ? k : kl_hi;
+        bar_lo = k - se < bar_lo ? k - se : bar_lo;
+        bar_hi = k + se > bar_hi ? k + se : bar_hi;
+        if (!(k > 0))
             all_positive = false;
         if (p[i].stock)
             n_stock++;
@@ -123,10 +198,15 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
             n_pn++;
     }
     if (o->budget) {
-        double b = (double)o->budget / 1e9;
+        double b = (double)o->budget;
         lo = b < lo ? b : lo;
         hi = b > hi ? b : hi;
     }
+    double div;
+    const char *unit;
+    size_unit(hi, &div, &unit);
+    lo /= div;
+    hi /= div;
     double pad = (hi - lo) * 0.08;
     if (!(pad > 0))
         pad = hi > 0 ? hi * 0.05 : 1;
@@ -144,51 +224,47 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
         put_name(f, o->title);
         fputc('\n', f);
     }
-    fprintf(f, "set xlabel 'file size (GB)'\n");
-    fprintf(f, "set ylabel 'mean KL divergence from the source (nats per token)'\n");
+    fprintf(f, "set xlabel 'file size (%s, 10^%d bytes)'\n", unit,
+            div == 1e9   ? 9
+            : div == 1e6 ? 6
+                         : 3);
+    fprintf(f, "set ylabel 'mean KL from the source (nats/token; bar: 1 std. error)'\n");
     fprintf(f, "set xrange [%.9g:%.9g]\n", x_lo, x_hi);
-    if (o->weights > 0) {
-        /* bits per weight is proportional to the size: the same range scaled
-         * (gnuplot draws no tics on a `set link` axis without data on it) */
-        double k = 8e9 / (double)o->weights; /* bits per weight per GB */
-        fprintf(f, "set x2label 'bits per weight (8 x file bytes / %llu weights)'\n",
-                (unsigned long long)o->weights);
-        fprintf(f, "set x2range [%.9g:%.9g]\n", x_lo * k, x_hi * k);
-        fprintf(f, "set x2tics\nset xtics nomirror\n");
-    }
+    put_bpw_axis(f, p, n, div, x_lo, x_hi);
     if (all_positive && kl_hi > kl_lo * 10) {
+        double b_lo = bar_lo > 0 ? bar_lo : kl_lo;
         fprintf(f, "set logscale y\n");
-        fprintf(f, "set yrange [%.9g:%.9g]\n", kl_lo / 1.6, kl_hi * 1.6);
+        fprintf(f, "set yrange [%.9g:%.9g]\n", b_lo / 1.6, bar_hi * 1.6);
     } else {
-        fprintf(f, "set yrange [0:%.9g]\n", kl_hi > 0 ? kl_hi * 1.15 : 1);
+        /* the points and their bars, with a margin: not from 0, so that
+         * near values stay apart */
+        double span = bar_hi - bar_lo;
+        double m = span > 0 ? span * 0.12 : (bar_hi > 0 ? bar_hi * 0.1 : 1);
+        double y_lo = bar_lo - m, y_hi = bar_hi + m;
+        fprintf(f, "set yrange [%.9g:%.9g]\n", bar_lo >= 0 && y_lo < 0 ? 0 : y_lo, y_hi);
     }
     fprintf(f, "set grid\nset key top right box opaque\n");
+    if (o->caption) {
+        fprintf(f, "set bmargin 8\nset label 2 ");
+        put_caption(f, o->caption);
+        fprintf(f, " at screen 0.01, screen 0.085 left font ',10'\n");
+    }
     if (o->budget) {
-        double b = (double)o->budget / 1e9;
+        double b = (double)o->budget / div;
         fprintf(f,
                 "set arrow 1 from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 2 "
                 "lc rgb '#c00000'\n",
                 b, b);
         fprintf(f,
-                "set label 1 'budget %.4g GB' at %.9g, graph 0.97 right offset -0.5,0 "
+                "set label 1 'budget %.4g %s' at %.9g, graph 0.03 right offset -0.5,0 "
                 "tc rgb '#c00000'\n",
-                b, b);
+                b, unit, b);
     }
-    /* the data: size (GB), KL, name */
+    /* the data: size, KL, its standard error, name */
     fprintf(f, "$pn << EOD\n");
-    for (size_t i = 0; i < n; i++)
-        if (!p[i].stock) {
-            fprintf(f, "%.9g %.9g ", (double)p[i].bytes / 1e9, p[i].kl_mean);
-            put_name(f, p[i].name);
-            fputc('\n', f);
-        }
+    put_points(f, p, n, false, div);
     fprintf(f, "EOD\n$stock << EOD\n");
-    for (size_t i = 0; i < n; i++)
-        if (p[i].stock) {
-            fprintf(f, "%.9g %.9g ", (double)p[i].bytes / 1e9, p[i].kl_mean);
-            put_name(f, p[i].name);
-            fputc('\n', f);
-        }
+    put_points(f, p, n, true, div);
     /* the front, by size */
     size_t nf = 0;
     for (size_t i = 0; i < n; i++)
@@ -202,16 +278,16 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
         }
     fprintf(f, "EOD\n$front << EOD\n");
     for (size_t i = 0; i < nf; i++)
-        fprintf(f, "%.9g %.9g\n", (double)p[order[i]].bytes / 1e9, p[order[i]].kl_mean);
+        fprintf(f, "%.9g %.9g\n", (double)p[order[i]].bytes / div, p[order[i]].kl_mean);
     fprintf(f, "EOD\n");
     fprintf(f, "plot $front using 1:2 with lines lw 2 lc rgb '#808080' title 'Pareto front'");
     if (n_pn)
-        fprintf(f, ", \\\n  $pn using 1:2 with points pt 7 ps 1.4 lc rgb '#1f4e9c' "
-                   "title 'PN mixes', \\\n  $pn using 1:2:3 with labels left offset 0.7,0.6 "
+        fprintf(f, ", \\\n  $pn using 1:2:3 with yerrorbars pt 7 ps 1.4 lc rgb '#1f4e9c' "
+                   "title 'PN mixes', \\\n  $pn using 1:2:4 with labels left offset 0.7,0.6 "
                    "notitle");
     if (n_stock)
-        fprintf(f, ", \\\n  $stock using 1:2 with points pt 5 ps 1.4 lc rgb '#d07000' "
-                   "title 'stock llama.cpp types', \\\n  $stock using 1:2:3 with labels "
+        fprintf(f, ", \\\n  $stock using 1:2:3 with yerrorbars pt 5 ps 1.4 lc rgb '#d07000' "
+                   "title 'stock llama.cpp types', \\\n  $stock using 1:2:4 with labels "
                    "left offset 0.7,-0.8 notitle");
     fprintf(f, "\n");
     free(front);

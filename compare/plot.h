@@ -1,22 +1,28 @@
 /* plot.h - a sweep drawn (pn-compare --sweep --plot FILE): mean KL against
  * file size, by gnuplot (Debian's gnuplot-nox), not by a plotter of our own.
  *
- * The picture: x the file size in GB (10^9 bytes), y the mean KL from the
- * source (log scale when every KL is above 0 and they span more than
- * a factor of 10), a second x axis on top in
- * bits per weight (8 x file bytes / weights of the source: the first
- * axis's range scaled, so one point sits at both), each point named by its mix, PN mixes
- * as filled circles and stock llama.cpp types as filled squares, the Pareto
- * front (pn_plot_pareto) as a line through its points, and a budget (a size
- * the user gives, e.g. a 16 GB card's) as a dashed vertical line. SVG, or
- * PNG (pngcairo) when the name ends in .png.
+ * The picture: x the file size in the unit that suits the largest (GB,
+ * 10^9 bytes, from 1 GB; MB, 10^6, from 1 MB; else kB), y the mean KL from
+ * the source with its standard error over the positions drawn as a bar on
+ * every point (log scale when every KL is above 0 and they span more than a
+ * factor of 10; else linear over the points and their bars, not forced to
+ * start at 0), on the top axis each point's bits per weight as pn-compare's
+ * table gives it (8 x tensor data bytes / weights: a tic above the point,
+ * one definition for both), each point named by its mix, PN mixes as filled
+ * circles and stock llama.cpp types as filled squares, the Pareto front
+ * (pn_plot_pareto) as a line through its points, a budget (a size the user
+ * gives, e.g. a 16 GB card's) as a dashed vertical line, and under it all a
+ * caption (the source, the tokens judged on and their positions, the
+ * llama.cpp release) so that the picture can be read alone. SVG, or PNG
+ * (pngcairo) when the name ends in .png.
  *
  * gnuplot runs as a child (posix_spawnp of the program named, looked up in
  * PATH): the script on its stdin, the picture from its stdout straight into
  * the output file (common/outfile.h: a temporary file committed onto the
  * target once gnuplot exited 0 and the file starts as an SVG or a PNG does),
  * its messages into a memory file quoted on error. Names are written into
- * the script with every byte outside [A-Za-z0-9 +._-] as '?'.
+ * the script with every byte outside [A-Za-z0-9 +._-()] as '?', the
+ * caption with every byte outside printable ASCII, and '"' and '\\', as '?'.
  */
 #ifndef PN_COMPARE_PLOT_H
 #define PN_COMPARE_PLOT_H
@@ -32,15 +38,17 @@ typedef struct pn_plot_point {
     bool stock;       /* a stock llama.cpp type (the second mark) */
     uint64_t bytes;   /* file size */
     double kl_mean;
+    double kl_se; /* its standard error (a bar from kl_mean - kl_se to + kl_se) */
+    double bpw;   /* bits per weight as the table gives it; 0: no tic */
 } pn_plot_point;
 
 typedef struct pn_plot_opts {
     const char *path;    /* .svg, or .png */
     const char *gnuplot; /* the program (default "gnuplot", in PATH) */
     char *const *envp;   /* its environment */
-    uint64_t weights;    /* of the source: the bits-per-weight axis */
     uint64_t budget;     /* bytes; 0: no line */
     const char *title;   /* NULL: none */
+    const char *caption; /* lines (separated by '\n', at most 4) under the plot; NULL: none */
     bool force;          /* replace an existing file */
     /* What the sweep reads, which the picture may never be, whatever force
      * says: the source (every file of a folder, io/source_open.h) and the

@@ -11,13 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
+#include "io/source_id.h"
 #include "io/source_open.h"
+#include "mix/recipe.h"
 #include "pipeline/quantize.h"
 
 #define MEASUREMENT_NAME "measurement.pnm"
@@ -25,12 +31,24 @@
 static const char *const k_stock_types[] = { "Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
                                              "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K" };
 
-bool pn_sweep_stock_type_known(const char *name)
+/* llama.cpp's ftype (general.file_type) of each, in k_stock_types' order. */
+static const unsigned k_stock_ftypes[] = { 7, 11, 12, 13, 14, 15, 17, 18 };
+
+/* The name as llama-quantize spells it (it takes q4_k_m too), or NULL. */
+static const char *stock_canonical(const char *name, unsigned *ftype)
 {
     for (size_t i = 0; i < sizeof k_stock_types / sizeof k_stock_types[0]; i++)
-        if (strcmp(name, k_stock_types[i]) == 0)
-            return true;
-    return false;
+        if (strcasecmp(name, k_stock_types[i]) == 0) {
+            if (ftype)
+                *ftype = k_stock_ftypes[i];
+            return k_stock_types[i];
+        }
+    return NULL;
+}
+
+bool pn_sweep_stock_type_known(const char *name)
+{
+    return stock_canonical(name, NULL) != NULL;
 }
 
 void pn_sweep_opts_init(pn_sweep_opts *o)
@@ -68,8 +86,11 @@ static bool cancelled(const pn_sweep_opts *o)
 /* ---- the work folder ---- */
 
 typedef struct work {
-    char *dir;      /* the private folder */
-    bool made_keep; /* keep_dir was made by this run */
+    char *dir;        /* the private folder */
+    bool made_keep;   /* keep_dir was made by this run */
+    int keep_fd;      /* keep_dir, locked (flock) while this sweep runs; -1 without */
+    bool kept_meas;   /* keep_dir holds a measurement already: it is used, and stays */
+    char recipe[128]; /* the recipe's mix name (P0k): a kept PN mix's label starts so */
 } work;
 
 /* Removes the files this run put in the folder (it holds nothing else),
@@ -91,6 +112,14 @@ static void work_remove(work *w)
     rmdir(w->dir);
     free(w->dir);
     w->dir = NULL;
+}
+
+/* Lets keep_dir go (its lock). */
+static void work_unlock(work *w)
+{
+    if (w->keep_fd >= 0)
+        close(w->keep_fd);
+    w->keep_fd = -1;
 }
 
 /* ---- a stock type: pn-llama-quantize in a child ---- */
@@ -245,10 +274,10 @@ static pn_status keep_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
         return PN_OK;
     pn_status st = PN_OK;
     for (size_t i = 0; i < rep->n_mixes && st == PN_OK; i++)
-        if (rep->mixes[i].status == PN_OK)
+        if (rep->mixes[i].status == PN_OK && !rep->mixes[i].kept)
             st = keep_file(w->dir, o->keep_dir, rep->mixes[i].file, &rep->mixes[i].kept, err);
     char *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
-    if (st == PN_OK && meas && access(meas, F_OK) == 0)
+    if (st == PN_OK && meas && !w->kept_meas && access(meas, F_OK) == 0)
         st = keep_file(w->dir, o->keep_dir, MEASUREMENT_NAME, &rep->kept_measurement, err);
     free(meas);
     return st;
@@ -285,13 +314,14 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
     for (size_t i = 0; i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
         m->kind = PN_SWEEP_STOCK;
-        if (!pn_sweep_stock_type_known(o->stock[i]))
+        const char *type = stock_canonical(o->stock[i], NULL);
+        if (!type)
             return pn_error_set(err, PN_ERR_USAGE,
                                 "--stock: not a type the stock quantizer takes: '%.40s' (Q3_K_S "
                                 "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)",
                                 o->stock[i]);
-        snprintf(m->name, sizeof m->name, "stock %s", o->stock[i]);
-        snprintf(m->file, sizeof m->file, "stock-%s.gguf", o->stock[i]);
+        snprintf(m->name, sizeof m->name, "stock %s", type);
+        snprintf(m->file, sizeof m->file, "stock-%s.gguf", type);
     }
     for (size_t i = 0; i < n; i++) {
         rep->mixes[i].file_index = -1;
@@ -306,9 +336,153 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
     return PN_OK;
 }
 
-/* keep_dir: a folder (made when absent) where none of the names exists. */
-static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, work *w,
-                            pn_error *err)
+/* True when r holds an MTP layer (a tensor blk.N.nextn.*). */
+static bool has_mtp_layer(const gguf_reader *r)
+{
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
+        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
+            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
+            return true;
+    return false;
+}
+
+/* Does the file r (a stock quantization) hold the source's tensors, by
+ * name and shape? */
+static bool same_tensors(const gguf_reader *r, const gguf_reader *src)
+{
+    if (gguf_reader_n_tensors(r) != gguf_reader_n_tensors(src))
+        return false;
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        long k = gguf_reader_find_tensor(src, t->name);
+        if (k < 0 || gguf_reader_tensor(src, (size_t)k)->n_dims != t->n_dims)
+            return false;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            if (gguf_reader_tensor(src, (size_t)k)->ne[d] != t->ne[d])
+                return false;
+    }
+    return true;
+}
+
+/* Is r this sweep's mix m, made by an earlier run of it (one interrupted,
+ * or one that finished)? A PN mix: a PN file whose label is the recipe's
+ * name and m's promotion count (any count for the target size), made from
+ * this source (its recorded header hash: the source read as the file was,
+ * without its MTP layer when the file has none); its label becomes m's
+ * name. A stock type: a quantization of that type (general.file_type) of
+ * the source's tensors. Else false, with what it is in why. */
+static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
+                        const gguf_reader *r, char *why, size_t cap)
+{
+    const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
+    pn_source_opts so = { .no_mtp = !has_mtp_layer(r) };
+    gguf_reader *src = NULL;
+    pn_error e;
+    pn_error_clear(&e);
+    if (pn_source_open(o->compare.source_path, &so, &src, &e) != PN_OK) {
+        snprintf(why, cap, "the source cannot be read: %.400s", e.msg);
+        return false;
+    }
+    bool ok = false;
+    if (m->kind == PN_SWEEP_STOCK) {
+        unsigned want = 0;
+        stock_canonical(m->name + strlen("stock "), &want);
+        const gguf_kv *ft = gguf_reader_find_kv(r, "general.file_type");
+        if (fmt)
+            snprintf(why, cap, "a PN file, not a stock quantization");
+        else if (!ft || ft->type != GGUF_TYPE_UINT32 || ft->v.u64 != want)
+            snprintf(why, cap, "a model of another type");
+        else if (!same_tensors(r, src))
+            snprintf(why, cap, "not a quantization of this source");
+        else
+            ok = true;
+        gguf_reader_close(src);
+        return ok;
+    }
+    const gguf_kv *mix = gguf_reader_find_kv(r, PN_KEY_MIX);
+    char label[96] = "";
+    if (mix && mix->type == GGUF_TYPE_STRING && mix->v.str.len < sizeof label)
+        for (size_t i = 0; i < mix->v.str.len; i++)
+            label[i] =
+                mix->v.str.data[i] >= 0x20 && mix->v.str.data[i] < 0x7f ? mix->v.str.data[i] : '?';
+    char want[160];
+    if (promote >= 0)
+        snprintf(want, sizeof want, "%s+%d", w->recipe, promote);
+    else
+        snprintf(want, sizeof want, "%s+", w->recipe);
+    pn_recorded_source rec;
+    memset(&rec, 0, sizeof rec);
+    uint64_t h = 0;
+    if (!fmt || !label[0])
+        snprintf(why, cap, "not a PN file");
+    else if (promote >= 0 ? strcmp(label, want) != 0 : strncmp(label, want, strlen(want)) != 0)
+        snprintf(why, cap, "the mix %s, not %s%s", label, want, promote >= 0 ? "" : "N");
+    else if (pn_recorded_source_read(r, &rec, &e) != PN_OK || !rec.present ||
+             pn_source_header_hash(src, &h, &e) != PN_OK || h != rec.header_hash)
+        snprintf(why, cap, "%s made from another source", label);
+    else
+        ok = true;
+    pn_recorded_source_free(&rec);
+    gguf_reader_close(src);
+    if (ok)
+        snprintf(m->name, sizeof m->name, "%s", label);
+    return ok;
+}
+
+/* The recipe's mix name (the start of every PN mix's label). */
+static pn_status recipe_name(const pn_sweep_opts *o, work *w, pn_error *err)
+{
+    pn_recipe *rc = NULL;
+    pn_status st = o->recipe_path
+                       ? pn_recipe_load(o->recipe_path, &rc, err)
+                       : pn_recipe_parse(pn_default_recipe_text, strlen(pn_default_recipe_text),
+                                         pn_default_recipe_name, &rc, err);
+    if (st != PN_OK)
+        return st;
+    snprintf(w->recipe, sizeof w->recipe, "%s", rc->name);
+    pn_recipe_free(rc);
+    return PN_OK;
+}
+
+/* What keep_dir holds under a mix's name (promotion count `promote`, -1 for
+ * the target size or a stock type): that mix from an earlier run of this
+ * sweep, used as it is (m->kept), or else a refusal. */
+static pn_status check_kept(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
+                            char *path, pn_error *err)
+{
+    char why[600] = "not a regular file";
+    struct stat sb;
+    gguf_reader *r = NULL;
+    pn_error e;
+    pn_error_clear(&e);
+    bool ok = false;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (gguf_reader_open(path, &r, &e) != PN_OK)
+            snprintf(why, sizeof why, "not a model: %.400s", e.msg);
+        else
+            ok = kept_mix_ok(o, w, m, promote, r, why, sizeof why);
+        gguf_reader_close(r);
+    }
+    if (!ok) {
+        pn_status st = pn_error_set(err, PN_ERR_EXISTS,
+                                    "--keep %s: %s is there already and is not this sweep's %s "
+                                    "(%s); the sweep replaces nothing (another folder, or "
+                                    "remove it)",
+                                    o->keep_dir, m->file, m->name, why);
+        free(path);
+        return st;
+    }
+    m->kept = path;
+    m->status = PN_OK;
+    m->error[0] = 0;
+    return PN_OK;
+}
+
+/* keep_dir: a folder (made when absent), locked for this sweep alone, where
+ * each name is absent or is that mix from an earlier run of the sweep
+ * (which is used: an interrupted sweep resumes). A measurement there is
+ * used and stays. */
+static pn_status check_keep(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, pn_error *err)
 {
     if (!o->keep_dir)
         return PN_OK;
@@ -318,27 +492,72 @@ static pn_status check_keep(const pn_sweep_opts *o, const pn_sweep_report *rep, 
             return pn_error_set(err, PN_ERR_USAGE, "--keep %s: not a folder", o->keep_dir);
     } else if (errno != ENOENT) {
         return pn_error_set(err, PN_ERR_IO, "--keep %s: %s", o->keep_dir, strerror(errno));
-    }
-    for (size_t i = 0; i <= rep->n_mixes; i++) {
-        const char *name = i < rep->n_mixes ? rep->mixes[i].file : MEASUREMENT_NAME;
-        char *p = pn_path_join(o->keep_dir, name);
-        if (!p)
-            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        bool there = lstat(p, &sb) == 0;
-        free(p);
-        if (there)
-            return pn_error_set(err, PN_ERR_EXISTS,
-                                "--keep %s: %s is there already; the sweep "
-                                "replaces nothing (another folder, or remove it)",
-                                o->keep_dir, name);
-    }
-    if (stat(o->keep_dir, &sb) != 0) {
+    } else {
         if (mkdir(o->keep_dir, 0777) != 0)
             return pn_error_set(err, PN_ERR_IO, "--keep %s: cannot make it: %s", o->keep_dir,
                                 strerror(errno));
         w->made_keep = true;
     }
-    return PN_OK;
+    /* two sweeps keeping into one folder would both run for hours and the
+     * second lose every mix at the end: the second is refused now (the lock
+     * goes with the process, however it ends) */
+    w->keep_fd = open(o->keep_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w->keep_fd < 0)
+        return pn_error_set(err, PN_ERR_IO, "--keep %s: %s", o->keep_dir, strerror(errno));
+    if (flock(w->keep_fd, LOCK_EX | LOCK_NB) != 0)
+        return pn_error_set(err, PN_ERR_EXISTS,
+                            "--keep %s: another sweep is keeping its mixes there now; one sweep "
+                            "at a time per folder (wait for it, or give another folder)",
+                            o->keep_dir);
+    pn_status st = recipe_name(o, w, err);
+    for (size_t i = 0; st == PN_OK && i <= rep->n_mixes; i++) {
+        const char *name = i < rep->n_mixes ? rep->mixes[i].file : MEASUREMENT_NAME;
+        char *p = pn_path_join(o->keep_dir, name);
+        if (!p)
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        if (lstat(p, &sb) != 0) {
+            free(p);
+        } else if (i == rep->n_mixes) {
+            w->kept_meas = S_ISREG(sb.st_mode);
+            free(p);
+            if (!w->kept_meas)
+                st = pn_error_set(err, PN_ERR_EXISTS,
+                                  "--keep %s: %s is there already and is not a file; the sweep "
+                                  "replaces nothing (another folder, or remove it)",
+                                  o->keep_dir, name);
+        } else {
+            int promote = i < o->n_promote ? o->promote[i] : -1;
+            st = check_kept(o, w, &rep->mixes[i], promote, p, err);
+        }
+    }
+    return st;
+}
+
+/* The measurement kept by an earlier run, copied into the work folder, so
+ * that the quantize job reads it there and the kept one is never written. */
+static pn_status copy_kept_measurement(const pn_sweep_opts *o, const work *w, pn_error *err)
+{
+    if (!w->kept_meas)
+        return PN_OK;
+    char *from = pn_path_join(o->keep_dir, MEASUREMENT_NAME),
+         *to = pn_path_join(w->dir, MEASUREMENT_NAME);
+    char *data = NULL;
+    size_t n = 0;
+    pn_status st = from && to
+                       ? pn_read_small_file(from, (size_t)1 << 30, "measurement", &data, &n, err)
+                       : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (st == PN_OK) {
+        int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 || write(fd, data, n) != (ssize_t)n)
+            st = pn_error_set(err, PN_ERR_IO, "%s: cannot copy the kept measurement: %s", to,
+                              strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    free(data);
+    free(from);
+    free(to);
+    return st;
 }
 
 /* Where the sweep stands, for the progress callback: step `step` of mix k
@@ -411,15 +630,81 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     return PN_OK;
 }
 
-pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *err)
+/* A size as the picture and the labels give it: decimal units. */
+static void format_size(uint64_t bytes, char *buf, size_t cap)
 {
-    memset(rep, 0, sizeof *rep);
-    const double t0 = now_s();
+    double b = (double)bytes;
+    if (b >= 1e9)
+        snprintf(buf, cap, "%.4g GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(buf, cap, "%.4g MB", b / 1e6);
+    else if (b >= 1e3)
+        snprintf(buf, cap, "%.4g kB", b / 1e3);
+    else
+        snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+}
+
+/* The text the mixes are judged on: a readable regular file within the
+ * comparison's bound, checked before any mix is made. */
+static pn_status check_text(const char *path, pn_error *err)
+{
+    if (!path)
+        return PN_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open the text: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return pn_error_set(err, PN_ERR_IO, "%s: the text is not a regular file", path);
+    if (sb.st_size > ((off_t)64 << 20))
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: the text has %lld bytes, at most %lld", path,
+                            (long long)sb.st_size, (long long)64 << 20);
+    if (sb.st_size == 0)
+        return pn_error_set(err, PN_ERR_FORMAT, "%s: the text is empty: no token to judge on",
+                            path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open the text: %s", path, strerror(errno));
+    close(fd);
+    return PN_OK;
+}
+
+/* The recipe on this source, planned as a dry run of the quantize job
+ * (no promotion: no measurement), so that a recipe that cannot type the
+ * model is refused before any mix is made, not once per mix. */
+static pn_status check_recipe(const pn_sweep_opts *o, const work *w, pn_error *err)
+{
+    if (o->n_promote == 0 && !o->target_size)
+        return PN_OK;
+    char *dst = pn_path_join(w->dir, "recipe-check.gguf");
+    if (!dst)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_quantize_opts q;
+    pn_quantize_opts_init(&q);
+    q.src_path = o->compare.source_path;
+    q.dst_path = dst;
+    q.recipe_path = o->recipe_path;
+    q.promote = 0;
+    q.dry_run = true;
+    q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
+    q.backend = PN_BACKEND_CPU;
+    q.cancel = o->compare.cancel;
+    pn_quantize_stats stats;
+    memset(&stats, 0, sizeof stats);
+    pn_status st = pn_quantize_file(&q, &stats, err);
+    free(dst);
+    if (st != PN_OK && st != PN_ERR_INTERRUPTED)
+        pn_error_prefix(err, "--sweep: no PN mix can be made");
+    return st;
+}
+
+/* Everything checked before anything runs: the mixes, the stock quantizer
+ * and its libllama, the text, the recipe (read, and planned on the source),
+ * --keep (locked; mixes an earlier run kept there are used); the work
+ * folder made. */
+static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, char **lib,
+                         pn_error *err)
+{
     const char *src = o->compare.source_path;
-    if (!src || !o->compare.tmp_dir || !o->compare.script)
-        return pn_error_set(err, PN_ERR_USAGE,
-                            "sweep: a source, a folder and the harness are "
-                            "needed");
     pn_status st = plan_mixes(o, rep, err);
     if (st == PN_OK && o->n_stock && pn_source_is_hf(src))
         st = pn_error_set(err, PN_ERR_USAGE,
@@ -431,80 +716,135 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
                           "%s: the stock quantizer pn-llama-quantize is not "
                           "there: build it (cmake --build build --target pn-llama-quantize)",
                           o->quantizer ? o->quantizer : "(none)");
-    char *lib = NULL;
     if (st == PN_OK && o->n_stock) {
-        lib = o->libllama ? strdup(o->libllama) : pn_sweep_default_libllama(o->compare.script);
-        if (!lib)
+        *lib = o->libllama ? strdup(o->libllama) : pn_sweep_default_libllama(o->compare.script);
+        if (!*lib)
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        else if (access(lib, R_OK) != 0)
+        else if (access(*lib, R_OK) != 0)
             st = pn_error_set(err, PN_ERR_IO,
                               "%s: the libllama that judges is missing (%s): "
                               "run scripts/install-deps",
-                              lib, strerror(errno));
+                              *lib, strerror(errno));
     }
-    work w = { 0 };
     if (st == PN_OK)
-        st = check_keep(o, rep, &w, err);
+        st = check_text(o->compare.text_path, err);
+    if (st == PN_OK)
+        st = recipe_name(o, w, err);
+    if (st == PN_OK)
+        st = check_keep(o, rep, w, err);
     if (st == PN_OK) {
         char *tmpl =
             pn_path_join(o->keep_dir ? o->keep_dir : o->compare.tmp_dir, ".pn-sweep.XXXXXX");
         if (tmpl && mkdtemp(tmpl)) {
-            w.dir = tmpl;
+            w->dir = tmpl;
         } else {
             st = pn_error_set(err, PN_ERR_IO, "%s: cannot make the work folder: %s",
                               o->keep_dir ? o->keep_dir : o->compare.tmp_dir, strerror(errno));
             free(tmpl);
         }
     }
-    /* the PN mixes, each reusing the last one made */
+    if (st == PN_OK)
+        st = check_recipe(o, w, err);
+    if (st == PN_OK)
+        st = copy_kept_measurement(o, w, err);
+    return st;
+}
+
+/* Each mix not kept already: the PN mixes, each reusing the last one made
+ * (or kept), then the stock types. */
+static pn_status make_all(const pn_sweep_opts *o, const work *w, pn_sweep_report *rep,
+                          const char *lib, pn_error *err)
+{
+    pn_status st = PN_OK;
     const char *prev = NULL;
     char *prev_path = NULL;
     size_t k = 0;
     for (; st == PN_OK && k < o->n_promote + (o->target_size ? 1 : 0); k++) {
         pn_sweep_mix *m = &rep->mixes[k];
-        sweep_at at = { o, "making", m->name, k, rep->n_mixes };
-        progress_at(&at, 0);
-        double t = now_s();
         bool target = k >= o->n_promote;
-        st = make_pn(o, &w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev, &at,
-                     err);
-        m->make_seconds = now_s() - t;
+        if (!m->kept) {
+            sweep_at at = { o, "making", m->name, k, rep->n_mixes };
+            progress_at(&at, 0);
+            double t = now_s();
+            st = make_pn(o, w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev,
+                         &at, err);
+            m->make_seconds = now_s() - t;
+        }
         if (st == PN_OK && m->status == PN_OK) {
             free(prev_path);
-            prev_path = pn_path_join(w.dir, m->file);
+            prev_path = m->kept ? strdup(m->kept) : pn_path_join(w->dir, m->file);
             prev = prev_path;
+        }
+        if (st == PN_OK && m->status == PN_OK && target && !strstr(m->name, "--target-size")) {
+            /* the mix the size chose, labelled as such */
+            char size[24], name[sizeof m->name];
+            format_size(o->target_size, size, sizeof size);
+            snprintf(name, sizeof name, "%.50s (--target-size %.20s)", m->name, size);
+            memcpy(m->name, name, sizeof name);
         }
     }
     free(prev_path);
     for (size_t i = 0; st == PN_OK && i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
+        if (m->kept)
+            continue;
         progress_at(&(sweep_at){ o, "quantizing with llama.cpp", m->name, k, rep->n_mixes }, 0);
-        char *dst = pn_path_join(w.dir, m->file);
-        if (!dst) {
-            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-            break;
-        }
+        char *dst = pn_path_join(w->dir, m->file);
+        if (!dst)
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         double t = now_s();
-        st = run_stock(o, lib, src, dst, o->stock[i], m, err);
+        st = run_stock(o, lib, o->compare.source_path, dst, m->name + strlen("stock "), m, err);
         m->make_seconds = now_s() - t;
         free(dst);
     }
-    free(lib);
-    /* one comparison of every mix made */
-    const char **paths = NULL;
-    size_t n_made = 0;
-    if (st == PN_OK) {
-        paths = calloc(rep->n_mixes, sizeof *paths);
-        if (!paths)
-            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+/* An error of the comparison names a mix by its path in the work folder,
+ * which is gone by the time it is read: every such path is given as the
+ * path the mix was kept under instead, or, not kept, as its file name with
+ * a word that it was removed. */
+static void name_mixes_in_error(const pn_sweep_opts *o, const work *w, pn_error *err)
+{
+    size_t n = strlen(w->dir);
+    char msg[sizeof err->msg];
+    size_t len = 0;
+    bool named = false;
+    for (const char *p = err->msg; *p && len + 1 < sizeof msg;) {
+        if (strncmp(p, w->dir, n) == 0 && p[n] == '/') {
+            int k = o->keep_dir ? snprintf(msg + len, sizeof msg - len, "%s/", o->keep_dir) : 0;
+            len += k > 0 ? (size_t)k : 0;
+            len = len < sizeof msg - 1 ? len : sizeof msg - 1;
+            p += n + 1;
+            named = true;
+        } else {
+            msg[len++] = *p++;
+        }
     }
+    msg[len] = 0;
+    if (named && !o->keep_dir)
+        snprintf(err->msg, sizeof err->msg,
+                 "%.700s (the sweep's mixes were removed: --keep DIR keeps them)", msg);
+    else if (named)
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
+}
+
+/* One comparison of every mix made or kept. */
+static pn_status compare_all(const pn_sweep_opts *o, const work *w, pn_sweep_report *rep,
+                             pn_error *err)
+{
+    const char **paths = calloc(rep->n_mixes, sizeof *paths);
+    if (!paths)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_status st = PN_OK;
+    size_t n_made = 0;
     for (size_t i = 0; st == PN_OK && i < rep->n_mixes; i++) {
         pn_sweep_mix *m = &rep->mixes[i];
         if (m->status != PN_OK) {
             rep->n_failed++;
             continue;
         }
-        paths[n_made] = pn_path_join(w.dir, m->file);
+        paths[n_made] = m->kept ? strdup(m->kept) : pn_path_join(w->dir, m->file);
         if (!paths[n_made])
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         m->file_index = (long)n_made++;
@@ -513,16 +853,38 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         pn_compare_opts c = o->compare;
         c.pn_paths = paths;
         c.n_pn = n_made;
-        c.tmp_dir = w.dir;
+        c.tmp_dir = w->dir;
         st = pn_compare_run(&c, &rep->compare, err);
         rep->compared = st == PN_OK;
+        if (st != PN_OK)
+            name_mixes_in_error(o, w, err);
     }
-    if (paths)
-        for (size_t i = 0; i < n_made; i++)
-            free((void *)paths[i]);
+    for (size_t i = 0; i < n_made; i++)
+        free((void *)paths[i]);
     free(paths);
-    /* what is kept (an interrupt keeps the mixes finished before it) */
-    if (w.dir && (st == PN_OK || st == PN_ERR_INTERRUPTED) && o->keep_dir) {
+    return st;
+}
+
+pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *err)
+{
+    memset(rep, 0, sizeof *rep);
+    const double t0 = now_s();
+    if (!o->compare.source_path || !o->compare.tmp_dir || !o->compare.script)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "sweep: a source, a folder and the harness are "
+                            "needed");
+    work w = { .keep_fd = -1 };
+    char *lib = NULL;
+    pn_status st = prepare(o, rep, &w, &lib, err);
+    if (st == PN_OK)
+        st = make_all(o, &w, rep, lib, err);
+    free(lib);
+    bool made = st == PN_OK;
+    if (st == PN_OK)
+        st = compare_all(o, &w, rep, err);
+    /* what is kept: the mixes made, whether the comparison went well or
+     * not, and those finished before an interrupt */
+    if (w.dir && (made || st == PN_ERR_INTERRUPTED) && o->keep_dir) {
         pn_error ke;
         pn_error_clear(&ke);
         pn_status kst = keep_all(o, &w, rep, &ke);
@@ -544,6 +906,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         }
     }
     work_remove(&w);
+    work_unlock(&w);
     if (st != PN_OK) {
         /* nothing but what --keep asked for */
         if (w.made_keep)

@@ -24,12 +24,24 @@
  * complete: a mix appears in the work folder only once its job committed
  * it), and nothing else is left.
  *
+ * Before anything runs, everything is checked: the mixes, the stock
+ * quantizer and its libllama, the text, the recipe (read, and planned on
+ * the source by a dry run of the quantize job with no promotion), keep_dir.
+ *
  * Files: the work folder is mkdtemp'd in keep_dir (made when absent) or
- * else in tmp_dir. At the end, with keep_dir, each mix made and the
- * measurement are moved into keep_dir under their names (promote-19.gguf,
- * target-12600000000.gguf, stock-Q4_K_M.gguf, measurement.pnm), never
- * replacing a file there (checked before anything runs); the work folder is
- * always removed.
+ * else in tmp_dir. keep_dir is locked (flock) for the whole run: a second
+ * sweep into it is refused at once (PN_ERR_EXISTS). A file there under a
+ * mix's name that is that mix from an earlier run (a PN file of this source,
+ * by its recorded header hash, with the label the recipe's name and the
+ * count give; a stock quantization of the source of that type) is used as
+ * it is (mix.kept, not made again): an interrupted sweep resumes; a
+ * measurement there is copied into the work folder and read. At the end,
+ * with keep_dir, each mix made and the measurement are moved into keep_dir
+ * under their names (promote-19.gguf, target-12600000000.gguf,
+ * stock-Q4_K_M.gguf, measurement.pnm), also when the comparison failed,
+ * never replacing a file there; the work folder is always removed. An
+ * error of the comparison names a mix by its kept path, or by its file name
+ * when it was not kept, never by its path in the removed work folder.
  *
  * The imatrix (imatrix_path, either form of mix/imatrix.h) weights every
  * mix: the PN mixes' measurement and k-quants through the quantize job, and
@@ -58,7 +70,8 @@ typedef struct pn_sweep_opts {
     size_t n_promote;
     uint64_t target_size;     /* one more PN mix: the most promotions within it; 0 none */
     const char *recipe_path;  /* NULL: the built-in recipe */
-    const char *const *stock; /* stock types: Q4_K_M, ... (pn-llama-quantize's names) */
+    const char *const *stock; /* stock types: Q4_K_M, ... (pn-llama-quantize's names, in
+                                 either case) */
     size_t n_stock;
     const char *imatrix_path; /* NULL: none; else every mix is made with it */
     const char *keep_dir;     /* NULL: nothing kept */
@@ -72,14 +85,16 @@ void pn_sweep_opts_init(pn_sweep_opts *o);
 /* The libllama that the harness at script loads (malloc'd; NULL: no memory). */
 char *pn_sweep_default_libllama(const char *script);
 
-/* Is name a stock type pn-llama-quantize knows (Q4_K_M, ...)? */
+/* Is name a stock type pn-llama-quantize knows (Q4_K_M, ..., in either case
+ * as llama-quantize takes it: q4_k_m)? */
 bool pn_sweep_stock_type_known(const char *name);
 
 typedef struct pn_sweep_mix {
     pn_sweep_kind kind;
-    char name[96];    /* "P0k+19", "stock Q4_K_M"; "promote 19" if it failed */
+    char name[96];    /* "P0k+19", "stock Q4_K_M", "P0k+23 (--target-size 12.6 GB)";
+                         "promote 19" if it failed */
     char file[64];    /* its file name: promote-19.gguf, stock-Q4_K_M.gguf */
-    char *kept;       /* keep_dir/file once kept, else NULL */
+    char *kept;       /* keep_dir/file once kept (or found there), else NULL */
     pn_status status; /* PN_OK: made (and compared when the sweep compared) */
     char error[800];  /* why it failed */
     double make_seconds;

@@ -55,6 +55,22 @@ static size_t count(const char *hay, const char *needle)
     return n;
 }
 
+/* The marks of point type `pt` (gnuplot's SVG "gpPt6", ...) drawn in
+ * colour: with error bars gnuplot lays a white mark under each point
+ * first, which is no point of its own. */
+static size_t marks(const char *svg, const char *pt)
+{
+    char use[64];
+    snprintf(use, sizeof use, "<use xlink:href='#%s' transform=", pt);
+    size_t n = 0;
+    for (const char *p = svg; (p = strstr(p, use)) != NULL; p += strlen(use)) {
+        const char *end = strchr(p, '>');
+        const char *white = strstr(p, "color='#FFFFFF'");
+        n += !(white && end && white < end);
+    }
+    return n;
+}
+
 /* ---- refusals ---- */
 
 Test(sweep_cli, sweep_options_without_sweep_and_a_sweep_without_mixes_are_usage_errors,
@@ -375,21 +391,32 @@ Test(sweep_llama, a_failing_mix_is_reported_and_the_others_are_compared_and_draw
     size_t n;
     char *pic = tu_read_file(svg, &n);
     cr_assert(strncmp(pic, "<?xml", 5) == 0 && strstr(pic, "</svg>"), "not an SVG");
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 4 + 1, "PN mixes (circles)");
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 1 + 1, "stock types (squares)");
+    cr_assert_eq(marks(pic, "gpPt6"), 4 + 1, "PN mixes (circles)");
+    cr_assert_eq(marks(pic, "gpPt4"), 1 + 1, "stock types (squares)");
     cr_assert(strstr(pic, "P0k-fallback+7") && strstr(pic, "stock Q4_K_M") &&
-                  strstr(pic, "Pareto front") && strstr(pic, "budget 0.002 GB"),
+                  strstr(pic, "Pareto front") && strstr(pic, "budget 2 MB"),
               "names, the front and the budget are drawn");
     cr_assert(!strstr(pic, "promote 100"), "a failed mix is not drawn");
     free(pic);
     free(out);
     free(err);
-    /* the same sweep's JSON, from the kept files' folder this time refused */
+    /* the same sweep again into the kept files' folder: a mix kept there is
+     * used as it is (not refused, not made again) */
+    struct stat kept_before, kept_after;
+    cr_assert_eq(stat(tu_join_static(keep, "promote-0.gguf"), &kept_before), 0);
     snprintf(args, sizeof args, "--tmpdir '%s' --promote 0 --keep '%s' --json '%s'", tmp, keep,
              src);
     rc = sweep(args, &out, &err);
-    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
-    cr_assert(strstr(err, "promote-0.gguf is there already"), "%s", err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert_str_empty(err);
+    cr_assert(strstr(out, "\"name\": \"P0k-fallback+0\", \"kind\": \"pn\", \"file\": "
+                          "\"promote-0.gguf\", \"kept\": "),
+              "%s", out);
+    cr_assert_eq(stat(tu_join_static(keep, "promote-0.gguf"), &kept_after), 0);
+    cr_assert(kept_after.st_ino == kept_before.st_ino &&
+                  kept_after.st_mtim.tv_nsec == kept_before.st_mtim.tv_nsec,
+              "the kept mix was made again");
+    cr_assert_eq(tu_count_files(keep), 6);
     free(out);
     free(err);
     free(failq);
@@ -439,9 +466,12 @@ Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked, 
 /* ---- the picture ---- */
 
 static const pn_plot_point k_points[] = {
-    { "P0k+0", false, 1000000000ull, 0.30 },       { "P0k+10", false, 1100000000ull, 0.20 },
-    { "P0k+19", false, 1200000000ull, 0.22 },      { "P0k+40", false, 1300000000ull, 0.10 },
-    { "stock Q3_K_M", true, 1150000000ull, 0.25 }, { "stock Q4_K_M", true, 1500000000ull, 0.05 },
+    { "P0k+0", false, 1000000000ull, 0.30, 0.011, 3.701 },
+    { "P0k+10", false, 1100000000ull, 0.20, 0.009, 4.02 },
+    { "P0k+19", false, 1200000000ull, 0.22, 0.008, 4.33 },
+    { "P0k+40", false, 1300000000ull, 0.10, 0.004, 4.71 },
+    { "stock Q3_K_M", true, 1150000000ull, 0.25, 0.01, 4.125 },
+    { "stock Q4_K_M", true, 1500000000ull, 0.05, 0.002, 5.01 },
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 
@@ -453,7 +483,7 @@ Test(plot, the_pareto_front_is_the_points_that_nothing_beats)
     const bool want[N_POINTS] = { true, true, false, true, false, true };
     for (size_t i = 0; i < N_POINTS; i++)
         cr_expect_eq(f[i], want[i], "%s", k_points[i].name);
-    pn_plot_point same[2] = { { "a", false, 5, 0.1 }, { "b", true, 5, 0.1 } };
+    pn_plot_point same[2] = { { "a", false, 5, 0.1, 0, 0 }, { "b", true, 5, 0.1, 0, 0 } };
     bool g[2];
     pn_plot_pareto(same, 2, g);
     cr_expect(g[0] && !g[1], "of equal points the first is on the front");
@@ -476,7 +506,7 @@ Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_b
 {
     require_gnuplot();
     char *svg = path_in("m.svg");
-    pn_plot_opts o = { .path = svg, .weights = 2000000000ull, .budget = 1400000000ull };
+    pn_plot_opts o = { .path = svg, .budget = 1400000000ull };
     extern char **environ;
     o.envp = environ;
     pn_error err;
@@ -485,8 +515,8 @@ Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_b
     size_t n;
     char *pic = tu_read_file(svg, &n);
     cr_assert(strncmp(pic, "<?xml", 5) == 0 && strstr(pic, "<svg") && strstr(pic, "</svg>"));
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 4 + 1, "4 PN circles and the key's");
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 2 + 1, "2 stock squares and the key's");
+    cr_assert_eq(marks(pic, "gpPt6"), 4 + 1, "4 PN circles and the key's");
+    cr_assert_eq(marks(pic, "gpPt4"), 2 + 1, "2 stock squares and the key's");
     for (size_t i = 0; i < N_POINTS; i++)
         cr_assert(strstr(pic, k_points[i].name), "%s is named", k_points[i].name);
     cr_assert(strstr(pic, "budget 1.4 GB") && strstr(pic, "Pareto front") &&
@@ -498,8 +528,8 @@ Test(plot, an_svg_has_one_mark_per_mix_of_its_kind_the_names_the_front_and_the_b
     o.force = true;
     cr_assert_eq(pn_plot_draw(&o, k_points, 2, &err), PN_OK, "%s", err.msg);
     pic = tu_read_file(svg, &n);
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt6'"), 2 + 1);
-    cr_assert_eq(count(pic, "<use xlink:href='#gpPt4'"), 0, "no stock type, no square");
+    cr_assert_eq(marks(pic, "gpPt6"), 2 + 1);
+    cr_assert_eq(marks(pic, "gpPt4"), 0, "no stock type, no square");
     free(pic);
     cr_assert_eq(tu_count_files(g_dir), 1, "no temporary file is left");
     free(svg);
@@ -515,7 +545,7 @@ Test(plot, a_png_name_gives_a_png_and_another_name_is_refused, .init = setup, .f
     require_gnuplot();
     char *png = path_in("m.png"), *pdf = path_in("m.pdf");
     extern char **environ;
-    pn_plot_opts o = { .path = png, .weights = 2000000000ull, .envp = environ };
+    pn_plot_opts o = { .path = png, .envp = environ };
     pn_error err;
     pn_error_clear(&err);
     cr_assert_eq(pn_plot_draw(&o, k_points, N_POINTS, &err), PN_OK, "%s", err.msg);
@@ -538,4 +568,65 @@ Test(plot, a_png_name_gives_a_png_and_another_name_is_refused, .init = setup, .f
     cr_assert(strstr(err.msg, "gnuplot-nox"), "%s", err.msg);
     free(png);
     free(pdf);
+}
+
+/* The script gnuplot is given (a stand-in gnuplot records it): the spread
+ * on every point, a caption, the size in the unit that suits the model
+ * (MB for a few MB), the KL axis around the points rather than from 0,
+ * and each point's bits per weight as the table gives it on the top axis. */
+Test(plot, every_point_has_its_error_bar_and_the_picture_its_caption_unit_and_bpw, .init = setup,
+     .fini = teardown)
+{
+    char *svg = path_in("m.svg"), *script = path_in("script.gp"), *fake = path_in("gnuplot.sh");
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\ncat > '%s'\necho '<svg xmlns=\"s\"></svg>'\n", script);
+    tu_write_file(fake, text, strlen(text));
+    chmod(fake, 0755);
+    const pn_plot_point pts[] = {
+        { "P0k-fallback+0", false, 1690880, 0.1066, 0.018, 4.2453 },
+        { "P0k-fallback+3", false, 1782368, 0.09157, 0.016, 4.4768 },
+        { "P0k-fallback+7 (--target-size 2.6 MB)", false, 1882560, 0.02386, 0.0024, 4.7302 },
+        { "stock Q8_0", true, 2600000, 0.0051, 0.0004, 8.5 },
+    };
+    extern char **environ;
+    pn_plot_opts o = { .path = svg, .gnuplot = fake, .envp = environ };
+    o.caption = "source hf2 (4820484 weights)\njudged on the fixed token set: 4 sequences, 256 "
+                "positions\nby stock llama.cpp v0.5.0";
+    pn_error err;
+    pn_error_clear(&err);
+    cr_assert_eq(pn_plot_draw(&o, pts, 3, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    char *gp = tu_read_file(script, &n);
+    cr_assert(gp, "gnuplot was given a script");
+    cr_log_info("%s", gp);
+    cr_assert(strstr(gp, "set xlabel 'file size (MB, 10^6 bytes)'"), "%s", gp);
+    cr_assert(strstr(gp, "1.69088 0.1066 0.018 \"P0k-fallback+0\"\n") &&
+                  strstr(gp, "1.88256 0.02386 0.0024 \"P0k-fallback+7 (--target-size 2.6 MB)\"\n"),
+              "each point with its standard error and its name:\n%s", gp);
+    cr_assert_eq(count(gp, "$pn using 1:2:3 with yerrorbars"), 1, "%s", gp);
+    cr_assert(strstr(gp, "set label 2 \"source hf2 (4820484 weights)\\njudged on the fixed token "
+                         "set: 4 sequences, 256 positions\\nby stock llama.cpp v0.5.0\" at screen"),
+              "the caption:\n%s", gp);
+    cr_assert(strstr(gp, "(\"4.245\" 1.69088, \"4.477\" 1.782368, \"4.730\" 1.88256)"),
+              "the table's bits per weight above each point:\n%s", gp);
+    const char *yr = strstr(gp, "set yrange [");
+    cr_assert(yr && !strstr(gp, "logscale"), "%s", gp);
+    double y_lo = 0, y_hi = 0;
+    cr_assert_eq(sscanf(yr, "set yrange [%lf:%lf]", &y_lo, &y_hi), 2);
+    cr_assert(y_lo > 0 && y_lo < 0.02386 - 0.0024 && y_hi > 0.1066 + 0.018,
+              "the KL axis holds the bars and does not start at 0: [%g:%g]", y_lo, y_hi);
+    free(gp);
+    /* with a stock type a few GB away the unit is GB, and its bar drawn too */
+    const pn_plot_point big[] = { { "P0k+19", false, 12600000000ull, 0.2, 0.01, 3.73 },
+                                  { "stock Q4_K_M", true, 16800000000ull, 0.1, 0.005, 4.9 } };
+    o.force = true;
+    cr_assert_eq(pn_plot_draw(&o, big, 2, &err), PN_OK, "%s", err.msg);
+    gp = tu_read_file(script, &n);
+    cr_assert(strstr(gp, "set xlabel 'file size (GB, 10^9 bytes)'"), "%s", gp);
+    cr_assert(strstr(gp, "$stock using 1:2:3 with yerrorbars"), "%s", gp);
+    cr_assert(strstr(gp, "12.6 0.2 0.01 \"P0k+19\"\n"), "%s", gp);
+    free(gp);
+    free(svg);
+    free(script);
+    free(fake);
 }

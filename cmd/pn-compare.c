@@ -56,7 +56,9 @@ enum {
     O_QTHREADS,
     O_QUANTIZER,
     O_LIBLLAMA,
-    O_GNUPLOT
+    O_GNUPLOT,
+    O_MEASURE,
+    O_CALIBRATION
 };
 
 static const pn_cli_option options[] = {
@@ -101,6 +103,13 @@ static const pn_cli_option options[] = {
       "                      Q5_K_M Q6_K Q8_0, comma-separated, in either case (q4_k_m)\n" },
     { "imatrix", required_argument, O_IMATRIX,
       "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n" },
+    { "measure", required_argument, O_MEASURE,
+      "  --measure error|kl  how the PN mixes' promotions are chosen: error (default) or\n"
+      "                      kl, one KL measurement on --calibration (pn-quantize\n"
+      "                      --measure kl; docs/usage.md#kl)\n" },
+    { "calibration", required_argument, O_CALIBRATION,
+      "  --calibration FILE  --measure kl: the text the candidates are judged on; not\n"
+      "                      the --text that judges the mixes\n" },
     { "keep", required_argument, O_KEEP_DIR,
       "  --keep DIR          keep the mixes and the measurement in DIR (made when\n"
       "                      absent; one sweep at a time; nothing there is replaced,\n"
@@ -470,6 +479,7 @@ typedef struct sweep_cli {
     const char *plot, *gnuplot;
     uint64_t budget;
     int quiet;
+    int kl;                /* --measure kl */
     char recipe_buf[4096]; /* --recipe NAME: the shipped file */
 } sweep_cli;
 
@@ -506,6 +516,16 @@ static int sweep_option(int c, sweep_cli *w)
         break;
     case O_LIBLLAMA: w->so.libllama = optarg; break;
     case O_GNUPLOT: w->gnuplot = optarg; break;
+    case O_MEASURE:
+        if (strcmp(optarg, "kl") != 0 && strcmp(optarg, "error") != 0) {
+            fprintf(stderr, "pn-compare: --measure: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "': expected kl or error\n");
+            bad = 1;
+        }
+        w->kl = strcmp(optarg, "kl") == 0;
+        break;
+    case O_CALIBRATION: w->so.calibration_path = optarg; break;
     default: return 0;
     }
     w->given = 1;
@@ -526,6 +546,9 @@ static int sweep_usage(const sweep_cli *w, int n_args)
         why = "--sweep: no mix to make: give --promote, --target-size or --stock";
     else if (w->budget && !w->plot)
         why = "--budget is a line of the --plot picture";
+    else if (w->kl != (w->so.calibration_path != NULL))
+        why = w->kl ? "--measure kl needs --calibration FILE, a text other than --text"
+                    : "--calibration goes with --measure kl";
     if (!why)
         return 0;
     fprintf(stderr, "pn-compare: %s\n", why);

@@ -2,6 +2,7 @@
  * work folder, the stock types by stock llama.cpp's quantizer in a child,
  * one comparison of all of them, and what is kept. */
 #include "compare/sweep.h"
+#include "compare/kl_measure.h"
 #include "common/file.h"
 
 #include <dirent.h>
@@ -27,6 +28,7 @@
 #include "pipeline/quantize.h"
 
 #define MEASUREMENT_NAME "measurement.pnm"
+#define KL_MEASUREMENT_NAME "measurement.kl"
 
 static const char *const k_stock_types[] = { "Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
                                              "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K" };
@@ -86,11 +88,16 @@ static bool cancelled(const pn_sweep_opts *o)
 /* ---- the work folder ---- */
 
 typedef struct work {
-    char *dir;        /* the private folder */
-    bool made_keep;   /* keep_dir was made by this run */
-    int keep_fd;      /* keep_dir, locked (flock) while this sweep runs; -1 without */
-    bool kept_meas;   /* keep_dir holds a measurement already: it is used, and stays */
-    char recipe[128]; /* the recipe's mix name (P0k): a kept PN mix's label starts so */
+    char *dir;             /* the private folder */
+    bool made_keep;        /* keep_dir was made by this run */
+    int keep_fd;           /* keep_dir, locked (flock) while this sweep runs; -1 without */
+    bool kept_meas;        /* keep_dir holds a measurement already: it is used, and stays */
+    char recipe[128];      /* the recipe's mix name (P0k): a kept PN mix's label starts so */
+    const char *meas_name; /* MEASUREMENT_NAME, or KL_MEASUREMENT_NAME with a calibration */
+    /* --measure kl: the measurement, as promotion takes it by gain and by
+     * gain per byte (the --target-size mix) */
+    pn_kl_measurement *kl;
+    pn_measurement *kl_gain, *kl_per_byte;
 } work;
 
 /* Removes the files this run put in the folder (it holds nothing else),
@@ -112,6 +119,11 @@ static void work_remove(work *w)
     rmdir(w->dir);
     free(w->dir);
     w->dir = NULL;
+    pn_kl_measurement_free(w->kl);
+    pn_measurement_free(w->kl_gain);
+    pn_measurement_free(w->kl_per_byte);
+    w->kl = NULL;
+    w->kl_gain = w->kl_per_byte = NULL;
 }
 
 /* Lets keep_dir go (its lock). */
@@ -276,9 +288,9 @@ static pn_status keep_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
     for (size_t i = 0; i < rep->n_mixes && st == PN_OK; i++)
         if (rep->mixes[i].status == PN_OK && !rep->mixes[i].kept)
             st = keep_file(w->dir, o->keep_dir, rep->mixes[i].file, &rep->mixes[i].kept, err);
-    char *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
+    char *meas = pn_path_join(w->dir, w->meas_name);
     if (st == PN_OK && meas && !w->kept_meas && access(meas, F_OK) == 0)
-        st = keep_file(w->dir, o->keep_dir, MEASUREMENT_NAME, &rep->kept_measurement, err);
+        st = keep_file(w->dir, o->keep_dir, w->meas_name, &rep->kept_measurement, err);
     free(meas);
     return st;
 }
@@ -304,12 +316,15 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
         if (o->promote[i] < 0)
             return pn_error_set(err, PN_ERR_USAGE, "--promote: %d is not a count", o->promote[i]);
         snprintf(m->name, sizeof m->name, "promote %d", o->promote[i]);
-        snprintf(m->file, sizeof m->file, "promote-%d.gguf", o->promote[i]);
+        /* a mix ranked by KL is another mix than the same count by error */
+        snprintf(m->file, sizeof m->file, "promote-%d%s.gguf", o->promote[i],
+                 o->calibration_path ? "-kl" : "");
     }
     if (o->target_size) {
         pn_sweep_mix *m = &rep->mixes[k++];
         snprintf(m->name, sizeof m->name, "target %llu B", (unsigned long long)o->target_size);
-        snprintf(m->file, sizeof m->file, "target-%llu.gguf", (unsigned long long)o->target_size);
+        snprintf(m->file, sizeof m->file, "target-%llu%s.gguf", (unsigned long long)o->target_size,
+                 o->calibration_path ? "-kl" : "");
     }
     for (size_t i = 0; i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
@@ -511,7 +526,7 @@ static pn_status check_keep(const pn_sweep_opts *o, pn_sweep_report *rep, work *
                             o->keep_dir);
     pn_status st = recipe_name(o, w, err);
     for (size_t i = 0; st == PN_OK && i <= rep->n_mixes; i++) {
-        const char *name = i < rep->n_mixes ? rep->mixes[i].file : MEASUREMENT_NAME;
+        const char *name = i < rep->n_mixes ? rep->mixes[i].file : w->meas_name;
         char *p = pn_path_join(o->keep_dir, name);
         if (!p)
             return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
@@ -539,8 +554,7 @@ static pn_status copy_kept_measurement(const pn_sweep_opts *o, const work *w, pn
 {
     if (!w->kept_meas)
         return PN_OK;
-    char *from = pn_path_join(o->keep_dir, MEASUREMENT_NAME),
-         *to = pn_path_join(w->dir, MEASUREMENT_NAME);
+    char *from = pn_path_join(o->keep_dir, w->meas_name), *to = pn_path_join(w->dir, w->meas_name);
     char *data = NULL;
     size_t n = 0;
     pn_status st = from && to
@@ -589,7 +603,7 @@ static void on_quantized(const pn_progress *p, void *user)
 static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
                          uint64_t target, const char *prev, const sweep_at *at, pn_error *err)
 {
-    char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
+    char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, w->meas_name);
     if (!dst || !meas) {
         free(dst);
         free(meas);
@@ -602,7 +616,8 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     q.recipe_path = o->recipe_path;
     q.promote = promote;
     q.target_size = target;
-    q.measurement_path = meas;
+    q.measurement_path = w->kl ? NULL : meas;
+    q.measurement = w->kl ? (target ? w->kl_per_byte : w->kl_gain) : NULL;
     q.reuse_path = prev;
     q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
     q.backend = PN_BACKEND_CPU;
@@ -624,7 +639,7 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     m->status = st;
     m->error[0] = 0;
     if (st == PN_OK && stats.mix_name[0])
-        snprintf(m->name, sizeof m->name, "%s", stats.mix_name);
+        snprintf(m->name, sizeof m->name, "%.80s%s", stats.mix_name, w->kl ? " by KL" : "");
     else if (st != PN_OK)
         snprintf(m->error, sizeof m->error, "%s", qe.msg[0] ? qe.msg : pn_strerror(st));
     return PN_OK;
@@ -642,6 +657,25 @@ static void format_size(uint64_t bytes, char *buf, size_t cap)
         snprintf(buf, cap, "%.4g kB", b / 1e3);
     else
         snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+}
+
+/* The calibration text of --measure kl is held out: not the judging text
+ * (a mix chosen on the text that judges it is flattered), nor another name
+ * of it. Its own checks are the measurement's. */
+static pn_status check_calibration(const pn_sweep_opts *o, pn_error *err)
+{
+    struct stat a, b;
+    if (stat(o->calibration_path, &a) != 0)
+        return pn_error_set(err, PN_ERR_IO, "%s: cannot open the calibration text: %s",
+                            o->calibration_path, strerror(errno));
+    if (o->compare.text_path && stat(o->compare.text_path, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "%s: the calibration text is the judging text (--text %s): mixes "
+                            "chosen on the text that judges them are flattered; measure on "
+                            "another text",
+                            o->calibration_path, o->compare.text_path);
+    return PN_OK;
 }
 
 /* The text the mixes are judged on: a readable regular file within the
@@ -728,6 +762,8 @@ static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, 
     }
     if (st == PN_OK)
         st = check_text(o->compare.text_path, err);
+    if (st == PN_OK && o->calibration_path)
+        st = check_calibration(o, err);
     if (st == PN_OK)
         st = recipe_name(o, w, err);
     if (st == PN_OK)
@@ -748,6 +784,40 @@ static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, 
     if (st == PN_OK)
         st = copy_kept_measurement(o, w, err);
     return st;
+}
+
+/* --measure kl: the measurement the PN mixes are chosen by, made (or read
+ * from the work folder, where a kept one was copied) before the first mix. */
+static pn_status measure_kl(const pn_sweep_opts *o, work *w, pn_error *err)
+{
+    bool pn_mixes = o->n_promote > 0 || o->target_size;
+    if (!o->calibration_path || !pn_mixes)
+        return PN_OK;
+    char *path = pn_path_join(w->dir, w->meas_name);
+    if (!path)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    pn_kl_opts k;
+    memset(&k, 0, sizeof k);
+    pn_quantize_opts_init(&k.q);
+    k.q.src_path = o->compare.source_path;
+    k.q.recipe_path = o->recipe_path;
+    k.q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
+    k.q.backend = PN_BACKEND_CPU;
+    k.q.cancel = o->compare.cancel;
+    k.q.imatrix_path = o->imatrix_path;
+    k.c = o->compare;
+    k.c.text_path = o->calibration_path;
+    k.c.progress = NULL;
+    k.c.decode_type = 0; /* the source's own precision */
+    k.path = path;
+    progress_at(&(sweep_at){ o, "measuring by KL", o->calibration_path, 0, 1 }, 0);
+    pn_status st = pn_kl_measure(&k, &w->kl, err);
+    free(path);
+    if (st == PN_OK)
+        st = pn_kl_as_measurement(w->kl, false, &w->kl_gain, err);
+    if (st == PN_OK)
+        st = pn_kl_as_measurement(w->kl, true, &w->kl_per_byte, err);
+    return st == PN_OK ? st : pn_error_prefix(err, "--measure kl");
 }
 
 /* Each mix not kept already: the PN mixes, each reusing the last one made
@@ -873,9 +943,12 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         return pn_error_set(err, PN_ERR_USAGE,
                             "sweep: a source, a folder and the harness are "
                             "needed");
-    work w = { .keep_fd = -1 };
+    work w = { .keep_fd = -1,
+               .meas_name = o->calibration_path ? KL_MEASUREMENT_NAME : MEASUREMENT_NAME };
     char *lib = NULL;
     pn_status st = prepare(o, rep, &w, &lib, err);
+    if (st == PN_OK)
+        st = measure_kl(o, &w, err);
     if (st == PN_OK)
         st = make_all(o, &w, rep, lib, err);
     free(lib);

@@ -78,6 +78,13 @@ typedef struct pn_sweep_opts {
     const char *quantizer;    /* the pn-llama-quantize program (needed with stock) */
     const char *libllama;     /* NULL: the one beside compare.script */
     int quantize_threads;     /* <= 0: all cores */
+    /* --measure kl --calibration FILE: the PN mixes' promotions chosen by one
+     * KL measurement (compare/kl_measure.h) on this text, at the
+     * comparison's --seq-len and --max-seqs, in the source's precision; it
+     * must not be the judging text. Its file is measurement.kl (kept with
+     * keep_dir, and read again from there); the mixes promote-N-kl.gguf and
+     * target-SIZE-kl.gguf. NULL: the error measurement. */
+    const char *calibration_path;
 } pn_sweep_opts;
 
 void pn_sweep_opts_init(pn_sweep_opts *o);

@@ -455,3 +455,80 @@ Test(kl_llama, promote_n_takes_the_n_largest_gains_and_the_plan_shows_them, .ini
     free(file);
     free(src);
 }
+
+/* ---- the sweep ---- */
+
+static int sweep(char **out, char **err, const char *args)
+{
+    return tu_run_program(out, err, "pn-compare",
+                          "--sweep --quiet --threads 1 --recipe '%s' --seq-len 8 --max-seqs 2 %s",
+                          FALLBACK_RECIPE, args);
+}
+
+Test(kl_cli, the_sweep_refuses_its_judging_text_as_calibration_by_any_name, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *keep = path_in("kept"), *alias = path_in("alias.txt");
+    synth(src);
+    cr_assert_eq(symlink(TEXT, alias), 0);
+    const char *cal[] = { TEXT, alias };
+    for (size_t c = 0; c < 2; c++) {
+        char args[8192], *out, *err;
+        snprintf(args, sizeof args,
+                 "--promote 1 --measure kl --calibration '%s' --text " TEXT " --keep '%s' '%s'",
+                 cal[c], keep, src);
+        int rc = sweep(&out, &err, args);
+        cr_assert_eq(rc, 2, "case %zu: exit %d: %s", c, rc, err);
+        cr_assert(strstr(err, "the calibration text is the judging text"), "case %zu: %s", c, err);
+        cr_assert_not(tu_exists(keep), "case %zu: the keep folder was made", c);
+        free(out);
+        free(err);
+    }
+    char *out, *err;
+    char args[8192];
+    snprintf(args, sizeof args, "--promote 1 --calibration " TEXT " '%s'", src);
+    cr_assert_eq(sweep(&out, &err, args), 2);
+    cr_assert(strstr(err, "--calibration goes with --measure kl"), "%s", err);
+    free(out);
+    free(err);
+    free(src);
+    free(keep);
+    free(alias);
+}
+
+Test(kl_llama, the_sweep_makes_its_mixes_from_one_kl_measurement, .init = setup, .fini = teardown,
+     .timeout = 900)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *keep = path_in("kept"), *one = path_in("one.gguf");
+    synth(src);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args,
+             "--promote 2 --measure kl --calibration " TEXT
+             " --text /usr/share/common-licenses/Apache-2.0 --keep '%s' '%s'",
+             keep, src);
+    int rc = sweep(&out, &err, args);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert(strstr(out, "+2 by KL"), "%s", out);
+    char *meas = tu_join(keep, "measurement.kl"), *mix = tu_join(keep, "promote-2-kl.gguf");
+    cr_assert(tu_exists(meas) && tu_exists(mix), "%s", out);
+    free(out);
+    free(err);
+    /* pn-quantize with that measurement makes the same mix, byte for byte */
+    snprintf(args, sizeof args, KL_ARGS " --measurement '%s' --promote 2 '%s' '%s'", meas, src,
+             one);
+    rc = quantize(&out, &err, args);
+    cr_assert_eq(rc, 0, "%s", err);
+    size_t na, nb;
+    char *a = tu_read_file(one, &na), *b = tu_read_file(mix, &nb);
+    cr_assert(na == nb && memcmp(a, b, na) == 0, "the sweep's mix differs from pn-quantize's");
+    free(a);
+    free(b);
+    free(out);
+    free(err);
+    free(meas);
+    free(mix);
+    free(src);
+    free(keep);
+    free(one);
+}

@@ -75,6 +75,7 @@ typedef struct pn_finding {
     int64_t row;      /* first bad row (tensor row index), or -1 */
     int64_t block;    /* first bad block within that row, or -1 */
     int64_t count;    /* how many things are bad (blocks...), or -1 */
+    int64_t index;    /* the array element or block concerned, or -1 */
     char *message;    /* one line, no trailing newline */
     char *file;       /* the file concerned (a split of a set), or NULL */
 } pn_finding;

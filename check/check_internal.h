@@ -51,6 +51,9 @@ typedef struct pn_str_walk {
 pn_str_walk pn_str_walk_start(const gguf_kv *kv);
 gguf_str pn_str_walk_next(pn_str_walk *w);
 
+/* check_model.c: the header against the tensors, the tokenizer (ARCH-*,
+ * TOKENIZER-*: gguf/model_check.h). */
+pn_status pn_check_model(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
 /* check_source.c: the pn.source.* keys' form (from pn_check_metadata), and
  * with --source whether it is the source the file was made from. */

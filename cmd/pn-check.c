@@ -302,6 +302,8 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         json_int_or_null(f, x->block);
         fputs(", \"count\": ", f);
         json_int_or_null(f, x->count);
+        fputs(", \"index\": ", f);
+        json_int_or_null(f, x->index);
         fputs(", \"message\": ", f);
         json_str_or_null(f, x->message);
         fputs(", \"file\": ", f);

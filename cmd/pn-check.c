@@ -573,6 +573,18 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
+    /* the overrides are rules before a recipe's: without one they would
+     * check nothing, silently */
+    if (n_overrides && !o.recipe_path) {
+        fprintf(stderr,
+                "pn-check: %s needs --recipe: the type overrides a file was made with are "
+                "checked with the recipe they stood before (give the recipe, or leave them "
+                "out)\n",
+                overrides[0].kind == PN_OVERRIDE_TENSOR_TYPE ? "--tensor-type"
+                : overrides[0].kind == PN_OVERRIDE_OUTPUT    ? "--output-tensor-type"
+                                                             : "--token-embedding-type");
+        return 2;
+    }
     pn_cli_cap_threads("pn-check", "--threads", &o.threads, quiet);
     /* several files, as llama.cpp users list them: one report and verdict
      * each (a JSON array of the reports with --json), the worst status */

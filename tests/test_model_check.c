@@ -117,8 +117,8 @@ static void rewrite(const char *path, const char *drop, void (*add)(gguf_writer 
     add(w, arg);
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const gguf_tensor_info *t = gguf_reader_tensor(r, i);
-        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK,
-                     "%s", e.msg);
+        cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK, "%s",
+                     e.msg);
     }
     uint8_t *hdr = NULL;
     size_t len = 0;
@@ -255,7 +255,8 @@ Test(model_check, a_vocabulary_size_that_is_not_token_embds_rows_is_named)
     const char *p = copy_of_good("vocab.gguf");
     uint32_t v = 301;
     rewrite(p, NULL, add_vocab_size, &v);
-    expect_finding(p, "ARCH-SHAPE", "qwen35.vocab_size = 301, but token_embd.weight has ne[1] = 300");
+    expect_finding(p, "ARCH-SHAPE",
+                   "qwen35.vocab_size = 301, but token_embd.weight has ne[1] = 300");
     const char *q = copy_of_good("vocab-right.gguf");
     v = 300;
     rewrite(q, NULL, add_vocab_size, &v);
@@ -404,7 +405,9 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     cr_assert_eq(check(conv, &out), 0, "pn-convert's output: %s", out);
     free(out);
     const char *pn = tu_join_static(g_dir, "pn.gguf");
-    rc = tu_run_program(&out, &err, "pn-quantize", "--quiet --threads 2 --promote 0 --recipe test-fallback '%s' '%s'", g_good, pn);
+    rc = tu_run_program(&out, &err, "pn-quantize",
+                        "--quiet --threads 2 --promote 0 --recipe test-fallback '%s' '%s'", g_good,
+                        pn);
     cr_assert_eq(rc, 0, "pn-quantize: %s", err);
     free(out);
     free(err);
@@ -435,4 +438,158 @@ Test(model_check, the_first_problem_names_the_file_the_code_and_the_key)
     cr_assert_eq(gguf_reader_open(g_good, &g, &e), PN_OK, "%s", e.msg);
     cr_assert_eq(gguf_model_check_first(g, &e), PN_OK, "%s", e.msg);
     gguf_reader_close(g);
+}
+
+/* ---- pn-check's command line and its finding codes, as docs/usage.md gives them ---- */
+
+TestSuite(pn_check_usage, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(pn_check_usage, a_type_override_without_a_recipe_is_refused_before_any_check)
+{
+    const char *forms[] = { "--tensor-type attn_v=q8_0", "--output-tensor-type q8_0",
+                            "--token-embedding-type q8_0" };
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        char *out = NULL, *err = NULL;
+        int rc = tu_run_program(&out, &err, "pn-check", "%s '%s'", forms[i], g_good);
+        cr_assert_eq(rc, 2, "%s: exit 2: %s", forms[i], err);
+        cr_assert_str_empty(out, "nothing checked: %s", out);
+        char opt[40];
+        snprintf(opt, sizeof opt, "%.*s needs --recipe", (int)strcspn(forms[i], " "), forms[i]);
+        cr_assert(strstr(err, opt) != NULL, "%s: %s", opt, err);
+        free(out);
+        free(err);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-check",
+                            "--recipe test-fallback --tensor-type attn_v=q8_0 '%s'", g_good);
+    cr_assert_neq(rc, 2, "with --recipe it is taken: %s", err);
+    free(out);
+    free(err);
+}
+
+/* The rows of usage.md's finding-code table: code, severity, exit. */
+typedef struct code_row {
+    char code[48], severity[64], exit[64];
+} code_row;
+
+static size_t read_code_table(code_row *rows, size_t max)
+{
+    size_t n = 0;
+    char *doc = tu_read_file(PN_SOURCE_DIR "/docs/usage.md", &n);
+    cr_assert_not_null(doc);
+    char *at = strstr(doc, "#### Finding codes");
+    cr_assert_not_null(at);
+    char *end = strstr(at, "#### Text output");
+    cr_assert_not_null(end);
+    *end = '\0';
+    size_t k = 0;
+    for (char *line = at; line && *line && k < max;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        code_row r;
+        if (sscanf(line, "| `%47[^`]` | %63[^|]| %63[^|]|", r.code, r.severity, r.exit) == 3) {
+            r.severity[strcspn(r.severity, " ")] = '\0';
+            rows[k++] = r;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(doc);
+    return k;
+}
+
+static const code_row *row_of(const code_row *rows, size_t n, const char *code)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].code, code) == 0)
+            return &rows[i];
+    cr_assert_fail("usage.md's table has no row for %s", code);
+    return NULL;
+}
+
+/* The exit status pn-check gives path with args, and the code of its first
+ * finding. */
+static int first_code(const char *args, const char *path, char *code, size_t len)
+{
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-check", "%s '%s'", args, path);
+    const char *l = strstr(out, "\nerror   ");
+    if (!l)
+        l = strstr(out, "\nwarning ");
+    cr_assert_not_null(l, "a finding: %s", out);
+    l = strchr(l + 1, ' ');
+    while (*l == ' ')
+        l++;
+    snprintf(code, len, "%.*s", (int)strcspn(l, " :"), l);
+    free(out);
+    free(err);
+    return rc;
+}
+
+Test(pn_check_usage, the_finding_code_tables_exit_statuses_are_pn_checks)
+{
+    code_row rows[128];
+    const size_t n = read_code_table(rows, 128);
+    cr_assert_gt(n, 40, "the table has its rows");
+    for (size_t i = 0; i < n; i++) {
+        /* an error exits 1, a warning 0 (1 under --strict): the only two */
+        if (strcmp(rows[i].severity, "error") == 0)
+            cr_assert(rows[i].exit[0] == '1', "%s: %s", rows[i].code, rows[i].exit);
+        else
+            cr_assert(strncmp(rows[i].exit, "0; 1 with `--strict`", 20) == 0, "%s: %s",
+                      rows[i].code, rows[i].exit);
+    }
+    /* and pn-check agrees, for an unreadable file, an error and a warning */
+    const char *junk = tu_join_static(g_dir, "junk.gguf");
+    cr_assert_eq(tu_write_file(junk, "hello", 5), 0);
+    char code[48];
+    int rc = first_code("", junk, code, sizeof code);
+    cr_assert_str_eq(code, "GGUF-NOT-GGUF");
+    cr_assert_eq(rc, row_of(rows, n, code)->exit[0] - '0', "%s exits %d", code, rc);
+    const char *p = copy_of_good("usage-embd.gguf");
+    set_u32(p, "qwen35.embedding_length", 256);
+    rc = first_code("", p, code, sizeof code);
+    cr_assert_str_eq(code, "ARCH-SHAPE");
+    cr_assert_eq(rc, row_of(rows, n, code)->exit[0] - '0', "%s exits %d", code, rc);
+    rc = first_code("", g_good, code, sizeof code);
+    cr_assert_str_eq(code, "PN-META-MISSING");
+    cr_assert_eq(rc, 0);
+    cr_assert_eq(first_code("--strict", g_good, code, sizeof code), 1, "1 with --strict");
+}
+
+/* Every code literal of the check's sources ("ARCH-SHAPE", ...) has its row. */
+Test(pn_check_usage, every_code_pn_check_can_report_is_in_the_table)
+{
+    code_row rows[128];
+    const size_t n = read_code_table(rows, 128);
+    const char *files[] = { "check/check.c",        "check/check_meta.c",   "check/check_data.c",
+                            "check/check_recipe.c", "check/check_source.c", "check/check_imatrix.c",
+                            "gguf/qwen35_arch.c",   "gguf/vocab_check.c" };
+    const char *prefixes[] = { "GGUF-",    "PN-",    "TENSOR-", "RECIPE-",   "SRC-",
+                               "IMATRIX-", "SPLIT-", "ARCH-",   "TOKENIZER-" };
+    int seen = 0;
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", PN_SOURCE_DIR, files[f]);
+        size_t len = 0;
+        char *src = tu_read_file(path, &len);
+        cr_assert_not_null(src, "%s", path);
+        for (char *q = strchr(src, '"'); q; q = strchr(q + 1, '"')) {
+            size_t k = strspn(q + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");
+            if (k < 4 || q[1 + k] != '"')
+                continue;
+            char code[48];
+            snprintf(code, sizeof code, "%.*s", (int)k, q + 1);
+            bool known = false;
+            for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++)
+                known |= strncmp(code, prefixes[p], strlen(prefixes[p])) == 0;
+            if (!known || code[k - 1] == '-')
+                continue;
+            (void)row_of(rows, n, code);
+            seen++;
+            q += k + 1;
+        }
+        free(src);
+    }
+    cr_assert_gt(seen, 40, "the sources' codes were found");
 }

@@ -146,15 +146,14 @@ typedef struct pn_check_report {
 
 typedef struct pn_check_options {
     const char *recipe_path; /* NULL: no recipe conformance */
-    bool keep_mtp;           /* --keep-mtp: the recipe's 'mtp drop' taken as keep,
-                              * and the source read with its MTP layer */
+    bool keep_mtp;           /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
     /* --tensor-type, --output-tensor-type, --token-embedding-type as the
      * file was made with: before the recipe's rules (mix/recipe.h) */
     const pn_recipe_override *overrides;
     size_t n_overrides;
     const char *source_path;  /* NULL: no source comparison; read without its MTP
-                               * layer unless keep_mtp when the recipe drops it or
-                               * the file holds none (check_source.c) */
+                               * layer when the file holds none, with it when the
+                               * file holds it (check_source.c) */
     const char *imatrix_path; /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
     int threads;              /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the

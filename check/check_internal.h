@@ -64,7 +64,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);
  * tensors as the converter writes it; -1 when the file has none. */
 long pn_check_mtp_layer(const pn_check_report *rep);
 /* check_source.c: whether --source is read without its MTP layer, as
- * pn-quantize read it (its recipe's 'mtp drop' or --no-mtp). */
+ * pn-quantize read it: the file holds no MTP layer. */
 pn_status pn_check_source_drops_mtp(const pn_check_ctx *c, bool *drop, pn_error *err);
 /* check_imatrix.c: --imatrix (and with --source, the promotions it chooses). */
 pn_status pn_check_imatrix(pn_check_ctx *c, pn_error *err);

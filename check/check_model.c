@@ -9,8 +9,8 @@
 static void add_problem(void *ctx, const gguf_model_problem *p)
 {
     pn_check_ctx *c = ctx;
-    pn_finding *f = pn_check_add(c, p->warning ? PN_SEV_WARNING : PN_SEV_ERROR, p->code,
-                                 p->tensor, p->key, -1, "%s", p->message);
+    pn_finding *f = pn_check_add(c, p->warning ? PN_SEV_WARNING : PN_SEV_ERROR, p->code, p->tensor,
+                                 p->key, -1, "%s", p->message);
     if (f) {
         f->index = p->index;
         f->count = p->count;

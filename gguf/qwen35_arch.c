@@ -77,11 +77,7 @@ const gguf_q35_tensor gguf_q35_tensors[] = {
     { GGUF_Q35_FULL, "attn_q_norm.weight", "self_attn.q_norm.weight", 1, { GGUF_Q35_HK } },
     { GGUF_Q35_FULL, "attn_k_norm.weight", "self_attn.k_norm.weight", 1, { GGUF_Q35_HK } },
     { GGUF_Q35_MTP_FIRST, "nextn.eh_proj.weight", "fc.weight", 2, { GGUF_Q35_E, GGUF_Q35_E2 } },
-    { GGUF_Q35_MTP_FIRST,
-      "nextn.enorm.weight",
-      "pre_fc_norm_embedding.weight",
-      1,
-      { GGUF_Q35_E } },
+    { GGUF_Q35_MTP_FIRST, "nextn.enorm.weight", "pre_fc_norm_embedding.weight", 1, { GGUF_Q35_E } },
     { GGUF_Q35_MTP_FIRST, "nextn.hnorm.weight", "pre_fc_norm_hidden.weight", 1, { GGUF_Q35_E } },
     { GGUF_Q35_MTP_FIRST, "nextn.shared_head_norm.weight", "norm.weight", 1, { GGUF_Q35_E } },
 };
@@ -239,7 +235,7 @@ typedef struct q35 {
     gguf_model_problem_fn fn;
     void *ctx;
     unsigned known;
-    gguf_q35_sizes s;              /* the sizes of block 0 (and of the model) */
+    gguf_q35_sizes s;               /* the sizes of block 0 (and of the model) */
     uint32_t n_all, n_mtp, n_trunk; /* block_count, nextn_predict_layers */
     bool blocks_known;
     uint32_t ff[MAX_BLOCKS], head[MAX_BLOCKS], head_kv[MAX_BLOCKS];
@@ -309,7 +305,7 @@ static bool key_layers(q35 *q, const char *key, bool required, uint32_t *out)
         }
         for (uint32_t b = 0; b < q->n_all; b++)
             out[b] = (uint32_t)(kv->arr_type == GGUF_TYPE_INT32 ? (uint64_t)gguf_kv_arr_i64(kv, b)
-                                                                 : gguf_kv_arr_u64(kv, b));
+                                                                : gguf_kv_arr_u64(kv, b));
         return true;
     }
     uint32_t v = 0;
@@ -434,8 +430,8 @@ static void read_ssm_keys(q35 *q)
                 nonzero(q, ARCH ".ssm.state_size", state);
     bool d_ok = key_u32(q, ARCH ".ssm.time_step_rank", true, &dt) &&
                 nonzero(q, ARCH ".ssm.time_step_rank", dt);
-    bool g_ok = key_u32(q, ARCH ".ssm.group_count", true, &ng) &&
-                nonzero(q, ARCH ".ssm.group_count", ng);
+    bool g_ok =
+        key_u32(q, ARCH ".ssm.group_count", true, &ng) && nonzero(q, ARCH ".ssm.group_count", ng);
     if (c_ok) {
         q->known |= K_CONV;
         q->s.conv_kernel = conv;
@@ -501,8 +497,7 @@ static void read_keys(q35 *q)
     }
     const gguf_kv *eps = gguf_reader_find_kv(q->r, ARCH ".attention.layer_norm_rms_epsilon");
     if (!eps)
-        report(q, false, "ARCH-KEY-MISSING", ARCH ".attention.layer_norm_rms_epsilon", NULL, -1,
-               -1,
+        report(q, false, "ARCH-KEY-MISSING", ARCH ".attention.layer_norm_rms_epsilon", NULL, -1, -1,
                "key " ARCH ".attention.layer_norm_rms_epsilon is missing: llama.cpp's qwen35 "
                "loader requires it");
     else if (eps->type != GGUF_TYPE_FLOAT32)
@@ -659,8 +654,8 @@ static void walk_table(q35 *q, census *cs)
                 const bool mtp = b >= 0 && (uint32_t)b >= q->n_trunk;
                 report(q, false, "ARCH-TENSOR-MISSING", mtp ? ARCH ".nextn_predict_layers" : NULL,
                        name, b, -1, "%s is missing: a qwen35 %s has it", name,
-                       b < 0  ? "model"
-                       : mtp  ? "MTP block"
+                       b < 0     ? "model"
+                       : mtp     ? "MTP block"
                        : as_full ? "full-attention block"
                                  : "linear-attention block");
                 continue;
@@ -671,8 +666,8 @@ static void walk_table(q35 *q, census *cs)
     }
     if (empty)
         report(q, false, "ARCH-TENSOR-MISSING", ARCH ".block_count", NULL, first_empty, empty,
-               "key " ARCH ".block_count = %u, but blk.%u holds no tensor%s", q->n_all,
-               first_empty, empty > 1 ? " (nor do the blocks after it)" : "");
+               "key " ARCH ".block_count = %u, but blk.%u holds no tensor%s", q->n_all, first_empty,
+               empty > 1 ? " (nor do the blocks after it)" : "");
     if (flipped) {
         char more[64] = "";
         if (flipped > 1)
@@ -708,10 +703,10 @@ static void report_unexpected(q35 *q, census *cs)
         else
             report(q, false, "ARCH-TENSOR-UNEXPECTED", NULL, name, b, -1,
                    "%s is not a tensor of a qwen35 %s", name,
-                   b < 0                      ? "model"
+                   b < 0                       ? "model"
                    : (uint32_t)b >= q->n_trunk ? "MTP block"
-                   : q->full[b]               ? "full-attention block"
-                                              : "linear-attention block");
+                   : q->full[b]                ? "full-attention block"
+                                               : "linear-attention block");
     }
     if (past)
         report(q, false, "ARCH-TENSOR-UNEXPECTED", ARCH ".block_count",
@@ -775,8 +770,7 @@ static pn_status check_qwen35(const gguf_reader *r, gguf_model_problem_fn fn, vo
     return PN_OK;
 }
 
-pn_status gguf_model_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx,
-                           pn_error *err)
+pn_status gguf_model_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx, pn_error *err)
 {
     const gguf_kv *arch = gguf_reader_find_kv(r, "general.architecture");
     const bool qwen35 = arch && arch->type == GGUF_TYPE_STRING && gguf_str_eq(arch->v.str, ARCH);

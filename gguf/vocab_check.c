@@ -17,35 +17,102 @@
 #define TOK "tokenizer.ggml."
 
 /* The tokenizer models the loader knows, and those that read merges. */
-static const char *const known_models[] = { "no_vocab",   "none", "llama", "bert",   "gpt2",
-                                            "hybriddna",  "t5",   "rwkv",  "test",   "plamo2",
-                                            "whitespace", "gemma4" };
+static const char *const known_models[] = { "no_vocab", "none",      "llama",      "bert",
+                                            "gpt2",     "hybriddna", "t5",         "rwkv",
+                                            "test",     "plamo2",    "whitespace", "gemma4" };
 
 /* The pre-tokenizers the loader knows for a BPE model. */
 static const char *const known_pre[] = {
-    "default",      "minicpm5",       "llama3",     "llama-v3",
-    "llama-bpe",    "falcon3",        "falcon-h1",  "pixtral",
-    "midm-2.0",     "lfm2",           "jina-v5-nano", "deepseek-llm",
-    "deepseek-coder", "deepseek-v3",  "spark2_5",   "youtu",
-    "falcon",       "mpt",            "starcoder",  "gpt-2",
-    "phi-2",        "jina-es",        "jina-de",    "gigachat",
-    "jina-v2-es",   "jina-v2-de",     "a.x-4.0",    "mellum",
-    "modern-bert",  "jais-2",         "gemma4",     "granite-embed-multi-311m",
-    "sarvam-moe",   "jina-v1-en",     "jina-v2-code", "roberta-bpe",
-    "whitespace",   "refact",         "command-r",  "qwen2",
-    "deepseek-r1-qwen", "kormo",      "f2llmv2",    "qwen35",
-    "stablelm2",    "olmo",           "dbrx",       "smaug-bpe",
-    "poro-chat",    "glm4",           "chatglm-bpe", "viking",
-    "jais",         "tekken",         "smollm",     "codeshell",
-    "bloom",        "gpt3-finnish",   "exaone",     "exaone4",
-    "exaone-moe",   "chameleon",      "minerva-7b", "megrez",
-    "gpt-4o",       "llama4",         "kanana2",    "talkie",
-    "granite-embed-multi-97m", "tiny_aya", "cohere2moe", "superbpe",
-    "trillion",     "granite-docling", "bailingmoe", "bailingmoe2",
-    "llada-moe",    "seed-coder",     "hunyuan",    "hunyuan-dense",
-    "hy_v4",        "joyai-llm",      "kimi-k2",    "ufakzeka",
-    "grok-2",       "afmoe",          "laguna",     "minimax-m2",
-    "solar-open",   "mellum2",
+    "default",
+    "minicpm5",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "jina-v5-nano",
+    "deepseek-llm",
+    "deepseek-coder",
+    "deepseek-v3",
+    "spark2_5",
+    "youtu",
+    "falcon",
+    "mpt",
+    "starcoder",
+    "gpt-2",
+    "phi-2",
+    "jina-es",
+    "jina-de",
+    "gigachat",
+    "jina-v2-es",
+    "jina-v2-de",
+    "a.x-4.0",
+    "mellum",
+    "modern-bert",
+    "jais-2",
+    "gemma4",
+    "granite-embed-multi-311m",
+    "sarvam-moe",
+    "jina-v1-en",
+    "jina-v2-code",
+    "roberta-bpe",
+    "whitespace",
+    "refact",
+    "command-r",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "kormo",
+    "f2llmv2",
+    "qwen35",
+    "stablelm2",
+    "olmo",
+    "dbrx",
+    "smaug-bpe",
+    "poro-chat",
+    "glm4",
+    "chatglm-bpe",
+    "viking",
+    "jais",
+    "tekken",
+    "smollm",
+    "codeshell",
+    "bloom",
+    "gpt3-finnish",
+    "exaone",
+    "exaone4",
+    "exaone-moe",
+    "chameleon",
+    "minerva-7b",
+    "megrez",
+    "gpt-4o",
+    "llama4",
+    "kanana2",
+    "talkie",
+    "granite-embed-multi-97m",
+    "tiny_aya",
+    "cohere2moe",
+    "superbpe",
+    "trillion",
+    "granite-docling",
+    "bailingmoe",
+    "bailingmoe2",
+    "llada-moe",
+    "seed-coder",
+    "hunyuan",
+    "hunyuan-dense",
+    "hy_v4",
+    "joyai-llm",
+    "kimi-k2",
+    "ufakzeka",
+    "grok-2",
+    "afmoe",
+    "laguna",
+    "minimax-m2",
+    "solar-open",
+    "mellum2",
 };
 
 /* The special token ids the loader reads. */
@@ -167,10 +234,10 @@ static pn_status vocab_build(vctx *v, const gguf_kv *kv, vocab *vb, pn_error *er
     if (dups)
         report(v, false, "TOKENIZER-DUPLICATE", TOK "tokens", (int64_t)first_b, (int64_t)dups,
                TOK "tokens[%llu] is \"%.*s\", as tokens[%llu] is: llama.cpp needs one id per "
-               "text%s",
-               (unsigned long long)first_b, (int)(vb->tok[first_b].len > 60 ? 60 : vb->tok[first_b].len),
-               vb->tok[first_b].data, (unsigned long long)first_a,
-               dups > 1 ? " (and more tokens repeat)" : "");
+                   "text%s",
+               (unsigned long long)first_b,
+               (int)(vb->tok[first_b].len > 60 ? 60 : vb->tok[first_b].len), vb->tok[first_b].data,
+               (unsigned long long)first_a, dups > 1 ? " (and more tokens repeat)" : "");
     return PN_OK;
 }
 
@@ -224,7 +291,7 @@ static void check_merges(vctx *v, const gguf_kv *kv, const vocab *vb)
     if (bad)
         report(v, false, "TOKENIZER-MERGE", TOK "merges", (int64_t)first, (int64_t)bad,
                TOK "merges[%llu] is \"%.*s\": not two tokens of the vocabulary with a space "
-               "between%s",
+                   "between%s",
                (unsigned long long)first, (int)(first_s.len > 60 ? 60 : first_s.len), first_s.data,
                bad > 1 ? " (nor are some later merges)" : "");
 }
@@ -259,8 +326,8 @@ static bool check_model_keys(vctx *v, bool *bpe, bool *needs_merges, bool *no_vo
     }
     if (!str_in(m->v.str, known_models, COUNT(known_models))) {
         report(v, false, "TOKENIZER-MODEL", TOK "model", -1, -1,
-               "key " TOK "model = \"%.*s\": not a tokenizer llama.cpp knows", (int)(m->v.str.len > 60 ? 60 : m->v.str.len),
-               m->v.str.data);
+               "key " TOK "model = \"%.*s\": not a tokenizer llama.cpp knows",
+               (int)(m->v.str.len > 60 ? 60 : m->v.str.len), m->v.str.data);
         return false;
     }
     *no_vocab = gguf_str_eq(m->v.str, "no_vocab") || gguf_str_eq(m->v.str, "none");
@@ -281,8 +348,8 @@ static bool check_model_keys(vctx *v, bool *bpe, bool *needs_merges, bool *no_vo
                "generation quality will be degraded");
     else if (!str_in(pre->v.str, known_pre, COUNT(known_pre)))
         report(v, false, "TOKENIZER-PRE", TOK "pre", -1, -1,
-               "key " TOK "pre = \"%.*s\": not a pre-tokenizer llama.cpp knows", (int)(pre->v.str.len > 60 ? 60 : pre->v.str.len),
-               pre->v.str.data);
+               "key " TOK "pre = \"%.*s\": not a pre-tokenizer llama.cpp knows",
+               (int)(pre->v.str.len > 60 ? 60 : pre->v.str.len), pre->v.str.data);
     else if (gguf_str_eq(pre->v.str, "kimi-k2"))
         *needs_merges = false;
     return true;

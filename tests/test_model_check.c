@@ -17,7 +17,7 @@
 #include "gguf/model_check.h"
 #include "test_util.h"
 
-#define GOLDEN_HF "/work/shared/golden/hf/qwen35-tiny"
+#define GOLDEN_HF PN_TEST_DATA "/hf-qwen35-tiny"
 
 static char *g_dir;
 static char g_good[4096];
@@ -592,4 +592,90 @@ Test(pn_check_usage, every_code_pn_check_can_report_is_in_the_table)
         free(src);
     }
     cr_assert_gt(seen, 40, "the sources' codes were found");
+}
+
+/* ---- split sets: --dump of any split, and DST as the set's name ---- */
+
+TestSuite(pn_check_split, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The model as a set of 3 splits, DST "s.gguf": s-0000N-of-00003.gguf. */
+static const char *make_set(void)
+{
+    const char *dst = tu_join_static(g_dir, "s.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-synth",
+                            "--quiet --layers 4 --mtp --width-scale 16 --vocab 300 --dtype f32 "
+                            "--threads 2 --split-max-tensors 30 '%s'",
+                            dst);
+    cr_assert_eq(rc, 0, "pn-synth: %s", err);
+    free(out);
+    free(err);
+    return dst;
+}
+
+Test(pn_check_split, dump_of_a_later_split_shows_its_own_keys_and_the_file_of_each_offset)
+{
+    make_set();
+    char second[4096];
+    snprintf(second, sizeof second, "%s/s-00002-of-00003.gguf", g_dir);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-check", "--dump '%s'", second);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_empty(err);
+    /* its keys: the split keys alone, split.no 1; not the first split's */
+    cr_assert(strstr(out, "split.no = 1\n") != NULL, "%s", out);
+    cr_assert_null(strstr(out, "general.architecture"), "the first split's keys: %s", out);
+    cr_assert(strstr(out, "its set of 3 files, each offset in the file named") != NULL, "%s", out);
+    /* every tensor line names the file its offset is in */
+    int lines = 0, in_second = 0;
+    for (const char *l = strstr(out, "\n    1: f32"); l && *l; l = strchr(l + 1, '\n')) {
+        if (l[1] == '\0')
+            break;
+        lines++;
+        const char *end = strchr(l + 1, '\n');
+        char *line = strndup(l + 1, end ? (size_t)(end - l - 1) : strlen(l + 1));
+        cr_assert(strstr(line, "  in ") != NULL, "a line without its file: %s", line);
+        in_second += strstr(line, "in ") && strstr(line, "s-00002-of-00003.gguf") != NULL;
+        free(line);
+    }
+    cr_assert_eq(lines, 71, "every tensor of the set: %s", out);
+    cr_assert_eq(in_second, 30, "30 of them in the second split");
+    free(out);
+    free(err);
+}
+
+Test(pn_check_split, the_name_given_to_split_max_size_is_taken_as_the_set)
+{
+    const char *dst = make_set();
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-check", "'%s'", dst);
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    cr_assert(strstr(out, "s-00001-of-00003.gguf: a split set of 3 files, 71 tensors") != NULL,
+              "%s", out);
+    cr_assert(strstr(err, "s.gguf is a split set: checked from its first split") != NULL, "%s",
+              err);
+    free(out);
+    free(err);
+    /* --quiet: no note */
+    rc = tu_run_program(&out, &err, "pn-check", "--quiet '%s'", dst);
+    cr_assert_eq(rc, 0);
+    cr_assert_str_empty(err);
+    free(out);
+    free(err);
+    /* two sets under the name: both named, nothing checked */
+    char first[4096], other[4096];
+    snprintf(first, sizeof first, "%s/s-00001-of-00003.gguf", g_dir);
+    snprintf(other, sizeof other, "%s/s-00001-of-00002.gguf", g_dir);
+    size_t n = 0;
+    void *b = tu_read_file(first, &n);
+    cr_assert_eq(tu_write_file(other, b, n), 0);
+    free(b);
+    rc = tu_run_program(&out, &err, "pn-check", "'%s'", dst);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert_str_empty(out);
+    cr_assert(strstr(err, "no such file, and 2 split sets have its name") != NULL, "%s", err);
+    cr_assert(strstr(err, "s-00001-of-00002.gguf, ") && strstr(err, "s-00001-of-00003.gguf"), "%s",
+              err);
+    free(out);
+    free(err);
 }

@@ -381,6 +381,29 @@ Test(model_check, pn_dequant_refuses_a_model_pn_check_calls_invalid)
     free(err);
 }
 
+/* pn-compare decodes a PN file through pn-dequant: it refuses it too, before
+ * llama.cpp is given anything decoded. */
+Test(model_check, pn_compare_refuses_a_pn_file_pn_check_calls_invalid, .timeout = 240)
+{
+    TU_REQUIRE_LLAMA(PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs", NULL);
+    const char *pn = tu_join_static(g_dir, "cmp.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-quantize",
+                            "--quiet --threads 2 --promote 0 --recipe test-fallback '%s' '%s'",
+                            g_good, pn);
+    cr_assert_eq(rc, 0, "pn-quantize: %s", err);
+    free(out);
+    free(err);
+    set_u32(pn, "qwen35.embedding_length", 256);
+    rc = tu_run_program(&out, &err, "pn-compare", "--threads 2 '%s' '%s'", g_good, pn);
+    cr_assert_eq(rc, 1, "refused, exit 1: %s%s", out, err);
+    cr_assert(strstr(err, "decoding ") && strstr(err, "ARCH-SHAPE: qwen35.embedding_length = 256, "
+                                                      "but token_embd.weight has ne[0] = 320"),
+              "%s", err);
+    free(out);
+    free(err);
+}
+
 Test(model_check, the_converters_golden_outputs_are_valid)
 {
     const char *names[] = { "converted.bf16.gguf", "converted.f16.gguf", "converted.f32.gguf",

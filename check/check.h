@@ -4,10 +4,13 @@
  * each with a severity and a stable code, and figures per tensor. It never
  * prints; cmd/pn-check.c formats the report (text or JSON).
  *
- * What is checked (docs/format.md#what-a-checker-checks; README's pn-check lists every code):
+ * What is checked (docs/format.md#what-a-checker-checks; docs/usage.md lists every code):
  *   GGUF-*   structure: what the GGUF reader refuses, and where tensor data
  *            lies (aligned, inside the file, not overlapping); a shape of
  *            more than 2^63 - 1 weights;
+ *   ARCH-*   a qwen35 file's keys against its tensors, as llama.cpp's loader
+ *            reads them; TOKENIZER-* its vocabulary (gguf/model_check.h,
+ *            check_model.c);
  *   TENSOR-* values that are not finite in any other tensor: f32/f16/bf16
  *            weights, the fp16 scales of q8_0/q4_K/q3_K blocks;
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys

@@ -487,6 +487,46 @@ static void read_layer_kinds(q35 *q)
         q->full[b] = b >= q->n_trunk || (b + 1) % every == 0;
 }
 
+/* Keys the loader reads when present: of another type, it stops (its typed
+ * reader throws whether or not the key is required). */
+static const struct {
+    const char *key;
+    gguf_value_type type;
+} optional_keys[] = {
+    { "general.name", GGUF_TYPE_STRING },
+    { ARCH ".embedding_length_out", GGUF_TYPE_UINT32 },
+    { ARCH ".attention.causal", GGUF_TYPE_BOOL },
+    { ARCH ".expert_count", GGUF_TYPE_UINT32 },
+    { ARCH ".rope.freq_base", GGUF_TYPE_FLOAT32 },
+    { ARCH ".rope.scale_linear", GGUF_TYPE_FLOAT32 },
+    { ARCH ".rope.scaling.type", GGUF_TYPE_STRING },
+    { ARCH ".rope.scaling.factor", GGUF_TYPE_FLOAT32 },
+    { ARCH ".rope.scaling.alpha", GGUF_TYPE_FLOAT32 },
+    { ARCH ".rope.scaling.attn_factor", GGUF_TYPE_FLOAT32 },
+    { ARCH ".rope.scaling.original_context_length", GGUF_TYPE_UINT32 },
+    { ARCH ".rope.scaling.finetuned", GGUF_TYPE_BOOL },
+};
+
+static void check_optional_keys(q35 *q)
+{
+    for (size_t i = 0; i < sizeof optional_keys / sizeof *optional_keys; i++) {
+        const gguf_kv *kv = gguf_reader_find_kv(q->r, optional_keys[i].key);
+        if (kv && kv->type != optional_keys[i].type)
+            report(q, false, "ARCH-KEY-TYPE", optional_keys[i].key, NULL, -1, -1,
+                   "key %s is %s, but llama.cpp reads it as %s", optional_keys[i].key,
+                   gguf_value_type_name(kv->type), gguf_value_type_name(optional_keys[i].type));
+    }
+    /* the loader asserts the scaling type is one it knows */
+    const gguf_kv *st = gguf_reader_find_kv(q->r, ARCH ".rope.scaling.type");
+    if (st && st->type == GGUF_TYPE_STRING && !gguf_str_eq(st->v.str, "none") &&
+        !gguf_str_eq(st->v.str, "linear") && !gguf_str_eq(st->v.str, "yarn") &&
+        !gguf_str_eq(st->v.str, "longrope"))
+        report(q, false, "ARCH-KEY-RANGE", ARCH ".rope.scaling.type", NULL, -1, -1,
+               "key " ARCH ".rope.scaling.type = \"%.*s\": not none, linear, yarn or longrope, "
+               "the scalings llama.cpp knows",
+               (int)(st->v.str.len > 40 ? 40 : st->v.str.len), st->v.str.data);
+}
+
 static void read_keys(q35 *q)
 {
     uint32_t v = 0;
@@ -505,6 +545,7 @@ static void read_keys(q35 *q)
                "key " ARCH ".attention.layer_norm_rms_epsilon is %s, but llama.cpp reads it as "
                "float32",
                gguf_value_type_name(eps->type));
+    check_optional_keys(q);
     read_block_keys(q);
     if (key_layers(q, ARCH ".feed_forward_length", true, q->ff)) {
         q->known |= K_FF;

@@ -245,6 +245,17 @@ Test(model_check, a_full_attention_interval_that_is_not_the_blocks_kinds_names_t
                    "it holds a linear-attention block's tensors");
 }
 
+Test(model_check, an_optional_key_of_another_type_than_the_loader_reads_is_named)
+{
+    const char *p = copy_of_good("freq.gguf");
+    /* float32 -> uint32: the same 4 bytes, another type */
+    const uint64_t at = value_offset(p, "qwen35.rope.freq_base") - 4;
+    const uint8_t u32[4] = { GGUF_TYPE_UINT32, 0, 0, 0 };
+    write_at(p, at, u32, 4);
+    expect_finding(p, "ARCH-KEY-TYPE",
+                   "key qwen35.rope.freq_base is uint32, but llama.cpp reads it as float32");
+}
+
 static void add_vocab_size(gguf_writer *w, void *arg)
 {
     cr_assert_eq(gguf_writer_set_u32(w, "qwen35.vocab_size", *(uint32_t *)arg), PN_OK);

@@ -100,7 +100,7 @@ pn_finding *pn_check_add(pn_check_ctx *c, pn_severity sev, const char *code, con
     f->severity = sev;
     f->code = code;
     f->offset = offset;
-    f->row = f->block = f->count = -1;
+    f->row = f->block = f->count = f->index = -1;
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -701,9 +701,9 @@ pn_status pn_check_file(const char *path, const pn_check_options *opt, pn_check_
             goto fail_msg;
     }
 
-    if ((st = pn_check_metadata(&c, err)) || (st = pn_check_source_identity(&c, err)) ||
-        (st = pn_check_recipe(&c, err)) || (st = pn_check_imatrix(&c, err)) ||
-        (st = pn_check_data(&c, err)))
+    if ((st = pn_check_model(&c, err)) || (st = pn_check_metadata(&c, err)) ||
+        (st = pn_check_source_identity(&c, err)) || (st = pn_check_recipe(&c, err)) ||
+        (st = pn_check_imatrix(&c, err)) || (st = pn_check_data(&c, err)))
         goto fail_msg;
     if (c.nomem) {
         st = PN_ERR_NOMEM;

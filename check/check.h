@@ -4,10 +4,13 @@
  * each with a severity and a stable code, and figures per tensor. It never
  * prints; cmd/pn-check.c formats the report (text or JSON).
  *
- * What is checked (docs/format.md#what-a-checker-checks; README's pn-check lists every code):
+ * What is checked (docs/format.md#what-a-checker-checks; docs/usage.md lists every code):
  *   GGUF-*   structure: what the GGUF reader refuses, and where tensor data
  *            lies (aligned, inside the file, not overlapping); a shape of
  *            more than 2^63 - 1 weights;
+ *   ARCH-*   a qwen35 file's keys against its tensors, as llama.cpp's loader
+ *            reads them; TOKENIZER-* its vocabulary (gguf/model_check.h,
+ *            check_model.c);
  *   TENSOR-* values that are not finite in any other tensor: f32/f16/bf16
  *            weights, the fp16 scales of q8_0/q4_K/q3_K blocks;
  *   PN-*     PN rows (scale finite, pn3t reserved bits clear), the pn.* keys
@@ -75,6 +78,7 @@ typedef struct pn_finding {
     int64_t row;      /* first bad row (tensor row index), or -1 */
     int64_t block;    /* first bad block within that row, or -1 */
     int64_t count;    /* how many things are bad (blocks...), or -1 */
+    int64_t index;    /* the array element or block concerned, or -1 */
     char *message;    /* one line, no trailing newline */
     char *file;       /* the file concerned (a split of a set), or NULL */
 } pn_finding;
@@ -145,15 +149,14 @@ typedef struct pn_check_report {
 
 typedef struct pn_check_options {
     const char *recipe_path; /* NULL: no recipe conformance */
-    bool keep_mtp;           /* --keep-mtp: the recipe's 'mtp drop' taken as keep,
-                              * and the source read with its MTP layer */
+    bool keep_mtp;           /* --keep-mtp: the recipe's 'mtp drop' taken as keep */
     /* --tensor-type, --output-tensor-type, --token-embedding-type as the
      * file was made with: before the recipe's rules (mix/recipe.h) */
     const pn_recipe_override *overrides;
     size_t n_overrides;
     const char *source_path;  /* NULL: no source comparison; read without its MTP
-                               * layer unless keep_mtp when the recipe drops it or
-                               * the file holds none (check_source.c) */
+                               * layer when the file holds none, with it when the
+                               * file holds it (check_source.c) */
     const char *imatrix_path; /* NULL: no imatrix check (IMATRIX-*, check_imatrix.c) */
     int threads;              /* <= 0: all cores (pn_threads_resolve) */
     /* A PN tensor is flagged when E > factor * E_ref + floor, E_ref being the

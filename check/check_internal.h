@@ -51,6 +51,9 @@ typedef struct pn_str_walk {
 pn_str_walk pn_str_walk_start(const gguf_kv *kv);
 gguf_str pn_str_walk_next(pn_str_walk *w);
 
+/* check_model.c: the header against the tensors, the tokenizer (ARCH-*,
+ * TOKENIZER-*: gguf/model_check.h). */
+pn_status pn_check_model(pn_check_ctx *c, pn_error *err);
 pn_status pn_check_metadata(pn_check_ctx *c, pn_error *err);
 /* check_source.c: the pn.source.* keys' form (from pn_check_metadata), and
  * with --source whether it is the source the file was made from. */
@@ -61,7 +64,7 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err);
  * tensors as the converter writes it; -1 when the file has none. */
 long pn_check_mtp_layer(const pn_check_report *rep);
 /* check_source.c: whether --source is read without its MTP layer, as
- * pn-quantize read it (its recipe's 'mtp drop' or --no-mtp). */
+ * pn-quantize read it: the file holds no MTP layer. */
 pn_status pn_check_source_drops_mtp(const pn_check_ctx *c, bool *drop, pn_error *err);
 /* check_imatrix.c: --imatrix (and with --source, the promotions it chooses). */
 pn_status pn_check_imatrix(pn_check_ctx *c, pn_error *err);

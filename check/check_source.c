@@ -12,10 +12,10 @@
  * not the ones the file was made from, so its errors against this source
  * mean little). The sampled rows are 256 per tensor, read in file order.
  *
- * The source is read as pn-quantize read it: without its MTP layer (as
- * --no-mtp reads it, io/source_open.h) unless --keep-mtp, when the recipe
- * says 'mtp drop' or the file holds no MTP layer, the file's tensor set
- * saying how it was made when no recipe does.
+ * The source is read as pn-quantize read it, which the file's tensors say:
+ * without its MTP layer (as --no-mtp reads it, io/source_open.h) when the
+ * file holds none, with it when the file holds it, whatever the recipe and
+ * --keep-mtp (which concern the recipe's conformance only).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -30,21 +30,11 @@
 
 pn_status pn_check_source_drops_mtp(const pn_check_ctx *c, bool *drop, pn_error *err)
 {
-    *drop = false;
-    if (c->opt.keep_mtp)
-        return PN_OK;
-    if (pn_check_mtp_layer(c->rep) < 0) {
-        *drop = true; /* a source without the layer is read as it is */
-        return PN_OK;
-    }
-    if (!c->opt.recipe_path)
-        return PN_OK;
-    pn_recipe *rc = NULL;
-    pn_status st = pn_recipe_load(c->opt.recipe_path, &rc, err);
-    if (st != PN_OK)
-        return st;
-    *drop = rc->mtp == PN_RECIPE_MTP_DROP;
-    pn_recipe_free(rc);
+    (void)err;
+    /* the file says how its source was read: with the MTP layer when it
+     * holds that layer (pn-quantize --keep-mtp, or a recipe that keeps it),
+     * without when it holds none (the recipe's 'mtp drop', --no-mtp) */
+    *drop = pn_check_mtp_layer(c->rep) < 0;
     return PN_OK;
 }
 

@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cmd/cli.h"
 #include "common/text.h"
 #include "check/check.h"
+#include "gguf/gguf_split.h"
 #include "quant/types.h"
 
 /* What pn_cli_next returns for each option. */
@@ -47,12 +49,12 @@ static const pn_cli_option options[] = {
       "  --token-embedding-type TYPE  with --recipe: as pn-quantize was given it\n" },
     { "keep-mtp", no_argument, OPT_KEEP_MTP,
       "  --keep-mtp        the file was made with pn-quantize --keep-mtp: the recipe's\n"
-      "                    'mtp drop' is taken as keep, --source read with its MTP layer\n" },
+      "                    'mtp drop' is taken as keep\n" },
     { "source", required_argument, OPT_SOURCE,
       "  --source SRC.gguf decode every tensor (PN ones un-rotated) and compare with the\n"
       "                    source (a GGUF or a checkpoint folder, read as pn-quantize\n"
-      "                    read it: its MTP layer dropped when the recipe drops it or\n"
-      "                    the file has none); flag errors far above what the type gives\n" },
+      "                    read it: its MTP layer dropped when the file has none);\n"
+      "                    flag errors far above what the type gives\n" },
     { "imatrix", required_argument, OPT_IMATRIX,
       "  --imatrix FILE    whether the file was made with this llama.cpp importance matrix;\n"
       "                    with --source, whether its promotions are the ones it chooses\n" },
@@ -302,6 +304,8 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         json_int_or_null(f, x->block);
         fputs(", \"count\": ", f);
         json_int_or_null(f, x->count);
+        fputs(", \"index\": ", f);
+        json_int_or_null(f, x->index);
         fputs(", \"message\": ", f);
         json_str_or_null(f, x->message);
         fputs(", \"file\": ", f);
@@ -453,29 +457,133 @@ static void put_value(FILE *f, const gguf_kv *kv, bool json)
         fputs(what, f);
 }
 
-/* --dump FILE: every key (name, type, value) and every tensor (name, type,
- * shape, offset in its file, bytes). Returns the exit status. */
-static int dump_file(const char *path, bool json)
+/* The file to read for FILE as given: FILE itself, or, when there is no
+ * such file and FILE is the name a split output was given
+ * (--split-max-size), the first split of that set (*owned then holds it).
+ * NULL, with the sets named on stderr, when FILE names several sets. */
+static const char *file_or_set(const char *path, bool quiet, char **owned)
 {
-    gguf_reader *r = NULL;
+    *owned = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0 || errno != ENOENT)
+        return path;
+    char **firsts = NULL;
+    size_t n = 0;
     pn_error err = { 0 };
-    pn_status st = gguf_reader_open(path, &r, &err);
+    if (gguf_split_find_sets(path, &firsts, &n, &err) != PN_OK || n == 0) {
+        free(firsts);
+        return path; /* the reader says it cannot be opened */
+    }
+    const char *use = NULL;
+    if (n == 1) {
+        *owned = firsts[0];
+        use = *owned;
+        if (!quiet) {
+            fputs("pn-check: ", stderr);
+            pn_fput_safe(stderr, path);
+            fputs(" is a split set: checked from its first split, ", stderr);
+            pn_fput_safe(stderr, use);
+            fputc('\n', stderr);
+        }
+    } else {
+        fputs("pn-check: ", stderr);
+        pn_fput_safe(stderr, path);
+        fprintf(stderr, ": no such file, and %zu split sets have its name: ", n);
+        for (size_t i = 0; i < n; i++) {
+            fputs(i ? ", " : "", stderr);
+            pn_fput_safe(stderr, firsts[i]);
+            free(firsts[i]);
+        }
+        fputs(" (name the first split of the one to check)\n", stderr);
+    }
+    free(firsts);
+    return use;
+}
+
+/* --dump's tensors: each with its offset, in the file that holds it (for a
+ * split of a set: every tensor of the set, the file named). */
+static void dump_tensors(FILE *f, const gguf_reader *r, bool json)
+{
+    const bool set = gguf_reader_n_splits(r) > 1;
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", json ? ", " : " x ",
+                          (long long)t->ne[d]);
+        const uint64_t off = gguf_reader_tensor_file_offset(r, i);
+        const char *in = gguf_reader_name(gguf_reader_split(r, t->split));
+        if (json) {
+            fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+            pn_json_put_str(f, t->name);
+            fprintf(f, ", \"type\": \"%s\", \"shape\": [%s], \"offset\": %llu, \"bytes\": %llu",
+                    type_name(t->type), shape, (unsigned long long)off,
+                    (unsigned long long)t->size);
+            if (set) {
+                fputs(", \"file\": ", f);
+                pn_json_put_str(f, in);
+            }
+            fputc('}', f);
+        } else {
+            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1, type_name(t->type),
+                    shape, (unsigned long long)off, (unsigned long long)t->size);
+            pn_fput_safe(f, t->name);
+            if (set) {
+                fputs("  in ", f);
+                pn_fput_safe(f, in);
+            }
+            fputc('\n', f);
+        }
+    }
+}
+
+/* --dump FILE: every key of FILE itself (name, type, value) and every
+ * tensor (name, type, shape, offset in its file, bytes): of a split of a
+ * set that opens, the set's, each naming its file. Returns the exit
+ * status. */
+static int dump_file(const char *given, bool json, bool quiet)
+{
+    char *owned = NULL;
+    const char *path = file_or_set(given, quiet, &owned);
+    if (!path)
+        return 1;
+    gguf_reader *one = NULL, *set = NULL;
+    pn_error err = { 0 };
+    pn_status st = gguf_reader_open_flags(path, GGUF_OPEN_ONE_FILE, &one, &err);
     if (st) {
         pn_cli_error("pn-check", err.msg);
+        free(owned);
         return pn_cli_exit_status(st);
     }
+    /* a split whose set does not open is dumped alone */
+    pn_error serr = { 0 };
+    if (gguf_reader_open(path, &set, &serr) == PN_OK && gguf_reader_n_splits(set) < 2) {
+        gguf_reader_close(set);
+        set = NULL;
+    }
+    const gguf_reader *tr = set ? set : one;
     FILE *f = stdout;
-    const size_t nk = gguf_reader_n_kv(r), nt = gguf_reader_n_tensors(r);
+    const size_t nk = gguf_reader_n_kv(one), nt = gguf_reader_n_tensors(tr);
     if (json) {
         fputs("{\"file\": ", f);
         pn_json_put_str(f, path);
-        fprintf(f, ", \"version\": %u, \"keys\": [", gguf_reader_version(r));
+        fprintf(f, ", \"version\": %u, ", gguf_reader_version(one));
+        if (set)
+            fprintf(f, "\"splits\": %zu, ", gguf_reader_n_splits(set));
+        fputs("\"keys\": [", f);
     } else {
         pn_fput_safe(f, path);
-        fprintf(f, ": GGUF v%u, %zu keys, %zu tensors\n", gguf_reader_version(r), nk, nt);
+        fprintf(f, ": GGUF v%u, %zu keys, %zu tensors", gguf_reader_version(one), nk, nt);
+        if (set)
+            fprintf(f,
+                    " (its keys; the tensors of its set of %zu files, each offset in the file "
+                    "named)",
+                    gguf_reader_n_splits(set));
+        fputc('\n', f);
     }
     for (size_t i = 0; i < nk; i++) {
-        const gguf_kv *kv = gguf_reader_kv(r, i);
+        const gguf_kv *kv = gguf_reader_kv(one, i);
         if (json) {
             fprintf(f, "%s\n  {\"key\": ", i ? "," : "");
             put_gstr(f, kv->key.data, kv->key.len, true);
@@ -491,29 +599,12 @@ static int dump_file(const char *path, bool json)
         }
     }
     fputs(json ? "],\n \"tensors\": [" : "", f);
-    for (size_t i = 0; i < nt; i++) {
-        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
-        char shape[96];
-        int k = snprintf(shape, sizeof shape, "%lld", (long long)t->ne[0]);
-        for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
-            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", json ? ", " : " x ",
-                          (long long)t->ne[d]);
-        const uint64_t off = gguf_reader_tensor_file_offset(r, i);
-        if (json) {
-            fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
-            pn_json_put_str(f, t->name);
-            fprintf(f, ", \"type\": \"%s\", \"shape\": [%s], \"offset\": %llu, \"bytes\": %llu}",
-                    type_name(t->type), shape, (unsigned long long)off,
-                    (unsigned long long)t->size);
-        } else {
-            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1, type_name(t->type),
-                    shape, (unsigned long long)off, (unsigned long long)t->size);
-            pn_fput_safe(f, t->name);
-            fputc('\n', f);
-        }
-    }
+    dump_tensors(f, tr, json);
     fputs(json ? "]}\n" : "", f);
-    gguf_reader_close(r);
+    if (set)
+        gguf_reader_close(set);
+    gguf_reader_close(one);
+    free(owned);
     return 0;
 }
 
@@ -571,13 +662,25 @@ int main(int argc, char **argv)
     }
     if (!pn_cli_positional("pn-check", argc, argv, 1, -1, "FILE.gguf..."))
         return 2;
+    /* the overrides are rules before a recipe's: without one they would
+     * check nothing, silently */
+    if (n_overrides && !o.recipe_path) {
+        fprintf(stderr,
+                "pn-check: %s needs --recipe: the type overrides a file was made with are "
+                "checked with the recipe they stood before (give the recipe, or leave them "
+                "out)\n",
+                overrides[0].kind == PN_OVERRIDE_TENSOR_TYPE ? "--tensor-type"
+                : overrides[0].kind == PN_OVERRIDE_OUTPUT    ? "--output-tensor-type"
+                                                             : "--token-embedding-type");
+        return 2;
+    }
     pn_cli_cap_threads("pn-check", "--threads", &o.threads, quiet);
     /* several files, as llama.cpp users list them: one report and verdict
      * each (a JSON array of the reports with --json), the worst status */
     const int n_files = argc - optind;
     int code = 0;
     for (int k = 0; dump && k < n_files; k++) {
-        int c1 = dump_file(argv[optind + k], json);
+        int c1 = dump_file(argv[optind + k], json, quiet);
         code = c1 > code ? c1 : code;
     }
     if (dump)
@@ -585,7 +688,12 @@ int main(int argc, char **argv)
     if (json && n_files > 1)
         fputs("[\n", stdout);
     for (int k = 0; k < n_files; k++) {
-        const char *path = argv[optind + k];
+        char *owned = NULL;
+        const char *path = file_or_set(argv[optind + k], quiet, &owned);
+        if (!path) {
+            code = code > 1 ? code : 1;
+            continue;
+        }
         progress_state ps = { .path = path };
         pn_cli_meter_open(&ps.meter, quiet, progress);
         if (ps.meter.on) {
@@ -598,6 +706,7 @@ int main(int argc, char **argv)
         pn_cli_meter_end(&ps.meter);
         if (st) {
             pn_cli_error("pn-check", err.msg);
+            free(owned);
             int s = pn_cli_exit_status(st);
             if (s > code)
                 code = s;
@@ -619,6 +728,7 @@ int main(int argc, char **argv)
             code = c1;
         /* the report names why the file is unreadable: once, on stdout */
         pn_check_report_free(r);
+        free(owned);
     }
     if (json && n_files > 1)
         fputs("]\n", stdout);

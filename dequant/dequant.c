@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/crc32.h"
+#include "gguf/model_check.h"
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
@@ -633,7 +634,11 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
 
     int cap = 0;
     bool missing = false;
-    if ((st = read_rotation(r, in_path, &cap, &missing, err)) ||
+    /* what pn-check calls an invalid header or tokenizer is not decoded:
+     * the output would be a model stock llama.cpp cannot load, or loads
+     * wrong */
+    if ((st = gguf_model_check_first(r, err)) ||
+        (st = read_rotation(r, in_path, &cap, &missing, err)) ||
         (st = read_tensor_crcs(r, &want_crc, err)))
         goto done;
     const int use_cap = o.keep_rotation ? 0 : cap;

@@ -92,7 +92,8 @@ typedef struct pn_dequant_stats {
  * (PN_ERR_TRUNCATED when it changed or shrank during the run),
  * PN_ERR_TYPE (a tensor type this build cannot decode, named), PN_ERR_TENSOR
  * (a shape of more than 2^63 - 1 weights), PN_ERR_FORMAT (unusable
- * pn.rotation keys, a malformed pn.tensor_crc32), PN_ERR_CRC (a tensor whose
+ * pn.rotation keys, a malformed pn.tensor_crc32, a header or tokenizer
+ * that pn-check calls invalid: gguf_model_check_first), PN_ERR_CRC (a tensor whose
  * bytes do not give its pn.tensor_crc32 entry, named: checked for every
  * tensor when the file has the key), PN_ERR_NONFINITE, PN_ERR_RESERVED_BITS,
  * PN_ERR_INTERRUPTED, the writer's errors. */

@@ -13,7 +13,9 @@
 #include "gguf/gguf_split.h"
 #include "gguf/gguf_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,72 @@ char *gguf_split_prefix(const char *path, uint32_t index, uint32_t count)
     memcpy(p, path, n - k);
     p[n - k] = '\0';
     return p;
+}
+
+/* Whether name is "<base>-00001-of-NNNNN.gguf" (NNNNN five digits). */
+static bool first_split_name(const char *name, const char *base, size_t base_len)
+{
+    static const char head[] = "-00001-of-";
+    const size_t hl = sizeof head - 1, n = strlen(name);
+    if (n != base_len + hl + 5 + SUFFIX_LEN || strncmp(name, base, base_len) != 0 ||
+        strncmp(name + base_len, head, hl) != 0 || strcmp(name + n - SUFFIX_LEN, GGUF_SUFFIX) != 0)
+        return false;
+    for (size_t i = 0; i < 5; i++)
+        if (name[base_len + hl + i] < '0' || name[base_len + hl + i] > '9')
+            return false;
+    return true;
+}
+
+pn_status gguf_split_find_sets(const char *dst, char ***firsts, size_t *n, pn_error *err)
+{
+    *firsts = NULL;
+    *n = 0;
+    const char *slash = strrchr(dst, '/');
+    const char *base = slash ? slash + 1 : dst;
+    size_t base_len = strlen(base);
+    if (base_len > SUFFIX_LEN && strcmp(base + base_len - SUFFIX_LEN, GGUF_SUFFIX) == 0)
+        base_len -= SUFFIX_LEN;
+    char *dir = slash ? strndup(dst, (size_t)(slash - dst) + 1) : strdup("./");
+    if (!dir)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    DIR *d = opendir(dir);
+    if (!d) {
+        free(dir);
+        return PN_OK; /* no folder: no set either */
+    }
+    pn_status st = PN_OK;
+    for (struct dirent *e; st == PN_OK && (e = readdir(d));) {
+        if (!first_split_name(e->d_name, base, base_len))
+            continue;
+        char **grown = realloc(*firsts, (*n + 1) * sizeof *grown);
+        char *path = malloc(strlen(dir) + strlen(e->d_name) + 1);
+        if (grown)
+            *firsts = grown;
+        if (!grown || !path) {
+            free(path);
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            break;
+        }
+        sprintf(path, "%s%s", slash ? dir : "", e->d_name);
+        (*firsts)[(*n)++] = path;
+    }
+    closedir(d);
+    free(dir);
+    if (st) {
+        for (size_t i = 0; i < *n; i++)
+            free((*firsts)[i]);
+        free(*firsts);
+        *firsts = NULL;
+        *n = 0;
+    }
+    /* in name order: a listing the same on every file system */
+    for (size_t i = 1; st == PN_OK && i < *n; i++)
+        for (size_t j = i; j > 0 && strcmp((*firsts)[j - 1], (*firsts)[j]) > 0; j--) {
+            char *t = (*firsts)[j];
+            (*firsts)[j] = (*firsts)[j - 1];
+            (*firsts)[j - 1] = t;
+        }
+    return st;
 }
 
 /* ------------------------------------------------------------------ */

@@ -67,6 +67,13 @@ char *gguf_split_path_of_prefix(const char *prefix, uint32_t index, uint32_t cou
  * it is not (or out of memory, or bad arguments as above). */
 char *gguf_split_prefix(const char *path, uint32_t index, uint32_t count);
 
+/* The first splits of the sets an output named dst was written as, when dst
+ * itself is not a file: every "NAME-00001-of-NNNNN.gguf" beside it, NAME
+ * dst's name without ".gguf" (the names gguf_split_path gives), in name
+ * order; malloc'd paths in a malloc'd array (*n 0 and NULL when there are
+ * none or dst's folder cannot be read). PN_ERR_NOMEM only. */
+pn_status gguf_split_find_sets(const char *dst, char ***firsts, size_t *n, pn_error *err);
+
 /* ---- the split keys of a file ---- */
 
 /* The set identity of one file (GGUF_SPLIT_KEY_SET_ID): *has false when it

@@ -1,4 +1,5 @@
-/* hf_arch.c - what a checkpoint of the architecture holds, as one table:
+/* hf_arch.c - what a checkpoint of the architecture holds, as one table
+ * (gguf/model_check.h's, which pn-check reads with the GGUF keys' sizes):
  * every tensor a Qwen3.5 text model has, per kind of block, with its shape
  * as the config makes it. Checked once, after the index and every header
  * are read and the names mapped, before any output is opened: each tensor
@@ -15,111 +16,26 @@
 
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
+#include "gguf/model_check.h"
 
-/* One dimension, as a product of config values. */
-typedef enum dim {
-    D_E,    /* hidden_size */
-    D_E2,   /* 2 x hidden_size */
-    D_F,    /* intermediate_size */
-    D_V,    /* vocab_size */
-    D_Q2,   /* 2 x num_attention_heads x head_dim (the query and its gate) */
-    D_QO,   /* num_attention_heads x head_dim */
-    D_KV,   /* num_key_value_heads x head_dim */
-    D_HD,   /* head_dim */
-    D_CONV, /* 2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x linear_value_head_dim */
-    D_VL,   /* linear_num_value_heads x linear_value_head_dim */
-    D_NV,   /* linear_num_value_heads */
-    D_HV,   /* linear_value_head_dim */
-    D_K,    /* linear_conv_kernel_dim */
-    D_ONE,
-} dim;
+/* The table and its dimensions are gguf/model_check.h's, shared with
+ * pn-check's check of a GGUF's keys: the same facts under config names. */
 
-static const char *const dim_fields[] = {
-    [D_E] = "hidden_size",
-    [D_E2] = "2 x hidden_size",
-    [D_F] = "intermediate_size",
-    [D_V] = "vocab_size",
-    [D_Q2] = "2 x num_attention_heads x head_dim",
-    [D_QO] = "num_attention_heads x head_dim",
-    [D_KV] = "num_key_value_heads x head_dim",
-    [D_HD] = "head_dim",
-    [D_CONV] = ("2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x "
-                "linear_value_head_dim"),
-    [D_VL] = "linear_num_value_heads x linear_value_head_dim",
-    [D_NV] = "linear_num_value_heads",
-    [D_HV] = "linear_value_head_dim",
-    [D_K] = "linear_conv_kernel_dim",
-    [D_ONE] = "1",
-};
-
-static uint64_t dim_value(dim d, const pn_hf_config *c)
+static gguf_q35_sizes sizes_of(const pn_hf_config *c)
 {
-    switch (d) {
-    case D_E: return c->n_embd;
-    case D_E2: return 2 * c->n_embd;
-    case D_F: return c->n_ff;
-    case D_V: return c->vocab_size;
-    case D_Q2: return 2 * c->n_head * c->head_dim;
-    case D_QO: return c->n_head * c->head_dim;
-    case D_KV: return c->n_head_kv * c->head_dim;
-    case D_HD: return c->head_dim;
-    case D_CONV: return 2 * c->lin_nk * c->lin_hk + c->lin_nv * c->lin_hv;
-    case D_VL: return c->lin_nv * c->lin_hv;
-    case D_NV: return c->lin_nv;
-    case D_HV: return c->lin_hv;
-    case D_K: return c->conv_kernel;
-    case D_ONE: return 1;
-    }
-    return 0;
+    return (gguf_q35_sizes){ .n_embd = c->n_embd,
+                             .n_ff = c->n_ff,
+                             .n_vocab = c->vocab_size,
+                             .n_head = c->n_head,
+                             .n_head_kv = c->n_head_kv,
+                             .head_k = c->head_dim,
+                             .head_v = c->head_dim,
+                             .lin_nk = c->lin_nk,
+                             .lin_nv = c->lin_nv,
+                             .lin_hk = c->lin_hk,
+                             .lin_hv = c->lin_hv,
+                             .conv_kernel = c->conv_kernel };
 }
-
-/* Where a tensor of the table is. */
-typedef enum where {
-    W_MODEL,     /* once */
-    W_BLOCK,     /* every block, trunk and MTP */
-    W_LINEAR,    /* linear-attention blocks */
-    W_FULL,      /* full-attention blocks and MTP blocks */
-    W_MTP_FIRST, /* the first MTP block */
-} where;
-
-typedef struct need {
-    where at;
-    const char *gguf; /* the GGUF name, after blk.N. for a block */
-    const char *hf;   /* the HF name, after the layer's prefix */
-    uint32_t n_dims;
-    dim shape[3]; /* the checkpoint's order */
-} need;
-
-static const need table[] = {
-    { W_MODEL, "token_embd.weight", "embed_tokens.weight", 2, { D_V, D_E } },
-    { W_MODEL, "output_norm.weight", "norm.weight", 1, { D_E } },
-    { W_MODEL, "output.weight", "lm_head.weight", 2, { D_V, D_E } },
-    { W_BLOCK, "attn_norm.weight", "input_layernorm.weight", 1, { D_E } },
-    { W_BLOCK, "post_attention_norm.weight", "post_attention_layernorm.weight", 1, { D_E } },
-    { W_BLOCK, "ffn_gate.weight", "mlp.gate_proj.weight", 2, { D_F, D_E } },
-    { W_BLOCK, "ffn_up.weight", "mlp.up_proj.weight", 2, { D_F, D_E } },
-    { W_BLOCK, "ffn_down.weight", "mlp.down_proj.weight", 2, { D_E, D_F } },
-    { W_LINEAR, "attn_qkv.weight", "linear_attn.in_proj_qkv.weight", 2, { D_CONV, D_E } },
-    { W_LINEAR, "attn_gate.weight", "linear_attn.in_proj_z.weight", 2, { D_VL, D_E } },
-    { W_LINEAR, "ssm_alpha.weight", "linear_attn.in_proj_a.weight", 2, { D_NV, D_E } },
-    { W_LINEAR, "ssm_beta.weight", "linear_attn.in_proj_b.weight", 2, { D_NV, D_E } },
-    { W_LINEAR, "ssm_a", "linear_attn.A_log", 1, { D_NV } },
-    { W_LINEAR, "ssm_dt.bias", "linear_attn.dt_bias", 1, { D_NV } },
-    { W_LINEAR, "ssm_conv1d.weight", "linear_attn.conv1d.weight", 3, { D_CONV, D_ONE, D_K } },
-    { W_LINEAR, "ssm_norm.weight", "linear_attn.norm.weight", 1, { D_HV } },
-    { W_LINEAR, "ssm_out.weight", "linear_attn.out_proj.weight", 2, { D_E, D_VL } },
-    { W_FULL, "attn_q.weight", "self_attn.q_proj.weight", 2, { D_Q2, D_E } },
-    { W_FULL, "attn_k.weight", "self_attn.k_proj.weight", 2, { D_KV, D_E } },
-    { W_FULL, "attn_v.weight", "self_attn.v_proj.weight", 2, { D_KV, D_E } },
-    { W_FULL, "attn_output.weight", "self_attn.o_proj.weight", 2, { D_E, D_QO } },
-    { W_FULL, "attn_q_norm.weight", "self_attn.q_norm.weight", 1, { D_HD } },
-    { W_FULL, "attn_k_norm.weight", "self_attn.k_norm.weight", 1, { D_HD } },
-    { W_MTP_FIRST, "nextn.eh_proj.weight", "fc.weight", 2, { D_E, D_E2 } },
-    { W_MTP_FIRST, "nextn.enorm.weight", "pre_fc_norm_embedding.weight", 1, { D_E } },
-    { W_MTP_FIRST, "nextn.hnorm.weight", "pre_fc_norm_hidden.weight", 1, { D_E } },
-    { W_MTP_FIRST, "nextn.shared_head_norm.weight", "norm.weight", 1, { D_E } },
-};
-#define N_TABLE (sizeof table / sizeof *table)
 
 /* Which trunk blocks are full attention: layer_types when given, else every
  * full_attention_interval-th block (default 4), as the converter does. */
@@ -190,12 +106,13 @@ static void shape_text(char *out, size_t len, uint32_t n, const uint64_t *s)
 }
 
 /* Checks tensor t (entry e) against the config. */
-static pn_status check_shape(const char *dir, const need *e, const pn_hf_tensor *t,
+static pn_status check_shape(const char *dir, const gguf_q35_tensor *e, const pn_hf_tensor *t,
                              const pn_hf_config *c, pn_error *err)
 {
     uint64_t want[3];
+    const gguf_q35_sizes sz = sizes_of(c);
     for (uint32_t d = 0; d < e->n_dims; d++)
-        want[d] = dim_value(e->shape[d], c);
+        want[d] = gguf_q35_dim_value(e->shape[d], &sz);
     bool ok = t->src_n_dims == e->n_dims;
     for (uint32_t d = 0; ok && d < e->n_dims; d++)
         ok = t->src_shape[d] == want[d];
@@ -209,7 +126,7 @@ static pn_status check_shape(const char *dir, const need *e, const pn_hf_tensor 
     for (uint32_t d = 0; d < e->n_dims && o < sizeof fields; d++)
         if (d >= t->src_n_dims || t->src_shape[d] != want[d])
             o += (size_t)snprintf(fields + o, sizeof fields - o, "%sdimension %u: %s",
-                                  o ? "; " : "", d, dim_fields[e->shape[d]]);
+                                  o ? "; " : "", d, gguf_q35_dim_config(e->shape[d]));
     if (!fields[0])
         snprintf(fields, sizeof fields, "the number of dimensions");
     return pn_error_set(err, PN_ERR_TENSOR,
@@ -248,14 +165,14 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
     for (uint64_t b = 0; st == PN_OK && b <= c->n_layer + n_mtp; b++) {
         const bool last = b == c->n_layer + n_mtp; /* the model's own tensors */
         const bool mtp = !last && b >= c->n_layer;
-        for (size_t k = 0; st == PN_OK && k < N_TABLE; k++) {
-            const need *e = &table[k];
-            bool here = last                   ? e->at == W_MODEL
-                        : e->at == W_BLOCK     ? true
-                        : e->at == W_LINEAR    ? !mtp && !full[b]
-                        : e->at == W_FULL      ? mtp || full[b]
-                        : e->at == W_MTP_FIRST ? mtp && b == c->n_layer
-                                               : false;
+        for (size_t k = 0; st == PN_OK && k < gguf_q35_n_tensors; k++) {
+            const gguf_q35_tensor *e = &gguf_q35_tensors[k];
+            bool here = last                          ? e->at == GGUF_Q35_MODEL
+                        : e->at == GGUF_Q35_BLOCK     ? true
+                        : e->at == GGUF_Q35_LINEAR    ? !mtp && !full[b]
+                        : e->at == GGUF_Q35_FULL      ? mtp || full[b]
+                        : e->at == GGUF_Q35_MTP_FIRST ? mtp && b == c->n_layer
+                                                      : false;
             if (!here)
                 continue;
             char gname[128], hname[320];
@@ -267,7 +184,7 @@ pn_status pn_hf_check_arch(const char *dir, const json_t *hp, const pn_hf_config
                     snprintf(hname, sizeof hname, "%s%s", prefix, e->hf);
             } else {
                 snprintf(gname, sizeof gname, "blk.%llu.%s", (unsigned long long)b, e->gguf);
-                if (e->at == W_MTP_FIRST)
+                if (e->at == GGUF_Q35_MTP_FIRST)
                     snprintf(hname, sizeof hname, "mtp.%s", e->hf);
                 else if (mtp)
                     snprintf(hname, sizeof hname, "mtp.layers.%llu.%s",

@@ -12,12 +12,20 @@
  * data lies inside the input at an aligned offset; and the writer, given a
  * copy of every key and tensor info, lays the header out exactly as the
  * input did (same alignment, same data offset).
+ *
+ * Every accepted file is also judged as a model (gguf/model_check.h, the
+ * header against the tensors and the tokenizer, pn-check's ARCH-* and
+ * TOKENIZER-* findings): each problem has a code of those two families, a
+ * message and, when it names a key or tensor, a non-empty one; and the
+ * decoders' first-error entry refuses exactly when an error was found.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/model_check.h"
 #include "quant/types.h"
 
 #define NAME "fuzz.gguf"
@@ -152,6 +160,31 @@ static void check_writer_layout(const gguf_reader *r)
     gguf_writer_free(w);
 }
 
+static void on_problem(void *ctx, const gguf_model_problem *p)
+{
+    require(p->code != NULL && p->message != NULL && p->message[0] != '\0');
+    require(strncmp(p->code, "ARCH-", 5) == 0 || strncmp(p->code, "TOKENIZER-", 10) == 0);
+    require(!p->key || p->key[0] != '\0');
+    require(!p->tensor || p->tensor[0] != '\0');
+    touch(p->message, strlen(p->message));
+    if (!p->warning)
+        *(bool *)ctx = true;
+}
+
+static void check_model(const gguf_reader *r)
+{
+    bool error = false;
+    pn_error e;
+    if (gguf_model_check(r, on_problem, &error, &e) != PN_OK) {
+        require(e.code == PN_ERR_NOMEM);
+        return;
+    }
+    pn_status st = gguf_model_check_first(r, &e);
+    require(st == (error ? PN_ERR_FORMAT : PN_OK) || st == PN_ERR_NOMEM);
+    if (st == PN_ERR_FORMAT)
+        require(strncmp(e.msg, NAME ": ", sizeof(NAME ": ") - 1) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     for (int lenient = 0; lenient < 2; lenient++) {
@@ -173,6 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             require(gguf_reader_data_offset(r) <= size);
         walk_kvs(r);
         walk_tensors(r, data, size, !lenient);
+        check_model(r);
         if (!lenient)
             check_writer_layout(r);
         gguf_reader_close(r);

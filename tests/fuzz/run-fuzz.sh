@@ -3,7 +3,8 @@
 #
 # Fuzzes a reader for SECONDS (default 60), starting from a copy of its seed
 # corpus (the committed corpus is never changed). FUZZ_TARGET picks it:
-#   gguf (default)  fuzz_gguf_reader, corpus tests/data/gguf-corpus/
+#   gguf (default)  fuzz_gguf_reader, corpus tests/data/gguf-corpus/ and a whole
+#                   qwen35 model with its tokenizer (the converter's golden output)
 #   recipe          fuzz_recipe,      corpus tests/data/recipe-corpus/
 #   pn_blocks       fuzz_pn_blocks,   corpus tests/data/golden/pn*.out.bin
 #   safetensors     fuzz_safetensors_header, corpus tests/data/hf-qwen35-tiny/hf/*.safetensors
@@ -31,7 +32,7 @@ source_dir=$(cd "$here/../.." && pwd)
 
 target=${FUZZ_TARGET:-gguf}
 case $target in
-    gguf) exe_name=fuzz_gguf_reader; seeds=("$source_dir"/tests/data/gguf-corpus/*); dict=(-dict="$here/gguf.dict") ;;
+    gguf) exe_name=fuzz_gguf_reader; seeds=("$source_dir"/tests/data/gguf-corpus/* "$source_dir"/tests/data/hf-qwen35-tiny/converted.bf16.no-mtp.gguf); dict=(-dict="$here/gguf.dict") ;;
     recipe) exe_name=fuzz_recipe; seeds=("$source_dir"/tests/data/recipe-corpus/*); dict=() ;;
     pn_blocks) exe_name=fuzz_pn_blocks; seeds=("$source_dir"/tests/data/golden/pn3t.out.bin "$source_dir"/tests/data/golden/pn4t.out.bin); dict=() ;;
     safetensors) exe_name=fuzz_safetensors_header; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/*.safetensors); dict=() ;;

@@ -75,10 +75,12 @@ static const pn_cli_option options[] = {
       "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n" },
     { "tensor-type", required_argument, O_TENSOR_TYPE,
       "  --tensor-type PATTERN=TYPE\n"
-      "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
-      "                          glob of the whole name when it has * or ?) get TYPE;\n"
-      "                          repeatable, the first match wins, before the recipe's\n"
-      "                          rules; recorded in pn.mix.overrides\n" },
+      "                          as llama-quantize: tensors in whose name PATTERN, a\n"
+      "                          POSIX extended regular expression, is found (with * or\n"
+      "                          ?, also those it matches as a glob of the whole name) get\n"
+      "                          TYPE, final (never promoted); repeatable, the first\n"
+      "                          match wins, before the recipe's rules; one that matches\n"
+      "                          no tensor is refused; recorded in pn.mix.overrides\n" },
     { "output-tensor-type", required_argument, O_OUTPUT_TYPE,
       "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n" },
     { "token-embedding-type", required_argument, O_EMBD_TYPE,

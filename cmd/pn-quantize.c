@@ -158,7 +158,8 @@ static const pn_cli_option options[] = {
       "                          relative error, seconds; and the per-phase times\n"
       "                          (written before DST is committed, in place right after)\n" },
     { "force", no_argument, O_FORCE,
-      "  --force                 allow replacing an existing DST (and report)\n" },
+      "  --force                 allow replacing an existing DST (and report, and a\n"
+      "                          --measurement FILE of another source)\n" },
     { "quiet", no_argument, O_QUIET,
       "  --quiet                 no progress, no plan totals and no notes (errors still)\n" },
     { "progress", no_argument, O_PROGRESS,

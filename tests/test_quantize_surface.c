@@ -71,8 +71,8 @@ static const char *planned(const char *plan, const char *tensor, char note[64])
     char name[128], shape[64], src[16];
     unsigned long long bytes;
     int used = 0;
-    cr_assert_eq(sscanf(p + 1, "%127s %63s %15s %15s %llu%n", name, shape, src, type, &bytes, &used),
-                 5);
+    cr_assert_eq(
+        sscanf(p + 1, "%127s %63s %15s %15s %llu%n", name, shape, src, type, &bytes, &used), 5);
     if (note) {
         const char *at = p + 1 + used;
         while (*at == ' ')
@@ -174,6 +174,48 @@ Test(override_final, a_tensor_the_user_typed_is_never_promoted)
     cr_assert(strstr(note, "promoted #"), "%s", note);
     cr_assert(strstr(o, "(12 promoted of 12 candidates)"), "%s", o);
     cr_assert(strstr(e, "this model has 12 candidates: promoting all 12"), "%s", e);
+    free(o);
+    free(e);
+}
+
+/* ---- item 5: a measurement of another source is kept without --force ---- */
+
+TestSuite(measurement_kept, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(measurement_kept, a_measurement_of_another_source_is_refused_without_force_dry_run_too)
+{
+    sh_ok(SYNTH " a.gguf && " SYNTH " --seed 7 b.gguf && "
+                "pn-quantize --quiet --dry-run --promote 2 --recipe test-fallback "
+                "--measurement m.meas a.gguf > /dev/null && cp m.meas m.kept");
+    static const char *const runs[] = { "--dry-run", "--threads 2", "--dry-run --quiet" };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e,
+                    "pn-quantize %s --promote 2 --recipe test-fallback --measurement m.meas "
+                    "b.gguf o.gguf",
+                    runs[i]);
+        cr_assert_eq(rc, 1, "%s: exit %d\n%s", runs[i], rc, e);
+        cr_assert(strstr(e, "pn-quantize: error: m.meas: measured on another source") &&
+                      strstr(e, "it is not replaced without --force"),
+                  "%s: %s", runs[i], e);
+        cr_assert(!strstr(e, "saved"), "%s", e);
+        cr_assert_str_empty(o, "%s: %s", runs[i], o);
+        cr_assert(!tu_exists(tu_join_static(g_dir, "o.gguf")));
+        sh_ok("cmp m.meas m.kept");
+    }
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e,
+                "pn-quantize --dry-run --force --promote 2 --recipe test-fallback "
+                "--measurement m.meas b.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(e, "promotion measurement saved to m.meas (replacing the one that was not "
+                        "used)"),
+              "%s", e);
+    cr_assert(strstr(o, "plan P0k-fallback+2"), "%s", o);
+    free(o);
+    free(e);
+    rc = sh(&o, &e, "cmp -s m.meas m.kept");
+    cr_assert_eq(rc, 1, "--force replaced it");
     free(o);
     free(e);
 }

@@ -126,7 +126,8 @@ static const pn_cli_option options[] = {
     { "dry-run", no_argument, O_DRY,
       "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
       "                          files of a split output) and exit without writing DST,\n"
-      "                          which may be omitted; the promotion measurement it makes\n"
+      "                          which may be omitted (one given is refused where the real\n"
+      "                          run would refuse it); the promotion measurement it makes\n"
       "                          is still saved to --measurement FILE, and --report FILE\n"
       "                          written (the plan, without errors or times)\n" },
     { "split-max-size", required_argument, O_SPLIT_SIZE,

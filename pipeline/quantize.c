@@ -655,16 +655,6 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
 }
 
-/* A dry run says what the real run would refuse that a dry run does not:
- * an existing DST without --force. */
-static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
-{
-    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !pn_quantize_split_output(o) &&
-        access(o->dst_path, F_OK) == 0)
-        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
-                         o->dst_path);
-}
-
 /* DST a folder, the plan made: named->dst_path becomes the file in it
  * (*dst_auto, owned by the caller), checked as any DST. */
 static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **dst_auto,
@@ -783,7 +773,6 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     st = pn_quantize_check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
-    note_dry_run_refusal(o, dst_folder);
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
     /* --backend cuda asked for: a GPU that cannot be used is said before
@@ -835,13 +824,16 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         if (st != PN_OK)
             goto out;
     }
+    /* the files the output set would write: a dry run that names DST
+     * refuses what the real run would (an existing file, a source's) */
+    if (o->dst_path && (st = pn_outset_check_targets(c.out, c.src, err)) != PN_OK)
+        goto out;
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
         st = hand_result(&c, stats, err);
         goto out;
     }
-    st = pn_outset_check_targets(c.out, c.src, err);
     if (st == PN_OK) /* the plan's exact bytes, before the first one is written */
         st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
     if (st != PN_OK)

@@ -219,3 +219,66 @@ Test(measurement_kept, a_measurement_of_another_source_is_refused_without_force_
     free(o);
     free(e);
 }
+
+/* ---- item 8: a dry run refuses what the real run refuses ---- */
+
+TestSuite(dry_run_refuses, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(dry_run_refuses, every_output_the_real_run_refuses)
+{
+    sh_ok(SYNTH " src.gguf && mkdir out && echo x > taken.gguf && "
+                "pn-quantize --quiet --threads 2 --promote 1 --recipe test-fallback src.gguf out/ "
+                "&& ls out > listed && echo x > s-00002-of-00002.gguf");
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "cat listed"), 0);
+    char made[256];
+    cr_assert_eq(sscanf(o, "%255s", made), 1);
+    free(o);
+    free(e);
+    static const struct {
+        const char *args, *says;
+    } cases[] = {
+        { "src.gguf no-such-folder/o.gguf", "its folder no-such-folder" },
+        { "src.gguf taken.gguf", "taken.gguf: output exists; use --force to replace it" },
+        { "src.gguf out", "output exists; use --force to replace it" },
+        { "--split-max-tensors 30 src.gguf s.gguf", "s-00002-of-00002.gguf: output exists" },
+        { "--measurement no-such-folder/m.meas src.gguf o.gguf", "its folder no-such-folder" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = sh(&o, &e, "pn-quantize --dry-run --promote 1 --recipe test-fallback %s",
+                    cases[i].args);
+        cr_assert_eq(rc, 1, "%s: exit %d\n%s%s", cases[i].args, rc, o, e);
+        cr_assert(strstr(e, "pn-quantize: error: ") && strstr(e, cases[i].says), "%s: %s",
+                  cases[i].args, e);
+        cr_assert_str_empty(o, "%s: %s", cases[i].args, o);
+        free(o);
+        free(e);
+        /* and the real run, the same */
+        rc = sh(&o, &e, "pn-quantize --promote 1 --recipe test-fallback %s", cases[i].args);
+        cr_assert_eq(rc, 1, "the real run: %s: exit %d\n%s", cases[i].args, rc, e);
+        cr_assert(strstr(e, cases[i].says), "%s: %s", cases[i].args, e);
+        free(o);
+        free(e);
+    }
+    cr_assert(strstr(made, "+1.gguf"), "%s", made);
+    sh_ok("test \"$(ls out)\" = '%s' && test \"$(cat taken.gguf)\" = x", made);
+}
+
+/* ---- item 10: DST a folder gives a file name without spaces ---- */
+
+TestSuite(folder_name, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(folder_name, the_models_name_becomes_a_file_name_as_llama_cpps_converter_makes_one)
+{
+    /* pn-synth names its model "pn-synth Qwen3.8-shaped test model" */
+    sh_ok(SYNTH " src.gguf && mkdir out");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize --threads 2 --promote 1 --recipe test-fallback src.gguf out");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, "\nwrote out/pn-synth-Qwen3.8-shaped-test-model-P0k-fallback+1.gguf: "),
+              "%s", o);
+    cr_assert(!strstr(e, "error"), "%s", e);
+    free(o);
+    free(e);
+    sh_ok("test \"$(ls out)\" = pn-synth-Qwen3.8-shaped-test-model-P0k-fallback+1.gguf");
+}

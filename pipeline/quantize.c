@@ -92,6 +92,7 @@ static pn_status interrupted(pn_error *err)
 typedef struct run_ctx {
     const pn_quantize_opts *o;
     gguf_reader *src;
+    gguf_reader *src_set;     /* --keep-split of a set read without its MTP layer: the set */
     struct stat *split_stats; /* of the source's splits after open (a set), for the end */
     pn_job_plan *plan;
     gguf_writer *model; /* the output's keys and tensors, as one file */
@@ -635,7 +636,8 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     pn_outset_opts oo;
     pn_outset_opts_init(&oo);
     oo.limit = o->split;
-    oo.keep_split = o->keep_split ? c->src : NULL;
+    oo.keep_split = o->keep_split ? (c->src_set ? c->src_set : c->src) : NULL;
+    oo.keep_split_view = o->keep_split && c->src_set ? c->src : NULL;
     oo.only = o->split_index;
     oo.force = o->force;
     /* every split records its own tensors' entries: the CRCs of what is
@@ -652,7 +654,10 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     const uint64_t drop = o->drop_behind_bytes ? o->drop_behind_bytes : PN_DROP_BEHIND_BYTES;
     oo.writeback_bytes = drop < 4 * PN_WRITEBACK_BYTES ? drop / 4 + 1 : PN_WRITEBACK_BYTES;
     oo.drop_behind_bytes = drop;
-    return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
+    st = pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
+    if (st == PN_OK && pn_outset_plan_note(c->out))
+        pn_quantize_note(o, "%s", pn_outset_plan_note(c->out));
+    return st;
 }
 
 /* DST a folder, the plan made: named->dst_path becomes the file in it
@@ -679,6 +684,15 @@ static pn_status open_source(run_ctx *c, pn_quantize_stats *stats, pn_error *err
     pn_source_opts so = { drop_mtp, o->tokenizer_pre };
     if (st == PN_OK)
         st = pn_source_open(o->src_path, &so, &c->src, err);
+    /* --keep-split of a split set read without its MTP layer: the view is
+     * one file; the set itself says where each tensor goes */
+    if (st == PN_OK && o->keep_split && drop_mtp && !pn_source_is_hf(o->src_path) &&
+        gguf_reader_n_splits(c->src) < 2 && gguf_reader_n_tensors(c->src) > 0 &&
+        (st = gguf_reader_open(o->src_path, &c->src_set, err)) == PN_OK &&
+        gguf_reader_n_splits(c->src_set) < 2) {
+        gguf_reader_close(c->src_set);
+        c->src_set = NULL;
+    }
     if (st != PN_OK)
         return st;
     st = pn_quantize_check_measurement_path(o, c->src, err);
@@ -861,6 +875,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     /* the source is read: its buffers go before the output's are made */
     gguf_reader_close(c.src);
     c.src = NULL;
+    gguf_reader_close(c.src_set);
+    c.src_set = NULL;
 
     /* validate, then put in place */
     st = validate_output(&c, stats, err);
@@ -892,6 +908,7 @@ out:
     free(c.reused);
     pn_job_plan_free(c.plan);
     gguf_reader_close(c.src);
+    gguf_reader_close(c.src_set);
     pn_source_id_free(&c.sid);
     /* PREV is read until the output is committed (it may be DST) */
     pn_reuse_free(c.ru);

@@ -282,3 +282,113 @@ Test(folder_name, the_models_name_becomes_a_file_name_as_llama_cpps_converter_ma
     free(e);
     sh_ok("test \"$(ls out)\" = pn-synth-Qwen3.8-shaped-test-model-P0k-fallback+1.gguf");
 }
+
+/* ---- item 6: split sets ---- */
+
+TestSuite(split_sets, .init = setup, .fini = teardown, .timeout = 240);
+
+/* The files of g_dir whose names start with prefix, one line each, sorted
+ * (static storage). */
+static const char *files_named(const char *prefix)
+{
+    static char list[4096];
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "ls | grep '^%s' | sort | tr '\\n' ' '", prefix), 0);
+    snprintf(list, sizeof list, "%s", o);
+    free(o);
+    free(e);
+    return list;
+}
+
+Test(split_sets, keep_split_of_a_set_whose_mtp_layer_is_dropped_keeps_the_split)
+{
+    /* 4 splits of 12 tensors; the fourth holds blk.2 (the MTP layer) alone */
+    sh_ok("pn-synth --quiet --mtp --layers 2 --width-scale 16 --vocab 300 "
+          "--split-max-tensors 12 m.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e,
+                "pn-quantize --threads 2 --recipe test-fallback --no-mtp --keep-split "
+                "m-00001-of-00004.gguf o.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(e, "pn-quantize: --keep-split: split 4 of 4 of the source, "
+                        "m-00004-of-00004.gguf, holds only tensors this run leaves out: the "
+                        "output has 3 splits\n"),
+              "%s", e);
+    cr_assert(strstr(o, "split 1/3 o-00001-of-00003.gguf: 12 tensors (0 to 11)") &&
+                  strstr(o, "split 3/3 o-00003-of-00003.gguf: 4 tensors (24 to 27)") &&
+                  strstr(o, "wrote 3 splits of o.gguf"),
+              "%s", o);
+    free(o);
+    free(e);
+    cr_assert_str_eq(files_named("o"),
+                     "o-00001-of-00003.gguf o-00002-of-00003.gguf o-00003-of-00003.gguf ");
+    sh_ok("pn-check o-00001-of-00003.gguf | grep -q '^valid'");
+}
+
+Test(split_sets, another_sets_files_under_dst_are_refused_without_force_and_removed_with_it)
+{
+    sh_ok(SYNTH " src.gguf && pn-quantize --quiet --threads 2 --recipe test-fallback "
+                "--split-max-tensors 30 src.gguf s.gguf");
+    const char *two = "s-00001-of-00002.gguf s-00002-of-00002.gguf ";
+    cr_assert_str_eq(files_named("s-"), two);
+    static const char *const runs[] = { "--dry-run", "--threads 2" };
+    for (int i = 0; i < 2; i++) {
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e,
+                    "pn-quantize %s --quiet --recipe test-fallback --split-max-tensors 15 "
+                    "src.gguf s.gguf",
+                    runs[i]);
+        cr_assert_eq(rc, 1, "%s: exit %d\n%s", runs[i], rc, e);
+        cr_assert(strstr(e, "pn-quantize: error: s-00001-of-00002.gguf: a file of another split "
+                            "set under the name s.gguf (2 such files; this run writes 4 splits); "
+                            "use --force to replace that set"),
+                  "%s", e);
+        cr_assert_str_empty(o);
+        free(o);
+        free(e);
+        cr_assert_str_eq(files_named("s-"), two, "left as it was");
+    }
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e,
+                "pn-quantize --threads 2 --force --recipe test-fallback --split-max-tensors 15 "
+                "src.gguf s.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, "wrote 4 splits of s.gguf"), "%s", o);
+    free(o);
+    free(e);
+    cr_assert_str_eq(files_named("s-"), "s-00001-of-00004.gguf s-00002-of-00004.gguf "
+                                        "s-00003-of-00004.gguf s-00004-of-00004.gguf ");
+}
+
+Test(split_sets, of_two_split_runs_to_one_dst_at_once_one_loses)
+{
+    sh_ok(SYNTH " src.gguf");
+    for (int round = 0; round < 3; round++) {
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e,
+                    "rm -f s-*; Q='pn-quantize --quiet --threads 1 --recipe test-fallback'; "
+                    "$Q --split-max-tensors 30 src.gguf s.gguf & a=$!; "
+                    "$Q --split-max-tensors %d src.gguf s.gguf & b=$!; "
+                    "wait $a; ra=$?; wait $b; rb=$?; echo \"$ra $rb\"",
+                    round == 2 ? 30 : 15);
+        cr_assert_eq(rc, 0);
+        int ra = -1, rb = -1;
+        cr_assert_eq(sscanf(o, "%d %d", &ra, &rb), 2, "%s", o);
+        cr_assert((ra == 0) != (rb == 0) && ra + rb == 1, "exits %d and %d: one wins\n%s", ra, rb,
+                  e);
+        cr_assert(strstr(e, "pn-quantize: error: ") &&
+                      (strstr(e, "a file of another split set") || strstr(e, "exists")),
+                  "%s", e);
+        cr_assert(strstr(e, "nothing was written to s.gguf"), "%s", e);
+        const char *files = files_named("s-");
+        const bool two = strcmp(files, "s-00001-of-00002.gguf s-00002-of-00002.gguf ") == 0;
+        const bool four = strcmp(files, "s-00001-of-00004.gguf s-00002-of-00004.gguf "
+                                        "s-00003-of-00004.gguf s-00004-of-00004.gguf ") == 0;
+        cr_assert(two || four, "one whole set: %s", files);
+        cr_assert(!(two && ra != 0) || round == 2, "%s", files);
+        sh_ok("pn-check %s | grep -q '^valid'",
+              two ? "s-00001-of-00002.gguf" : "s-00001-of-00004.gguf");
+        free(o);
+        free(e);
+    }
+}

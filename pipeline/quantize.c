@@ -848,9 +848,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         st = hand_result(&c, stats, err);
         goto out;
     }
-    if (st == PN_OK) /* the plan's exact bytes, before the first one is written */
-        st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
-    if (st != PN_OK)
+    /* the plan's exact bytes, before the first one is written */
+    if ((st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err)) != PN_OK)
         goto out;
     if (cancelled(o)) {
         st = interrupted(err);

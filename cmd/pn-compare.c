@@ -219,11 +219,11 @@ static void print_table(const pn_compare_report *r, const char *decode)
 {
     printf("source ");
     pn_fput_safe(stdout, r->source.path);
-    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
+    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequence%s, %zu "
            "positions, vocabulary %u; decoded as %s\n\n",
            r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
-           r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs, r->n_positions,
-           r->n_vocab, decode);
+           r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
+           r->n_seqs == 1 ? "" : "s", r->n_positions, r->n_vocab, decode);
     printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
            "KL p99", "KL max", "top-1", "mix", "file");
     printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ", (unsigned long long)r->source.file_bytes,
@@ -380,11 +380,11 @@ static void print_sweep_table(const pn_sweep_report *s, const char *decode)
         const pn_compare_report *r = &s->compare;
         printf("source ");
         pn_fput_safe(stdout, r->source.path);
-        printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
+        printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequence%s, %zu "
                "positions, vocabulary %u; decoded as %s\n\n",
                r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
                r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
-               r->n_positions, r->n_vocab, decode);
+               r->n_seqs == 1 ? "" : "s", r->n_positions, r->n_vocab, decode);
         printf("%14s %8s %7s %10s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN", "KL mean",
                "KL p99", "KL max", "top-1", "mix", "file");
         printf("%14llu %8.4f %7s %10s %10s %10s %7s  %-16s ",

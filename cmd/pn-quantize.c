@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -318,12 +319,11 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
     print_reuse(f, r);
     /* auto found no GPU: a fact of the run, shown with the plan (not a lone
      * line on stderr that reads like an error) */
-    if (r->stats->no_gpu_why[0]) {
-        fputs("no usable GPU: ", f);
-        pn_fput_safe(f, r->stats->no_gpu_why);
-        fprintf(f, "; using the CPU, %d thread%s\n", r->stats->threads,
+    /* the driver's own words only where a GPU was asked for (--backend cuda
+     * fails with them): a machine without one is no fault */
+    if (r->stats->no_gpu_why[0])
+        fprintf(f, "no usable GPU; using the CPU, %d thread%s\n", r->stats->threads,
                 r->stats->threads == 1 ? "" : "s");
-    }
 }
 
 /* --reuse: what was copied and what was quantized, and why (docs/reuse.md). */
@@ -899,15 +899,43 @@ static int check_combinations(const pn_quantize_opts *o)
     return 0;
 }
 
+/* llama-quantize's positional type (Q4_K_M, q8_0, F16, BF16, IQ4_XS, COPY):
+ * one a user of it types out of habit after DST. */
+static bool looks_like_llama_type(const char *a)
+{
+    static const char *const heads[] = { "q", "iq", "f", "bf", "tq", "mxfp" };
+    if (strcasecmp(a, "copy") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        size_t n = strlen(heads[i]);
+        if (strncasecmp(a, heads[i], n) == 0 && a[n] >= '0' && a[n] <= '9' &&
+            strspn(a, "0123456789_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") ==
+                strlen(a))
+            return true;
+    }
+    return false;
+}
+
 /* The options, the environment and SRC [DST] into o and cs. Returns -1 to
  * go on, else the exit status. */
 static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state *cs)
 {
     int c, rc;
+    if (pn_cli_stray_size_unit("pn-quantize", argc, argv))
+        return 2;
     while ((c = pn_cli_next(&program, argc, argv)) != -1)
         if ((rc = take_option(c, o, cs, argv)) >= 0)
             return rc;
     int npos = argc - optind;
+    if (npos == 3 && looks_like_llama_type(argv[optind + 2])) {
+        fprintf(stderr, "pn-quantize: expected SRC DST.gguf: '");
+        pn_fput_safe(stderr, argv[optind + 2]);
+        fprintf(stderr, "' is one argument too many: pn-quantize takes no type as llama-quantize "
+                        "does; the mix is a recipe's (--recipe FILE|NAME, default the built-in "
+                        "P0k+19) with its promotions (--promote N or --target-size SIZE) and any "
+                        "--tensor-type PATTERN=TYPE\n");
+        return pn_cli_try_help("pn-quantize");
+    }
     if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run ? 1 : 2, 2,
                            o->dry_run ? "SRC [DST.gguf]" : "SRC DST.gguf"))
         return 2;

@@ -545,8 +545,8 @@ static void short_reason(const char *msg, char *buf, size_t size)
 static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
     const pn_quantize_opts *o = c->o;
-    snprintf(stats->backend, sizeof stats->backend, "cpu (%d threads, %s)", c->env.threads,
-             pn_path_name(c->env.cpu_path));
+    snprintf(stats->backend, sizeof stats->backend, "cpu (%d thread%s, %s)", c->env.threads,
+             c->env.threads == 1 ? "" : "s", pn_path_name(c->env.cpu_path));
     if (o->backend == PN_BACKEND_CPU)
         return PN_OK;
     pn_error cerr;

@@ -392,3 +392,119 @@ Test(split_sets, of_two_split_runs_to_one_dst_at_once_one_loses)
         free(e);
     }
 }
+
+/* ---- item 9: the messages of mistakes ---- */
+
+TestSuite(messages, .init = setup, .fini = teardown, .timeout = 240);
+
+/* Runs the command in g_dir: exit 2, nothing on stdout, stderr exactly want. */
+static void refused_with(const char *cmd, const char *want)
+{
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "%s", cmd);
+    cr_assert_eq(rc, 2, "%s: exit %d\n%s", cmd, rc, e);
+    cr_assert_str_empty(o, "%s: %s", cmd, o);
+    cr_assert_str_eq(e, want, "%s", cmd);
+    free(o);
+    free(e);
+}
+
+Test(messages, an_unknown_option_suggests_the_nearest_and_a_prefix_lists_its_matches)
+{
+    const char *help = "Try 'pn-quantize --help'.\n";
+    char want[1024];
+    snprintf(want, sizeof want,
+             "pn-quantize: error: unknown option '--promte'; did you mean '--promote'?\n%s", help);
+    refused_with("pn-quantize --promte 3 a.gguf b.gguf", want);
+    snprintf(want, sizeof want,
+             "pn-quantize: error: option '--pro' is ambiguous; it is the start of --promote "
+             "--promote-list --progress\n%s",
+             help);
+    refused_with("pn-quantize --pro 3 a.gguf b.gguf", want);
+    snprintf(want, sizeof want, "pn-quantize: error: unknown option '--xyzzy'\n%s", help);
+    refused_with("pn-quantize --xyzzy a.gguf b.gguf", want);
+    snprintf(want, sizeof want, "pn-quantize: error: option '--promote' needs a value\n%s", help);
+    refused_with("pn-quantize a.gguf b.gguf --promote", want);
+    snprintf(want, sizeof want,
+             "pn-check: error: unknown option '--strcit'; did you mean "
+             "'--strict'?\nTry 'pn-check --help'.\n");
+    refused_with("pn-check --strcit a.gguf", want);
+}
+
+Test(messages, a_size_apart_from_its_unit_names_the_stray_unit_and_bad_syntax_comes_first)
+{
+    sh_ok(SYNTH " src.gguf");
+    refused_with("pn-quantize --target-size 12.6 GB src.gguf o.gguf",
+                 "pn-quantize: error: --target-size 12.6 'GB': a size is one word, its unit "
+                 "joined to the number (--target-size 12.6GB); the stray 'GB' would be read as "
+                 "another argument\nTry 'pn-quantize --help'.\n");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize --target-size 12,6G src.gguf o.gguf");
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(e, "--target-size: '12,6G': not a size (a number, '.' before its decimals, "
+                        "then its unit, in one word): write 50G or 500M"),
+              "%s", e);
+    cr_assert(!strstr(e, "above 0"), "the syntax, not a range: %s", e);
+    cr_assert_str_empty(o);
+    free(o);
+    free(e);
+}
+
+Test(messages, llama_quantizes_positional_type_is_answered_with_how_a_mix_is_chosen)
+{
+    sh_ok(SYNTH " m.gguf");
+    char *o = NULL, *e = NULL;
+    int rc = sh(&o, &e, "pn-quantize m.gguf out.gguf Q4_K_M");
+    cr_assert_eq(rc, 2, "%s", e);
+    cr_assert(strstr(e, "'Q4_K_M' is one argument too many: pn-quantize takes no type as "
+                        "llama-quantize does; the mix is a recipe's (--recipe FILE|NAME, default "
+                        "the built-in P0k+19) with its promotions (--promote N or --target-size "
+                        "SIZE) and any --tensor-type PATTERN=TYPE\n"),
+              "%s", e);
+    cr_assert_str_empty(o);
+    cr_assert(!tu_exists(tu_join_static(g_dir, "out.gguf")));
+    free(o);
+    free(e);
+}
+
+Test(messages, the_advice_when_no_type_fits_names_another_type_and_the_option_typed)
+{
+    sh_ok(SYNTH
+          " src.gguf && printf 'mix T\\nrotation none\\nrule *.weight dims=2 K%%%%32=0 => q8_0\\n"
+          "rule * => f32\\n' > t.mix");
+    char *o = NULL, *e = NULL;
+    /* ssm_out has K = 256: pn3t (80) cannot hold it */
+    int rc = sh(&o, &e, "pn-quantize --dry-run --tensor-type ssm_out=pn3t --recipe t.mix src.gguf");
+    cr_assert_eq(rc, 1, "%s", e);
+    cr_assert(strstr(e, "pn-quantize: error: src.gguf: --tensor-type ssm_out=pn3t: tensor "
+                        "'blk.0.ssm_out.weight' has K=256, which pn3t cannot hold (it needs a "
+                        "multiple of 80); give a type whose block divides K, e.g. q8_0\n"),
+              "%s", e);
+    cr_assert(!strstr(e, ":0:"), "no line 0 of a recipe: %s", e);
+    free(o);
+    free(e);
+    /* a recipe's rule: its line, and a fallback the chain does not hold
+     * (blk.0.ssm_a has K = 2: q8_0's block of 32 does not divide it) */
+    sh_ok("printf 'mix T\\nrotation none\\nrule *.ssm_a => q8_0\\nrule * => f32\\n' > u.mix");
+    rc = sh(&o, &e, "pn-quantize --dry-run --recipe u.mix src.gguf");
+    cr_assert_eq(rc, 1, "%s", e);
+    cr_assert(strstr(e, "u.mix:3: tensor 'blk.0.ssm_a' has K=2, which no type of 'q8_0' divides "
+                        "(q8_0 needs a multiple of 32); name a fallback in the rule, e.g. "
+                        "'q8_0|bf16' (rule: rule *.ssm_a => q8_0)"),
+              "%s", e);
+    free(o);
+    free(e);
+}
+
+Test(messages, one_thread_is_one_thread)
+{
+    sh_ok(SYNTH " src.gguf");
+    char *o = NULL, *e = NULL;
+    int rc =
+        sh(&o, &e, "pn-quantize --threads 1 --backend cpu --recipe test-fallback src.gguf o.gguf");
+    cr_assert_eq(rc, 0, "%s", e);
+    cr_assert(strstr(o, ", backend cpu (1 thread, "), "%s", o);
+    cr_assert(!strstr(o, "1 threads"), "%s", o);
+    free(o);
+    free(e);
+}

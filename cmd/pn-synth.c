@@ -115,7 +115,7 @@ static const pn_cli_program program = {
     "and runs: the hyperparameter keys its loader reads, consistent with the shapes,\n"
     "and a byte-level BPE tokenizer (gpt2) of --vocab tokens. The default is a small\n"
     "model that quantizes in seconds: 6 layers, width scale 4 (n_embd 1280),\n"
-    "vocab 8192, BF16 (about 150 M weights).\n"
+    "vocab 8192, BF16 (about 164 M weights).\n"
     "\n"
     "options:\n",
     options,

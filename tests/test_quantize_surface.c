@@ -508,3 +508,35 @@ Test(messages, one_thread_is_one_thread)
     free(o);
     free(e);
 }
+
+/* ---- item 12: pn-synth's help and usage.md give the default's true size ---- */
+
+TestSuite(synth_size, .init = setup, .fini = teardown, .timeout = 240);
+
+Test(synth_size, the_help_and_the_usage_page_give_the_default_models_weight_count)
+{
+    sh_ok("pn-synth --quiet def.gguf");
+    char *o = NULL, *e = NULL;
+    cr_assert_eq(sh(&o, &e, "pn-quantize --dry-run def.gguf | grep '^plan '"), 0, "%s", e);
+    unsigned long long weights = 0;
+    const char *at = strstr(o, " tensors, ");
+    cr_assert(at && sscanf(at, " tensors, %llu weights", &weights) == 1, "%s", o);
+    free(o);
+    free(e);
+    const int millions = (int)((weights + 500000) / 1000000);
+    cr_assert_eq(sh(&o, &e, "pn-synth --help"), 0);
+    int said = -1;
+    at = strstr(o, "(about ");
+    cr_assert(at && sscanf(at, "(about %d M weights)", &said) == 1, "%s", o);
+    cr_assert_eq(said, millions, "pn-synth --help says %d M, the model has %llu weights", said,
+                 weights);
+    free(o);
+    free(e);
+    cr_assert_eq(sh(&o, &e, "grep -o 'The default ([0-9]* M weights' '%s/docs/usage.md'",
+                    PN_SOURCE_DIR),
+                 0);
+    cr_assert(sscanf(o, "The default (%d M weights", &said) == 1, "%s", o);
+    cr_assert_eq(said, millions, "usage.md says %d M, the model has %llu weights", said, weights);
+    free(o);
+    free(e);
+}

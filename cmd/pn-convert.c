@@ -40,7 +40,7 @@ static const char usage[] =
     "                       its config.json, index, shards or tokenizer files)\n"
     "  --dry-run            list the tensors OUT would hold (GGUF name, type, shape,\n"
     "                       bytes) and the total; read no tensor data, write nothing;\n"
-    "                       say when the real run would be refused\n"
+    "                       refuse what the real run would refuse\n"
     "  --threads N          accepted as llama.cpp's tools take it; the conversion is\n"
     "                       one stream (read, convert, write a chunk at a time) whose\n"
     "                       speed is the disk's, so it uses one thread whatever N is\n"
@@ -246,20 +246,13 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, ho, &m, &err);
     pn_convert_result res = { 0 };
-    if (st == PN_OK && co.dry_run)
-        print_tensors(m);
+    /* a dry run refuses what the real run refuses (an OUT there without
+     * --force), before it lists anything */
     if (st == PN_OK)
         st = pn_convert(m, src, dst, &co, &res, &err);
+    if (st == PN_OK && co.dry_run)
+        print_tensors(m);
     pn_cli_meter_end(&ps.meter);
-    if (co.dry_run && st == PN_ERR_EXISTS) {
-        /* what the dry run is for: the real run would stop here */
-        if (!quiet) {
-            fputs("pn-convert: ", stderr);
-            pn_fput_safe(stderr, dst);
-            fputs(" exists: the real run would be refused without --force\n", stderr);
-        }
-        st = PN_OK;
-    }
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         if (!co.dry_run && st == PN_ERR_INTERRUPTED) {

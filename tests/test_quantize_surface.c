@@ -532,9 +532,8 @@ Test(synth_size, the_help_and_the_usage_page_give_the_default_models_weight_coun
                  weights);
     free(o);
     free(e);
-    cr_assert_eq(sh(&o, &e, "grep -o 'The default ([0-9]* M weights' '%s/docs/usage.md'",
-                    PN_SOURCE_DIR),
-                 0);
+    cr_assert_eq(
+        sh(&o, &e, "grep -o 'The default ([0-9]* M weights' '%s/docs/usage.md'", PN_SOURCE_DIR), 0);
     cr_assert(sscanf(o, "The default (%d M weights", &said) == 1, "%s", o);
     cr_assert_eq(said, millions, "usage.md says %d M, the model has %llu weights", said, weights);
     free(o);

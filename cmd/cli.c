@@ -60,7 +60,7 @@ int pn_cli_help(const pn_cli_program *p, int fail_status)
     const char *why;
     pn_cli_usage(stdout, p);
     if (pn_cli_finish_stdout(&why) != 0) {
-        fprintf(stderr, "%s: cannot write to standard output: %s\n", p->name, why);
+        fprintf(stderr, "%s: error: cannot write to standard output: %s\n", p->name, why);
         return fail_status;
     }
     return 0;
@@ -72,7 +72,7 @@ bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "%s: %s: '", prog, opt);
+        fprintf(stderr, "%s: error: %s: '", prog, opt);
         pn_fput_safe(stderr, v);
         fprintf(stderr, "' is not an integer in [%ld, %ld]\n", lo, hi);
         return false;
@@ -339,7 +339,7 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
     const int n = argc - optind;
     if (n >= min && (max < 0 || n <= max))
         return true;
-    fprintf(stderr, "%s: expected %s: ", prog, names);
+    fprintf(stderr, "%s: error: expected %s: ", prog, names);
     if (n < min) {
         /* the first word of names not given */
         const char *w = names;
@@ -388,7 +388,7 @@ const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, siz
         if (k > 0 && (size_t)k < size && stat(buf, &sb) == 0 && S_ISREG(sb.st_mode))
             return buf;
     }
-    fprintf(stderr, "%s: --recipe ", prog);
+    fprintf(stderr, "%s: error: --recipe ", prog);
     pn_fput_safe(stderr, arg);
     fputs(": no such file, nor a shipped recipe of that name; shipped:", stderr);
     DIR *d = dir[0] ? opendir(dir) : NULL;

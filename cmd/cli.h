@@ -136,13 +136,13 @@ static inline uint64_t pn_cli_split_size(const char *text, const char **why)
 }
 
 /* A size option's value into *out (pn_cli_split_size); false after
- * "<prog>: <opt>: '<v>': expected a size ..." on stderr. */
+ * "<prog>: error: <opt>: '<v>': expected a size ..." on stderr. */
 static inline bool pn_cli_size(const char *prog, const char *opt, const char *v, uint64_t *out)
 {
     const char *why = "";
     if ((*out = pn_cli_split_size(v, &why)))
         return true;
-    fprintf(stderr, "%s: %s: '", prog, opt);
+    fprintf(stderr, "%s: error: %s: '", prog, opt);
     pn_fput_safe(stderr, v);
     fprintf(stderr, "': %s\n", why);
     return false;
@@ -162,10 +162,11 @@ static inline int pn_cli_exit_status_signal(pn_status st, int sig)
     return st == PN_ERR_INTERRUPTED && sig > 0 ? 128 + sig : pn_cli_exit_status(st);
 }
 
-/* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */
+/* "<prog>: error: <msg>" on stderr, msg in the terminal-safe form: the one
+ * prefix of every program's errors. */
 static inline void pn_cli_error(const char *prog, const char *msg)
 {
-    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, "%s: error: ", prog);
     pn_fput_safe(stderr, msg);
     fputc('\n', stderr);
 }
@@ -200,11 +201,11 @@ void pn_cli_usage(FILE *f, const pn_cli_program *p);
 int pn_cli_next(const pn_cli_program *p, int argc, char **argv);
 
 /* --help: the usage on stdout, flushed and closed. Returns 0, or
- * fail_status after "<prog>: cannot write to standard output: <why>". */
+ * fail_status after "<prog>: error: cannot write to standard output: <why>". */
 int pn_cli_help(const pn_cli_program *p, int fail_status);
 
-/* An option's integer value in [lo, hi]. false after "<prog>: <opt>: '<v>'
- * is not an integer in [lo, hi]" on stderr (v terminal-safe). */
+/* An option's integer value in [lo, hi]. false after "<prog>: error: <opt>:
+ * '<v>' is not an integer in [lo, hi]" on stderr (v terminal-safe). */
 bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long hi, long *out);
 
 /* --threads N: N in [1, 4096] into *threads; false after the message. */
@@ -231,7 +232,7 @@ int pn_cli_try_help(const char *prog);
 
 /* The positional arguments argv[optind..argc): at least min, at most max
  * (max < 0: no limit). names is how the usage names them, one word each
- * ("SRC DST.gguf"). false after "<prog>: expected NAMES: DST.gguf is
+ * ("SRC DST.gguf"). false after "<prog>: error: expected NAMES: DST.gguf is
  * missing" or "...: 'x' is one argument too many" and the help hint. */
 bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
                        const char *names);
@@ -240,7 +241,7 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
  * the name of a shipped recipe, <dir of the program>/../share/pn-quantize/
  * recipes/ARG.mix (the build's share/ and an installed prefix's alike).
  * Returns the path (ARG itself, or the shipped file's in buf), or NULL
- * after "<prog>: --recipe ARG: no such file nor shipped recipe; shipped:
+ * after "<prog>: error: --recipe ARG: no such file nor shipped recipe; shipped:
  * ..." on stderr. */
 const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
 

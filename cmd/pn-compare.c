@@ -301,7 +301,8 @@ static int parse_counts(const char *v, int *out, size_t *n)
         long x = strtol(p, &end, 10);
         if (end == p || errno || x < 0 || x > 1000000 || (*end && *end != ',') ||
             *n == PN_SWEEP_MAX_MIXES || *p == '-' || *p == '+' || *p == ' ') {
-            fprintf(stderr, "pn-compare: --promote: expected counts such as 0,10,19,40, got '");
+            fprintf(stderr,
+                    "pn-compare: error: --promote: expected counts such as 0,10,19,40, got '");
             pn_fput_safe(stderr, v);
             fprintf(stderr, "'\n");
             return -1;
@@ -323,7 +324,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         return -1;
     for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
-            fprintf(stderr, "pn-compare: --stock: not a type the stock quantizer takes: '");
+            fprintf(stderr, "pn-compare: error: --stock: not a type the stock quantizer takes: '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
             goto refused;
@@ -331,7 +332,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         out[(*n)++] = t;
     }
     if (*n == 0) {
-        fprintf(stderr, "pn-compare: --stock: no type given\n");
+        fprintf(stderr, "pn-compare: error: --stock: no type given\n");
         goto refused;
     }
     return 0;
@@ -347,7 +348,7 @@ static int parse_size_opt(const char *opt, const char *v, uint64_t *out)
     pn_error e;
     pn_error_clear(&e);
     if (pn_parse_size(v, out, &e) != PN_OK || *out == 0) {
-        fprintf(stderr, "pn-compare: %s: '", opt);
+        fprintf(stderr, "pn-compare: error: %s: '", opt);
         pn_fput_safe(stderr, v);
         fprintf(stderr, "': %s\n", e.msg[0] ? e.msg : "expected a size above 0 (12.6GB, 16GiB)");
         return -1;
@@ -525,7 +526,7 @@ static int sweep_usage(const sweep_cli *w, int n_args)
         why = "--budget is a line of the --plot picture";
     if (!why)
         return 0;
-    fprintf(stderr, "pn-compare: %s\n", why);
+    fprintf(stderr, "pn-compare: error: %s\n", why);
     return 2;
 }
 
@@ -647,7 +648,8 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "bf16") == 0)
                 o.decode_type = PN_TYPE_BF16;
             else {
-                fprintf(stderr, "pn-compare: --decode-type: expected f32, f16 or bf16, got '%s'\n",
+                fprintf(stderr,
+                        "pn-compare: error: --decode-type: expected f32, f16 or bf16, got '%s'\n",
                         optarg);
                 return 2;
             }
@@ -678,8 +680,9 @@ int main(int argc, char **argv)
     if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
     if (!o.text_path && text_opts) {
-        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
-                        "4 sequences of 64\n");
+        fprintf(stderr,
+                "pn-compare: error: --seq-len and --max-seqs cut a --text; the fixed set is "
+                "4 sequences of 64\n");
         return 2;
     }
     if (o.threads == 0)

@@ -159,7 +159,7 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "auto") == 0)
                 ho.outtype = PN_HF_OUT_AUTO;
             else {
-                fprintf(stderr, "pn-convert: --outtype: '");
+                fprintf(stderr, "pn-convert: error: --outtype: '");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "' is not bf16, f16, f32 or auto\n");
                 return 2;
@@ -172,8 +172,9 @@ int main(int argc, char **argv)
             gguf_split_mode mode =
                 c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (co.split.mode != GGUF_SPLIT_NONE && co.split.mode != mode) {
-                fprintf(stderr,
-                        "pn-convert: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(
+                    stderr,
+                    "pn-convert: error: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             co.split.mode = mode;
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
                     errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
             }
             if (!co.split.max) {
-                fprintf(stderr, "pn-convert: %s: '",
+                fprintf(stderr, "pn-convert: error: %s: '",
                         c == OPT_SPLIT_SIZE ? "--split-max-size" : "--split-max-tensors");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "': %s\n", bad);
@@ -207,7 +208,7 @@ int main(int argc, char **argv)
         case 'h': fputs(usage, stdout); return 0;
         case OPT_VERSION: printf("pn-convert %s\n", PN_VERSION); return 0;
         default:
-            fputs("pn-convert: option '", stderr);
+            fputs("pn-convert: error: option '", stderr);
             pn_fput_safe(stderr, argv[optind - 1]);
             fputs("' needs a value or is unknown\n", stderr);
             return pn_cli_try_help("pn-convert");
@@ -279,7 +280,7 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
     pn_hf_close(m);
     const char *why;
     if (pn_cli_finish_stdout(&why) != 0) {
-        fprintf(stderr, "pn-convert: standard output: %s\n", why);
+        fprintf(stderr, "pn-convert: error: standard output: %s\n", why);
         return 1;
     }
     return 0;

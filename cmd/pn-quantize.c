@@ -486,18 +486,20 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
                            "the measurement", "the --reuse file", "the imatrix" };
     for (int i = 0; i < 6; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
-            fprintf(stderr, "pn-quantize: --report ");
+            fprintf(stderr, "pn-quantize: error: --report ");
             pn_fput_safe(stderr, rp);
             fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
             return 2;
         }
     pn_error se = { 0 };
     if (pn_source_check_target(o->src_path, rp, "the report", &se) != PN_OK) {
-        pn_cli_error("pn-quantize: error: --report", se.msg);
+        fputs("pn-quantize: error: --report: ", stderr);
+        pn_fput_safe(stderr, se.msg);
+        fputc('\n', stderr);
         return 2;
     }
     if (o->dst_path && pn_same_file(rp, o->dst_path)) {
-        fprintf(stderr, "pn-quantize: --report ");
+        fprintf(stderr, "pn-quantize: error: --report ");
         pn_fput_safe(stderr, rp);
         fprintf(stderr, ": that is the output; choose another report path\n");
         return 2;
@@ -646,7 +648,7 @@ static int read_environment(pn_quantize_opts *o)
                 if (pn_path_available(i))
                     n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "",
                                           pn_path_name(i));
-            fprintf(stderr, "pn-quantize: %s=", PN_CPU_PATH_ENV);
+            fprintf(stderr, "pn-quantize: error: %s=", PN_CPU_PATH_ENV);
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": %s ref, scalar, avx2 or avx512 (this CPU has: %s)\n",
                     p < 0 ? "expected" : "not available here; expected", have);
@@ -660,7 +662,7 @@ static int read_environment(pn_quantize_opts *o)
         errno = 0;
         long long n = strtoll(v, &end, 10);
         if (errno || end == v || *end || n < PN_CHUNK_WEIGHTS_MIN || n > PN_CHUNK_WEIGHTS_MAX) {
-            fprintf(stderr, "pn-quantize: PN_CHUNK_WEIGHTS=");
+            fprintf(stderr, "pn-quantize: error: PN_CHUNK_WEIGHTS=");
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": expected a number of weights from %lld to %lld\n",
                     (long long)PN_CHUNK_WEIGHTS_MIN, (long long)PN_CHUNK_WEIGHTS_MAX);
@@ -671,7 +673,7 @@ static int read_environment(pn_quantize_opts *o)
     v = getenv("PN_CUDA_EMULATE");
     if (v) {
         if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-            fprintf(stderr, "pn-quantize: PN_CUDA_EMULATE=");
+            fprintf(stderr, "pn-quantize: error: PN_CUDA_EMULATE=");
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": expected 0 or 1\n");
             return -1;
@@ -710,12 +712,13 @@ static int take_rotation(const char *arg, pn_quantize_opts *o)
         if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", arg + 9, 1, 4096, &v))
             return 2;
         if (v & (v - 1)) {
-            fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
+            fprintf(stderr, "pn-quantize: error: --rotation: the cap %ld is not a power of two\n",
+                    v);
             return 2;
         }
         o->rotation_cap = (int)v;
     } else {
-        fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
+        fprintf(stderr, "pn-quantize: error: --rotation: expected none, hadamard or "
                         "hadamard:CAP, got '");
         pn_fput_safe(stderr, arg);
         fprintf(stderr, "'\n");
@@ -735,7 +738,7 @@ static int take_backend(const char *arg, pn_quantize_opts *o)
     else if (strcmp(arg, "cuda") == 0)
         o->backend = PN_BACKEND_CUDA;
     else {
-        fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
+        fprintf(stderr, "pn-quantize: error: --backend: expected auto, cpu or cuda, got '");
         pn_fput_safe(stderr, arg);
         fprintf(stderr, "'\n");
         return 2;
@@ -758,7 +761,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_OUTPUT_TYPE:
     case O_EMBD_TYPE:
         if (cs->n_overrides == MAX_OVERRIDES) {
-            fprintf(stderr, "pn-quantize: at most %d type overrides\n", MAX_OVERRIDES);
+            fprintf(stderr, "pn-quantize: error: at most %d type overrides\n", MAX_OVERRIDES);
             return 2;
         }
         cs->overrides[cs->n_overrides++] =
@@ -783,7 +786,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         else if (strcmp(optarg, "unweighted") == 0)
             o->imatrix_missing_unweighted = true;
         else {
-            fprintf(stderr, "pn-quantize: --imatrix-missing: '");
+            fprintf(stderr, "pn-quantize: error: --imatrix-missing: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "' is neither error nor unweighted\n");
             return 2;
@@ -797,7 +800,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_TARGET: {
         const char *why = "";
         if (!(o->target_size = pn_cli_split_size(optarg, &why))) {
-            fprintf(stderr, "pn-quantize: --target-size: '");
+            fprintf(stderr, "pn-quantize: error: --target-size: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "': %s\n", why);
             return 2;
@@ -824,12 +827,12 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         const char *why = "";
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_SIZE) {
             fprintf(stderr,
-                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                    "pn-quantize: error: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
         o->split.mode = GGUF_SPLIT_MAX_SIZE;
         if (!(o->split.max = pn_cli_split_size(optarg, &why))) {
-            fprintf(stderr, "pn-quantize: --split-max-size: '");
+            fprintf(stderr, "pn-quantize: error: --split-max-size: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "': %s\n", why);
             return 2;
@@ -839,7 +842,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_SPLIT_TENSORS:
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_TENSORS) {
             fprintf(stderr,
-                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                    "pn-quantize: error: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
         if (!pn_cli_long("pn-quantize", "--split-max-tensors", optarg, 1, 1L << 31, &v))
@@ -869,31 +872,32 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
 static int check_combinations(const pn_quantize_opts *o)
 {
     if (o->promote_list_path && (o->promote >= 0 || o->target_size)) {
-        fprintf(stderr,
-                "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
+        fprintf(stderr, "pn-quantize: error: --promote-list cannot be combined with --promote or "
+                        "--target-size\n");
         return 2;
     }
     if (o->target_size && o->promote >= 0) {
-        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give "
-                        "--promote too\n");
+        fprintf(stderr,
+                "pn-quantize: error: --target-size chooses the number of promotions; do not give "
+                "--promote too\n");
         return 2;
     }
     if (o->keep_split && o->split.mode != GGUF_SPLIT_NONE) {
-        fprintf(stderr, "pn-quantize: --keep-split follows the source's splits; do not give "
+        fprintf(stderr, "pn-quantize: error: --keep-split follows the source's splits; do not give "
                         "--split-max-size or --split-max-tensors too\n");
         return 2;
     }
     if (o->split_index >= 0 && o->split.mode == GGUF_SPLIT_NONE && !o->keep_split) {
-        fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
+        fprintf(stderr, "pn-quantize: error: --split-index needs a split output: --split-max-size, "
                         "--split-max-tensors or --keep-split\n");
         return 2;
     }
     if (o->no_mtp && o->keep_mtp) {
-        fprintf(stderr, "pn-quantize: give --no-mtp or --keep-mtp, not both\n");
+        fprintf(stderr, "pn-quantize: error: give --no-mtp or --keep-mtp, not both\n");
         return 2;
     }
     if (o->reuse_verify && !o->reuse_path) {
-        fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
+        fprintf(stderr, "pn-quantize: error: --reuse-verify needs --reuse PREV.gguf\n");
         return 2;
     }
     return 0;
@@ -928,7 +932,7 @@ static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state
             return rc;
     int npos = argc - optind;
     if (npos == 3 && looks_like_llama_type(argv[optind + 2])) {
-        fprintf(stderr, "pn-quantize: expected SRC DST.gguf: '");
+        fprintf(stderr, "pn-quantize: error: expected SRC DST.gguf: '");
         pn_fput_safe(stderr, argv[optind + 2]);
         fprintf(stderr, "' is one argument too many: pn-quantize takes no type as llama-quantize "
                         "does; the mix is a recipe's (--recipe FILE|NAME, default the built-in "

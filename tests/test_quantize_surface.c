@@ -539,3 +539,40 @@ Test(synth_size, the_help_and_the_usage_page_give_the_default_models_weight_coun
     free(o);
     free(e);
 }
+
+Test(messages, every_program_begins_an_error_with_its_name_and_error)
+{
+    sh_ok(SYNTH " src.gguf && echo x > exists.gguf");
+    static const struct {
+        const char *prog, *args;
+        int status;
+    } cases[] = {
+        { "pn-quantize", "missing.gguf o.gguf", 1 },
+        { "pn-quantize", "--threads 0 src.gguf o.gguf", 2 },
+        { "pn-quantize", "--rotation sideways src.gguf o.gguf", 2 },
+        { "pn-quantize", "--recipe no-such-recipe src.gguf o.gguf", 1 },
+        { "pn-quantize", "src.gguf", 2 },
+        { "pn-dequant", "missing.gguf o.gguf", 1 },
+        { "pn-dequant", "--type q4_0 src.gguf o.gguf", 2 },
+        { "pn-convert", "missing o.gguf", 1 },
+        { "pn-convert", "--outtype q8 missing o.gguf", 2 },
+        { "pn-synth", "--layers many o.gguf", 2 },
+        { "pn-synth", "--dtype q8 o.gguf", 2 },
+        { "pn-synth", "--layers 2 --width-scale 16 --vocab 300 exists.gguf", 1 },
+        { "pn-check", "--threads 0 src.gguf", 2 },
+        { "pn-compare", "--decode-type q8 src.gguf x.gguf", 2 },
+        { "pn-compare", "--promte 3 src.gguf", 2 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *o = NULL, *e = NULL;
+        int rc = sh(&o, &e, "%s %s", cases[i].prog, cases[i].args);
+        char want[64];
+        snprintf(want, sizeof want, "%s: error: ", cases[i].prog);
+        cr_expect_eq(rc, cases[i].status, "%s %s: exit %d\n%s", cases[i].prog, cases[i].args, rc,
+                     e);
+        cr_expect(strncmp(e, want, strlen(want)) == 0, "%s %s: '%s' first:\n%s", cases[i].prog,
+                  cases[i].args, want, e);
+        free(o);
+        free(e);
+    }
+}

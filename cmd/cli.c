@@ -60,7 +60,7 @@ int pn_cli_help(const pn_cli_program *p, int fail_status)
     const char *why;
     pn_cli_usage(stdout, p);
     if (pn_cli_finish_stdout(&why) != 0) {
-        fprintf(stderr, "%s: cannot write to standard output: %s\n", p->name, why);
+        fprintf(stderr, "%s: error: cannot write to standard output: %s\n", p->name, why);
         return fail_status;
     }
     return 0;
@@ -72,7 +72,7 @@ bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "%s: %s: '", prog, opt);
+        fprintf(stderr, "%s: error: %s: '", prog, opt);
         pn_fput_safe(stderr, v);
         fprintf(stderr, "' is not an integer in [%ld, %ld]\n", lo, hi);
         return false;
@@ -197,17 +197,135 @@ void pn_cli_meter_end(pn_cli_meter *m)
     m->drawn = false;
 }
 
+/* A unit of a size written apart from its number: B, K, M, G, T, with or
+ * without i and B, any case (GB, GiB, gb, M). */
+static bool is_unit_word(const char *w)
+{
+    if (!*w || !strchr("bBkKmMgGtT", w[0]))
+        return false;
+    if ((w[0] == 'b' || w[0] == 'B') && !w[1])
+        return true;
+    const char *r = w + 1;
+    if (*r == 'i')
+        r++;
+    if (*r == 'b' || *r == 'B')
+        r++;
+    return *r == '\0';
+}
+
+/* The edit distance of a and b (at most 63 bytes each; longer: far). */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    if (na > 63 || nb > 63)
+        return 64;
+    size_t row[64];
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            best = up + 1 < best ? up + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* "--name" or "--name=value" that getopt_long refused: the options whose
+ * name starts with it (an ambiguous prefix: every one listed), or else the
+ * nearest by edit distance, as a suggestion. */
+static void refuse_long(const pn_cli_program *p, const char *arg)
+{
+    const char *name = arg + 2;
+    size_t n = strcspn(name, "=");
+    size_t matches = 0;
+    for (const pn_cli_option *o = p->options; o->name; o++)
+        matches += strncmp(o->name, name, n) == 0;
+    if (matches > 1 && n > 0) {
+        fprintf(stderr, "%s: error: option '--%.*s' is ambiguous; it is the start of", p->name,
+                (int)n, name);
+        for (const pn_cli_option *o = p->options; o->name; o++)
+            if (strncmp(o->name, name, n) == 0)
+                fprintf(stderr, " --%s", o->name);
+        fputc('\n', stderr);
+        return;
+    }
+    const pn_cli_option *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (const pn_cli_option *o = p->options; o->name; o++) {
+        size_t d = edit_distance(name, n, o->name, strlen(o->name));
+        if (d < best_d) {
+            best_d = d;
+            best = o;
+        }
+    }
+    fprintf(stderr, "%s: error: unknown option '", p->name);
+    pn_fput_safe(stderr, arg);
+    fputc('\'', stderr);
+    /* a slip of a letter or two, not another word */
+    if (best && best_d <= (n >= 6 ? 2 : 1))
+        fprintf(stderr, "; did you mean '--%s'?", best->name);
+    fputc('\n', stderr);
+}
+
 int pn_cli_refuse_option(const pn_cli_program *p, char **argv)
 {
-    /* optopt is the short option's letter, 0 or an id (256 and up) for a long one */
-    if (optopt >= 256 || optopt == 0) {
-        fprintf(stderr, "%s: option '", p->name);
-        pn_fput_safe(stderr, argv[optind - 1]);
-        fputs("' needs a value or is unknown\n", stderr);
+    /* optopt is the short option's letter, 0 for an unknown or ambiguous
+     * long one, or an id (256 and up, or 'h') for a known one whose value
+     * is missing or was not expected */
+    const char *arg = argv[optind - 1];
+    const pn_cli_option *known = NULL;
+    for (const pn_cli_option *o = p->options; o->name && optopt; o++)
+        if (o->id == optopt)
+            known = o;
+    if (known && strncmp(arg, "--", 2) == 0) {
+        fprintf(stderr, "%s: error: option '--%s' %s\n", p->name, known->name,
+                known->has_arg == required_argument ? "needs a value" : "takes no value");
+    } else if (strncmp(arg, "--", 2) == 0) {
+        refuse_long(p, arg);
     } else {
-        fprintf(stderr, "%s: unknown option '-%c'\n", p->name, optopt);
+        fprintf(stderr, "%s: error: unknown option '-%c'\n", p->name, optopt ? optopt : '?');
     }
     return pn_cli_try_help(p->name);
+}
+
+bool pn_cli_stray_size_unit(const char *prog, int argc, char **argv)
+{
+    static const char *const opts[] = { "--target-size", "--split-max-size", "--shard-size" };
+    for (int i = 1; i + 2 < argc + 1 && i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            return false;
+        for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
+            size_t l = strlen(opts[k]);
+            bool joined = strncmp(argv[i], opts[k], l) == 0 && argv[i][l] == '=';
+            if (!joined && strcmp(argv[i], opts[k]) != 0)
+                continue;
+            const char *value = joined ? argv[i] + l + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+            const char *next =
+                joined ? (i + 1 < argc ? argv[i + 1] : NULL) : (i + 2 < argc ? argv[i + 2] : NULL);
+            if (!value || !next || !is_unit_word(next) || !*value ||
+                !strchr("0123456789.", value[strlen(value) - 1]))
+                continue;
+            fprintf(stderr, "%s: error: %s ", prog, opts[k]);
+            pn_fput_safe(stderr, value);
+            fputs(" '", stderr);
+            pn_fput_safe(stderr, next);
+            fprintf(stderr, "': a size is one word, its unit joined to the number (%s ", opts[k]);
+            pn_fput_safe(stderr, value);
+            pn_fput_safe(stderr, next);
+            fputs("); the stray '", stderr);
+            pn_fput_safe(stderr, next);
+            fputs("' would be read as another argument\n", stderr);
+            pn_cli_try_help(prog);
+            return true;
+        }
+    }
+    return false;
 }
 
 int pn_cli_try_help(const char *prog)
@@ -221,7 +339,7 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
     const int n = argc - optind;
     if (n >= min && (max < 0 || n <= max))
         return true;
-    fprintf(stderr, "%s: expected %s: ", prog, names);
+    fprintf(stderr, "%s: error: expected %s: ", prog, names);
     if (n < min) {
         /* the first word of names not given */
         const char *w = names;
@@ -270,7 +388,7 @@ const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, siz
         if (k > 0 && (size_t)k < size && stat(buf, &sb) == 0 && S_ISREG(sb.st_mode))
             return buf;
     }
-    fprintf(stderr, "%s: --recipe ", prog);
+    fprintf(stderr, "%s: error: --recipe ", prog);
     pn_fput_safe(stderr, arg);
     fputs(": no such file, nor a shipped recipe of that name; shipped:", stderr);
     DIR *d = dir[0] ? opendir(dir) : NULL;

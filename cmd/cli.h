@@ -112,9 +112,10 @@ static inline int pn_cli_finish_stdout(const char **why)
 }
 
 /* What every size option says its values are (docs/usage.md#sizes). */
-#define PN_CLI_SIZE_FORMS                                                                          \
-    "expected a size above 0: 50G or 500M as gguf-split takes them, 2.5GB, 13e9 (powers of "       \
-    "10), 48GiB (powers of 2) or 4096 (bytes)"
+#define PN_CLI_SIZE_LIST                                                                           \
+    "50G or 500M as gguf-split takes them, 2.5GB, 13e9 (powers of 10), 48GiB (powers of 2) or "    \
+    "4096 (bytes)"
+#define PN_CLI_SIZE_FORMS "expected a size above 0: " PN_CLI_SIZE_LIST
 
 /* The value of a size option (--split-max-size, --target-size,
  * --shard-size): the one parser, mix/size.h, and above 0. 0 with *why set
@@ -123,20 +124,25 @@ static inline uint64_t pn_cli_split_size(const char *text, const char **why)
 {
     uint64_t v = 0;
     pn_error e;
-    if (pn_parse_size(text, &v, &e) == PN_OK && v > 0)
+    pn_status st = pn_parse_size(text, &v, &e);
+    if (st == PN_OK && v > 0)
         return v;
-    *why = PN_CLI_SIZE_FORMS;
+    /* the syntax first ("12,6G": no comma), then the range */
+    *why = st != PN_OK && !strstr(e.msg, "larger than")
+               ? "not a size (a number, '.' before its decimals, then its unit, in one word): "
+                 "write " PN_CLI_SIZE_LIST
+               : PN_CLI_SIZE_FORMS;
     return 0;
 }
 
 /* A size option's value into *out (pn_cli_split_size); false after
- * "<prog>: <opt>: '<v>': expected a size ..." on stderr. */
+ * "<prog>: error: <opt>: '<v>': expected a size ..." on stderr. */
 static inline bool pn_cli_size(const char *prog, const char *opt, const char *v, uint64_t *out)
 {
     const char *why = "";
     if ((*out = pn_cli_split_size(v, &why)))
         return true;
-    fprintf(stderr, "%s: %s: '", prog, opt);
+    fprintf(stderr, "%s: error: %s: '", prog, opt);
     pn_fput_safe(stderr, v);
     fprintf(stderr, "': %s\n", why);
     return false;
@@ -156,10 +162,11 @@ static inline int pn_cli_exit_status_signal(pn_status st, int sig)
     return st == PN_ERR_INTERRUPTED && sig > 0 ? 128 + sig : pn_cli_exit_status(st);
 }
 
-/* "<prog>: <msg>" on stderr, msg in the terminal-safe form. */
+/* "<prog>: error: <msg>" on stderr, msg in the terminal-safe form: the one
+ * prefix of every program's errors. */
 static inline void pn_cli_error(const char *prog, const char *msg)
 {
-    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, "%s: error: ", prog);
     pn_fput_safe(stderr, msg);
     fputc('\n', stderr);
 }
@@ -194,28 +201,38 @@ void pn_cli_usage(FILE *f, const pn_cli_program *p);
 int pn_cli_next(const pn_cli_program *p, int argc, char **argv);
 
 /* --help: the usage on stdout, flushed and closed. Returns 0, or
- * fail_status after "<prog>: cannot write to standard output: <why>". */
+ * fail_status after "<prog>: error: cannot write to standard output: <why>". */
 int pn_cli_help(const pn_cli_program *p, int fail_status);
 
-/* An option's integer value in [lo, hi]. false after "<prog>: <opt>: '<v>'
- * is not an integer in [lo, hi]" on stderr (v terminal-safe). */
+/* An option's integer value in [lo, hi]. false after "<prog>: error: <opt>:
+ * '<v>' is not an integer in [lo, hi]" on stderr (v terminal-safe). */
 bool pn_cli_long(const char *prog, const char *opt, const char *v, long lo, long hi, long *out);
 
 /* --threads N: N in [1, 4096] into *threads; false after the message. */
 bool pn_cli_threads(const char *prog, const char *v, int *threads);
 
-/* An option pn_cli_next returned '?' for, refused: "<prog>: option '--x'
- * needs a value or is unknown" (or "unknown option '-x'") and "Try '<prog>
- * --help'." on stderr, the one style of every program's refusals. Returns
- * 2, the exit status. */
+/* An option pn_cli_next returned '?' for, refused on stderr, the one style
+ * of every program's refusals: "<prog>: error: option '--x' needs a value"
+ * (or "takes no value"), "<prog>: error: unknown option '--promte'; did you
+ * mean '--promote'?" (the nearest name, when it is a slip of a letter or
+ * two), "<prog>: error: option '--pro' is ambiguous; it is the start of
+ * --promote --promote-list --progress", then "Try '<prog> --help'.".
+ * Returns 2, the exit status. */
 int pn_cli_refuse_option(const pn_cli_program *p, char **argv);
+
+/* A size option's value written apart from its unit (--target-size 12.6 GB
+ * unquoted: "GB" would be taken for another argument, a source or an
+ * output): true after "<prog>: error: --target-size 12.6 'GB': a size is one
+ * word ..." and the help hint on stderr (exit 2). Looks at argv as typed,
+ * before getopt_long reorders it. */
+bool pn_cli_stray_size_unit(const char *prog, int argc, char **argv);
 
 /* "Try '<prog> --help'." on stderr, after a usage message. Returns 2. */
 int pn_cli_try_help(const char *prog);
 
 /* The positional arguments argv[optind..argc): at least min, at most max
  * (max < 0: no limit). names is how the usage names them, one word each
- * ("SRC DST.gguf"). false after "<prog>: expected NAMES: DST.gguf is
+ * ("SRC DST.gguf"). false after "<prog>: error: expected NAMES: DST.gguf is
  * missing" or "...: 'x' is one argument too many" and the help hint. */
 bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max,
                        const char *names);
@@ -224,7 +241,7 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
  * the name of a shipped recipe, <dir of the program>/../share/pn-quantize/
  * recipes/ARG.mix (the build's share/ and an installed prefix's alike).
  * Returns the path (ARG itself, or the shipped file's in buf), or NULL
- * after "<prog>: --recipe ARG: no such file nor shipped recipe; shipped:
+ * after "<prog>: error: --recipe ARG: no such file nor shipped recipe; shipped:
  * ..." on stderr. */
 const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
 

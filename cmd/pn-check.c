@@ -632,7 +632,7 @@ int main(int argc, char **argv)
         case OPT_OUTPUT_TYPE:
         case OPT_EMBD_TYPE:
             if (n_overrides == MAX_OVERRIDES) {
-                fprintf(stderr, "pn-check: at most %d type overrides\n", MAX_OVERRIDES);
+                fprintf(stderr, "pn-check: error: at most %d type overrides\n", MAX_OVERRIDES);
                 return 2;
             }
             overrides[n_overrides++] =
@@ -733,7 +733,7 @@ int main(int argc, char **argv)
     if (json && n_files > 1)
         fputs("]\n", stdout);
     if (pn_cli_finish_stdout(&why) != 0) {
-        fprintf(stderr, "pn-check: cannot write the report to standard output: %s\n", why);
+        fprintf(stderr, "pn-check: error: cannot write the report to standard output: %s\n", why);
         return 1;
     }
     return code;

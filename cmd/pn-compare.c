@@ -234,11 +234,11 @@ static void put_table_head(const pn_compare_report *r, const char *decode)
 {
     printf("source ");
     pn_fput_safe(stdout, r->source.path);
-    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequences, %zu "
+    printf("\nllama.cpp %s (node-llama-cpp %s, CPU, %d thread%s); %s, %zu sequence%s, %zu "
            "positions, vocabulary %u; decoded as %s\n\n",
            r->llama_cpp, r->node_llama_cpp, r->threads, r->threads == 1 ? "" : "s",
-           r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs, r->n_positions,
-           r->n_vocab, decode);
+           r->from_text ? "tokens of the text" : "the fixed token set", r->n_seqs,
+           r->n_seqs == 1 ? "" : "s", r->n_positions, r->n_vocab, decode);
     /* the mean KL with its standard error, as llama-perplexity's "Mean KLD: x ± y" */
     printf("%14s %8s %7s %10s ± %-7s %10s %10s %7s  %-16s %s\n", "bytes", "bpw", "bpw PN",
            "KL mean", "SE", "KL p99", "KL max", "top-1", "mix", "file");
@@ -328,7 +328,8 @@ static int parse_counts(const char *v, int *out, size_t *n)
         long x = strtol(p, &end, 10);
         if (end == p || errno || x < 0 || x > 1000000 || (*end && *end != ',') ||
             *n == PN_SWEEP_MAX_MIXES || *p == '-' || *p == '+' || *p == ' ') {
-            fprintf(stderr, "pn-compare: --promote: expected counts such as 0,10,19,40, got '");
+            fprintf(stderr,
+                    "pn-compare: error: --promote: expected counts such as 0,10,19,40, got '");
             pn_fput_safe(stderr, v);
             fprintf(stderr, "'\n");
             return -1;
@@ -350,7 +351,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         return -1;
     for (char *save = NULL, *t = strtok_r(*buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!pn_sweep_stock_type_known(t) || *n == PN_SWEEP_MAX_MIXES) {
-            fprintf(stderr, "pn-compare: --stock: not a type the stock quantizer takes: '");
+            fprintf(stderr, "pn-compare: error: --stock: not a type the stock quantizer takes: '");
             pn_fput_safe(stderr, t);
             fprintf(stderr, "' (Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_M Q6_K Q8_0)\n");
             goto refused;
@@ -358,7 +359,7 @@ static int parse_types(const char *v, char **buf, const char **out, size_t *n)
         out[(*n)++] = t;
     }
     if (*n == 0) {
-        fprintf(stderr, "pn-compare: --stock: no type given\n");
+        fprintf(stderr, "pn-compare: error: --stock: no type given\n");
         goto refused;
     }
     return 0;
@@ -374,7 +375,7 @@ static int parse_size_opt(const char *opt, const char *v, uint64_t *out)
     pn_error e;
     pn_error_clear(&e);
     if (pn_parse_size(v, out, &e) != PN_OK || *out == 0) {
-        fprintf(stderr, "pn-compare: %s: '", opt);
+        fprintf(stderr, "pn-compare: error: %s: '", opt);
         pn_fput_safe(stderr, v);
         fprintf(stderr, "': %s\n", e.msg[0] ? e.msg : "expected a size above 0 (12.6GB, 16GiB)");
         return -1;
@@ -518,7 +519,7 @@ static int sweep_option(int c, sweep_cli *w)
     case O_GNUPLOT: w->gnuplot = optarg; break;
     case O_MEASURE:
         if (strcmp(optarg, "kl") != 0 && strcmp(optarg, "error") != 0) {
-            fprintf(stderr, "pn-compare: --measure: '");
+            fprintf(stderr, "pn-compare: error: --measure: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "': expected kl or error\n");
             bad = 1;
@@ -551,7 +552,7 @@ static int sweep_usage(const sweep_cli *w, int n_args)
                     : "--calibration goes with --measure kl";
     if (!why)
         return 0;
-    fprintf(stderr, "pn-compare: %s\n", why);
+    fprintf(stderr, "pn-compare: error: %s\n", why);
     return 2;
 }
 
@@ -705,7 +706,8 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "bf16") == 0)
                 o.decode_type = PN_TYPE_BF16;
             else {
-                fprintf(stderr, "pn-compare: --decode-type: expected f32, f16 or bf16, got '%s'\n",
+                fprintf(stderr,
+                        "pn-compare: error: --decode-type: expected f32, f16 or bf16, got '%s'\n",
                         optarg);
                 return 2;
             }
@@ -739,8 +741,9 @@ int main(int argc, char **argv)
     if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
     if (!o.text_path && text_opts) {
-        fprintf(stderr, "pn-compare: --seq-len and --max-seqs cut a --text; the fixed set is "
-                        "4 sequences of 64\n");
+        fprintf(stderr,
+                "pn-compare: error: --seq-len and --max-seqs cut a --text; the fixed set is "
+                "4 sequences of 64\n");
         return 2;
     }
     if (o.threads == 0)

@@ -40,7 +40,7 @@ static const char usage[] =
     "                       its config.json, index, shards or tokenizer files)\n"
     "  --dry-run            list the tensors OUT would hold (GGUF name, type, shape,\n"
     "                       bytes) and the total; read no tensor data, write nothing;\n"
-    "                       say when the real run would be refused\n"
+    "                       refuse what the real run would refuse\n"
     "  --threads N          accepted as llama.cpp's tools take it; the conversion is\n"
     "                       one stream (read, convert, write a chunk at a time) whose\n"
     "                       speed is the disk's, so it uses one thread whatever N is\n"
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "auto") == 0)
                 ho.outtype = PN_HF_OUT_AUTO;
             else {
-                fprintf(stderr, "pn-convert: --outtype: '");
+                fprintf(stderr, "pn-convert: error: --outtype: '");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "' is not bf16, f16, f32 or auto\n");
                 return 2;
@@ -172,8 +172,9 @@ int main(int argc, char **argv)
             gguf_split_mode mode =
                 c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (co.split.mode != GGUF_SPLIT_NONE && co.split.mode != mode) {
-                fprintf(stderr,
-                        "pn-convert: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(
+                    stderr,
+                    "pn-convert: error: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             co.split.mode = mode;
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
                     errno || end == optarg || *end || v < 1 || v > (1LL << 31) ? 0 : (uint64_t)v;
             }
             if (!co.split.max) {
-                fprintf(stderr, "pn-convert: %s: '",
+                fprintf(stderr, "pn-convert: error: %s: '",
                         c == OPT_SPLIT_SIZE ? "--split-max-size" : "--split-max-tensors");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "': %s\n", bad);
@@ -207,7 +208,7 @@ int main(int argc, char **argv)
         case 'h': fputs(usage, stdout); return 0;
         case OPT_VERSION: printf("pn-convert %s\n", PN_VERSION); return 0;
         default:
-            fputs("pn-convert: option '", stderr);
+            fputs("pn-convert: error: option '", stderr);
             pn_fput_safe(stderr, argv[optind - 1]);
             fputs("' needs a value or is unknown\n", stderr);
             return pn_cli_try_help("pn-convert");
@@ -246,20 +247,13 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
     pn_hf_model *m = NULL;
     pn_status st = pn_hf_open(src, ho, &m, &err);
     pn_convert_result res = { 0 };
-    if (st == PN_OK && co.dry_run)
-        print_tensors(m);
+    /* a dry run refuses what the real run refuses (an OUT there without
+     * --force), before it lists anything */
     if (st == PN_OK)
         st = pn_convert(m, src, dst, &co, &res, &err);
+    if (st == PN_OK && co.dry_run)
+        print_tensors(m);
     pn_cli_meter_end(&ps.meter);
-    if (co.dry_run && st == PN_ERR_EXISTS) {
-        /* what the dry run is for: the real run would stop here */
-        if (!quiet) {
-            fputs("pn-convert: ", stderr);
-            pn_fput_safe(stderr, dst);
-            fputs(" exists: the real run would be refused without --force\n", stderr);
-        }
-        st = PN_OK;
-    }
     if (st != PN_OK) {
         pn_cli_error("pn-convert", err.msg);
         if (!co.dry_run && st == PN_ERR_INTERRUPTED) {
@@ -286,7 +280,7 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
     pn_hf_close(m);
     const char *why;
     if (pn_cli_finish_stdout(&why) != 0) {
-        fprintf(stderr, "pn-convert: standard output: %s\n", why);
+        fprintf(stderr, "pn-convert: error: standard output: %s\n", why);
         return 1;
     }
     return 0;

@@ -111,7 +111,8 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "bf16") == 0)
                 o.out_type = PN_TYPE_BF16;
             else {
-                fprintf(stderr, "pn-dequant: --type: '%s' is not f32, f16 or bf16\n", optarg);
+                fprintf(stderr, "pn-dequant: error: --type: '%s' is not f32, f16 or bf16\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -122,8 +123,9 @@ int main(int argc, char **argv)
             gguf_split_mode mode =
                 c == OPT_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (o.split.mode != GGUF_SPLIT_NONE && o.split.mode != mode) {
-                fprintf(stderr,
-                        "pn-dequant: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(
+                    stderr,
+                    "pn-dequant: error: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             o.split.mode = mode;
@@ -139,7 +141,7 @@ int main(int argc, char **argv)
                 bad = "expected an integer in [1, 2147483648]";
             }
             if (!o.split.max) {
-                fprintf(stderr, "pn-dequant: %s: '",
+                fprintf(stderr, "pn-dequant: error: %s: '",
                         c == OPT_SPLIT_SIZE ? "--split-max-size" : "--split-max-tensors");
                 pn_fput_safe(stderr, optarg);
                 fprintf(stderr, "': %s\n", bad);
@@ -160,7 +162,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.keep_split && o.split.mode != GGUF_SPLIT_NONE) {
-        fprintf(stderr, "pn-dequant: --keep-split follows IN's splits; do not give "
+        fprintf(stderr, "pn-dequant: error: --keep-split follows IN's splits; do not give "
                         "--split-max-size or --split-max-tensors too\n");
         return 2;
     }
@@ -216,7 +218,7 @@ int main(int argc, char **argv)
     }
     if (pn_cli_finish_stdout(&why) != 0) {
         /* OUT is complete and in place: say so rather than pretend it is not */
-        fputs("pn-dequant: ", stderr);
+        fputs("pn-dequant: error: ", stderr);
         pn_fput_safe(stderr, argv[optind + 1]);
         fprintf(stderr,
                 " was written, but the summary could not be written to standard "

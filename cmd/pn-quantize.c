@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,10 +80,12 @@ static const pn_cli_option options[] = {
       "                          P0k+19, recipes/qwen3.8-27b-pn3.mix)\n" },
     { "tensor-type", required_argument, O_TENSOR_TYPE,
       "  --tensor-type PATTERN=TYPE\n"
-      "                          as llama-quantize: tensors whose name holds PATTERN (a\n"
-      "                          glob of the whole name when it has * or ?) get TYPE;\n"
-      "                          repeatable, the first match wins, before the recipe's\n"
-      "                          rules; recorded in pn.mix.overrides\n" },
+      "                          as llama-quantize: tensors in whose name PATTERN, a\n"
+      "                          POSIX extended regular expression, is found (with * or\n"
+      "                          ?, also those it matches as a glob of the whole name) get\n"
+      "                          TYPE, final (never promoted); repeatable, the first\n"
+      "                          match wins, before the recipe's rules; one that matches\n"
+      "                          no tensor is refused; recorded in pn.mix.overrides\n" },
     { "output-tensor-type", required_argument, O_OUTPUT_TYPE,
       "  --output-tensor-type TYPE  output.weight gets TYPE (after --tensor-type)\n" },
     { "token-embedding-type", required_argument, O_EMBD_TYPE,
@@ -151,7 +154,8 @@ static const pn_cli_option options[] = {
     { "dry-run", no_argument, O_DRY,
       "  --dry-run               print the plan (tensor, shape, types, bytes, totals; the\n"
       "                          files of a split output) and exit without writing DST,\n"
-      "                          which may be omitted; the promotion measurement it makes\n"
+      "                          which may be omitted (one given is refused where the real\n"
+      "                          run would refuse it); the promotion measurement it makes\n"
       "                          is still saved to --measurement FILE, and --report FILE\n"
       "                          written (the plan, without errors or times)\n" },
     { "split-max-size", required_argument, O_SPLIT_SIZE,
@@ -183,7 +187,8 @@ static const pn_cli_option options[] = {
       "                          relative error, seconds; and the per-phase times\n"
       "                          (written before DST is committed, in place right after)\n" },
     { "force", no_argument, O_FORCE,
-      "  --force                 allow replacing an existing DST (and report)\n" },
+      "  --force                 allow replacing an existing DST (and report, and a\n"
+      "                          --measurement FILE of another source)\n" },
     { "quiet", no_argument, O_QUIET,
       "  --quiet                 no progress, no plan totals and no notes (errors still)\n" },
     { "progress", no_argument, O_PROGRESS,
@@ -343,12 +348,11 @@ static void print_totals(FILE *f, const pn_quantize_result *r)
     print_reuse(f, r);
     /* auto found no GPU: a fact of the run, shown with the plan (not a lone
      * line on stderr that reads like an error) */
-    if (r->stats->no_gpu_why[0]) {
-        fputs("no usable GPU: ", f);
-        pn_fput_safe(f, r->stats->no_gpu_why);
-        fprintf(f, "; using the CPU, %d thread%s\n", r->stats->threads,
+    /* the driver's own words only where a GPU was asked for (--backend cuda
+     * fails with them): a machine without one is no fault */
+    if (r->stats->no_gpu_why[0])
+        fprintf(f, "no usable GPU; using the CPU, %d thread%s\n", r->stats->threads,
                 r->stats->threads == 1 ? "" : "s");
-    }
 }
 
 /* --reuse: what was copied and what was quantized, and why (docs/reuse.md). */
@@ -511,18 +515,20 @@ static int check_report_path(const cli_state *s, const pn_quantize_opts *o)
                            "the measurement", "the --reuse file", "the imatrix" };
     for (int i = 0; i < 6; i++)
         if (inputs[i] && pn_same_file(rp, inputs[i])) {
-            fprintf(stderr, "pn-quantize: --report ");
+            fprintf(stderr, "pn-quantize: error: --report ");
             pn_fput_safe(stderr, rp);
             fprintf(stderr, ": that is %s; choose another report path\n", what[i]);
             return 2;
         }
     pn_error se = { 0 };
     if (pn_source_check_target(o->src_path, rp, "the report", &se) != PN_OK) {
-        pn_cli_error("pn-quantize: error: --report", se.msg);
+        fputs("pn-quantize: error: --report: ", stderr);
+        pn_fput_safe(stderr, se.msg);
+        fputc('\n', stderr);
         return 2;
     }
     if (o->dst_path && pn_same_file(rp, o->dst_path)) {
-        fprintf(stderr, "pn-quantize: --report ");
+        fprintf(stderr, "pn-quantize: error: --report ");
         pn_fput_safe(stderr, rp);
         fprintf(stderr, ": that is the output; choose another report path\n");
         return 2;
@@ -672,7 +678,7 @@ static int read_environment(pn_quantize_opts *o)
                 if (pn_path_available(i))
                     n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "",
                                           pn_path_name(i));
-            fprintf(stderr, "pn-quantize: %s=", PN_CPU_PATH_ENV);
+            fprintf(stderr, "pn-quantize: error: %s=", PN_CPU_PATH_ENV);
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": %s ref, scalar, avx2 or avx512 (this CPU has: %s)\n",
                     p < 0 ? "expected" : "not available here; expected", have);
@@ -686,7 +692,7 @@ static int read_environment(pn_quantize_opts *o)
         errno = 0;
         long long n = strtoll(v, &end, 10);
         if (errno || end == v || *end || n < PN_CHUNK_WEIGHTS_MIN || n > PN_CHUNK_WEIGHTS_MAX) {
-            fprintf(stderr, "pn-quantize: PN_CHUNK_WEIGHTS=");
+            fprintf(stderr, "pn-quantize: error: PN_CHUNK_WEIGHTS=");
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": expected a number of weights from %lld to %lld\n",
                     (long long)PN_CHUNK_WEIGHTS_MIN, (long long)PN_CHUNK_WEIGHTS_MAX);
@@ -697,7 +703,7 @@ static int read_environment(pn_quantize_opts *o)
     v = getenv("PN_CUDA_EMULATE");
     if (v) {
         if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-            fprintf(stderr, "pn-quantize: PN_CUDA_EMULATE=");
+            fprintf(stderr, "pn-quantize: error: PN_CUDA_EMULATE=");
             pn_fput_safe(stderr, v);
             fprintf(stderr, ": expected 0 or 1\n");
             return -1;
@@ -736,12 +742,13 @@ static int take_rotation(const char *arg, pn_quantize_opts *o)
         if (!pn_cli_long("pn-quantize", "--rotation hadamard:CAP", arg + 9, 1, 4096, &v))
             return 2;
         if (v & (v - 1)) {
-            fprintf(stderr, "pn-quantize: --rotation: the cap %ld is not a power of two\n", v);
+            fprintf(stderr, "pn-quantize: error: --rotation: the cap %ld is not a power of two\n",
+                    v);
             return 2;
         }
         o->rotation_cap = (int)v;
     } else {
-        fprintf(stderr, "pn-quantize: --rotation: expected none, hadamard or "
+        fprintf(stderr, "pn-quantize: error: --rotation: expected none, hadamard or "
                         "hadamard:CAP, got '");
         pn_fput_safe(stderr, arg);
         fprintf(stderr, "'\n");
@@ -761,7 +768,7 @@ static int take_backend(const char *arg, pn_quantize_opts *o)
     else if (strcmp(arg, "cuda") == 0)
         o->backend = PN_BACKEND_CUDA;
     else {
-        fprintf(stderr, "pn-quantize: --backend: expected auto, cpu or cuda, got '");
+        fprintf(stderr, "pn-quantize: error: --backend: expected auto, cpu or cuda, got '");
         pn_fput_safe(stderr, arg);
         fprintf(stderr, "'\n");
         return 2;
@@ -784,7 +791,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_OUTPUT_TYPE:
     case O_EMBD_TYPE:
         if (cs->n_overrides == MAX_OVERRIDES) {
-            fprintf(stderr, "pn-quantize: at most %d type overrides\n", MAX_OVERRIDES);
+            fprintf(stderr, "pn-quantize: error: at most %d type overrides\n", MAX_OVERRIDES);
             return 2;
         }
         cs->overrides[cs->n_overrides++] =
@@ -809,7 +816,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         else if (strcmp(optarg, "unweighted") == 0)
             o->imatrix_missing_unweighted = true;
         else {
-            fprintf(stderr, "pn-quantize: --imatrix-missing: '");
+            fprintf(stderr, "pn-quantize: error: --imatrix-missing: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "' is neither error nor unweighted\n");
             return 2;
@@ -823,7 +830,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_TARGET: {
         const char *why = "";
         if (!(o->target_size = pn_cli_split_size(optarg, &why))) {
-            fprintf(stderr, "pn-quantize: --target-size: '");
+            fprintf(stderr, "pn-quantize: error: --target-size: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "': %s\n", why);
             return 2;
@@ -850,12 +857,12 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
         const char *why = "";
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_SIZE) {
             fprintf(stderr,
-                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                    "pn-quantize: error: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
         o->split.mode = GGUF_SPLIT_MAX_SIZE;
         if (!(o->split.max = pn_cli_split_size(optarg, &why))) {
-            fprintf(stderr, "pn-quantize: --split-max-size: '");
+            fprintf(stderr, "pn-quantize: error: --split-max-size: '");
             pn_fput_safe(stderr, optarg);
             fprintf(stderr, "': %s\n", why);
             return 2;
@@ -865,7 +872,7 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_SPLIT_TENSORS:
         if (o->split.mode != GGUF_SPLIT_NONE && o->split.mode != GGUF_SPLIT_MAX_TENSORS) {
             fprintf(stderr,
-                    "pn-quantize: give --split-max-size or --split-max-tensors, not both\n");
+                    "pn-quantize: error: give --split-max-size or --split-max-tensors, not both\n");
             return 2;
         }
         if (!pn_cli_long("pn-quantize", "--split-max-tensors", optarg, 1, 1L << 31, &v))
@@ -898,34 +905,52 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
 static int check_combinations(const pn_quantize_opts *o)
 {
     if (o->promote_list_path && (o->promote >= 0 || o->target_size)) {
-        fprintf(stderr,
-                "pn-quantize: --promote-list cannot be combined with --promote or --target-size\n");
+        fprintf(stderr, "pn-quantize: error: --promote-list cannot be combined with --promote or "
+                        "--target-size\n");
         return 2;
     }
     if (o->target_size && o->promote >= 0) {
-        fprintf(stderr, "pn-quantize: --target-size chooses the number of promotions; do not give "
-                        "--promote too\n");
+        fprintf(stderr,
+                "pn-quantize: error: --target-size chooses the number of promotions; do not give "
+                "--promote too\n");
         return 2;
     }
     if (o->keep_split && o->split.mode != GGUF_SPLIT_NONE) {
-        fprintf(stderr, "pn-quantize: --keep-split follows the source's splits; do not give "
+        fprintf(stderr, "pn-quantize: error: --keep-split follows the source's splits; do not give "
                         "--split-max-size or --split-max-tensors too\n");
         return 2;
     }
     if (o->split_index >= 0 && o->split.mode == GGUF_SPLIT_NONE && !o->keep_split) {
-        fprintf(stderr, "pn-quantize: --split-index needs a split output: --split-max-size, "
+        fprintf(stderr, "pn-quantize: error: --split-index needs a split output: --split-max-size, "
                         "--split-max-tensors or --keep-split\n");
         return 2;
     }
     if (o->no_mtp && o->keep_mtp) {
-        fprintf(stderr, "pn-quantize: give --no-mtp or --keep-mtp, not both\n");
+        fprintf(stderr, "pn-quantize: error: give --no-mtp or --keep-mtp, not both\n");
         return 2;
     }
     if (o->reuse_verify && !o->reuse_path) {
-        fprintf(stderr, "pn-quantize: --reuse-verify needs --reuse PREV.gguf\n");
+        fprintf(stderr, "pn-quantize: error: --reuse-verify needs --reuse PREV.gguf\n");
         return 2;
     }
     return 0;
+}
+
+/* llama-quantize's positional type (Q4_K_M, q8_0, F16, BF16, IQ4_XS, COPY):
+ * one a user of it types out of habit after DST. */
+static bool looks_like_llama_type(const char *a)
+{
+    static const char *const heads[] = { "q", "iq", "f", "bf", "tq", "mxfp" };
+    if (strcasecmp(a, "copy") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        size_t n = strlen(heads[i]);
+        if (strncasecmp(a, heads[i], n) == 0 && a[n] >= '0' && a[n] <= '9' &&
+            strspn(a, "0123456789_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") ==
+                strlen(a))
+            return true;
+    }
+    return false;
 }
 
 /* The options, the environment and SRC [DST] into o and cs. Returns -1 to
@@ -933,10 +958,21 @@ static int check_combinations(const pn_quantize_opts *o)
 static int parse_arguments(int argc, char **argv, pn_quantize_opts *o, cli_state *cs)
 {
     int c, rc;
+    if (pn_cli_stray_size_unit("pn-quantize", argc, argv))
+        return 2;
     while ((c = pn_cli_next(&program, argc, argv)) != -1)
         if ((rc = take_option(c, o, cs, argv)) >= 0)
             return rc;
     int npos = argc - optind;
+    if (npos == 3 && looks_like_llama_type(argv[optind + 2])) {
+        fprintf(stderr, "pn-quantize: error: expected SRC DST.gguf: '");
+        pn_fput_safe(stderr, argv[optind + 2]);
+        fprintf(stderr, "' is one argument too many: pn-quantize takes no type as llama-quantize "
+                        "does; the mix is a recipe's (--recipe FILE|NAME, default the built-in "
+                        "P0k+19) with its promotions (--promote N or --target-size SIZE) and any "
+                        "--tensor-type PATTERN=TYPE\n");
+        return pn_cli_try_help("pn-quantize");
+    }
     if (!pn_cli_positional("pn-quantize", argc, argv, o->dry_run || cs->kl.n_parts ? 1 : 2, 2,
                            o->dry_run ? "SRC [DST.gguf]" : "SRC DST.gguf"))
         return 2;

@@ -115,7 +115,7 @@ static const pn_cli_program program = {
     "and runs: the hyperparameter keys its loader reads, consistent with the shapes,\n"
     "and a byte-level BPE tokenizer (gpt2) of --vocab tokens. The default is a small\n"
     "model that quantizes in seconds: 6 layers, width scale 4 (n_embd 1280),\n"
-    "vocab 8192, BF16 (about 150 M weights).\n"
+    "vocab 8192, BF16 (about 164 M weights).\n"
     "\n"
     "options:\n",
     options,
@@ -143,23 +143,23 @@ static bool combination_ok(bool full_with_shape, int hf, bool gguf_split, bool s
                            int dtype)
 {
     if (full_with_shape) {
-        fprintf(
-            stderr,
-            "pn-synth: --full is the 27 B shape; it takes no --layers, --width-scale or --vocab\n");
+        fprintf(stderr, "pn-synth: error: --full is the 27 B shape; it takes no --layers, "
+                        "--width-scale or --vocab\n");
         return false;
     }
     if (hf && gguf_split) {
-        fprintf(stderr, "pn-synth: --hf writes shards (--shard-size), not GGUF splits\n");
+        fprintf(stderr, "pn-synth: error: --hf writes shards (--shard-size), not GGUF splits\n");
         return false;
     }
     if (shard_size && !hf) {
-        fprintf(stderr,
-                "pn-synth: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
+        fprintf(
+            stderr,
+            "pn-synth: error: --shard-size is for --hf; a GGUF is split with --split-max-size\n");
         return false;
     }
     if (hf && dtype == PN_TYPE_F16) {
         fprintf(stderr,
-                "pn-synth: --hf --dtype f16: llama.cpp's converter computes an f16 "
+                "pn-synth: error: --hf --dtype f16: llama.cpp's converter computes an f16 "
                 "checkpoint in half precision and pn-convert refuses it; use bf16 or f32\n");
         return false;
     }
@@ -209,7 +209,7 @@ static int parse_profile(const char *v, pn_synth_profile *out)
     else if (strcmp(v, "trained") == 0)
         *out = PN_SYNTH_TRAINED;
     else {
-        fprintf(stderr, "pn-synth: --profile: expected gaussian or trained, got '");
+        fprintf(stderr, "pn-synth: error: --profile: expected gaussian or trained, got '");
         pn_fput_safe(stderr, v);
         fprintf(stderr, "'\n");
         return -1;
@@ -227,7 +227,7 @@ static int parse_dtype(const char *v, int *out)
     else if (strcmp(v, "f32") == 0)
         *out = PN_TYPE_F32;
     else {
-        fprintf(stderr, "pn-synth: --dtype: expected bf16, f16 or f32, got '%s'\n", v);
+        fprintf(stderr, "pn-synth: error: --dtype: expected bf16, f16 or f32, got '%s'\n", v);
         return -1;
     }
     return 0;
@@ -289,8 +289,9 @@ int main(int argc, char **argv)
         case O_SPLIT_TENSORS: {
             gguf_split_mode mode = c == O_SPLIT_SIZE ? GGUF_SPLIT_MAX_SIZE : GGUF_SPLIT_MAX_TENSORS;
             if (split.mode != GGUF_SPLIT_NONE && split.mode != mode) {
-                fprintf(stderr,
-                        "pn-synth: give --split-max-size or --split-max-tensors, not both\n");
+                fprintf(
+                    stderr,
+                    "pn-synth: error: give --split-max-size or --split-max-tensors, not both\n");
                 return 2;
             }
             split.mode = mode;
@@ -342,7 +343,7 @@ int main(int argc, char **argv)
     pn_error err;
     pn_error_clear(&err);
     if (pn_qwen38_llama_runnable(&o.config, &err) != PN_OK) {
-        fprintf(stderr, "pn-synth: --layers %d: %s\n", o.config.n_layers, err.msg);
+        fprintf(stderr, "pn-synth: error: --layers %d: %s\n", o.config.n_layers, err.msg);
         return 2;
     }
     o.seed = (uint64_t)seed;
@@ -358,7 +359,7 @@ int main(int argc, char **argv)
 
     struct stat sb;
     if (!hf && split.mode == GGUF_SPLIT_NONE && stat(o.path, &sb) == 0 && !force) {
-        fprintf(stderr, "pn-synth: %s exists; use --force to replace it\n", o.path);
+        fprintf(stderr, "pn-synth: error: %s exists; use --force to replace it\n", o.path);
         return 1;
     }
     uint64_t bytes = 0;

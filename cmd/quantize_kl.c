@@ -38,7 +38,7 @@ void kl_cli_free(kl_cli *k)
 
 static int bad_value(const char *opt, const char *arg, const char *want)
 {
-    fprintf(stderr, "pn-quantize: %s: '", opt);
+    fprintf(stderr, "pn-quantize: error: %s: '", opt);
     pn_fput_safe(stderr, arg);
     fprintf(stderr, "': %s\n", want);
     return 2;
@@ -82,33 +82,38 @@ int kl_cli_check(const kl_cli *k, const pn_quantize_opts *o, bool have_dst)
     if (!k->kl && (k->calibration || k->n_parts || k->judge))
         need = k->calibration ? "--calibration" : k->n_parts ? "--measure-part" : "--judge";
     if (need) {
-        fprintf(stderr, "pn-quantize: %s belongs to the KL measurement: give --measure kl\n", need);
+        fprintf(stderr, "pn-quantize: error: %s belongs to the KL measurement: give --measure kl\n",
+                need);
         return 2;
     }
     if (!k->kl)
         return 0;
     if (!k->calibration) {
-        fprintf(stderr, "pn-quantize: --measure kl needs --calibration FILE, a text to judge "
-                        "the candidates on (not the text you will judge the result on)\n");
+        fprintf(stderr,
+                "pn-quantize: error: --measure kl needs --calibration FILE, a text to judge "
+                "the candidates on (not the text you will judge the result on)\n");
         return 2;
     }
     if (o->promote_list_path) {
-        fprintf(stderr, "pn-quantize: --promote-list names the promotions itself; --measure kl "
-                        "chooses them\n");
+        fprintf(stderr,
+                "pn-quantize: error: --promote-list names the promotions itself; --measure kl "
+                "chooses them\n");
         return 2;
     }
     if (k->n_parts && (have_dst || k->judge)) {
-        fprintf(stderr, "pn-quantize: --measure-part measures a share and writes no model: give "
-                        "SRC and --measurement FILE only\n");
+        fprintf(stderr,
+                "pn-quantize: error: --measure-part measures a share and writes no model: give "
+                "SRC and --measurement FILE only\n");
         return 2;
     }
     if (k->n_parts && !o->measurement_path) {
-        fprintf(stderr, "pn-quantize: --measure-part needs --measurement FILE (the part is "
+        fprintf(stderr, "pn-quantize: error: --measure-part needs --measurement FILE (the part is "
                         "written beside it as FILE.part-IIIII-of-NNNNN)\n");
         return 2;
     }
     if (k->judge && o->dry_run) {
-        fprintf(stderr, "pn-quantize: --judge judges the written file; a dry run writes none\n");
+        fprintf(stderr,
+                "pn-quantize: error: --judge judges the written file; a dry run writes none\n");
         return 2;
     }
     return 0;
@@ -171,8 +176,11 @@ static void on_kl_progress(const pn_kl_progress *p, void *user)
 static void on_kl_note(const char *msg, void *user)
 {
     const kl_cli *k = user;
-    if (!k->quiet)
-        pn_cli_error("pn-quantize", msg);
+    if (k->quiet)
+        return;
+    fprintf(stderr, "pn-quantize: ");
+    pn_fput_safe(stderr, msg);
+    fputc('\n', stderr);
 }
 
 int kl_cli_obtain(kl_cli *k, pn_quantize_opts *o, char **envp, volatile sig_atomic_t *cancel)

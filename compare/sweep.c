@@ -754,11 +754,17 @@ static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, 
         *lib = o->libllama ? strdup(o->libllama) : pn_sweep_default_libllama(o->compare.script);
         if (!*lib)
             st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        else if (access(*lib, R_OK) != 0)
+        else if (access(*lib, R_OK) != 0) {
+            /* the harness's folder: the checkout's tools/llama or a prefix's */
+            const char *script = o->compare.script, *slash = strrchr(script, '/');
             st = pn_error_set(err, PN_ERR_IO,
-                              "%s: the libllama that judges is missing (%s): "
-                              "run scripts/install-deps",
-                              *lib, strerror(errno));
+                              "%s: the libllama that judges is missing (%s): run 'cd %.*s && "
+                              "NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts "
+                              "--omit=optional' (in a checkout, scripts/install-deps does the "
+                              "same)",
+                              *lib, strerror(errno), slash ? (int)(slash - script) : 1,
+                              slash ? script : ".");
+        }
     }
     if (st == PN_OK)
         st = check_text(o->compare.text_path, err);

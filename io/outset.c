@@ -11,9 +11,12 @@
 #include "io/source_open.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +43,8 @@ struct pn_outset {
     uint64_t cur_synced, cur_dropped;
     bool cur_sized; /* the open split's file has its final size (ftruncate) */
     char *notes;
+    char *plan_note;    /* the source's splits the plan left out (keep_split_view) */
+    char *split_prefix; /* a split output: PREFIX of PREFIX-%05d-of-%05d.gguf, else NULL */
 };
 
 void pn_outset_opts_init(pn_outset_opts *o)
@@ -94,6 +99,11 @@ uint64_t pn_outset_written_bytes(const pn_outset *os)
     return t;
 }
 
+const char *pn_outset_plan_note(const pn_outset *os)
+{
+    return os->plan_note;
+}
+
 const char *pn_outset_notes(const pn_outset *os)
 {
     return os->notes;
@@ -114,6 +124,8 @@ void pn_outset_free(pn_outset *os)
     free(os->state);
     free(os->bytes);
     free(os->notes);
+    free(os->plan_note);
+    free(os->split_prefix);
     gguf_split_plan_free(&os->plan);
     free(os);
 }
@@ -135,11 +147,96 @@ static pn_status check_open_files(size_t n_written, pn_error *err)
                         n_written, (unsigned long long)rl.rlim_cur);
 }
 
+/* The split of the set src that its tensor k is in. */
+static size_t split_holding(const gguf_reader *src, size_t k)
+{
+    size_t s = 0;
+    while (s + 1 < gguf_reader_n_splits(src) && gguf_reader_split_first(src, s + 1) <= k)
+        s++;
+    return s;
+}
+
+/* --keep-split of a source read without some of its tensors: each of the
+ * view's tensors goes to the split its name is in; splits left empty are
+ * left out, named in *note (malloc'd). split_of is the view's n tensors'. */
+static pn_status plan_of_view(const gguf_writer *model, const pn_outset_opts *o, size_t *split_of,
+                              gguf_split_plan *plan, char **note, pn_error *err)
+{
+    const gguf_reader *set = o->keep_split, *view = o->keep_split_view;
+    const size_t n = gguf_writer_n_tensors(model), n_set = gguf_reader_n_splits(set);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = gguf_reader_tensor(view, i)->name;
+        long k = gguf_reader_find_tensor(set, name);
+        if (k < 0)
+            return pn_error_set(err, PN_ERR_USAGE, "--keep-split: tensor %s is not in the set %s",
+                                name, gguf_reader_name(set));
+        split_of[i] = split_holding(set, (size_t)k);
+        if (i && split_of[i] < split_of[i - 1])
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--keep-split: tensor %s comes before the tensors of an earlier "
+                                "split of %s",
+                                name, gguf_reader_name(set));
+        m += !i || split_of[i] != split_of[i - 1];
+    }
+    memset(plan, 0, sizeof *plan);
+    plan->n_splits = m ? m : 1;
+    plan->first = calloc(plan->n_splits + 1, sizeof *plan->first);
+    plan->data_bytes = calloc(plan->n_splits, sizeof *plan->data_bytes);
+    if (!plan->first || !plan->data_bytes) {
+        gguf_split_plan_free(plan);
+        return pn_error_set(err, PN_ERR_NOMEM, "split plan: out of memory");
+    }
+    size_t s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i && split_of[i] != split_of[i - 1])
+            plan->first[++s] = i;
+        uint64_t b = gguf_writer_tensor_bytes(model, i), padded;
+        if (__builtin_add_overflow(b, 31, &padded) ||
+            __builtin_add_overflow(plan->data_bytes[s], padded & ~(uint64_t)31,
+                                   &plan->data_bytes[s])) {
+            gguf_split_plan_free(plan);
+            return pn_error_set(err, PN_ERR_USAGE, "tensor %zu: %llu bytes overflow the split size",
+                                i, (unsigned long long)b);
+        }
+    }
+    plan->first[plan->n_splits] = n;
+    size_t len = 0;
+    FILE *f = m < n_set ? open_memstream(note, &len) : NULL;
+    for (size_t k = 0, i = 0; f && k < n_set; k++) {
+        while (i < n && split_of[i] < k)
+            i++;
+        if (i < n && split_of[i] == k)
+            continue;
+        fprintf(f,
+                "%s--keep-split: split %zu of %zu of the source, %s, holds only tensors this "
+                "run leaves out",
+                len || ftell(f) ? "\n" : "", k + 1, n_set,
+                gguf_reader_name(gguf_reader_split(set, k)));
+    }
+    if (f) {
+        fprintf(f, ": the output has %zu split%s\n", plan->n_splits,
+                plan->n_splits == 1 ? "" : "s");
+        fclose(f);
+    }
+    return PN_OK;
+}
+
 static pn_status make_plan(const gguf_writer *model, const pn_outset_opts *o, gguf_split_plan *plan,
-                           pn_error *err)
+                           char **note, pn_error *err)
 {
     if (!o->keep_split)
         return gguf_split_plan_of_writer(model, o->limit, plan, err);
+    if (o->keep_split_view &&
+        gguf_writer_n_tensors(model) == gguf_reader_n_tensors(o->keep_split_view)) {
+        size_t n = gguf_writer_n_tensors(model);
+        size_t *split_of = malloc((n ? n : 1) * sizeof *split_of);
+        if (!split_of)
+            return pn_error_set(err, PN_ERR_NOMEM, "split plan: out of memory");
+        pn_status st = plan_of_view(model, o, split_of, plan, note, err);
+        free(split_of);
+        return st;
+    }
     size_t n = gguf_writer_n_tensors(model);
     if (n != gguf_reader_n_tensors(o->keep_split))
         return pn_error_set(err, PN_ERR_USAGE,
@@ -178,7 +275,7 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
     os->drop_behind_bytes = o->drop_behind_bytes;
     os->cur = SIZE_MAX;
     os->n_tensors = gguf_writer_n_tensors(model);
-    pn_status st = make_plan(model, o, &os->plan, err);
+    pn_status st = make_plan(model, o, &os->plan, &os->plan_note, err);
     if (st) {
         free(os);
         return st;
@@ -223,11 +320,107 @@ pn_status pn_outset_make(const gguf_writer *model, const char *dst, const pn_out
             }
         }
     }
+    if (dst && (o->limit.mode != GGUF_SPLIT_NONE || o->keep_split)) {
+        /* the names of any set under DST's name: PREFIX-%05d-of-%05d.gguf */
+        char *first = gguf_split_path(dst, 0, 2);
+        const size_t tail = sizeof "-00001-of-00002.gguf" - 1;
+        if (!first || strlen(first) <= tail) {
+            free(first);
+            st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for split names", dst);
+            goto fail;
+        }
+        first[strlen(first) - tail] = '\0';
+        os->split_prefix = first;
+    }
     *out = os;
     return PN_OK;
 fail:
     pn_outset_free(os);
     return st;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The files under DST's name of another split set than this run's: PREFIX-
+ * %05d-of-%05d.gguf in DST's folder that are none of this plan's names (an
+ * earlier run's with another --split-max-size, or a run beside this one).
+ * Their paths into *found (malloc'd, with *n_found; NULL when none). */
+static pn_status other_sets_files(const pn_outset *os, char ***found, size_t *n_found,
+                                  pn_error *err)
+{
+    *found = NULL;
+    *n_found = 0;
+    if (!os->split_prefix)
+        return PN_OK;
+    const char *slash = strrchr(os->split_prefix, '/');
+    const char *base = slash ? slash + 1 : os->split_prefix;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s",
+             slash ? (int)(slash - os->split_prefix) + (slash == os->split_prefix) : 1,
+             slash ? os->split_prefix : ".");
+    DIR *d = opendir(dir);
+    if (!d)
+        return PN_OK; /* the folder is checked, and refused, where the output is made */
+    const size_t nb = strlen(base);
+    pn_status st = PN_OK;
+    for (struct dirent *e; st == PN_OK && (e = readdir(d));) {
+        unsigned k = 0, n = 0;
+        int used = 0;
+        const char *name = e->d_name;
+        if (strncmp(name, base, nb) != 0 ||
+            strlen(name + nb) != sizeof "-00001-of-00002.gguf" - 1 ||
+            sscanf(name + nb, "-%5u-of-%5u.gguf%n", &k, &n, &used) != 2 || used != 20 || k == 0 ||
+            k > n)
+            continue;
+        bool ours = false;
+        for (size_t s = 0; os->path && s < os->n && !ours; s++) {
+            const char *b = strrchr(os->path[s], '/');
+            ours = strcmp(b ? b + 1 : os->path[s], name) == 0;
+        }
+        if (ours)
+            continue;
+        char **grown = realloc(*found, (*n_found + 1) * sizeof *grown);
+        size_t len = strlen(dir) + strlen(name) + 2;
+        char *path = grown ? malloc(len) : NULL;
+        if (grown)
+            *found = grown;
+        if (!path) {
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+            break;
+        }
+        snprintf(path, len, "%s%s%s", slash ? dir : "", slash ? "/" : "", name);
+        (*found)[(*n_found)++] = path;
+    }
+    closedir(d);
+    if (*n_found > 1) /* the message names the first by name, whatever readdir's order */
+        qsort(*found, *n_found, sizeof **found, cmp_str);
+    return st;
+}
+
+static void free_paths(char **paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+/* Refuses (PN_ERR_EXISTS) the files of another set under DST's name
+ * without --force, as an existing output is refused; when is what the
+ * message says of them ("" before the run). */
+static pn_status refuse_other_sets(const pn_outset *os, char **found, size_t n_found,
+                                   const char *when, pn_error *err)
+{
+    if (!n_found || os->force)
+        return PN_OK;
+    return pn_error_set(err, PN_ERR_EXISTS,
+                        "%s: a file of another split set under the name %s.gguf%s (%zu such "
+                        "file%s; this run writes %zu split%s); use --force to replace that set "
+                        "(its files are removed once this one is in place)",
+                        found[0], os->split_prefix, when, n_found, n_found == 1 ? "" : "s", os->n,
+                        os->n == 1 ? "" : "s");
 }
 
 pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input, pn_error *err)
@@ -254,7 +447,13 @@ pn_status pn_outset_check_targets(const pn_outset *os, const gguf_reader *input,
             return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
                                 p);
     }
-    return PN_OK;
+    char **found = NULL;
+    size_t n_found = 0;
+    pn_status st = other_sets_files(os, &found, &n_found, err);
+    if (st == PN_OK)
+        st = refuse_other_sets(os, found, n_found, "", err);
+    free_paths(found, n_found);
+    return st;
 }
 
 static void add_note(pn_outset *os, const char *note)
@@ -466,8 +665,37 @@ pn_status pn_outset_commit(pn_outset *os, pn_error *err)
     for (size_t s = 0; s < os->n; s++)
         if (pn_outset_writes(os, s))
             ws[k++] = os->w[s];
+    /* a split set is put in place holding the lock of its folder, after
+     * looking again for another set's files under DST's name: of two runs
+     * beside each other with other plans, the second to commit loses (with
+     * the same plan, its first name already there does), as a single file
+     * does; with --force, the other set's files go once this set is in place */
+    int lock = -1;
+    if (os->split_prefix) {
+        const char *slash = strrchr(os->split_prefix, '/');
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s",
+                 slash ? (int)(slash - os->split_prefix) + (slash == os->split_prefix) : 1,
+                 slash ? os->split_prefix : ".");
+        lock = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (lock >= 0)
+            flock(lock, LOCK_EX);
+    }
+    char **found = NULL;
+    size_t n_found = 0;
+    pn_status st = other_sets_files(os, &found, &n_found, err);
+    if (st == PN_OK)
+        st = refuse_other_sets(os, found, n_found, ", which appeared during the run", err);
     /* ws[0] is the first split written: put in place last */
-    pn_status st = gguf_writer_commit_set(ws, k, err);
+    if (st == PN_OK)
+        st = gguf_writer_commit_set(ws, k, err);
+    else
+        pn_outset_abort(os);
+    for (size_t i = 0; st == PN_OK && i < n_found; i++)
+        unlink(found[i]); /* --force: the earlier set, replaced (a file gone already is fine) */
+    if (lock >= 0)
+        close(lock); /* releases the lock */
+    free_paths(found, n_found);
     free(ws);
     return st;
 }

@@ -53,8 +53,14 @@
 typedef struct pn_outset_opts {
     gguf_split_limit limit;        /* GGUF_SPLIT_NONE: one file (unless keep_split) */
     const gguf_reader *keep_split; /* not NULL: the splits of this source (--keep-split) */
-    long only;                     /* -1: every split; else write this split alone */
-    bool force;                    /* replace existing targets */
+    /* With keep_split: the source as this run reads it when that holds
+     * fewer tensors than the set (its MTP layer dropped), in the set's
+     * order; each tensor goes to the split of the set its name is in, and a
+     * split left with none is not written (pn_outset_plan_note names it).
+     * NULL: the output's tensors are the set's. */
+    const gguf_reader *keep_split_view;
+    long only;  /* -1: every split; else write this split alone */
+    bool force; /* replace existing targets */
     /* Per-tensor array keys of the model (pn.tensor_crc32, pn.source.*)
      * that each split records for its own tensors, and for each the values
      * it is patched with when a split is closed: per_tensor_values[k][i]
@@ -119,6 +125,11 @@ pn_status pn_outset_begin(pn_outset *os, pn_error *err);
  * some; NULL if none. Raw bytes: print with pn_fput_safe. Lives until the
  * next begin or free. */
 const char *pn_outset_notes(const pn_outset *os);
+/* What the plan left out that the user asked for: with keep_split_view,
+ * the source's splits that hold none of the output's tensors ("--keep-split:
+ * split 4 of 4 of the source, m-00004-of-00004.gguf, holds only tensors
+ * this run leaves out: the output has 3 splits"); NULL if none. */
+const char *pn_outset_plan_note(const pn_outset *os);
 
 /* Appends n bytes of tensor i (tensors in order, each in one or more calls).
  * PN_ERR_USAGE for a tensor this run does not write or out of order; the

@@ -29,6 +29,45 @@ static int cmp_name_ptr(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* A type a rule could fall back to for a row of K weights: the first of
+ * q8_0, bf16, f16, f32 whose block divides K and that the chain does not
+ * name already (advice that names a type already tried helps no one). */
+static int fallback_type(const pn_recipe_rule *rule, int64_t K)
+{
+    static const int order[] = { PN_TYPE_Q8_0, PN_TYPE_BF16, PN_TYPE_F16, PN_TYPE_F32 };
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        bool named = false;
+        for (int k = 0; k < rule->n_types; k++)
+            named = named || rule->types[k] == order[i];
+        if (!named && pn_type_row_bytes(order[i], K) >= 0)
+            return order[i];
+    }
+    return PN_TYPE_F32;
+}
+
+/* The error of a tensor whose row no type of its rule's chain holds, with
+ * advice that works: for a recipe's rule its line and a fallback to add,
+ * for an option the user typed (line 0) the option and a type to give. */
+static pn_status no_type_fits(const pn_recipe *recipe, const pn_recipe_rule *rule,
+                              const pn_tensor_desc *d, pn_error *err)
+{
+    char chain[128];
+    chain_text(rule, chain, sizeof chain);
+    const pn_type_traits *first = pn_type_traits_get(rule->types[0]);
+    const char *alt = type_name(fallback_type(rule, d->ne[0]));
+    if (rule->line == 0)
+        return pn_error_set(err, PN_ERR_RECIPE,
+                            "%s: tensor '%s' has K=%lld, which %s cannot hold (it needs a "
+                            "multiple of %lld); give a type whose block divides K, e.g. %s",
+                            rule->text, d->name, (long long)d->ne[0], chain,
+                            (long long)first->block_weights, alt);
+    return pn_error_set(err, PN_ERR_RECIPE,
+                        "%s:%d: tensor '%s' has K=%lld, which no type of '%s' divides (%s needs a "
+                        "multiple of %lld); name a fallback in the rule, e.g. '%s|%s' (rule: %s)",
+                        recipe->source, rule->line, d->name, (long long)d->ne[0], chain,
+                        first->name, (long long)first->block_weights, chain, alt, rule->text);
+}
+
 static pn_status check_desc(const pn_tensor_desc *d, size_t i, pn_error *err)
 {
     if (!d->name || !*d->name)
@@ -99,6 +138,31 @@ static pn_status report_unmatched(const pn_recipe *recipe, const pn_tensor_desc 
     return pn_error_set(err, PN_ERR_UNMATCHED, "%s", msg);
 }
 
+/* Every --tensor-type the user typed (a rule of line 0 with a regular
+ * expression or a glob) names at least one tensor of the model: one that
+ * names none is a mistake (a pattern written for another model, or a typo),
+ * refused rather than recorded in pn.mix.overrides as if it had done
+ * something. */
+static pn_status check_overrides_match(const pn_recipe *recipe, const pn_tensor_desc *tensors,
+                                       size_t n, pn_error *err)
+{
+    for (size_t k = 0; k < recipe->n_rules; k++) {
+        const pn_recipe_rule *rule = &recipe->rules[k];
+        if (rule->line != 0 || strncmp(rule->text, "--tensor-type ", 14) != 0)
+            continue;
+        bool named = false;
+        for (size_t i = 0; i < n && !named; i++)
+            named = pn_recipe_rule_names(rule, tensors[i].name);
+        if (!named)
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "%s: the pattern matches no tensor of the model (%zu tensors; "
+                                "it is searched in each name as a regular expression, or, with "
+                                "* or ?, a glob of the whole name)",
+                                rule->text, n);
+    }
+    return PN_OK;
+}
+
 pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, size_t n,
                         pn_plan **out, char **details, pn_error *err)
 {
@@ -128,6 +192,10 @@ pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, 
         }
         free(names);
     }
+
+    pn_status ost = check_overrides_match(recipe, tensors, n, err);
+    if (ost)
+        return ost;
 
     /* Unmatched tensors first: all of them are reported together. */
     size_t *bad = malloc((n ? n : 1) * sizeof *bad);
@@ -174,15 +242,7 @@ pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, 
         t->rule_line = rule->line;
         int type = pn_recipe_rule_pick_type(rule, d->ne[0], &t->chain_index);
         if (type < 0) {
-            char chain[128];
-            chain_text(rule, chain, sizeof chain);
-            const pn_type_traits *first = pn_type_traits_get(rule->types[0]);
-            pn_status st = pn_error_set(
-                err, PN_ERR_RECIPE,
-                "%s:%d: tensor '%s' has K=%lld, which no type of '%s' divides (%s needs a multiple "
-                "of %lld); name a fallback in the rule, e.g. '%s|q8_0' (rule: %s)",
-                recipe->source, rule->line, d->name, (long long)d->ne[0], chain, first->name,
-                (long long)first->block_weights, chain, rule->text);
+            pn_status st = no_type_fits(recipe, rule, d, err);
             pn_plan_free(p);
             return st;
         }
@@ -190,7 +250,9 @@ pn_status pn_plan_build(const pn_recipe *recipe, const pn_tensor_desc *tensors, 
         t->type = type;
         t->rotated = pn_type_is_pn(type) && recipe->rotation == PN_ROTATION_HADAMARD;
         t->rotation_block = t->rotated ? pn_hadamard_block_size(d->ne[0], recipe->rotation_cap) : 0;
-        t->candidate = type == PN_TYPE_PN3T && pn_type_row_bytes(PN_TYPE_PN4T, d->ne[0]) >= 0;
+        /* a type the user typed (an override, line 0) is final */
+        t->candidate = type == PN_TYPE_PN3T && pn_type_row_bytes(PN_TYPE_PN4T, d->ne[0]) >= 0 &&
+                       rule->line != 0;
         t->promote_rank = -1;
         if (t->candidate)
             p->n_candidates++;

@@ -5,8 +5,12 @@
  *     type whose block divides K = ne[0];
  *   - a tensor is rotated exactly when it is stored as pn3t/pn4t and the
  *     recipe's rotation is hadamard, with block pn_hadamard_block_size(K, cap);
- *   - a promotion candidate is a tensor assigned pn3t whose K is also a
- *     multiple of 64 (so pn4t can hold it);
+ *   - a promotion candidate is a tensor a recipe's rule assigns pn3t whose
+ *     K is also a multiple of 64 (so pn4t can hold it); a tensor an option
+ *     the user typed assigns (--tensor-type, a rule of line 0) is none: its
+ *     type is final;
+ *   - a --tensor-type that names no tensor of the model is PN_ERR_USAGE
+ *     naming it;
  *   - its output size is pn_type_row_bytes(type, K) * rows,
  *     rows = ne[1] * ne[2] * ne[3].
  * Every tensor no rule matches is collected and reported in one error
@@ -58,7 +62,7 @@ typedef struct pn_plan_tensor {
     int type;          /* type written: base_type, or pn4t when promoted */
     bool rotated;
     int rotation_block; /* B when rotated, else 0 */
-    bool candidate;     /* base_type pn3t and K % 64 == 0 */
+    bool candidate;     /* base_type pn3t from a recipe's rule and K % 64 == 0 */
     bool promoted;
     int promote_rank; /* order of promotion (0 first), -1 when not promoted */
     uint64_t bytes;   /* output data bytes (no padding) */

@@ -355,6 +355,9 @@ static void rule_free(pn_recipe_rule *rule)
         free(rule->patterns[i]);
     free(rule->patterns);
     free(rule->conds);
+    if (rule->regex)
+        regfree(rule->regex);
+    free(rule->regex);
 }
 
 /* stmt is the statement with comment removed and edges trimmed; it starts
@@ -608,13 +611,18 @@ static bool cond_holds(const pn_recipe_cond *c, uint32_t n_dims, const int64_t n
     return false;
 }
 
+bool pn_recipe_rule_names(const pn_recipe_rule *rule, const char *name)
+{
+    bool named = rule->n_patterns == 0 && !rule->regex;
+    for (size_t i = 0; i < rule->n_patterns && !named; i++)
+        named = pn_glob_match(rule->patterns[i], name);
+    return named || (rule->regex && regexec(rule->regex, name, 0, NULL, 0) == 0);
+}
+
 bool pn_recipe_rule_matches(const pn_recipe_rule *rule, const char *name, uint32_t n_dims,
                             const int64_t ne[4])
 {
-    bool named = rule->n_patterns == 0;
-    for (size_t i = 0; i < rule->n_patterns && !named; i++)
-        named = pn_glob_match(rule->patterns[i], name);
-    if (!named)
+    if (!pn_recipe_rule_names(rule, name))
         return false;
     for (size_t i = 0; i < rule->n_conds; i++)
         if (!cond_holds(&rule->conds[i], n_dims, ne))

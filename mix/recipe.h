@@ -42,6 +42,7 @@
 #ifndef PN_MIX_RECIPE_H
 #define PN_MIX_RECIPE_H
 
+#include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,10 +90,14 @@ typedef struct pn_recipe_cond {
 } pn_recipe_cond;
 
 typedef struct pn_recipe_rule {
-    int line;   /* 1-based line in the recipe */
+    int line;   /* 1-based line in the recipe; 0: an option the user typed (an override) */
     char *text; /* the statement as written, comment and edges trimmed */
     size_t n_patterns;
     char **patterns;
+    /* --tensor-type's PATTERN as a POSIX extended regular expression,
+     * searched in the name (NULL for a recipe's rules): the rule selects a
+     * name either pattern matches */
+    regex_t *regex;
     size_t n_conds;
     pn_recipe_cond *conds;
     int n_types;                    /* 1..PN_RECIPE_MAX_CHAIN */
@@ -123,6 +128,9 @@ void pn_recipe_free(pn_recipe *r);
 /* True when the rule selects this tensor (see the matching rules above). */
 bool pn_recipe_rule_matches(const pn_recipe_rule *rule, const char *name, uint32_t n_dims,
                             const int64_t ne[4]);
+/* True when one of the rule's patterns (or its regular expression) matches
+ * the name, whatever its shape conditions say. */
+bool pn_recipe_rule_names(const pn_recipe_rule *rule, const char *name);
 /* The first rule that selects the tensor, or NULL. */
 const pn_recipe_rule *pn_recipe_match(const pn_recipe *r, const char *name, uint32_t n_dims,
                                       const int64_t ne[4]);
@@ -131,11 +139,15 @@ const pn_recipe_rule *pn_recipe_match(const pn_recipe *r, const char *name, uint
 int pn_recipe_rule_pick_type(const pn_recipe_rule *rule, int64_t K, int *chain_index);
 
 /* The overrides of llama-quantize's options, in front of a recipe's rules
- * (recipe_override.c): every --tensor-type in the order given (PATTERN is
- * searched in the name as llama-quantize does, "attn_v" = "*attn_v*",
- * unless it holds * or ?, then it is a glob of the whole name), then
- * --output-tensor-type (output.weight), then --token-embedding-type
- * (token_embd.weight); the first match wins. */
+ * (recipe_override.c): every --tensor-type in the order given (PATTERN is a
+ * POSIX extended regular expression searched in the name, as llama-quantize
+ * searches it with std::regex_search: "attn_v", "ffn_(up|gate)",
+ * "blk\.[0-9]+\.ffn_down"; one that holds * or ? also selects every name it
+ * matches as a glob of the whole name, as recipes write patterns, so
+ * "*.attn_k.weight" and "blk.?.attn_v.weight" select what they always did),
+ * then --output-tensor-type (output.weight), then --token-embedding-type
+ * (token_embd.weight); the first match wins. A tensor an override types is
+ * never a promotion candidate (mix/plan.h): the user's type is final. */
 typedef enum pn_override_kind {
     PN_OVERRIDE_TENSOR_TYPE = 0, /* value "PATTERN=TYPE" */
     PN_OVERRIDE_OUTPUT,          /* value "TYPE" */
@@ -150,8 +162,9 @@ typedef struct pn_recipe_override {
 } pn_recipe_override;
 
 /* Puts the overrides' rules before r's (each rule's text is the option as
- * typed, its line 0). PN_ERR_USAGE naming the option for a malformed value
- * or a type the toolchain does not write. */
+ * typed, its line 0). PN_ERR_USAGE naming the option for a malformed value,
+ * a PATTERN that is neither a regular expression nor a glob, or a type the
+ * toolchain does not write. */
 pn_status pn_recipe_apply_overrides(pn_recipe *r, const pn_recipe_override *ov, size_t n,
                                     pn_error *err);
 /* The option as typed: "--tensor-type attn_v=q8_0" (what the output

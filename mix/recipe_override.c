@@ -1,7 +1,10 @@
 /* recipe_override.c - the type overrides llama-quantize users type
  * (--tensor-type PATTERN=TYPE, --output-tensor-type TYPE,
  * --token-embedding-type TYPE), made rules that stand before a recipe's own
- * so that the first match wins as everywhere in the language (recipe.h). */
+ * so that the first match wins as everywhere in the language (recipe.h).
+ * --tensor-type's PATTERN is a regular expression searched in the name, as
+ * llama-quantize takes it, and keeps the glob meaning recipes give * and ?. */
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +33,56 @@ static int override_type(const char *text, const char *opt, pn_error *err)
     return t->id;
 }
 
-/* One override as a rule: its pattern (owned) and its one type. */
+static void override_rule_free(pn_recipe_rule *rule)
+{
+    free(rule->text);
+    if (rule->patterns)
+        free(rule->patterns[0]);
+    free(rule->patterns);
+    if (rule->regex)
+        regfree(rule->regex);
+    free(rule->regex);
+    memset(rule, 0, sizeof *rule);
+}
+
+/* --tensor-type's PATTERN (n bytes of text) into the rule: a POSIX extended
+ * regular expression searched in the name, as llama-quantize's
+ * std::regex_search; with * or ? also a glob of the whole name (recipe.h).
+ * PN_ERR_USAGE naming the option when it is neither. */
+static pn_status override_patterns(const char *text, size_t n, const char *typed,
+                                   pn_recipe_rule *rule, pn_error *err)
+{
+    char pattern[256];
+    snprintf(pattern, sizeof pattern, "%.*s", (int)n, text);
+    const bool glob = memchr(text, '*', n) || memchr(text, '?', n);
+    regex_t *re = malloc(sizeof *re);
+    if (!re)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    int rc = regcomp(re, pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char why[128];
+        regerror(rc, re, why, sizeof why);
+        free(re);
+        re = NULL;
+        if (!glob)
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "%s: '%s' is not a regular expression (%s); PATTERN is a POSIX "
+                                "extended regular expression searched in the name, as "
+                                "llama-quantize takes it ('ffn_(up|gate)', "
+                                "'blk\\.[0-9]+\\.ffn_down'), or a glob of the whole name",
+                                typed, pattern, why);
+    }
+    rule->regex = re;
+    if (glob) {
+        rule->patterns = calloc(1, sizeof *rule->patterns);
+        if (!rule->patterns || !(rule->patterns[0] = strdup(pattern)))
+            return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        rule->n_patterns = 1;
+    }
+    return PN_OK;
+}
+
+/* One override as a rule: its patterns (owned) and its one type. */
 static pn_status override_rule(const pn_recipe_override *ov, pn_recipe_rule *rule, pn_error *err)
 {
     char text[320];
@@ -38,42 +90,37 @@ static pn_status override_rule(const pn_recipe_override *ov, pn_recipe_rule *rul
     const char *opt = ov->kind == PN_OVERRIDE_TENSOR_TYPE ? "--tensor-type"
                       : ov->kind == PN_OVERRIDE_OUTPUT    ? "--output-tensor-type"
                                                           : "--token-embedding-type";
-    char pattern[256];
+    memset(rule, 0, sizeof *rule);
+    rule->line = 0;
+    if (!(rule->text = strdup(text)))
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     const char *type_text = ov->value;
+    pn_status st = PN_OK;
     if (ov->kind == PN_OVERRIDE_TENSOR_TYPE) {
         const char *eq = strrchr(ov->value, '=');
         size_t n = eq ? (size_t)(eq - ov->value) : 0;
         if (!eq || n == 0 || !eq[1] || n > 200)
-            return pn_error_set(err, PN_ERR_USAGE,
-                                "--tensor-type: expected PATTERN=TYPE (attn_v=q8_0, "
-                                "blk.*.ffn_down.weight=pn4t), found '%.64s'",
-                                ov->value);
-        /* llama-quantize searches the name for a plain pattern (attn_v);
-         * a pattern with * or ? is a glob of the whole name, as in recipes */
-        bool glob = memchr(ov->value, '*', n) || memchr(ov->value, '?', n);
-        snprintf(pattern, sizeof pattern, glob ? "%.*s" : "*%.*s*", (int)n, ov->value);
-        type_text = eq + 1;
+            st = pn_error_set(err, PN_ERR_USAGE,
+                              "--tensor-type: expected PATTERN=TYPE (attn_v=q8_0, "
+                              "blk.*.ffn_down.weight=pn4t), found '%.64s'",
+                              ov->value);
+        else
+            st = override_patterns(ov->value, n, text, rule, err);
+        type_text = eq ? eq + 1 : "";
     } else {
-        snprintf(pattern, sizeof pattern, "%s",
-                 ov->kind == PN_OVERRIDE_OUTPUT ? "output.weight" : "token_embd.weight");
+        rule->patterns = calloc(1, sizeof *rule->patterns);
+        if (!rule->patterns ||
+            !(rule->patterns[0] =
+                  strdup(ov->kind == PN_OVERRIDE_OUTPUT ? "output.weight" : "token_embd.weight")))
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        else
+            rule->n_patterns = 1;
     }
-    int type = override_type(type_text, opt, err);
-    if (type < 0)
-        return PN_ERR_USAGE;
-    memset(rule, 0, sizeof *rule);
-    rule->line = 0;
-    rule->text = strdup(text);
-    rule->patterns = malloc(sizeof *rule->patterns);
-    if (rule->patterns)
-        rule->patterns[0] = strdup(pattern);
-    if (!rule->text || !rule->patterns || !rule->patterns[0]) {
-        free(rule->text);
-        if (rule->patterns)
-            free(rule->patterns[0]);
-        free(rule->patterns);
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    int type = st ? -1 : override_type(type_text, opt, err);
+    if (type < 0) {
+        override_rule_free(rule);
+        return st ? st : PN_ERR_USAGE;
     }
-    rule->n_patterns = 1;
     rule->n_types = 1;
     rule->types[0] = type;
     return PN_OK;
@@ -96,11 +143,8 @@ pn_status pn_recipe_apply_overrides(pn_recipe *r, const pn_recipe_override *ov, 
             if ((int)ov[i].kind == kind && !(st = override_rule(&ov[i], &rules[k], err)))
                 k++;
     if (st) {
-        for (size_t i = 0; i < k; i++) {
-            free(rules[i].text);
-            free(rules[i].patterns[0]);
-            free(rules[i].patterns);
-        }
+        for (size_t i = 0; i < k; i++)
+            override_rule_free(&rules[i]);
         free(rules);
         return st;
     }

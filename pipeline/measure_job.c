@@ -464,7 +464,7 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
     const char *path = o->measurement_path;
     char msg[PN_ERROR_MSG_MAX + 128];
     pn_status st;
-    bool stale = false, old_format = false;
+    bool stale = false, old_format = false, other_source = false;
     if (path && stat(path, &sb) == 0) {
         pn_measurement *m = NULL;
         int version = 0;
@@ -479,6 +479,8 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
             return st;
         } else {
             st = pn_measurement_check_params(m, path, &want, plan, &why);
+            other_source =
+                st == PN_ERR_MISMATCH && m->params.source_header_hash != want.source_header_hash;
             if (st == PN_OK) {
                 uint32_t *crc = calloc(plan->n_tensors ? plan->n_tensors : 1, sizeof *crc);
                 if (!crc) {
@@ -492,6 +494,7 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
                     return st;
                 }
                 st = pn_measurement_check_rows(m, path, plan, crc, &why);
+                other_source = st == PN_ERR_MISMATCH; /* the rows measured are not these */
                 free(crc);
             }
             if (st == PN_OK) {
@@ -509,6 +512,14 @@ pn_status pn_job_measure_obtain(const pn_quantize_opts *o, const gguf_reader *sr
             }
             stale = true;
         }
+        /* the measurement of another source (or of this one's rows before
+         * they changed) is the user's record of that source: replaced only
+         * when asked, as an output is (a dry run refuses as the real run) */
+        if (other_source && !o->force)
+            return pn_error_set(err, PN_ERR_EXISTS,
+                                "%s; it is not replaced without --force (--force measures again "
+                                "and replaces it; or give another --measurement FILE)",
+                                why.msg);
         snprintf(msg, sizeof msg,
                  old_format ? "%s (measuring again now)" : "%s; it is not used: measuring again",
                  why.msg);

@@ -92,6 +92,7 @@ static pn_status interrupted(pn_error *err)
 typedef struct run_ctx {
     const pn_quantize_opts *o;
     gguf_reader *src;
+    gguf_reader *src_set;     /* --keep-split of a set read without its MTP layer: the set */
     struct stat *split_stats; /* of the source's splits after open (a set), for the end */
     pn_job_plan *plan;
     gguf_writer *model; /* the output's keys and tensors, as one file */
@@ -544,8 +545,8 @@ static void short_reason(const char *msg, char *buf, size_t size)
 static pn_status setup_backend(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
     const pn_quantize_opts *o = c->o;
-    snprintf(stats->backend, sizeof stats->backend, "cpu (%d threads, %s)", c->env.threads,
-             pn_path_name(c->env.cpu_path));
+    snprintf(stats->backend, sizeof stats->backend, "cpu (%d thread%s, %s)", c->env.threads,
+             c->env.threads == 1 ? "" : "s", pn_path_name(c->env.cpu_path));
     if (o->backend == PN_BACKEND_CPU)
         return PN_OK;
     pn_error cerr;
@@ -635,7 +636,8 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     pn_outset_opts oo;
     pn_outset_opts_init(&oo);
     oo.limit = o->split;
-    oo.keep_split = o->keep_split ? c->src : NULL;
+    oo.keep_split = o->keep_split ? (c->src_set ? c->src_set : c->src) : NULL;
+    oo.keep_split_view = o->keep_split && c->src_set ? c->src : NULL;
     oo.only = o->split_index;
     oo.force = o->force;
     /* every split records its own tensors' entries: the CRCs of what is
@@ -652,17 +654,10 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     const uint64_t drop = o->drop_behind_bytes ? o->drop_behind_bytes : PN_DROP_BEHIND_BYTES;
     oo.writeback_bytes = drop < 4 * PN_WRITEBACK_BYTES ? drop / 4 + 1 : PN_WRITEBACK_BYTES;
     oo.drop_behind_bytes = drop;
-    return pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
-}
-
-/* A dry run says what the real run would refuse that a dry run does not:
- * an existing DST without --force. */
-static void note_dry_run_refusal(const pn_quantize_opts *o, bool dst_folder)
-{
-    if (o->dry_run && o->dst_path && !o->force && !dst_folder && !pn_quantize_split_output(o) &&
-        access(o->dst_path, F_OK) == 0)
-        pn_quantize_note(o, "%s exists: the real run would be refused without --force",
-                         o->dst_path);
+    st = pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);
+    if (st == PN_OK && pn_outset_plan_note(c->out))
+        pn_quantize_note(o, "%s", pn_outset_plan_note(c->out));
+    return st;
 }
 
 /* DST a folder, the plan made: named->dst_path becomes the file in it
@@ -689,6 +684,15 @@ static pn_status open_source(run_ctx *c, pn_quantize_stats *stats, pn_error *err
     pn_source_opts so = { drop_mtp, o->tokenizer_pre };
     if (st == PN_OK)
         st = pn_source_open(o->src_path, &so, &c->src, err);
+    /* --keep-split of a split set read without its MTP layer: the view is
+     * one file; the set itself says where each tensor goes */
+    if (st == PN_OK && o->keep_split && drop_mtp && !pn_source_is_hf(o->src_path) &&
+        gguf_reader_n_splits(c->src) < 2 && gguf_reader_n_tensors(c->src) > 0 &&
+        (st = gguf_reader_open(o->src_path, &c->src_set, err)) == PN_OK &&
+        gguf_reader_n_splits(c->src_set) < 2) {
+        gguf_reader_close(c->src_set);
+        c->src_set = NULL;
+    }
     if (st != PN_OK)
         return st;
     st = pn_quantize_check_measurement_path(o, c->src, err);
@@ -783,7 +787,6 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     st = pn_quantize_check_paths(o, &src_stat, err);
     if (st != PN_OK)
         return st;
-    note_dry_run_refusal(o, dst_folder);
     if (o->reuse_verify && !o->reuse_path)
         return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
     /* --backend cuda asked for: a GPU that cannot be used is said before
@@ -835,16 +838,18 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         if (st != PN_OK)
             goto out;
     }
+    /* the files the output set would write: a dry run that names DST
+     * refuses what the real run would (an existing file, a source's) */
+    if (o->dst_path && (st = pn_outset_check_targets(c.out, c.src, err)) != PN_OK)
+        goto out;
     if (o->dry_run) {
         stats->t_total = pn_now_seconds() - t_begin;
         snprintf(stats->backend, sizeof stats->backend, "none (dry run)");
         st = hand_result(&c, stats, err);
         goto out;
     }
-    st = pn_outset_check_targets(c.out, c.src, err);
-    if (st == PN_OK) /* the plan's exact bytes, before the first one is written */
-        st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err);
-    if (st != PN_OK)
+    /* the plan's exact bytes, before the first one is written */
+    if ((st = pn_check_free_space(o->dst_path, pn_outset_written_bytes(c.out), err)) != PN_OK)
         goto out;
     if (cancelled(o)) {
         st = interrupted(err);
@@ -869,6 +874,8 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     /* the source is read: its buffers go before the output's are made */
     gguf_reader_close(c.src);
     c.src = NULL;
+    gguf_reader_close(c.src_set);
+    c.src_set = NULL;
 
     /* validate, then put in place */
     st = validate_output(&c, stats, err);
@@ -900,6 +907,7 @@ out:
     free(c.reused);
     pn_job_plan_free(c.plan);
     gguf_reader_close(c.src);
+    gguf_reader_close(c.src_set);
     pn_source_id_free(&c.sid);
     /* PREV is read until the output is committed (it may be DST) */
     pn_reuse_free(c.ru);

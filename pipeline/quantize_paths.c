@@ -39,7 +39,8 @@ pn_status pn_quantize_check_paths(const pn_quantize_opts *o, struct stat *ss, pn
         return pn_error_set(err, PN_ERR_CUDA,
                             "--backend cuda: this pn-quantize was built without CUDA (use "
                             "--backend cpu or auto; docs/usage.md#gpu)");
-    if (o->measurement_path && !o->dry_run && stat(o->measurement_path, &ds) != 0) {
+    /* a dry run refuses what the real run refuses (it saves the measurement too) */
+    if (o->measurement_path && stat(o->measurement_path, &ds) != 0) {
         pn_status st = pn_check_parent_folder(o->measurement_path, "the measurement", err);
         if (st != PN_OK)
             return st;
@@ -48,11 +49,9 @@ pn_status pn_quantize_check_paths(const pn_quantize_opts *o, struct stat *ss, pn
         return PN_OK; /* a file in it, named once the plan is made (pn_quantize_dst_in_folder) */
     if (!o->dst_path)
         return o->dry_run ? PN_OK : pn_error_set(err, PN_ERR_USAGE, "no output file given");
-    if (!o->dry_run) {
-        pn_status st = pn_check_parent_folder(o->dst_path, "the output", err);
-        if (st != PN_OK)
-            return st;
-    }
+    pn_status pst = pn_check_parent_folder(o->dst_path, "the output", err);
+    if (pst != PN_OK)
+        return pst;
     /* a split output is checked file by file once its plan is made
      * (pn_outset_check_targets): DST itself is only a name then */
     if (pn_quantize_split_output(o))
@@ -66,8 +65,6 @@ pn_status pn_quantize_check_paths(const pn_quantize_opts *o, struct stat *ss, pn
         return pn_error_set(err, PN_ERR_USAGE,
                             "%s: the output is the --imatrix file; choose another output path",
                             o->dst_path);
-    if (o->dry_run)
-        return PN_OK;
     if (stat(o->dst_path, &ds) == 0 && !o->force)
         return pn_error_set(err, PN_ERR_EXISTS, "%s: output exists; use --force to replace it",
                             o->dst_path);
@@ -75,8 +72,11 @@ pn_status pn_quantize_check_paths(const pn_quantize_opts *o, struct stat *ss, pn
 }
 
 /* DST a folder: the output is <general.name>-<pn.mix>.gguf in it (the
- * source's file name, less .gguf, where it has no general.name), any '/'
- * or control byte of the name made '-'. *out is malloc'd. */
+ * source's file name, less .gguf, where it has no general.name), the name
+ * made a file name as llama.cpp's converter makes one from general.name:
+ * its edges' spaces trimmed, every space, '/' or control byte made '-'
+ * ("pn-synth Qwen3.8-shaped test model" gives
+ * pn-synth-Qwen3.8-shaped-test-model-P0k+19.gguf). *out is malloc'd. */
 pn_status pn_quantize_dst_in_folder(const char *folder, const gguf_reader *src,
                                     const char *src_path, const char *mix_label, char **out,
                                     pn_error *err)
@@ -97,8 +97,14 @@ pn_status pn_quantize_dst_in_folder(const char *folder, const gguf_reader *src,
             n -= 5;
         snprintf(name, sizeof name, "%.*s", (int)(n - b < 200 ? n - b : 200), src_path + b);
     }
+    size_t end = strlen(name), start = 0;
+    while (end > 0 && name[end - 1] == ' ')
+        name[--end] = '\0';
+    while (name[start] == ' ')
+        start++;
+    memmove(name, name + start, end - start + 1);
     for (char *p = name; *p; p++)
-        if (*p == '/' || (unsigned char)*p < 0x20 || *p == 0x7f)
+        if (*p == '/' || *p == ' ' || (unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '-';
     size_t len = strlen(folder) + strlen(name) + strlen(mix_label) + 8;
     *out = malloc(len);

@@ -25,7 +25,8 @@ bool pn_quantize_is_folder(const char *path);
  * --force. A folder DST or a split set's is checked later, by name. */
 pn_status pn_quantize_check_paths(const pn_quantize_opts *o, struct stat *ss, pn_error *err);
 
-/* DST a folder: the output is <general.name>-<pn.mix>.gguf in it (the
+/* DST a folder: the output is <general.name>-<pn.mix>.gguf in it, spaces
+ * made '-' as llama.cpp's converter names files (the
  * source's file name, less .gguf, where it has no general.name), any '/'
  * or control byte of the name made '-'. *out is malloc'd. */
 pn_status pn_quantize_dst_in_folder(const char *folder, const gguf_reader *src,

@@ -699,8 +699,9 @@ Test(pn_check, a_report_that_cannot_be_written_is_an_error_exit)
         int rc = check_cli(&out, &err, "%s '%s' >/dev/full", modes[k], g_good);
         cr_assert_eq(rc, 1, "'%s': rc %d\n%s", modes[k], rc, err);
         cr_assert_str_empty(out);
-        cr_assert_str_eq(err, "pn-check: cannot write the report to standard output: No space "
-                              "left on device\n");
+        cr_assert_str_eq(err,
+                         "pn-check: error: cannot write the report to standard output: No space "
+                         "left on device\n");
         free(out);
         free(err);
     }
@@ -713,7 +714,8 @@ Test(pn_check, a_report_that_cannot_be_written_is_an_error_exit)
              g_good, rep);
     int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 1, "rc %d (153 is SIGXFSZ)\n%s", rc, err);
-    cr_assert_str_eq(err, "pn-check: cannot write the report to standard output: File too large\n");
+    cr_assert_str_eq(
+        err, "pn-check: error: cannot write the report to standard output: File too large\n");
     free(out);
     free(err);
 }
@@ -848,7 +850,7 @@ Test(pn_check, exits_2_naming_a_file_that_shrinks_during_the_check)
     const char *last = strrchr(msg, '\n');
     while (last > msg && last[-1] != '\n')
         last--;
-    snprintf(want, sizeof want, "pn-check: tensor ");
+    snprintf(want, sizeof want, "pn-check: error: tensor ");
     cr_assert(strncmp(last, want, strlen(want)) == 0, "%s", msg);
     cr_assert(strstr(last, p) && strstr(last, "the file changed or shrank during the run"), "%s",
               msg);
@@ -1067,7 +1069,7 @@ Test(pn_check, refuses_a_source_that_is_not_a_float_model)
     cr_assert_str_empty(out);
     char want[4300];
     snprintf(want, sizeof want,
-             "pn-check: source %s: not a float model: tensor 'token_embd.weight' is q3_K (a "
+             "pn-check: error: source %s: not a float model: tensor 'token_embd.weight' is q3_K (a "
              "source holds only f32, f16 and bf16 tensors)\n",
              g_good);
     cr_assert_str_eq(err, want);

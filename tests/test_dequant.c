@@ -383,7 +383,7 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
     cr_assert_str_empty(out);
     char want[4300];
     snprintf(want, sizeof want,
-             "pn-dequant: %s was written, but the summary could not be written to standard "
+             "pn-dequant: error: %s was written, but the summary could not be written to standard "
              "output: No space left on device\n",
              p);
     cr_assert_str_eq(err, want);
@@ -391,7 +391,8 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
     free(err);
     rc = tu_run_program(&out, &err, "pn-dequant", "--help >/dev/full");
     cr_assert_eq(rc, 1, "rc %d\n%s", rc, err);
-    cr_assert_str_eq(err, "pn-dequant: cannot write to standard output: No space left on device\n");
+    cr_assert_str_eq(
+        err, "pn-dequant: error: cannot write to standard output: No space left on device\n");
     free(out);
     free(err);
 }
@@ -483,7 +484,7 @@ Test(pn_dequant, refuses_an_empty_key_or_one_holding_a_nul_naming_its_offset)
         int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", in, p);
         cr_assert_eq(rc, 1, "%s%s", out, err);
         char want[4200];
-        snprintf(want, sizeof want, "pn-dequant: %s: at byte 24: ", in);
+        snprintf(want, sizeof want, "pn-dequant: error: %s: at byte 24: ", in);
         cr_assert(strncmp(err, want, strlen(want)) == 0, "%s", err);
         cr_assert(strstr(err, cases[k].says), "%s", err);
         cr_assert_eq(access(p, F_OK), -1);
@@ -534,8 +535,9 @@ static void expect_refused(const char *in, const char *options, const char *says
                  "using %d\n",
                  n, cpus, cpus == 1 ? "" : "s", cpus);
     char want[4600];
-    snprintf(want, sizeof want, "%spn-dequant: %s: %s; the file is invalid (pn-check tells more)\n",
-             note, in, says);
+    snprintf(want, sizeof want,
+             "%spn-dequant: error: %s: %s; the file is invalid (pn-check tells more)\n", note, in,
+             says);
     cr_assert_str_eq(err, want, "%s", options);
     cr_assert_eq(count_entries(g_dir), before, "nothing left behind");
     free(out);

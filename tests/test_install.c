@@ -4,8 +4,10 @@
  * checkout, every relative link of those pages leading to an installed file; each
  * installed program answers --version with "<program> <version>" on stdout,
  * nothing on stderr and exit 0; and the installed pn-quantize records that
- * same line in pn.quantizer. Each test installs into its own temporary
- * prefix and removes it. */
+ * same line in pn.quantizer; the quick start's target builds every program
+ * the install installs, and the installed pn-compare names the command that
+ * installs its llama.cpp in that prefix. Each test installs into its own
+ * temporary prefix and removes it. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -368,4 +370,93 @@ Test(install, the_installed_pn_quantize_records_its_version_line_in_pn_quantizer
     free(qout);
     free(qerr);
     free(dst);
+}
+
+/* The quick start (scripts/demo) builds one target; cmake --install then
+ * installs every program of bin/ and libexec/pn-quantize/, so that target
+ * must build each of them: a fresh configure of the checkout, asked what
+ * that target would build (make -n -k: nothing is compiled), names each
+ * installed program's objects. */
+Test(install, the_quick_starts_target_builds_every_program_the_install_installs,
+     .init = install_into_prefix, .fini = remove_prefix, .timeout = 240)
+{
+    char cmd[8192], *out, *err;
+    snprintf(cmd, sizeof cmd,
+             "grep -o -- '--target [A-Za-z_-]*' '%s/scripts/demo' | head -1 | cut -d' ' -f2",
+             PN_SOURCE_DIR);
+    cr_assert_eq(tu_run(cmd, &out, &err), 0);
+    char target[128];
+    cr_assert_eq(sscanf(out, "%127s", target), 1, "scripts/demo names no --target: %s", out);
+    free(out);
+    free(err);
+    char *fresh = under_prefix("fresh-build");
+    snprintf(cmd, sizeof cmd,
+             "'%s' -G 'Unix Makefiles' -DPN_TESTS=OFF -S '%s' -B '%s' > /dev/null && "
+             "'%s' --build '%s' --target %s -- -n -k 2>&1",
+             PN_CMAKE_COMMAND, PN_SOURCE_DIR, fresh, PN_CMAKE_COMMAND, fresh, target);
+    tu_run(cmd, &out, &err); /* make -n stops at the libraries it did not make: -k goes on */
+    const char *dirs[] = { "bin", "libexec/pn-quantize" };
+    int n_progs = 0;
+    for (int d = 0; d < 2; d++) {
+        char *dir = under_prefix(dirs[d]), *names[MAX_NAMES];
+        int n = names_in(dir, "", false, names);
+        for (int i = 0; i < n; i++) {
+            char needle[256];
+            snprintf(needle, sizeof needle, "CMakeFiles/%s.dir/", names[i]);
+            cr_expect(strstr(out, needle), "scripts/demo's --target %s does not build %s/%s",
+                      target, dirs[d], names[i]);
+            n_progs++;
+        }
+        free_names(names, n);
+        free(dir);
+    }
+    cr_assert_geq(n_progs, 7, "the programs and pn-llama-quantize");
+    free(out);
+    free(err);
+    free(fresh);
+}
+
+/* The installed pn-compare, before its llama.cpp is installed, names the
+ * command that installs it for this prefix (not the checkout's
+ * scripts/install-deps); once that command has run (here: its result, the
+ * checkout's node_modules, put where it puts them) it compares. */
+Test(install, the_installed_pn_compare_names_the_command_that_installs_its_llama_cpp,
+     .init = install_into_prefix, .fini = remove_prefix, .timeout = 240)
+{
+    char cmd[8192], *out, *err;
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && bin/pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && "
+             "bin/pn-quantize --quiet --recipe test-fallback src.gguf pn.gguf && "
+             "bin/pn-compare src.gguf pn.gguf",
+             g_prefix);
+    int rc = tu_run(cmd, &out, &err);
+    char want[4096];
+    snprintf(want, sizeof want,
+             "run 'cd %s/share/pn-quantize/llama && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci "
+             "--ignore-scripts --omit=optional'",
+             g_prefix);
+    cr_assert_eq(rc, 1, "%s: exit %d\n%s%s", cmd, rc, out, err);
+    cr_assert(strstr(err, want), "the command for this prefix, '%s', in:\n%s", want, err);
+    cr_assert_str_empty(out);
+    free(out);
+    free(err);
+    /* the docs give that command (README.md, docs/usage.md) */
+    snprintf(cmd, sizeof cmd,
+             "grep -c 'cd PREFIX/share/pn-quantize/llama && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true' "
+             "'%s/share/doc/pn-quantize/docs/usage.md'",
+             g_prefix);
+    cr_assert_eq(tu_run(cmd, &out, &err), 0, "docs/usage.md gives no command for a prefix");
+    free(out);
+    free(err);
+    const char *modules = PN_SOURCE_DIR "/tools/llama/node_modules";
+    TU_REQUIRE_LLAMA(PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs", NULL);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ln -s '%s' share/pn-quantize/llama/node_modules && "
+             "bin/pn-compare src.gguf pn.gguf",
+             g_prefix, modules);
+    rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s: exit %d\n%s%s", cmd, rc, out, err);
+    cr_assert(strstr(out, "P0k-fallback+") && strstr(out, "pn.gguf"), "%s", out);
+    free(out);
+    free(err);
 }

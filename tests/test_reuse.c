@@ -359,7 +359,8 @@ Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring
     free(m);
 }
 
-Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is_measured_again,
+Test(reuse_measure,
+     one_weight_changed_in_a_sampled_row_is_measured_again_with_force_and_kept_without,
      .init = setup, .fini = teardown)
 {
     char *src = synth("src.gguf", 4), *m = path_in("m.txt");
@@ -370,8 +371,20 @@ Test(reuse_measure, one_weight_changed_in_a_sampled_row_under_the_same_header_is
     pn_measurement *before = load_measurement(m);
     /* row 0 is always sampled */
     nudge_weight(src, "blk.1.ffn_up.weight", 0, 3);
+    /* the rows measured are not these: the file is kept without --force */
+    measure_run(&o, src, NULL, m, &n);
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_EXISTS);
+    cr_assert(strstr(err.msg, "its sampled rows are not the ones measured") &&
+                  strstr(err.msg, "not replaced without --force"),
+              "%s", err.msg);
+    pn_measurement *kept = load_measurement(m);
+    long kk = pn_measurement_find(kept, "blk.1.ffn_up.weight");
+    cr_assert_eq(kept->entries[kk].rows_crc32, before->entries[kk].rows_crc32);
+    pn_measurement_free(kept);
     pn_quantize_stats s;
     measure_run(&o, src, NULL, m, &n);
+    o.force = true;
     run_ok(&o, &s);
     cr_assert(has(&n, "tensor blk.1.ffn_up.weight: its sampled rows are not the ones measured"),
               "%s", n.text);

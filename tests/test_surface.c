@@ -908,17 +908,18 @@ Test(llama_options, pn_check_of_several_files_gives_a_verdict_each_and_the_worst
     free(e);
 }
 
-Test(exit_status, a_dry_run_says_the_real_run_would_be_refused_and_quiet_silences_notes)
+Test(exit_status, a_dry_run_refuses_what_the_real_run_refuses_and_quiet_silences_notes)
 {
     sh_ok("pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 src.gguf && echo x > o.gguf");
     char *o = NULL, *e = NULL;
     int rc = sh(&o, &e, "pn-quantize --dry-run --recipe test-fallback src.gguf o.gguf");
-    cr_assert_eq(rc, 0, "%s", e);
-    cr_assert(strstr(e, "o.gguf exists: the real run would be refused without --force"), "%s", e);
+    cr_assert_eq(rc, 1, "%s", e);
+    cr_assert_str_eq(e, "pn-quantize: error: o.gguf: output exists; use --force to replace it\n");
+    cr_assert_str_empty(o);
     free(o);
     free(e);
     rc = sh(&o, &e, "pn-quantize --dry-run --force --recipe test-fallback src.gguf o.gguf");
-    cr_assert(!strstr(e, "would be refused"), "%s", e);
+    cr_assert_eq(rc, 0, "%s", e);
     free(o);
     free(e);
     /* the recipe's 19 promotions on 8 candidates is a note: --quiet has none */

@@ -125,8 +125,8 @@ try {
     nlc = await import("node-llama-cpp");
 } catch (e) {
     fail(3, `node-llama-cpp is not installed beside ${path.join(here, "pn-llama-logits.mjs")} ` +
-        `(${e.code ?? e.message}): run 'NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --ignore-scripts ` +
-        `--omit=optional' in ${here} (scripts/install-deps does it)`);
+        `(${e.code ?? e.message}): run 'cd ${here} && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci ` +
+        `--ignore-scripts --omit=optional' (in a checkout, scripts/install-deps does the same)`);
 }
 const { getLlama, LlamaLogLevel } = nlc;
 

@@ -202,7 +202,8 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
         }
         if (t->type == want)
             continue;
-        if (want == PN_TYPE_PN3T && t->type == PN_TYPE_PN4T) {
+        /* a type the user typed (an override, line 0) is final: never a promotion */
+        if (want == PN_TYPE_PN3T && t->type == PN_TYPE_PN4T && rule->line != 0) {
             rep->promoted[rep->n_promoted] = strdup(t->name);
             if (!rep->promoted[rep->n_promoted]) {
                 c->nomem = true;

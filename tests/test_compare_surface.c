@@ -389,7 +389,8 @@ Test(sweep_first, the_recipe_and_the_text_are_checked_before_any_mix_is_made, .i
     } cases[] = {
         { "--recipe qwen3.8-27b-pn3", 1, "qwen3.8-27b-pn3.mix:", "needs a multiple of 256" },
         { "--recipe no-such-recipe", 2,
-          "pn-compare: error: --recipe no-such-recipe: no such file, nor a shipped recipe of that name; "
+          "pn-compare: error: --recipe no-such-recipe: no such file, nor a shipped recipe of that "
+          "name; "
           "shipped:",
           "qwen3.8-27b-pn3" },
         { "--recipe " FALLBACK_RECIPE " --text '%s'", 1, "no-such-text.txt: cannot open the text",

@@ -551,7 +551,7 @@ Test(split_output, usage_errors_exit_2_naming_the_option, .init = setup, .fini =
         { "--split-index 0", "--split-index needs a split output" },
         { "--split-max-size 1M --split-max-tensors 3", "not both" },
         { "--keep-split --split-max-tensors 3", "--keep-split follows" },
-        { "--split-max-size 1.5X", "expected a size" }, /* 1.5G is 1.5 GB (mix/size.h) */
+        { "--split-max-size 1.5X", "not a size" }, /* 1.5G is 1.5 GB (mix/size.h) */
         { "--split-max-size 0", "expected a size" },
         { "--split-max-tensors 0", "is not an integer in" },
         { "--split-max-tensors 20 --split-index 3", "--split-index 3: the plan has 3 splits, "

@@ -602,6 +602,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
 {
     pn_sweep_opts so = w->so;
     char *quantizer = w->quantizer;
+    w->quantizer = NULL; /* freed here */
     const char *plot = w->plot;
     pn_error err;
     pn_error_clear(&err);
@@ -638,7 +639,6 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
         }
     }
     if (st != PN_OK) {
-        free(w->types_buf);
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
@@ -659,25 +659,36 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
         }
     size_t failed = srep.n_failed;
     pn_sweep_report_free(&srep);
-    free(w->types_buf);
     int rc = pn_cli_close_stdout("pn-compare");
     return rc ? rc : failed ? 1 : 0;
 }
 
+static int compare_main(int argc, char **argv, sweep_cli *w, char **script);
+
+/* What the options allocated is freed here, on every path. */
 int main(int argc, char **argv)
+{
+    sweep_cli w;
+    memset(&w, 0, sizeof w);
+    char *script = NULL;
+    int rc = compare_main(argc, argv, &w, &script);
+    free(w.types_buf);
+    free(w.quantizer);
+    free(script);
+    return rc;
+}
+
+static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
 {
     pn_compare_opts o;
     pn_compare_opts_init(&o);
     o.threads = 0;
     int json = 0, quiet = 0, progress = 0, text_opts = 0, tmp_given = 0;
-    char *script = NULL;
     const char *decode = "f32";
-    sweep_cli w;
-    memset(&w, 0, sizeof w);
-    pn_sweep_opts_init(&w.so);
+    pn_sweep_opts_init(&w->so);
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
-        int taken = sweep_option(c, &w);
+        int taken = sweep_option(c, w);
         if (taken < 0)
             return 2;
         if (taken)
@@ -721,12 +732,12 @@ int main(int argc, char **argv)
         case O_JSON: json = 1; break;
         case O_NODE: o.node = optarg; break;
         case O_SCRIPT:
-            free(script);
-            script = strdup(optarg);
+            free(*script);
+            *script = strdup(optarg);
             break;
         case O_QUIET:
             quiet = 1;
-            w.quiet = 1;
+            w->quiet = 1;
             break;
         case O_PROGRESS: progress = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-compare");
@@ -736,9 +747,9 @@ int main(int argc, char **argv)
         default: return pn_cli_refuse_option(&program, argv);
         }
     }
-    if (sweep_usage(&w, argc - optind))
+    if (sweep_usage(w, argc - optind))
         return 2;
-    if (!w.on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
+    if (!w->on && !pn_cli_positional("pn-compare", argc, argv, 2, -1, "SOURCE.gguf PN.gguf..."))
         return 2;
     if (!o.text_path && text_opts) {
         fprintf(stderr,
@@ -749,20 +760,20 @@ int main(int argc, char **argv)
     if (o.threads == 0)
         o.threads = pn_cli_usable_cpus();
     pn_cli_cap_threads("pn-compare", "--threads", &o.threads, quiet);
-    pn_cli_cap_threads("pn-compare", "--quantize-threads", &w.qthreads, quiet);
+    pn_cli_cap_threads("pn-compare", "--quantize-threads", &w->qthreads, quiet);
     o.dequant_threads = o.threads;
     if (!tmp_given) {
         const char *t = getenv("TMPDIR");
         o.tmp_dir = t && *t ? t : "/tmp";
     }
-    if (!script)
-        script = default_script();
-    if (!script) {
+    if (!*script)
+        *script = default_script();
+    if (!*script) {
         fprintf(stderr, "pn-compare: error: cannot tell where this program is (/proc/self/exe); "
                         "give --llama-script\n");
         return 1;
     }
-    o.script = script;
+    o.script = *script;
     o.envp = environ;
     o.source_path = argv[optind];
     o.pn_paths = (const char *const *)&argv[optind + 1];
@@ -782,17 +793,11 @@ int main(int argc, char **argv)
 
     pn_error err;
     pn_error_clear(&err);
-    if (w.on) {
-        int rc = run_sweep(&w, &o, json, decode);
-        free(script);
-        return rc;
-    }
-    free(w.types_buf);
-    free(w.quantizer);
+    if (w->on)
+        return run_sweep(w, &o, json, decode);
     pn_compare_report rep;
     pn_status st = pn_compare_run(&o, &rep, &err);
     pn_cli_meter_end(&ps.meter);
-    free(script);
     if (st != PN_OK) {
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));

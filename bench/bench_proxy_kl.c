@@ -30,7 +30,7 @@ typedef struct logits {
     size_t len;
     uint32_t n_vocab, n_seq;
     size_t n_pos;
-    size_t ids_bytes;   /* header + ids */
+    size_t ids_bytes;  /* header + ids */
     const float *rows; /* n_pos x n_vocab */
 } logits;
 

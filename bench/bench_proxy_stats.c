@@ -78,7 +78,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_proxy_stats SRC.gguf MEASUREMENT [IMATRIX]\n");
         return 2;
     }
-    pn_error err = {0};
+    pn_error err = { 0 };
     gguf_reader *r = NULL;
     pn_measurement *m = NULL;
     pn_imatrix *im = NULL;
@@ -102,13 +102,13 @@ int main(int argc, char **argv)
         int64_t R = 1;
         for (uint32_t d = 1; d < t->n_dims; d++)
             R *= t->ne[d];
-        const int B = m->params.rotation_cap ? pn_hadamard_block_size(K, m->params.rotation_cap) : 1;
+        const int B =
+            m->params.rotation_cap ? pn_hadamard_block_size(K, m->params.rotation_cap) : 1;
         const size_t row_bytes = (size_t)pn_type_row_bytes(t->type, K);
         uint8_t *raw = malloc(row_bytes);
         float *orig = malloc((size_t)K * sizeof(float)), *rot = malloc((size_t)K * sizeof(float));
         float *vg = malloc((size_t)K * sizeof(float));
-        void *scratch = malloc(pn_measure_weighted_scratch_bytes(K) +
-                                   pn_measure_scratch_bytes(K));
+        void *scratch = malloc(pn_measure_weighted_scratch_bytes(K) + pn_measure_scratch_bytes(K));
         if (!raw || !orig || !rot || !vg || !scratch) {
             fprintf(stderr, "bench_proxy_stats: out of memory\n");
             return 1;
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_proxy_stats: %s: no imatrix entry for %s\n", argv[3], name);
             return 1;
         }
-        pn_measure_acc plain = {0}, gain = {0}, imx = {0};
+        pn_measure_acc plain = { 0 }, gain = { 0 }, imx = { 0 };
         const int64_t ns = pn_sample_count(R, m->params.sample_max_rows);
         for (int64_t s = 0; s < ns; s++) {
             const int64_t row = pn_sample_row(R, m->params.sample_max_rows, s);
@@ -176,9 +176,11 @@ int main(int argc, char **argv)
         if (w)
             *w = 0;
         const pn_promote_cand pc = { .name = name, .e3 = F3, .e4 = F4 };
-        printf("%s\t%s\t%d\t%lld\t%lld\t%lld\t%lld\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g",
-               name, kind, block, (long long)K, (long long)R, (long long)(K * R), (long long)ns,
-               pn_promote_score(&pc), plain.err3, plain.err4, plain.norm, gain.err3, gain.err4, gain.norm);
+        printf(
+            "%s\t%s\t%d\t%lld\t%lld\t%lld\t%lld\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g",
+            name, kind, block, (long long)K, (long long)R, (long long)(K * R), (long long)ns,
+            pn_promote_score(&pc), plain.err3, plain.err4, plain.norm, gain.err3, gain.err4,
+            gain.norm);
         if (im)
             printf("\t%.17g\t%.17g\t%.17g", imx.err3, imx.err4, imx.norm);
         printf("\n");

@@ -1,10 +1,14 @@
 /* test_promote_score.c - the cheap promotion order (mix/promote_score.h). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mix/plan.h"
 #include "mix/promote_score.h"
+#include "mix/recipe.h"
+#include "synth/qwen38_shapes.h"
 
 static double score(const char *name, double e3, double e4)
 {
@@ -151,4 +155,39 @@ Test(promote_score, the_role_is_compared_whole_not_by_prefix)
     cr_assert_eq(pn_promote_stage("blk.1.nextn.eh_proj.weight"), 6);
     cr_assert_eq(pn_promote_stage("token_embd.weight"), 6);
     cr_assert_float_eq(pn_promote_position("blk.3.ffn_gate.weight"), 27.0, 0.0);
+}
+
+/* The full Qwen3.8-27B plan of the shipped recipe: 176 candidates, each at its
+ * own forward position, so any E3 - E4 within a factor of 2 of each other
+ * (weighted by an imatrix or not) gives the same order, the tensor order. */
+Test(promote_score, on_the_full_model_any_error_gains_give_the_forward_order)
+{
+    pn_qwen38_config cfg = pn_qwen38_config_full();
+    pn_tensor_desc *d = NULL;
+    size_t n = 0;
+    pn_error err = { 0 };
+    cr_assert_eq(pn_qwen38_tensors(&cfg, &d, &n, &err), PN_OK, "%s", err.msg);
+    pn_recipe *r = NULL;
+    cr_assert_eq(pn_recipe_load(PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix", &r, &err), PN_OK,
+                 "%s", err.msg);
+    pn_plan *p = NULL;
+    cr_assert_eq(pn_plan_build(r, d, n, &p, NULL, &err), PN_OK, "%s", err.msg);
+    cr_assert_gt(p->n_candidates, 100);
+    double last = INFINITY, last_pos = -1.0;
+    uint64_t x = 12345;
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        if (!p->tensors[i].candidate)
+            continue;
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const double gain = 0.02 * (1.0 + (double)(x >> 11) / 9007199254740992.0 * 0.99);
+        const pn_promote_cand c = { .name = p->tensors[i].name, .e3 = gain + 0.008, .e4 = 0.008 };
+        const double s = pn_promote_score(&c), pos = pn_promote_position(c.name);
+        cr_assert_gt(pos, last_pos, "%s shares a position with the candidate before it", c.name);
+        cr_assert_lt(s, last, "%s scores above the candidate before it", c.name);
+        last = s;
+        last_pos = pos;
+    }
+    pn_plan_free(p);
+    pn_recipe_free(r);
+    free(d);
 }

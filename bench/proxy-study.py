@@ -148,20 +148,24 @@ def heldout(mdir, build):
         kl[os.path.basename(r["file"])] = r
     out = {}
     for n in sorted({int(x[1]) for x in m}):
-        today = [x[2] for x in m if x[0] == "rel" and int(x[1]) == n][0]
         sets = [x for x in m if int(x[1]) == n]
-        files = [os.path.join(cdir, "set-%s.text.logits" % today)]
-        files += [os.path.join(cdir, "set-%s.text.logits" % x[2]) for x in sets]
-        res = subprocess.run([os.path.join(build, "bin", "bench_proxy_kl"),
-                              os.path.join(mdir, "src.text.logits")] + files,
-                             check=True, capture_output=True, text=True).stdout
-        vs = tsv_text(res)[1:]
-        for x, v in zip(sets, vs):
+        files = [os.path.join(cdir, "set-%s.text.logits" % x[2]) for x in sets]
+        paired = {}
+        for ref in ("rel", "kl"):
+            h = [x[2] for x in sets if x[0] == ref][0]
+            res = subprocess.run([os.path.join(build, "bin", "bench_proxy_kl"),
+                                  os.path.join(mdir, "src.text.logits"),
+                                  os.path.join(cdir, "set-%s.text.logits" % h)] + files,
+                                 check=True, capture_output=True, text=True).stdout
+            paired[ref] = tsv_text(res)[1:]
+        for i, x in enumerate(sets):
             r = kl["set-%s.text.logits" % x[2]]
             nbytes = int(open(os.path.join(cdir, "set-%s.bytes" % x[2])).read())
             out[(x[0], n)] = dict(kl=float(r["kl_mean"]), se=float(r["kl_se"]),
-                                  base_gain=float(r["gain"]), base_gain_se=float(r["gain_se"]),
-                                  vs_today=float(v["gain"]), vs_today_se=float(v["gain_se"]),
+                                  vs_today=float(paired["rel"][i]["gain"]),
+                                  vs_today_se=float(paired["rel"][i]["gain_se"]),
+                                  vs_kl=float(paired["kl"][i]["gain"]),
+                                  vs_kl_se=float(paired["kl"][i]["gain_se"]),
                                   bytes=nbytes)
     base = tsv(os.path.join(mdir, "heldout.tsv"))[0]
     return out, float(base["kl_mean"]), os.path.getsize(os.path.join(mdir, "base.gguf"))
@@ -211,21 +215,21 @@ def table(d, models, build):
     counts = sorted({k[1] for m in hm for k in ho[m][0]})
     print("Held-out mean KL of the chosen mixes (%d models: %s); per count, the "
           "mean over models of the KL, and of the gain over today's choice "
-          "(rel) with its standard error (paired over positions, combined over "
+          "(rel) and over the KL gains' (kl), each with its standard error (paired over positions, combined over "
           "models as sqrt(sum se^2)/n):" % (len(hm), ", ".join(hm)))
     print()
     hdr = "| proxy | what it is | Spearman (mean) |"
     for n in counts:
-        hdr += " P0k+%d MB | KL | gain over today's |" % n
+        hdr += " P0k+%d MB | KL | gain over today's | over kl's |" % n
     print(hdr)
-    print("|---|---|---|" + "---|---|---|" * len(counts))
+    print("|---|---|---|" + "---|---|---|---|" * len(counts))
     p0 = sum(ho[m][1] for m in hm) / len(hm)
     b0 = sum(ho[m][2] for m in hm) / len(hm) / 1e6
-    print("| (P0k+0) | no promotion | |" + " %.3f | %.4f | |" % (b0, p0) * len(counts))
+    print("| (P0k+0) | no promotion | |" + " %.3f | %.4f | | |" % (b0, p0) * len(counts))
     for p in names:
         row = "| %s | %s | %.2f |" % (p, descr[p], sum(rho[p][m] for m in models) / len(models))
         if p not in JUDGED:
-            print(row + " | | |" * len(counts))  # not judged
+            print(row + " | | | |" * len(counts))  # not judged
             continue
         for n in counts:
             r = [ho[m][0][(p, n)] for m in hm]
@@ -233,7 +237,9 @@ def table(d, models, build):
             g = sum(x["vs_today"] for x in r) / len(r)
             se = math.sqrt(sum(x["vs_today_se"] ** 2 for x in r)) / len(r)
             mb = sum(x["bytes"] for x in r) / len(r) / 1e6
-            row += " %.3f | %.4f | %+.4f ± %.4f |" % (mb, k, g, se)
+            gk = sum(x["vs_kl"] for x in r) / len(r)
+            sek = math.sqrt(sum(x["vs_kl_se"] ** 2 for x in r)) / len(r)
+            row += " %.3f | %.4f | %+.4f ± %.4f | %+.4f ± %.4f |" % (mb, k, g, se, gk, sek)
         print(row)
     print()
     print("Per model, held-out KL (standard error of the mean KL in brackets):")

@@ -136,9 +136,13 @@ int main(int argc, char **argv)
             const int64_t row = pn_sample_row(R, m->params.sample_max_rows, s);
             double e3, e4, nrm;
             if (gguf_reader_read_tensor(r, (size_t)ti, (uint64_t)row * row_bytes, raw, row_bytes,
-                                        &err) != PN_OK ||
-                pn_widen_row(t->type, raw, orig, K) != PN_OK)
+                                        &err) != PN_OK)
                 return fail(&err);
+            if (pn_widen_row(t->type, raw, orig, K) != PN_OK) {
+                fprintf(stderr, "bench_proxy_stats: %s: %s is not f32, f16 or bf16\n", argv[1],
+                        name);
+                return 1;
+            }
             memcpy(rot, orig, (size_t)K * sizeof(float));
             if (B > 1)
                 pn_hadamard_rotate_row(rot, K, B);

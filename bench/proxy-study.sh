@@ -36,7 +36,7 @@
 #   CALIB      the text the gains are measured on (default Apache-2.0)
 #   TEXT       the held-out judging text (default GPL-3)
 #   SEQ_LEN, MAX_SEQS        how much of CALIB (default 128, 4)
-#   TEXT_SEQ_LEN, TEXT_SEQS  how much of TEXT (default 128, 8)
+#   TEXT_SEQ_LEN, TEXT_SEQS  how much of TEXT (default 128, 4)
 #   COUNTS     promotions judged on TEXT (default "5 10")
 #   IMATRIX    an imatrix of MODEL (with SRC): the weighted proxies too
 #   SRC        one given source instead of the grid (name it with NAME)
@@ -123,14 +123,14 @@ study() {
 heldout() {
   local name=$1 src=$2 d=$dir/$1
   echo "== $name: chosen mixes judged on $(basename "$text")" >&2
-  logits "$src" "$d/src.text.logits" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-8}"
-  judge "$src" "$d/base.gguf" "$d/base.text.logits" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-8}"
+  logits "$src" "$d/src.text.logits" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-4}"
+  judge "$src" "$d/base.gguf" "$d/base.text.logits" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-4}"
   local files=("$d/base.text.logits") l
   for l in "$d"/choice/*.list; do
     local out=${l%.list}.text.logits
     if [ ! -s "$out" ]; then
       mix "$src" "${l%.list}.gguf" "$l"
-      judge "$src" "${l%.list}.gguf" "$out" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-8}"
+      judge "$src" "${l%.list}.gguf" "$out" "$text" "${TEXT_SEQ_LEN:-128}" "${TEXT_SEQS:-4}"
       stat -c %s "${l%.list}.gguf" >"${l%.list}.bytes"
       rm -f "${l%.list}.gguf"
     fi

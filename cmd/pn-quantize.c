@@ -106,10 +106,12 @@ static const pn_cli_option options[] = {
       "                          a promotion candidate without an entry: an error (default),\n"
       "                          or measured unweighted\n" },
     { "measure", required_argument, O_KL + KL_OPT_MEASURE,
-      "  --measure error|kl      how promotion candidates are ranked: error (default: the\n"
-      "                          weight error each removes, measured on sampled rows) or\n"
-      "                          kl (each promoted alone over the base mix and judged by\n"
-      "                          stock llama.cpp on --calibration; docs/usage.md#kl)\n" },
+      "  --measure error|forward|kl  how promotion candidates are ranked: error (default:\n"
+      "                          the weight error each removes, measured on sampled rows),\n"
+      "                          forward (the earliest in the forward pass first, the error\n"
+      "                          within one position; docs/usage.md) or kl (each promoted\n"
+      "                          alone over the base mix and judged by stock llama.cpp on\n"
+      "                          --calibration; docs/usage.md#kl)\n" },
     { "calibration", required_argument, O_KL + KL_OPT_CALIBRATION,
       "  --calibration FILE      --measure kl: the text the candidates are judged on\n" },
     { "seq-len", required_argument, O_KL + KL_OPT_SEQ_LEN,

@@ -48,9 +48,10 @@ int kl_cli_take(kl_cli *k, int which, const char *arg)
 {
     switch (which) {
     case KL_OPT_MEASURE:
-        if (strcmp(arg, "kl") != 0 && strcmp(arg, "error") != 0)
-            return bad_value("--measure", arg, "expected kl or error");
+        if (strcmp(arg, "kl") != 0 && strcmp(arg, "error") != 0 && strcmp(arg, "forward") != 0)
+            return bad_value("--measure", arg, "expected error, forward or kl");
         k->kl = strcmp(arg, "kl") == 0;
+        k->forward = strcmp(arg, "forward") == 0;
         break;
     case KL_OPT_CALIBRATION: k->calibration = arg; break;
     case KL_OPT_SEQ_LEN:
@@ -185,6 +186,7 @@ static void on_kl_note(const char *msg, void *user)
 
 int kl_cli_obtain(kl_cli *k, pn_quantize_opts *o, char **envp, volatile sig_atomic_t *cancel)
 {
+    o->forward_order = k->forward;
     if (!k->kl)
         return -1;
     pn_kl_opts ko;

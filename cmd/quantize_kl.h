@@ -15,6 +15,7 @@
 
 typedef struct kl_cli {
     bool kl;                 /* --measure kl (false: error, the default) */
+    bool forward;            /* --measure forward */
     const char *calibration; /* --calibration FILE */
     long seq_len, max_seqs;  /* --seq-len, --max-seqs */
     int part, n_parts;       /* --measure-part I/N */

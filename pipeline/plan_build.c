@@ -14,6 +14,7 @@
 #include "gguf/gguf_split.h"
 #include "gguf/pn_keys.h"
 #include "mix/promote.h"
+#include "mix/promote_score.h"
 #include "pipeline/measure_job.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
@@ -372,6 +373,14 @@ static pn_status obtain_measurement(const pn_quantize_opts *o, pn_job_plan *p, g
     stats->t_measure_read += mt.read;
     stats->t_measure_compute += mt.compute;
     stats->t_measure_wait_input += mt.wait_input;
+    if (st == PN_OK && o->forward_order) {
+        /* the order only: the file keeps E3 and E4 as measured */
+        pn_measurement *m = *made;
+        m->by_gain = true;
+        for (size_t i = 0; i < m->n; i++)
+            m->entries[i].gain = pn_promote_score(
+                &(pn_promote_cand){ m->entries[i].name, m->entries[i].e3, m->entries[i].e4 });
+    }
     *use = *made;
     return st;
 }

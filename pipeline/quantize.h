@@ -188,6 +188,10 @@ typedef struct pn_quantize_opts {
      * its entries' gains ordering the promotions): used as it is, instead of
      * measurement_path or measuring; NULL: none. */
     const struct pn_measurement *measurement;
+    /* --measure forward: the error measurement's candidates ordered by
+     * mix/promote_score.h (the forward position first, E3 - E4 within one
+     * position) instead of E3 - E4 alone */
+    bool forward_order;
     uint64_t target_size; /* 0: none */
     int rotation_cap;     /* -1: the recipe's; 0: none; else cap */
     int threads;          /* 0: all cores (pn_threads_resolve) */

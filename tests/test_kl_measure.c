@@ -255,7 +255,7 @@ Test(kl_cli, options_that_need_each_other_are_usage_errors, .init = setup, .fini
     } cases[] = {
         { "--calibration " TEXT " '%s' out.gguf", "give --measure kl" },
         { "--measure kl '%s' out.gguf", "needs --calibration" },
-        { "--measure fast '%s' out.gguf", "expected kl or error" },
+        { "--measure fast '%s' out.gguf", "expected error, forward or kl" },
         { "--measure kl --calibration " TEXT " --measure-part 2/1 --measurement m.kl '%s'",
           "expected I/N" },
         { "--measure kl --calibration " TEXT " --measure-part 1/2 '%s'", "needs --measurement" },
@@ -531,4 +531,34 @@ Test(kl_llama, the_sweep_makes_its_mixes_from_one_kl_measurement, .init = setup,
     free(src);
     free(keep);
     free(one);
+}
+
+/* ---- --measure forward ---- */
+
+Test(measure_forward, the_earliest_tensors_in_the_forward_pass_are_promoted_first, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf");
+    synth(src);
+    char args[4096], *out, *err;
+    snprintf(args, sizeof args, "--measure forward --promote 3 --dry-run '%s'", src);
+    int rc = tu_run_program(&out, &err, "pn-quantize", "--recipe '%s' --threads 1 %s",
+                            FALLBACK_RECIPE, args);
+    cr_assert_eq(rc, 0, "%s", err);
+    /* block 0: the fused QKV, then the gate of the attention's output, then the FFN's gate */
+    const char *want[] = { "blk.0.attn_qkv.weight", "blk.0.attn_gate.weight",
+                           "blk.0.ffn_gate.weight" };
+    for (int i = 0; i < 3; i++) {
+        const char *line = strstr(out, want[i]);
+        char rank[32];
+        snprintf(rank, sizeof rank, "promoted #%d", i + 1);
+        cr_assert(line, "%s is not in the plan:\n%s", want[i], out);
+        const char *eol = strchr(line, '\n');
+        cr_assert(eol && memmem(line, (size_t)(eol - line), rank, strlen(rank)),
+                  "%s is not %s:\n%s", want[i], rank, out);
+    }
+    cr_assert(strstr(out, "(3 promoted of"), "%s", out);
+    free(out);
+    free(err);
+    free(src);
 }

@@ -414,3 +414,18 @@ int pn_cli_close_stdout(const char *prog)
     }
     return 0;
 }
+
+char *pn_cli_llama_script(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = 0;
+    const char *dir = dirname(exe);
+    const char *rel = "/../share/pn-quantize/llama/pn-llama-logits.mjs";
+    char *s = malloc(strlen(dir) + strlen(rel) + 1);
+    if (s)
+        sprintf(s, "%s%s", dir, rel);
+    return s;
+}

@@ -245,6 +245,12 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
  * ..." on stderr. */
 const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
 
+/* The llama.cpp harness beside the program, <dir of the executable>/../
+ * share/pn-quantize/llama/pn-llama-logits.mjs (the build's share/ and an
+ * installed prefix's alike); malloc'd, NULL when /proc/self/exe cannot be
+ * read. */
+char *pn_cli_llama_script(void);
+
 /* Flushes and closes stdout. Returns 0, or 1 after "<prog>: error: writing
  * to standard output: <why>" (a closed pipe, a full disk). */
 int pn_cli_close_stdout(const char *prog);

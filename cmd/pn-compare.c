@@ -213,22 +213,6 @@ static void on_progress(const pn_compare_progress *p, void *user)
                           p->total, elapsed, p->unit);
 }
 
-/* The harness beside the program: <dir of the executable>/../share/pn-quantize/llama/. */
-static char *default_script(void)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return NULL;
-    exe[n] = 0;
-    const char *dir = dirname(exe);
-    const char *rel = "/../share/pn-quantize/llama/pn-llama-logits.mjs";
-    char *s = malloc(strlen(dir) + strlen(rel) + 1);
-    if (s)
-        sprintf(s, "%s%s", dir, rel);
-    return s;
-}
-
 /* The table's first lines: the source, the judge and the tokens. */
 static void put_table_head(const pn_compare_report *r, const char *decode)
 {
@@ -767,7 +751,7 @@ static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
         o.tmp_dir = t && *t ? t : "/tmp";
     }
     if (!*script)
-        *script = default_script();
+        *script = pn_cli_llama_script();
     if (!*script) {
         fprintf(stderr, "pn-compare: error: cannot tell where this program is (/proc/self/exe); "
                         "give --llama-script\n");

@@ -3,8 +3,6 @@
  * --judge after the run. */
 #include "cmd/quantize_kl.h"
 
-#include <libgen.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,28 +118,12 @@ int kl_cli_check(const kl_cli *k, const pn_quantize_opts *o, bool have_dst)
     return 0;
 }
 
-/* The harness beside the program: <dir of the executable>/../share/pn-quantize/llama/. */
-static char *script_beside(void)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return NULL;
-    exe[n] = 0;
-    const char *dir = dirname(exe);
-    const char *rel = "/../share/pn-quantize/llama/pn-llama-logits.mjs";
-    char *s = malloc(strlen(dir) + strlen(rel) + 1);
-    if (s)
-        sprintf(s, "%s%s", dir, rel);
-    return s;
-}
-
 static void compare_opts(kl_cli *k, const pn_quantize_opts *o, char **envp,
                          volatile sig_atomic_t *cancel, pn_compare_opts *c)
 {
     pn_compare_opts_init(c);
     if (!k->script && !k->script_found)
-        k->script_found = script_beside();
+        k->script_found = pn_cli_llama_script();
     c->node = k->node;
     c->script = k->script ? k->script : k->script_found;
     c->envp = envp;

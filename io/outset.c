@@ -42,6 +42,10 @@ struct pn_outset {
      * on the device and dropped before cur_dropped */
     uint64_t cur_synced, cur_dropped;
     bool cur_sized; /* the open split's file has its final size (ftruncate) */
+    /* where the open split's data begins: computed once when it opens, since
+     * the writer computes it from every key and tensor name, and the readback
+     * asks after each tensor written (per tensor, that was quadratic) */
+    uint64_t cur_data_offset;
     char *notes;
     char *plan_note;    /* the source's splits the plan left out (keep_split_view) */
     char *split_prefix; /* a split output: PREFIX of PREFIX-%05d-of-%05d.gguf, else NULL */
@@ -480,6 +484,7 @@ static pn_status begin_split(pn_outset *os, size_t s, pn_error *err)
     os->state[s] = SPLIT_OPEN;
     os->cur = s;
     os->cur_synced = os->cur_dropped = 0;
+    os->cur_data_offset = gguf_writer_data_offset(os->w[s]);
     /* given its final size, the file can be opened as GGUF while it is
      * written, to read back what is settled (pn_outset_open_settled); the
      * holes are written over in order and the size is the writer's own */
@@ -581,7 +586,7 @@ size_t pn_outset_settled(const pn_outset *os, uint64_t *bytes)
 pn_status pn_outset_open_settled(const pn_outset *os, size_t s, gguf_reader **out, pn_error *err)
 {
     *out = NULL;
-    if (s != os->cur || !os->cur_sized || os->cur_dropped < gguf_writer_data_offset(os->w[s]))
+    if (s != os->cur || !os->cur_sized || os->cur_dropped < os->cur_data_offset)
         return pn_error_set(err, PN_ERR_USAGE, "output set: split %zu has nothing settled", s);
     return gguf_reader_open_fd_flags(gguf_writer_fd(os->w[s]), os->path[s], GGUF_OPEN_HEADER_ONLY,
                                      out, err);

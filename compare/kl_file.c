@@ -260,6 +260,22 @@ pn_status pn_kl_load(const char *path, pn_kl_measurement **out, pn_error *err)
     pn_status st = pn_read_small_file(path, KL_MAX_FILE_BYTES, "KL measurement", &buf, &len, err);
     if (st != PN_OK)
         return st;
+    st = pn_kl_parse(buf, len, path, out, err);
+    free(buf);
+    return st;
+}
+
+pn_status pn_kl_parse(const char *data, size_t len, const char *path, pn_kl_measurement **out,
+                      pn_error *err)
+{
+    *out = NULL;
+    /* parsed in place, each line terminated where it ends: a copy */
+    char *buf = malloc(len + 1);
+    if (!buf)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    if (len)
+        memcpy(buf, data, len);
+    pn_status st = PN_OK;
     pn_kl_measurement *m = calloc(1, sizeof *m);
     if (!m) {
         free(buf);

@@ -100,6 +100,10 @@ typedef struct pn_kl_measurement {
 void pn_kl_measurement_free(pn_kl_measurement *m);
 pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err);
 pn_status pn_kl_load(const char *path, pn_kl_measurement **out, pn_error *err);
+/* The same of len bytes held in memory (the fuzz target's door); path names
+ * them in messages. */
+pn_status pn_kl_parse(const char *data, size_t len, const char *path, pn_kl_measurement **out,
+                      pn_error *err);
 /* PN_ERR_MISMATCH naming the first of the params that differs, both values. */
 pn_status pn_kl_params_check(const pn_kl_params *got, const pn_kl_params *want, const char *path,
                              pn_error *err);

@@ -12,6 +12,7 @@
 #   hf_tokenizer    fuzz_hf_tokenizer, corpus tests/data/hf-qwen35-tiny/hf/tokenizer.json
 #   hf_index        fuzz_hf_index,    corpus tests/data/hf-qwen35-tiny/hf/model.safetensors.index.json
 #   imatrix         fuzz_imatrix_dat, corpus tests/data/imatrix-corpus/*.dat
+#   kl              fuzz_kl_file,     corpus tests/data/kl-corpus/*.kl
 # Exits non-zero on any crash, sanitizer report, timeout or
 # out-of-memory; the input that caused it is kept in BUILD_DIR/fuzz-artifacts/.
 #
@@ -40,7 +41,8 @@ case $target in
     hf_tokenizer) exe_name=fuzz_hf_tokenizer; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/tokenizer.json); dict=() ;;
     hf_index) exe_name=fuzz_hf_index; seeds=("$source_dir"/tests/data/hf-qwen35-tiny/hf/model.safetensors.index.json); dict=() ;;
     imatrix) exe_name=fuzz_imatrix_dat; seeds=("$source_dir"/tests/data/imatrix-corpus/*.dat); dict=() ;;
-    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks, safetensors, hf_config, hf_tokenizer, hf_index, imatrix)" >&2; exit 2 ;;
+    kl) exe_name=fuzz_kl_file; seeds=("$source_dir"/tests/data/kl-corpus/*.kl); dict=() ;;
+    *) echo "run-fuzz.sh: unknown FUZZ_TARGET '$target' (gguf, recipe, pn_blocks, safetensors, hf_config, hf_tokenizer, hf_index, imatrix, kl)" >&2; exit 2 ;;
 esac
 cmake --build "$build" --target "$exe_name" >/dev/null
 exe="$build/tests/fuzz/$exe_name"

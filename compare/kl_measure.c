@@ -24,6 +24,7 @@
 #include "io/source_id.h"
 #include "io/source_open.h"
 #include "pipeline/plan_build.h"
+#include "pipeline/quantize_paths.h"
 #include "quant/types.h"
 
 #define TEXT_MAX_BYTES ((size_t)64 << 20)
@@ -172,6 +173,10 @@ static pn_status plan_base(const pn_kl_opts *o, base_plan *b, int *decode_type, 
     gguf_reader *r = NULL;
     pn_source_opts so = { .no_mtp = false, .tokenizer_pre = o->q.tokenizer_pre };
     st = pn_source_open(o->q.src_path, &so, &r, err);
+    /* the measurement file may not take the place of the source, DST, the
+     * recipe or the --reuse file: the quantize job's own rule */
+    if (st == PN_OK)
+        st = pn_quantize_check_measurement_path(&o->q, r, err);
     if (st == PN_OK)
         st = pn_source_header_hash(r, &b->want.source_header_hash, err);
     if (st == PN_OK && (b->n_vocab = pn_judge_vocab_of(r)) == 0)

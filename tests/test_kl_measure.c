@@ -562,3 +562,33 @@ Test(measure_forward, the_earliest_tensors_in_the_forward_pass_are_promoted_firs
     free(err);
     free(src);
 }
+
+Test(kl_cli, a_measurement_path_that_is_the_source_or_the_output_is_refused_and_nothing_written,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *dst = path_in("out.gguf");
+    synth(src);
+    size_t n0;
+    char *before = tu_read_file(src, &n0);
+    const char *meas[] = { dst, src };
+    const char *says[] = { "that is the output (DST)", "that is the source" };
+    for (size_t c = 0; c < 2; c++) {
+        char args[8192], *out, *err;
+        snprintf(args, sizeof args,
+                 "--measure kl --calibration " TEXT " --measurement '%s' '%s' '%s'", meas[c], src,
+                 dst);
+        int rc = quantize(&out, &err, args);
+        cr_assert_eq(rc, 2, "case %zu: exit %d: %s", c, rc, err);
+        cr_assert(strstr(err, says[c]), "case %zu: %s", c, err);
+        cr_assert_not(tu_exists(dst), "case %zu: something was written at DST", c);
+        free(out);
+        free(err);
+    }
+    size_t n1;
+    char *after = tu_read_file(src, &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the source was written");
+    free(before);
+    free(after);
+    free(src);
+    free(dst);
+}

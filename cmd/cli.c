@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -428,4 +429,31 @@ char *pn_cli_llama_script(void)
     if (s)
         sprintf(s, "%s%s", dir, rel);
     return s;
+}
+
+/* The number of the signal that asked the run to stop (pn_cli_trap_signals). */
+static volatile sig_atomic_t g_signal_caught = 0;
+
+static void on_stop_signal(int sig)
+{
+    g_signal_caught = sig; /* non-zero: the run stops; the exit status names it */
+}
+
+void pn_cli_ignore_write_signals(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+volatile sig_atomic_t *pn_cli_trap_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal; /* no SA_RESTART (see cli.h) */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    pn_cli_ignore_write_signals();
+    return &g_signal_caught;
 }

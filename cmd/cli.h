@@ -32,6 +32,7 @@
 #define PN_CMD_CLI_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,6 +162,25 @@ static inline int pn_cli_exit_status_signal(pn_status st, int sig)
 {
     return st == PN_ERR_INTERRUPTED && sig > 0 ? 128 + sig : pn_cli_exit_status(st);
 }
+
+/* The one signal trap of every program that stops its work itself:
+ * SIGINT, SIGTERM and SIGHUP (a closed terminal, a dropped ssh session)
+ * set the flag returned, which the library's cancel pointer watches; the
+ * run then stops, removes what it had begun (temporary files and folders)
+ * and the program exits 128 + the signal (pn_cli_exit_status_signal). No
+ * SA_RESTART: a read blocked on a child (llama.cpp) returns and sees the
+ * flag. SIGPIPE and SIGXFSZ are ignored (pn_cli_ignore_write_signals).
+ * Returns the flag: 0 until a signal, then its number. The programs' one
+ * piece of process-wide state: a signal handler can reach nothing else. */
+volatile sig_atomic_t *pn_cli_trap_signals(void);
+
+/* SIGPIPE and SIGXFSZ ignored: a write to a closed pipe or past a file size
+ * limit (ulimit -f) fails (EPIPE, EFBIG) and is reported and cleaned up
+ * like a full disk, instead of the signal killing the program with its
+ * temporary files left. Alone, for a program that writes no file and has no
+ * cancel (pn-check): SIGINT, SIGTERM and SIGHUP keep their own action,
+ * which ends it leaving nothing, and a shell reports 128 + the signal. */
+void pn_cli_ignore_write_signals(void);
 
 /* "<prog>: error: <msg>" on stderr, msg in the terminal-safe form: the one
  * prefix of every program's errors. */

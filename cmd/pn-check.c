@@ -617,9 +617,10 @@ int main(int argc, char **argv)
     pn_recipe_override overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
     const char *why;
-    /* Past a file size limit (ulimit -f) a write fails with EFBIG, reported
-     * like any write error, instead of the signal killing the program. */
-    signal(SIGXFSZ, SIG_IGN);
+    /* a write past a file size limit or to a closed pipe is reported like
+     * any write error; the stop signals keep their own action, which ends
+     * the check leaving nothing (no file is written, there is no cancel) */
+    pn_cli_ignore_write_signals();
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {

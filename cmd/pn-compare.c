@@ -22,12 +22,6 @@
 
 extern char **environ;
 
-static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig)
-{
-    g_cancel = sig;
-} /* the exit status names it */
-
 /* What pn_cli_next returns for each option. */
 enum {
     O_TEXT = 256,
@@ -172,7 +166,7 @@ static const pn_cli_program program = {
     "\n"
     "exit status: 0 compared (--sweep: every mix), 1 what the files hold (message on\n"
     "stderr; --sweep: a mix failed, the others compared), 2 the command line itself,\n"
-    "128+N signal N (130 SIGINT, 143 SIGTERM)\n",
+    "128+N signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP)\n",
 };
 
 /* An int option's value in [lo, hi] (pn_cli_long); -1 after the message. */
@@ -627,7 +621,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
         pn_sweep_report_free(&srep);
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *o->cancel);
     }
     if (plot && !srep.compared)
         fprintf(stderr, "pn-compare: no picture: no mix could be made\n");
@@ -762,18 +756,12 @@ static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
     o.source_path = argv[optind];
     o.pn_paths = (const char *const *)&argv[optind + 1];
     o.n_pn = (size_t)(argc - optind - 1);
-    o.cancel = &g_cancel;
+    volatile sig_atomic_t *cancel = pn_cli_trap_signals();
+    o.cancel = cancel;
     progress_state ps = { 0 };
     pn_cli_meter_open(&ps.meter, quiet, progress);
     o.progress = on_progress;
     o.user = &ps;
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns and sees the flag */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGXFSZ, SIG_IGN);
 
     pn_error err;
     pn_error_clear(&err);
@@ -786,7 +774,7 @@ static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
         fputs("pn-compare: error: ", stderr);
         pn_fput_safe(stderr, err.msg[0] ? err.msg : pn_strerror(st));
         fputc('\n', stderr);
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *cancel);
     }
     if (json)
         print_json(&rep, decode, o.keep_rotation);

@@ -51,14 +51,7 @@ static const char usage[] =
     "  --version            the version\n"
     "\n"
     "exit status: 0 written, 1 what the files hold (message on stderr), 2 the\n"
-    "command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n";
-
-static volatile sig_atomic_t g_cancel = 0;
-
-static void on_signal(int sig)
-{
-    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
-}
+    "command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP)\n";
 
 typedef struct progress_state {
     pn_cli_meter meter;
@@ -233,15 +226,8 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
         co.progress = on_progress;
         co.user = &ps;
     }
-    co.cancel = &g_cancel;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGXFSZ, SIG_IGN); /* a file-size limit fails the write instead */
+    volatile sig_atomic_t *cancel = pn_cli_trap_signals();
+    co.cancel = cancel;
 
     pn_error err = { 0 };
     pn_hf_model *m = NULL;
@@ -262,7 +248,7 @@ static int convert(const char *src, const char *dst, const pn_hf_opts *ho, pn_co
             fputs("; what was there is as it was\n", stderr);
         }
         pn_hf_close(m);
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *cancel);
     }
     if (co.dry_run) {
         printf("total: %zu tensors, %llu bytes of tensor data, %llu bytes in %zu file%s "

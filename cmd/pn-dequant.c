@@ -12,13 +12,6 @@
 #include "dequant/dequant.h"
 #include "quant/types.h"
 
-static volatile sig_atomic_t g_cancel = 0;
-
-static void on_signal(int sig)
-{
-    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
-}
-
 typedef struct progress_state {
     pn_cli_meter meter;
     const char *out; /* OUT, named in the line */
@@ -91,7 +84,7 @@ static const pn_cli_program program = {
     options,
     "\n"
     "exit status: 0 written, 1 what the files hold (message on stderr), 2 the command\n"
-    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP)\n",
 };
 
 int main(int argc, char **argv)
@@ -170,15 +163,8 @@ int main(int argc, char **argv)
         return 2;
     pn_cli_cap_threads("pn-dequant", "--threads", &o.threads, quiet);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    /* Past a file size limit (ulimit -f) the write fails with EFBIG and the
-     * run ends like on a full disk, cleaning up, instead of being killed. */
-    signal(SIGXFSZ, SIG_IGN);
-    o.cancel = &g_cancel;
+    volatile sig_atomic_t *cancel = pn_cli_trap_signals();
+    o.cancel = cancel;
     progress_state ps = { .out = argv[optind + 1] };
     pn_cli_meter_open(&ps.meter, quiet, progress);
     if (ps.meter.on) {
@@ -192,7 +178,7 @@ int main(int argc, char **argv)
     pn_cli_meter_end(&ps.meter);
     if (st) {
         pn_cli_error("pn-dequant", err.msg);
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *cancel);
     }
     if (s.rotation_key_missing) {
         fputs("pn-dequant: warning: ", stderr);

@@ -28,13 +28,6 @@
 
 extern char **environ;
 
-static volatile sig_atomic_t g_cancel = 0;
-
-static void on_signal(int sig)
-{
-    g_cancel = sig; /* non-zero: the run stops; the exit status names it */
-}
-
 /* What pn_cli_next returns for each option. */
 enum {
     O_RECIPE = 256,
@@ -225,7 +218,8 @@ static const pn_cli_program program = {
     "  PN_CUDA_EMULATE=1       run the CUDA backend's kernel on the host (tests)\n"
     "\n"
     "exit status: 0 written and validated, 1 what the files hold (message on\n"
-    "stderr), 2 the command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
+    "stderr), 2 the command line itself, 128+N signal N (130 SIGINT, 143 SIGTERM,\n"
+    "129 SIGHUP)\n",
 };
 
 typedef struct cli_state {
@@ -1000,6 +994,10 @@ static int run(int argc, char **argv)
     int rc = parse_arguments(argc, argv, &o, &cs);
     if (rc < 0)
         rc = run_parsed(&o, &cs);
+    /* what the result hook kept (run_parsed returns from several places) */
+    free(cs.totals);
+    free(cs.files);
+    free(cs.dst_written);
     kl_cli_free(&cs.kl);
     return rc;
 }
@@ -1035,22 +1033,12 @@ static int run_parsed(pn_quantize_opts *op, cli_state *cs)
     o.note = on_note;
     o.result = on_result;
     o.user = cs;
-    o.cancel = &g_cancel;
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    /* A file-size limit (ulimit -f) then fails the write like a full disk,
-     * which is reported and cleaned up, instead of killing the program. */
-    signal(SIGXFSZ, SIG_IGN);
+    volatile sig_atomic_t *cancel = pn_cli_trap_signals();
+    o.cancel = cancel;
 
     cs->kl.quiet = cs->quiet;
     cs->kl.progress = !cs->quiet;
-    if ((rc = kl_cli_obtain(&cs->kl, &o, environ, &g_cancel)) >= 0)
+    if ((rc = kl_cli_obtain(&cs->kl, &o, environ, cancel)) >= 0)
         return rc;
     pn_quantize_stats stats;
     pn_error err;
@@ -1060,7 +1048,6 @@ static int run_parsed(pn_quantize_opts *op, cli_state *cs)
         fprintf(stderr, "\r\033[K");
     if (st != PN_OK) {
         discard_report(cs);
-        free(cs->totals);
         put_lines(stderr, "pn-quantize: error: ", err.msg[0] ? err.msg : pn_strerror(st));
         if (st == PN_ERR_NOSPACE || (st == PN_ERR_IO && strstr(err.msg, strerror(EFBIG))))
             fprintf(stderr, "pn-quantize: the disk is full, or a file-size limit (ulimit -f) "
@@ -1076,16 +1063,12 @@ static int run_parsed(pn_quantize_opts *op, cli_state *cs)
                 fprintf(stderr, "; what was there is as it was");
             fputc('\n', stderr);
         }
-        free(cs->files);
-        free(cs->dst_written);
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *cancel);
     }
     if (cs->report_path) {
         pn_error re;
         pn_status rs = commit_report(cs, &re);
         if (rs != PN_OK) {
-            free(cs->totals);
-            free(cs->files);
             if (o.dry_run) {
                 fprintf(stderr, "pn-quantize: error: ");
             } else {
@@ -1099,16 +1082,13 @@ static int run_parsed(pn_quantize_opts *op, cli_state *cs)
             } else {
                 put_lines(stderr, "", re.msg); /* the message names the report path */
             }
-            free(cs->dst_written);
             return 1;
         }
     }
     if (cs->totals)
         fputs(cs->totals, stdout);
-    free(cs->totals);
     if (cs->files)
         fputs(cs->files, stdout);
-    free(cs->files);
     if (!o.dry_run && !cs->quiet) {
         printf("wrote ");
         if (cs->split_index >= 0)
@@ -1136,8 +1116,7 @@ static int run_parsed(pn_quantize_opts *op, cli_state *cs)
                    stats.t_identity, stats.t_verify, stats.t_reuse_check);
     }
     kl_cli_print_promoted(&cs->kl, cs->quiet);
-    free(cs->dst_written);
-    return o.dry_run ? 0 : kl_cli_judge(&cs->kl, &o, environ, &g_cancel);
+    return o.dry_run ? 0 : kl_cli_judge(&cs->kl, &o, environ, cancel);
 }
 
 /* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main), and

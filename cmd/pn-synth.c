@@ -16,12 +16,6 @@
 #include "synth/synth.h"
 #include "quant/types.h"
 
-static volatile sig_atomic_t g_cancel = 0;
-static void on_signal(int sig)
-{
-    g_cancel = sig;
-} /* the exit status names it */
-
 /* What pn_cli_next returns for each option. */
 enum {
     O_LAYERS = 256,
@@ -121,7 +115,7 @@ static const pn_cli_program program = {
     options,
     "\n"
     "exit status: 0 written, 1 what the files hold (message on stderr), 2 the command\n"
-    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM)\n",
+    "line itself, 128+N signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP)\n",
 };
 
 typedef struct progress_state {
@@ -233,20 +227,6 @@ static int parse_dtype(const char *v, int *out)
     return 0;
 }
 
-/* SIGINT and SIGTERM cancel the write (its temporary file is removed). */
-static void catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    /* a file-size limit (ulimit -f) must be the writer's "disk full" error
-     * (write fails with EFBIG), not a silent death that leaves the
-     * temporary file */
-    signal(SIGXFSZ, SIG_IGN);
-}
-
 int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
@@ -352,7 +332,6 @@ int main(int argc, char **argv)
     o.split = split;
     o.threads = (int)threads;
     pn_cli_cap_threads("pn-synth", "--threads", &o.threads, quiet);
-    o.cancel = &g_cancel;
     progress_state ps = { .path = o.path }; /* off until pn_cli_meter_open below */
     o.progress = on_progress;
     o.user = &ps;
@@ -373,7 +352,10 @@ int main(int argc, char **argv)
     if (!space_ok(o.path, bytes))
         return 1;
 
-    catch_signals();
+    /* SIGINT, SIGTERM and SIGHUP cancel the write (its temporary files are
+     * removed) */
+    volatile sig_atomic_t *cancel = pn_cli_trap_signals();
+    o.cancel = cancel;
 
     double t0 = pn_now_seconds();
     pn_cli_meter_open(&ps.meter, quiet, progress);
@@ -381,7 +363,7 @@ int main(int argc, char **argv)
     pn_cli_meter_end(&ps.meter);
     if (st != PN_OK) {
         fprintf(stderr, "pn-synth: error: %s\n", err.msg[0] ? err.msg : pn_strerror(st));
-        return pn_cli_exit_status_signal(st, g_cancel);
+        return pn_cli_exit_status_signal(st, *cancel);
     }
     if (!quiet)
         print_wrote(&o, hf, n_files, bytes, pn_now_seconds() - t0);

@@ -763,6 +763,22 @@ static pn_status check_sources_unchanged(const run_ctx *c, const struct stat *sr
     return st;
 }
 
+/* What is asked, before any work: the threads, the paths (SRC's stat into
+ * src_stat), the options that need others. */
+static pn_status check_request(run_ctx *c, pn_quantize_stats *stats, struct stat *src_stat,
+                               pn_error *err)
+{
+    const pn_quantize_opts *o = c->o;
+    pn_status st = resolve_env(o, &c->env, err);
+    if (st != PN_OK)
+        return st;
+    stats->threads = c->env.threads;
+    st = pn_quantize_check_paths(o, src_stat, err);
+    if (st == PN_OK && o->reuse_verify && !o->reuse_path)
+        st = pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+    return st;
+}
+
 pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *stats, pn_error *err)
 {
     pn_quantize_stats local;
@@ -779,16 +795,13 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
     c.o = o;
     double t_begin = pn_now_seconds();
 
-    pn_status st = resolve_env(o, &c.env, err);
-    if (st != PN_OK)
-        return st;
-    stats->threads = c.env.threads;
+    /* one exit path, at out: every failure goes there, so that what is
+     * open (the CUDA context, PREV, the source, the output's temporary
+     * files) is closed whichever step fails */
     struct stat src_stat;
-    st = pn_quantize_check_paths(o, &src_stat, err);
+    pn_status st = check_request(&c, stats, &src_stat, err);
     if (st != PN_OK)
-        return st;
-    if (o->reuse_verify && !o->reuse_path)
-        return pn_error_set(err, PN_ERR_USAGE, "--reuse-verify needs --reuse PREV");
+        goto out;
     /* --backend cuda asked for: a GPU that cannot be used is said before
      * any work, not after the measurement and the plan */
     bool backend_ready = false;
@@ -802,7 +815,7 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
         /* PREV is refused at once when it cannot be one */
         st = pn_reuse_open(o->reuse_path, &c.ru, err);
         if (st != PN_OK)
-            return st;
+            goto out; /* the CUDA context opened above is closed there */
     }
     st = open_source(&c, stats, err);
     if (st != PN_OK)

@@ -1,6 +1,6 @@
 /* cli.h - what every program does the same way at its edges: a progress
- * line on stderr, the check that what it wrote to stdout arrived, and the
- * exit status.
+ * line on stderr, the check that what it wrote to stdout arrived, the
+ * signals that stop it, and the exit status.
  *
  * Exit status, one rule for every program (docs/usage.md#exit-status):
  *   0    done (pn-check: the file is valid);

@@ -92,8 +92,8 @@ Test(quantize_cleanup, with_backend_cuda_a_reuse_file_that_cannot_be_opened_clos
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     char want[4096];
     if (pn_cuda_build_enabled())
-        snprintf(want, sizeof want,
-                 "%s: cannot open the --reuse file: No such file or directory", missing);
+        snprintf(want, sizeof want, "%s: cannot open the --reuse file: No such file or directory",
+                 missing);
     else
         snprintf(want, sizeof want,
                  "--backend cuda: this build has no CUDA backend (configure with -DPN_CUDA=ON "
@@ -108,8 +108,10 @@ Test(quantize_cleanup, with_backend_cuda_a_reuse_file_that_cannot_be_opened_clos
     cr_assert_str_eq(err.msg, want);
     size_t after = allocated();
     /* the emulator's context alone holds PN_CUDA_SLOT_INPUT_BYTES per slot */
-    cr_assert_leq(after, before + 4096, "%zu bytes more held after the refused run: the CUDA "
-                  "context was not closed", after - before);
+    cr_assert_leq(after, before + 4096,
+                  "%zu bytes more held after the refused run: the CUDA "
+                  "context was not closed",
+                  after - before);
     cr_assert(!exists(dst));
     cr_assert_eq(tu_count_files(g_dir), 2, "only the source and the recipe");
     free(src);

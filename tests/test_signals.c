@@ -126,8 +126,7 @@ static void expect_nothing_left(int rc, const char *err, const char *target, con
     cr_assert_eq(rc, 128 + SIGHUP, "exit %d, not 129\n%s", rc, err);
     cr_assert(strstr(err, "interrupted"), "%s", err);
     cr_assert(!tu_exists(tu_join_static(g_dir, target)), "%s was written", target);
-    cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left beside %s",
-                 target);
+    cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left beside %s", target);
     cr_assert_eq(tu_count_files(g_dir), entries, "something is left in the folder");
     cr_assert_eq(tu_count_files(tmpdir), 0, "something is left in TMPDIR");
 }
@@ -147,7 +146,7 @@ Test(signals, sighup_during_pn_synth_leaves_nothing)
     int entries = tu_count_files(g_dir);
     char *e = NULL;
     char *const argv[] = { BIN "/pn-synth", "--progress", "--layers", "2", "--width-scale", "16",
-                           "--vocab", "300", "s.gguf", NULL };
+                           "--vocab",       "300",        "s.gguf",   NULL };
     int rc = hup_in_the_middle(argv, tmp, NULL, &e);
     expect_nothing_left(rc, e, "s.gguf", tmp, entries);
     free(e);
@@ -158,12 +157,12 @@ Test(signals, sighup_during_pn_synth_leaves_nothing)
 Test(signals, sighup_during_pn_quantize_leaves_nothing)
 {
     char *tmp = fresh_tmpdir();
-    sh_ok("cd '%s' && '%s'/pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 s.gguf",
-          g_dir, BIN);
+    sh_ok("cd '%s' && '%s'/pn-synth --quiet --layers 2 --width-scale 16 --vocab 300 s.gguf", g_dir,
+          BIN);
     int entries = tu_count_files(g_dir);
     char *e = NULL;
-    char *const argv[] = { BIN "/pn-quantize", "--progress", "--threads", "1", "--recipe",
-                           RECIPE, "s.gguf", "q.gguf", NULL };
+    char *const argv[] = { BIN "/pn-quantize", "--progress", "--threads", "1", "--recipe", RECIPE,
+                           "s.gguf",           "q.gguf",     NULL };
     int rc = hup_in_the_middle(argv, tmp, NULL, &e);
     expect_nothing_left(rc, e, "q.gguf", tmp, entries);
     cr_assert(strstr(e, "pn-quantize: interrupted: nothing was written to q.gguf"), "%s", e);
@@ -175,8 +174,8 @@ Test(signals, sighup_during_pn_quantize_leaves_nothing)
 Test(signals, sighup_during_pn_convert_leaves_nothing)
 {
     char *tmp = fresh_tmpdir();
-    sh_ok("cd '%s' && '%s'/pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X/",
-          g_dir, BIN);
+    sh_ok("cd '%s' && '%s'/pn-synth --quiet --hf --layers 2 --width-scale 16 --vocab 300 X/", g_dir,
+          BIN);
     int entries = tu_count_files(g_dir);
     char *e = NULL;
     char *const argv[] = { BIN "/pn-convert", "--progress", "X", "c.gguf", NULL };
@@ -258,8 +257,8 @@ Test(signals, sighup_during_pn_compare_leaves_nothing)
     chmod(node, 0755);
     int entries = tu_count_files(g_dir);
     char *e = NULL;
-    char *const argv[] = { BIN "/pn-compare", "--quiet", "--threads", "1", "--node", node,
-                           "--llama-script", SCRIPT, "s.gguf", "q.gguf", NULL };
+    char *const argv[] = { BIN "/pn-compare", "--quiet", "--threads", "1",      "--node", node,
+                           "--llama-script",  SCRIPT,    "s.gguf",    "q.gguf", NULL };
     int rc = hup_in_the_middle(argv, tmp, pidfile, &e);
     cr_assert_eq(rc, 128 + SIGHUP, "exit %d, not 129\n%s", rc, e);
     cr_assert_str_eq(e, "pn-compare: error: interrupted by a signal\n");

@@ -53,8 +53,8 @@ Test(types, every_entry_has_a_block_and_a_name_of_its_own)
     for (size_t i = 0; i < n; i++) {
         cr_expect_gt(all[i].block_weights, 0, "%s", all[i].name);
         cr_expect_gt(all[i].block_bytes, 0, "%s", all[i].name);
-        cr_expect_eq(pn_type_row_bytes(all[i].id, 3 * all[i].block_weights),
-                     3 * all[i].block_bytes, "%s", all[i].name);
+        cr_expect_eq(pn_type_row_bytes(all[i].id, 3 * all[i].block_weights), 3 * all[i].block_bytes,
+                     "%s", all[i].name);
         for (size_t j = 0; j < i; j++) {
             cr_expect_neq(all[i].id, all[j].id, "id %d twice", all[i].id);
             cr_expect_neq(strcasecmp(all[i].name, all[j].name), 0, "%s and %s", all[i].name,

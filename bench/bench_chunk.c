@@ -108,7 +108,7 @@ static double run_job(setup *s, int j, double *cpu)
             int64_t bad = 0;
             pn_status st;
             if (!sums && pn_type_is_pn(s->type))
-                st = pn_quantize_row_path(s->path, s->type, x + r * K, K,
+                st = pn_quantize_row_path(s->type, s->path, x + r * K, K,
                                           s->out[j] + r * s->row_bytes, &bad);
             else
                 st = pn_quantize_row_sums(

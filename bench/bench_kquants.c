@@ -178,12 +178,11 @@ int main(int argc, char **argv)
 
     static const struct {
         int type;
-        const char *name;
         double ref_err;
     } types[] = {
-        { PN_TYPE_Q8_0, "q8_0", 0.00672 },
-        { PN_TYPE_Q4_K, "q4_K", 0.0776 },
-        { PN_TYPE_Q3_K, "q3_K", 0.163 },
+        { PN_TYPE_Q8_0, 0.00672 },
+        { PN_TYPE_Q4_K, 0.0776 },
+        { PN_TYPE_Q3_K, 0.163 },
     };
     printf("matrix %lld x %d, Gaussian(0, 0.02), 0.1%% x10, columns %d %d %d %d x8, seed %llu; "
            "best of %d interleaved passes%s\n",
@@ -191,7 +190,7 @@ int main(int argc, char **argv)
            repeat, with_sums ? "; with the fused per-block sums" : "");
     int status = 0;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        if (only && strcmp(only, types[t].name) != 0)
+        if (only && strcmp(only, pn_type_name(types[t].type)) != 0)
             continue;
         const int type = types[t].type;
         const int64_t rb = pn_type_row_bytes(type, COLS);
@@ -211,7 +210,7 @@ int main(int argc, char **argv)
                                      err, norm, &cpu);
                 if (dt < 0) {
                     fprintf(stderr, "bench_kquants: %s path %s failed to encode the matrix\n",
-                            types[t].name, pn_path_name(path));
+                            pn_type_name(types[t].type), pn_path_name(path));
                     return 1;
                 }
                 best[c] = dt < best[c] ? dt : best[c];
@@ -221,15 +220,15 @@ int main(int argc, char **argv)
             }
         }
         for (int64_t r = 0; r < rows; r++)
-            pn_dequantize_row_stock(type, qref + r * rb, dq + r * COLS, COLS);
+            pn_dequantize_row_type(type, qref + r * rb, dq + r * COLS, COLS);
         double see = 0.0;
         for (int64_t i = 0; i < n; i++) {
             double e = (double)w[i] - dq[i];
             see += e * e;
         }
         const double rel = sqrt(see / sww);
-        printf("%s: rel_rmse %.5f (ggml's reference %.5f, ratio %.4f)\n", types[t].name, rel,
-               types[t].ref_err, rel / types[t].ref_err);
+        printf("%s: rel_rmse %.5f (ggml's reference %.5f, ratio %.4f)\n",
+               pn_type_name(types[t].type), rel, types[t].ref_err, rel / types[t].ref_err);
         printf("  %-7s %7s %12s %9s %14s %9s %s\n", "path", "threads", "w/s (wall)", "x ref",
                "w/s per cpu-s", "x ref", "bytes");
         for (int c = 0; c < ncfg; c++) {

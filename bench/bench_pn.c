@@ -12,9 +12,6 @@
  *       (less disturbed by other work on a shared machine). It also checks
  *       that every path's output equals the reference's on that data (exit
  *       1 if not).
- *       The AVX2 and AVX-512 paths are timed twice: their previous search
- *       (pn_quantize_row_path_v1, "avx2-v1") and today's, in alternating
- *       passes, with the ratios.
  *   bench_pn --verify M [--seed N] [--paths P,...]
  *       Quantizes M million random groups of each type (many scales, heavy
  *       tails, few-bit weights that put quotients on half-way points, exact
@@ -87,7 +84,6 @@ typedef enum job_kind { JOB_QUANT, JOB_ROTATE } job_kind;
 typedef struct job {
     job_kind kind;
     int path;
-    int v1;   /* JOB_QUANT: the path's previous search (pn_quantize_row_path_v1) */
     int type; /* JOB_QUANT */
     int B;    /* JOB_ROTATE */
     const float *src;
@@ -108,10 +104,8 @@ static double run_once(const job *j, int threads, double *cpu)
     for (int64_t r = 0; r < j->rows; r++) {
         if (j->kind == JOB_QUANT) {
             int64_t bad = 0;
-            pn_status st = j->v1 ? pn_quantize_row_path_v1(j->path, j->type, j->src + r * j->K,
-                                                           j->K, j->out + r * row_bytes, &bad)
-                                 : pn_quantize_row_path(j->path, j->type, j->src + r * j->K, j->K,
-                                                        j->out + r * row_bytes, &bad);
+            pn_status st = pn_quantize_row_path(j->type, j->path, j->src + r * j->K, j->K,
+                                                j->out + r * row_bytes, &bad);
             if (st != PN_OK)
                 failed = 1;
         } else {
@@ -147,35 +141,6 @@ static double measure(const job *j, int threads, double seconds, double *per_cpu
     if (per_cpu)
         *per_cpu = (double)(j->rows * j->K) / best_cpu;
     return (double)(j->rows * j->K) / best;
-}
-
-/* measure() for two jobs at once, their passes alternating, so that load
- * from other work on the machine falls on both alike (the previous and the
- * current search of one path); rate[i], per_cpu[i] for job i. Returns -1 on
- * a quantizer error. */
-static int measure_pair(const job *const j[2], int threads, double seconds, double rate[2],
-                        double per_cpu[2])
-{
-    double best[2] = { 1e30, 1e30 }, best_cpu[2] = { 1e30, 1e30 }, spent = 0.0;
-    int passes = 0;
-    while (passes < 3 || spent < 2.0 * seconds) {
-        for (int i = 0; i < 2; i++) {
-            double cpu = 0.0;
-            double t = run_once(j[i], threads, &cpu);
-            if (t < 0)
-                return -1;
-            best[i] = t < best[i] ? t : best[i];
-            best_cpu[i] = cpu > 0.0 && cpu < best_cpu[i] ? cpu : best_cpu[i];
-            spent += t;
-        }
-        passes++;
-    }
-    for (int i = 0; i < 2; i++) {
-        rate[i] = (double)(j[i]->rows * j[i]->K) / best[i];
-        if (per_cpu)
-            per_cpu[i] = (double)(j[i]->rows * j[i]->K) / best_cpu[i];
-    }
-    return 0;
 }
 
 /* The rotation's copy is timed for both paths alike; measure it to subtract. */
@@ -226,17 +191,10 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
     const int nfast = chosen_paths(fast_paths);
     if (nfast < 0)
         return 2;
-    /* the SIMD paths twice: their previous search (v1) first, then today's */
-    int paths[2 * PN_PATH_COUNT + 1] = { PN_PATH_REF }, v1[2 * PN_PATH_COUNT + 1] = { 0 };
+    int paths[PN_PATH_COUNT + 1] = { PN_PATH_REF };
     int npaths = 1;
-    for (int k = 0; k < nfast; k++) {
-        if (fast_paths[k] == PN_PATH_AVX2 || fast_paths[k] == PN_PATH_AVX512) {
-            paths[npaths] = fast_paths[k];
-            v1[npaths++] = 1;
-        }
-        paths[npaths] = fast_paths[k];
-        v1[npaths++] = 0;
-    }
+    for (int k = 0; k < nfast; k++)
+        paths[npaths++] = fast_paths[k];
     const int B = pn_hadamard_block_size(K, PN_HADAMARD_DEFAULT_CAP);
     float *src = malloc((size_t)(rows * K) * sizeof(float));
     float *scratch = malloc((size_t)(rows * K) * sizeof(float));
@@ -265,62 +223,35 @@ static int bench(int64_t rows, int64_t K, double seconds, uint64_t seed)
            "all threads", "scaling", "x ref 1t", "x ref all", "1t w/cpu-s");
 
     int status = 0;
-    static const char *const kernel[3] = { "pn3t", "pn4t", "rotate" };
+    const char *const kernel[3] = { pn_type_name(PN_TYPE_PN3T), pn_type_name(PN_TYPE_PN4T),
+                                    "rotate" };
     for (int kind = 0; kind < 3; kind++) {
         const int type = kind == 0 ? PN_TYPE_PN3T : PN_TYPE_PN4T;
         if (kind < 2 && K % pn_params_get(type)->group != 0)
             continue;
-        double rate[2 * PN_PATH_COUNT + 1][2], rate_cpu[2 * PN_PATH_COUNT + 1];
+        double rate[PN_PATH_COUNT + 1][2], rate_cpu[PN_PATH_COUNT + 1];
         for (int k = 0; k < npaths; k++) {
-            if (kind == 2 && v1[k])
-                continue; /* the rotation has one implementation per path */
-            job j = kind < 2 ? (job){ JOB_QUANT, paths[k], v1[k], type,
-                                      0,         src,      NULL,  k ? out_fast : out_ref,
-                                      rows,      K }
-                             : (job){ JOB_ROTATE, paths[k], 0, 0, B, src, k ? scratch2 : scratch,
-                                      NULL,       rows,     K };
-            if (kind < 2 && k + 1 < npaths && v1[k] && paths[k + 1] == paths[k]) {
-                /* the previous search and the current one of this path, in
-                 * alternating passes; then each once more for the bytes */
-                const job jn = { JOB_QUANT, paths[k], 0, type, 0, src, NULL, out_fast, rows, K };
-                const job *const pair[2] = { &j, &jn };
-                for (int t = 0; t < 2; t++) {
-                    double r2[2], c2[2];
-                    if (measure_pair(pair, t == 0 ? 1 : threads, seconds, r2, t == 0 ? c2 : NULL) <
-                        0)
-                        r2[0] = r2[1] = c2[0] = c2[1] = -1.0;
-                    rate[k][t] = r2[0];
-                    rate[k + 1][t] = r2[1];
-                    if (t == 0) {
-                        rate_cpu[k] = c2[0];
-                        rate_cpu[k + 1] = c2[1];
-                    }
-                }
-                run_once(&j, 1, NULL);
-            } else if (!(kind < 2 && k > 0 && v1[k - 1] && paths[k - 1] == paths[k])) {
-                for (int t = 0; t < 2; t++)
-                    rate[k][t] =
-                        measure(&j, t == 0 ? 1 : threads, seconds, t == 0 ? &rate_cpu[k] : NULL);
-            } else {
-                run_once(&j, 1, NULL); /* timed with its v1 above; its bytes */
-            }
+            job j = kind < 2
+                        ? (job){ JOB_QUANT, paths[k], type, 0, src, NULL, k ? out_fast : out_ref,
+                                 rows,      K }
+                        : (job){ JOB_ROTATE, paths[k], 0, B, src, k ? scratch2 : scratch,
+                                 NULL,       rows,     K };
+            for (int t = 0; t < 2; t++)
+                rate[k][t] =
+                    measure(&j, t == 0 ? 1 : threads, seconds, t == 0 ? &rate_cpu[k] : NULL);
             const int same =
                 kind < 2
                     ? memcmp(out_ref, out_fast, (size_t)(rows * pn_type_row_bytes(type, K))) == 0
                     : memcmp(scratch, scratch2, (size_t)(rows * K) * sizeof(float)) == 0;
             if (k > 0 && !same) {
-                fprintf(stderr, "bench_pn: %s: path %s%s differs from the reference\n",
-                        kernel[kind], pn_path_name(paths[k]), v1[k] ? "-v1" : "");
+                fprintf(stderr, "bench_pn: %s: path %s differs from the reference\n", kernel[kind],
+                        pn_path_name(paths[k]));
                 status = 1;
             }
-            char name[32];
-            snprintf(name, sizeof name, "%s%s", pn_path_name(paths[k]), v1[k] ? "-v1" : "");
-            printf("%-8s %-9s %14.3e %14.3e %8.2fx %8.2fx %8.2fx %14.3e", kernel[kind], name,
-                   rate[k][0], rate[k][1], rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0,
-                   rate[k][0] / rate[0][0], rate[k][1] / rate[0][1], rate_cpu[k]);
-            if (k > 0 && v1[k - 1] && paths[k - 1] == paths[k] && kind < 2)
-                printf("   x v1: 1t %.2fx, all %.2fx, cpu-s %.2fx", rate[k][0] / rate[k - 1][0],
-                       rate[k][1] / rate[k - 1][1], rate_cpu[k] / rate_cpu[k - 1]);
+            printf("%-8s %-9s %14.3e %14.3e %8.2fx %8.2fx %8.2fx %14.3e", kernel[kind],
+                   pn_path_name(paths[k]), rate[k][0], rate[k][1],
+                   rate[k][0] > 0 ? rate[k][1] / rate[k][0] : 0.0, rate[k][0] / rate[0][0],
+                   rate[k][1] / rate[0][1], rate_cpu[k]);
             printf("\n");
         }
     }
@@ -530,7 +461,7 @@ static int verify(double millions, uint64_t seed, const char *only)
                 }
                 for (int k = 0; k < npaths; k++) {
                     int64_t bad = -1;
-                    pn_status st = pn_quantize_row_path(paths[k], type, w + g * G, G,
+                    pn_status st = pn_quantize_row_path(type, paths[k], w + g * G, G,
                                                         got + g * PN_BLOCK_BYTES, &bad);
                     bool same = st == st_ref && (st != PN_OK ? bad == bad_ref
                                                              : memcmp(got + g * PN_BLOCK_BYTES,
@@ -556,7 +487,7 @@ static int verify(double millions, uint64_t seed, const char *only)
             if (!status) {
                 for (int k = 0; k < npaths; k++) {
                     int64_t bad = -1;
-                    pn_status b = pn_quantize_row_path(paths[k], type, w, cn * G, got, &bad);
+                    pn_status b = pn_quantize_row_path(type, paths[k], w, cn * G, got, &bad);
                     if (row_st != b ||
                         (b == PN_OK ? memcmp(ref, got, (size_t)cn * PN_BLOCK_BYTES) != 0
                                     : bad != row_bad)) {

@@ -35,7 +35,7 @@
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
 #include "quant/fp16.h"
-#include "quant/kquants.h"
+#include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
 #include "quant/types.h"
@@ -208,7 +208,7 @@ static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, i
         pn_dequantize_row(type, p, y, m);
         return PN_OK;
     }
-    return pn_dequantize_row_stock(type, p, y, m);
+    return pn_dequantize_row_type(type, p, y, m);
 }
 
 /* Asks the kernel to read an item's bytes ahead, in one large request:
@@ -318,12 +318,6 @@ static void set_note(pn_check_ctx *c, pn_check_tensor *t, const char *fmt, ...)
         c->nomem = true;
 }
 
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
-}
-
 /* Decides, per tensor, what the pass does; reports name and shape mismatches
  * with the source. */
 static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
@@ -386,8 +380,8 @@ static void plan_tensor(pn_check_ctx *c, size_t i, tplan *tp)
         set_note(c, t, "the pn.rotation keys are unusable");
         return;
     }
-    if (!tp->pn && !pn_stock_type_supported(t->type)) {
-        set_note(c, t, "type %s is not decoded by this build", type_name(t->type));
+    if (!tp->pn && !pn_type_can(t->type, PN_CAN_STOCK)) {
+        set_note(c, t, "type %s is not decoded by this build", pn_type_name(t->type));
         return;
     }
     tp->compare = true;
@@ -510,7 +504,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
             pn_check_add(c, PN_SEV_ERROR, "PN-NONFINITE-SCALE", t->name, NULL, -1,
                          "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale d (%" PRId64
                          " NaN, %" PRId64 " infinite); first: %s",
-                         n_nan + n_inf, nblocks, type_name(t->type), n_nan, n_inf, where);
+                         n_nan + n_inf, nblocks, pn_type_name(t->type), n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     } else if (n_nan + n_inf > 0 && tp->scan == SCAN_SCALES) {
         const pn_scale_field *fields;
@@ -520,8 +514,8 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
             c, PN_SEV_ERROR, "TENSOR-NONFINITE-SCALE", t->name, NULL, -1,
             "%" PRId64 " of %" PRId64 " %s blocks have a non-finite scale %s%s%s (%" PRId64
             " NaN, %" PRId64 " infinite); first: %s",
-            n_nan + n_inf, nblocks, type_name(t->type), fields[0].name, nfields > 1 ? " or " : "",
-            nfields > 1 ? fields[1].name : "", n_nan, n_inf, where);
+            n_nan + n_inf, nblocks, pn_type_name(t->type), fields[0].name,
+            nfields > 1 ? " or " : "", nfields > 1 ? fields[1].name : "", n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     } else if (n_nan + n_inf > 0 && tp->scan == SCAN_VALUES) {
         format_locations(where, sizeof where, nf, n_nf, tp, t, LOC_WEIGHT);
@@ -529,7 +523,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
             pn_check_add(c, PN_SEV_ERROR, "TENSOR-NONFINITE-WEIGHT", t->name, NULL, -1,
                          "%" PRId64 " of %" PRId64 " %s weights are not finite (%" PRId64
                          " NaN, %" PRId64 " infinite); first: %s",
-                         n_nan + n_inf, tp->n, type_name(t->type), n_nan, n_inf, where);
+                         n_nan + n_inf, tp->n, pn_type_name(t->type), n_nan, n_inf, where);
         set_location(f, &nf[0], tp, t, n_nan + n_inf);
     }
     if (n_res > 0) {
@@ -579,7 +573,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
                          "the limit %.4g = %g x E_ref + %g, E_ref = %.4g being the reference "
                          "quantizer's error on %zu sample rows of the source: wrong code "
                          "packing, a missing or different rotation, or another type's data",
-                         t->rel_error, type_name(t->type), rot, t->limit, c->opt.source_factor,
+                         t->rel_error, pn_type_name(t->type), rot, t->limit, c->opt.source_factor,
                          c->opt.source_floor, t->expected_error, tp->n_samples);
         }
     } else {
@@ -587,7 +581,7 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
         if (t->rel_error > t->limit)
             pn_check_add(c, PN_SEV_ERROR, "SRC-ERROR-HIGH", t->name, NULL, (int64_t)t->file_offset,
                          "relative error %.4g against the source (decoded as %s) is above %g",
-                         t->rel_error, type_name(t->type), t->limit);
+                         t->rel_error, pn_type_name(t->type), t->limit);
     }
 }
 

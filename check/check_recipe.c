@@ -17,12 +17,6 @@
 #include "check/check_internal.h"
 #include "quant/types.h"
 
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
-}
-
 /* Which tensors pn.mix.promoted lists, in one walk over it (a name the file
  * does not hold is the metadata stage's finding). NULL when out of memory. */
 static bool *listed_as_promoted(const pn_check_ctx *c, const gguf_kv *kv)
@@ -218,8 +212,8 @@ pn_status pn_check_recipe(pn_check_ctx *c, pn_error *err)
             continue;
         }
         pn_check_add(c, PN_SEV_WARNING, "RECIPE-TYPE", t->name, NULL, -1,
-                     "stored as %s, the recipe gives %s (rule at %s:%d)", type_name(t->type),
-                     type_name(want), c->opt.recipe_path, rule->line);
+                     "stored as %s, the recipe gives %s (rule at %s:%d)", pn_type_name(t->type),
+                     pn_type_name(want), c->opt.recipe_path, rule->line);
     }
 
     char expected[PN_MIX_NAME_MAX + 24];

@@ -159,12 +159,6 @@ static void put_padded(FILE *f, const char *s, int width)
     free(buf);
 }
 
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
-}
-
 static const char *verdict(const pn_check_report *r, int code)
 {
     return !r->readable ? "unreadable" : code == 0 ? "valid" : "invalid";
@@ -210,12 +204,12 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
             fputs("  ", f);
             put_padded(f, t->name, 40);
             if (!t->compared) {
-                fprintf(f, " %-5s not compared: ", type_name(t->type));
+                fprintf(f, " %-5s not compared: ", pn_type_name(t->type));
                 pn_fput_safe(f, t->note ? t->note : "-");
                 fputc('\n', f);
                 continue;
             }
-            fprintf(f, " %-5s %11.4g ", type_name(t->type), t->rel_error);
+            fprintf(f, " %-5s %11.4g ", pn_type_name(t->type), t->rel_error);
             if (isnan(t->expected_error))
                 fprintf(f, "%11s", "-");
             else
@@ -333,7 +327,7 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
         const pn_check_tensor *t = &r->tensors[i];
         fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
         json_str_or_null(f, t->name);
-        fprintf(f, ", \"type\": \"%s\", \"ne\": [", type_name(t->type));
+        fprintf(f, ", \"type\": \"%s\", \"ne\": [", pn_type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
         fprintf(f,
@@ -518,7 +512,7 @@ static void dump_tensors(FILE *f, const gguf_reader *r, bool json)
             fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
             pn_json_put_str(f, t->name);
             fprintf(f, ", \"type\": \"%s\", \"shape\": [%s], \"offset\": %llu, \"bytes\": %llu",
-                    type_name(t->type), shape, (unsigned long long)off,
+                    pn_type_name(t->type), shape, (unsigned long long)off,
                     (unsigned long long)t->size);
             if (set) {
                 fputs(", \"file\": ", f);
@@ -526,8 +520,9 @@ static void dump_tensors(FILE *f, const gguf_reader *r, bool json)
             }
             fputc('}', f);
         } else {
-            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1, type_name(t->type),
-                    shape, (unsigned long long)off, (unsigned long long)t->size);
+            fprintf(f, "%5zu: %-6s %-22s offset %12llu %12llu bytes  ", i + 1,
+                    pn_type_name(t->type), shape, (unsigned long long)off,
+                    (unsigned long long)t->size);
             pn_fput_safe(f, t->name);
             if (set) {
                 fputs("  in ", f);

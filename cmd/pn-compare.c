@@ -662,7 +662,7 @@ static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
     pn_compare_opts_init(&o);
     o.threads = 0;
     int json = 0, quiet = 0, progress = 0, text_opts = 0, tmp_given = 0;
-    const char *decode = "f32";
+    const char *decode = pn_type_name(PN_TYPE_F32);
     pn_sweep_opts_init(&w->so);
     int c;
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
@@ -688,13 +688,8 @@ static int compare_main(int argc, char **argv, sweep_cli *w, char **script)
                 return 2;
             break;
         case O_DECODE:
-            if (strcmp(optarg, "f32") == 0)
-                o.decode_type = PN_TYPE_F32;
-            else if (strcmp(optarg, "f16") == 0)
-                o.decode_type = PN_TYPE_F16;
-            else if (strcmp(optarg, "bf16") == 0)
-                o.decode_type = PN_TYPE_BF16;
-            else {
+            o.decode_type = pn_float_type_from_name(optarg);
+            if (o.decode_type < 0) {
                 fprintf(stderr,
                         "pn-compare: error: --decode-type: expected f32, f16 or bf16, got '%s'\n",
                         optarg);

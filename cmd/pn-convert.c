@@ -68,12 +68,6 @@ static void on_progress(void *user, size_t tensor, size_t n_tensors, const char 
                           (double)done / 1e6, (double)total / 1e6, elapsed, "MB");
 }
 
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
-}
-
 /* --dry-run: the tensors the real run would write, one line each, and the
  * total (the set's file bytes come from the planned set). */
 static void print_tensors(const pn_hf_model *m)
@@ -86,7 +80,7 @@ static void print_tensors(const pn_hf_model *m)
         for (uint32_t d = 1; d < t->n_dims && k > 0 && (size_t)k < sizeof shape; d++)
             k += snprintf(shape + k, sizeof shape - (size_t)k, "x%lld", (long long)t->ne[d]);
         pn_safe_text(t->name, name, sizeof name);
-        printf("%-48s %-5s %-20s %14llu\n", name, type_name(t->type), shape,
+        printf("%-48s %-5s %-20s %14llu\n", name, pn_type_name(t->type), shape,
                (unsigned long long)(t->n_rows * t->row_elems * pn_hf_type_size(t->type)));
     }
 }
@@ -143,11 +137,11 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_OUTTYPE:
-            if (strcmp(optarg, "bf16") == 0)
+            if (pn_float_type_from_name(optarg) == PN_TYPE_BF16)
                 ho.outtype = PN_HF_OUT_BF16;
-            else if (strcmp(optarg, "f16") == 0)
+            else if (pn_float_type_from_name(optarg) == PN_TYPE_F16)
                 ho.outtype = PN_HF_OUT_F16;
-            else if (strcmp(optarg, "f32") == 0)
+            else if (pn_float_type_from_name(optarg) == PN_TYPE_F32)
                 ho.outtype = PN_HF_OUT_F32;
             else if (strcmp(optarg, "auto") == 0)
                 ho.outtype = PN_HF_OUT_AUTO;

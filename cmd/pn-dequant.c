@@ -97,13 +97,8 @@ int main(int argc, char **argv)
     while ((c = pn_cli_next(&program, argc, argv)) != -1) {
         switch (c) {
         case OPT_TYPE:
-            if (strcmp(optarg, "f32") == 0)
-                o.out_type = PN_TYPE_F32;
-            else if (strcmp(optarg, "f16") == 0)
-                o.out_type = PN_TYPE_F16;
-            else if (strcmp(optarg, "bf16") == 0)
-                o.out_type = PN_TYPE_BF16;
-            else {
+            o.out_type = pn_float_type_from_name(optarg);
+            if (o.out_type < 0) {
                 fprintf(stderr, "pn-dequant: error: --type: '%s' is not f32, f16 or bf16\n",
                         optarg);
                 return 2;

@@ -254,12 +254,6 @@ static void format_shape(const pn_plan_tensor *t, char *buf, size_t size)
         k += snprintf(buf + k, size - (size_t)k, "x%lld", (long long)t->ne[d]);
 }
 
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
-}
-
 static void print_plan_table(FILE *f, const pn_quantize_result *r, const cli_state *cs)
 {
     fprintf(f, "%-40s %-16s %-6s %-6s %14s  %s\n", "tensor", "shape", "source", "type", "bytes",
@@ -287,8 +281,8 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r, const cli_sta
             snprintf(note + l, sizeof note - l, "%s%s", l ? ", " : "",
                      pn_imatrix_find(r->imatrix, t->name) ? "imatrix entry" : "no imatrix entry");
         }
-        fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, type_name(t->src_type),
-                type_name(t->type), (unsigned long long)t->bytes, note);
+        fprintf(f, "%-40s %-16s %-6s %-6s %14llu  %s\n", name, shape, pn_type_name(t->src_type),
+                pn_type_name(t->type), (unsigned long long)t->bytes, note);
     }
 }
 
@@ -451,7 +445,7 @@ static void write_report_json(FILE *f, const pn_quantize_result *r)
         for (uint32_t d = 0; d < t->n_dims; d++)
             fprintf(f, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
         fprintf(f, "], \"source_type\": \"%s\", \"type\": \"%s\", \"bytes\": %llu, ",
-                type_name(t->src_type), type_name(t->type), (unsigned long long)t->bytes);
+                pn_type_name(t->src_type), pn_type_name(t->type), (unsigned long long)t->bytes);
         fprintf(f, "\"rotation_block\": %d, \"promoted\": %s, ", t->rotation_block,
                 t->promoted ? "true" : "false");
         if (r->reused)

@@ -214,13 +214,8 @@ static int parse_profile(const char *v, pn_synth_profile *out)
 /* --dtype's value; -1 after the message. */
 static int parse_dtype(const char *v, int *out)
 {
-    if (strcmp(v, "bf16") == 0)
-        *out = PN_TYPE_BF16;
-    else if (strcmp(v, "f16") == 0)
-        *out = PN_TYPE_F16;
-    else if (strcmp(v, "f32") == 0)
-        *out = PN_TYPE_F32;
-    else {
+    *out = pn_float_type_from_name(v);
+    if (*out < 0) {
         fprintf(stderr, "pn-synth: error: --dtype: expected bf16, f16 or f32, got '%s'\n", v);
         return -1;
     }

@@ -28,7 +28,7 @@ void pn_kl_measurement_free(pn_kl_measurement *m)
 
 static const char *decode_name(int type)
 {
-    return type == PN_TYPE_BF16 ? "bf16" : type == PN_TYPE_F16 ? "f16" : "f32";
+    return pn_type_name(pn_type_is_float(type) ? type : PN_TYPE_F32);
 }
 
 /* One line of text, no tab: what a field may hold. */
@@ -227,12 +227,10 @@ static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, 
     if (!fields(next_line(lr), "judge", f, 4) ||
         !text_into(f[1], p->llama_cpp, sizeof p->llama_cpp) ||
         !text_into(f[2], p->node_llama_cpp, sizeof p->node_llama_cpp) ||
-        !(strcmp(f[3], "f32") == 0 || strcmp(f[3], "bf16") == 0 || strcmp(f[3], "f16") == 0))
+        pn_float_type_from_name(f[3]) < 0)
         BAD("%s:%d: expected 'judge<TAB><llama.cpp><TAB><node-llama-cpp><TAB>f32|bf16|f16'", path,
             lr->line);
-    p->decode_type = strcmp(f[3], "bf16") == 0  ? PN_TYPE_BF16
-                     : strcmp(f[3], "f16") == 0 ? PN_TYPE_F16
-                                                : PN_TYPE_F32;
+    p->decode_type = pn_float_type_from_name(f[3]);
     if (!fields(next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
         !real_of(f[2], &m->kl_base_se) || m->kl_base < 0 || m->kl_base_se < 0)
         BAD("%s:%d: expected 'kl-base<TAB><mean KL><TAB><standard error>'", path, lr->line);

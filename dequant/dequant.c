@@ -31,7 +31,7 @@
 #include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "io/outset.h"
-#include "quant/kquants.h"
+#include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
 #include "quant/types.h"
@@ -44,12 +44,6 @@ void pn_dequant_opts_init(pn_dequant_opts *o)
     memset(o, 0, sizeof *o);
     o->out_type = PN_TYPE_F32;
     o->chunk_bytes = (size_t)64 << 20;
-}
-
-static const char *type_name(int type)
-{
-    const pn_type_traits *tt = pn_type_traits_get(type);
-    return tt ? tt->name : "?";
 }
 
 static bool kv_integer(const gguf_kv *kv, int64_t *v)
@@ -255,7 +249,7 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
                 return r;
             }
         }
-        pn_status st = pn_dequantize_row_stock(j->in_type, p, y, m);
+        pn_status st = pn_dequantize_row_type(j->in_type, p, y, m);
         if (st) {
             r.st = st;
             r.elem = e;
@@ -288,7 +282,7 @@ static seg_err decode_segment(const tjob *j, int64_t e, int64_t m, float *y, uin
 static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn_error *err)
 {
     const char *name = j->ti->name;
-    const char *tn = type_name(j->in_type);
+    const char *tn = pn_type_name(j->in_type);
     const int64_t per_row = j->K / j->bw;
     const long long row = (long long)(e.elem / j->K), col = (long long)(e.elem % j->K);
     const bool nan = pn_nonfinite_is_nan(e.where == AT_WEIGHT ? j->in_type : PN_TYPE_F16, e.bits);
@@ -327,7 +321,7 @@ static pn_status describe_failure(const char *path, const tjob *j, seg_err e, pn
     case PN_ERR_SCALE_OVERFLOW:
         return pn_error_set(err, e.st,
                             "%s: tensor '%s' row %lld column %lld: the value does not fit %s", path,
-                            name, row, col, type_name(j->out_type));
+                            name, row, col, pn_type_name(j->out_type));
     default:
         return pn_error_set(err, e.st, "%s: tensor '%s' (%s) row %lld: cannot decode: %s", path,
                             name, tn, row, pn_strerror(e.st));
@@ -524,8 +518,8 @@ static pn_status verify_output(const pn_outset *os, const gguf_reader *in, const
                 memcmp(a->ne, b->ne, sizeof a->ne) != 0 || b->type != out_types[i])
                 st = pn_error_set(err, PN_ERR_INTERNAL,
                                   "%s: tensor %zu reads back as '%s' (%s), expected '%s' (%s)", tmp,
-                                  i - lo, b->name, type_name(b->type), a->name,
-                                  type_name(out_types[i]));
+                                  i - lo, b->name, pn_type_name(b->type), a->name,
+                                  pn_type_name(out_types[i]));
         }
         gguf_reader_close(r);
     }
@@ -580,12 +574,12 @@ static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_ty
         }
     } else if (j->in_type == j->out_type) {
         stats->n_copied++;
-    } else if (pn_stock_type_supported(ti->type)) {
+    } else if (pn_type_can(ti->type, PN_CAN_STOCK)) {
         stats->n_stock++;
     } else {
         return pn_error_set(err, PN_ERR_TYPE,
                             "%s: tensor '%s' has type %s, which this build cannot decode", in_path,
-                            ti->name, type_name(ti->type));
+                            ti->name, pn_type_name(ti->type));
     }
     j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
     j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
@@ -609,7 +603,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
     const double t0 = pn_now_seconds();
     if (o.out_type != PN_TYPE_F32 && o.out_type != PN_TYPE_F16 && o.out_type != PN_TYPE_BF16)
         return pn_error_set(err, PN_ERR_USAGE, "output type %s: expected f32, f16 or bf16",
-                            type_name(o.out_type));
+                            pn_type_name(o.out_type));
     const bool split = o.split.mode != GGUF_SPLIT_NONE || o.keep_split;
     /* a split output is checked file by file once planned (DST is a name) */
     pn_status st = split ? PN_OK : check_paths(in_path, out_path, o.force, err);

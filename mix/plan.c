@@ -10,18 +10,13 @@
 #include "hadamard/hadamard.h"
 #include "quant/types.h"
 
-static const char *type_name(int id)
-{
-    const pn_type_traits *t = pn_type_traits_get(id);
-    return t ? t->name : "?";
-}
-
 static void chain_text(const pn_recipe_rule *rule, char *buf, size_t size)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (int i = 0; i < rule->n_types && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? "|" : "", type_name(rule->types[i]));
+        n +=
+            (size_t)snprintf(buf + n, size - n, "%s%s", i ? "|" : "", pn_type_name(rule->types[i]));
 }
 
 static int cmp_name_ptr(const void *a, const void *b)
@@ -54,7 +49,7 @@ static pn_status no_type_fits(const pn_recipe *recipe, const pn_recipe_rule *rul
     char chain[128];
     chain_text(rule, chain, sizeof chain);
     const pn_type_traits *first = pn_type_traits_get(rule->types[0]);
-    const char *alt = type_name(fallback_type(rule, d->ne[0]));
+    const char *alt = pn_type_name(fallback_type(rule, d->ne[0]));
     if (rule->line == 0)
         return pn_error_set(err, PN_ERR_RECIPE,
                             "%s: tensor '%s' has K=%lld, which %s cannot hold (it needs a "
@@ -90,7 +85,7 @@ static pn_status check_desc(const pn_tensor_desc *d, size_t i, pn_error *err)
         return pn_error_set(
             err, PN_ERR_TYPE,
             "tensor '%s': expected a float source (f32, f16 or bf16), found type %d (%s)", d->name,
-            d->src_type, type_name(d->src_type));
+            d->src_type, pn_type_name(d->src_type));
     return PN_OK;
 }
 
@@ -303,7 +298,7 @@ pn_status pn_plan_promote_index(pn_plan *plan, size_t index, pn_error *err)
         return pn_error_set(err, PN_ERR_MISMATCH,
                             "promotion: tensor '%s' is not a promotion candidate (it is %s%s; "
                             "candidates are pn3t tensors with K a multiple of 64)",
-                            t->name, type_name(t->base_type),
+                            t->name, pn_type_name(t->base_type),
                             t->base_type == PN_TYPE_PN3T ? ", but K is not a multiple of 64" : "");
     if (t->promoted)
         return pn_error_set(err, PN_ERR_MISMATCH, "promotion: tensor '%s' is listed twice",

@@ -146,7 +146,7 @@ static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8
 {
     float *y = (float *)scratch;
     uint8_t *q = scratch + (size_t)n * sizeof(float);
-    pn_status st = pn_quantize_row_path(path, type, x, n, q, bad_col);
+    pn_status st = pn_quantize_row_path(type, path, x, n, q, bad_col);
     if (st != PN_OK)
         return st;
     pn_dequantize_row(type, q, y, n);
@@ -166,7 +166,7 @@ static pn_status piece_sums_weighted(int type, int path, const float *x, const f
 {
     float *y = (float *)scratch;
     uint8_t *q = scratch + (size_t)n * sizeof(float);
-    pn_status st = pn_quantize_row_path(path, type, x, n, q, bad_col);
+    pn_status st = pn_quantize_row_path(type, path, x, n, q, bad_col);
     if (st != PN_OK)
         return st;
     pn_dequantize_row(type, q, y, n);

@@ -52,12 +52,12 @@
  *                         beyond the f16 range; for bf16, beyond bf16's)
  *                         (*bad_col = the first column of that block, or the
  *                         weight's column for f16/bf16);
- *   PN_ERR_TYPE           (stock dispatch) a type this file does not write.
  * bad_col may be NULL. After an error the contents of out are unspecified.
  *
  * pn_dequantize_row_T decodes n weights from n/block blocks into y (n a
  * multiple of the block: the caller checks, or uses
- * pn_dequantize_row_stock, which does).
+ * pn_dequantize_row_type of quant/quant_row.h, which does). The type table
+ * (quant/types.h) names these functions per type.
  */
 #ifndef PN_QUANT_KQUANTS_H
 #define PN_QUANT_KQUANTS_H
@@ -95,19 +95,17 @@ void pn_q4_K_set_scale_min(uint8_t scales[12], int j, int sc, int m);
 int pn_q3_K_get_scale(const uint8_t scales[12], int j);
 void pn_q3_K_set_scale(uint8_t scales[12], int j, int u);
 
-/* Every type a mix stores that is not a PN type: f32 (a copy), f16 and bf16
- * (round to nearest even), q8_0, q3_K, q4_K. */
-bool pn_stock_type_supported(int type);
-
-/* Quantizes a row to `type` (a ggml type id) on pn_cpu_path_best(); same
- * contract as the row calls above, PN_ERR_TYPE for an unsupported type.
- * quant/quant_row.h has the path-taking entry point for every type. */
-pn_status pn_quantize_row_stock(int type, const float *x, int64_t n, uint8_t *out,
-                                int64_t *bad_col);
-
-/* Decodes n weights of `type` to floats. Returns PN_ERR_TYPE for an
- * unsupported type and PN_ERR_USAGE when n is not a multiple of its block
- * (y untouched then); PN_OK otherwise. */
-pn_status pn_dequantize_row_stock(int type, const uint8_t *in, float *y, int64_t n);
+/* The plain types: f32 (a copy), f16 and bf16 (round to nearest even), with
+ * the per-block sums of quant/quant_row.h (blk_err and blk_norm both NULL
+ * for none), and their decoders; same contract as the row calls above. */
+pn_status pn_quantize_row_f32_sums(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+                                   double *blk_err, double *blk_norm);
+pn_status pn_quantize_row_f16_sums(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+                                   double *blk_err, double *blk_norm);
+pn_status pn_quantize_row_bf16_sums(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+                                    double *blk_err, double *blk_norm);
+void pn_dequantize_row_f32(const uint8_t *in, float *y, int64_t n);
+void pn_dequantize_row_f16(const uint8_t *in, float *y, int64_t n);
+void pn_dequantize_row_bf16(const uint8_t *in, float *y, int64_t n);
 
 #endif

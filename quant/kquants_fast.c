@@ -1,6 +1,6 @@
 /* The portable fast q4_K and q3_K encoders (kquants_simd.h at 4 lanes, no
- * instruction-set flags: SSE2 on x86-64, plain C elsewhere), and the choice
- * among the paths for the k-quant row calls of quant/kquants.h. */
+ * instruction-set flags: SSE2 on x86-64, plain C elsewhere), and the k-quant
+ * row calls of quant/kquants.h on a chosen path (the type table's). */
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #define KQ_MAXF(a, b) ((kvf)_mm_max_ps((__m128)(a), (__m128)(b)))
@@ -16,6 +16,7 @@
 #include "quant/kquants_simd.h"
 
 #include "quant/pn_fast.h"
+#include "quant/types.h"
 
 static pn_status kq_usage(int64_t *bad_col)
 {
@@ -29,12 +30,7 @@ pn_status pn_quantize_row_q4_K_path(int path, const float *x, int64_t n, uint8_t
 {
     if (!pn_path_available(path) || n < 0 || n % PN_QK_K != 0)
         return kq_usage(bad_col);
-    switch (path) {
-    case PN_PATH_SCALAR_FAST: return pn_kq_q4_K_row_w4(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX2: return pn_kq_q4_K_row_avx2(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX512: return pn_kq_q4_K_row_avx512(x, n, out, bad_col, NULL, NULL);
-    default: return pn_quantize_row_q4_K_ref(x, n, out, bad_col);
-    }
+    return pn_type_traits_get(PN_TYPE_Q4_K)->encode[path](x, n, out, bad_col, NULL, NULL);
 }
 
 pn_status pn_quantize_row_q3_K_path(int path, const float *x, int64_t n, uint8_t *out,
@@ -42,12 +38,7 @@ pn_status pn_quantize_row_q3_K_path(int path, const float *x, int64_t n, uint8_t
 {
     if (!pn_path_available(path) || n < 0 || n % PN_QK_K != 0)
         return kq_usage(bad_col);
-    switch (path) {
-    case PN_PATH_SCALAR_FAST: return pn_kq_q3_K_row_w4(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX2: return pn_kq_q3_K_row_avx2(x, n, out, bad_col, NULL, NULL);
-    case PN_PATH_AVX512: return pn_kq_q3_K_row_avx512(x, n, out, bad_col, NULL, NULL);
-    default: return pn_quantize_row_q3_K_ref(x, n, out, bad_col);
-    }
+    return pn_type_traits_get(PN_TYPE_Q3_K)->encode[path](x, n, out, bad_col, NULL, NULL);
 }
 
 pn_status pn_quantize_row_q4_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col)

@@ -1,5 +1,5 @@
 /* kquants_fast.h - the fast q4_K and q3_K row encoders, one per vector width
- * (private to quant/: kquants_fast.c dispatches, quant_row.c calls them).
+ * (private to quant/: the type table, types.c, names them per path).
  *
  * The kernels are written once, in kquants_simd.h, for a vector of KQ_W
  * float lanes, and compiled three times: kquants_fast.c at 4 lanes with no

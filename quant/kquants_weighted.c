@@ -484,10 +484,9 @@ pn_status pn_quantize_row_q3_K_weighted(const float *x, int64_t n, const float *
 pn_status pn_quantize_row_kquant_weighted(int type, const float *x, int64_t n, const float *v,
                                           uint8_t *out, int64_t *bad_col)
 {
-    if (type == PN_TYPE_Q4_K)
-        return pn_quantize_row_q4_K_weighted(x, n, v, out, bad_col);
-    if (type == PN_TYPE_Q3_K)
-        return pn_quantize_row_q3_K_weighted(x, n, v, out, bad_col);
+    const pn_type_traits *t = pn_type_traits_get(type);
+    if (t && t->encode_weighted)
+        return t->encode_weighted(x, n, v, out, bad_col);
     if (bad_col)
         *bad_col = -1;
     return PN_ERR_TYPE;

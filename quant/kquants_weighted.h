@@ -24,8 +24,8 @@ pn_status pn_quantize_row_q4_K_weighted(const float *x, int64_t n, const float *
                                         int64_t *bad_col);
 pn_status pn_quantize_row_q3_K_weighted(const float *x, int64_t n, const float *v, uint8_t *out,
                                         int64_t *bad_col);
-/* Either of the two by type id (PN_TYPE_Q4_K, PN_TYPE_Q3_K); PN_ERR_TYPE
- * for another. */
+/* The weighted encoder the type table (quant/types.h) gives a type id
+ * (q4_K, q3_K); PN_ERR_TYPE (*bad_col = -1) for a type that has none. */
 pn_status pn_quantize_row_kquant_weighted(int type, const float *x, int64_t n, const float *v,
                                           uint8_t *out, int64_t *bad_col);
 

@@ -68,10 +68,12 @@ pn_status pn_quantize_row_ref_sums(int type, const float *x, int64_t n, uint8_t 
                                    int64_t *bad_col, double *blk_err, double *blk_norm);
 
 /* The fastest exact implementation this CPU supports (same bytes as _ref):
- * pn_quantize_row_path(pn_cpu_path_best(), ...), quant/pn_fast.h. */
+ * pn_quantize_row_path(type, pn_cpu_path_best(), ...), quant/pn_fast.h. */
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
 
-/* Decodes n weights: w = d * (n - z), in float (exact). */
+/* Decodes n weights: w = d * (n - z), in float (exact). The PN kernel of
+ * the type table; pn_dequantize_row_type (quant/quant_row.h) decodes any
+ * type a mix writes. */
 void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n);
 
 /* Reads code e (0 <= e < G) of a block. */

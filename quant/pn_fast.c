@@ -7,6 +7,7 @@
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
 #include "quant/pn_fast_internal.h"
+#include "quant/types.h"
 
 /* ---- shared pieces ---------------------------------------------------- */
 
@@ -272,13 +273,13 @@ int pn_cpu_path_best(void)
     return PN_PATH_SCALAR_FAST;
 }
 
-pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
+pn_status pn_quantize_row_path(int type, int path, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col)
 {
-    return pn_quantize_row_path_sums(path, type, x, n, out, bad_col, NULL, NULL);
+    return pn_quantize_row_path_sums(type, path, x, n, out, bad_col, NULL, NULL);
 }
 
-pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+pn_status pn_quantize_row_path_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
                                     int64_t *bad_col, double *blk_err, double *blk_norm)
 {
     const pn_params *p = pn_params_get(type);
@@ -286,30 +287,10 @@ pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t 
         return PN_ERR_USAGE;
     if (!blk_err || !blk_norm)
         blk_err = blk_norm = NULL;
-    switch (path) {
-    case PN_PATH_REF: return pn_quantize_row_ref_sums(type, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_PATH_SCALAR_FAST:
-        return pn_quantize_row_scalar_fast(p, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_PATH_AVX2: return pn_quantize_row_avx2(p, x, n, out, bad_col, blk_err, blk_norm);
-    case PN_PATH_AVX512: return pn_quantize_row_avx512(p, x, n, out, bad_col, blk_err, blk_norm);
-    default: return PN_ERR_USAGE;
-    }
-}
-
-pn_status pn_quantize_row_path_v1(int path, int type, const float *x, int64_t n, uint8_t *out,
-                                  int64_t *bad_col)
-{
-    const pn_params *p = pn_params_get(type);
-    if (!p || n < 0 || n % p->group != 0 || !pn_path_available(path))
-        return PN_ERR_USAGE;
-    if (path == PN_PATH_AVX2)
-        return pn_quantize_row_avx2_v1(p, x, n, out, bad_col, NULL, NULL);
-    if (path == PN_PATH_AVX512)
-        return pn_quantize_row_avx512_v1(p, x, n, out, bad_col, NULL, NULL);
-    return pn_quantize_row_path(path, type, x, n, out, bad_col);
+    return pn_type_traits_get(type)->encode[path](x, n, out, bad_col, blk_err, blk_norm);
 }
 
 pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int64_t *bad_col)
 {
-    return pn_quantize_row_path(pn_cpu_path_best(), type, x, n, out, bad_col);
+    return pn_quantize_row_path(type, pn_cpu_path_best(), x, n, out, bad_col);
 }

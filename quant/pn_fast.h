@@ -65,8 +65,9 @@ int pn_path_from_name(const char *name);
 int pn_cpu_path_best(void);
 
 /* pn_quantize_row on a chosen path. PN_ERR_USAGE when the path is unknown or
- * unavailable, or for the reasons pn_quantize_row_ref gives. */
-pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, uint8_t *out,
+ * unavailable, or for the reasons pn_quantize_row_ref gives (a type that is
+ * not PN among them). */
+pn_status pn_quantize_row_path(int type, int path, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col);
 
 /* The same with the per-group sums of quant/quant_row.h (blk_err, blk_norm:
@@ -74,16 +75,8 @@ pn_status pn_quantize_row_path(int path, int type, const float *x, int64_t n, ui
  * its own search (the reference's sum, bit for bit; a zero group's error is
  * its norm) and sums the norm in element order. pn_quantize_row_sums is the
  * entry point callers use. */
-pn_status pn_quantize_row_path_sums(int path, int type, const float *x, int64_t n, uint8_t *out,
+pn_status pn_quantize_row_path_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
                                     int64_t *bad_col, double *blk_err, double *blk_norm);
-
-/* pn_quantize_row_path with the search the AVX2 and AVX-512 paths used
- * before the float-scored one (every candidate summed in double; the
- * scalar paths have only the one search): the same bytes, slower. Kept so
- * bench_pn can time the old search against the new on one machine in one
- * run, and so the tests keep both exact. */
-pn_status pn_quantize_row_path_v1(int path, int type, const float *x, int64_t n, uint8_t *out,
-                                  int64_t *bad_col);
 
 /* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
  * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every

@@ -1,13 +1,9 @@
 /* The AVX2 PN quantizer. The search (pn_quantize_row_avx2): the 36
  * candidates scored in float, four 8-float vectors and one that holds
  * candidates 32..35 of two elements at once, then only those the float
- * scores cannot tell from the best summed again in
- * double, four lanes at a time, exactly as the reference sums them. The
- * previous search (pn_quantize_row_avx2_v1, the baseline bench_pn times):
- * one double lane per candidate in nine 4-double vectors; for each element
- * in order every lane adds its own error term, so each candidate's error is
- * the reference's sum in the reference's order. Exactness: arguments 1-3
- * of pn_fast_internal.h. Compiled with -mavx2 -mf16c -mfma; called only when
+ * scores cannot tell from the best summed again in double, four lanes at a
+ * time, exactly as the reference sums them. Exactness: arguments 1-3 of
+ * pn_fast_internal.h. Compiled with -mavx2 -mf16c -mfma; called only when
  * pn_path_available(PN_PATH_AVX2). */
 #include <immintrin.h>
 #include <math.h>
@@ -20,20 +16,17 @@
 
 typedef struct cands256 {
     double s[PN_FAST_LANES] __attribute__((aligned(32)));
-    double r[PN_FAST_LANES] __attribute__((aligned(32)));
     uint64_t valid;
     bool any_overflow;
 } cands256;
 
 /* s of every candidate (+inf where skipped, so that a skipped lane's float
- * score is NaN and no comparison admits it) and, with want_r, r = 1/s (the
- * previous search's; the float search divides only for the few it
- * rescores). */
-static inline void make_candidates(double sigma, double amax, int z, cands256 *c, const int want_r)
+ * score is NaN and no comparison admits it) (the search divides, 1/s, only for the
+ * few candidates it rescores). */
+static inline void make_candidates(double sigma, double amax, int z, cands256 *c)
 {
     const __m256d vsig = _mm256_set1_pd(sigma), vamax = _mm256_set1_pd(amax);
-    const __m256d inv_z = _mm256_set1_pd(1.0 / (double)z), one = _mm256_set1_pd(1.0);
-    const __m256d vz = _mm256_set1_pd((double)z);
+    const __m256d inv_z = _mm256_set1_pd(1.0 / (double)z);
     const __m256d inf = _mm256_set1_pd(__builtin_inf());
     const __m256d expmask = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)PN_FAST_EXP_MASK));
     const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)~PN_FAST_SIGN_MASK));
@@ -45,10 +38,9 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
         __m256d m = _mm256_load_pd(pn_fast_m + 4 * v);
         /* t = sigma * m * amax / z, left to right as in the reference; z is
          * 4 or 8 and |sigma * m * amax| >= 2^-150, so dividing by z and
-         * multiplying by 1/z are the same exact scaling (the previous search
-         * keeps its division, to time it as it was) */
+         * multiplying by 1/z are the same exact scaling */
         __m256d x = _mm256_mul_pd(_mm256_mul_pd(vsig, m), vamax);
-        __m256d t = want_r ? _mm256_div_pd(x, vz) : _mm256_mul_pd(x, inv_z);
+        __m256d t = _mm256_mul_pd(x, inv_z);
         __m256d a = _mm256_and_pd(t, absmask);
         __m256d lead = _mm256_max_pd(_mm256_and_pd(a, expmask), minhalf);
         /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
@@ -59,8 +51,6 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
         __m256d ok = _mm256_andnot_pd(ovf, _mm256_cmp_pd(y, zero, _CMP_NEQ_OQ));
         __m256d s = _mm256_blendv_pd(inf, _mm256_mul_pd(y, vsig), ok);
         _mm256_store_pd(c->s + 4 * v, s);
-        if (want_r)
-            _mm256_store_pd(c->r + 4 * v, _mm256_div_pd(one, s));
         valid |= (uint64_t)_mm256_movemask_pd(ok) << (4 * v);
         overflow |= (uint64_t)_mm256_movemask_pd(ovf) << (4 * v);
     }
@@ -68,43 +58,8 @@ static inline void make_candidates(double sigma, double amax, int z, cands256 *c
     c->any_overflow = overflow != 0;
 }
 
-/* err[i] = the reference's error sum of candidate i (garbage where invalid):
- * lane i adds element e's term before element e+1's, as the reference does.
- * With_norm (a constant at each call): *norm = sum wd[e]^2 in element order,
- * a scalar chain hidden in the loop's latency. */
-static inline __attribute__((always_inline)) void candidate_errors(const double *wd, int G, int z,
-                                                                   const cands256 *c, double *err,
-                                                                   const int with_norm,
-                                                                   double *norm)
-{
-    double nrm = 0.0;
-    const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
-    __m256d S[NVEC], R[NVEC], E[NVEC];
-    for (int v = 0; v < NVEC; v++) {
-        S[v] = _mm256_load_pd(c->s + 4 * v);
-        R[v] = _mm256_load_pd(c->r + 4 * v);
-        E[v] = _mm256_setzero_pd();
-    }
-    for (int e = 0; e < G; e++) {
-        const __m256d wv = _mm256_set1_pd(wd[e]);
-        for (int v = 0; v < NVEC; v++) {
-            __m256d q = _mm256_mul_pd(wv, R[v]);
-            q = _mm256_min_pd(_mm256_max_pd(q, lo), hi);
-            __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
-            __m256d d = _mm256_sub_pd(wv, _mm256_mul_pd(S[v], k));
-            E[v] = _mm256_add_pd(E[v], _mm256_mul_pd(d, d));
-        }
-        if (with_norm)
-            nrm = nrm + wd[e] * wd[e];
-    }
-    for (int v = 0; v < NVEC; v++)
-        _mm256_storeu_pd(err + 4 * v, E[v]);
-    if (with_norm)
-        *norm = nrm;
-}
-
 /* The exact double errors of the candidates in `set` (bit i: candidate i),
- * four lanes at a time, into err[i]: candidate_errors' arithmetic, so each is
+ * four lanes at a time, into err[i]: the reference's arithmetic, so each is
  * the reference's sum (argument 2 of pn_fast_internal.h). With norm not
  * NULL, *norm = sum wd[e]^2 in element order, a chain beside the first
  * batch. */
@@ -259,7 +214,7 @@ static double group_norm(const double *wd, int G)
 
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
-                    double *err_out, double *norm_out, const int v2, double *wd, double *s_out)
+                    double *err_out, double *norm_out, double *wd, double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m256i expf = _mm256_set1_epi32(0x7f800000);
@@ -300,7 +255,7 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
 
     cands256 c;
-    make_candidates(sigma, amax, z, &c, !v2);
+    make_candidates(sigma, amax, z, &c);
     if (c.valid == 0) {
         if (c.any_overflow) {
             *bad_index = 0;
@@ -313,15 +268,7 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     }
     double err[PN_FAST_LANES];
     int best;
-    if (v2) {
-        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
-    } else {
-        if (norm_out)
-            candidate_errors(wd, G, z, &c, err, 1, norm_out);
-        else
-            candidate_errors(wd, G, z, &c, err, 0, NULL);
-        best = pn_fast_pick(err, c.valid);
-    }
+    best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
     const double sb = c.s[best];
     *s_out = sb;
     if (err_out)
@@ -330,30 +277,26 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     const __m256d vs = _mm256_set1_pd(sb), vzd = _mm256_set1_pd((double)z);
     const __m256d lo = _mm256_set1_pd((double)-z), hi = _mm256_set1_pd((double)(z - 1));
     uint8_t codes[80];
-    if (v2) {
-        /* The winner's codes from w * fl(1/s) (argument 2: the reference's
-         * codes unless w/s is exactly a half-way point j + 1/2, that is
-         * 2w == (2k +- 1)s, every product exact); at such a point the
-         * reference's division decides. */
-        const __m256d vr = _mm256_set1_pd(1.0 / sb), vs2 = _mm256_set1_pd(2.0 * sb);
-        __m256d halfway = _mm256_setzero_pd();
-        for (int e = 0; e < G; e += 4) {
-            const __m256d wv = _mm256_load_pd(wd + e), w2 = _mm256_add_pd(wv, wv);
-            __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, vr), lo), hi);
-            __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
-            halfway =
-                _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ));
-            halfway =
-                _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ));
-            const __m128i n = _mm256_cvtpd_epi32(_mm256_add_pd(k, vzd));
-            const __m128i n8 = _mm_shuffle_epi8(n, _mm_set1_epi32(0x0c080400));
-            uint32_t word = (uint32_t)_mm_cvtsi128_si32(n8);
-            memcpy(codes + e, &word, sizeof word);
-        }
-        if (!_mm256_movemask_pd(halfway)) {
-            pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
-            return PN_OK;
-        }
+    /* The winner's codes from w * fl(1/s) (argument 2: the reference's
+     * codes unless w/s is exactly a half-way point j + 1/2, that is
+     * 2w == (2k +- 1)s, every product exact); at such a point the
+     * reference's division decides. */
+    const __m256d vr = _mm256_set1_pd(1.0 / sb), vs2 = _mm256_set1_pd(2.0 * sb);
+    __m256d halfway = _mm256_setzero_pd();
+    for (int e = 0; e < G; e += 4) {
+        const __m256d wv = _mm256_load_pd(wd + e), w2 = _mm256_add_pd(wv, wv);
+        __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wv, vr), lo), hi);
+        __m256d k = _mm256_round_pd(q, ROUND_NEAREST);
+        halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ));
+        halfway = _mm256_or_pd(halfway, _mm256_cmp_pd(w2, _mm256_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ));
+        const __m128i n = _mm256_cvtpd_epi32(_mm256_add_pd(k, vzd));
+        const __m128i n8 = _mm_shuffle_epi8(n, _mm_set1_epi32(0x0c080400));
+        uint32_t word = (uint32_t)_mm_cvtsi128_si32(n8);
+        memcpy(codes + e, &word, sizeof word);
+    }
+    if (!_mm256_movemask_pd(halfway)) {
+        pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
+        return PN_OK;
     }
     /* The winner's codes with the reference's exact division. */
     for (int e = 0; e < G; e += 4) {
@@ -369,16 +312,15 @@ quantize_group_avx2(const pn_params *p, const float *w, uint8_t *block, int *bad
     return PN_OK;
 }
 
-/* The row loop of both searches; v2 is a constant at each call. With the
- * sums, the float search's groups are searched PN_SUMS_BATCH at a time
- * without them, and their sums are then added four groups to a vector
+/* The row loop. With the sums, the groups are searched PN_SUMS_BATCH at a
+ * time without them, and their sums are then added four groups to a vector
  * (pn_search_sums_batch in pn_fast_internal.h). */
 #define PN_SUMS_BATCH 16
 static inline __attribute__((always_inline)) pn_status
 quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
-             double *blk_err, double *blk_norm, const int v2)
+             double *blk_err, double *blk_norm)
 {
-    const int sums = blk_err && blk_norm, batched = v2 && sums;
+    const int sums = blk_err && blk_norm;
     const int G = p->group;
     double wd[80] __attribute__((aligned(32)));
     double sb[PN_SUMS_BATCH];
@@ -388,16 +330,15 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
         for (int i = 0; i < nb; i++) {
             const int64_t g = g0 + i;
             int bad = 0;
-            pn_status st = quantize_group_avx2(
-                p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, sums && !batched ? blk_err + g : NULL,
-                sums && !batched ? blk_norm + g : NULL, v2, wd, &sb[i]);
+            pn_status st = quantize_group_avx2(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, NULL,
+                                               NULL, wd, &sb[i]);
             if (st != PN_OK) {
                 if (bad_col)
                     *bad_col = g * G + bad;
                 return st;
             }
         }
-        if (batched)
+        if (sums)
             pn_search_sums_batch(x + g0 * G, G, p->z, sb, nb, blk_err + g0, blk_norm + g0);
     }
     return PN_OK;
@@ -406,11 +347,5 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
 pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col, double *blk_err, double *blk_norm)
 {
-    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 1);
-}
-
-pn_status pn_quantize_row_avx2_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                  int64_t *bad_col, double *blk_err, double *blk_norm)
-{
-    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 0);
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm);
 }

@@ -2,11 +2,7 @@
  * candidates scored in float, two 16-float vectors and one that holds
  * candidates 32..35 of four elements at once, then only those the float
  * scores cannot tell from the best summed again in
- * double, eight lanes at a time, exactly as the reference sums them. The
- * previous search (pn_quantize_row_avx512_v1, the baseline bench_pn times):
- * one double lane per candidate, four 8-double vectors and one 4-double
- * vector; for each element in order, every lane adds its own error term, so
- * each candidate's error is the reference's sum in the reference's order.
+ * double, eight lanes at a time, exactly as the reference sums them.
  * Exactness: arguments 1-3 of pn_fast_internal.h.
  * Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl; called only when
  * pn_path_available(PN_PATH_AVX512). */
@@ -21,20 +17,17 @@
  * lanes are valid / overflowed. */
 typedef struct cands512 {
     double s[PN_FAST_LANES] __attribute__((aligned(64)));
-    double r[PN_FAST_LANES] __attribute__((aligned(64)));
     uint64_t valid;
     bool any_overflow;
 } cands512;
 
 /* s of every candidate (+inf where skipped, so that a skipped lane's float
- * score is NaN and no comparison admits it) and, with want_r, r = 1/s (the
- * previous search's; the float search divides only for the few it
- * rescores). */
-static inline void make_candidates(double sigma, double amax, int z, cands512 *c, const int want_r)
+ * score is NaN and no comparison admits it) (the search divides, 1/s, only for the
+ * few candidates it rescores). */
+static inline void make_candidates(double sigma, double amax, int z, cands512 *c)
 {
     const __m512d vsig = _mm512_set1_pd(sigma), vamax = _mm512_set1_pd(amax);
-    const __m512d inv_z = _mm512_set1_pd(1.0 / (double)z), one = _mm512_set1_pd(1.0);
-    const __m512d vz = _mm512_set1_pd((double)z);
+    const __m512d inv_z = _mm512_set1_pd(1.0 / (double)z);
     const __m512d inf = _mm512_set1_pd(__builtin_inf());
     const __m512d expmask = _mm512_castsi512_pd(_mm512_set1_epi64((long long)PN_FAST_EXP_MASK));
     const __m512d minhalf = _mm512_set1_pd(PN_FAST_MIN_NORMAL_HALF);
@@ -45,10 +38,9 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
         __m512d m = _mm512_load_pd(pn_fast_m + 8 * v);
         /* t = sigma * m * amax / z, left to right as in the reference; z is
          * 4 or 8 and |sigma * m * amax| >= 2^-150, so dividing by z and
-         * multiplying by 1/z are the same exact scaling (the previous search
-         * keeps its division, to time it as it was) */
+         * multiplying by 1/z are the same exact scaling */
         __m512d x = _mm512_mul_pd(_mm512_mul_pd(vsig, m), vamax);
-        __m512d t = want_r ? _mm512_div_pd(x, vz) : _mm512_mul_pd(x, inv_z);
+        __m512d t = _mm512_mul_pd(x, inv_z);
         __m512d a = _mm512_abs_pd(t);
         __m512d lead = _mm512_max_pd(_mm512_and_pd(a, expmask), minhalf);
         /* |t| < 2^127 (amax is a float), so magic stays finite and y > 65504
@@ -59,8 +51,6 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
         __mmask8 ok = _mm512_cmp_pd_mask(y, zero, _CMP_NEQ_OQ) & (__mmask8)~ovf;
         __m512d s = _mm512_mask_blend_pd(ok, inf, _mm512_mul_pd(y, vsig));
         _mm512_store_pd(c->s + 8 * v, s);
-        if (want_r)
-            _mm512_store_pd(c->r + 8 * v, _mm512_div_pd(one, s));
         valid |= (uint64_t)ok << (8 * v);
         overflow |= (uint64_t)ovf << (8 * v);
     }
@@ -69,62 +59,8 @@ static inline void make_candidates(double sigma, double amax, int z, cands512 *c
     c->any_overflow = (overflow & lanes) != 0;
 }
 
-/* One element's error terms for candidates 8v..8v+7. */
-#define PN_STEP512(v)                                                                              \
-    do {                                                                                           \
-        __m512d q = _mm512_mul_pd(wv, R##v);                                                       \
-        q = _mm512_min_pd(_mm512_max_pd(q, lo8), hi8);                                             \
-        __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);                                        \
-        __m512d d = _mm512_sub_pd(wv, _mm512_mul_pd(S##v, k));                                     \
-        E##v = _mm512_add_pd(E##v, _mm512_mul_pd(d, d));                                           \
-    } while (0)
-
-/* err[i] = the reference's error sum of candidate i (garbage where invalid):
- * lane i adds element e's term before element e+1's, as the reference does.
- * With_norm (a constant at each call): *norm = sum wd[e]^2 in element order,
- * a scalar chain hidden in the loop's latency. */
-static inline __attribute__((always_inline)) void candidate_errors(const double *wd, int G, int z,
-                                                                   const cands512 *c, double *err,
-                                                                   const int with_norm,
-                                                                   double *norm)
-{
-    double nrm = 0.0;
-    const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
-    const __m256d lo4 = _mm256_set1_pd((double)-z), hi4 = _mm256_set1_pd((double)(z - 1));
-    const __m512d S0 = _mm512_load_pd(c->s), S1 = _mm512_load_pd(c->s + 8);
-    const __m512d S2 = _mm512_load_pd(c->s + 16), S3 = _mm512_load_pd(c->s + 24);
-    const __m256d S4 = _mm256_load_pd(c->s + 32);
-    const __m512d R0 = _mm512_load_pd(c->r), R1 = _mm512_load_pd(c->r + 8);
-    const __m512d R2 = _mm512_load_pd(c->r + 16), R3 = _mm512_load_pd(c->r + 24);
-    const __m256d R4 = _mm256_load_pd(c->r + 32);
-    __m512d E0 = _mm512_setzero_pd(), E1 = E0, E2 = E0, E3 = E0;
-    __m256d E4 = _mm256_setzero_pd();
-    for (int e = 0; e < G; e++) {
-        const __m512d wv = _mm512_set1_pd(wd[e]);
-        PN_STEP512(0);
-        PN_STEP512(1);
-        PN_STEP512(2);
-        PN_STEP512(3);
-        /* candidates 32..35 */
-        const __m256d wy = _mm512_castpd512_pd256(wv);
-        __m256d q = _mm256_min_pd(_mm256_max_pd(_mm256_mul_pd(wy, R4), lo4), hi4);
-        __m256d k = _mm256_roundscale_pd(q, ROUND_NEAREST);
-        __m256d d = _mm256_sub_pd(wy, _mm256_mul_pd(S4, k));
-        E4 = _mm256_add_pd(E4, _mm256_mul_pd(d, d));
-        if (with_norm)
-            nrm = nrm + wd[e] * wd[e];
-    }
-    _mm512_storeu_pd(err, E0);
-    _mm512_storeu_pd(err + 8, E1);
-    _mm512_storeu_pd(err + 16, E2);
-    _mm512_storeu_pd(err + 24, E3);
-    _mm256_storeu_pd(err + 32, E4);
-    if (with_norm)
-        *norm = nrm;
-}
-
 /* The exact double errors of the candidates in `set` (bit i: candidate i),
- * eight lanes at a time, into err[i]: candidate_errors' arithmetic, so each
+ * eight lanes at a time, into err[i]: the reference's arithmetic, so each
  * is the reference's sum (argument 2 of pn_fast_internal.h). With norm not
  * NULL, *norm = sum wd[e]^2 in element order, a chain beside the first
  * batch. */
@@ -274,7 +210,7 @@ static double group_norm(const double *wd, int G)
 
 static inline __attribute__((always_inline)) pn_status
 quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *bad_index,
-                      double *err_out, double *norm_out, const int v2, double *wd, double *s_out)
+                      double *err_out, double *norm_out, double *wd, double *s_out)
 {
     const int G = p->group, z = p->z;
     const __m512i expf = _mm512_set1_epi32(0x7f800000);
@@ -306,7 +242,7 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     const double sigma = (fabs(min) > max) ? 1.0 : -1.0;
 
     cands512 c;
-    make_candidates(sigma, amax, z, &c, !v2);
+    make_candidates(sigma, amax, z, &c);
     if (c.valid == 0) {
         if (c.any_overflow) {
             *bad_index = 0;
@@ -319,15 +255,7 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     }
     double err[PN_FAST_LANES];
     int best;
-    if (v2) {
-        best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
-    } else {
-        if (norm_out)
-            candidate_errors(wd, G, z, &c, err, 1, norm_out);
-        else
-            candidate_errors(wd, G, z, &c, err, 0, NULL);
-        best = pn_fast_pick(err, c.valid);
-    }
+    best = float_search(w, wd, G, z, &c, err, err_out != NULL, norm_out);
     const double sb = c.s[best];
     *s_out = sb;
     if (err_out)
@@ -336,26 +264,24 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     const __m512d vs = _mm512_set1_pd(sb), vzd = _mm512_set1_pd((double)z);
     const __m512d lo8 = _mm512_set1_pd((double)-z), hi8 = _mm512_set1_pd((double)(z - 1));
     uint8_t codes[80];
-    if (v2) {
-        /* The winner's codes from w * fl(1/s) (argument 2: the reference's
-         * codes unless w/s is exactly a half-way point j + 1/2, that is
-         * 2w == (2k +- 1)s, every product exact); at such a point the
-         * reference's division decides. */
-        const __m512d vr = _mm512_set1_pd(1.0 / sb), vs2 = _mm512_set1_pd(2.0 * sb);
-        __mmask8 halfway = 0;
-        for (int e = 0; e < G; e += 8) {
-            const __m512d wv = _mm512_load_pd(wd + e), w2 = _mm512_add_pd(wv, wv);
-            __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, vr), lo8), hi8);
-            __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);
-            halfway |= _mm512_cmp_pd_mask(w2, _mm512_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ) |
-                       _mm512_cmp_pd_mask(w2, _mm512_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ);
-            __m128i n8 = _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(_mm512_add_pd(k, vzd)));
-            _mm_storel_epi64((__m128i *)(codes + e), n8);
-        }
-        if (!halfway) {
-            pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
-            return PN_OK;
-        }
+    /* The winner's codes from w * fl(1/s) (argument 2: the reference's
+     * codes unless w/s is exactly a half-way point j + 1/2, that is
+     * 2w == (2k +- 1)s, every product exact); at such a point the
+     * reference's division decides. */
+    const __m512d vr = _mm512_set1_pd(1.0 / sb), vs2 = _mm512_set1_pd(2.0 * sb);
+    __mmask8 halfway = 0;
+    for (int e = 0; e < G; e += 8) {
+        const __m512d wv = _mm512_load_pd(wd + e), w2 = _mm512_add_pd(wv, wv);
+        __m512d q = _mm512_min_pd(_mm512_max_pd(_mm512_mul_pd(wv, vr), lo8), hi8);
+        __m512d k = _mm512_roundscale_pd(q, ROUND_NEAREST);
+        halfway |= _mm512_cmp_pd_mask(w2, _mm512_fmadd_pd(k, vs2, vs), _CMP_EQ_OQ) |
+                   _mm512_cmp_pd_mask(w2, _mm512_fmsub_pd(k, vs2, vs), _CMP_EQ_OQ);
+        __m128i n8 = _mm256_cvtepi32_epi8(_mm512_cvtpd_epi32(_mm512_add_pd(k, vzd)));
+        _mm_storel_epi64((__m128i *)(codes + e), n8);
+    }
+    if (!halfway) {
+        pn_fast_pack_block_mul(p, pn_fast_half_bits(sb), codes, block);
+        return PN_OK;
     }
     /* The winner's codes with the reference's exact division. */
     for (int e = 0; e < G; e += 8) {
@@ -369,16 +295,15 @@ quantize_group_avx512(const pn_params *p, const float *w, uint8_t *block, int *b
     return PN_OK;
 }
 
-/* The row loop of both searches; v2 is a constant at each call. With the
- * sums, the float search's groups are searched PN_SUMS_BATCH at a time
- * without them, and their sums are then added four groups to a vector
+/* The row loop. With the sums, the groups are searched PN_SUMS_BATCH at a
+ * time without them, and their sums are then added four groups to a vector
  * (pn_search_sums_batch in pn_fast_internal.h). */
 #define PN_SUMS_BATCH 16
 static inline __attribute__((always_inline)) pn_status
 quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
-             double *blk_err, double *blk_norm, const int v2)
+             double *blk_err, double *blk_norm)
 {
-    const int sums = blk_err && blk_norm, batched = v2 && sums;
+    const int sums = blk_err && blk_norm;
     const int G = p->group;
     double wd[80] __attribute__((aligned(64)));
     double sb[PN_SUMS_BATCH];
@@ -388,16 +313,15 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
         for (int i = 0; i < nb; i++) {
             const int64_t g = g0 + i;
             int bad = 0;
-            pn_status st = quantize_group_avx512(
-                p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, sums && !batched ? blk_err + g : NULL,
-                sums && !batched ? blk_norm + g : NULL, v2, wd, &sb[i]);
+            pn_status st = quantize_group_avx512(p, x + g * G, out + g * PN_BLOCK_BYTES, &bad, NULL,
+                                                 NULL, wd, &sb[i]);
             if (st != PN_OK) {
                 if (bad_col)
                     *bad_col = g * G + bad;
                 return st;
             }
         }
-        if (batched)
+        if (sums)
             pn_search_sums_batch(x + g0 * G, G, p->z, sb, nb, blk_err + g0, blk_norm + g0);
     }
     return PN_OK;
@@ -406,11 +330,5 @@ quantize_row(const pn_params *p, const float *x, int64_t n, uint8_t *out, int64_
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
                                  int64_t *bad_col, double *blk_err, double *blk_norm)
 {
-    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 1);
-}
-
-pn_status pn_quantize_row_avx512_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                    int64_t *bad_col, double *blk_err, double *blk_norm)
-{
-    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm, 0);
+    return quantize_row(p, x, n, out, bad_col, blk_err, blk_norm);
 }

@@ -353,11 +353,5 @@ pn_status pn_quantize_row_avx2(const pn_params *p, const float *x, int64_t n, ui
                                int64_t *bad_col, double *blk_err, double *blk_norm);
 pn_status pn_quantize_row_avx512(const pn_params *p, const float *x, int64_t n, uint8_t *out,
                                  int64_t *bad_col, double *blk_err, double *blk_norm);
-/* The same paths' previous search, every candidate summed in double
- * (arguments 1 and 2 only): the baseline bench_pn times the above against. */
-pn_status pn_quantize_row_avx2_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                  int64_t *bad_col, double *blk_err, double *blk_norm);
-pn_status pn_quantize_row_avx512_v1(const pn_params *p, const float *x, int64_t n, uint8_t *out,
-                                    int64_t *bad_col, double *blk_err, double *blk_norm);
 
 #endif

@@ -1,6 +1,7 @@
 /* quant_row.h - the one row entry point for every type a mix writes: pn3t,
- * pn4t, q8_0, q4_K, q3_K, f32, f16, bf16. It quantizes on a chosen CPU path
- * and, in the same pass, gives the error sums the report needs.
+ * pn4t, q8_0, q4_K, q3_K, f32, f16, bf16 (the type table's PN_CAN_WRITE
+ * entries, quant/types.h). It quantizes on a chosen CPU path and, in the
+ * same pass, gives the error sums the report needs; it decodes them.
  *
  * Paths: the ids of quant/pn_fast.h (PN_PATH_REF, _SCALAR_FAST, _AVX2,
  * _AVX512); one id picks the path for every type (q8_0 and the plain types
@@ -61,6 +62,12 @@ int64_t pn_row_sum_blocks(int type, int64_t n);
  * bad_col may be NULL. After an error out and the sums are unspecified. */
 pn_status pn_quantize_row_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
                                int64_t *bad_col, double *blk_err, double *blk_norm);
+
+/* A stock type (PN_CAN_STOCK: f32, f16, bf16, q8_0, q3_K, q4_K) on
+ * pn_cpu_path_best(), without sums; PN_ERR_TYPE (*bad_col = -1) for any
+ * other type, else as pn_quantize_row_sums. */
+pn_status pn_quantize_row_stock(int type, const float *x, int64_t n, uint8_t *out,
+                                int64_t *bad_col);
 
 /* The reference for the sums: decodes q (n weights of `type`, as
  * pn_quantize_row_sums wrote them) with pn_dequantize_row_type and sums, in

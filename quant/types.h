@@ -1,14 +1,30 @@
-/* types.h - what every ggml tensor type id means for sizing.
+/* types.h - the type table: what every ggml tensor type id means, and what
+ * this build can do with it.
  *
- * The GGUF reader sizes and checks tensors of any stock ggml type (a third
- * party's file may hold Q6_K or IQ4_XS) plus the engine's pn3t/pn4t. Ids of
- * types ggml has removed are unknown here.
+ * One entry per type id (types.c), in the spirit of ggml's type traits: its
+ * name, its block (weights and bytes, as ggml defines them), what it can be
+ * (PN_CAN_*), and, for the types a mix writes, its decoder, its encoder on
+ * each CPU path (quant/pn_fast.h's ids), its sum block and, for the
+ * k-quants, its imatrix-weighted encoder. The GGUF reader sizes and checks
+ * tensors of any stock ggml type (a third party's file may hold Q6_K or
+ * IQ4_XS) plus the engine's pn3t/pn4t; ids of types ggml has removed are
+ * unknown here. Every other file asks this table: a type's name is spelled
+ * here only (scripts/check-type-names), and adding a type is an entry here
+ * and its kernels.
+ *
+ * The kernels are called through quant/quant_row.h, which checks what they
+ * assume: the path is available, n >= 0 is a multiple of the block, blk_err
+ * and blk_norm are both NULL or both pn_row_sum_blocks(type, n) doubles.
  */
 #ifndef PN_QUANT_TYPES_H
 #define PN_QUANT_TYPES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "common/pn_error.h"
+#include "quant/pn_fast.h"
 
 enum {
     PN_TYPE_F32 = 0,
@@ -21,18 +37,53 @@ enum {
     PN_TYPE_PN4T = 125,
 };
 
+/* What a type can be: bits of pn_type_traits.can (a type that has none is
+ * only sized and read, never decoded or written). */
+enum {
+    PN_CAN_WRITE = 1u << 0,  /* a mix writes it: encoders, decoder, sums */
+    PN_CAN_PN = 1u << 1,     /* pn3t, pn4t */
+    PN_CAN_STOCK = 1u << 2,  /* written and not PN: stock llama.cpp reads it */
+    PN_CAN_KQUANT = 1u << 3, /* a k-quant: also an imatrix-weighted encoder */
+    PN_CAN_FLOAT = 1u << 4,  /* f32, f16, bf16: a valid quantizer source */
+};
+
+/* n weights of x into out, with the per-block sums (both NULL for none). */
+typedef pn_status (*pn_row_encoder)(const float *x, int64_t n, uint8_t *out, int64_t *bad_col,
+                                    double *blk_err, double *blk_norm);
+/* The same for the least error weighted by v (quant/kquants_weighted.h). */
+typedef pn_status (*pn_row_weighted_encoder)(const float *x, int64_t n, const float *v,
+                                             uint8_t *out, int64_t *bad_col);
+/* n weights decoded into y. */
+typedef void (*pn_row_decoder)(const uint8_t *in, float *y, int64_t n);
+
 typedef struct pn_type_traits {
     int id;
-    const char *name;      /* ggml's lower-case name: "f32", "q4_K", "pn3t" */
+    const char *name;      /* ggml's lower-case name: f32, q4_K, pn3t */
     int64_t block_weights; /* weights per block (1 for plain types) */
     int64_t block_bytes;   /* bytes per block */
+    unsigned can;          /* PN_CAN_* */
+    /* With PN_CAN_WRITE: */
+    int64_t sum_block;                       /* weights per sum block (quant_row.h) */
+    pn_row_decoder decode;                   /* the decoder */
+    pn_row_encoder encode[PN_PATH_COUNT];    /* the encoder on each path */
+    pn_row_weighted_encoder encode_weighted; /* with PN_CAN_KQUANT */
 } pn_type_traits;
 
 /* NULL for an id this build does not know. */
 const pn_type_traits *pn_type_traits_get(int id);
-/* Case-insensitive lookup by name ("Q4_K", "pn3t", "bf16"); NULL if unknown. */
+/* Case-insensitive lookup by name (Q4_K, pn3t, bf16); NULL if unknown. */
 const pn_type_traits *pn_type_traits_by_name(const char *name);
+/* Every entry: *count of them, in id order. */
+const pn_type_traits *pn_type_traits_all(size_t *count);
 
+/* The type's name, "?" for an id this build does not know. */
+const char *pn_type_name(int id);
+/* The float type (f32, f16, bf16) spelled exactly as its name; -1 for any
+ * other text (an option's value: "F32" is not accepted). */
+int pn_float_type_from_name(const char *name);
+
+/* True when id is known and can be everything `can` says (PN_CAN_* bits). */
+bool pn_type_can(int id, unsigned can);
 bool pn_type_is_pn(int id);    /* pn3t or pn4t */
 bool pn_type_is_float(int id); /* f32, f16 or bf16: a valid quantizer source */
 

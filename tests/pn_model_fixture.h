@@ -28,6 +28,7 @@
 #include "quant/fp16.h"
 #include "quant/kquants.h"
 #include "quant/pn.h"
+#include "quant/quant_row.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "test_util.h"

@@ -78,7 +78,7 @@ static float *expected_decode(const gguf_reader *pn, size_t i, bool keep_rotatio
             if (!keep_rotation)
                 pn_hadamard_rotate_row(row, K, pn_hadamard_block_size(K, 1024));
         } else {
-            cr_assert_eq(pn_dequantize_row_stock(ti->type, d + r * rb, row, K), PN_OK);
+            cr_assert_eq(pn_dequantize_row_type(ti->type, d + r * rb, row, K), PN_OK);
         }
     }
     return y;

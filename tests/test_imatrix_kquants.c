@@ -18,6 +18,7 @@
 #include "pipeline/quantize.h"
 #include "quant/kquants.h"
 #include "quant/kquants_weighted.h"
+#include "quant/quant_row.h"
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "test_util.h"
@@ -122,7 +123,7 @@ static char *recipe_like(const char *stock)
 }
 
 /* sum over the tensor of v_j (w - dq(w))^2, w the source's floats, dq the
- * one decoder (pn_dequantize_row_stock) of the stored bytes. */
+ * one decoder (pn_dequantize_row_type) of the stored bytes. */
 static double weighted_error(gguf_reader *src, gguf_reader *q, const char *name, const float *v)
 {
     const gguf_tensor_info *s = gguf_reader_tensor(src, (size_t)gguf_reader_find_tensor(src, name));
@@ -142,7 +143,7 @@ static double weighted_error(gguf_reader *src, gguf_reader *q, const char *name,
             gguf_reader_read_tensor(q, (size_t)qi, (uint64_t)(r * qrow), b, (size_t)qrow, &err),
             PN_OK);
         pn_widen_row(s->type, a, x, K);
-        cr_assert_eq(pn_dequantize_row_stock(t->type, b, y, K), PN_OK);
+        cr_assert_eq(pn_dequantize_row_type(t->type, b, y, K), PN_OK);
         for (int64_t j = 0; j < K; j++) {
             double d = (double)x[j] - (double)y[j];
             sum += (double)v[j] * d * d;
@@ -234,7 +235,7 @@ static void rows_of(tu_rng *rng, float *x, int64_t n)
 static double werr(int type, const float *x, const uint8_t *q, const float *v, int64_t n)
 {
     float *y = malloc((size_t)n * 4);
-    cr_assert_eq(pn_dequantize_row_stock(type, q, y, n), PN_OK);
+    cr_assert_eq(pn_dequantize_row_type(type, q, y, n), PN_OK);
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
         double d = (double)x[i] - (double)y[i];

@@ -82,7 +82,7 @@ static int compare_groups(int path, int type, const float *w, int64_t count, con
         memset(ref, 0xa5, sizeof ref);
         memset(got, 0x5a, sizeof got);
         pn_status st_ref = pn_quantize_row_ref(type, w + g * G, G, ref, &col_ref);
-        pn_status st = pn_quantize_row_path(path, type, w + g * G, G, got, &col);
+        pn_status st = pn_quantize_row_path(type, path, w + g * G, G, got, &col);
         bool same =
             st == st_ref && (st == PN_OK ? memcmp(ref, got, PN_BLOCK_BYTES) == 0 : col == col_ref);
         if (!same) {
@@ -103,7 +103,7 @@ static int compare_groups(int path, int type, const float *w, int64_t count, con
     int64_t col_ref = -7, col = -7;
     pn_status st_ref = pn_quantize_row_ref(type, w, count * G, row_ref, &col_ref);
     /* at an odd address: blocks may sit at any byte offset */
-    pn_status st = pn_quantize_row_path(path, type, w, count * G, row_got + 1, &col);
+    pn_status st = pn_quantize_row_path(type, path, w, count * G, row_got + 1, &col);
     if (st != st_ref ||
         (st == PN_OK ? memcmp(row_ref, row_got + 1, (size_t)count * PN_BLOCK_BYTES) != 0
                      : col != col_ref)) {
@@ -456,7 +456,7 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_writes_the_golden_blocks)
         uint8_t got[PN_BLOCK_BYTES];
         int64_t col = -1;
         pn_status st =
-            pn_quantize_row_path(pt->path, pt->type, w + g * p->group, p->group, got, &col);
+            pn_quantize_row_path(pt->type, pt->path, w + g * p->group, p->group, got, &col);
         if (st != PN_OK || memcmp(got, want + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) != 0) {
             cr_log_error(
                 "%s golden group %d on path %s: status %d, d 0x%02x%02x, expected 0x%02x%02x",
@@ -468,7 +468,7 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_writes_the_golden_blocks)
     cr_expect_eq(bad, 0, "%d of %d golden %s groups differ on path %s", bad, GOLDEN_GROUPS,
                  type_name(pt->type), pn_path_name(pt->path));
     uint8_t *row = malloc(out_size);
-    cr_assert_eq(pn_quantize_row_path(pt->path, pt->type, w, GOLDEN_GROUPS * p->group, row, NULL),
+    cr_assert_eq(pn_quantize_row_path(pt->type, pt->path, w, GOLDEN_GROUPS * p->group, row, NULL),
                  PN_OK);
     cr_expect(memcmp(row, want, out_size) == 0, "the golden %s groups as one row differ on path %s",
               type_name(pt->type), pn_path_name(pt->path));
@@ -499,7 +499,7 @@ ParameterizedTest(path_type *pt, pn_fast,
     for (int g = 0; g < REFUSE_GROUPS; g++) {
         int64_t col_ref = -1, col = -1;
         pn_status st_ref = pn_quantize_row_ref(pt->type, w + g * G, G, out, &col_ref);
-        pn_status st = pn_quantize_row_path(pt->path, pt->type, w + g * G, G, out, &col);
+        pn_status st = pn_quantize_row_path(pt->type, pt->path, w + g * G, G, out, &col);
         cr_expect_neq(st, PN_OK, "refusal group %d accepted on path %s", g, pn_path_name(pt->path));
         cr_expect(st_ref == PN_ERR_NONFINITE || st_ref == PN_ERR_SCALE_OVERFLOW);
         cr_expect_eq(st, st_ref, "refusal group %d: status %d, reference %d", g, (int)st,
@@ -511,7 +511,7 @@ ParameterizedTest(path_type *pt, pn_fast,
             row[e] = (float)(0.02 * tu_rng_gauss(&r));
         memcpy(row + 3 * G, w + g * G, (size_t)G * sizeof(float));
         st_ref = pn_quantize_row_ref(pt->type, row, 6 * G, out, &col_ref);
-        st = pn_quantize_row_path(pt->path, pt->type, row, 6 * G, out, &col);
+        st = pn_quantize_row_path(pt->type, pt->path, row, 6 * G, out, &col);
         cr_expect_eq(st, st_ref);
         cr_expect_eq(col, col_ref, "refusal group %d in a row: column %lld, reference %lld", g,
                      (long long)col, (long long)col_ref);
@@ -650,7 +650,7 @@ ParameterizedTest(int *type, pn_fast, every_fast_path_matches_the_reference_on_2
         for (int64_t g = 0; g < count; g++) {
             uint8_t got[PN_BLOCK_BYTES];
             int64_t col = -7;
-            pn_status st = pn_quantize_row_path(path, *type, w + g * G, G, got, &col);
+            pn_status st = pn_quantize_row_path(*type, path, w + g * G, G, got, &col);
             bool same = st == st_ref[g] &&
                         (st == PN_OK ? memcmp(got, ref + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) == 0
                                      : col == col_ref[g]);
@@ -694,7 +694,7 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_reports_the_first_bad_colum
         }
         int64_t col_ref = -1, col = -1;
         pn_status st_ref = pn_quantize_row_ref(pt->type, row, groups * G, out, &col_ref);
-        pn_status st = pn_quantize_row_path(pt->path, pt->type, row, groups * G, out, &col);
+        pn_status st = pn_quantize_row_path(pt->type, pt->path, row, groups * G, out, &col);
         cr_assert_eq(st, st_ref, "trial %d: status %d, reference %d", trial, (int)st, (int)st_ref);
         cr_assert_eq(col, col_ref, "trial %d: column %lld, reference %lld", trial, (long long)col,
                      (long long)col_ref);
@@ -711,19 +711,19 @@ ParameterizedTest(path_type *pt, pn_fast, every_path_refuses_bad_arguments_and_a
     const pn_params *p = pn_params_get(pt->type);
     float w[2 * MAX_G] = { 0 };
     uint8_t out[2 * PN_BLOCK_BYTES];
-    cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, p->group + 1, out, NULL),
+    cr_expect_eq(pn_quantize_row_path(pt->type, pt->path, w, p->group + 1, out, NULL),
                  PN_ERR_USAGE);
-    cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, -p->group, out, NULL), PN_ERR_USAGE);
-    cr_expect_eq(pn_quantize_row_path(pt->path, PN_TYPE_Q8_0, w, p->group, out, NULL),
+    cr_expect_eq(pn_quantize_row_path(pt->type, pt->path, w, -p->group, out, NULL), PN_ERR_USAGE);
+    cr_expect_eq(pn_quantize_row_path(PN_TYPE_Q8_0, pt->path, w, p->group, out, NULL),
                  PN_ERR_USAGE);
-    cr_expect_eq(pn_quantize_row_path(pt->path, pt->type, w, 0, out, NULL), PN_OK);
+    cr_expect_eq(pn_quantize_row_path(pt->type, pt->path, w, 0, out, NULL), PN_OK);
     /* the input may start at any float */
     tu_rng r = { 3 };
     for (int e = 0; e < 2 * MAX_G; e++)
         w[e] = (float)tu_rng_gauss(&r);
     uint8_t want[PN_BLOCK_BYTES];
     cr_assert_eq(pn_quantize_row_ref(pt->type, w + 1, p->group, want, NULL), PN_OK);
-    cr_assert_eq(pn_quantize_row_path(pt->path, pt->type, w + 1, p->group, out + 3, NULL), PN_OK);
+    cr_assert_eq(pn_quantize_row_path(pt->type, pt->path, w + 1, p->group, out + 3, NULL), PN_OK);
     cr_expect(memcmp(want, out + 3, PN_BLOCK_BYTES) == 0);
 }
 
@@ -742,7 +742,7 @@ Test(pn_fast, path_names_round_trip_and_unknown_paths_are_refused)
     cr_expect_not(pn_path_available(PN_PATH_COUNT));
     float w[80] = { 1.0f };
     uint8_t out[PN_BLOCK_BYTES];
-    cr_expect_eq(pn_quantize_row_path(PN_PATH_COUNT, PN_TYPE_PN3T, w, 80, out, NULL), PN_ERR_USAGE);
+    cr_expect_eq(pn_quantize_row_path(PN_TYPE_PN3T, PN_PATH_COUNT, w, 80, out, NULL), PN_ERR_USAGE);
     cr_expect_eq(pn_hadamard_rotate_row_path(PN_PATH_COUNT, w, 80, 16), PN_ERR_USAGE);
 }
 

@@ -1,6 +1,5 @@
 /* Pins the float-scored PN search of the AVX2 and AVX-512 paths (argument 3
- * of quant/pn_fast_internal.h) and the search it replaced (kept as
- * pn_quantize_row_path_v1): on every path, the same bytes, status, error
+ * of quant/pn_fast_internal.h): on every path, the same bytes, status, error
  * column and per-group sums as the scalar reference, for random,
  * heavy-tailed, edge (zeros, subnormals, huge, one outlier, constant,
  * non-finite) and tie-prone groups (two candidates with exactly equal error,
@@ -255,11 +254,10 @@ static float *make_groups(int kind, int type, int64_t count, uint64_t seed)
     return w;
 }
 
-/* The groups one by one, then as one row, through `path` (its previous
- * search when v1) and the reference: status, error column and bytes must
- * agree; for the current search the per-group sums must agree bit for bit
- * too. Returns the number of disagreements (the first is logged). */
-static int disagreements(int path, int v1, int type, const float *w, int64_t count)
+/* The groups one by one, then as one row, through `path` and the reference:
+ * status, error column, bytes and the per-group sums must agree bit for
+ * bit. Returns the number of disagreements (the first is logged). */
+static int disagreements(int path, int type, const float *w, int64_t count)
 {
     const pn_params *p = pn_params_get(type);
     const int G = p->group;
@@ -273,19 +271,17 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
         memset(got, 0x5a, sizeof got);
         const float *x = w + g * G;
         pn_status st_ref = pn_quantize_row_ref_sums(type, x, G, ref, &col_ref, &err_ref, &norm_ref);
-        pn_status st = v1 ? pn_quantize_row_path_v1(path, type, x, G, got, &col)
-                          : pn_quantize_row_path_sums(path, type, x, G, got, &col, &err, &norm);
-        bool same = st == st_ref &&
-                    (st != PN_OK ? col == col_ref
-                                 : memcmp(ref, got, sizeof ref) == 0 &&
-                                       (v1 || (memcmp(&err, &err_ref, sizeof err) == 0 &&
-                                               memcmp(&norm, &norm_ref, sizeof norm) == 0)));
+        pn_status st = pn_quantize_row_path_sums(type, path, x, G, got, &col, &err, &norm);
+        bool same = st == st_ref && (st != PN_OK ? col == col_ref
+                                                 : memcmp(ref, got, sizeof ref) == 0 &&
+                                                       memcmp(&err, &err_ref, sizeof err) == 0 &&
+                                                       memcmp(&norm, &norm_ref, sizeof norm) == 0);
         if (!same && bad++ == 0)
-            cr_log_error("%s %s%s group %lld: status %d/%d, column %lld/%lld, d %02x%02x/%02x%02x, "
+            cr_log_error("%s %s group %lld: status %d/%d, column %lld/%lld, d %02x%02x/%02x%02x, "
                          "err %a/%a, norm %a/%a (path/reference)",
-                         name, pn_path_name(path), v1 ? "-v1" : "", (long long)g, (int)st,
-                         (int)st_ref, (long long)col, (long long)col_ref, got[1], got[0], ref[1],
-                         ref[0], err, err_ref, norm, norm_ref);
+                         name, pn_path_name(path), (long long)g, (int)st, (int)st_ref,
+                         (long long)col, (long long)col_ref, got[1], got[0], ref[1], ref[0], err,
+                         err_ref, norm, norm_ref);
     }
     uint8_t *row_ref = malloc((size_t)count * PN_BLOCK_BYTES);
     uint8_t *row_got = malloc((size_t)count * PN_BLOCK_BYTES + 3);
@@ -293,23 +289,22 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
     int64_t col_ref = -7, col = -7;
     pn_status st_ref = pn_quantize_row_ref(type, w, count * G, row_ref, &col_ref);
     /* at an odd address: blocks may start at any byte */
-    pn_status st = v1 ? pn_quantize_row_path_v1(path, type, w, count * G, row_got + 3, &col)
-                      : pn_quantize_row_path(path, type, w, count * G, row_got + 3, &col);
+    pn_status st = pn_quantize_row_path(type, path, w, count * G, row_got + 3, &col);
     if (st != st_ref ||
         (st == PN_OK ? memcmp(row_ref, row_got + 3, (size_t)count * PN_BLOCK_BYTES) != 0
                      : col != col_ref)) {
-        cr_log_error("%s %s%s: the row of %lld groups differs", name, pn_path_name(path),
-                     v1 ? "-v1" : "", (long long)count);
+        cr_log_error("%s %s: the row of %lld groups differs", name, pn_path_name(path),
+                     (long long)count);
         bad++;
     }
-    if (!v1) { /* the per-group sums of a whole row (groups hand sums on to the next) */
+    { /* the per-group sums of a whole row (groups hand sums on to the next) */
         double *e_ref = malloc((size_t)count * sizeof(double)),
                *n_ref = malloc((size_t)count * sizeof(double));
         double *e_got = malloc((size_t)count * sizeof(double)),
                *n_got = malloc((size_t)count * sizeof(double));
         cr_assert(e_ref && n_ref && e_got && n_got);
         st_ref = pn_quantize_row_ref_sums(type, w, count * G, row_ref, &col_ref, e_ref, n_ref);
-        st = pn_quantize_row_path_sums(path, type, w, count * G, row_got, &col, e_got, n_got);
+        st = pn_quantize_row_path_sums(type, path, w, count * G, row_got, &col, e_got, n_got);
         if (st != st_ref ||
             (st == PN_OK && (memcmp(row_ref, row_got, (size_t)count * PN_BLOCK_BYTES) != 0 ||
                              memcmp(e_ref, e_got, (size_t)count * sizeof(double)) != 0 ||
@@ -336,16 +331,16 @@ static int disagreements(int path, int v1, int type, const float *w, int64_t cou
     } while (0)
 
 /* Every kind of group, both types, `count` groups of each. */
-static void check_path(int path, int v1, int kind, int64_t count)
+static void check_path(int path, int kind, int64_t count)
 {
     SKIP_UNLESS_AVAILABLE(path);
     for (int t = 0; t < 2; t++) {
         const int type = t ? PN_TYPE_PN4T : PN_TYPE_PN3T;
         float *w = make_groups(kind, type, count, 77);
-        int bad = disagreements(path, v1, type, w, count);
-        cr_expect_eq(bad, 0, "%d of %lld %s %s groups differ from the reference on path %s%s", bad,
+        int bad = disagreements(path, type, w, count);
+        cr_expect_eq(bad, 0, "%d of %lld %s %s groups differ from the reference on path %s", bad,
                      (long long)count, kind_names[kind], pn_type_traits_get(type)->name,
-                     pn_path_name(path), v1 ? "-v1" : "");
+                     pn_path_name(path));
         free(w);
     }
 }
@@ -389,7 +384,7 @@ ParameterizedTest(int *path, pn_search,
         uint8_t *got = malloc((size_t)GOLDEN_GROUPS * PN_BLOCK_BYTES);
         cr_assert_not_null(got);
         int64_t col = -1;
-        pn_status st = pn_quantize_row_path(*path, type, in, (int64_t)GOLDEN_GROUPS * G, got, &col);
+        pn_status st = pn_quantize_row_path(type, *path, in, (int64_t)GOLDEN_GROUPS * G, got, &col);
         cr_assert_eq(st, PN_OK, "%s on path %s: %s", name, pn_path_name(*path), pn_strerror(st));
         for (int g = 0; g < GOLDEN_GROUPS; g++)
             cr_expect_eq(
@@ -405,57 +400,43 @@ ParameterizedTest(int *path, pn_search,
 Test(pn_search, the_scalar_path_equals_the_reference_on_every_kind_of_group)
 {
     for (int k = 0; k < KIND_COUNT; k++)
-        check_path(PN_PATH_SCALAR_FAST, 0, k, 5000);
+        check_path(PN_PATH_SCALAR_FAST, k, 5000);
 }
 
 Test(pn_search, the_avx2_search_equals_the_reference_on_random_groups)
 {
-    check_path(PN_PATH_AVX2, 0, KIND_RANDOM, 40000);
+    check_path(PN_PATH_AVX2, KIND_RANDOM, 40000);
 }
 Test(pn_search, the_avx2_search_equals_the_reference_on_heavy_tailed_groups)
 {
-    check_path(PN_PATH_AVX2, 0, KIND_HEAVY, 40000);
+    check_path(PN_PATH_AVX2, KIND_HEAVY, 40000);
 }
 Test(pn_search, the_avx2_search_equals_the_reference_on_edge_groups)
 {
-    check_path(PN_PATH_AVX2, 0, KIND_EDGE, 40000);
+    check_path(PN_PATH_AVX2, KIND_EDGE, 40000);
 }
 Test(pn_search, the_avx2_search_equals_the_reference_on_tie_prone_groups)
 {
-    check_path(PN_PATH_AVX2, 0, KIND_TIE, 40000);
+    check_path(PN_PATH_AVX2, KIND_TIE, 40000);
 }
 
 Test(pn_search, the_avx512_search_equals_the_reference_on_random_groups)
 {
-    check_path(PN_PATH_AVX512, 0, KIND_RANDOM, 40000);
+    check_path(PN_PATH_AVX512, KIND_RANDOM, 40000);
 }
 Test(pn_search, the_avx512_search_equals_the_reference_on_heavy_tailed_groups)
 {
-    check_path(PN_PATH_AVX512, 0, KIND_HEAVY, 40000);
+    check_path(PN_PATH_AVX512, KIND_HEAVY, 40000);
 }
 Test(pn_search, the_avx512_search_equals_the_reference_on_edge_groups)
 {
-    check_path(PN_PATH_AVX512, 0, KIND_EDGE, 40000);
+    check_path(PN_PATH_AVX512, KIND_EDGE, 40000);
 }
 Test(pn_search, the_avx512_search_equals_the_reference_on_tie_prone_groups)
 {
-    check_path(PN_PATH_AVX512, 0, KIND_TIE, 40000);
+    check_path(PN_PATH_AVX512, KIND_TIE, 40000);
 }
 
-Test(pn_search, the_previous_avx2_search_still_equals_the_reference)
-{
-    for (int k = 0; k < KIND_COUNT; k++)
-        check_path(PN_PATH_AVX2, 1, k, 5000);
-}
-Test(pn_search, the_previous_avx512_search_still_equals_the_reference)
-{
-    for (int k = 0; k < KIND_COUNT; k++)
-        check_path(PN_PATH_AVX512, 1, k, 5000);
-}
-
-/* The tie-prone groups are what they claim to be: many exact ties between
- * two different scales and many errors a few ulps apart (so the tests above
- * exercise the rescoring, not only the easy case). */
 Test(pn_search, the_tie_prone_groups_hold_exact_ties_and_last_bit_differences)
 {
     for (int t = 0; t < 2; t++) {
@@ -508,7 +489,7 @@ Test(pn_search, a_million_mixed_groups_of_each_type_equal_the_reference_on_the_b
                 pn_status a =
                     pn_quantize_row_ref(type, x, p->group, ref + g * PN_BLOCK_BYTES, &col_ref);
                 pn_status b =
-                    pn_quantize_row_path(path, type, x, p->group, got + g * PN_BLOCK_BYTES, &col);
+                    pn_quantize_row_path(type, path, x, p->group, got + g * PN_BLOCK_BYTES, &col);
                 if (a != b || (a == PN_OK ? memcmp(ref + g * PN_BLOCK_BYTES,
                                                    got + g * PN_BLOCK_BYTES, PN_BLOCK_BYTES) != 0
                                           : col != col_ref))

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byte_order.h"
 #include "common/file.h"
 #include "common/mem.h"
 #include "hf/hf.h"
@@ -246,9 +247,7 @@ static pn_status open_shard(shard *sh, pn_error *err)
                             sh->path);
     if (pread(sh->fd, lenb, 8, 0) != 8)
         return pn_error_set(err, PN_ERR_IO, "%s: at byte 0: cannot read", sh->path);
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--)
-        len = (len << 8) | lenb[i];
+    uint64_t len = pn_load_u64le(lenb);
     if (len > PN_HF_MAX_HEADER || len > sh->size - 8)
         return pn_hf_st_parse(lenb, 8, sh->size, sh->path, &sh->hdr, err);
     size_t n = 8 + (size_t)len;

@@ -1049,11 +1049,6 @@ pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *n
     return PN_OK;
 }
 
-bool gguf_reader_is_virtual(const gguf_reader *r)
-{
-    return r && !r->splits && r->virt;
-}
-
 /* ------------------------------------------------------------------ */
 /* Accessors                                                           */
 

@@ -727,14 +727,6 @@ const char *pn_hf_dir(const pn_hf_model *m)
 {
     return m->dir;
 }
-const pn_hf_config *pn_hf_config_of(const pn_hf_model *m)
-{
-    return &m->cfg;
-}
-int pn_hf_file_type(const pn_hf_model *m)
-{
-    return m->file_type;
-}
 size_t pn_hf_n_tensors(const pn_hf_model *m)
 {
     return m->n_tensors;

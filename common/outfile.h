@@ -44,14 +44,8 @@
 
 typedef struct pn_outfile_opts {
     bool force; /* replace an existing target */
-    /* For tests of the fallbacks: use the named temporary file even where
-     * O_TMPFILE works; and, with it, commit without force by link() and
-     * unlink() as where renameat2(RENAME_NOREPLACE) is unavailable. */
-    bool named_temp;
-    bool link_commit;
-    /* For tests of pn_outfile_copy_from's fallback: copy with pread and
-     * write, never copy_file_range. */
-    bool copy_by_read;
+    /* NULL: the tests' fallbacks (common/outfile_testing.h), read at open */
+    const struct pn_outfile_testing *testing;
 } pn_outfile_opts;
 
 typedef struct pn_outfile pn_outfile;
@@ -64,7 +58,6 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
 /* The descriptor of the temporary file (read-write), -1 after commit or
  * abort. For validation (pread) and for pn_outfile_write's callers only. */
 int pn_outfile_fd(const pn_outfile *f);
-const char *pn_outfile_target(const pn_outfile *f);
 /* True when the data goes to an unnamed (O_TMPFILE) file. */
 bool pn_outfile_unnamed(const pn_outfile *f);
 /* The named temporary file's path (fallback only), else NULL. */
@@ -156,8 +149,8 @@ typedef struct pn_outdir_opts {
     const char *tag;                /* in the temporary folder's name; NULL: "pn-dir" */
     const char *writer;             /* who writes it, for messages; NULL: "this program" */
     bool (*ours)(const char *name); /* with force: entries a replaced folder may hold */
-    /* For tests of the fallbacks: commit as where renameat2 is missing. */
-    bool plain_rename;
+    /* NULL: the tests' fallbacks (common/outfile_testing.h), read at open */
+    const struct pn_outdir_testing *testing;
 } pn_outdir_opts;
 
 typedef struct pn_outdir pn_outdir;

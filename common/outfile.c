@@ -590,6 +590,28 @@ FILE *pn_outfile_stream(pn_outfile *f, pn_error *err)
     return f->stream;
 }
 
+pn_status pn_outfile_save_text(const char *path, const char *what,
+                               void (*print)(FILE *f, const void *ctx), const void *ctx,
+                               pn_error *err)
+{
+    pn_outfile_opts oo = { .force = true };
+    pn_outfile *out = NULL;
+    pn_status st = pn_outfile_open(path, &oo, &out, err);
+    if (st)
+        return pn_error_prefix(err, "saving the %s", what);
+    FILE *f = pn_outfile_stream(out, err);
+    if (f) {
+        print(f, ctx);
+        st = pn_outfile_commit(out, err);
+    } else {
+        st = err ? err->code : PN_ERR_IO;
+    }
+    pn_outfile_free(out);
+    if (st)
+        pn_error_prefix(err, "saving the %s", what);
+    return st;
+}
+
 pn_status pn_outfile_finish(pn_outfile *f, pn_error *err)
 {
     if (f && f->state == OF_FINISHED)

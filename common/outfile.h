@@ -89,6 +89,14 @@ pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
  * set) when it cannot be made. */
 FILE *pn_outfile_stream(pn_outfile *f, pn_error *err);
 
+/* A small text file the programs keep (a measurement) written whole at
+ * path or not at all, replacing what is there (saving it is what the
+ * caller asked for): print writes the text to the stream (ctx: its data).
+ * Any failure is prefixed "saving the <what>: ". */
+pn_status pn_outfile_save_text(const char *path, const char *what,
+                               void (*print)(FILE *f, const void *ctx), const void *ctx,
+                               pn_error *err);
+
 /* Flushes the stream if any, fsyncs. Idempotent; no writes afterwards. */
 pn_status pn_outfile_finish(pn_outfile *f, pn_error *err);
 

@@ -38,6 +38,31 @@ static bool field_ok(const char *s)
     return *s && !strpbrk(s, "\t\r\n");
 }
 
+static void print_kl(FILE *f, const void *ctx)
+{
+    const pn_kl_measurement *m = ctx;
+    const pn_kl_params *p = &m->params;
+    fprintf(f, "pn-measure-kl\t%d\n", PN_KL_FORMAT_VERSION);
+    fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", p->source_header_hash);
+    fprintf(f, "quantizer\t%s\n", p->quantizer);
+    fprintf(f, "base\t%s\tplan-fnv1a64\t%016" PRIx64 "\n", p->base_label, p->base_hash);
+    if (p->weighted)
+        fprintf(f, "imatrix\tfnv1a64\t%016" PRIx64 "\n", p->imatrix_hash);
+    else
+        fprintf(f, "imatrix\tnone\n");
+    fprintf(f, "calibration\tfnv1a64\t%016" PRIx64 "\t%" PRIu64 "\n", p->text_hash, p->text_bytes);
+    fprintf(f, "positions\t%d\t%d\t%zu\n", p->seq_len, p->max_seqs, m->n_positions);
+    fprintf(f, "judge\t%s\t%s\t%s\n", p->llama_cpp, p->node_llama_cpp, decode_name(p->decode_type));
+    fprintf(f, "kl-base\t%.17g\t%.17g\n", m->kl_base, m->kl_base_se);
+    fprintf(f, "part\t%d\t%d\t%zu\t%zu\t%zu\n", m->part, m->n_parts, m->first, m->count, m->total);
+    for (size_t i = 0; i < m->n; i++) {
+        const pn_kl_entry *e = &m->entries[i];
+        fprintf(f, "%s\t%.17g\t%.17g\t%.17g\t%" PRIu64 "\t%08" PRIx32 "\n", e->name, e->kl, e->gain,
+                e->se, e->extra_bytes, e->sample_crc);
+    }
+    fprintf(f, "end\n");
+}
+
 pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err)
 {
     const pn_kl_params *p = &m->params;
@@ -52,43 +77,8 @@ pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err
                                 "%s: candidate %zu cannot be saved (its name holds a tab or line "
                                 "break, or a figure is not finite)",
                                 path, m->first + i);
-    pn_outfile_opts oo = { .force = true }; /* the caller decided the file may be replaced */
-    pn_outfile *out = NULL;
-    pn_status st = pn_outfile_open(path, &oo, &out, err);
-    if (st)
-        return pn_error_prefix(err, "saving the KL measurement");
-    FILE *f = pn_outfile_stream(out, err);
-    if (f) {
-        fprintf(f, "pn-measure-kl\t%d\n", PN_KL_FORMAT_VERSION);
-        fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", p->source_header_hash);
-        fprintf(f, "quantizer\t%s\n", p->quantizer);
-        fprintf(f, "base\t%s\tplan-fnv1a64\t%016" PRIx64 "\n", p->base_label, p->base_hash);
-        if (p->weighted)
-            fprintf(f, "imatrix\tfnv1a64\t%016" PRIx64 "\n", p->imatrix_hash);
-        else
-            fprintf(f, "imatrix\tnone\n");
-        fprintf(f, "calibration\tfnv1a64\t%016" PRIx64 "\t%" PRIu64 "\n", p->text_hash,
-                p->text_bytes);
-        fprintf(f, "positions\t%d\t%d\t%zu\n", p->seq_len, p->max_seqs, m->n_positions);
-        fprintf(f, "judge\t%s\t%s\t%s\n", p->llama_cpp, p->node_llama_cpp,
-                decode_name(p->decode_type));
-        fprintf(f, "kl-base\t%.17g\t%.17g\n", m->kl_base, m->kl_base_se);
-        fprintf(f, "part\t%d\t%d\t%zu\t%zu\t%zu\n", m->part, m->n_parts, m->first, m->count,
-                m->total);
-        for (size_t i = 0; i < m->n; i++) {
-            const pn_kl_entry *e = &m->entries[i];
-            fprintf(f, "%s\t%.17g\t%.17g\t%.17g\t%" PRIu64 "\t%08" PRIx32 "\n", e->name, e->kl,
-                    e->gain, e->se, e->extra_bytes, e->sample_crc);
-        }
-        fprintf(f, "end\n");
-        st = pn_outfile_commit(out, err);
-    } else {
-        st = err ? err->code : PN_ERR_IO;
-    }
-    pn_outfile_free(out);
-    if (st)
-        pn_error_prefix(err, "saving the KL measurement");
-    return st;
+    /* replaced: the caller decided the file may be */
+    return pn_outfile_save_text(path, "KL measurement", print_kl, m, err);
 }
 
 /* ---- reading ---- */

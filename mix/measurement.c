@@ -283,6 +283,27 @@ static bool e_ok(double e)
     return isfinite(e) && e >= 0.0;
 }
 
+static void print_measurement(FILE *f, const void *ctx)
+{
+    const pn_measurement *m = ctx;
+    fprintf(f, "pn-measure\t%d\n", MEASURE_FORMAT_VERSION);
+    fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", m->params.source_header_hash);
+    fprintf(f, "quantizer\t%s\n", m->params.quantizer);
+    if (m->params.rotation_cap > 0)
+        fprintf(f, "rotation\thadamard\t%d\n", m->params.rotation_cap);
+    else
+        fprintf(f, "rotation\tnone\n");
+    fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
+    if (m->params.weighted)
+        fprintf(f, "imatrix\tentries-fnv1a64\t%016" PRIx64 "\t%s\n", m->params.imatrix_hash,
+                m->params.missing_unweighted ? "unweighted" : "error");
+    fprintf(f, "candidates\t%zu\n", m->n);
+    for (size_t i = 0; i < m->n; i++)
+        fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name, m->entries[i].e3,
+                m->entries[i].e4, m->entries[i].rows_crc32);
+    fprintf(f, "end\n");
+}
+
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err)
 {
     if (!params_ok(&m->params))
@@ -301,37 +322,7 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
                                 path, e->name, e->e3, e->e4);
     }
     /* The user's --measurement file: replacing it is what saving means. */
-    pn_outfile_opts oo = { .force = true };
-    pn_outfile *out = NULL;
-    pn_status st = pn_outfile_open(path, &oo, &out, err);
-    if (st)
-        return pn_error_prefix(err, "saving the measurement");
-    FILE *f = pn_outfile_stream(out, err);
-    if (f) {
-        fprintf(f, "pn-measure\t%d\n", MEASURE_FORMAT_VERSION);
-        fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", m->params.source_header_hash);
-        fprintf(f, "quantizer\t%s\n", m->params.quantizer);
-        if (m->params.rotation_cap > 0)
-            fprintf(f, "rotation\thadamard\t%d\n", m->params.rotation_cap);
-        else
-            fprintf(f, "rotation\tnone\n");
-        fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
-        if (m->params.weighted)
-            fprintf(f, "imatrix\tentries-fnv1a64\t%016" PRIx64 "\t%s\n", m->params.imatrix_hash,
-                    m->params.missing_unweighted ? "unweighted" : "error");
-        fprintf(f, "candidates\t%zu\n", m->n);
-        for (size_t i = 0; i < m->n; i++)
-            fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name, m->entries[i].e3,
-                    m->entries[i].e4, m->entries[i].rows_crc32);
-        fprintf(f, "end\n");
-        st = pn_outfile_commit(out, err);
-    } else {
-        st = err ? err->code : PN_ERR_IO;
-    }
-    pn_outfile_free(out);
-    if (st)
-        pn_error_prefix(err, "saving the measurement");
-    return st;
+    return pn_outfile_save_text(path, "measurement", print_measurement, m, err);
 }
 
 /* ---- loading ---- */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,32 @@ bool pn_same_file(const char *a, const char *b)
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+/* The folder part of path p, whose name starts at p + name_at ("." when
+ * it has none, "/" for a name in the root); false when it is too long. */
+static bool folder_of(const char *p, size_t name_at, char *dir, size_t dir_len)
+{
+    size_t n = name_at == 0 ? 0 : name_at == 1 ? 1 : name_at - 1;
+    int w = snprintf(dir, dir_len, "%.*s", n ? (int)n : 1, n ? p : ".");
+    return w >= 0 && (size_t)w < dir_len;
+}
+
+bool pn_same_place(const char *a, const char *b)
+{
+    if (pn_same_file(a, b))
+        return true;
+    if (!a || !b)
+        return false;
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    size_t na = sa ? (size_t)(sa - a) + 1 : 0, nb = sb ? (size_t)(sb - b) + 1 : 0;
+    if (strcmp(a + na, b + nb) != 0)
+        return false;
+    char da[PATH_MAX], db[PATH_MAX];
+    struct stat ta, tb;
+    return folder_of(a, na, da, sizeof da) && folder_of(b, nb, db, sizeof db) &&
+           stat(da, &ta) == 0 && stat(db, &tb) == 0 && ta.st_dev == tb.st_dev &&
+           ta.st_ino == tb.st_ino;
 }
 
 pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *what, char **data,

@@ -28,6 +28,12 @@ pn_status pn_read_small_file(const char *path, size_t max_bytes, const char *wha
  * are the same string. */
 bool pn_same_file(const char *a, const char *b);
 
+/* True when a and b name one place a file is or will be: pn_same_file, or
+ * the same name (after the last '/') in one existing folder, for a file not
+ * there yet ("out.gguf" and "./out.gguf"; a folder reached through a link).
+ * False for NULL or a folder name longer than PATH_MAX. */
+bool pn_same_place(const char *a, const char *b);
+
 /* folder/name, malloc'd (NULL when out of memory); free() it. */
 char *pn_path_join(const char *folder, const char *name);
 

@@ -17,6 +17,7 @@
 #include "common/file.h"
 #include "common/mem.h"
 #include "common/outfile_internal.h"
+#include "common/outfile_testing.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -228,7 +229,7 @@ pn_status pn_outdir_open(const char *target, const pn_outdir_opts *opts, pn_outd
     d->dirfd = d->lockfd = -1;
     d->state = OD_OPEN;
     d->writer = o->writer ? o->writer : "this program";
-    d->plain_rename = o->plain_rename;
+    d->plain_rename = o->testing && o->testing->plain_rename;
     d->rng = pn_outfile_seed(d);
     pn_status st = outdir_names(d, target, tag, err);
     if (st == PN_OK)

@@ -15,6 +15,7 @@
 #include "common/file.h"
 #include "common/mem.h"
 #include "common/outfile_internal.h"
+#include "common/outfile_testing.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,7 +65,8 @@ struct pn_outfile {
     uint64_t pos; /* bytes appended (pn_outfile_write, the stream) */
     uint64_t rng;
     outfile_state state;
-    pn_outfile_opts opts;
+    pn_outfile_opts opts;       /* testing: NULL, its settings copied below */
+    pn_outfile_testing testing; /* all false but in tests */
 };
 
 /* ------------------------------------------------------------------ */
@@ -363,8 +365,12 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
     f->fd = -1;
     f->dirfd = -1;
     f->state = OF_OPEN; /* so that a failure below discards what was made */
-    if (opts)
+    if (opts) {
         f->opts = *opts;
+        f->opts.testing = NULL;
+        if (opts->testing)
+            f->testing = *opts->testing;
+    }
     f->rng = pn_outfile_seed(f);
     f->target = strdup(target);
     pn_status st = f->target ? split_target(f, err)
@@ -380,7 +386,7 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
     if ((st = check_target(f, err)))
         goto fail;
     find_stale(f);
-    if (!f->opts.named_temp) {
+    if (!f->testing.named_temp) {
         f->fd = create_unnamed(f);
         if (f->fd >= 0) {
             f->unnamed = true;
@@ -408,10 +414,6 @@ fail:
 int pn_outfile_fd(const pn_outfile *f)
 {
     return f && (f->state == OF_OPEN || f->state == OF_FINISHED) ? f->fd : -1;
-}
-const char *pn_outfile_target(const pn_outfile *f)
-{
-    return f ? f->target : NULL;
 }
 bool pn_outfile_unnamed(const pn_outfile *f)
 {
@@ -529,7 +531,7 @@ pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
     if (off > (uint64_t)INT64_MAX - n)
         return pn_error_set(err, PN_ERR_USAGE, "%s: copy from byte offset %llu overflows", src_name,
                             (unsigned long long)off);
-    while (n > 0 && !f->opts.copy_by_read) {
+    while (n > 0 && !f->testing.copy_by_read) {
         loff_t in = (loff_t)off;
         size_t want = n < COPY_KERNEL_STEP ? (size_t)n : (size_t)COPY_KERNEL_STEP;
         ssize_t r = copy_file_range(fd, &in, f->fd, NULL, want, 0);
@@ -586,6 +588,28 @@ FILE *pn_outfile_stream(pn_outfile *f, pn_error *err)
         pn_error_set(err, PN_ERR_IO, "%s: cannot make a stream on the output: %s", f->target,
                      strerror(errno));
     return f->stream;
+}
+
+pn_status pn_outfile_save_text(const char *path, const char *what,
+                               void (*print)(FILE *f, const void *ctx), const void *ctx,
+                               pn_error *err)
+{
+    pn_outfile_opts oo = { .force = true };
+    pn_outfile *out = NULL;
+    pn_status st = pn_outfile_open(path, &oo, &out, err);
+    if (st)
+        return pn_error_prefix(err, "saving the %s", what);
+    FILE *f = pn_outfile_stream(out, err);
+    if (f) {
+        print(f, ctx);
+        st = pn_outfile_commit(out, err);
+    } else {
+        st = err ? err->code : PN_ERR_IO;
+    }
+    pn_outfile_free(out);
+    if (st)
+        pn_error_prefix(err, "saving the %s", what);
+    return st;
 }
 
 pn_status pn_outfile_finish(pn_outfile *f, pn_error *err)
@@ -645,7 +669,7 @@ static int place_noreplace(pn_outfile *f)
 {
     if (f->unnamed)
         return link_unnamed(f, f->base);
-    if (!f->opts.link_commit) {
+    if (!f->testing.link_commit) {
         int e = pn_outfile_rename_noreplace(f->dirfd, f->tmp_name, f->base);
         if (e == 0) {
             free(f->tmp_name);

@@ -44,14 +44,8 @@
 
 typedef struct pn_outfile_opts {
     bool force; /* replace an existing target */
-    /* For tests of the fallbacks: use the named temporary file even where
-     * O_TMPFILE works; and, with it, commit without force by link() and
-     * unlink() as where renameat2(RENAME_NOREPLACE) is unavailable. */
-    bool named_temp;
-    bool link_commit;
-    /* For tests of pn_outfile_copy_from's fallback: copy with pread and
-     * write, never copy_file_range. */
-    bool copy_by_read;
+    /* NULL: the tests' fallbacks (common/outfile_testing.h), read at open */
+    const struct pn_outfile_testing *testing;
 } pn_outfile_opts;
 
 typedef struct pn_outfile pn_outfile;
@@ -64,7 +58,6 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
 /* The descriptor of the temporary file (read-write), -1 after commit or
  * abort. For validation (pread) and for pn_outfile_write's callers only. */
 int pn_outfile_fd(const pn_outfile *f);
-const char *pn_outfile_target(const pn_outfile *f);
 /* True when the data goes to an unnamed (O_TMPFILE) file. */
 bool pn_outfile_unnamed(const pn_outfile *f);
 /* The named temporary file's path (fallback only), else NULL. */
@@ -95,6 +88,14 @@ pn_status pn_outfile_copy_from(pn_outfile *f, int fd, uint64_t off, uint64_t n,
  * fflush) are reported there. Do not mix with pn_outfile_write. NULL (err
  * set) when it cannot be made. */
 FILE *pn_outfile_stream(pn_outfile *f, pn_error *err);
+
+/* A small text file the programs keep (a measurement) written whole at
+ * path or not at all, replacing what is there (saving it is what the
+ * caller asked for): print writes the text to the stream (ctx: its data).
+ * Any failure is prefixed "saving the <what>: ". */
+pn_status pn_outfile_save_text(const char *path, const char *what,
+                               void (*print)(FILE *f, const void *ctx), const void *ctx,
+                               pn_error *err);
 
 /* Flushes the stream if any, fsyncs. Idempotent; no writes afterwards. */
 pn_status pn_outfile_finish(pn_outfile *f, pn_error *err);
@@ -156,8 +157,8 @@ typedef struct pn_outdir_opts {
     const char *tag;                /* in the temporary folder's name; NULL: "pn-dir" */
     const char *writer;             /* who writes it, for messages; NULL: "this program" */
     bool (*ours)(const char *name); /* with force: entries a replaced folder may hold */
-    /* For tests of the fallbacks: commit as where renameat2 is missing. */
-    bool plain_rename;
+    /* NULL: the tests' fallbacks (common/outfile_testing.h), read at open */
+    const struct pn_outdir_testing *testing;
 } pn_outdir_opts;
 
 typedef struct pn_outdir pn_outdir;

@@ -147,3 +147,31 @@ void pn_json_put_str(FILE *f, const char *s)
 {
     pn_json_put_strn(f, s ? s : "", s ? strlen(s) : 0);
 }
+
+char *pn_next_line(pn_line_reader *lr)
+{
+    if (lr->pos >= lr->len)
+        return NULL;
+    char *s = lr->buf + lr->pos;
+    char *nl = memchr(s, '\n', lr->len - lr->pos);
+    size_t n = nl ? (size_t)(nl - s) : lr->len - lr->pos;
+    s[n] = '\0';
+    lr->pos += n + 1;
+    lr->line++;
+    return s;
+}
+
+int pn_split_tabs(char *s, char **f, int max)
+{
+    int n = 0;
+    f[n++] = s;
+    for (char *c = s; *c; c++) {
+        if (*c == '\t') {
+            *c = '\0';
+            if (n == max)
+                return max + 1;
+            f[n++] = c + 1;
+        }
+    }
+    return n;
+}

@@ -16,6 +16,7 @@
  * "\\xNN"), the same rendering as the terminal form.
  *
  * No state, no allocation; stdio errors are left to the caller's ferror.
+ * Here too: the line reader of the text files the programs keep.
  */
 #ifndef PN_COMMON_TEXT_H
 #define PN_COMMON_TEXT_H
@@ -38,5 +39,19 @@ void pn_json_put_strn(FILE *f, const char *s, size_t n);
  * surrogate or a code point above U+10FFFF is invalid too). *cp receives
  * the code point. */
 size_t pn_utf8_char(const unsigned char *s, size_t n, unsigned *cp);
+
+/* The text files the programs keep (measurements), read line by line in
+ * place: buf holds len bytes, pos and line start at 0. */
+typedef struct pn_line_reader {
+    char *buf;
+    size_t len, pos;
+    int line; /* the number of the line last returned (1 for the first) */
+} pn_line_reader;
+/* The next line, NUL-terminated in place where its '\n' was; NULL after
+ * the last. A text that ends in '\n' has no empty line after it. */
+char *pn_next_line(pn_line_reader *lr);
+/* s split at tabs in place into f[0..]: the number of fields, or max + 1
+ * when there are more than max (f then holds the first max). */
+int pn_split_tabs(char *s, char **f, int max);
 
 #endif

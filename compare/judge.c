@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/byte_order.h"
 #include "common/file.h"
 #include "convert/convert.h"
 #include "hf/hf.h"
@@ -222,11 +223,6 @@ static bool read_all(const pn_compare_opts *o, int fd, void *buf, size_t n)
     return true;
 }
 
-static uint32_t le32(const uint8_t *b)
-{
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
 /* The token sequences: lengths and ids, as sent or as llama.cpp reports them. */
 typedef struct seqs {
     size_t n;
@@ -255,8 +251,8 @@ static bool read_header(const pn_compare_opts *o, int fd, uint32_t *n_vocab, seq
     *why = "its output does not start with PNLOGIT1";
     if (memcmp(h, "PNLOGIT1", 8) != 0)
         return false;
-    *n_vocab = le32(h + 8);
-    s->n = le32(h + 12);
+    *n_vocab = pn_load_u32le(h + 8);
+    s->n = pn_load_u32le(h + 12);
     *why = "its header announces an empty or oversized vocabulary or sequence list";
     if (*n_vocab == 0 || *n_vocab > PN_JUDGE_MAX_VOCAB || s->n == 0 || s->n > MAX_POSITIONS)
         return false;
@@ -267,7 +263,7 @@ static bool read_header(const pn_compare_opts *o, int fd, uint32_t *n_vocab, seq
         *why = "its output ended inside the header";
         if (!s->len || !read_all(o, fd, b, 4))
             return false;
-        s->len[k] = le32(b);
+        s->len[k] = pn_load_u32le(b);
         *why = "its header announces an empty or oversized sequence";
         if (s->len[k] == 0 || s->len[k] > MAX_POSITIONS - s->total)
             return false;
@@ -283,7 +279,7 @@ static bool read_header(const pn_compare_opts *o, int fd, uint32_t *n_vocab, seq
         if (!read_all(o, fd, s->ids + s->total, (size_t)s->len[k] * 4))
             return false;
         for (uint32_t i = 0; i < s->len[k]; i++)
-            s->ids[s->total + i] = le32((const uint8_t *)&s->ids[s->total + i]);
+            s->ids[s->total + i] = pn_load_u32le((const uint8_t *)&s->ids[s->total + i]);
         s->total += s->len[k];
     }
     return true;

@@ -12,6 +12,7 @@
 
 #include "common/file.h"
 #include "common/outfile.h"
+#include "common/text.h"
 #include "quant/types.h"
 
 #define KL_MAX_FILE_BYTES ((size_t)64 << 20)
@@ -37,6 +38,31 @@ static bool field_ok(const char *s)
     return *s && !strpbrk(s, "\t\r\n");
 }
 
+static void print_kl(FILE *f, const void *ctx)
+{
+    const pn_kl_measurement *m = ctx;
+    const pn_kl_params *p = &m->params;
+    fprintf(f, "pn-measure-kl\t%d\n", PN_KL_FORMAT_VERSION);
+    fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", p->source_header_hash);
+    fprintf(f, "quantizer\t%s\n", p->quantizer);
+    fprintf(f, "base\t%s\tplan-fnv1a64\t%016" PRIx64 "\n", p->base_label, p->base_hash);
+    if (p->weighted)
+        fprintf(f, "imatrix\tfnv1a64\t%016" PRIx64 "\n", p->imatrix_hash);
+    else
+        fprintf(f, "imatrix\tnone\n");
+    fprintf(f, "calibration\tfnv1a64\t%016" PRIx64 "\t%" PRIu64 "\n", p->text_hash, p->text_bytes);
+    fprintf(f, "positions\t%d\t%d\t%zu\n", p->seq_len, p->max_seqs, m->n_positions);
+    fprintf(f, "judge\t%s\t%s\t%s\n", p->llama_cpp, p->node_llama_cpp, decode_name(p->decode_type));
+    fprintf(f, "kl-base\t%.17g\t%.17g\n", m->kl_base, m->kl_base_se);
+    fprintf(f, "part\t%d\t%d\t%zu\t%zu\t%zu\n", m->part, m->n_parts, m->first, m->count, m->total);
+    for (size_t i = 0; i < m->n; i++) {
+        const pn_kl_entry *e = &m->entries[i];
+        fprintf(f, "%s\t%.17g\t%.17g\t%.17g\t%" PRIu64 "\t%08" PRIx32 "\n", e->name, e->kl, e->gain,
+                e->se, e->extra_bytes, e->sample_crc);
+    }
+    fprintf(f, "end\n");
+}
+
 pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err)
 {
     const pn_kl_params *p = &m->params;
@@ -51,81 +77,16 @@ pn_status pn_kl_save(const pn_kl_measurement *m, const char *path, pn_error *err
                                 "%s: candidate %zu cannot be saved (its name holds a tab or line "
                                 "break, or a figure is not finite)",
                                 path, m->first + i);
-    pn_outfile_opts oo = { .force = true }; /* the caller decided the file may be replaced */
-    pn_outfile *out = NULL;
-    pn_status st = pn_outfile_open(path, &oo, &out, err);
-    if (st)
-        return pn_error_prefix(err, "saving the KL measurement");
-    FILE *f = pn_outfile_stream(out, err);
-    if (f) {
-        fprintf(f, "pn-measure-kl\t%d\n", PN_KL_FORMAT_VERSION);
-        fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", p->source_header_hash);
-        fprintf(f, "quantizer\t%s\n", p->quantizer);
-        fprintf(f, "base\t%s\tplan-fnv1a64\t%016" PRIx64 "\n", p->base_label, p->base_hash);
-        if (p->weighted)
-            fprintf(f, "imatrix\tfnv1a64\t%016" PRIx64 "\n", p->imatrix_hash);
-        else
-            fprintf(f, "imatrix\tnone\n");
-        fprintf(f, "calibration\tfnv1a64\t%016" PRIx64 "\t%" PRIu64 "\n", p->text_hash,
-                p->text_bytes);
-        fprintf(f, "positions\t%d\t%d\t%zu\n", p->seq_len, p->max_seqs, m->n_positions);
-        fprintf(f, "judge\t%s\t%s\t%s\n", p->llama_cpp, p->node_llama_cpp,
-                decode_name(p->decode_type));
-        fprintf(f, "kl-base\t%.17g\t%.17g\n", m->kl_base, m->kl_base_se);
-        fprintf(f, "part\t%d\t%d\t%zu\t%zu\t%zu\n", m->part, m->n_parts, m->first, m->count,
-                m->total);
-        for (size_t i = 0; i < m->n; i++) {
-            const pn_kl_entry *e = &m->entries[i];
-            fprintf(f, "%s\t%.17g\t%.17g\t%.17g\t%" PRIu64 "\t%08" PRIx32 "\n", e->name, e->kl,
-                    e->gain, e->se, e->extra_bytes, e->sample_crc);
-        }
-        fprintf(f, "end\n");
-        st = pn_outfile_commit(out, err);
-    } else {
-        st = err ? err->code : PN_ERR_IO;
-    }
-    pn_outfile_free(out);
-    if (st)
-        pn_error_prefix(err, "saving the KL measurement");
-    return st;
+    /* replaced: the caller decided the file may be */
+    return pn_outfile_save_text(path, "KL measurement", print_kl, m, err);
 }
 
 /* ---- reading ---- */
 
-typedef struct lines {
-    char *buf;
-    size_t len, pos;
-    int line;
-} lines;
-
-static char *next_line(lines *lr)
-{
-    if (lr->pos >= lr->len)
-        return NULL;
-    char *s = lr->buf + lr->pos;
-    char *nl = memchr(s, '\n', lr->len - lr->pos);
-    size_t n = nl ? (size_t)(nl - s) : lr->len - lr->pos;
-    s[n] = '\0';
-    lr->pos += n + 1;
-    lr->line++;
-    return s;
-}
-
 /* The line's fields split at tabs: exactly want of them, the first `key`. */
 static bool fields(char *s, const char *key, char **f, int want)
 {
-    if (!s)
-        return false;
-    int n = 0;
-    f[n++] = s;
-    for (char *c = s; *c; c++)
-        if (*c == '\t') {
-            *c = '\0';
-            if (n == want)
-                return false;
-            f[n++] = c + 1;
-        }
-    return n == want && (!key || strcmp(f[0], key) == 0);
+    return s && pn_split_tabs(s, f, want) == want && (!key || strcmp(f[0], key) == 0);
 }
 
 static bool u64_of(const char *s, int base, int digits, uint64_t *v)
@@ -177,13 +138,14 @@ static bool text_into(const char *s, char *dst, size_t cap)
     } while (0)
 
 /* The header lines, up to and with the part line. */
-static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, pn_error *err)
+static pn_status load_header(pn_line_reader *lr, const char *path, pn_kl_measurement *m,
+                             pn_error *err)
 {
     pn_status st = PN_OK;
     pn_kl_params *p = &m->params;
     char *f[7];
     uint64_t v;
-    if (!fields(next_line(lr), "pn-measure-kl", f, 2))
+    if (!fields(pn_next_line(lr), "pn-measure-kl", f, 2))
         BAD("%s:1: expected 'pn-measure-kl<TAB>%d' (a KL measurement file)", path,
             PN_KL_FORMAT_VERSION);
     if (!u64_of(f[1], 10, 0, &v) || v != PN_KL_FORMAT_VERSION) {
@@ -192,18 +154,18 @@ static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, 
                          path, PN_KL_FORMAT_VERSION, f[1]);
         goto done;
     }
-    if (!fields(next_line(lr), "source", f, 3) || strcmp(f[1], "header-fnv1a64") != 0 ||
+    if (!fields(pn_next_line(lr), "source", f, 3) || strcmp(f[1], "header-fnv1a64") != 0 ||
         !u64_of(f[2], 16, 16, &p->source_header_hash))
         BAD("%s:%d: expected 'source<TAB>header-fnv1a64<TAB><16 hex digits>'", path, lr->line);
-    if (!fields(next_line(lr), "quantizer", f, 2) ||
+    if (!fields(pn_next_line(lr), "quantizer", f, 2) ||
         !text_into(f[1], p->quantizer, sizeof p->quantizer))
         BAD("%s:%d: expected 'quantizer<TAB><name and version>'", path, lr->line);
-    if (!fields(next_line(lr), "base", f, 4) ||
+    if (!fields(pn_next_line(lr), "base", f, 4) ||
         !text_into(f[1], p->base_label, sizeof p->base_label) ||
         strcmp(f[2], "plan-fnv1a64") != 0 || !u64_of(f[3], 16, 16, &p->base_hash))
         BAD("%s:%d: expected 'base<TAB><mix><TAB>plan-fnv1a64<TAB><16 hex digits>'", path,
             lr->line);
-    char *s = next_line(lr);
+    char *s = pn_next_line(lr);
     if (s && strcmp(s, "imatrix\tnone") == 0) {
         p->weighted = false;
     } else if (fields(s, "imatrix", f, 3) && strcmp(f[1], "fnv1a64") == 0 &&
@@ -214,28 +176,35 @@ static pn_status load_header(lines *lr, const char *path, pn_kl_measurement *m, 
             "digits>'",
             path, lr->line);
     }
-    if (!fields(next_line(lr), "calibration", f, 4) || strcmp(f[1], "fnv1a64") != 0 ||
+    if (!fields(pn_next_line(lr), "calibration", f, 4) || strcmp(f[1], "fnv1a64") != 0 ||
         !u64_of(f[2], 16, 16, &p->text_hash) || !u64_of(f[3], 10, 0, &p->text_bytes))
         BAD("%s:%d: expected 'calibration<TAB>fnv1a64<TAB><16 hex digits><TAB><bytes>'", path,
             lr->line);
-    if (!fields(next_line(lr), "positions", f, 4) || !int_of(f[1], 1, 1 << 22, &p->seq_len) ||
+    if (!fields(pn_next_line(lr), "positions", f, 4) || !int_of(f[1], 1, 1 << 22, &p->seq_len) ||
         !int_of(f[2], 1, 1 << 22, &p->max_seqs) || !u64_of(f[3], 10, 0, &v) || v < 1 ||
         v > (uint64_t)p->seq_len * (uint64_t)p->max_seqs)
         BAD("%s:%d: expected 'positions<TAB><seq-len><TAB><max-seqs><TAB><positions judged>'", path,
             lr->line);
     m->n_positions = (size_t)v;
-    if (!fields(next_line(lr), "judge", f, 4) ||
+    if (!fields(pn_next_line(lr), "judge", f, 4) ||
         !text_into(f[1], p->llama_cpp, sizeof p->llama_cpp) ||
         !text_into(f[2], p->node_llama_cpp, sizeof p->node_llama_cpp) ||
         pn_float_type_from_name(f[3]) < 0)
         BAD("%s:%d: expected 'judge<TAB><llama.cpp><TAB><node-llama-cpp><TAB>f32|bf16|f16'", path,
             lr->line);
+<<<<<<< HEAD
     p->decode_type = pn_float_type_from_name(f[3]);
     if (!fields(next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
+=======
+    p->decode_type = strcmp(f[3], "bf16") == 0  ? PN_TYPE_BF16
+                     : strcmp(f[3], "f16") == 0 ? PN_TYPE_F16
+                                                : PN_TYPE_F32;
+    if (!fields(pn_next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
+>>>>>>> dead44
         !real_of(f[2], &m->kl_base_se) || m->kl_base < 0 || m->kl_base_se < 0)
         BAD("%s:%d: expected 'kl-base<TAB><mean KL><TAB><standard error>'", path, lr->line);
     uint64_t first, count, total;
-    if (!fields(next_line(lr), "part", f, 6) || !int_of(f[1], 1, 99999, &m->part) ||
+    if (!fields(pn_next_line(lr), "part", f, 6) || !int_of(f[1], 1, 99999, &m->part) ||
         !int_of(f[2], 1, 99999, &m->n_parts) || m->part > m->n_parts ||
         !u64_of(f[3], 10, 0, &first) || !u64_of(f[4], 10, 0, &count) ||
         !u64_of(f[5], 10, 0, &total) || first > total || count > total - first ||
@@ -279,7 +248,7 @@ pn_status pn_kl_parse(const char *data, size_t len, const char *path, pn_kl_meas
         free(buf);
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
-    lines lr = { .buf = buf, .len = len };
+    pn_line_reader lr = { .buf = buf, .len = len };
     if (memchr(buf, '\0', len))
         BAD("%s: expected a text file, found a NUL byte", path);
     buf[len] = '\0';
@@ -292,7 +261,7 @@ pn_status pn_kl_parse(const char *data, size_t len, const char *path, pn_kl_meas
         goto done;
     }
     char *s, *f[7];
-    while ((s = next_line(&lr)) != NULL && strcmp(s, "end") != 0) {
+    while ((s = pn_next_line(&lr)) != NULL && strcmp(s, "end") != 0) {
         pn_kl_entry *e = &m->entries[m->n];
         uint64_t crc;
         if (m->n == m->count)

@@ -208,8 +208,6 @@ typedef struct gguf_provider {
 } gguf_provider;
 pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *name,
                                    const gguf_provider *provider, gguf_reader **out, pn_error *err);
-/* True for a virtual reader. */
-bool gguf_reader_is_virtual(const gguf_reader *r);
 /* For a checker that names every bad tensor itself: like gguf_reader_open,
  * except that a tensor offset that is not a multiple of the alignment,
  * tensors whose bytes overlap, tensor bytes that end past the end of the file

@@ -33,6 +33,7 @@
  *   - nesting of arrays is bounded, so recursion depth is too.
  */
 #include "gguf/gguf.h"
+#include "common/byte_order.h"
 #include "common/file.h"
 #include "gguf/gguf_internal.h"
 
@@ -82,14 +83,6 @@ static pn_status in_buffer(parser *ps, uint64_t n)
         return PN_OK;
     ps->want = ps->pos + n;
     return NEED_MORE;
-}
-
-static uint64_t load_le(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 /* "<file>: at byte <at>: <message>" */
@@ -181,7 +174,7 @@ static pn_status read_u32(parser *ps, uint32_t *v, const char *what)
     pn_status st = need(ps, 4, what, NO_INDEX);
     if (st)
         return st;
-    *v = (uint32_t)load_le(ps->r->base + ps->pos, 4);
+    *v = (uint32_t)pn_load_le(ps->r->base + ps->pos, 4);
     ps->pos += 4;
     return PN_OK;
 }
@@ -191,7 +184,7 @@ static pn_status read_u64_at(parser *ps, uint64_t *v, const char *what, uint64_t
     pn_status st = need(ps, 8, what, index);
     if (st)
         return st;
-    *v = load_le(ps->r->base + ps->pos, 8);
+    *v = pn_load_le(ps->r->base + ps->pos, 8);
     ps->pos += 8;
     return PN_OK;
 }
@@ -396,7 +389,7 @@ static pn_status parse_value(parser *ps, gguf_kv *kv)
     if (n) {
         if ((st = need(ps, n, "the value", NO_INDEX)))
             return st;
-        uint64_t bits = load_le(ps->r->base + at, n);
+        uint64_t bits = pn_load_le(ps->r->base + at, n);
         ps->pos += n;
         switch (kv->type) {
         case GGUF_TYPE_INT8: kv->v.i64 = (int8_t)bits; break;
@@ -1054,11 +1047,6 @@ pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *n
     r->size = end > len ? end : len;
     *out = r;
     return PN_OK;
-}
-
-bool gguf_reader_is_virtual(const gguf_reader *r)
-{
-    return r && !r->splits && r->virt;
 }
 
 /* ------------------------------------------------------------------ */

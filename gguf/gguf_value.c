@@ -5,6 +5,7 @@
  * against being called on the wrong kind of array.
  */
 #include "gguf/gguf.h"
+#include "common/byte_order.h"
 
 #include <string.h>
 
@@ -39,15 +40,6 @@ size_t gguf_value_type_size(gguf_value_type t)
     case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
     }
-}
-
-/* Little-endian load of n <= 8 bytes, whatever the host's byte order. */
-static uint64_t load_le(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
 }
 
 static bool is_signed(gguf_value_type t)
@@ -91,7 +83,7 @@ static bool element_bits(const gguf_kv *kv, uint64_t i, uint64_t *bits, size_t *
     size_t n = gguf_value_type_size(kv->arr_type);
     if (n == 0 || i >= kv->arr_count)
         return false;
-    *bits = load_le(kv->arr_data + i * n, n);
+    *bits = pn_load_le(kv->arr_data + i * n, n);
     *size = n;
     return true;
 }
@@ -139,10 +131,10 @@ static uint64_t value_span(gguf_value_type t, const uint8_t *p)
     if (fixed)
         return fixed;
     if (t == GGUF_TYPE_STRING)
-        return 8 + load_le(p, 8);
+        return 8 + pn_load_le(p, 8);
     /* ARRAY: u32 element type, u64 count, elements. */
-    gguf_value_type et = (gguf_value_type)load_le(p, 4);
-    uint64_t count = load_le(p + 4, 8);
+    gguf_value_type et = (gguf_value_type)pn_load_le(p, 4);
+    uint64_t count = pn_load_le(p + 4, 8);
     size_t es = gguf_value_type_size(et);
     if (es)
         return 12 + count * es;
@@ -160,8 +152,8 @@ gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i)
         return s;
     const uint8_t *p = kv->arr_data;
     for (uint64_t k = 0; k < i; k++)
-        p += 8 + load_le(p, 8);
-    s.len = load_le(p, 8);
+        p += 8 + pn_load_le(p, 8);
+    s.len = pn_load_le(p, 8);
     s.data = (const char *)p + 8;
     return s;
 }
@@ -177,8 +169,8 @@ gguf_kv gguf_kv_arr_arr(const gguf_kv *kv, uint64_t i)
         p += value_span(GGUF_TYPE_ARRAY, p);
     out.key.data = "";
     out.type = GGUF_TYPE_ARRAY;
-    out.arr_type = (gguf_value_type)load_le(p, 4);
-    out.arr_count = load_le(p + 4, 8);
+    out.arr_type = (gguf_value_type)pn_load_le(p, 4);
+    out.arr_count = pn_load_le(p + 4, 8);
     out.arr_data = p + 12;
     out.arr_bytes = value_span(GGUF_TYPE_ARRAY, p) - 12;
     return out;

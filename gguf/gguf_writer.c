@@ -22,6 +22,7 @@
  * Output goes through one 4 MiB buffer, so many small writes cost one system
  * call per 4 MiB and memory stays flat however large the model is.
  */
+#include "common/byte_order.h"
 #include "common/hash.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
@@ -36,12 +37,6 @@
 #include <unistd.h>
 
 #define WRITE_BUFFER_BYTES (4u << 20)
-
-static void store_le(uint8_t *p, uint64_t v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 gguf_writer *gguf_writer_new(void)
 {
@@ -245,7 +240,7 @@ static pn_status put_scalar(gguf_writer *w, const char *key, gguf_value_type typ
     size_t n = gguf_value_type_size(type);
     uint8_t *val = malloc(n);
     if (val)
-        store_le(val, bits, n);
+        pn_store_le(val, bits, n);
     return gguf_writer_put_kv_(w, key, type, val, n);
 }
 
@@ -308,7 +303,7 @@ pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, 
                       (unsigned long long)len);
     uint8_t *val = malloc(8 + len);
     if (val) {
-        store_le(val, len, 8);
+        pn_store_le(val, len, 8);
         if (len)
             memcpy(val + 8, v, len);
     }
@@ -331,8 +326,8 @@ pn_status gguf_writer_put_array_(gguf_writer *w, const char *key, gguf_value_typ
                       (unsigned long long)bytes);
     uint8_t *val = malloc(12 + bytes);
     if (val) {
-        store_le(val, (uint64_t)et, 4);
-        store_le(val + 4, count, 8);
+        pn_store_le(val, (uint64_t)et, 4);
+        pn_store_le(val + 4, count, 8);
         if (bytes)
             memcpy(val + 12, elems, bytes);
     }
@@ -371,12 +366,12 @@ pn_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *c
     uint8_t *val = malloc(12 + bytes);
     if (!val)
         return gguf_writer_put_kv_(w, key, GGUF_TYPE_ARRAY, NULL, 0);
-    store_le(val, GGUF_TYPE_STRING, 4);
-    store_le(val + 4, count, 8);
+    pn_store_le(val, GGUF_TYPE_STRING, 4);
+    pn_store_le(val + 4, count, 8);
     uint8_t *p = val + 12;
     for (uint64_t i = 0; i < count; i++) {
         size_t n = strlen(v[i]);
-        store_le(p, n, 8);
+        pn_store_le(p, n, 8);
         memcpy(p + 8, v[i], n);
         p += 8 + n;
     }
@@ -623,7 +618,7 @@ static pn_status emit_zeros(gguf_writer *w, uint64_t n, pn_error *err)
 static pn_status emit_le(gguf_writer *w, uint64_t v, size_t n, pn_error *err)
 {
     uint8_t b[8];
-    store_le(b, v, n);
+    pn_store_le(b, v, n);
     return emit(w, b, n, err);
 }
 
@@ -640,10 +635,7 @@ static bool is_unsigned_int(gguf_value_type t)
 
 static uint64_t unsigned_value(const writer_kv *kv)
 {
-    uint64_t a = 0;
-    for (size_t i = 0; i < gguf_value_type_size(kv->type); i++)
-        a |= (uint64_t)kv->val[i] << (8 * i);
-    return a;
+    return pn_load_le(kv->val, gguf_value_type_size(kv->type));
 }
 
 /* general.alignment if set, else the default; 0 if the key is unusable. */
@@ -791,7 +783,7 @@ pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_erro
         return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory for a %llu-byte header",
                             (unsigned long long)n);
     uint8_t *p = b;
-#define PUT(v, k) (store_le(p, (uint64_t)(v), k), p += (k))
+#define PUT(v, k) (pn_store_le(p, (uint64_t)(v), k), p += (k))
     memcpy(p, "GGUF", 4);
     p += 4;
     PUT(3, 4);
@@ -929,11 +921,8 @@ pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *dat
     writer_kv *kv = gguf_writer_find_kv_(w, key);
     if (!kv || kv->type != GGUF_TYPE_ARRAY)
         return pn_error_set(err, PN_ERR_USAGE, "gguf writer: no array key '%s' to patch", key);
-    gguf_value_type et = (gguf_value_type)(kv->val[0] | kv->val[1] << 8 | kv->val[2] << 16 |
-                                           (uint32_t)kv->val[3] << 24);
-    uint64_t have = 0;
-    for (int i = 0; i < 8; i++)
-        have |= (uint64_t)kv->val[4 + i] << (8 * i);
+    gguf_value_type et = (gguf_value_type)pn_load_u32le(kv->val);
+    uint64_t have = pn_load_u64le(kv->val + 4);
     size_t es = gguf_value_type_size(et);
     if (es == 0)
         return pn_error_set(err, PN_ERR_USAGE,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byte_order.h"
 #include "common/hash.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer_internal.h"
@@ -35,11 +36,8 @@ static bool is_named(const char *key, const char *const *names, size_t n)
 /* The element type and count of a serialized array value. */
 static void array_shape(const writer_kv *kv, gguf_value_type *et, uint64_t *count)
 {
-    *et = (gguf_value_type)(kv->val[0] | kv->val[1] << 8 | kv->val[2] << 16 |
-                            (uint32_t)kv->val[3] << 24);
-    *count = 0;
-    for (int i = 0; i < 8; i++)
-        *count |= (uint64_t)kv->val[4 + i] << (8 * i);
+    *et = (gguf_value_type)pn_load_u32le(kv->val);
+    *count = pn_load_u64le(kv->val + 4);
 }
 
 /* Copies the model's key kv into w: whole, or cut to elements [lo, hi) for

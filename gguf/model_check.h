@@ -62,9 +62,6 @@ typedef struct gguf_q35_sizes {
 uint64_t gguf_q35_dim_value(gguf_q35_dim d, const gguf_q35_sizes *s);
 /* The dimension in config.json's fields ("num_attention_heads x head_dim"). */
 const char *gguf_q35_dim_config(gguf_q35_dim d);
-/* The dimension in GGUF keys ("qwen35.attention.head_count x
- * qwen35.attention.key_length"). */
-const char *gguf_q35_dim_keys(gguf_q35_dim d);
 
 /* Where a tensor of the table is. */
 typedef enum gguf_q35_where {

@@ -168,11 +168,6 @@ const char *gguf_q35_dim_config(gguf_q35_dim d)
     return d < GGUF_Q35_N_DIMS ? dim_config[d] : "?";
 }
 
-const char *gguf_q35_dim_keys(gguf_q35_dim d)
-{
-    return d < GGUF_Q35_N_DIMS ? dim_keys[d] : "?";
-}
-
 void gguf_q35_gguf_ne(const gguf_q35_tensor *t, gguf_q35_dim ne[4])
 {
     uint32_t n = 0;

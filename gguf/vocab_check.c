@@ -8,6 +8,7 @@
  * inside the vocabulary (the loader would drop it for its default). Each
  * problem names the key and the index. model_check.h is the API. */
 #include "gguf/model_check.h"
+#include "common/byte_order.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -159,9 +160,7 @@ static bool str_in(gguf_str s, const char *const *list, size_t n)
 /* A string of an array, walked in order (the reader checked every length). */
 static gguf_str next_str(const uint8_t **p)
 {
-    uint64_t len = 0;
-    for (int i = 0; i < 8; i++)
-        len |= (uint64_t)(*p)[i] << (8 * i);
+    uint64_t len = pn_load_u64le(*p);
     gguf_str s = { len, (const char *)*p + 8 };
     *p += 8 + len;
     return s;

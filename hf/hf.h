@@ -176,8 +176,6 @@ pn_status pn_hf_input_files(const char *src, pn_hf_inputs *out, pn_error *err);
 void pn_hf_inputs_free(pn_hf_inputs *in);
 
 const char *pn_hf_dir(const pn_hf_model *m);
-const pn_hf_config *pn_hf_config_of(const pn_hf_model *m);
-int pn_hf_file_type(const pn_hf_model *m); /* general.file_type written */
 size_t pn_hf_n_tensors(const pn_hf_model *m);
 const pn_hf_tensor *pn_hf_tensor_at(const pn_hf_model *m, size_t i);
 size_t pn_hf_n_shards(const pn_hf_model *m);

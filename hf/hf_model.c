@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byte_order.h"
 #include "common/file.h"
 #include "common/mem.h"
 #include "hf/hf.h"
@@ -246,9 +247,7 @@ static pn_status open_shard(shard *sh, pn_error *err)
                             sh->path);
     if (pread(sh->fd, lenb, 8, 0) != 8)
         return pn_error_set(err, PN_ERR_IO, "%s: at byte 0: cannot read", sh->path);
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--)
-        len = (len << 8) | lenb[i];
+    uint64_t len = pn_load_u64le(lenb);
     if (len > PN_HF_MAX_HEADER || len > sh->size - 8)
         return pn_hf_st_parse(lenb, 8, sh->size, sh->path, &sh->hdr, err);
     size_t n = 8 + (size_t)len;
@@ -727,14 +726,6 @@ pn_status pn_hf_open(const char *src, const pn_hf_opts *opts, pn_hf_model **out,
 const char *pn_hf_dir(const pn_hf_model *m)
 {
     return m->dir;
-}
-const pn_hf_config *pn_hf_config_of(const pn_hf_model *m)
-{
-    return &m->cfg;
-}
-int pn_hf_file_type(const pn_hf_model *m)
-{
-    return m->file_type;
 }
 size_t pn_hf_n_tensors(const pn_hf_model *m)
 {

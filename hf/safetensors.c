@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/byte_order.h"
 #include "common/mem.h"
 #include "hf/hf.h"
 #include "hf/hf_internal.h"
@@ -139,9 +140,7 @@ pn_status pn_hf_st_parse(const uint8_t *bytes, size_t n_bytes, uint64_t file_siz
                             "%s: at byte 0: the file ends before the 8-byte header length "
                             "(%llu bytes)",
                             name, (unsigned long long)file_size);
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--)
-        len = (len << 8) | bytes[i];
+    uint64_t len = pn_load_u64le(bytes);
     if (len > PN_HF_MAX_HEADER)
         return pn_error_set(err, PN_ERR_FORMAT,
                             "%s: at byte 0: header length %llu is above the limit of %u bytes",

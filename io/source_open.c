@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "hf/hf.h"
 
 /* A folder is never a GGUF: one without config.json is opened as a Hugging
@@ -36,23 +37,6 @@ static void split_path(const char *p, char *dir, size_t dir_len, const char **na
         snprintf(dir, dir_len, "%.*s", (int)(s - p), p);
 }
 
-/* Whether t and in name one file or one place: the same string, one
- * existing file (links followed), or the same name in one folder. */
-static bool same_place(const char *t, const char *in)
-{
-    if (strcmp(t, in) == 0)
-        return true;
-    struct stat a, b;
-    if (stat(t, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        return true;
-    char dt[PATH_MAX], di[PATH_MAX];
-    const char *nt, *ni;
-    split_path(t, dt, sizeof dt, &nt);
-    split_path(in, di, sizeof di, &ni);
-    return strcmp(nt, ni) == 0 && stat(dt, &a) == 0 && stat(di, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
-}
-
 /* Whether writing target could touch `in`: target itself, then each link
  * of its chain in turn (a chain longer than 40 links is taken as touching). */
 static bool target_touches(const char *target, const char *in)
@@ -61,7 +45,7 @@ static bool target_touches(const char *target, const char *in)
     if (snprintf(cur, sizeof cur, "%s", target) >= (int)sizeof cur)
         return true;
     for (int hop = 0; hop < 40; hop++) {
-        if (same_place(cur, in))
+        if (pn_same_place(cur, in))
             return true;
         struct stat l;
         if (lstat(cur, &l) != 0 || !S_ISLNK(l.st_mode))

@@ -6,6 +6,7 @@
 #include "common/file.h"
 #include "common/mem.h"
 #include "common/outfile.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -282,6 +283,27 @@ static bool e_ok(double e)
     return isfinite(e) && e >= 0.0;
 }
 
+static void print_measurement(FILE *f, const void *ctx)
+{
+    const pn_measurement *m = ctx;
+    fprintf(f, "pn-measure\t%d\n", MEASURE_FORMAT_VERSION);
+    fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", m->params.source_header_hash);
+    fprintf(f, "quantizer\t%s\n", m->params.quantizer);
+    if (m->params.rotation_cap > 0)
+        fprintf(f, "rotation\thadamard\t%d\n", m->params.rotation_cap);
+    else
+        fprintf(f, "rotation\tnone\n");
+    fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
+    if (m->params.weighted)
+        fprintf(f, "imatrix\tentries-fnv1a64\t%016" PRIx64 "\t%s\n", m->params.imatrix_hash,
+                m->params.missing_unweighted ? "unweighted" : "error");
+    fprintf(f, "candidates\t%zu\n", m->n);
+    for (size_t i = 0; i < m->n; i++)
+        fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name, m->entries[i].e3,
+                m->entries[i].e4, m->entries[i].rows_crc32);
+    fprintf(f, "end\n");
+}
+
 pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_error *err)
 {
     if (!params_ok(&m->params))
@@ -300,76 +322,10 @@ pn_status pn_measurement_save(const pn_measurement *m, const char *path, pn_erro
                                 path, e->name, e->e3, e->e4);
     }
     /* The user's --measurement file: replacing it is what saving means. */
-    pn_outfile_opts oo = { .force = true };
-    pn_outfile *out = NULL;
-    pn_status st = pn_outfile_open(path, &oo, &out, err);
-    if (st)
-        return pn_error_prefix(err, "saving the measurement");
-    FILE *f = pn_outfile_stream(out, err);
-    if (f) {
-        fprintf(f, "pn-measure\t%d\n", MEASURE_FORMAT_VERSION);
-        fprintf(f, "source\theader-fnv1a64\t%016" PRIx64 "\n", m->params.source_header_hash);
-        fprintf(f, "quantizer\t%s\n", m->params.quantizer);
-        if (m->params.rotation_cap > 0)
-            fprintf(f, "rotation\thadamard\t%d\n", m->params.rotation_cap);
-        else
-            fprintf(f, "rotation\tnone\n");
-        fprintf(f, "sample\tevenly-spaced\t%lld\n", (long long)m->params.sample_max_rows);
-        if (m->params.weighted)
-            fprintf(f, "imatrix\tentries-fnv1a64\t%016" PRIx64 "\t%s\n", m->params.imatrix_hash,
-                    m->params.missing_unweighted ? "unweighted" : "error");
-        fprintf(f, "candidates\t%zu\n", m->n);
-        for (size_t i = 0; i < m->n; i++)
-            fprintf(f, "%s\t%.17g\t%.17g\t%08" PRIx32 "\n", m->entries[i].name, m->entries[i].e3,
-                    m->entries[i].e4, m->entries[i].rows_crc32);
-        fprintf(f, "end\n");
-        st = pn_outfile_commit(out, err);
-    } else {
-        st = err ? err->code : PN_ERR_IO;
-    }
-    pn_outfile_free(out);
-    if (st)
-        pn_error_prefix(err, "saving the measurement");
-    return st;
+    return pn_outfile_save_text(path, "measurement", print_measurement, m, err);
 }
 
 /* ---- loading ---- */
-
-typedef struct line_reader {
-    char *buf;
-    size_t len, pos;
-    int line;
-} line_reader;
-
-/* Next line, terminated in place; NULL at the end of the text. */
-static char *next_line(line_reader *lr)
-{
-    if (lr->pos >= lr->len)
-        return NULL;
-    char *s = lr->buf + lr->pos;
-    char *nl = memchr(s, '\n', lr->len - lr->pos);
-    size_t n = nl ? (size_t)(nl - s) : lr->len - lr->pos;
-    s[n] = '\0';
-    lr->pos += n + 1;
-    lr->line++;
-    return s;
-}
-
-/* Splits at tabs in place; returns the field count (at most max). */
-static int split_tabs(char *s, char **f, int max)
-{
-    int n = 0;
-    f[n++] = s;
-    for (char *c = s; *c; c++) {
-        if (*c == '\t') {
-            *c = '\0';
-            if (n == max)
-                return max + 1;
-            f[n++] = c + 1;
-        }
-    }
-    return n;
-}
 
 static bool parse_i64(const char *s, int64_t *v)
 {
@@ -436,13 +392,13 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
     if (memchr(buf, '\0', len))
         LFAIL(PN_ERR_FORMAT, "%s: expected a text file, found a NUL byte", path);
     buf[len] = '\0';
-    line_reader lr = { .buf = buf, .len = len };
+    pn_line_reader lr = { .buf = buf, .len = len };
     char *fl[5];
     char *s;
 
-    s = next_line(&lr);
+    s = pn_next_line(&lr);
     int64_t v;
-    if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "pn-measure") != 0)
+    if (!s || pn_split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "pn-measure") != 0)
         LFAIL(PN_ERR_FORMAT, "%s:1: expected 'pn-measure<TAB>%d' (a measurement file)", path,
               MEASURE_FORMAT_VERSION);
     if (parse_i64(fl[1], &v) && v >= 1 && v < MEASURE_FORMAT_VERSION) {
@@ -464,20 +420,20 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
 
     uint64_t h;
-    s = next_line(&lr);
-    if (!s || split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "source") != 0 ||
+    s = pn_next_line(&lr);
+    if (!s || pn_split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "source") != 0 ||
         strcmp(fl[1], "header-fnv1a64") != 0 || !parse_hex(fl[2], 16, &h))
         LFAIL(PN_ERR_FORMAT, "%s:2: expected 'source<TAB>header-fnv1a64<TAB><16 hex digits>'",
               path);
     m->params.source_header_hash = h;
 
-    s = next_line(&lr);
-    if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "quantizer") != 0 || !text_ok(fl[1]))
+    s = pn_next_line(&lr);
+    if (!s || pn_split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "quantizer") != 0 || !text_ok(fl[1]))
         LFAIL(PN_ERR_FORMAT, "%s:3: expected 'quantizer<TAB><name and version>'", path);
     snprintf(m->params.quantizer, sizeof m->params.quantizer, "%s", fl[1]);
 
-    s = next_line(&lr);
-    int nf = s ? split_tabs(s, fl, 4) : 0;
+    s = pn_next_line(&lr);
+    int nf = s ? pn_split_tabs(s, fl, 4) : 0;
     int64_t cap = 0;
     if (!s || strcmp(fl[0], "rotation") != 0 ||
         !((nf == 2 && strcmp(fl[1], "none") == 0) ||
@@ -487,8 +443,8 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
               "%s:4: expected 'rotation<TAB>none' or 'rotation<TAB>hadamard<TAB><cap>'", path);
     m->params.rotation_cap = (int)cap;
 
-    s = next_line(&lr);
-    if (!s || split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "sample") != 0)
+    s = pn_next_line(&lr);
+    if (!s || pn_split_tabs(s, fl, 4) != 3 || strcmp(fl[0], "sample") != 0)
         LFAIL(PN_ERR_FORMAT, "%s:5: expected 'sample<TAB>evenly-spaced<TAB><max rows>'", path);
     if (strcmp(fl[1], "evenly-spaced") != 0)
         LFAIL(PN_ERR_FORMAT, "%s:5: expected the sampling rule 'evenly-spaced', found '%s'", path,
@@ -496,9 +452,9 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
     if (!parse_i64(fl[2], &m->params.sample_max_rows) || m->params.sample_max_rows < 1)
         LFAIL(PN_ERR_FORMAT, "%s:5: expected a maximum row count >= 1, found '%s'", path, fl[2]);
 
-    s = next_line(&lr);
+    s = pn_next_line(&lr);
     if (s && strncmp(s, "imatrix\t", 8) == 0) {
-        if (split_tabs(s, fl, 4) != 4 || strcmp(fl[1], "entries-fnv1a64") != 0 ||
+        if (pn_split_tabs(s, fl, 4) != 4 || strcmp(fl[1], "entries-fnv1a64") != 0 ||
             !parse_hex(fl[2], 16, &h) ||
             (strcmp(fl[3], "error") != 0 && strcmp(fl[3], "unweighted") != 0))
             LFAIL(PN_ERR_FORMAT,
@@ -508,10 +464,10 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         m->params.weighted = true;
         m->params.imatrix_hash = h;
         m->params.missing_unweighted = strcmp(fl[3], "unweighted") == 0;
-        s = next_line(&lr);
+        s = pn_next_line(&lr);
     }
     int64_t count;
-    if (!s || split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "candidates") != 0 ||
+    if (!s || pn_split_tabs(s, fl, 4) != 2 || strcmp(fl[0], "candidates") != 0 ||
         !parse_i64(fl[1], &count) || count < 0 || (uint64_t)count > len / 4)
         LFAIL(PN_ERR_FORMAT,
               "%s:%d: expected 'candidates<TAB><count>' with a count the file can hold", path,
@@ -522,12 +478,12 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
         LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
 
     for (int64_t i = 0; i < count; i++) {
-        s = next_line(&lr);
+        s = pn_next_line(&lr);
         if (!s)
             LFAIL(PN_ERR_TRUNCATED, "%s: expected %lld candidate lines, found %lld", path,
                   (long long)count, (long long)i);
         int line = lr.line;
-        if (split_tabs(s, fl, 5) != 4 || !*fl[0])
+        if (pn_split_tabs(s, fl, 5) != 4 || !*fl[0])
             LFAIL(PN_ERR_FORMAT, "%s:%d: expected '<tensor name><TAB><E3><TAB><E4><TAB><CRC-32>'",
                   path, line);
         pn_measure_entry *e = &m->entries[m->n];
@@ -547,7 +503,7 @@ pn_status pn_measurement_load(const char *path, pn_measurement **out, int *versi
             LFAIL(PN_ERR_NOMEM, "%s: out of memory", path);
         m->n++;
     }
-    s = next_line(&lr);
+    s = pn_next_line(&lr);
     if (!s || strcmp(s, "end") != 0)
         LFAIL(s ? PN_ERR_FORMAT : PN_ERR_TRUNCATED, "%s:%d: expected 'end' after %lld candidates%s",
               path, lr.line + (s ? 0 : 1), (long long)count,

@@ -16,6 +16,7 @@
 #include "mix/promote.h"
 #include "mix/promote_score.h"
 #include "pipeline/measure_job.h"
+#include "pipeline/quantize_testing.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
 #include "quant/types.h"
@@ -24,7 +25,8 @@
 
 const char *pn_job_quantizer_name(const pn_quantize_opts *o)
 {
-    return o->quantizer_name ? o->quantizer_name : PN_QUANTIZER_NAME;
+    return o->testing && o->testing->quantizer_name ? o->testing->quantizer_name
+                                                    : PN_QUANTIZER_NAME;
 }
 
 void pn_job_plan_free(pn_job_plan *p)

@@ -47,7 +47,7 @@ typedef struct pn_job_plan {
     size_t n_overrides;
 } pn_job_plan;
 
-/* pn.quantizer of a run: o->quantizer_name when set (tests), else
+/* pn.quantizer of a run: the tests' quantizer_name when set, else
  * "pn-quantize <version>". */
 const char *pn_job_quantizer_name(const pn_quantize_opts *o);
 

@@ -44,6 +44,7 @@
 #include "io/free_space.h"
 #include "pipeline/plan_build.h"
 #include "pipeline/quantize_paths.h"
+#include "pipeline/quantize_testing.h"
 #include "pipeline/readback.h"
 #include "pipeline/reuse.h"
 #include "io/source_id.h"
@@ -651,7 +652,9 @@ static pn_status make_output(run_ctx *c, pn_error *err)
     oo.per_tensor_values[2] = c->sid.tensor_crc;
     oo.per_tensor_key[3] = PN_KEY_SOURCE_TYPE; /* known from the start: the model's values */
     oo.per_tensor_values[3] = NULL;
-    const uint64_t drop = o->drop_behind_bytes ? o->drop_behind_bytes : PN_DROP_BEHIND_BYTES;
+    const uint64_t drop = o->testing && o->testing->drop_behind_bytes
+                              ? o->testing->drop_behind_bytes
+                              : PN_DROP_BEHIND_BYTES;
     oo.writeback_bytes = drop < 4 * PN_WRITEBACK_BYTES ? drop / 4 + 1 : PN_WRITEBACK_BYTES;
     oo.drop_behind_bytes = drop;
     st = pn_outset_make(c->model, o->dst_path, &oo, &c->out, err);

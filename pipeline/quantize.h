@@ -219,10 +219,8 @@ typedef struct pn_quantize_opts {
     /* --imatrix-missing unweighted: a candidate without an entry is measured
      * unweighted; false: such a candidate is an error naming it. */
     bool imatrix_missing_unweighted;
-    const char *quantizer_name; /* tests only: pn.quantizer instead of "pn-quantize <v>" */
-    /* tests only: how far behind the writer the output leaves the page
-     * cache and is read back (pipeline/readback.h); 0: 128 MiB */
-    uint64_t drop_behind_bytes;
+    /* NULL: the tests' settings (pipeline/quantize_testing.h) */
+    const struct pn_quantize_testing *testing;
     pn_progress_fn progress;
     pn_note_fn note;
     pn_result_fn result; /* may be NULL */

@@ -116,27 +116,6 @@ pn_status pn_quantize_dst_in_folder(const char *folder, const gguf_reader *src,
     return PN_OK;
 }
 
-/* Whether a and b name the same place: the same string, one existing file,
- * or the same name in one folder (for a file that is not there yet). */
-static bool same_place(const char *a, const char *b)
-{
-    if (pn_same_file(a, b))
-        return true;
-    const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
-    const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
-    if (strcmp(na, nb) != 0)
-        return false;
-    char da[4096], db[4096];
-    int la = ba ? (ba == a ? 1 : (int)(ba - a)) : 1, lb = bb ? (bb == b ? 1 : (int)(bb - b)) : 1;
-    if (la >= (int)sizeof da || lb >= (int)sizeof db)
-        return false;
-    snprintf(da, sizeof da, "%.*s", la, ba ? a : ".");
-    snprintf(db, sizeof db, "%.*s", lb, bb ? b : ".");
-    struct stat sa, sb;
-    return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
 /* Whether path is the name of a split (any K of any N) of the split output
  * DST: PREFIX-0000K-of-0000N.gguf with DST's prefix (gguf_split_path). */
 static bool is_split_of(const char *path, const char *dst)
@@ -153,7 +132,7 @@ static bool is_split_of(const char *path, const char *dst)
     bool same = false;
     if (mine && first && strlen(first) > tail) {
         first[strlen(first) - tail] = '\0';
-        same = same_place(mine, first);
+        same = pn_same_place(mine, first);
     }
     free(mine);
     free(first);
@@ -171,21 +150,21 @@ pn_status pn_quantize_check_measurement_path(const pn_quantize_opts *o, const gg
         return PN_OK;
     const char *what = NULL;
     for (size_t k = 0; !what && k < gguf_reader_n_splits(src); k++)
-        if (same_place(m, gguf_reader_name(gguf_reader_split(src, k))))
+        if (pn_same_place(m, gguf_reader_name(gguf_reader_split(src, k))))
             what = gguf_reader_n_splits(src) > 1 ? "a file of the source" : "the source";
-    if (!what && same_place(m, o->src_path))
+    if (!what && pn_same_place(m, o->src_path))
         what = "the source";
-    if (!what && o->dst_path && same_place(m, o->dst_path))
+    if (!what && o->dst_path && pn_same_place(m, o->dst_path))
         what = "the output (DST)";
     if (!what && o->dst_path && pn_quantize_split_output(o) && is_split_of(m, o->dst_path))
         what = "a file of the output set";
     if (!what && pn_source_check_target(o->src_path, m, "the measurement", err) != PN_OK)
         return pn_error_prefix(err, "--measurement");
-    if (!what && o->reuse_path && same_place(m, o->reuse_path))
+    if (!what && o->reuse_path && pn_same_place(m, o->reuse_path))
         what = "the --reuse file";
-    if (!what && o->recipe_path && same_place(m, o->recipe_path))
+    if (!what && o->recipe_path && pn_same_place(m, o->recipe_path))
         what = "the recipe";
-    if (!what && o->promote_list_path && same_place(m, o->promote_list_path))
+    if (!what && o->promote_list_path && pn_same_place(m, o->promote_list_path))
         what = "the promote list";
     if (!what)
         return PN_OK;

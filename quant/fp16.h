@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/byte_order.h" /* pn_load_u16le, pn_load_u32le: the blocks are little-endian */
+
 /* Bit-exact and libm-free: these run per weight when widening sources and
  * per block in the encoders. */
 static inline float pn_fp16_to_float(uint16_t h)
@@ -99,27 +101,5 @@ static inline float pn_bf16_to_float(uint16_t b)
 
 /* float -> bf16, round to nearest even, NaN kept quiet (for pn-dequant). */
 uint16_t pn_bf16_from_float(float x);
-
-/* Little-endian load/store of a u16 at any alignment. */
-static inline uint16_t pn_load_u16le(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline void pn_store_u16le(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline uint32_t pn_load_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static inline void pn_store_u32le(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
 
 #endif

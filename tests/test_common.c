@@ -1,6 +1,7 @@
 /* test_common.c - the shared helpers of common/: hostile small files, the
  * O_DIRECT reopen, text that is safe for a terminal and valid JSON, the
- * thread default, the hashes, the clock, the CPU features. */
+ * thread default, the hashes, the clock, the CPU features, one place of
+ * two paths, the line reader, little-endian loads and stores. */
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/byte_order.h"
 #include "common/clock.h"
 #include "common/cpu.h"
 #include "common/file.h"
@@ -137,6 +139,94 @@ static char *capture(void (*fn)(FILE *, const char *), const char *s)
     fn(f, s);
     fclose(f);
     return buf;
+}
+
+/* One place: a file that is there, or the same name in one folder (reached
+ * by another path or a link) for a file that is not there yet. */
+Test(same_place, one_name_in_one_folder_is_one_place_and_other_names_or_folders_are_not)
+{
+    char *dir = tu_mkdtemp();
+    char *sub = join(dir, "sub"), *lnk = join(dir, "lnk");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    cr_assert_eq(symlink(sub, lnk), 0);
+    char *a = join(sub, "out.gguf"), *b = join(lnk, "out.gguf"), *c = join(sub, "other.gguf");
+    char *d = join(dir, "out.gguf"), *e = join(sub, "./out.gguf");
+    cr_assert(pn_same_place(a, b), "not there yet, one folder by two paths");
+    cr_assert(pn_same_place(a, e));
+    cr_assert_not(pn_same_place(a, c), "another name");
+    cr_assert_not(pn_same_place(a, d), "another folder");
+    cr_assert_not(pn_same_file(a, b), "pn_same_file: only files that are there");
+    cr_assert_eq(tu_write_file(c, "x", 1), 0);
+    cr_assert_eq(link(c, a), 0);
+    cr_assert(pn_same_place(c, b), "one file under two names");
+    cr_assert(pn_same_place("x.gguf", "x.gguf"), "the same string");
+    cr_assert_not(pn_same_place(NULL, "x.gguf"));
+    cr_assert_not(pn_same_place("x.gguf", NULL));
+    char cwd[4096];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(sub), 0);
+    cr_assert(pn_same_place("new.gguf", "../sub/new.gguf"), "a bare name is in the current folder");
+    cr_assert(pn_same_place("/new.gguf", "//new.gguf"), "a name in the root");
+    cr_assert_not(pn_same_place("new.gguf", "/new.gguf"));
+    cr_assert_eq(chdir(cwd), 0);
+    tu_rm_rf(dir);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    free(e);
+    free(sub);
+    free(lnk);
+    free(dir);
+}
+
+Test(line_reader, lines_are_cut_in_place_and_counted_and_fields_split_at_tabs)
+{
+    char text[] = "a\tb\n\nc\td\te\nlast";
+    pn_line_reader lr = { .buf = text, .len = sizeof text - 1 };
+    char *f[3];
+    char *s = pn_next_line(&lr);
+    cr_assert_str_eq(s, "a\tb");
+    cr_assert_eq(lr.line, 1);
+    cr_assert_eq(pn_split_tabs(s, f, 3), 2);
+    cr_assert_str_eq(f[0], "a");
+    cr_assert_str_eq(f[1], "b");
+    cr_assert_str_eq(pn_next_line(&lr), "", "an empty line");
+    s = pn_next_line(&lr);
+    cr_assert_eq(pn_split_tabs(s, f, 2), 3, "more fields than max: max + 1");
+    cr_assert_str_eq(f[0], "c");
+    cr_assert_str_eq(f[1], "d");
+    cr_assert_str_eq(pn_next_line(&lr), "last", "a last line without its line end");
+    cr_assert_eq(lr.line, 4);
+    cr_assert_null(pn_next_line(&lr));
+    char two[] = "x\n";
+    pn_line_reader l2 = { .buf = two, .len = 2 };
+    cr_assert_str_eq(pn_next_line(&l2), "x");
+    cr_assert_null(pn_next_line(&l2), "no empty line after the last line end");
+}
+
+Test(byte_order, loads_and_stores_are_little_endian_at_any_alignment)
+{
+    uint8_t b[12] = { 0xff, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0xff };
+    cr_assert_eq(pn_load_u16le(b + 1), 0x0201);
+    cr_assert_eq(pn_load_u32le(b + 1), 0x04030201u);
+    cr_assert_eq(pn_load_u64le(b + 1), 0x0807060504030201ull);
+    cr_assert_eq(pn_load_le(b + 1, 3), 0x030201u);
+    cr_assert_eq(pn_load_le(b + 1, 0), 0);
+    cr_assert_eq(pn_load_le(b + 4, 8), 0xff0a090807060504ull);
+    uint8_t o[13] = { 0 };
+    pn_store_le(o + 1, 0x1122334455667788ull, 8);
+    pn_store_u32le(o + 9, 0xa1b2c3d4u);
+    const uint8_t want[13] = { 0,    0x88, 0x77, 0x66, 0x55, 0x44, 0x33,
+                               0x22, 0x11, 0xd4, 0xc3, 0xb2, 0xa1 };
+    cr_assert_eq(memcmp(o, want, 13), 0);
+    pn_store_u16le(o, 0xbeef);
+    cr_assert_eq(o[0], 0xef);
+    cr_assert_eq(o[1], 0xbe);
+    pn_store_le(o + 4, 0xabcdef, 2);
+    cr_assert_eq(o[4], 0xef);
+    cr_assert_eq(o[5], 0xcd);
+    cr_assert_eq(o[6], 0x33, "only n bytes stored");
 }
 
 Test(safe_text, escape_sequences_controls_and_invalid_utf8_are_shown_as_hex)

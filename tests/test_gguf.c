@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/outfile_testing.h"
 #include "gguf/gguf.h"
 #include "gguf_bytes.h"
 #include "quant/types.h"
@@ -1645,7 +1646,8 @@ Test(gguf_writer_output, a_target_made_by_another_run_during_this_one_is_refused
         char *dir = tu_mkdtemp();
         char *path = tu_join(dir, "out.gguf");
         char *first = tu_join(dir, "first.gguf");
-        pn_outfile_opts o = { .named_temp = named };
+        const pn_outfile_testing t = { .named_temp = named };
+        pn_outfile_opts o = { .testing = &t };
         gguf_writer *w = NULL;
         pn_error e;
         cr_assert_eq(write_small(path, &o, &w, &e), PN_OK, "%s", e.msg);
@@ -1707,7 +1709,8 @@ Test(gguf_writer_output, the_named_fallback_writes_the_same_bytes_even_for_a_nam
     char *b = tu_join(dir, name);
     pn_error e;
     cr_assert_eq(write_small(a, NULL, NULL, &e), PN_OK, "%s", e.msg);
-    pn_outfile_opts named = { .named_temp = true };
+    const pn_outfile_testing t = { .named_temp = true };
+    pn_outfile_opts named = { .testing = &t };
     cr_assert_eq(write_small(b, &named, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert(same_bytes(a, b));
     char *c = tu_join(dir, "c.gguf");

@@ -96,6 +96,24 @@ Test(kl_file, a_saved_measurement_reads_back_figure_for_figure, .init = setup, .
     free(path);
 }
 
+Test(kl_file, a_measurement_that_cannot_be_saved_says_so_and_leaves_no_file, .init = setup,
+     .fini = teardown)
+{
+    pn_kl_measurement *m = made(1, 1, 0, 3, 3);
+    char *path = path_in("none/m.kl");
+    pn_error err;
+    cr_assert_eq(pn_kl_save(m, path, &err), PN_ERR_IO);
+    cr_assert_eq(strncmp(err.msg, "saving the KL measurement: ", 27), 0, "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, path), "%s", err.msg);
+    char *ok = path_in("m.kl");
+    cr_assert_eq(pn_kl_save(m, ok, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(pn_kl_save(m, ok, &err), PN_OK, "saving again replaces: %s", err.msg);
+    cr_assert_eq(tu_count_files(g_dir), 1, "the file and nothing else");
+    pn_kl_measurement_free(m);
+    free(path);
+    free(ok);
+}
+
 Test(kl_file, a_damaged_file_is_refused_naming_the_file_and_line, .init = setup, .fini = teardown)
 {
     pn_kl_measurement *m = made(1, 1, 0, 3, 3);

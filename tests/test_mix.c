@@ -1507,6 +1507,7 @@ Test(measure, a_measurement_that_cannot_be_saved_says_why_and_leaves_no_file)
     m->entries[0].e3 = 0.5;
     cr_assert_eq(pn_measurement_save(m, "/nonexistent/dir/m.txt", &err), PN_ERR_IO);
     cr_assert_not_null(strstr(err.msg, "/nonexistent/dir/m.txt"), "%s", err.msg);
+    cr_assert_eq(strncmp(err.msg, "saving the measurement: ", 24), 0, "%s", err.msg);
     char *out = NULL;
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "ls -A '%s'", dir);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/outfile.h"
+#include "common/outfile_testing.h"
 #include "mix/measurement.h"
 #include "test_util.h"
 
@@ -37,9 +38,12 @@ static const char *const mode_names[MODES_] = { "O_TMPFILE", "named temporary",
 
 static pn_outfile_opts opts_of(mode m, bool force)
 {
+    static const pn_outfile_testing named = { .named_temp = true },
+                                    linked = { .named_temp = true, .link_commit = true };
     pn_outfile_opts o = { .force = force,
-                          .named_temp = m != UNNAMED,
-                          .link_commit = m == NAMED_LINK };
+                          .testing = m == UNNAMED ? NULL
+                                     : m == NAMED ? &named
+                                                  : &linked };
     return o;
 }
 
@@ -719,9 +723,11 @@ static const char *const dir_mode_names[2] = { "renameat2", "plain rename" };
 
 static pn_outdir_opts dir_opts(int plain, bool force)
 {
-    pn_outdir_opts o = {
-        .force = force, .tag = "pn-test", .writer = "the test", .plain_rename = plain != 0
-    };
+    static const pn_outdir_testing plain_rename = { .plain_rename = true };
+    pn_outdir_opts o = { .force = force,
+                         .tag = "pn-test",
+                         .writer = "the test",
+                         .testing = plain ? &plain_rename : NULL };
     return o;
 }
 
@@ -809,7 +815,8 @@ Test(outdir, abort_and_free_leave_nothing)
     /* a file still being written when the folder is dropped */
     pn_outfile *f = NULL;
     pn_error e;
-    pn_outfile_opts named = { .named_temp = true };
+    const pn_outfile_testing t = { .named_temp = true };
+    pn_outfile_opts named = { .testing = &t };
     char *p = tu_join(pn_outdir_temp_path(d), "tokenizer.json");
     cr_assert_eq(pn_outfile_open(p, &named, &f, &e), PN_OK, "%s", e.msg);
     write_ok(f, "half");

@@ -16,7 +16,9 @@
 #include "gguf/gguf.h"
 #include "mix/measurement.h"
 #include "check/check.h"
+#include "common/outfile_testing.h"
 #include "pipeline/quantize.h"
+#include "pipeline/quantize_testing.h"
 #include "io/source_id.h"
 #include "synth/synth.h"
 #include "quant/types.h"
@@ -458,7 +460,8 @@ Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
-    o.quantizer_name = "pn-quantize 0.0-test";
+    const pn_quantize_testing other = { .quantizer_name = "pn-quantize 0.0-test" };
+    o.testing = &other;
     run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
     run_ok(&o, NULL);
@@ -825,7 +828,8 @@ Test(reuse, prev_by_another_quantizer_version_reuses_nothing_and_says_why, .init
     char *src = synth("src.gguf", 18), *prev = path_in("prev.gguf");
     pn_quantize_opts o;
     opts_for(&o, src, prev, NULL);
-    o.quantizer_name = "pn-quantize 0.0-old";
+    const pn_quantize_testing old = { .quantizer_name = "pn-quantize 0.0-old" };
+    o.testing = &old;
     run_ok(&o, NULL);
     char *re = path_in("re.gguf"), *scratch = path_in("scratch.gguf");
     opts_for(&o, src, scratch, NULL);
@@ -1010,7 +1014,8 @@ static void copy_into(const char *target, int fd, const uint8_t *data, bool by_r
     int64_t ne[4] = { 1000, 1, 1, 1 }, ne2[4] = { 3, 1, 1, 1 };
     cr_assert_eq(gguf_writer_add_tensor(w, "a", 1, ne, PN_TYPE_F32, &err), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "b", 1, ne2, PN_TYPE_F32, &err), PN_OK);
-    pn_outfile_opts oo = { .copy_by_read = by_read };
+    const pn_outfile_testing t = { .copy_by_read = by_read };
+    pn_outfile_opts oo = { .testing = &t };
     gguf_writer_set_output_opts(w, &oo);
     cr_assert_eq(gguf_writer_begin(w, target, &err), PN_OK, "%s", err.msg);
     /* a's first bytes written, the rest copied; b copied whole */

@@ -192,15 +192,8 @@ static pn_status load_header(pn_line_reader *lr, const char *path, pn_kl_measure
         pn_float_type_from_name(f[3]) < 0)
         BAD("%s:%d: expected 'judge<TAB><llama.cpp><TAB><node-llama-cpp><TAB>f32|bf16|f16'", path,
             lr->line);
-<<<<<<< HEAD
     p->decode_type = pn_float_type_from_name(f[3]);
-    if (!fields(next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
-=======
-    p->decode_type = strcmp(f[3], "bf16") == 0  ? PN_TYPE_BF16
-                     : strcmp(f[3], "f16") == 0 ? PN_TYPE_F16
-                                                : PN_TYPE_F32;
     if (!fields(pn_next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
->>>>>>> dead44
         !real_of(f[2], &m->kl_base_se) || m->kl_base < 0 || m->kl_base_se < 0)
         BAD("%s:%d: expected 'kl-base<TAB><mean KL><TAB><standard error>'", path, lr->line);
     uint64_t first, count, total;

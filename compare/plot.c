@@ -214,7 +214,10 @@ static void put_curve_plots(FILE *f, const char **names, size_t nc)
                 "title ",
                 c + 1, marks[c], colours[c]);
         put_name(f, names[c] ? names[c] : "PN mixes");
-        fprintf(f, ", \\\n  $pn%zu using 1:2:4 with labels left offset 0.7,0.6 notitle", c + 1);
+        /* above the point, and the next curve's below: where two orders
+         * make the same mix (no promotion), both names stay legible */
+        fprintf(f, ", \\\n  $pn%zu using 1:2:4 with labels left offset 0.7,%s notitle", c + 1,
+                c % 2 ? "-0.8" : "0.6");
     }
 }
 

@@ -98,9 +98,11 @@ static const pn_cli_option options[] = {
     { "imatrix", required_argument, O_IMATRIX,
       "  --imatrix FILE      llama-imatrix's file, for every mix (PN and stock)\n" },
     { "measure", required_argument, O_MEASURE,
-      "  --measure error|kl  how the PN mixes' promotions are chosen: error (default) or\n"
-      "                      kl, one KL measurement on --calibration (pn-quantize\n"
-      "                      --measure kl; docs/usage.md#kl)\n" },
+      "  --measure LIST      how the PN mixes' promotions are ordered, comma-separated\n"
+      "                      (error,kl), each PN mix made once per order: error\n"
+      "                      (default), forward (the earliest in the forward pass\n"
+      "                      first), kl (one KL measurement on --calibration); as\n"
+      "                      pn-quantize --measure (docs/usage.md#kl)\n" },
     { "calibration", required_argument, O_CALIBRATION,
       "  --calibration FILE  --measure kl: the text the candidates are judged on; not\n"
       "                      the --text that judges the mixes\n" },
@@ -397,11 +399,12 @@ static void print_sweep_table(const pn_sweep_report *s, const char *decode)
             putchar('\n');
         }
     }
-    if (s->kept_measurement) {
-        printf("\nmeasurement kept: ");
-        pn_fput_safe(stdout, s->kept_measurement);
-        putchar('\n');
-    }
+    for (int k = 0; k < 2; k++)
+        if (s->kept_measurement[k]) {
+            printf(k && s->kept_measurement[0] ? "measurement kept: " : "\nmeasurement kept: ");
+            pn_fput_safe(stdout, s->kept_measurement[k]);
+            putchar('\n');
+        }
     printf("\n%.1f s (%zu mix%s, %zu failed)\n", s->seconds, s->n_mixes,
            s->n_mixes == 1 ? "" : "es", s->n_failed);
 }
@@ -435,6 +438,10 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
             pn_json_put_str(stdout, m->kept);
         else
             printf("null");
+        if (m->kind == PN_SWEEP_STOCK)
+            printf(", \"order\": null");
+        else
+            printf(", \"order\": \"%s\"", pn_sweep_order_name(m->order));
         printf(", \"make_seconds\": %.3f", m->make_seconds);
         if (m->file_index >= 0 && s->compared) {
             printf(", \"status\": \"ok\", \"result\": ");
@@ -458,8 +465,8 @@ typedef struct sweep_cli {
     const char *plot, *gnuplot;
     uint64_t budget;
     int quiet;
-    int kl;                /* --measure kl */
-    char recipe_buf[4096]; /* --recipe NAME: the shipped file */
+    pn_sweep_order orders[PN_SWEEP_N_ORDERS]; /* --measure LIST */
+    char recipe_buf[4096];                    /* --recipe NAME: the shipped file */
 } sweep_cli;
 
 /* A --sweep option: 1 taken, 0 not one of them, -1 refused (message out). */
@@ -495,15 +502,18 @@ static int sweep_option(int c, sweep_cli *w)
         break;
     case O_LIBLLAMA: w->so.libllama = optarg; break;
     case O_GNUPLOT: w->gnuplot = optarg; break;
-    case O_MEASURE:
-        if (strcmp(optarg, "kl") != 0 && strcmp(optarg, "error") != 0) {
-            fprintf(stderr, "pn-compare: error: --measure: '");
-            pn_fput_safe(stderr, optarg);
-            fprintf(stderr, "': expected kl or error\n");
+    case O_MEASURE: {
+        pn_error e;
+        pn_error_clear(&e);
+        if (pn_sweep_orders_parse(optarg, w->orders, &w->so.n_orders, &e) != PN_OK) {
+            fputs("pn-compare: error: ", stderr);
+            pn_fput_safe(stderr, e.msg);
+            fputc('\n', stderr);
             bad = 1;
         }
-        w->kl = strcmp(optarg, "kl") == 0;
+        w->so.orders = w->orders;
         break;
+    }
     case O_CALIBRATION: w->so.calibration_path = optarg; break;
     default: return 0;
     }
@@ -515,6 +525,9 @@ static int sweep_option(int c, sweep_cli *w)
 static int sweep_usage(const sweep_cli *w, int n_args)
 {
     const char *why = NULL;
+    bool kl = false;
+    for (size_t i = 0; i < w->so.n_orders; i++)
+        kl |= w->orders[i] == PN_SWEEP_BY_KL;
     if (!w->on && w->given)
         why = "--promote, --target-size, --stock, --imatrix, --keep, --plot and the like go "
               "with --sweep";
@@ -525,9 +538,9 @@ static int sweep_usage(const sweep_cli *w, int n_args)
         why = "--sweep: no mix to make: give --promote, --target-size or --stock";
     else if (w->budget && !w->plot)
         why = "--budget is a line of the --plot picture";
-    else if (w->kl != (w->so.calibration_path != NULL))
-        why = w->kl ? "--measure kl needs --calibration FILE, a text other than --text"
-                    : "--calibration goes with --measure kl";
+    else if (kl != (w->so.calibration_path != NULL))
+        why = kl ? "--measure kl needs --calibration FILE, a text other than --text"
+                 : "--calibration goes with --measure kl";
     if (!why)
         return 0;
     fprintf(stderr, "pn-compare: error: %s\n", why);
@@ -538,8 +551,12 @@ static int sweep_usage(const sweep_cli *w, int n_args)
  * bits per weight as the table gives them, and a caption that says what
  * was judged, on what and by what. */
 static pn_status draw_sweep(const pn_sweep_report *srep, pn_plot_opts *po, const pn_compare_opts *o,
-                            const char *decode, pn_error *err)
+                            const char *decode, size_t n_orders, pn_error *err)
 {
+    /* more than one order: each its own curve, named in the key */
+    static const char *const curves[PN_SWEEP_N_ORDERS] = { "PN, promotions by error",
+                                                           "PN, promotions by forward position",
+                                                           "PN, promotions by KL" };
     pn_plot_point pts[PN_SWEEP_MAX_MIXES];
     size_t np = 0;
     for (size_t i = 0; i < srep->n_mixes; i++) {
@@ -553,6 +570,8 @@ static pn_status draw_sweep(const pn_sweep_report *srep, pn_plot_opts *po, const
                                    .kl_mean = f->kl_mean,
                                    .kl_se = f->kl_se,
                                    .bpw = f->bpw };
+        if (n_orders > 1 && m->kind == PN_SWEEP_PN)
+            pts[np].curve = curves[m->order];
         np++;
     }
     const pn_compare_report *r = &srep->compare;
@@ -609,7 +628,7 @@ static int run_sweep(sweep_cli *w, const pn_compare_opts *o, int json, const cha
     pn_cli_meter_end(&((progress_state *)o->user)->meter);
     free(quantizer);
     if (st == PN_OK && plot && srep.compared) {
-        st = draw_sweep(&srep, &po, o, decode, &err);
+        st = draw_sweep(&srep, &po, o, decode, w->so.n_orders, &err);
         if (st == PN_OK && !w->quiet) {
             fputs("wrote ", stderr);
             pn_fput_safe(stderr, plot);

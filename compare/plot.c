@@ -84,7 +84,8 @@ static void put_name(FILE *f, const char *s)
     for (size_t i = 0; s[i] && i < 80; i++) {
         unsigned char c = (unsigned char)s[i];
         bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == ' ' || c == '+' || c == '.' || c == '_' || c == '-' || c == '(' || c == ')';
+                  c == ' ' || c == '+' || c == '.' || c == '_' || c == '-' || c == '(' ||
+                  c == ')' || c == ',';
         fputc(ok ? (int)c : '?', f);
     }
     fputc('"', f);
@@ -136,6 +137,90 @@ static void put_points(FILE *f, const pn_plot_point *p, size_t n, bool stock, do
         }
 }
 
+/* Is point p on the curve named c (NULL: the PN points without one)? */
+static bool on_curve(const pn_plot_point *p, const char *c)
+{
+    return !p->stock && (p->curve && c ? strcmp(p->curve, c) == 0 : p->curve == c);
+}
+
+/* The PN curves in the order first given (NULL: the points without one);
+ * 0 when no PN point names one. More than PN_PLOT_MAX_CURVES: SIZE_MAX. */
+static size_t pn_curves(const pn_plot_point *p, size_t n, const char **names)
+{
+    bool named = false;
+    for (size_t i = 0; i < n; i++)
+        named |= !p[i].stock && p[i].curve;
+    if (!named)
+        return 0;
+    size_t nc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].stock)
+            continue;
+        bool seen = false;
+        for (size_t c = 0; c < nc && !seen; c++)
+            seen = on_curve(&p[i], names[c]);
+        if (seen)
+            continue;
+        if (nc == PN_PLOT_MAX_CURVES)
+            return SIZE_MAX;
+        names[nc++] = p[i].curve;
+    }
+    return nc;
+}
+
+/* Indices [0, n) in size order (equal sizes: the order given). */
+static void by_size(const pn_plot_point *p, size_t *order, size_t n)
+{
+    for (size_t a = 1; a < n; a++)
+        for (size_t b = a; b > 0 && p[order[b - 1]].bytes > p[order[b]].bytes; b--) {
+            size_t t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+}
+
+/* Each curve's points as a data block $pnC (C from 1), in size order. */
+static void put_curve_blocks(FILE *f, const pn_plot_point *p, size_t n, const char **names,
+                             size_t nc, size_t *order, double div)
+{
+    for (size_t c = 0; c < nc; c++) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (on_curve(&p[i], names[c]))
+                order[k++] = i;
+        by_size(p, order, k);
+        fprintf(f, "$pn%zu << EOD\n", c + 1);
+        for (size_t i = 0; i < k; i++) {
+            const pn_plot_point *q = &p[order[i]];
+            fprintf(f, "%.9g %.9g %.9g ", (double)q->bytes / div, q->kl_mean, q->kl_se);
+            put_name(f, q->name);
+            fputc('\n', f);
+        }
+        fprintf(f, "EOD\n");
+    }
+}
+
+/* The curves' plot clauses: a line through the points with their bars, in
+ * the curve's mark and colour, named in the key; the points' names. */
+static void put_curve_plots(FILE *f, const char **names, size_t nc)
+{
+    /* filled circle, triangle, diamond, inverted triangle, pentagon, circle */
+    static const int marks[PN_PLOT_MAX_CURVES] = { 7, 9, 13, 11, 15, 6 };
+    static const char *const colours[PN_PLOT_MAX_CURVES] = { "#1f4e9c", "#2a8c3c", "#9c1f7a",
+                                                             "#6b4c9a", "#008b8b", "#555555" };
+    for (size_t c = 0; c < nc; c++) {
+        fprintf(f,
+                ", \\\n  $pn%zu using 1:2:3 with yerrorlines lw 1.5 pt %d ps 1.4 lc rgb '%s' "
+                "title ",
+                c + 1, marks[c], colours[c]);
+        put_name(f, names[c] ? names[c] : "PN mixes");
+        /* above the point, and the next curve's below: where two orders
+         * make the same mix (no promotion), both names stay legible */
+        fprintf(f, ", \\\n  $pn%zu using 1:2:4 with labels left offset 0.7,%s notitle", c + 1,
+                c % 2 ? "-0.8" : "0.6");
+    }
+}
+
 /* The top axis: each point's bits per weight as the table gives it, a tic
  * above the point (the table's definition, not a scale of the size). */
 static void put_bpw_axis(FILE *f, const pn_plot_point *p, size_t n, double div, double x_lo,
@@ -166,6 +251,11 @@ static void put_bpw_axis(FILE *f, const pn_plot_point *p, size_t n, double div, 
 static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, size_t n, int fd,
                               pn_error *err)
 {
+    const char *curves[PN_PLOT_MAX_CURVES];
+    size_t nc = pn_curves(p, n, curves);
+    if (nc == SIZE_MAX)
+        return pn_error_set(err, PN_ERR_USAGE, "--plot: more than %d curves of PN mixes",
+                            PN_PLOT_MAX_CURVES);
     FILE *f = fdopen(dup(fd), "w");
     if (!f)
         return pn_error_set(err, PN_ERR_IO, "cannot write the gnuplot script: %s", strerror(errno));
@@ -261,27 +351,29 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
                 b, unit, b);
     }
     /* the data: size, KL, its standard error, name */
-    fprintf(f, "$pn << EOD\n");
-    put_points(f, p, n, false, div);
-    fprintf(f, "EOD\n$stock << EOD\n");
+    if (nc) {
+        put_curve_blocks(f, p, n, curves, nc, order, div);
+    } else {
+        fprintf(f, "$pn << EOD\n");
+        put_points(f, p, n, false, div);
+        fprintf(f, "EOD\n");
+    }
+    fprintf(f, "$stock << EOD\n");
     put_points(f, p, n, true, div);
     /* the front, by size */
     size_t nf = 0;
     for (size_t i = 0; i < n; i++)
         if (front[i])
             order[nf++] = i;
-    for (size_t a = 1; a < nf; a++)
-        for (size_t b = a; b > 0 && p[order[b - 1]].bytes > p[order[b]].bytes; b--) {
-            size_t t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
+    by_size(p, order, nf);
     fprintf(f, "EOD\n$front << EOD\n");
     for (size_t i = 0; i < nf; i++)
         fprintf(f, "%.9g %.9g\n", (double)p[order[i]].bytes / div, p[order[i]].kl_mean);
     fprintf(f, "EOD\n");
     fprintf(f, "plot $front using 1:2 with lines lw 2 lc rgb '#808080' title 'Pareto front'");
-    if (n_pn)
+    if (nc)
+        put_curve_plots(f, curves, nc);
+    else if (n_pn)
         fprintf(f, ", \\\n  $pn using 1:2:3 with yerrorbars pt 7 ps 1.4 lc rgb '#1f4e9c' "
                    "title 'PN mixes', \\\n  $pn using 1:2:4 with labels left offset 0.7,0.6 "
                    "notitle");

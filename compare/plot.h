@@ -10,7 +10,12 @@
  * table gives it (8 x tensor data bytes / weights: a tic above the point,
  * one definition for both), each point named by its mix, PN mixes as filled
  * circles and stock llama.cpp types as filled squares, the Pareto front
- * (pn_plot_pareto) as a line through its points, a budget (a size the user
+ * (pn_plot_pareto, over all the points) as a line through its points. PN
+ * points that name a curve (pn_plot_point.curve: the sweep's promotion
+ * orders) are drawn curve by curve instead: each curve's points joined by a
+ * line in size order, with its own mark and colour (filled circles, then
+ * triangles, diamonds, ...) and its name in the key; a PN point without a
+ * curve among them is the curve "PN mixes". A budget (a size the user
  * gives, e.g. a 16 GB card's) as a dashed vertical line, and under it all a
  * caption (the source, the tokens judged on and their positions, the
  * llama.cpp release) so that the picture can be read alone. SVG, or PNG
@@ -21,7 +26,7 @@
  * the output file (common/outfile.h: a temporary file committed onto the
  * target once gnuplot exited 0 and the file starts as an SVG or a PNG does),
  * its messages into a memory file quoted on error. Names are written into
- * the script with every byte outside [A-Za-z0-9 +._-()] as '?', the
+ * the script with every byte outside [A-Za-z0-9 +._-(),] as '?', the
  * caption with every byte outside printable ASCII, and '"' and '\\', as '?'.
  */
 #ifndef PN_COMPARE_PLOT_H
@@ -40,7 +45,13 @@ typedef struct pn_plot_point {
     double kl_mean;
     double kl_se; /* its standard error (a bar from kl_mean - kl_se to + kl_se) */
     double bpw;   /* bits per weight as the table gives it; 0: no tic */
+    /* a PN point's curve, its name in the key ("PN, promotions by KL");
+     * NULL: none (when no point names one, the PN points are one set of
+     * marks, "PN mixes", not joined) */
+    const char *curve;
 } pn_plot_point;
+
+#define PN_PLOT_MAX_CURVES 6
 
 typedef struct pn_plot_opts {
     const char *path;    /* .svg, or .png */
@@ -66,7 +77,7 @@ void pn_plot_pareto(const pn_plot_point *p, size_t n, bool *on_front);
 pn_status pn_plot_check_target(const pn_plot_opts *o, pn_error *err);
 
 /* Draws the points (at least one). Errors: PN_ERR_USAGE (the name, no
- * point), PN_ERR_EXISTS, PN_ERR_IO (gnuplot missing or failing: its last
+ * point, more than PN_PLOT_MAX_CURVES curves), PN_ERR_EXISTS, PN_ERR_IO (gnuplot missing or failing: its last
  * messages quoted; the output not a picture), the outfile's. */
 pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, pn_error *err);
 

@@ -53,6 +53,46 @@ bool pn_sweep_stock_type_known(const char *name)
     return stock_canonical(name, NULL) != NULL;
 }
 
+static const char *const k_order_names[PN_SWEEP_N_ORDERS] = { "error", "forward", "kl" };
+
+const char *pn_sweep_order_name(pn_sweep_order order)
+{
+    return (unsigned)order < PN_SWEEP_N_ORDERS ? k_order_names[order] : "?";
+}
+
+pn_status pn_sweep_orders_parse(const char *list, pn_sweep_order *out, size_t *n, pn_error *err)
+{
+    *n = 0;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int k = 0; k < PN_SWEEP_N_ORDERS; k++)
+            if (len == strlen(k_order_names[k]) && strncmp(p, k_order_names[k], len) == 0)
+                found = k;
+        if (found < 0)
+            return pn_error_set(err, PN_ERR_USAGE,
+                                "--measure: '%.*s' is not an order: expected a list of error, "
+                                "forward and kl (error,kl)",
+                                (int)(len < 40 ? len : 40), p);
+        for (size_t i = 0; i < *n; i++)
+            if (out[i] == (pn_sweep_order)found)
+                return pn_error_set(err, PN_ERR_USAGE,
+                                    "--measure: %s is given twice: each order makes its mixes "
+                                    "once",
+                                    k_order_names[found]);
+        out[(*n)++] = (pn_sweep_order)found;
+        p += len;
+        if (!*p)
+            return PN_OK;
+    }
+}
+
+/* What an order adds to a mix's file name, its label, and its name when it
+ * failed: nothing for the error order (today's names), else the order. */
+static const char *const k_order_file[PN_SWEEP_N_ORDERS] = { "", "-forward", "-kl" };
+static const char *const k_order_label[PN_SWEEP_N_ORDERS] = { "", " by forward", " by KL" };
+static const char *const k_order_failed[PN_SWEEP_N_ORDERS] = { "", " (forward)", " (kl)" };
+
 void pn_sweep_opts_init(pn_sweep_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -88,12 +128,17 @@ static bool cancelled(const pn_sweep_opts *o)
 /* ---- the work folder ---- */
 
 typedef struct work {
-    char *dir;             /* the private folder */
-    bool made_keep;        /* keep_dir was made by this run */
-    int keep_fd;           /* keep_dir, locked (flock) while this sweep runs; -1 without */
-    bool kept_meas;        /* keep_dir holds a measurement already: it is used, and stays */
-    char recipe[128];      /* the recipe's mix name (P0k): a kept PN mix's label starts so */
-    const char *meas_name; /* MEASUREMENT_NAME, or KL_MEASUREMENT_NAME with a calibration */
+    char *dir;        /* the private folder */
+    bool made_keep;   /* keep_dir was made by this run */
+    int keep_fd;      /* keep_dir, locked (flock) while this sweep runs; -1 without */
+    char recipe[128]; /* the recipe's mix name (P0k): a kept PN mix's label starts so */
+    /* the orders the PN mixes are made in (the options' or the default) */
+    pn_sweep_order orders[PN_SWEEP_N_ORDERS];
+    size_t n_orders;
+    /* the measurements, [0] the error one (MEASUREMENT_NAME: the error and
+     * the forward order), [1] the KL one (KL_MEASUREMENT_NAME): needed by
+     * some PN mix; found in keep_dir (used, and it stays) */
+    bool need_meas[2], kept_meas[2];
     /* --measure kl: the measurement, as promotion takes it by gain and by
      * gain per byte (the --target-size mix) */
     pn_kl_measurement *kl;
@@ -253,7 +298,8 @@ void pn_sweep_report_free(pn_sweep_report *rep)
     for (size_t i = 0; i < rep->n_mixes; i++)
         free(rep->mixes[i].kept);
     free(rep->mixes);
-    free(rep->kept_measurement);
+    free(rep->kept_measurement[0]);
+    free(rep->kept_measurement[1]);
     pn_compare_report_free(&rep->compare);
     memset(rep, 0, sizeof *rep);
 }
@@ -288,17 +334,62 @@ static pn_status keep_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
     for (size_t i = 0; i < rep->n_mixes && st == PN_OK; i++)
         if (rep->mixes[i].status == PN_OK && !rep->mixes[i].kept)
             st = keep_file(w->dir, o->keep_dir, rep->mixes[i].file, &rep->mixes[i].kept, err);
-    char *meas = pn_path_join(w->dir, w->meas_name);
-    if (st == PN_OK && meas && !w->kept_meas && access(meas, F_OK) == 0)
-        st = keep_file(w->dir, o->keep_dir, w->meas_name, &rep->kept_measurement, err);
-    free(meas);
+    for (int k = 0; k < 2 && st == PN_OK; k++) {
+        const char *name = k ? KL_MEASUREMENT_NAME : MEASUREMENT_NAME;
+        char *meas = pn_path_join(w->dir, name);
+        if (!meas)
+            st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+        else if (w->need_meas[k] && !w->kept_meas[k] && access(meas, F_OK) == 0)
+            st = keep_file(w->dir, o->keep_dir, name, &rep->kept_measurement[k], err);
+        free(meas);
+    }
     return st;
 }
 
-/* The mixes asked for, named and checked before anything runs. */
-static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *err)
+/* The orders asked for (or the default), each once, kl with a calibration
+ * text and a calibration text with kl. */
+static pn_status plan_orders(const pn_sweep_opts *o, work *w, pn_error *err)
 {
-    size_t n = o->n_promote + (o->target_size ? 1 : 0) + o->n_stock;
+    if (o->n_orders == 0) {
+        w->orders[0] = o->calibration_path ? PN_SWEEP_BY_KL : PN_SWEEP_BY_ERROR;
+        w->n_orders = 1;
+    } else if (o->n_orders > PN_SWEEP_N_ORDERS || !o->orders) {
+        return pn_error_set(err, PN_ERR_USAGE, "--measure: %zu orders, at most %d", o->n_orders,
+                            PN_SWEEP_N_ORDERS);
+    } else {
+        for (size_t i = 0; i < o->n_orders; i++) {
+            if ((unsigned)o->orders[i] >= PN_SWEEP_N_ORDERS)
+                return pn_error_set(err, PN_ERR_USAGE, "--measure: order %d is not one",
+                                    (int)o->orders[i]);
+            for (size_t j = 0; j < i; j++)
+                if (o->orders[j] == o->orders[i])
+                    return pn_error_set(err, PN_ERR_USAGE, "--measure: %s is given twice",
+                                        pn_sweep_order_name(o->orders[i]));
+            w->orders[i] = o->orders[i];
+        }
+        w->n_orders = o->n_orders;
+    }
+    bool kl = false;
+    for (size_t i = 0; i < w->n_orders; i++)
+        kl |= w->orders[i] == PN_SWEEP_BY_KL;
+    if (kl && !o->calibration_path)
+        return pn_error_set(err, PN_ERR_USAGE,
+                            "--measure kl needs --calibration FILE, a text other than --text");
+    if (!kl && o->calibration_path)
+        return pn_error_set(err, PN_ERR_USAGE, "--calibration goes with --measure kl");
+    bool pn_mixes = o->n_promote > 0 || o->target_size;
+    for (size_t i = 0; i < w->n_orders && pn_mixes; i++)
+        w->need_meas[w->orders[i] == PN_SWEEP_BY_KL] = true;
+    return PN_OK;
+}
+
+/* The mixes asked for, named and checked before anything runs: the PN mixes
+ * order by order, then the stock types. */
+static pn_status plan_mixes(const pn_sweep_opts *o, const work *w, pn_sweep_report *rep,
+                            pn_error *err)
+{
+    size_t n_pn = o->n_promote + (o->target_size ? 1 : 0);
+    size_t n = n_pn * w->n_orders + o->n_stock;
     if (n == 0)
         return pn_error_set(err, PN_ERR_USAGE,
                             "--sweep: no mix to make (give --promote, "
@@ -311,24 +402,33 @@ static pn_status plan_mixes(const pn_sweep_opts *o, pn_sweep_report *rep, pn_err
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     rep->n_mixes = n;
     size_t k = 0;
-    for (size_t i = 0; i < o->n_promote; i++, k++) {
-        pn_sweep_mix *m = &rep->mixes[k];
-        if (o->promote[i] < 0)
-            return pn_error_set(err, PN_ERR_USAGE, "--promote: %d is not a count", o->promote[i]);
-        snprintf(m->name, sizeof m->name, "promote %d", o->promote[i]);
+    for (size_t r = 0; r < w->n_orders; r++) {
         /* a mix ranked by KL is another mix than the same count by error */
-        snprintf(m->file, sizeof m->file, "promote-%d%s.gguf", o->promote[i],
-                 o->calibration_path ? "-kl" : "");
-    }
-    if (o->target_size) {
-        pn_sweep_mix *m = &rep->mixes[k++];
-        snprintf(m->name, sizeof m->name, "target %llu B", (unsigned long long)o->target_size);
-        snprintf(m->file, sizeof m->file, "target-%llu%s.gguf", (unsigned long long)o->target_size,
-                 o->calibration_path ? "-kl" : "");
+        pn_sweep_order by = w->orders[r];
+        for (size_t i = 0; i < o->n_promote; i++, k++) {
+            pn_sweep_mix *m = &rep->mixes[k];
+            if (o->promote[i] < 0)
+                return pn_error_set(err, PN_ERR_USAGE, "--promote: %d is not a count",
+                                    o->promote[i]);
+            m->order = by;
+            m->promote = o->promote[i];
+            snprintf(m->name, sizeof m->name, "promote %d%s", o->promote[i], k_order_failed[by]);
+            snprintf(m->file, sizeof m->file, "promote-%d%s.gguf", o->promote[i], k_order_file[by]);
+        }
+        if (o->target_size) {
+            pn_sweep_mix *m = &rep->mixes[k++];
+            m->order = by;
+            m->promote = -1;
+            snprintf(m->name, sizeof m->name, "target %llu B%s", (unsigned long long)o->target_size,
+                     k_order_failed[by]);
+            snprintf(m->file, sizeof m->file, "target-%llu%s.gguf",
+                     (unsigned long long)o->target_size, k_order_file[by]);
+        }
     }
     for (size_t i = 0; i < o->n_stock; i++, k++) {
         pn_sweep_mix *m = &rep->mixes[k];
         m->kind = PN_SWEEP_STOCK;
+        m->promote = -1;
         const char *type = stock_canonical(o->stock[i], NULL);
         if (!type)
             return pn_error_set(err, PN_ERR_USAGE,
@@ -386,9 +486,10 @@ static bool same_tensors(const gguf_reader *r, const gguf_reader *src)
  * without its MTP layer when the file has none); its label becomes m's
  * name. A stock type: a quantization of that type (general.file_type) of
  * the source's tensors. Else false, with what it is in why. */
-static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
+static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
                         const gguf_reader *r, char *why, size_t cap)
 {
+    int promote = m->promote;
     const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
     pn_source_opts so = { .no_mtp = !has_mtp_layer(r) };
     gguf_reader *src = NULL;
@@ -440,7 +541,7 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, 
     pn_recorded_source_free(&rec);
     gguf_reader_close(src);
     if (ok)
-        snprintf(m->name, sizeof m->name, "%s", label);
+        snprintf(m->name, sizeof m->name, "%s%s", label, k_order_label[m->order]);
     return ok;
 }
 
@@ -459,11 +560,10 @@ static pn_status recipe_name(const pn_sweep_opts *o, work *w, pn_error *err)
     return PN_OK;
 }
 
-/* What keep_dir holds under a mix's name (promotion count `promote`, -1 for
- * the target size or a stock type): that mix from an earlier run of this
- * sweep, used as it is (m->kept), or else a refusal. */
-static pn_status check_kept(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
-                            char *path, pn_error *err)
+/* What keep_dir holds under a mix's name: that mix from an earlier run of
+ * this sweep, used as it is (m->kept), or else a refusal. */
+static pn_status check_kept(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, char *path,
+                            pn_error *err)
 {
     char why[600] = "not a regular file";
     struct stat sb;
@@ -475,7 +575,7 @@ static pn_status check_kept(const pn_sweep_opts *o, const work *w, pn_sweep_mix 
         if (gguf_reader_open(path, &r, &e) != PN_OK)
             snprintf(why, sizeof why, "not a model: %.400s", e.msg);
         else
-            ok = kept_mix_ok(o, w, m, promote, r, why, sizeof why);
+            ok = kept_mix_ok(o, w, m, r, why, sizeof why);
         gguf_reader_close(r);
     }
     if (!ok) {
@@ -525,24 +625,28 @@ static pn_status check_keep(const pn_sweep_opts *o, pn_sweep_report *rep, work *
                             "at a time per folder (wait for it, or give another folder)",
                             o->keep_dir);
     pn_status st = recipe_name(o, w, err);
-    for (size_t i = 0; st == PN_OK && i <= rep->n_mixes; i++) {
-        const char *name = i < rep->n_mixes ? rep->mixes[i].file : w->meas_name;
+    for (size_t i = 0; st == PN_OK && i < rep->n_mixes + 2; i++) {
+        size_t k = i - rep->n_mixes; /* a measurement's index past the mixes */
+        if (i >= rep->n_mixes && !w->need_meas[k])
+            continue;
+        const char *name = i < rep->n_mixes ? rep->mixes[i].file
+                           : k              ? KL_MEASUREMENT_NAME
+                                            : MEASUREMENT_NAME;
         char *p = pn_path_join(o->keep_dir, name);
         if (!p)
             return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         if (lstat(p, &sb) != 0) {
             free(p);
-        } else if (i == rep->n_mixes) {
-            w->kept_meas = S_ISREG(sb.st_mode);
+        } else if (i >= rep->n_mixes) {
+            w->kept_meas[k] = S_ISREG(sb.st_mode);
             free(p);
-            if (!w->kept_meas)
+            if (!w->kept_meas[k])
                 st = pn_error_set(err, PN_ERR_EXISTS,
                                   "--keep %s: %s is there already and is not a file; the sweep "
                                   "replaces nothing (another folder, or remove it)",
                                   o->keep_dir, name);
         } else {
-            int promote = i < o->n_promote ? o->promote[i] : -1;
-            st = check_kept(o, w, &rep->mixes[i], promote, p, err);
+            st = check_kept(o, w, &rep->mixes[i], p, err);
         }
     }
     return st;
@@ -550,11 +654,12 @@ static pn_status check_keep(const pn_sweep_opts *o, pn_sweep_report *rep, work *
 
 /* The measurement kept by an earlier run, copied into the work folder, so
  * that the quantize job reads it there and the kept one is never written. */
-static pn_status copy_kept_measurement(const pn_sweep_opts *o, const work *w, pn_error *err)
+static pn_status copy_kept_measurement(const pn_sweep_opts *o, const work *w, int k, pn_error *err)
 {
-    if (!w->kept_meas)
+    if (!w->kept_meas[k])
         return PN_OK;
-    char *from = pn_path_join(o->keep_dir, w->meas_name), *to = pn_path_join(w->dir, w->meas_name);
+    const char *name = k ? KL_MEASUREMENT_NAME : MEASUREMENT_NAME;
+    char *from = pn_path_join(o->keep_dir, name), *to = pn_path_join(w->dir, name);
     char *data = NULL;
     size_t n = 0;
     pn_status st = from && to
@@ -600,10 +705,11 @@ static void on_quantized(const pn_progress *p, void *user)
         progress_at(user, (double)p->weights_done / (double)p->weights_total);
 }
 
-static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, int promote,
-                         uint64_t target, const char *prev, const sweep_at *at, pn_error *err)
+static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, uint64_t target,
+                         const char *prev, const sweep_at *at, pn_error *err)
 {
-    char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, w->meas_name);
+    bool kl = m->order == PN_SWEEP_BY_KL;
+    char *dst = pn_path_join(w->dir, m->file), *meas = pn_path_join(w->dir, MEASUREMENT_NAME);
     if (!dst || !meas) {
         free(dst);
         free(meas);
@@ -614,10 +720,11 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     q.src_path = o->compare.source_path;
     q.dst_path = dst;
     q.recipe_path = o->recipe_path;
-    q.promote = promote;
+    q.promote = target ? -1 : m->promote;
     q.target_size = target;
-    q.measurement_path = w->kl ? NULL : meas;
-    q.measurement = w->kl ? (target ? w->kl_per_byte : w->kl_gain) : NULL;
+    q.measurement_path = kl ? NULL : meas;
+    q.measurement = kl ? (target ? w->kl_per_byte : w->kl_gain) : NULL;
+    q.forward_order = m->order == PN_SWEEP_BY_FORWARD;
     q.reuse_path = prev;
     q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
     q.backend = PN_BACKEND_CPU;
@@ -639,7 +746,7 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     m->status = st;
     m->error[0] = 0;
     if (st == PN_OK && stats.mix_name[0])
-        snprintf(m->name, sizeof m->name, "%.80s%s", stats.mix_name, w->kl ? " by KL" : "");
+        snprintf(m->name, sizeof m->name, "%.80s%s", stats.mix_name, k_order_label[m->order]);
     else if (st != PN_OK)
         snprintf(m->error, sizeof m->error, "%s", qe.msg[0] ? qe.msg : pn_strerror(st));
     return PN_OK;
@@ -739,7 +846,9 @@ static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, 
                          pn_error *err)
 {
     const char *src = o->compare.source_path;
-    pn_status st = plan_mixes(o, rep, err);
+    pn_status st = plan_orders(o, w, err);
+    if (st == PN_OK)
+        st = plan_mixes(o, w, rep, err);
     if (st == PN_OK && o->n_stock && pn_source_is_hf(src))
         st = pn_error_set(err, PN_ERR_USAGE,
                           "%s: --stock needs a GGUF source (llama.cpp's "
@@ -787,19 +896,20 @@ static pn_status prepare(const pn_sweep_opts *o, pn_sweep_report *rep, work *w, 
     }
     if (st == PN_OK)
         st = check_recipe(o, w, err);
-    if (st == PN_OK)
-        st = copy_kept_measurement(o, w, err);
+    for (int k = 0; k < 2 && st == PN_OK; k++)
+        st = copy_kept_measurement(o, w, k, err);
     return st;
 }
+
+static void name_mixes_in_error(const pn_sweep_opts *o, const work *w, pn_error *err);
 
 /* --measure kl: the measurement the PN mixes are chosen by, made (or read
  * from the work folder, where a kept one was copied) before the first mix. */
 static pn_status measure_kl(const pn_sweep_opts *o, work *w, pn_error *err)
 {
-    bool pn_mixes = o->n_promote > 0 || o->target_size;
-    if (!o->calibration_path || !pn_mixes)
+    if (!w->need_meas[1])
         return PN_OK;
-    char *path = pn_path_join(w->dir, w->meas_name);
+    char *path = pn_path_join(w->dir, KL_MEASUREMENT_NAME);
     if (!path)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_kl_opts k;
@@ -819,6 +929,14 @@ static pn_status measure_kl(const pn_sweep_opts *o, work *w, pn_error *err)
     progress_at(&(sweep_at){ o, "measuring by KL", o->calibration_path, 0, 1 }, 0);
     pn_status st = pn_kl_measure(&k, &w->kl, err);
     free(path);
+    if (st != PN_OK && w->kept_meas[1]) {
+        /* the kept file, named where it is; the sweep replaces nothing */
+        name_mixes_in_error(o, w, err);
+        char *force = strstr(err->msg, "; give --force");
+        if (st == PN_ERR_EXISTS && force)
+            snprintf(force, sizeof err->msg - (size_t)(force - err->msg),
+                     "; the sweep replaces nothing: remove it to measure again");
+    }
     if (st == PN_OK)
         st = pn_kl_as_measurement(w->kl, false, &w->kl_gain, err);
     if (st == PN_OK)
@@ -835,15 +953,14 @@ static pn_status make_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
     const char *prev = NULL;
     char *prev_path = NULL;
     size_t k = 0;
-    for (; st == PN_OK && k < o->n_promote + (o->target_size ? 1 : 0); k++) {
+    for (; st == PN_OK && k < rep->n_mixes - o->n_stock; k++) {
         pn_sweep_mix *m = &rep->mixes[k];
-        bool target = k >= o->n_promote;
+        bool target = m->promote < 0;
         if (!m->kept) {
             sweep_at at = { o, "making", m->name, k, rep->n_mixes };
             progress_at(&at, 0);
             double t = now_s();
-            st = make_pn(o, w, m, target ? -1 : o->promote[k], target ? o->target_size : 0, prev,
-                         &at, err);
+            st = make_pn(o, w, m, target ? o->target_size : 0, prev, &at, err);
             m->make_seconds = now_s() - t;
         }
         if (st == PN_OK && m->status == PN_OK) {
@@ -949,8 +1066,7 @@ pn_status pn_sweep_run(const pn_sweep_opts *o, pn_sweep_report *rep, pn_error *e
         return pn_error_set(err, PN_ERR_USAGE,
                             "sweep: a source, a folder and the harness are "
                             "needed");
-    work w = { .keep_fd = -1,
-               .meas_name = o->calibration_path ? KL_MEASUREMENT_NAME : MEASUREMENT_NAME };
+    work w = { .keep_fd = -1 };
     char *lib = NULL;
     pn_status st = prepare(o, rep, &w, &lib, err);
     if (st == PN_OK)

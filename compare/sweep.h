@@ -3,11 +3,13 @@
  *
  * For a float GGUF source, the sweep
  *   1. makes each PN mix (one per --promote count, and one for a target
- *      size) with the quantize job (pipeline/quantize.h) into a private work
- *      folder, in the order given: one promotion measurement for all of them
- *      (the work folder's measurement file, written by the first mix that
- *      measures and read by the others), each mix reusing the last one made
- *      (--reuse), so a mix costs what it changes;
+ *      size, each once per promotion order) with the quantize job
+ *      (pipeline/quantize.h) into a private work folder, in the order
+ *      given, order by order: one promotion measurement of each kind for
+ *      all of them (the work folder's error measurement file, written by
+ *      the first mix that measures and read by the others; the KL
+ *      measurement made before the first mix), each mix reusing the last
+ *      one made (--reuse), so a mix costs what it changes;
  *   2. makes each stock type with stock llama.cpp's own quantizer:
  *      llama_model_quantize of the libllama that node-llama-cpp loads to
  *      judge (the library beside the harness, node_modules/@node-llama-cpp/
@@ -35,10 +37,13 @@
  * by its recorded header hash, with the label the recipe's name and the
  * count give; a stock quantization of the source of that type) is used as
  * it is (mix.kept, not made again): an interrupted sweep resumes; a
- * measurement there is copied into the work folder and read. At the end,
- * with keep_dir, each mix made and the measurement are moved into keep_dir
- * under their names (promote-19.gguf, target-12600000000.gguf,
- * stock-Q4_K_M.gguf, measurement.pnm), also when the comparison failed,
+ * measurement there (measurement.pnm, measurement.kl) is copied into the
+ * work folder and read (one of other parameters is measured again, as the
+ * measurement's own checks say). At the end, with keep_dir, each mix made
+ * and each measurement are moved into keep_dir under their names
+ * (promote-19.gguf, promote-19-kl.gguf, target-12600000000.gguf,
+ * stock-Q4_K_M.gguf, measurement.pnm, measurement.kl), also when the
+ * comparison failed,
  * never replacing a file there; the work folder is always removed. An
  * error of the comparison names a mix by its kept path, or by its file name
  * when it was not kept, never by its path in the removed work folder.
@@ -62,6 +67,26 @@
 
 typedef enum pn_sweep_kind { PN_SWEEP_PN = 0, PN_SWEEP_STOCK = 1 } pn_sweep_kind;
 
+/* How a PN mix's promotions are ordered (pn-quantize --measure): by the
+ * error measurement's E3 - E4 (mix/measurement.h), by the forward position
+ * first (mix/promote_score.h; the same error measurement), or by one KL
+ * measurement (compare/kl_measure.h). */
+typedef enum pn_sweep_order {
+    PN_SWEEP_BY_ERROR = 0,
+    PN_SWEEP_BY_FORWARD = 1,
+    PN_SWEEP_BY_KL = 2
+} pn_sweep_order;
+
+#define PN_SWEEP_N_ORDERS 3
+
+/* "error", "forward", "kl": the word --measure takes. */
+const char *pn_sweep_order_name(pn_sweep_order order);
+
+/* A --measure list ("error,kl") into orders (at most PN_SWEEP_N_ORDERS, in
+ * the order given). PN_ERR_USAGE naming the word: an unknown order, one
+ * given twice, an empty word. */
+pn_status pn_sweep_orders_parse(const char *list, pn_sweep_order *out, size_t *n, pn_error *err);
+
 typedef struct pn_sweep_opts {
     /* the comparison: source_path, text, threads, node, script, tmp_dir,
      * envp, cancel, progress (pn_paths and n_pn are the sweep's) */
@@ -78,13 +103,22 @@ typedef struct pn_sweep_opts {
     const char *quantizer;    /* the pn-llama-quantize program (needed with stock) */
     const char *libllama;     /* NULL: the one beside compare.script */
     int quantize_threads;     /* <= 0: all cores */
-    /* --measure kl --calibration FILE: the PN mixes' promotions chosen by one
-     * KL measurement (compare/kl_measure.h) on this text, at the
+    /* --measure kl --calibration FILE: the kl order's promotions chosen by
+     * one KL measurement (compare/kl_measure.h) on this text, at the
      * comparison's --seq-len and --max-seqs, in the source's precision; it
      * must not be the judging text. Its file is measurement.kl (kept with
      * keep_dir, and read again from there); the mixes promote-N-kl.gguf and
-     * target-SIZE-kl.gguf. NULL: the error measurement. */
+     * target-SIZE-kl.gguf. NULL: no kl order. */
     const char *calibration_path;
+    /* The orders the PN mixes are made in, each mix once per order
+     * (pn_sweep_orders_parse): the error order's mixes keep the names
+     * above (promote-N.gguf); the others' files add the order
+     * (promote-N-forward.gguf, promote-N-kl.gguf). The error and the KL
+     * measurement are each made once for the sweep; kl needs
+     * calibration_path, and calibration_path needs kl. NULL (n_orders 0):
+     * by KL with calibration_path, else by error. */
+    const pn_sweep_order *orders;
+    size_t n_orders;
 } pn_sweep_opts;
 
 void pn_sweep_opts_init(pn_sweep_opts *o);
@@ -98,12 +132,16 @@ bool pn_sweep_stock_type_known(const char *name);
 
 typedef struct pn_sweep_mix {
     pn_sweep_kind kind;
-    char name[96];    /* "P0k+19", "stock Q4_K_M", "P0k+23 (--target-size 12.6 GB)";
-                         "promote 19" if it failed */
-    char file[64];    /* its file name: promote-19.gguf, stock-Q4_K_M.gguf */
-    char *kept;       /* keep_dir/file once kept (or found there), else NULL */
-    pn_status status; /* PN_OK: made (and compared when the sweep compared) */
-    char error[800];  /* why it failed */
+    pn_sweep_order order; /* a PN mix's (PN_SWEEP_BY_ERROR for a stock type) */
+    int promote;          /* a PN mix's promotion count; -1: the target size, a stock type */
+    char name[96];        /* "P0k+19", "P0k+19 by KL", "P0k+19 by forward", "stock Q4_K_M",
+                             "P0k+23 (--target-size 12.6 GB)"; "promote 19",
+                             "promote 19 (kl)" if it failed */
+    char file[64];        /* its file name: promote-19.gguf, promote-19-kl.gguf,
+                             stock-Q4_K_M.gguf */
+    char *kept;           /* keep_dir/file once kept (or found there), else NULL */
+    pn_status status;     /* PN_OK: made (and compared when the sweep compared) */
+    char error[800];      /* why it failed */
     double make_seconds;
     long file_index; /* its entry in report.compare.files, -1 if none */
 } pn_sweep_mix;
@@ -113,7 +151,10 @@ typedef struct pn_sweep_report {
     size_t n_mixes, n_failed;
     bool compared;             /* false when no mix was made */
     pn_compare_report compare; /* the mixes made (files[].path: kept path or file name) */
-    char *kept_measurement;    /* keep_dir/measurement.pnm when kept */
+    /* keep_dir/measurement.pnm (the error measurement's, for the error and
+     * the forward order) and keep_dir/measurement.kl, when kept this run;
+     * NULL where not */
+    char *kept_measurement[2];
     double seconds;
 } pn_sweep_report;
 

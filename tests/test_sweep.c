@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "compare/plot.h"
+#include "gguf/gguf.h"
+#include "gguf/pn_keys.h"
 #include "scratch_fixture.h"
 #include "test_util.h"
 
@@ -463,15 +465,358 @@ Test(sweep_llama, the_json_gives_every_mix_with_its_figures_in_the_order_asked, 
     free(tmp);
 }
 
+
+/* ---- the promotion orders (--measure LIST) ---- */
+
+/* A --measure list is checked before anything runs: an unknown order, one
+ * given twice, kl without its calibration text and a calibration text
+ * without kl are usage errors naming what is wrong, and nothing is made. */
+Test(sweep_cli, a_measure_list_with_an_unknown_or_repeated_order_is_refused_naming_it,
+     .init = setup, .fini = teardown)
+{
+    char *src = path_in("src.gguf"), *keep = path_in("keep");
+    synth(src, "--layers 2 --width-scale 16 --vocab 64");
+    const struct {
+        const char *measure, *says;
+    } cases[] = {
+        { "error,error", "--measure: error is given twice" },
+        { "kl,forward,kl", "--measure: kl is given twice" },
+        { "error,bogus", "--measure: 'bogus' is not an order" },
+        { "error,", "--measure: '' is not an order" },
+        { "Error", "--measure: 'Error' is not an order" },
+        { "error,kl", "--measure kl needs --calibration FILE" },
+        { "error,forward --calibration /usr/share/common-licenses/GPL-3",
+          "--calibration goes with --measure kl" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[8192], *out, *err;
+        snprintf(args, sizeof args, "--promote 1 --keep '%s' --measure %s '%s'", keep,
+                 cases[i].measure, src);
+        int rc = sweep(args, &out, &err);
+        cr_expect_eq(rc, 2, "--measure %s: exit %d: %s", cases[i].measure, rc, err);
+        cr_expect(strstr(err, cases[i].says), "--measure %s: %s", cases[i].measure, err);
+        cr_expect(strncmp(err, "pn-compare: error: ", 19) == 0, "%s", err);
+        cr_expect_str_empty(out);
+        cr_expect_not(exists(keep), "--measure %s: the keep folder was made", cases[i].measure);
+        free(out);
+        free(err);
+    }
+    char *hout, *herr;
+    int hrc = tu_run(PN_BIN_DIR "/pn-compare --help", &hout, &herr);
+    cr_assert(hrc == 0 && strstr(hout, "--measure LIST") && strstr(hout, "forward"), "%s", hout);
+    free(hout);
+    free(herr);
+    free(src);
+    free(keep);
+}
+
+/* One candidate of an error measurement file (mix/measurement.h's text
+ * format, read here on its own): its name and E3 - E4. */
+typedef struct cand {
+    char name[96];
+    double gain;
+    double position;
+} cand;
+
+/* The forward position as mix/promote_score.h states the rule: 8 per
+ * block, and the role's stage inside it. */
+static double forward_position(const char *name)
+{
+    static const struct {
+        const char *role;
+        int stage;
+    } stages[] = { { "attn_qkv.", 0 }, { "attn_q.", 0 },    { "attn_k.", 0 },
+                   { "attn_v.", 0 },   { "attn_gate.", 1 }, { "attn_output.", 2 },
+                   { "ssm_out.", 2 },  { "ffn_gate.", 3 },  { "ffn_up.", 4 },
+                   { "ffn_down.", 5 } };
+    int block = 0, used = 0;
+    if (sscanf(name, "blk.%d.%n", &block, &used) != 1 || used == 0)
+        return 6;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++)
+        if (strncmp(name + used, stages[i].role, strlen(stages[i].role)) == 0)
+            return 8.0 * block + stages[i].stage;
+    return 8.0 * block + 6;
+}
+
+static size_t read_candidates(const char *path, cand *c, size_t cap)
+{
+    size_t n;
+    char *text = tu_read_file(path, &n);
+    cr_assert(text, "%s", path);
+    size_t k = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        double e3, e4;
+        char name[96];
+        if (sscanf(line, "%95[^\t]\t%lf\t%lf\t", name, &e3, &e4) == 3 && k < cap) {
+            snprintf(c[k].name, sizeof c[k].name, "%s", name);
+            c[k].gain = e3 - e4;
+            c[k].position = forward_position(name);
+            k++;
+        }
+    }
+    free(text);
+    return k;
+}
+
+/* The first n of the candidates ranked: by gain, or by the forward position
+ * first and the gain within one (ties: the earlier tensor), as names in
+ * rank order. */
+static void rank(const cand *c, size_t nc, bool forward, size_t n, const char **out)
+{
+    bool taken[64] = { false };
+    for (size_t r = 0; r < n; r++) {
+        long best = -1;
+        for (size_t i = 0; i < nc; i++) {
+            if (taken[i])
+                continue;
+            if (best < 0) {
+                best = (long)i;
+                continue;
+            }
+            const cand *a = &c[i], *b = &c[best];
+            bool better = forward ? a->position < b->position ||
+                                        (a->position == b->position && a->gain > b->gain)
+                                  : a->gain > b->gain;
+            if (better)
+                best = (long)i;
+        }
+        taken[best] = true;
+        out[r] = c[best].name;
+    }
+}
+
+/* pn.mix.promoted of a file, as a set: is each name in it, and no other? */
+static void expect_promoted(const char *path, const char **want, size_t n)
+{
+    gguf_reader *r;
+    pn_error e;
+    pn_error_clear(&e);
+    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
+    const gguf_kv *kv = gguf_reader_find_kv(r, PN_KEY_MIX_PROMOTED);
+    cr_assert(kv, "%s: no %s", path, PN_KEY_MIX_PROMOTED);
+    cr_assert_eq(kv->arr_count, n, "%s", path);
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (uint64_t k = 0; k < kv->arr_count; k++)
+            found |= gguf_str_eq(gguf_kv_arr_str(kv, k), want[i]);
+        cr_assert(found, "%s does not promote %s", path, want[i]);
+    }
+    gguf_reader_close(r);
+}
+
+/* --measure error,forward: each PN mix made once per order from the one
+ * error measurement, the error order under today's names and the forward
+ * order's with the order added; each file promotes what its order ranks
+ * first (ranked here from the kept measurement, by the rule of
+ * mix/promote_score.h); the JSON gives each mix's order, the picture one
+ * curve per order; the sweep run again uses every mix it kept. */
+Test(sweep_llama, measure_error_forward_makes_each_mix_once_per_order_promoting_as_it_ranks,
+     .init = setup, .fini = teardown, .timeout = 600)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    char *svg = path_in("orders.svg"), *script = path_in("script.gp"), *fake = path_in("gp.sh");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\ncat > '%s'\necho '<svg xmlns=\"s\"></svg>'\n", script);
+    tu_write_file(fake, text, strlen(text));
+    chmod(fake, 0755);
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --text /usr/share/common-licenses/Apache-2.0 --seq-len 16 "
+             "--max-seqs 2 --promote 0,2 --measure error,forward --keep '%s' --plot '%s' "
+             "--gnuplot '%s' --json '%s'",
+             tmp, keep, svg, fake, src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_log_info("%s", out);
+    cr_assert_eq(tu_count_files(tmp), 0, "files left in %s", tmp);
+    /* four mixes and the one error measurement, nothing else */
+    const char *files[] = { "promote-0.gguf", "promote-2.gguf", "promote-0-forward.gguf",
+                            "promote-2-forward.gguf", "measurement.pnm" };
+    for (size_t i = 0; i < 5; i++)
+        cr_assert(exists(tu_join_static(keep, files[i])), "%s is not kept", files[i]);
+    cr_assert_eq(tu_count_files(keep), 5);
+    /* the JSON: each mix with its order, the error order's in today's names */
+    const char *a = strstr(out, "\"name\": \"P0k-fallback+2\", \"kind\": \"pn\", \"file\": "
+                                "\"promote-2.gguf\"");
+    const char *b = strstr(out, "\"name\": \"P0k-fallback+2 by forward\", \"kind\": \"pn\", "
+                                "\"file\": \"promote-2-forward.gguf\"");
+    cr_assert(a && b && a < b, "the error order's mixes first:\n%s", out);
+    cr_assert(strstr(a, "\"order\": \"error\"") < strstr(a, "\"order\": \"forward\""), "%s", out);
+    cr_assert_eq(count(out, "\"order\": \"error\""), 2, "%s", out);
+    cr_assert_eq(count(out, "\"order\": \"forward\""), 2, "%s", out);
+    cr_assert_eq(count(out, "\"status\": \"ok\""), 4, "%s", out);
+    /* what each order promotes, ranked here from the measurement */
+    cand c[64];
+    size_t nc = read_candidates(tu_join_static(keep, "measurement.pnm"), c, 64);
+    cr_assert_geq(nc, 4, "the measurement has its candidates");
+    const char *by_error[2], *by_forward[2];
+    rank(c, nc, false, 2, by_error);
+    rank(c, nc, true, 2, by_forward);
+    cr_log_info("by error: %s %s; by forward: %s %s", by_error[0], by_error[1], by_forward[0],
+                by_forward[1]);
+    bool same =
+        (strcmp(by_error[0], by_forward[0]) == 0 && strcmp(by_error[1], by_forward[1]) == 0) ||
+        (strcmp(by_error[0], by_forward[1]) == 0 && strcmp(by_error[1], by_forward[0]) == 0);
+    cr_assert_not(same, "this model's two orders promote the same two: no test");
+    expect_promoted(tu_join_static(keep, "promote-2.gguf"), by_error, 2);
+    expect_promoted(tu_join_static(keep, "promote-2-forward.gguf"), by_forward, 2);
+    expect_promoted(tu_join_static(keep, "promote-0-forward.gguf"), NULL, 0);
+    /* the picture: one curve per order, its points joined in size order */
+    size_t n;
+    char *gp = tu_read_file(script, &n);
+    cr_assert(gp, "gnuplot was given a script");
+    cr_assert(strstr(gp, "title \"PN, promotions by error\"") &&
+                  strstr(gp, "title \"PN, promotions by forward position\""),
+              "%s", gp);
+    cr_assert_eq(count(gp, "with yerrorlines"), 2, "%s", gp);
+    cr_assert(strstr(gp, "\"P0k-fallback+2 by forward\""), "%s", gp);
+    free(gp);
+    free(out);
+    free(err);
+    /* again into the same folder: every mix and the measurement are used */
+    struct stat before, after;
+    cr_assert_eq(stat(tu_join_static(keep, "promote-2-forward.gguf"), &before), 0);
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' --text /usr/share/common-licenses/Apache-2.0 --seq-len 16 "
+             "--max-seqs 1 --promote 0,2 --measure error,forward --keep '%s' '%s'",
+             tmp, keep, src);
+    rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert(strstr(out, "P0k-fallback+2 by forward"), "a kept mix keeps its order:\n%s", out);
+    cr_assert_eq(stat(tu_join_static(keep, "promote-2-forward.gguf"), &after), 0);
+    cr_assert(after.st_ino == before.st_ino && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+              "the kept mix was made again");
+    cr_assert_eq(tu_count_files(keep), 5);
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+    free(keep);
+    free(svg);
+    free(script);
+    free(fake);
+}
+
+/* The KL measurement's candidates (compare/kl_measure.h's file, read here
+ * on its own: "name kl gain se extra_bytes crc" lines): name and gain. */
+static size_t read_kl_candidates(const char *path, cand *c, size_t cap)
+{
+    size_t n;
+    char *text = tu_read_file(path, &n);
+    cr_assert(text, "%s", path);
+    size_t k = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        double kl, gain;
+        char name[96];
+        if (sscanf(line, "%95[^\t]\t%lf\t%lf\t", name, &kl, &gain) == 3 &&
+            strstr(name, ".weight") && k < cap) {
+            snprintf(c[k].name, sizeof c[k].name, "%s", name);
+            c[k].gain = gain;
+            c[k].position = 0;
+            k++;
+        }
+    }
+    free(text);
+    return k;
+}
+
+/* --measure error,kl: both measurements made once and kept, each order's
+ * mixes promoting what its measurement ranks first; a later sweep into the
+ * folder reads both kept measurements (they stay as they are) for mixes it
+ * makes anew. */
+Test(sweep_llama, measure_error_kl_keeps_both_measurements_and_reads_them_again, .init = setup,
+     .fini = teardown, .timeout = 900)
+{
+    REQUIRE_LLAMA();
+    char *src = path_in("src.gguf"), *tmp = path_in("tmp"), *keep = path_in("kept");
+    mkdir(tmp, 0700);
+    synth(src, "--layers 2 --width-scale 16 --vocab 300");
+    const char *texts = "--calibration /usr/share/common-licenses/Apache-2.0 --text "
+                        "/usr/share/common-licenses/GPL-3 --seq-len 8 --max-seqs 1";
+    char args[8192], *out, *err;
+    snprintf(args, sizeof args, "--tmpdir '%s' %s --promote 2 --measure error,kl --keep '%s' '%s'",
+             tmp, texts, keep, src);
+    int rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_log_info("%s", out);
+    char want[4096];
+    snprintf(want, sizeof want,
+             "\nmeasurement kept: %s/measurement.pnm\nmeasurement kept: %s/"
+             "measurement.kl\n",
+             keep, keep);
+    cr_assert(strstr(out, want), "both measurements kept:\n%s", out);
+    cr_assert(strstr(out, "P0k-fallback+2 by KL"), "%s", out);
+    cr_assert_eq(tu_count_files(keep), 4, "two mixes, two measurements");
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(out);
+    free(err);
+    cand ce[64], ck[64];
+    size_t ne = read_candidates(tu_join_static(keep, "measurement.pnm"), ce, 64);
+    size_t nk = read_kl_candidates(tu_join_static(keep, "measurement.kl"), ck, 64);
+    cr_assert(ne >= 3 && nk == ne, "%zu error and %zu KL candidates", ne, nk);
+    const char *by_error[3], *by_kl[3];
+    rank(ce, ne, false, 2, by_error);
+    rank(ck, nk, false, 3, by_kl);
+    expect_promoted(tu_join_static(keep, "promote-2.gguf"), by_error, 2);
+    expect_promoted(tu_join_static(keep, "promote-2-kl.gguf"), by_kl, 2);
+    /* again, with one count more: the kept measurements are read, not made */
+    struct stat kl_before, kl_after, pnm_before, pnm_after;
+    cr_assert_eq(stat(tu_join_static(keep, "measurement.kl"), &kl_before), 0);
+    cr_assert_eq(stat(tu_join_static(keep, "measurement.pnm"), &pnm_before), 0);
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' %s --promote 2,3 --measure error,kl --keep '%s' '%s'", tmp, texts, keep,
+             src);
+    rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_assert_not(strstr(out, "measurement kept"), "%s", out);
+    cr_assert_eq(stat(tu_join_static(keep, "measurement.kl"), &kl_after), 0);
+    cr_assert_eq(stat(tu_join_static(keep, "measurement.pnm"), &pnm_after), 0);
+    cr_assert(kl_after.st_ino == kl_before.st_ino &&
+                  kl_after.st_mtim.tv_nsec == kl_before.st_mtim.tv_nsec &&
+                  pnm_after.st_ino == pnm_before.st_ino &&
+                  pnm_after.st_mtim.tv_nsec == pnm_before.st_mtim.tv_nsec,
+              "a kept measurement was written");
+    cr_assert_eq(tu_count_files(keep), 6, "four mixes, two measurements");
+    expect_promoted(tu_join_static(keep, "promote-3-kl.gguf"), by_kl, 3);
+    free(out);
+    free(err);
+    /* on other positions the kept KL measurement is not this sweep's: it is
+     * refused, named where it is, and nothing there changes */
+    snprintf(args, sizeof args,
+             "--tmpdir '%s' %s --max-seqs 2 --promote 4 --measure error,kl --keep '%s' '%s'", tmp,
+             texts, keep, src);
+    rc = sweep(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    snprintf(want, sizeof want,
+             "pn-compare: error: --measure kl: %s/measurement.kl: measured on "
+             "other positions",
+             keep);
+    cr_assert(strstr(err, want) && strstr(err, "remove it to measure again"), "%s", err);
+    cr_assert_eq(stat(tu_join_static(keep, "measurement.kl"), &kl_after), 0);
+    cr_assert(kl_after.st_mtim.tv_nsec == kl_before.st_mtim.tv_nsec, "it was written");
+    cr_assert_eq(tu_count_files(keep), 6);
+    cr_assert_eq(tu_count_files(tmp), 0);
+    free(out);
+    free(err);
+    free(src);
+    free(tmp);
+    free(keep);
+}
+
 /* ---- the picture ---- */
 
 static const pn_plot_point k_points[] = {
-    { "P0k+0", false, 1000000000ull, 0.30, 0.011, 3.701 },
-    { "P0k+10", false, 1100000000ull, 0.20, 0.009, 4.02 },
-    { "P0k+19", false, 1200000000ull, 0.22, 0.008, 4.33 },
-    { "P0k+40", false, 1300000000ull, 0.10, 0.004, 4.71 },
-    { "stock Q3_K_M", true, 1150000000ull, 0.25, 0.01, 4.125 },
-    { "stock Q4_K_M", true, 1500000000ull, 0.05, 0.002, 5.01 },
+    { "P0k+0", false, 1000000000ull, 0.30, 0.011, 3.701, NULL },
+    { "P0k+10", false, 1100000000ull, 0.20, 0.009, 4.02, NULL },
+    { "P0k+19", false, 1200000000ull, 0.22, 0.008, 4.33, NULL },
+    { "P0k+40", false, 1300000000ull, 0.10, 0.004, 4.71, NULL },
+    { "stock Q3_K_M", true, 1150000000ull, 0.25, 0.01, 4.125, NULL },
+    { "stock Q4_K_M", true, 1500000000ull, 0.05, 0.002, 5.01, NULL },
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 
@@ -483,7 +828,8 @@ Test(plot, the_pareto_front_is_the_points_that_nothing_beats)
     const bool want[N_POINTS] = { true, true, false, true, false, true };
     for (size_t i = 0; i < N_POINTS; i++)
         cr_expect_eq(f[i], want[i], "%s", k_points[i].name);
-    pn_plot_point same[2] = { { "a", false, 5, 0.1, 0, 0 }, { "b", true, 5, 0.1, 0, 0 } };
+    pn_plot_point same[2] = { { "a", false, 5, 0.1, 0, 0, NULL },
+                              { "b", true, 5, 0.1, 0, 0, NULL } };
     bool g[2];
     pn_plot_pareto(same, 2, g);
     cr_expect(g[0] && !g[1], "of equal points the first is on the front");
@@ -583,10 +929,10 @@ Test(plot, every_point_has_its_error_bar_and_the_picture_its_caption_unit_and_bp
     tu_write_file(fake, text, strlen(text));
     chmod(fake, 0755);
     const pn_plot_point pts[] = {
-        { "P0k-fallback+0", false, 1690880, 0.1066, 0.018, 4.2453 },
-        { "P0k-fallback+3", false, 1782368, 0.09157, 0.016, 4.4768 },
-        { "P0k-fallback+7 (--target-size 2.6 MB)", false, 1882560, 0.02386, 0.0024, 4.7302 },
-        { "stock Q8_0", true, 2600000, 0.0051, 0.0004, 8.5 },
+        { "P0k-fallback+0", false, 1690880, 0.1066, 0.018, 4.2453, NULL },
+        { "P0k-fallback+3", false, 1782368, 0.09157, 0.016, 4.4768, NULL },
+        { "P0k-fallback+7 (--target-size 2.6 MB)", false, 1882560, 0.02386, 0.0024, 4.7302, NULL },
+        { "stock Q8_0", true, 2600000, 0.0051, 0.0004, 8.5, NULL },
     };
     extern char **environ;
     pn_plot_opts o = { .path = svg, .gnuplot = fake, .envp = environ };
@@ -617,8 +963,8 @@ Test(plot, every_point_has_its_error_bar_and_the_picture_its_caption_unit_and_bp
               "the KL axis holds the bars and does not start at 0: [%g:%g]", y_lo, y_hi);
     free(gp);
     /* with a stock type a few GB away the unit is GB, and its bar drawn too */
-    const pn_plot_point big[] = { { "P0k+19", false, 12600000000ull, 0.2, 0.01, 3.73 },
-                                  { "stock Q4_K_M", true, 16800000000ull, 0.1, 0.005, 4.9 } };
+    const pn_plot_point big[] = { { "P0k+19", false, 12600000000ull, 0.2, 0.01, 3.73, NULL },
+                                  { "stock Q4_K_M", true, 16800000000ull, 0.1, 0.005, 4.9, NULL } };
     o.force = true;
     cr_assert_eq(pn_plot_draw(&o, big, 2, &err), PN_OK, "%s", err.msg);
     gp = tu_read_file(script, &n);
@@ -629,4 +975,88 @@ Test(plot, every_point_has_its_error_bar_and_the_picture_its_caption_unit_and_bp
     free(svg);
     free(script);
     free(fake);
+}
+
+/* Points that name curves (the sweep's promotion orders): one data block
+ * and one line per curve, its points in size order, each named in the key
+ * with its own mark; the stock types and the front as without curves. */
+Test(plot, each_curve_is_its_own_line_in_size_order_named_in_the_key, .init = setup,
+     .fini = teardown)
+{
+    char *svg = path_in("m.svg"), *script = path_in("script.gp"), *fake = path_in("gnuplot.sh");
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\ncat > '%s'\necho '<svg xmlns=\"s\"></svg>'\n", script);
+    tu_write_file(fake, text, strlen(text));
+    chmod(fake, 0755);
+    const char *e = "PN, promotions by error", *k = "PN, promotions by KL";
+    const pn_plot_point pts[] = {
+        { "P0k+10", false, 1100000000ull, 0.42, 0.01, 4.0, e },
+        { "P0k+0", false, 1000000000ull, 0.45, 0.01, 3.7, e },
+        { "P0k+10 by KL", false, 1100000000ull, 0.32, 0.01, 4.0, k },
+        { "P0k+0 by KL", false, 1000000000ull, 0.45, 0.01, 3.7, k },
+        { "P0k+5 by KL", false, 1050000000ull, 0.35, 0.01, 3.9, k },
+        { "stock Q3_K_M", true, 1150000000ull, 0.33, 0.01, 4.1, NULL },
+    };
+    extern char **environ;
+    pn_plot_opts o = { .path = svg, .gnuplot = fake, .envp = environ };
+    pn_error err;
+    pn_error_clear(&err);
+    cr_assert_eq(pn_plot_draw(&o, pts, 6, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    char *gp = tu_read_file(script, &n);
+    cr_assert(gp, "gnuplot was given a script");
+    cr_log_info("%s", gp);
+    cr_assert(strstr(gp, "$pn1 << EOD\n1 0.45 0.01 \"P0k+0\"\n1.1 0.42 0.01 \"P0k+10\"\nEOD\n"),
+              "the first curve, by size:\n%s", gp);
+    cr_assert(strstr(gp, "$pn2 << EOD\n1 0.45 0.01 \"P0k+0 by KL\"\n1.05 0.35 0.01 \"P0k+5 by "
+                         "KL\"\n1.1 0.32 0.01 \"P0k+10 by KL\"\nEOD\n"),
+              "the second curve, by size:\n%s", gp);
+    const char *c1 = strstr(gp, "$pn1 using 1:2:3 with yerrorlines");
+    const char *c2 = strstr(gp, "$pn2 using 1:2:3 with yerrorlines");
+    cr_assert(c1 && c2, "%s", gp);
+    cr_assert(strstr(c1, "title \"PN, promotions by error\"") < c2 &&
+                  strstr(c2, "title \"PN, promotions by KL\""),
+              "each curve named in the key:\n%s", gp);
+    cr_assert(strstr(c1, " pt 7 ") < c2 && strstr(c2, " pt 9 "), "distinct marks:\n%s", gp);
+    cr_assert(!strstr(gp, "'PN mixes'") && !strstr(gp, "$pn using"), "%s", gp);
+    cr_assert(strstr(gp, "$stock using 1:2:3 with yerrorbars pt 5"), "%s", gp);
+    /* the front over all points: +0 (the first of the two equal), +5 by KL, +10 by KL */
+    cr_assert(strstr(gp, "$front << EOD\n1 0.45\n1.05 0.35\n1.1 0.32\nEOD\n"), "%s", gp);
+    free(gp);
+    free(svg);
+    free(script);
+    free(fake);
+}
+
+/* The curves drawn by the real gnuplot: each curve's marks (filled circles,
+ * then filled triangles), one more each in the key, and both names. */
+Test(plot, an_svg_of_two_curves_has_each_curves_marks_and_names, .init = setup, .fini = teardown)
+{
+    require_gnuplot();
+    char *svg = path_in("m.svg");
+    const char *e = "PN, promotions by error", *k = "PN, promotions by KL";
+    const pn_plot_point pts[] = {
+        { "P0k+0", false, 1000000000ull, 0.45, 0.01, 3.7, e },
+        { "P0k+10", false, 1100000000ull, 0.42, 0.01, 4.0, e },
+        { "P0k+5 by KL", false, 1050000000ull, 0.35, 0.01, 3.9, k },
+        { "P0k+10 by KL", false, 1100000000ull, 0.32, 0.01, 4.0, k },
+        { "P0k+19 by KL", false, 1200000000ull, 0.30, 0.01, 4.3, k },
+        { "stock Q4_K_M", true, 1500000000ull, 0.05, 0.002, 5.0, NULL },
+    };
+    extern char **environ;
+    pn_plot_opts o = { .path = svg, .envp = environ };
+    pn_error err;
+    pn_error_clear(&err);
+    cr_assert_eq(pn_plot_draw(&o, pts, 6, &err), PN_OK, "%s", err.msg);
+    size_t n;
+    char *pic = tu_read_file(svg, &n);
+    cr_assert(strncmp(pic, "<?xml", 5) == 0 && strstr(pic, "</svg>"), "not an SVG");
+    cr_assert_eq(marks(pic, "gpPt6"), 2 + 1, "the error curve's circles and the key's");
+    cr_assert_eq(marks(pic, "gpPt8"), 3 + 1, "the KL curve's triangles and the key's");
+    cr_assert_eq(marks(pic, "gpPt4"), 1 + 1, "the stock square and the key's");
+    cr_assert(strstr(pic, "PN, promotions by error") && strstr(pic, "PN, promotions by KL") &&
+                  strstr(pic, "Pareto front"),
+              "the curves and the front are named");
+    free(pic);
+    free(svg);
 }

@@ -49,19 +49,25 @@ fi
 lib=tools/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.5.0.so
 plain=$dir/p$promote-plain.gguf
 weighted=$dir/p$promote-imatrix.gguf
+default=$dir/p$promote-imatrix-default.gguf
 stock_plain=$dir/stock-$stock-plain.gguf
 stock_weighted=$dir/stock-$stock-imatrix.gguf
-rm -f "$plain" "$weighted" "$stock_plain" "$stock_weighted"
+rm -f "$plain" "$weighted" "$default" "$stock_plain" "$stock_weighted"
 "$bin/pn-quantize" --quiet --threads "$threads" --promote "$promote" "$src" "$plain"
-"$bin/pn-quantize" --quiet --threads "$threads" --promote "$promote" --imatrix "$imatrix" "$src" "$weighted"
+# the promotions measured weighted by the imatrix (what every build did
+# before --imatrix-promotion), and pn-quantize's default with an imatrix
+# (the promotions unweighted, the q4_K output weighted)
+"$bin/pn-quantize" --quiet --threads "$threads" --promote "$promote" --imatrix "$imatrix" \
+  --imatrix-promotion weighted "$src" "$weighted"
+"$bin/pn-quantize" --quiet --threads "$threads" --promote "$promote" --imatrix "$imatrix" "$src" "$default"
 "$bin/pn-llama-quantize" --lib "$lib" --threads "$threads" "$src" "$stock_plain" "$stock"
 "$bin/pn-llama-quantize" --lib "$lib" --threads "$threads" --imatrix "$imatrix" "$src" "$stock_weighted" "$stock"
 
 # which tensors each PN mix promoted
-for f in "$plain" "$weighted"; do
+for f in "$plain" "$weighted" "$default"; do
   echo "== promoted in $(basename "$f"):" >&2
   "$bin/pn-check" --dump "$f" | grep -E 'pn\.mix\.promoted|pn\.promoted' >&2 || true
 done
-echo "== pn-compare --threads $threads --text $text --seq-len ${SEQ_LEN:-256} --max-seqs ${MAX_SEQS:-8} $src (4 files)" >&2
+echo "== pn-compare --threads $threads --text $text --seq-len ${SEQ_LEN:-256} --max-seqs ${MAX_SEQS:-8} $src (5 files)" >&2
 "$bin/pn-compare" --threads "$threads" --text "$text" --seq-len "${SEQ_LEN:-256}" \
-  --max-seqs "${MAX_SEQS:-8}" "$src" "$plain" "$weighted" "$stock_plain" "$stock_weighted"
+  --max-seqs "${MAX_SEQS:-8}" "$src" "$plain" "$weighted" "$default" "$stock_plain" "$stock_weighted"

@@ -93,11 +93,24 @@ static int by_gain(const void *pa, const void *pb)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
+/* Whether the file's promotions were measured weighted by its imatrix:
+ * pn.mix.imatrix.promotion says so; a file with an imatrix hash and without
+ * that key was made by a build that always weighted; a file without an
+ * imatrix was measured unweighted. */
+static bool promotion_weighted(const gguf_reader *r)
+{
+    const gguf_kv *k = gguf_reader_find_kv(r, PN_KEY_MIX_IMATRIX_PROMOTION);
+    if (k && k->type == GGUF_TYPE_STRING)
+        return k->v.str.len == 8 && memcmp(k->v.str.data, "weighted", 8) == 0;
+    return !k && gguf_reader_find_kv(r, PN_KEY_MIX_IMATRIX_HASH) != NULL;
+}
+
 static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_error *err)
 {
     const gguf_kv *pk = gguf_reader_find_kv(c->r, PN_KEY_MIX_PROMOTED);
     if (!pk || pk->type != GGUF_TYPE_ARRAY || pk->arr_type != GGUF_TYPE_STRING)
         return PN_OK; /* the metadata stage has said what is wrong */
+    const bool weighted = promotion_weighted(c->r);
     const size_t nt = c->rep->n_tensors;
     cand *cs = calloc(nt ? nt : 1, sizeof *cs);
     bool *promoted = calloc(nt ? nt : 1, sizeof *promoted);
@@ -124,8 +137,8 @@ static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_erro
         const bool cand4 = t->type == PN_TYPE_PN4T && promoted[i];
         if (!cand3 && !cand4)
             continue;
-        const float *v = pn_imatrix_weights_for(im, t->name);
-        if (!v) {
+        const float *v = weighted ? pn_imatrix_weights_for(im, t->name) : NULL;
+        if (weighted && !v) {
             missing++;
             no_entry = no_entry ? no_entry : t->name;
         }
@@ -154,11 +167,14 @@ static pn_status check_promotions(pn_check_ctx *c, const pn_imatrix *im, pn_erro
             const char *left = first_left < n ? c->rep->tensors[cs[first_left].index].name : "?";
             pn_finding *f = pn_check_add(
                 c, PN_SEV_ERROR, "IMATRIX-PROMOTION", bad, PN_KEY_MIX_PROMOTED, -1,
-                "the promotions do not follow the imatrix: %s is promoted (gain %.6g), %s is not "
-                "(gain %.6g), measured with the imatrix on the source (%zu of %zu candidates "
+                "the promotions do not follow the %s measurement: %s is promoted (gain %.6g), "
+                "%s is not (gain %.6g), measured %s on the source (%zu of %zu candidates "
                 "misplaced)",
-                bad, first_bad < n ? cs[first_bad].gain : NAN, left,
-                first_left < n ? cs[first_left].gain : NAN, wrong / 2, n);
+                weighted ? "imatrix's" : "unweighted", bad,
+                first_bad < n ? cs[first_bad].gain : NAN, left,
+                first_left < n ? cs[first_left].gain : NAN,
+                weighted ? "with the imatrix" : "unweighted (" PN_KEY_MIX_IMATRIX_PROMOTION ")",
+                wrong / 2, n);
             if (f)
                 f->count = (int64_t)(wrong / 2);
         }

@@ -39,6 +39,7 @@ static const key_rule key_rules[] = {
     /* optional, checked by check_imatrix.c with --imatrix */
     { PN_KEY_MIX_IMATRIX_HASH, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_ },
     { PN_KEY_MIX_IMATRIX_USED, GGUF_TYPE_UINT32, GGUF_TYPE_COUNT_ },
+    { PN_KEY_MIX_IMATRIX_PROMOTION, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
     /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
     { PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING },
 };

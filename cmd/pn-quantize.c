@@ -60,6 +60,7 @@ enum {
     O_EMBD_TYPE,
     O_IMATRIX,
     O_IMATRIX_MISSING,
+    O_IMATRIX_PROMOTION,
     O_KL /* O_KL + KL_OPT_*: the --measure kl options (quantize_kl.h) */
 };
 
@@ -92,12 +93,16 @@ static const pn_cli_option options[] = {
       "                          else measure and save it there\n" },
     { "imatrix", required_argument, O_IMATRIX,
       "  --imatrix FILE          llama.cpp's importance matrix (llama-imatrix, GGUF or .dat):\n"
-      "                          weight the promotion measurement and the q3_K/q4_K search\n"
-      "                          by what the model's activations see (docs/usage.md#imatrix)\n" },
+      "                          weight the q3_K/q4_K search by what the model's\n"
+      "                          activations see (docs/usage.md#imatrix)\n" },
+    { "imatrix-promotion", required_argument, O_IMATRIX_PROMOTION,
+      "  --imatrix-promotion unweighted|weighted\n"
+      "                          the promotion measurement: unweighted (default: the imatrix\n"
+      "                          does not change which tensors are promoted) or weighted by it\n" },
     { "imatrix-missing", required_argument, O_IMATRIX_MISSING,
       "  --imatrix-missing error|unweighted\n"
-      "                          a promotion candidate without an entry: an error (default),\n"
-      "                          or measured unweighted\n" },
+      "                          with --imatrix-promotion weighted, a candidate without an\n"
+      "                          entry: an error (default), or measured unweighted\n" },
     { "measure", required_argument, O_KL + KL_OPT_MEASURE,
       "  --measure error|forward|kl  how promotion candidates are ranked: error (default:\n"
       "                          the weight error each removes, measured on sampled rows),\n"
@@ -275,8 +280,9 @@ static void print_plan_table(FILE *f, const pn_quantize_result *r, const cli_sta
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%sfrom PREV", l ? ", " : "");
         }
-        /* --imatrix: whether each candidate's measurement is weighted */
-        if (r->imatrix && t->candidate) {
+        /* --imatrix-promotion weighted: whether each candidate's
+         * measurement is weighted */
+        if (r->imatrix_promotion && t->candidate) {
             size_t l = strlen(note);
             snprintf(note + l, sizeof note - l, "%s%s", l ? ", " : "",
                      pn_imatrix_find(r->imatrix, t->name) ? "imatrix entry" : "no imatrix entry");
@@ -800,6 +806,18 @@ static int take_option(int c, pn_quantize_opts *o, cli_state *cs, char **argv)
     case O_PLIST: o->promote_list_path = optarg; break;
     case O_MEAS: o->measurement_path = optarg; break;
     case O_IMATRIX: o->imatrix_path = optarg; break;
+    case O_IMATRIX_PROMOTION:
+        if (strcmp(optarg, "unweighted") == 0)
+            o->imatrix_promotion = false;
+        else if (strcmp(optarg, "weighted") == 0)
+            o->imatrix_promotion = true;
+        else {
+            fprintf(stderr, "pn-quantize: error: --imatrix-promotion: '");
+            pn_fput_safe(stderr, optarg);
+            fprintf(stderr, "' is neither unweighted nor weighted\n");
+            return 2;
+        }
+        break;
     case O_IMATRIX_MISSING:
         if (strcmp(optarg, "error") == 0)
             o->imatrix_missing_unweighted = false;

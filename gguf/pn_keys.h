@@ -78,6 +78,11 @@
 #define PN_KEY_MIX_IMATRIX_HASH PN_KEY_PREFIX "mix.imatrix.entries_fnv1a64"
 /* u32: how many entries that hash covers. */
 #define PN_KEY_MIX_IMATRIX_USED PN_KEY_PREFIX "mix.imatrix.entries_used"
+/* string: how the promotions were measured with the imatrix: "unweighted"
+ * (the default: the imatrix does not change the choice) or "weighted"
+ * (--imatrix-promotion weighted). Absent in a file with the two keys above
+ * made before it existed: "weighted", what those builds did. */
+#define PN_KEY_MIX_IMATRIX_PROMOTION PN_KEY_PREFIX "mix.imatrix.promotion"
 /* llama-quantize's own keys (not PN keys), written so that tools reading
  * them work: string, the imatrix file's base name; string, its first
  * dataset; u32, its entry count; u32, its chunk count (when above 0). */

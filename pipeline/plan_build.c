@@ -279,6 +279,7 @@ static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_erro
     if (st != PN_OK)
         return st;
     p->imatrix_path = o->imatrix_path;
+    p->imatrix_promotion = o->imatrix_promotion;
     size_t n_unknown = 0;
     char *unknown = NULL;
     st = pn_imatrix_check_model(p->imatrix, o->imatrix_path, p->plan, &n_unknown, &unknown, err);
@@ -315,13 +316,14 @@ static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_erro
     return PN_OK;
 }
 
-/* Before measuring with an imatrix: the candidates without an entry, an
- * error naming them unless --imatrix-missing unweighted (ranking weighted
- * against unweighted errors means nothing), else a note naming them. */
+/* Before measuring weighted by an imatrix: the candidates without an
+ * entry, an error naming them unless --imatrix-missing unweighted (ranking
+ * weighted against unweighted errors means nothing), else a note naming
+ * them. */
 static pn_status check_missing_entries(const pn_quantize_opts *o, const pn_job_plan *p,
                                        pn_error *err)
 {
-    if (!p->imatrix)
+    if (!p->imatrix || !o->imatrix_promotion)
         return PN_OK;
     size_t missing = 0;
     char names[PN_ERROR_MSG_MAX / 2];
@@ -368,8 +370,11 @@ static pn_status obtain_measurement(const pn_quantize_opts *o, pn_job_plan *p, g
     pn_measure_times mt = { 0, 0, 0 };
     double t0 = pn_now_seconds();
     pn_status st = check_missing_entries(o, p, err);
+    /* the imatrix weights the promotion measurement only when asked: the
+     * default is the unweighted E3 - E4, whatever imatrix is given */
+    const pn_imatrix *weights = o->imatrix_promotion ? p->imatrix : NULL;
     if (st == PN_OK)
-        st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, p->imatrix,
+        st = pn_job_measure_obtain(o, src, p->plan, env, sid, p->quantizer, weights,
                                    p->imatrix_hash, made, &mt, err);
     stats->t_measure += pn_now_seconds() - t0;
     stats->t_measure_read += mt.read;
@@ -634,6 +639,7 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     }
     gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_HASH);
     gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_USED);
+    gguf_writer_remove_kv(w, PN_KEY_MIX_IMATRIX_PROMOTION);
     if (p->imatrix) {
         if (st == PN_OK)
             st = gguf_writer_set_str(w, PN_KEY_QUANTIZE_IMATRIX_FILE,
@@ -649,6 +655,9 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
             st = gguf_writer_set_u64(w, PN_KEY_MIX_IMATRIX_HASH, p->imatrix_hash);
         if (st == PN_OK)
             st = gguf_writer_set_u32(w, PN_KEY_MIX_IMATRIX_USED, (uint32_t)p->imatrix_used);
+        if (st == PN_OK)
+            st = gguf_writer_set_str(w, PN_KEY_MIX_IMATRIX_PROMOTION,
+                                     p->imatrix_promotion ? "weighted" : "unweighted");
     }
     free(promoted);
     free(zeros);

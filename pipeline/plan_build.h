@@ -43,6 +43,7 @@ typedef struct pn_job_plan {
     const char *imatrix_path;
     uint64_t imatrix_hash;
     size_t imatrix_used;
+    bool imatrix_promotion;              /* --imatrix-promotion weighted: the measurement used it */
     const pn_recipe_override *overrides; /* the run's, recorded in pn.mix.overrides */
     size_t n_overrides;
 } pn_job_plan;

@@ -472,6 +472,7 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         r.reuse_none_why = c->ru->none_why[0] ? c->ru->none_why : NULL;
     }
     r.imatrix = c->plan->imatrix;
+    r.imatrix_promotion = c->plan->imatrix && o->imatrix_promotion;
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);

@@ -157,6 +157,7 @@ typedef struct pn_quantize_result {
     /* --imatrix: the file read (pn_imatrix_find says which tensors have an
      * entry); NULL without --imatrix */
     const pn_imatrix *imatrix;
+    bool imatrix_promotion; /* the promotion measurement was weighted by it */
 } pn_quantize_result;
 
 /* Called once the figures are final: for a real run after the written file
@@ -211,13 +212,19 @@ typedef struct pn_quantize_opts {
     const char *reuse_path; /* --reuse PREV: copy what PREV holds; NULL: none */
     bool reuse_verify;      /* --reuse-verify: the whole source tensor must match too */
     /* --imatrix FILE: llama.cpp's importance matrix (mix/imatrix.h, either
-     * form). The promotion measurement is weighted by it through the rotation
-     * (mix/measurement.h), the q3_K/q4_K tensors with an entry are searched
-     * for the least weighted error, and the output records it
-     * (quantize.imatrix.*, pn.mix.imatrix.*). NULL: none. */
+     * form). The q3_K/q4_K tensors with an entry are searched for the least
+     * weighted error, and the output records it (quantize.imatrix.*,
+     * pn.mix.imatrix.*). NULL: none. */
     const char *imatrix_path;
-    /* --imatrix-missing unweighted: a candidate without an entry is measured
-     * unweighted; false: such a candidate is an error naming it. */
+    /* --imatrix-promotion weighted: the promotion measurement is weighted by
+     * the imatrix too, through the rotation (mix/measurement.h). false (the
+     * default): it is the unweighted E3 - E4 of docs/format.md#promotion, so
+     * an imatrix never changes which tensors are promoted (measured: the
+     * weighted choice is farther from the source, docs/usage.md#imatrix). */
+    bool imatrix_promotion;
+    /* --imatrix-missing unweighted: with imatrix_promotion, a candidate
+     * without an entry is measured unweighted; false: such a candidate is an
+     * error naming it. */
     bool imatrix_missing_unweighted;
     /* NULL: the tests' settings (pipeline/quantize_testing.h) */
     const struct pn_quantize_testing *testing;

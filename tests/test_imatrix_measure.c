@@ -224,6 +224,7 @@ Test(imatrix_measure,
             o.threads = th;
             o.chunk_weights = chunks[ci];
             o.imatrix_path = imx;
+            o.imatrix_promotion = true; /* the measurement weighted */
             pn_error err;
             cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
             pn_measurement *m;
@@ -303,6 +304,7 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
     base_opts(&o, src, recipe);
     o.measurement_path = mpath;
     o.imatrix_path = imx;
+    o.imatrix_promotion = true; /* the measurement weighted */
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
     pn_measurement *m;
     cr_assert_eq(pn_measurement_load(mpath, &m, NULL, &err), PN_OK, "%s", err.msg);
@@ -378,6 +380,7 @@ static void promoted_with(const char *src, const char *recipe, const char *imx, 
     o.rotation_cap = 0;
     o.measurement_path = mpath;
     o.imatrix_path = imx;
+    o.imatrix_promotion = true; /* the measurement weighted */
     o.promote = 1;
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
@@ -424,6 +427,7 @@ Test(imatrix_measure, a_candidate_without_an_entry_is_an_error_naming_it_unless_
     pn_quantize_opts o;
     base_opts(&o, src, recipe);
     o.imatrix_path = imx;
+    o.imatrix_promotion = true; /* the measurement weighted */
     o.promote = 1;
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_MISMATCH);
@@ -461,6 +465,7 @@ Test(imatrix_measure, a_measurement_of_another_imatrix_or_of_none_is_measured_ag
         base_opts(&o, src, recipe);
         o.measurement_path = mpath;
         o.imatrix_path = runs[r];
+        o.imatrix_promotion = runs[r] != NULL;
         o.promote = 1;
         o.note = keep_note;
         o.user = &notes;
@@ -497,6 +502,7 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
     o.dry_run = false;
     o.dst_path = dst;
     o.imatrix_path = imx;
+    o.imatrix_promotion = true; /* the measurement weighted */
     o.promote = 1;
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
@@ -584,6 +590,7 @@ static void quantize_to(const char *src, const char *recipe, const char *imx, co
     o.dry_run = false;
     o.dst_path = dst;
     o.imatrix_path = imx;
+    o.imatrix_promotion = true; /* the measurement weighted */
     o.reuse_path = reuse;
     o.force = true;
     o.note = keep_note;
@@ -651,13 +658,37 @@ static pn_check_report *check_with(const char *path, const char *imx, const char
     return r;
 }
 
+/* The type pn-check read for tensor name of r. */
+static int type_in(const pn_check_report *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_tensors; i++)
+        if (strcmp(r->tensors[i].name, name) == 0)
+            return (int)r->tensors[i].type;
+    cr_assert_fail("no tensor %s", name);
+    return -1;
+}
+
+/* A copy of src at dst whose key named key is renamed (its last byte made
+ * 'X'): the file a build without that key would have written. */
+static void rename_key(const char *src, const char *dst, const char *key)
+{
+    size_t n;
+    uint8_t *b = tu_read_file(src, &n);
+    uint8_t *at = memmem(b, n, key, strlen(key));
+    cr_assert_not_null(at, "%s: no key %s", src, key);
+    at[strlen(key) - 1] = 'X';
+    cr_assert_eq(tu_write_file(dst, b, n), 0);
+    free(b);
+}
+
 Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_chooses, .init = setup,
      .fini = teardown)
 {
     /* the heavy-channel pair: unweighted and weighted promote different
      * tensors (with_one_heavy_channel... above) */
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat"),
-         *other = path_in("other.dat"), *wf = path_in("w.gguf"), *pf = path_in("p.gguf");
+         *other = path_in("other.dat"), *wf = path_in("w.gguf"), *pf = path_in("p.gguf"),
+         *uf = path_in("u.gguf"), *old = path_in("old.gguf");
     write_pair(src);
     static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
     cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
@@ -666,19 +697,42 @@ Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_choose
     write_dat(imx, names, K, 2, w_heavy);
     write_dat(other, names, K, 2, w_varied);
     tu_notes n = { { 0 } };
-    quantize_to(src, recipe, imx, NULL, wf, &n);
+    quantize_to(src, recipe, imx, NULL, wf, &n); /* --imatrix-promotion weighted */
     quantize_to(src, recipe, NULL, NULL, pf, &n);
+    pn_quantize_opts o;
+    base_opts(&o, src, recipe);
+    o.dry_run = false;
+    o.dst_path = uf;
+    o.imatrix_path = imx; /* the default: the promotion measurement unweighted */
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+
     pn_check_report *r = check_with(wf, imx, src);
     cr_assert(r->imatrix_checked && r->imatrix_same && r->imatrix_promotions_checked &&
               r->imatrix_promotions_follow);
     cr_assert_null(pn_check_find(r, "IMATRIX-PROMOTION", NULL));
+    cr_assert_eq(type_in(r, "a.ffn_up.weight"), PN_TYPE_PN4T, "weighted: a is promoted");
+    cr_assert_eq(r->n_errors, 0);
+    pn_check_report_free(r);
+    /* made with the imatrix, promoted as without it, and checked so */
+    r = check_with(uf, imx, src);
+    cr_assert(r->imatrix_checked && r->imatrix_same && r->imatrix_promotions_checked &&
+              r->imatrix_promotions_follow);
+    cr_assert_eq(type_in(r, "b.ffn_up.weight"), PN_TYPE_PN4T, "unweighted: b is promoted");
     cr_assert_eq(r->n_errors, 0);
     pn_check_report_free(r);
     r = check_with(wf, other, NULL);
     cr_assert_not_null(pn_check_find(r, "IMATRIX-OTHER", NULL));
     pn_check_report_free(r);
+    /* no imatrix: measured unweighted, which its promotions follow */
     r = check_with(pf, imx, src);
     cr_assert_not_null(pn_check_find(r, "IMATRIX-NONE", NULL));
+    cr_assert_null(pn_check_find(r, "IMATRIX-PROMOTION", NULL));
+    pn_check_report_free(r);
+    /* a file without pn.mix.imatrix.promotion was measured weighted (the
+     * builds before it): u.gguf's unweighted choice is then wrong */
+    rename_key(uf, old, PN_KEY_MIX_IMATRIX_PROMOTION);
+    r = check_with(old, imx, src);
     const pn_finding *f = pn_check_find(r, "IMATRIX-PROMOTION", NULL);
     cr_assert_not_null(f);
     cr_assert_str_eq(f->tensor, "b.ffn_up.weight", "%s", f->message);
@@ -690,6 +744,8 @@ Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_choose
     free(other);
     free(wf);
     free(pf);
+    free(uf);
+    free(old);
 }
 
 Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothing_written,
@@ -810,7 +866,8 @@ Test(imatrix_measure, the_plan_marks_each_candidate_with_or_without_an_entry_and
     write_dat(imx, names, K, 2, w_varied);
     char *out = NULL, *err_text = NULL;
     int rc = tu_run_program(&out, &err_text, "pn-quantize",
-                            "--dry-run --recipe '%s' --imatrix '%s' --imatrix-missing unweighted "
+                            "--dry-run --recipe '%s' --imatrix '%s' --imatrix-promotion weighted "
+                            "--imatrix-missing unweighted "
                             "--report '%s' '%s'",
                             recipe, imx, report, src);
     cr_assert_eq(rc, 0, "%s", err_text);
@@ -851,4 +908,51 @@ Test(imatrix_measure, the_plan_marks_each_candidate_with_or_without_an_entry_and
     free(recipe);
     free(imx);
     free(report);
+}
+
+Test(imatrix_measure, an_imatrix_changes_no_promotion_unless_weighted_promotion_is_asked,
+     .init = setup, .fini = teardown)
+{
+    /* the heavy-channel pair promotes b unweighted and a weighted */
+    char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat");
+    write_pair(src);
+    static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
+    cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
+    const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
+    const int64_t K[] = { 320, 320 };
+    write_dat(imx, names, K, 2, w_heavy);
+    const char *how[] = { "", "--imatrix '%s' ", "--imatrix '%s' --imatrix-promotion unweighted ",
+                          "--imatrix '%s' --imatrix-promotion weighted " };
+    const char *want[] = { "b.ffn_up.weight", "b.ffn_up.weight", "b.ffn_up.weight",
+                           "a.ffn_up.weight" };
+    for (int k = 0; k < 4; k++) {
+        char opts[256];
+        snprintf(opts, sizeof opts, how[k], imx);
+        char *out = NULL, *err_text = NULL;
+        int rc = tu_run_program(&out, &err_text, "pn-quantize", "--dry-run --recipe '%s' %s'%s'",
+                                recipe, opts, src);
+        cr_assert_eq(rc, 0, "%s: %s", opts, err_text);
+        char *row = plan_row(out, want[k]);
+        cr_assert(row && strstr(row, "promoted #1"), "%s: %s is not promoted:\n%s", opts, want[k],
+                  out);
+        /* the plan marks entries only where they weight the measurement */
+        cr_assert_eq(strstr(out, "imatrix entry") != NULL, k == 3, "%s:\n%s", opts, out);
+        free(row);
+        free(out);
+        free(err_text);
+    }
+    char *out = NULL, *err_text = NULL;
+    int rc = tu_run_program(&out, &err_text, "pn-quantize",
+                            "--dry-run --recipe '%s' --imatrix '%s' --imatrix-promotion sometimes "
+                            "'%s'",
+                            recipe, imx, src);
+    cr_assert_eq(rc, 2, "%s", err_text);
+    cr_assert(strstr(err_text, "pn-quantize: error: --imatrix-promotion: 'sometimes'"), "%s",
+              err_text);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(err_text);
+    free(src);
+    free(recipe);
+    free(imx);
 }

@@ -426,7 +426,8 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
 
 /* Before begin (or gguf_writer_header): whether the writer records the
  * header hash (gguf/header_hash.h, docs/format.md#the-header-hash): four
- * keys pn.header.* after every other key, computed when the header is made
+ * keys pn.header.* after every other key (before split keys that end the
+ * section), computed when the header is made
  * and again when a hashed array is patched after begin. Default: off (the
  * bytes of a file are then exactly its keys and tensors; pn-convert
  * --no-header-hash). With it on, begin refuses a key of the writer's own

@@ -681,9 +681,24 @@ static size_t n_header_kvs(const gguf_writer *w)
     return w->n_kv_slots + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0);
 }
 
-static writer_kv *header_kv(gguf_writer *w, size_t i)
+/* Where the record goes: after every key but llama.cpp's split keys when
+ * they end the section (as llama.cpp writes them: last). */
+static size_t record_at(const gguf_writer *w)
 {
-    return i < w->n_kv_slots ? &w->kvs[i] : &w->hh[i - w->n_kv_slots];
+    size_t t = w->n_kv_slots;
+    while (t > 0 && (!w->kvs[t - 1].key || strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_NO) == 0 ||
+                     strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_COUNT) == 0 ||
+                     strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_TENSORS_COUNT) == 0))
+        t--;
+    return t;
+}
+
+/* Key slot i of the header (of n_header_kvs), the record at record_at. */
+static writer_kv *header_kv(gguf_writer *w, size_t i, size_t at)
+{
+    if (!w->header_hash || i < at)
+        return &w->kvs[i];
+    return i < at + GGUF_HEADER_HASH_KEYS ? &w->hh[i - at] : &w->kvs[i - GGUF_HEADER_HASH_KEYS];
 }
 
 /* Header bytes before the padding, exactly as emit_header writes them. */
@@ -747,8 +762,9 @@ static pn_status emit_header(gguf_writer *w, pn_error *err)
         st = emit_le(w, w->n_tensors, 8, err);
     if (!st)
         st = emit_le(w, w->n_kv + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0), 8, err);
+    const size_t at = record_at(w);
     for (size_t i = 0; i < n_header_kvs(w) && !st; i++) {
-        writer_kv *kv = header_kv(w, i);
+        writer_kv *kv = header_kv(w, i, at);
         if (!kv->key)
             continue; /* removed */
         size_t klen = strlen(kv->key);
@@ -811,8 +827,9 @@ pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_erro
     PUT(3, 4);
     PUT(w->n_tensors, 8);
     PUT(w->n_kv + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0), 8);
+    const size_t at = record_at(w);
     for (size_t i = 0; i < n_header_kvs(w); i++) {
-        const writer_kv *kv = header_kv(w, i);
+        const writer_kv *kv = header_kv(w, i, at);
         if (!kv->key)
             continue;
         size_t klen = strlen(kv->key);

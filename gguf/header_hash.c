@@ -142,9 +142,8 @@ pn_status gguf_writer_header_hash_build_(gguf_writer *w, pn_error *err)
 {
     gguf_writer_header_hash_clear_(w);
     for (size_t i = 0; i < w->n_kv_slots; i++)
-        if (w->kvs[i].key &&
-            has_prefix(w->kvs[i].key, strlen(w->kvs[i].key), PN_KEY_HEADER_PREFIX,
-                       PN_KEY_HEADER_PREFIX_LEN))
+        if (w->kvs[i].key && has_prefix(w->kvs[i].key, strlen(w->kvs[i].key), PN_KEY_HEADER_PREFIX,
+                                        PN_KEY_HEADER_PREFIX_LEN))
             return pn_error_set(err, PN_ERR_USAGE,
                                 "gguf writer: key '%s' is the header hash's own (a copy of "
                                 "another file's record?): the writer records it itself",
@@ -428,9 +427,8 @@ void gguf_header_hash_verify(const gguf_reader *r, gguf_header_verdict *v)
     }
     if (j < m) {
         gguf_str want = walk_next(&nw);
-        mismatch(v, "removed", want, (int64_t)j,
-                 "key %.*s, %s[%llu], is not in the file: removed", SHOW(want),
-                 PN_KEY_HEADER_KEYS, (unsigned long long)j);
+        mismatch(v, "removed", want, (int64_t)j, "key %.*s, %s[%llu], is not in the file: removed",
+                 SHOW(want), PN_KEY_HEADER_KEYS, (unsigned long long)j);
         return;
     }
     if (whole != rec[GGUF_HH_WHOLE]->v.u64) {
@@ -442,8 +440,8 @@ void gguf_header_hash_verify(const gguf_reader *r, gguf_header_verdict *v)
         return;
     }
     v->proof = GGUF_HEADER_PROVEN;
-    snprintf(v->message, sizeof v->message, "%llu keys, %s = 0x%016llx",
-             (unsigned long long)m, PN_KEY_HEADER_HASH, (unsigned long long)whole);
+    snprintf(v->message, sizeof v->message, "%llu keys, %s = 0x%016llx", (unsigned long long)m,
+             PN_KEY_HEADER_HASH, (unsigned long long)whole);
 }
 
 pn_status gguf_header_hash_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx,

@@ -94,7 +94,8 @@
 
 /* ---- the header hash (docs/format.md#the-header-hash; gguf/header_hash.h) ----
  * The writer's own record of the key-value section it wrote: the four keys
- * come after every other key. Hashed: every key but these (every key under
+ * come after every other key (before llama.cpp's split keys, which end a
+ * split's section). Hashed: every key but these (every key under
  * PN_KEY_HEADER_PREFIX) and llama.cpp's split keys (split.no, split.count,
  * split.tensors.count). */
 

@@ -161,8 +161,8 @@ static void assert_record_is_the_rule(const char *path, size_t want_hashed)
         cr_assert(nl == strlen(keys[i].name) && memcmp(np + 8, keys[i].name, nl) == 0,
                   "record name %zu is %s", j, keys[i].name);
         np += 8 + nl;
-        cr_assert_eq(le(vp, 8), fnv(BASIS, keys[i].typed, keys[i].typed_len),
-                     "value hash of %s", keys[i].name);
+        cr_assert_eq(le(vp, 8), fnv(BASIS, keys[i].typed, keys[i].typed_len), "value hash of %s",
+                     keys[i].name);
         vp += 8;
         h = fnv(h, keys[i].record, keys[i].record_len);
         j++;
@@ -321,5 +321,38 @@ Test(header_hash_writer, a_moved_key_is_named)
     cr_assert_str_eq(v.kind, "moved");
     cr_assert_str_eq(v.key, "test.n");
     cr_assert(strstr(v.message, "general.architecture") != NULL, "%s", v.message);
+    gguf_reader_close(r);
+}
+
+/* llama-quantize copies every key of its input, the record too, into a
+ * file of other tensor types and sets general.file_type: that record is not
+ * the file's, and proves nothing either way. */
+Test(header_hash_writer, a_record_copied_into_a_file_of_other_tensors_proves_nothing)
+{
+    const char *a = tu_join_static(g_dir, "q1.gguf");
+    gguf_writer *w = writer_with_keys(true);
+    write_out(w, a, false);
+    gguf_writer_free(w);
+    gguf_reader *r = open_path(a);
+    gguf_writer *x = gguf_writer_new();
+    for (size_t i = 0; i < gguf_reader_n_kv(r); i++)
+        cr_assert_eq(gguf_writer_copy_kv(x, gguf_reader_kv(r, i)), PN_OK);
+    cr_assert_eq(gguf_writer_set_u32(x, "test.n", 8), PN_OK, "a key changed too");
+    gguf_reader_close(r);
+    pn_error e = { 0 };
+    int64_t ne[1] = { 8 };
+    cr_assert_eq(gguf_writer_add_tensor(x, "t", 1, ne, PN_TYPE_F16, &e), PN_OK);
+    const char *b = tu_join_static(g_dir, "q2.gguf");
+    cr_assert_eq(gguf_writer_begin(x, b, &e), PN_OK, "%s", e.msg);
+    uint16_t half[8] = { 0 };
+    cr_assert_eq(gguf_writer_write(x, half, sizeof half, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(gguf_writer_close(x, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(gguf_writer_commit(x, &e), PN_OK, "%s", e.msg);
+    gguf_writer_free(x);
+    r = open_path(b);
+    gguf_header_verdict v;
+    gguf_header_hash_verify(r, &v);
+    cr_assert_eq(v.proof, GGUF_HEADER_UNPROVEN, "%s", v.message);
+    cr_assert(strstr(v.message, "written for other tensors") != NULL, "%s", v.message);
     gguf_reader_close(r);
 }

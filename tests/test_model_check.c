@@ -428,6 +428,9 @@ Test(model_check, the_converters_golden_outputs_are_valid)
         snprintf(path, sizeof path, "%s/%s", GOLDEN_HF, names[i]);
         char *out = NULL;
         cr_assert_eq(check(path, &out), 0, "%s: %s", names[i], out);
+        /* another tool's file: no record, so its header is unproven */
+        cr_assert(strstr(out, "\nheader: unproven: no header hash") != NULL, "%s: %s", names[i],
+                  out);
         free(out);
     }
 }
@@ -441,6 +444,8 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(conv, &out), 0, "pn-convert's output: %s", out);
+    /* every program of ours proves its output's keys */
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-convert's output: %s", out);
     free(out);
     const char *pn = tu_join_static(g_dir, "pn.gguf");
     rc = tu_run_program(&out, &err, "pn-quantize",
@@ -450,6 +455,7 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(pn, &out), 0, "pn-quantize's output: %s", out);
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-quantize's output: %s", out);
     free(out);
     const char *dq = tu_join_static(g_dir, "decoded.gguf");
     rc = tu_run_program(&out, &err, "pn-dequant", "--quiet '%s' '%s'", pn, dq);
@@ -457,6 +463,7 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(dq, &out), 0, "pn-dequant's output: %s", out);
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-dequant's output: %s", out);
     free(out);
 }
 

@@ -186,7 +186,10 @@ static uint64_t model_hash(const gguf_reader *r)
     uint64_t h = fnv_le(0xcbf29ce484222325ull, gguf_reader_version(r), 4);
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0)
+        /* the split keys and the header hash's record (pn.header.*) are
+         * not the model */
+        if ((kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
+            (kv->key.len >= 10 && memcmp(kv->key.data, "pn.header.", 10) == 0))
             continue;
         h = fnv(fnv_le(h, kv->key.len, 8), kv->key.data, kv->key.len);
         h = fnv_le(h, (uint64_t)kv->type, 4);

@@ -864,6 +864,30 @@ Test(header_hash, pn_dequant_refuses_a_header_that_is_not_the_one_written)
     free(err);
 }
 
+/* pn-compare decodes a PN file through pn-dequant: a header that is not the
+ * one written is refused before llama.cpp is given anything decoded. */
+Test(header_hash, pn_compare_refuses_a_header_that_is_not_the_one_written, .timeout = 240)
+{
+    TU_REQUIRE_LLAMA(PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs", NULL);
+    const char *pn = tu_join_static(g_dir, "cmp.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-quantize",
+                            "--quiet --threads 2 --promote 0 --recipe test-fallback '%s' '%s'",
+                            g_good, pn);
+    cr_assert_eq(rc, 0, "pn-quantize: %s", err);
+    free(out);
+    free(err);
+    write_at(pn, name_offset(pn, "general.name") + 3, "X", 1);
+    rc = tu_run_program(&out, &err, "pn-compare", "--threads 2 '%s' '%s'", g_good, pn);
+    cr_assert_eq(rc, 1, "refused, exit 1: %s%s", out, err);
+    cr_assert(strstr(err, "decoding ") &&
+                  strstr(err, "PN-HEADER-HASH-MISMATCH: key genXral.name is not in the header "
+                              "hash's record"),
+              "%s", err);
+    free(out);
+    free(err);
+}
+
 /* The file offset of key's value in that one file (a split alone). */
 static uint64_t value_offset_in_file(const char *path, const char *key)
 {

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/header_hash.h"
 #include "mix/measurement.h"
 #include "check/check.h"
 #include "pipeline/quantize.h"
@@ -556,6 +557,10 @@ Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threa
         cr_assert_eq(gguf_reader_open(re, &r, &err), PN_OK);
         cr_assert_eq(s.n_reused, gguf_reader_n_tensors(r) - 3, "%zu reused", s.n_reused);
         cr_assert_gt(s.reused_bytes, 0);
+        /* its header hash is its own (PREV's is not copied), and proves it */
+        gguf_header_verdict v;
+        gguf_header_hash_verify(r, &v);
+        cr_assert_eq(v.proof, GGUF_HEADER_PROVEN, "%s", v.message);
         gguf_reader_close(r);
         cr_assert(!has(&n, "nothing reused"), "%s", n.text);
     }

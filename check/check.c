@@ -141,7 +141,7 @@ void pn_check_report_free(pn_check_report *r)
         PN_FREE_ALL(r->tensors[i].name, r->tensors[i].note);
     free(r->tensors);
     PN_FREE_EACH(r->promoted, r->n_promoted);
-    PN_FREE_ALL(r->recipe_mix, r->expected_mix, r->source_path, r->path, r);
+    PN_FREE_ALL(r->recipe_mix, r->expected_mix, r->source_path, r->header_note, r->path, r);
 }
 
 int pn_check_exit_code(const pn_check_report *r, bool strict)

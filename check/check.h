@@ -145,6 +145,13 @@ typedef struct pn_check_report {
     bool imatrix_checked, imatrix_same;
     uint64_t imatrix_hash;
     bool imatrix_promotions_checked, imatrix_promotions_follow;
+    /* the header hash (gguf/header_hash.h): "proven" (every key is the one
+     * the file's record holds), "unproven" (no record: a file of another
+     * tool or an older build, its keys checked against its tensors alone;
+     * not a finding), "mismatch" (PN-HEADER-HASH-MISMATCH); NULL when the
+     * keys were not read. header_note: a line that says so (owned). */
+    const char *header_proof;
+    char *header_note;
 } pn_check_report;
 
 typedef struct pn_check_options {

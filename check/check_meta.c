@@ -13,6 +13,7 @@
 #include "hadamard/hadamard.h"
 #include "check/check_internal.h"
 #include "gguf/gguf_split.h"
+#include "gguf/header_hash.h"
 #include "gguf/pn_keys.h"
 #include "quant/types.h"
 
@@ -42,6 +43,11 @@ static const key_rule key_rules[] = {
     { PN_KEY_MIX_IMATRIX_PROMOTION, GGUF_TYPE_STRING, GGUF_TYPE_COUNT_ },
     /* optional, checked by check_recipe.c (pn-quantize --tensor-type ...) */
     { PN_KEY_MIX_OVERRIDES, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING },
+    /* optional, the header hash: checked by the model check (gguf/header_hash.h) */
+    { PN_KEY_HEADER_KEYS, GGUF_TYPE_ARRAY, GGUF_TYPE_STRING },
+    { PN_KEY_HEADER_VALUES, GGUF_TYPE_ARRAY, GGUF_TYPE_UINT64 },
+    { PN_KEY_HEADER_TENSORS, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_ },
+    { PN_KEY_HEADER_HASH, GGUF_TYPE_UINT64, GGUF_TYPE_COUNT_ },
 };
 #define N_KEY_RULES (sizeof key_rules / sizeof key_rules[0])
 
@@ -101,8 +107,9 @@ static bool has_pn_keys(const gguf_reader *r)
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         gguf_str k = gguf_reader_kv(r, i)->key;
         /* a split set's identity is any split set's, not a PN key */
+        /* nor is the header hash, which any file we write records */
         if (k.len >= PN_KEY_PREFIX_LEN && memcmp(k.data, PN_KEY_PREFIX, PN_KEY_PREFIX_LEN) == 0 &&
-            !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID))
+            !gguf_str_eq(k, GGUF_SPLIT_KEY_SET_ID) && !gguf_header_hash_is_record_key(k))
             return true;
     }
     return false;

@@ -238,6 +238,12 @@ static void print_text(FILE *f, const pn_check_report *r, bool strict)
                     r->imatrix_promotions_follow ? "follow" : "do not follow");
         fputc('\n', f);
     }
+    if (r->header_proof) {
+        /* not a finding: a file without the record is no less valid */
+        fprintf(f, "header: %s: ", r->header_proof);
+        pn_fput_safe(f, r->header_note ? r->header_note : "-");
+        fputc('\n', f);
+    }
     fprintf(f, "%s (%zu error%s, %zu warning%s)\n", verdict(r, code), r->n_errors,
             r->n_errors == 1 ? "" : "s", r->n_warnings, r->n_warnings == 1 ? "" : "s");
 }
@@ -280,6 +286,10 @@ static void print_json(FILE *f, const pn_check_report *r, bool strict)
     fprintf(f, "  \"file_size\": %llu,\n  \"data_bytes_read\": %llu,\n  \"seconds\": ",
             (unsigned long long)r->file_size, (unsigned long long)r->data_bytes);
     json_num(f, r->seconds);
+    fputs(",\n  \"header\": ", f);
+    json_str_or_null(f, r->header_proof);
+    fputs(", \"header_note\": ", f);
+    json_str_or_null(f, r->header_note);
     fputs(",\n  \"findings\": [", f);
     for (size_t i = 0; i < r->n_findings; i++) {
         const pn_finding *x = &r->findings[i];

@@ -20,9 +20,11 @@ static const char usage[] =
     "Converts a Hugging Face checkpoint of the Qwen3.5 family (Qwen3_5ForCausalLM,\n"
     "Qwen3_5ForConditionalGeneration) to GGUF exactly as llama.cpp's\n"
     "convert_hf_to_gguf.py does: the same tensor data byte for byte, the same keys\n"
-    "except general.*. SRC is the model folder (a download or a hub-cache snapshot),\n"
-    "its config.json, its model.safetensors.index.json, or a single model.safetensors.\n"
-    "Vision tensors are dropped; the MTP layer is kept unless --no-mtp. F16\n"
+    "except general.* (and the record pn.header.* that proves them, which\n"
+    "--no-header-hash leaves out). SRC is the model folder (a download or a\n"
+    "hub-cache snapshot), its config.json, its model.safetensors.index.json, or a\n"
+    "single model.safetensors. Vision tensors are dropped; the MTP layer is kept\n"
+    "unless --no-mtp. F16\n"
     "checkpoints are refused (see docs/hf.md). OUT is written under a temporary\n"
     "name, read back, then put in place; on any error nothing is left there.\n"
     "\n"
@@ -36,6 +38,8 @@ static const char usage[] =
     "                       does, each split at most SIZE of tensor data (50G,\n"
     "                       500M as gguf-split takes them, or 48GiB, 2.5GB)\n"
     "  --split-max-tensors N  the same, at most N tensors per split\n"
+    "  --no-header-hash     write exactly the converter's keys: without the record\n"
+    "                       pn.header.* that proves OUT's keys (docs/format.md)\n"
     "  --force              replace an existing OUT (never a file SRC is read from:\n"
     "                       its config.json, index, shards or tokenizer files)\n"
     "  --dry-run            list the tensors OUT would hold (GGUF name, type, shape,\n"
@@ -111,6 +115,7 @@ int main(int argc, char **argv)
         OPT_SPLIT_SIZE,
         OPT_SPLIT_TENSORS,
         OPT_FORCE,
+        OPT_NO_HEADER_HASH,
         OPT_QUIET,
         OPT_DRY_RUN,
         OPT_THREADS,
@@ -124,6 +129,7 @@ int main(int argc, char **argv)
         { "split-max-size", required_argument, NULL, OPT_SPLIT_SIZE },
         { "split-max-tensors", required_argument, NULL, OPT_SPLIT_TENSORS },
         { "force", no_argument, NULL, OPT_FORCE },
+        { "no-header-hash", no_argument, NULL, OPT_NO_HEADER_HASH },
         { "quiet", no_argument, NULL, OPT_QUIET },
         { "dry-run", no_argument, NULL, OPT_DRY_RUN },
         { "threads", required_argument, NULL, OPT_THREADS },
@@ -185,6 +191,7 @@ int main(int argc, char **argv)
             break;
         }
         case OPT_FORCE: co.force = true; break;
+        case OPT_NO_HEADER_HASH: co.no_header_hash = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_DRY_RUN: co.dry_run = true; break;
         case OPT_PROGRESS: force_progress = true; break;

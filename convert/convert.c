@@ -24,6 +24,9 @@ pn_status pn_convert(const pn_hf_model *m, const char *src, const char *dst,
     gguf_writer *w = gguf_writer_new();
     if (!w)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    /* the converter's keys, then (unless asked not to) the record that
+     * proves them: the same model, tensors and source identity either way */
+    gguf_writer_set_header_hash(w, !o->no_header_hash);
     pn_status st = pn_hf_set_keys(m, w, err);
     if (st == PN_OK)
         st = pn_hf_add_tensors(m, w, err);

@@ -22,6 +22,8 @@ typedef struct pn_convert_opts {
     gguf_split_limit split; /* GGUF_SPLIT_NONE: one file */
     bool force;             /* replace an existing target (never a file of SRC) */
     bool dry_run;           /* plan the set and check its targets; open and write nothing */
+    bool no_header_hash;    /* write exactly the converter's keys: no pn.header.* record
+                             * (docs/format.md#the-header-hash) */
     pn_convert_progress_fn progress; /* may be NULL */
     void *user;
     volatile sig_atomic_t *cancel; /* non-zero: stop (PN_ERR_INTERRUPTED), checked per chunk */

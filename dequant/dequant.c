@@ -28,6 +28,7 @@
 #include "common/threads.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
+#include "gguf/header_hash.h"
 #include "gguf/pn_keys.h"
 #include "hadamard/hadamard.h"
 #include "io/outset.h"
@@ -134,9 +135,10 @@ static pn_status copy_metadata(gguf_writer *w, const gguf_reader *r, int out_typ
     const bool set = gguf_reader_n_splits(r) > 1;
     for (size_t i = 0; i < gguf_reader_n_kv(r) && !st; i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        /* the set identity describes the input's files, not ours */
+        /* the set identity describes the input's files, not ours; its
+         * header hash proves its keys, and ours records our own */
         if (gguf_str_eq(kv->key, "general.quantization_version") ||
-            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID))
+            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID) || gguf_header_hash_is_record_key(kv->key))
             continue;
         if (set && is_per_tensor_key(kv->key)) {
             st = copy_set_array(w, r, kv->key, err);
@@ -625,6 +627,7 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", in_path);
         goto done;
     }
+    gguf_writer_set_header_hash(w, true); /* docs/format.md#the-header-hash */
 
     int cap = 0;
     bool missing = false;

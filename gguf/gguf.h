@@ -422,6 +422,17 @@ pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_erro
 pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims,
                                  const int64_t *ne, int type, pn_error *err);
 
+/* Before begin (or gguf_writer_header): whether the writer records the
+ * header hash (gguf/header_hash.h, docs/format.md#the-header-hash): four
+ * keys pn.header.* after every other key (before split keys that end the
+ * section), computed when the header is made
+ * and again when a hashed array is patched after begin. Default: off (the
+ * bytes of a file are then exactly its keys and tensors; pn-convert
+ * --no-header-hash). With it on, begin refuses a key of the writer's own
+ * under pn.header. (a copy of another file's record). The derived writers
+ * of a split set take it from the model's. */
+void gguf_writer_set_header_hash(gguf_writer *w, bool on);
+bool gguf_writer_header_hash(const gguf_writer *w);
 /* Before begin: whether commit may replace an existing target (default: no;
  * begin then refuses an existing target with PN_ERR_EXISTS, "use --force").
  * gguf_writer_set_output_opts sets every option of the output file (tests

@@ -666,10 +666,37 @@ static pn_status choose_alignment(gguf_writer *w, pn_error *err)
                         (unsigned long long)a);
 }
 
+/* The keys as the header holds them: the keys set, then the header hash's
+ * record when it is on (built by then). */
+static size_t n_header_kvs(const gguf_writer *w)
+{
+    return w->n_kv_slots + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0);
+}
+
+/* Where the record goes: after every key but llama.cpp's split keys when
+ * they end the section (as llama.cpp writes them: last). */
+static size_t record_at(const gguf_writer *w)
+{
+    size_t t = w->n_kv_slots;
+    while (t > 0 && (!w->kvs[t - 1].key || strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_NO) == 0 ||
+                     strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_COUNT) == 0 ||
+                     strcmp(w->kvs[t - 1].key, GGUF_SPLIT_KEY_TENSORS_COUNT) == 0))
+        t--;
+    return t;
+}
+
+/* Key slot i of the header (of n_header_kvs), the record at record_at. */
+static writer_kv *header_kv(gguf_writer *w, size_t i, size_t at)
+{
+    if (!w->header_hash || i < at)
+        return &w->kvs[i];
+    return i < at + GGUF_HEADER_HASH_KEYS ? &w->hh[i - at] : &w->kvs[i - GGUF_HEADER_HASH_KEYS];
+}
+
 /* Header bytes before the padding, exactly as emit_header writes them. */
 static uint64_t header_bytes(const gguf_writer *w)
 {
-    uint64_t n = 4 + 4 + 8 + 8;
+    uint64_t n = 4 + 4 + 8 + 8 + gguf_writer_header_hash_bytes_(w);
     for (size_t i = 0; i < w->n_kv_slots; i++)
         if (w->kvs[i].key)
             n += 8 + strlen(w->kvs[i].key) + 4 + w->kvs[i].val_len;
@@ -726,9 +753,10 @@ static pn_status emit_header(gguf_writer *w, pn_error *err)
     if (!st)
         st = emit_le(w, w->n_tensors, 8, err);
     if (!st)
-        st = emit_le(w, w->n_kv, 8, err);
-    for (size_t i = 0; i < w->n_kv_slots && !st; i++) {
-        writer_kv *kv = &w->kvs[i];
+        st = emit_le(w, w->n_kv + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0), 8, err);
+    const size_t at = record_at(w);
+    for (size_t i = 0; i < n_header_kvs(w) && !st; i++) {
+        writer_kv *kv = header_kv(w, i, at);
         if (!kv->key)
             continue; /* removed */
         size_t klen = strlen(kv->key);
@@ -774,6 +802,8 @@ pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_erro
     pn_status st = choose_alignment(w, err);
     if (!st)
         st = assign_offsets(w, err);
+    if (!st && w->header_hash)
+        st = gguf_writer_header_hash_build_(w, err);
     if (st)
         return st;
     uint64_t h = header_bytes(w);
@@ -788,9 +818,10 @@ pn_status gguf_writer_header(gguf_writer *w, uint8_t **out, size_t *len, pn_erro
     p += 4;
     PUT(3, 4);
     PUT(w->n_tensors, 8);
-    PUT(w->n_kv, 8);
-    for (size_t i = 0; i < w->n_kv_slots; i++) {
-        const writer_kv *kv = &w->kvs[i];
+    PUT(w->n_kv + (w->header_hash ? GGUF_HEADER_HASH_KEYS : 0), 8);
+    const size_t at = record_at(w);
+    for (size_t i = 0; i < n_header_kvs(w); i++) {
+        const writer_kv *kv = header_kv(w, i, at);
         if (!kv->key)
             continue;
         size_t klen = strlen(kv->key);
@@ -830,6 +861,8 @@ pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *e
     pn_status st = choose_alignment(w, err);
     if (!st)
         st = assign_offsets(w, err);
+    if (!st && w->header_hash)
+        st = gguf_writer_header_hash_build_(w, err);
     if (!st)
         st = pn_outfile_open(target_path, &w->out_opts, &w->out, err);
     if (st) {
@@ -913,6 +946,9 @@ pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n
     return PN_OK;
 }
 
+static pn_status patch_bytes(gguf_writer *w, uint64_t at, const void *data, uint64_t len,
+                             const char *key, pn_error *err);
+
 pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *data, uint64_t count,
                                 pn_error *err)
 {
@@ -937,11 +973,24 @@ pn_status gguf_writer_patch_arr(gguf_writer *w, const char *key, const void *dat
     uint64_t len = count * es; /* fits: the array is already in memory */
     memcpy(kv->val + 12, data, (size_t)len);
     if (w->state == W_COLLECTING)
-        return PN_OK;
+        return PN_OK; /* the header hash is built at begin */
+    pn_status st = patch_bytes(w, kv->val_offset + 12, data, len, key, err);
+    if (st || !gguf_writer_hashes_key_(w, key))
+        return st;
+    /* the record follows: its value hashes and whole hash, sizes unchanged */
+    gguf_writer_header_hash_update_(w);
+    const writer_kv *values = &w->hh[GGUF_HH_VALUES], *whole = &w->hh[GGUF_HH_WHOLE];
+    st = patch_bytes(w, values->val_offset, values->val, values->val_len, values->key, err);
+    if (!st)
+        st = patch_bytes(w, whole->val_offset, whole->val, whole->val_len, whole->key, err);
+    return st;
+}
 
-    /* The elements may be partly in the file already and partly still in
-     * the buffer. */
-    uint64_t at = kv->val_offset + 12;
+/* Overwrites len bytes of the header at file offset at, which may be partly
+ * in the file already and partly still in the buffer. */
+static pn_status patch_bytes(gguf_writer *w, uint64_t at, const void *data, uint64_t len,
+                             const char *key, pn_error *err)
+{
     const uint8_t *src = data;
     if (at < w->flushed) {
         uint64_t in_file = w->flushed - at < len ? w->flushed - at : len;
@@ -996,6 +1045,17 @@ uint64_t gguf_writer_bytes_flushed(const gguf_writer *w)
 const char *gguf_writer_note(const gguf_writer *w)
 {
     return w ? pn_outfile_note(w->out) : NULL;
+}
+
+void gguf_writer_set_header_hash(gguf_writer *w, bool on)
+{
+    if (w && w->state == W_COLLECTING)
+        w->header_hash = on;
+}
+
+bool gguf_writer_header_hash(const gguf_writer *w)
+{
+    return w && w->header_hash;
 }
 
 void gguf_writer_set_replace(gguf_writer *w, bool force)
@@ -1055,6 +1115,7 @@ void gguf_writer_free(gguf_writer *w)
         free(w->kvs[i].val);
     }
     free(w->kvs);
+    gguf_writer_header_hash_clear_(w);
     for (size_t i = 0; i < w->n_tensors; i++)
         free(w->tensors[i].name);
     free(w->tensors);

@@ -51,6 +51,15 @@ typedef struct name_index {
     size_t used;
 } name_index;
 
+/* The header hash's keys (header_hash.h), in the order they are written. */
+enum {
+    GGUF_HH_KEYS,    /* the hashed keys' names */
+    GGUF_HH_VALUES,  /* their value hashes */
+    GGUF_HH_TENSORS, /* the tensor infos' hash */
+    GGUF_HH_WHOLE,   /* the keys' hash */
+    GGUF_HEADER_HASH_KEYS
+};
+
 struct gguf_writer {
     writer_kv *kvs; /* in order of insertion, removed ones included */
     size_t n_kv_slots, cap_kv, n_kv;
@@ -59,6 +68,11 @@ struct gguf_writer {
     name_index kv_index, tensor_index;
     uint64_t seed;
     pn_error last_error; /* of the last refused set/copy */
+    /* gguf_writer_set_header_hash: the record follows the keys; hh is built
+     * from them when the header is made (begin, gguf_writer_header) and
+     * refreshed when a hashed array is patched */
+    bool header_hash;
+    writer_kv hh[GGUF_HEADER_HASH_KEYS];
 
     writer_state state;
     char *target;
@@ -85,5 +99,17 @@ pn_status gguf_writer_put_array_(gguf_writer *w, const char *key, gguf_value_typ
 /* The model's general.alignment, GGUF_DEFAULT_ALIGNMENT when absent, 0 when
  * it is not an unsigned power of two. */
 uint64_t gguf_writer_alignment_of_(const gguf_writer *w);
+
+/* The header hash (header_hash.c). The bytes its four keys take in the
+ * header (0 when off; known from the keys' names alone). */
+uint64_t gguf_writer_header_hash_bytes_(const gguf_writer *w);
+/* Builds hh from the keys now set; PN_ERR_USAGE when one of them is under
+ * PN_KEY_HEADER_PREFIX (the record is the writer's own). */
+pn_status gguf_writer_header_hash_build_(gguf_writer *w, pn_error *err);
+/* Recomputes hh's hashes in place (after a patch: sizes unchanged). */
+void gguf_writer_header_hash_update_(gguf_writer *w);
+void gguf_writer_header_hash_clear_(gguf_writer *w);
+/* Whether key is one the header hash of w covers. */
+bool gguf_writer_hashes_key_(const gguf_writer *w, const char *key);
 
 #endif

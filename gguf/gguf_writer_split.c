@@ -135,6 +135,7 @@ pn_status gguf_writer_new_split(const gguf_writer *model, const gguf_split_plan 
     if (!w)
         return pn_error_set(err, PN_ERR_NOMEM, "gguf writer: out of memory");
     w->out_opts = model->out_opts;
+    w->header_hash = model->header_hash; /* each split records its own keys */
     size_t lo = plan->first[index], hi = plan->first[index + 1];
     pn_status st = PN_OK;
     for (size_t i = 0; i < model->n_kv_slots && !st; i++) {

@@ -30,6 +30,7 @@
 
 #include "common/pn_error.h"
 #include "gguf/gguf.h"
+#include "gguf/header_hash.h"
 
 /* ---- the architecture's table ---- */
 
@@ -90,12 +91,14 @@ void gguf_q35_gguf_ne(const gguf_q35_tensor *t, gguf_q35_dim ne[4]);
 
 typedef struct gguf_model_problem {
     bool warning;       /* llama.cpp loads it, but not as written (a departure) */
-    const char *code;   /* static: ARCH-*, TOKENIZER-* */
+    const char *code;   /* static: ARCH-*, TOKENIZER-*, PN-HEADER-HASH-MISMATCH */
     const char *key;    /* the key concerned, or NULL */
     const char *tensor; /* the tensor concerned, or NULL */
     int64_t index;      /* the array element or block concerned, or -1 */
     int64_t count;      /* how many things share the problem, or -1 */
     const char *message;
+    const char *file; /* the split of a set concerned where it is not the one
+                       * holding the keys (a header hash's), or NULL */
 } gguf_model_problem;
 
 typedef void (*gguf_model_problem_fn)(void *ctx, const gguf_model_problem *p);
@@ -103,9 +106,21 @@ typedef void (*gguf_model_problem_fn)(void *ctx, const gguf_model_problem *p);
 /* Checks r (one file, or a split set opened as one model: keys from its
  * first split) and calls fn for every problem, in a fixed order. Returns
  * PN_OK when the check ran (whatever it found), PN_ERR_NOMEM otherwise. A
- * file of another architecture without tokenizer keys has nothing to check. */
+ * file of another architecture without tokenizer keys has only its header
+ * hash checked (gguf_header_hash_check: every file, whatever its
+ * architecture). */
 pn_status gguf_model_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx,
                            pn_error *err);
+
+/* The header hash (gguf/header_hash.h) of every file of r (each split of a
+ * set): a PN-HEADER-HASH-MISMATCH problem naming the first key a file's
+ * record does not account for (the split's file in the message of a set);
+ * *proof (if not NULL) is PROVEN when every file's record accounts for all
+ * its keys, UNPROVEN when the (first) file has none, else MISMATCH. A split
+ * without the record where the first has one is a mismatch.
+ * gguf_model_check runs it; PN_OK always. */
+pn_status gguf_header_hash_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx,
+                                 gguf_header_proof *proof);
 
 /* The first error gguf_model_check finds in r, as an error naming the file,
  * the code, the key and the tensor or index (PN_ERR_FORMAT); PN_OK when it

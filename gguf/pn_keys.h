@@ -97,6 +97,30 @@
  * (gguf_split.h says what goes in). Any split set's key, not a PN key. */
 #define PN_KEY_SPLIT_SET_ID PN_KEY_PREFIX "split.set_fnv1a64"
 
+/* ---- the header hash (docs/format.md#the-header-hash; gguf/header_hash.h) ----
+ * The writer's own record of the key-value section it wrote: the four keys
+ * come after every other key (before llama.cpp's split keys, which end a
+ * split's section). Hashed: every key but these (every key under
+ * PN_KEY_HEADER_PREFIX) and llama.cpp's split keys (split.no, split.count,
+ * split.tensors.count). */
+
+/* Every header-hash key starts with this; none of them is hashed. */
+#define PN_KEY_HEADER_PREFIX PN_KEY_PREFIX "header."
+#define PN_KEY_HEADER_PREFIX_LEN (sizeof PN_KEY_HEADER_PREFIX - 1)
+/* array of string: the hashed keys' names, in file order. */
+#define PN_KEY_HEADER_KEYS PN_KEY_HEADER_PREFIX "keys"
+/* array of u64: per hashed key, in file order, FNV-1a 64 of its u32 value
+ * type and its value as stored. */
+#define PN_KEY_HEADER_VALUES PN_KEY_HEADER_PREFIX "value_fnv1a64"
+/* u64: FNV-1a 64 of the file's tensor infos as stored but their offsets
+ * (name length, name, n_dims, ne[], type), in file order: which tensors the
+ * record was written with (a tool that copies the keys into a file of other
+ * tensors, as llama-quantize does, leaves a record that is not the file's). */
+#define PN_KEY_HEADER_TENSORS PN_KEY_HEADER_PREFIX "tensors_fnv1a64"
+/* u64: FNV-1a 64 of every hashed key as stored (name length, name, value
+ * type, value), in file order. */
+#define PN_KEY_HEADER_HASH PN_KEY_HEADER_PREFIX "fnv1a64"
+
 /* ---- pn-dequant's output (dequant/dequant.h) ---- */
 
 /* A decoded file's keys: PN_KEY_PREFIX "X" is written as

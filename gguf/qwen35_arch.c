@@ -251,7 +251,7 @@ static void report(q35 *q, bool warning, const char *code, const char *key, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    gguf_model_problem p = { warning, code, key, tensor, index, count, msg };
+    gguf_model_problem p = { warning, code, key, tensor, index, count, msg, NULL };
     q->fn(q->ctx, &p);
 }
 
@@ -816,7 +816,13 @@ pn_status gguf_model_check(const gguf_reader *r, gguf_model_problem_fn fn, void 
         if (st)
             return st;
     }
-    return qwen35 ? check_qwen35(r, fn, ctx, n_vocab, err) : PN_OK;
+    if (qwen35) {
+        pn_status st = check_qwen35(r, fn, ctx, n_vocab, err);
+        if (st)
+            return st;
+    }
+    /* whatever the architecture: a file that records its keys proves them */
+    return gguf_header_hash_check(r, fn, ctx, NULL);
 }
 
 typedef struct first_error {
@@ -830,7 +836,8 @@ static void keep_first(void *ctx, const gguf_model_problem *p)
     if (p->warning || f->found)
         return;
     f->found = true;
-    snprintf(f->msg, sizeof f->msg, "%s: %s", p->code, p->message);
+    snprintf(f->msg, sizeof f->msg, "%s: %s%s%s", p->code, p->file ? p->file : "",
+             p->file ? ": " : "", p->message);
 }
 
 pn_status gguf_model_check_first(const gguf_reader *r, pn_error *err)
@@ -841,8 +848,9 @@ pn_status gguf_model_check_first(const gguf_reader *r, pn_error *err)
         return st;
     if (f.found)
         return pn_error_set(err, PN_ERR_FORMAT,
-                            "%s: not a model stock llama.cpp loads as its header says (pn-check "
-                            "lists every problem): %s",
+                            "%s: not a model stock llama.cpp loads as its header says, or a "
+                            "header changed since it was written (pn-check lists every "
+                            "problem): %s",
                             gguf_reader_name(r), f.msg);
     return PN_OK;
 }

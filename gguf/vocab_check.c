@@ -145,7 +145,7 @@ static void report(vctx *v, bool warning, const char *code, const char *key, int
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    gguf_model_problem p = { warning, code, key, NULL, index, count, msg };
+    gguf_model_problem p = { warning, code, key, NULL, index, count, msg, NULL };
     v->fn(v->ctx, &p);
 }
 

@@ -8,6 +8,7 @@
 #include "common/crc32.h"
 #include "common/hash.h"
 #include "gguf/gguf_split.h"
+#include "gguf/header_hash.h"
 #include "gguf/pn_keys.h"
 #include "mix/measurement.h"
 #include "quant/types.h"
@@ -37,7 +38,9 @@ pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *e
     /* The model the header describes, not its layout: the same model
      * unsplit or split by gguf-split (whose split.* keys and tensor offsets
      * differ, and our set identity, GGUF_SPLIT_KEY_SET_ID) has the same
-     * hash. Every other key (name, type, value as
+     * hash; so does the model with or without the header hash's record
+     * (pn.header.*: pn-convert's output and the converter's file of one
+     * folder, and the folder read directly, are one source). Every other key (name, type, value as
      * stored: a float32 as its double, arrays as their raw element bytes),
      * then every tensor's name, dimensions and type, in the set's order. */
     uint64_t h = PN_FNV1A64_BASIS;
@@ -45,7 +48,7 @@ pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *e
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
         if ((kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
-            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID))
+            gguf_str_eq(kv->key, GGUF_SPLIT_KEY_SET_ID) || gguf_header_hash_is_record_key(kv->key))
             continue;
         h = fnv_str(h, kv->key.data, kv->key.len);
         h = fnv_u32(h, (uint32_t)kv->type);

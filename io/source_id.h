@@ -43,8 +43,10 @@
 /* pn_fnv1a64, FNV-1a 64 of the header hash, is in common/hash.h. */
 
 /* The header hash of the model r reads (source_id.c: its keys but the
- * split.* keys, its tensors' names, shapes and types; not the layout, so a
- * split set and the same model unsplit hash alike). Never fails today. */
+ * split.* keys and the header hash's record, pn.header.*; its tensors'
+ * names, shapes and types; not the layout, so a split set and the same
+ * model unsplit hash alike, and a file with or without the record). Never
+ * fails today. */
 pn_status pn_source_header_hash(const gguf_reader *r, uint64_t *out, pn_error *err);
 
 /* Continues crc over the bytes of elements [elem_at, elem_at + n_elems) of a

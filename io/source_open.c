@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/file.h"
+#include "gguf/header_hash.h"
 #include "hf/hf.h"
 
 /* A folder is never a GGUF: one without config.json is opened as a Hugging
@@ -161,8 +162,10 @@ static pn_status drop_mtp(gguf_reader *r, const char *path, gguf_reader **out, p
     pn_status st = (s && s->map && w) ? PN_OK : pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == PN_OK && i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
+        /* the record proves the keys of the file, which this view changes */
         if (gguf_str_eq(kv->key, k_nextn) ||
-            (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0))
+            (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
+            gguf_header_hash_is_record_key(kv->key))
             continue;
         if (gguf_str_eq(kv->key, k_blocks)) {
             st = gguf_writer_set_u32(w, k_blocks, (uint32_t)L);

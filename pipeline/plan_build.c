@@ -12,6 +12,7 @@
 
 #include "common/file.h"
 #include "gguf/gguf_split.h"
+#include "gguf/header_hash.h"
 #include "gguf/pn_keys.h"
 #include "mix/promote.h"
 #include "mix/promote_score.h"
@@ -544,6 +545,8 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     gguf_writer *w = gguf_writer_new();
     if (!w)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    /* the output proves its keys (docs/format.md#the-header-hash) */
+    gguf_writer_set_header_hash(w, true);
     pn_status st = PN_OK;
     for (size_t i = 0; i < gguf_reader_n_kv(src) && st == PN_OK; i++) {
         if ((i & 4095) == 0 && cancelled(cancel)) {
@@ -551,7 +554,8 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
             return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
         }
         const gguf_kv *kv = gguf_reader_kv(src, i);
-        if (gguf_str_eq(kv->key, "general.file_type"))
+        /* a source's header hash proves the source's keys, not ours */
+        if (gguf_str_eq(kv->key, "general.file_type") || gguf_header_hash_is_record_key(kv->key))
             continue;
         st = gguf_writer_copy_kv(w, kv);
     }

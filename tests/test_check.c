@@ -1462,7 +1462,8 @@ Test(pn_check, prints_hostile_names_safely_in_text)
     int all = 0;
     for (const char *q = out; *q; q++)
         all += *q == '\n';
-    cr_assert_eq(all, lines + 3, "%s", out); /* + the first line, the recipe line, the verdict */
+    /* + the first line, the recipe line, the header line, the verdict */
+    cr_assert_eq(all, lines + 4, "%s", out);
     cr_assert(strstr(out, "error   PN-META-VALUE tensor " HOSTILE_TEXT " key pn.mix.promoted: "
                           "pn.mix.promoted names tensor '" HOSTILE_TEXT "', whose type is f32"),
               "%s", out);

@@ -17,6 +17,7 @@
 #include "gguf_bytes.h"
 #include "long_row_fixture.h"
 #include "dequant/dequant.h"
+#include "gguf/header_hash.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
 
@@ -191,11 +192,18 @@ Test(pn_dequant, renames_the_pn_keys_and_sets_the_file_type)
                                                   cases[k].opt));
         expect_u32_key(r, "general.file_type", cases[k].ftype);
         cr_assert_null(gguf_reader_find_kv(r, "general.quantization_version"));
+        /* no pn.* key but the output's own header hash (pn.header.*) */
         for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
             gguf_str key = gguf_reader_kv(r, i)->key;
-            cr_assert(!(key.len >= 3 && memcmp(key.data, "pn.", 3) == 0), "key %.*s kept",
+            bool record = key.len >= 10 && memcmp(key.data, "pn.header.", 10) == 0;
+            cr_assert(record || !(key.len >= 3 && memcmp(key.data, "pn.", 3) == 0), "key %.*s kept",
                       (int)key.len, key.data);
+            cr_assert(!(key.len >= 18 && memcmp(key.data, "pn_decoded.header.", 18) == 0),
+                      "the input's header hash renamed: %.*s", (int)key.len, key.data);
         }
+        gguf_header_verdict hv;
+        gguf_header_hash_verify(r, &hv);
+        cr_assert_eq(hv.proof, GGUF_HEADER_PROVEN, "%s", hv.message);
         const gguf_kv *f = gguf_reader_find_kv(r, "pn_decoded.format");
         cr_assert(f && f->type == GGUF_TYPE_STRING && gguf_str_eq(f->v.str, "PNX-FORMAT-v0"));
         const gguf_kv *crc = gguf_reader_find_kv(r, "pn_decoded.tensor_crc32");

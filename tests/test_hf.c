@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/header_hash.h"
+#include "io/source_id.h"
 #include "test_util.h"
 
 #define HFDATA PN_TEST_DATA "/hf-qwen35-tiny"
@@ -115,10 +117,13 @@ static void convert_ok(const char *opts, const char *src, const char *out)
     free(e);
 }
 
+/* The converter's bytes: without the header hash pn-convert adds by default
+ * (the default's own test: default_output_is_the_converters_and_the_record). */
 static void convert_and_compare(const char *opts, const char *src, const char *golden)
 {
-    char *out = tu_join(g_dir, "out.gguf");
-    convert_ok(opts, src, out);
+    char *out = tu_join(g_dir, "out.gguf"), all[4096];
+    snprintf(all, sizeof all, "--no-header-hash %s", opts);
+    convert_ok(all, src, out);
     hf_assert_same_model(out, golden);
     free(out);
 }
@@ -191,13 +196,87 @@ Test(hf_convert, reads_a_hub_cache_snapshot_of_symlinks)
 Test(hf_convert, writes_a_split_set_that_reads_as_the_converters_file)
 {
     char *out = tu_join(g_dir, "out.gguf");
-    convert_ok("--split-max-tensors 30", HFDATA "/hf", out);
+    convert_ok("--no-header-hash --split-max-tensors 30", HFDATA "/hf", out);
     char *first = tu_join(g_dir, "out-00001-of-00003.gguf");
     struct stat sb;
     cr_assert_eq(stat(first, &sb), 0, "first split %s", first);
     hf_assert_same_model(first, HFDATA "/converted.bf16.gguf");
     free(first);
     free(out);
+}
+
+static bool is_record(const gguf_kv *kv)
+{
+    return kv->key.len >= 10 && memcmp(kv->key.data, "pn.header.", 10) == 0;
+}
+
+/* pn-convert's default output is the --no-header-hash one (the converter's
+ * bytes, above) and the four keys of the header hash after the others:
+ * the same tensors' bytes, the same other keys in the same order, the same
+ * source identity; the header offset by the record's bytes alone. */
+Test(hf_convert, default_output_is_the_converters_and_the_record)
+{
+    char *with = tu_join(g_dir, "with.gguf"), *without = tu_join(g_dir, "without.gguf");
+    convert_ok("", HFDATA "/hf", with);
+    convert_ok("--no-header-hash", HFDATA "/hf", without);
+    gguf_reader *a = NULL, *b = NULL;
+    pn_error err = { 0 };
+    cr_assert_eq(gguf_reader_open(with, &a, &err), PN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_reader_open(without, &b, &err), PN_OK, "%s", err.msg);
+    const size_t na = gguf_reader_n_kv(a), nb = gguf_reader_n_kv(b);
+    cr_assert_eq(na, nb + 4, "four keys more");
+    for (size_t i = 0; i < na; i++) {
+        const gguf_kv *k = gguf_reader_kv(a, i);
+        if (i < nb) {
+            const gguf_kv *l = gguf_reader_kv(b, i);
+            cr_assert(k->key.len == l->key.len && memcmp(k->key.data, l->key.data, k->key.len) == 0,
+                      "key %zu", i);
+            cr_assert(kv_equal(k, l), "key %.*s differs", (int)l->key.len, l->key.data);
+            continue;
+        }
+        cr_assert(is_record(k), "key %zu is the record's: %.*s", i, (int)k->key.len, k->key.data);
+    }
+    gguf_header_verdict v;
+    gguf_header_hash_verify(a, &v);
+    cr_assert_eq(v.proof, GGUF_HEADER_PROVEN, "%s", v.message);
+    gguf_header_hash_verify(b, &v);
+    cr_assert_eq(v.proof, GGUF_HEADER_UNPROVEN, "%s", v.message);
+    cr_assert_eq(gguf_reader_n_tensors(a), gguf_reader_n_tensors(b));
+    const uint64_t shift = gguf_reader_data_offset(a) - gguf_reader_data_offset(b);
+    cr_assert_eq(gguf_reader_file_size(a) - gguf_reader_file_size(b), shift,
+                 "only the header grew");
+    for (size_t i = 0; i < gguf_reader_n_tensors(a); i++) {
+        const gguf_tensor_info *ta = gguf_reader_tensor(a, i), *tb = gguf_reader_tensor(b, i);
+        cr_assert_str_eq(ta->name, tb->name);
+        cr_assert(ta->type == tb->type && ta->size == tb->size && ta->offset == tb->offset, "%s",
+                  ta->name);
+    }
+    /* the data sections, byte for byte */
+    size_t la = 0, lb = 0;
+    uint8_t *ba = tu_read_file(with, &la), *bb = tu_read_file(without, &lb);
+    cr_assert_eq(la - gguf_reader_data_offset(a), lb - gguf_reader_data_offset(b));
+    cr_assert(memcmp(ba + gguf_reader_data_offset(a), bb + gguf_reader_data_offset(b),
+                     lb - gguf_reader_data_offset(b)) == 0,
+              "the tensors' bytes are the same");
+    /* the header: the same bytes but the key count, with the record between
+     * the keys and the tensor infos */
+    const gguf_tensor_info *a0 = gguf_reader_tensor(a, 0), *b0 = gguf_reader_tensor(b, 0);
+    const gguf_tensor_info *bl = gguf_reader_tensor(b, gguf_reader_n_tensors(b) - 1);
+    cr_assert(memcmp(ba, bb, 16) == 0 && memcmp(ba + 24, bb + 24, b0->info_offset - 24) == 0,
+              "the keys' bytes");
+    cr_assert(
+        memcmp(ba + a0->info_offset, bb + b0->info_offset, bl->info_offset - b0->info_offset) == 0,
+        "the tensor infos' bytes");
+    uint64_t ha = 0, hb = 0;
+    cr_assert_eq(pn_source_header_hash(a, &ha, &err), PN_OK);
+    cr_assert_eq(pn_source_header_hash(b, &hb, &err), PN_OK);
+    cr_assert_eq(ha, hb, "one source, with the record or without");
+    free(ba);
+    free(bb);
+    gguf_reader_close(a);
+    gguf_reader_close(b);
+    free(with);
+    free(without);
 }
 
 /* ---- pn-quantize, pn-check --source on the folder ---- */
@@ -222,7 +301,9 @@ static bool skip_key(const gguf_kv *kv)
 {
     return (kv->key.len >= 8 && memcmp(kv->key.data, "general.", 8) == 0) ||
            (kv->key.len >= 9 && memcmp(kv->key.data, "pn.split.", 9) == 0) ||
-           (kv->key.len >= 10 && memcmp(kv->key.data, "pn.source.", 10) == 0);
+           (kv->key.len >= 10 && memcmp(kv->key.data, "pn.source.", 10) == 0) ||
+           /* the record of keys that differ differs */
+           (kv->key.len >= 10 && memcmp(kv->key.data, "pn.header.", 10) == 0);
 }
 
 static void assert_same_quantized(const char *got, const char *want)

@@ -99,7 +99,8 @@ static void set_u32(const char *path, const char *key, uint32_t v)
     write_at(path, value_offset(path, key), b, 4);
 }
 
-/* The copy rewritten with key `drop` left out and `add` (a function adding
+/* The copy rewritten with key `drop` (every key it starts, when it ends in
+ * '*') left out and `add` (a function adding
  * keys to the writer) after the others: the data section copied as it is. */
 static void rewrite(const char *path, const char *drop, void (*add)(gguf_writer *, void *),
                     void *arg)
@@ -110,7 +111,10 @@ static void rewrite(const char *path, const char *drop, void (*add)(gguf_writer 
     gguf_writer *w = gguf_writer_new();
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (drop && gguf_str_eq(kv->key, drop))
+        size_t dl = drop ? strlen(drop) : 0;
+        bool prefix = dl && drop[dl - 1] == '*';
+        if (drop && (prefix ? kv->key.len >= dl - 1 && memcmp(kv->key.data, drop, dl - 1) == 0
+                            : gguf_str_eq(kv->key, drop)))
             continue;
         cr_assert_eq(gguf_writer_copy_kv(w, kv), PN_OK);
     }
@@ -424,6 +428,9 @@ Test(model_check, the_converters_golden_outputs_are_valid)
         snprintf(path, sizeof path, "%s/%s", GOLDEN_HF, names[i]);
         char *out = NULL;
         cr_assert_eq(check(path, &out), 0, "%s: %s", names[i], out);
+        /* another tool's file: no record, so its header is unproven */
+        cr_assert(strstr(out, "\nheader: unproven: no header hash") != NULL, "%s: %s", names[i],
+                  out);
         free(out);
     }
 }
@@ -437,6 +444,8 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(conv, &out), 0, "pn-convert's output: %s", out);
+    /* every program of ours proves its output's keys */
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-convert's output: %s", out);
     free(out);
     const char *pn = tu_join_static(g_dir, "pn.gguf");
     rc = tu_run_program(&out, &err, "pn-quantize",
@@ -446,6 +455,7 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(pn, &out), 0, "pn-quantize's output: %s", out);
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-quantize's output: %s", out);
     free(out);
     const char *dq = tu_join_static(g_dir, "decoded.gguf");
     rc = tu_run_program(&out, &err, "pn-dequant", "--quiet '%s' '%s'", pn, dq);
@@ -453,6 +463,7 @@ Test(model_check, pn_converts_and_pn_dequants_outputs_are_valid)
     free(out);
     free(err);
     cr_assert_eq(check(dq, &out), 0, "pn-dequant's output: %s", out);
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "pn-dequant's output: %s", out);
     free(out);
 }
 
@@ -598,7 +609,7 @@ Test(pn_check_usage, every_code_pn_check_can_report_is_in_the_table)
     const size_t n = read_code_table(rows, 128);
     const char *files[] = { "check/check.c",        "check/check_meta.c",   "check/check_data.c",
                             "check/check_recipe.c", "check/check_source.c", "check/check_imatrix.c",
-                            "gguf/qwen35_arch.c",   "gguf/vocab_check.c" };
+                            "gguf/qwen35_arch.c",   "gguf/vocab_check.c",   "gguf/header_hash.c" };
     const char *prefixes[] = { "GGUF-",    "PN-",    "TENSOR-", "RECIPE-",   "SRC-",
                                "IMATRIX-", "SPLIT-", "ARCH-",   "TOKENIZER-" };
     int seen = 0;
@@ -712,4 +723,209 @@ Test(pn_check_split, the_name_given_to_split_max_size_is_taken_as_the_set)
               err);
     free(out);
     free(err);
+}
+
+/* ---- the header hash: a file we wrote proves its keys ---- */
+
+TestSuite(header_hash, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The file offset of key's name (after its length). */
+static uint64_t name_offset(const char *path, const char *key)
+{
+    return value_offset(path, key) - 4 - strlen(key);
+}
+
+/* pn-check --json of path: its exit status and stdout. */
+static int check_json(const char *path, char **out)
+{
+    char *err = NULL;
+    int rc = tu_run_program(out, &err, "pn-check", "--json '%s'", path);
+    cr_assert_str_empty(err, "%s", err);
+    free(err);
+    return rc;
+}
+
+/* One error exactly: the one named. */
+static void expect_only_hash_finding(const char *path, const char *key, const char *text)
+{
+    expect_finding(path, "PN-HEADER-HASH-MISMATCH", text);
+    char *out = NULL;
+    cr_assert_eq(check(path, &out), 1);
+    char head[256];
+    snprintf(head, sizeof head, "error   PN-HEADER-HASH-MISMATCH key %s: ", key);
+    cr_assert(strstr(out, head) != NULL, "the finding names key %s: %s", key, out);
+    cr_assert(strstr(out, "\ninvalid (1 error, 1 warning)") != NULL, "%s", out);
+    cr_assert(strstr(out, "\nheader: mismatch: ") != NULL, "%s", out);
+    free(out);
+}
+
+Test(header_hash, the_unchanged_model_is_proven)
+{
+    char *out = NULL;
+    cr_assert_eq(check(g_good, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\nheader: proven: ") != NULL, "%s", out);
+    cr_assert(strstr(out, "pn.header.fnv1a64 = 0x") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(check_json(g_good, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\"header\": \"proven\"") != NULL, "%s", out);
+    free(out);
+}
+
+Test(header_hash, a_renamed_key_is_named_with_its_recorded_name)
+{
+    const char *p = copy_of_good("renamed.gguf");
+    write_at(p, name_offset(p, "general.name") + 3, "X", 1);
+    expect_only_hash_finding(p, "genXral.name", "general.name renamed to genXral.name");
+    char *out = NULL;
+    cr_assert_eq(check_json(p, &out), 1, "%s", out);
+    cr_assert(strstr(out, "\"code\": \"PN-HEADER-HASH-MISMATCH\", \"tensor\": null, "
+                          "\"key\": \"genXral.name\"") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "\"header\": \"mismatch\"") != NULL, "%s", out);
+    free(out);
+}
+
+Test(header_hash, one_value_byte_changed_names_the_key)
+{
+    const char *p = copy_of_good("value.gguf");
+    /* the context length is read by llama.cpp but no shape depends on it:
+     * only the hash can tell */
+    set_u32(p, "qwen35.context_length", read_u32_key(p, "qwen35.context_length") ^ 0x100);
+    expect_only_hash_finding(p, "qwen35.context_length",
+                             "its value is not the one the header hash records");
+}
+
+static void add_comment(gguf_writer *w, void *arg)
+{
+    (void)arg;
+    cr_assert_eq(gguf_writer_set_str(w, "general.comment", "added later"), PN_OK);
+}
+
+static void add_nothing(gguf_writer *w, void *arg)
+{
+    (void)w;
+    (void)arg;
+}
+
+Test(header_hash, an_added_key_is_named)
+{
+    const char *p = copy_of_good("added.gguf");
+    rewrite(p, NULL, add_comment, NULL);
+    expect_only_hash_finding(p, "general.comment",
+                             "key general.comment is not in the header hash's record");
+}
+
+Test(header_hash, a_removed_key_is_named)
+{
+    const char *p = copy_of_good("removed.gguf");
+    rewrite(p, "general.name", add_nothing, NULL);
+    expect_only_hash_finding(p, "general.name",
+                             "key general.name, pn.header.keys[1], is not in "
+                             "the file");
+}
+
+Test(header_hash, a_file_without_the_record_is_valid_and_unproven)
+{
+    /* what an older build (or another tool) writes: the same keys, no record */
+    const char *p = copy_of_good("older.gguf");
+    rewrite(p, "pn.header.*", add_nothing, NULL);
+    char *out = NULL;
+    cr_assert_eq(check(p, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\nheader: unproven: no header hash") != NULL, "%s", out);
+    cr_assert(strstr(out, "\nvalid (0 errors, 1 warning)") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(check_json(p, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\"header\": \"unproven\"") != NULL, "%s", out);
+    cr_assert_null(strstr(out, "PN-HEADER"), "%s", out);
+    free(out);
+    /* the model check of items 1-2 still runs on it */
+    set_u32(p, "qwen35.embedding_length", 256);
+    expect_finding(p, "ARCH-SHAPE", "qwen35.embedding_length = 256");
+}
+
+Test(header_hash, a_record_cut_short_is_named)
+{
+    const char *p = copy_of_good("cut.gguf");
+    rewrite(p, "pn.header.value_fnv1a64", add_nothing, NULL);
+    expect_only_hash_finding(p, "pn.header.value_fnv1a64", "is absent");
+}
+
+Test(header_hash, pn_dequant_refuses_a_header_that_is_not_the_one_written)
+{
+    const char *p = copy_of_good("renamed.gguf");
+    write_at(p, name_offset(p, "general.name") + 3, "X", 1);
+    const char *o = tu_join_static(g_dir, "renamed-decoded.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", p, o);
+    cr_assert_eq(rc, 1, "refused, exit 1: %s", err);
+    cr_assert(strstr(err, "PN-HEADER-HASH-MISMATCH: key genXral.name") != NULL, "%s", err);
+    cr_assert(!tu_exists(o), "nothing written");
+    free(out);
+    free(err);
+}
+
+/* pn-compare decodes a PN file through pn-dequant: a header that is not the
+ * one written is refused before llama.cpp is given anything decoded. */
+Test(header_hash, pn_compare_refuses_a_header_that_is_not_the_one_written, .timeout = 240)
+{
+    TU_REQUIRE_LLAMA(PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs", NULL);
+    const char *pn = tu_join_static(g_dir, "cmp.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-quantize",
+                            "--quiet --threads 2 --promote 0 --recipe test-fallback '%s' '%s'",
+                            g_good, pn);
+    cr_assert_eq(rc, 0, "pn-quantize: %s", err);
+    free(out);
+    free(err);
+    write_at(pn, name_offset(pn, "general.name") + 3, "X", 1);
+    rc = tu_run_program(&out, &err, "pn-compare", "--threads 2 '%s' '%s'", g_good, pn);
+    cr_assert_eq(rc, 1, "refused, exit 1: %s%s", out, err);
+    cr_assert(strstr(err, "decoding ") &&
+                  strstr(err, "PN-HEADER-HASH-MISMATCH: key genXral.name is not in the header "
+                              "hash's record"),
+              "%s", err);
+    free(out);
+    free(err);
+}
+
+/* The file offset of key's value in that one file (a split alone). */
+static uint64_t value_offset_in_file(const char *path, const char *key)
+{
+    gguf_reader *r = NULL;
+    pn_error e = { 0 };
+    cr_assert_eq(gguf_reader_open_flags(path, GGUF_OPEN_ONE_FILE, &r, &e), PN_OK, "%s", e.msg);
+    const gguf_kv *kv = gguf_reader_find_kv(r, key);
+    cr_assert_not_null(kv, "no key %s in %s", key, path);
+    uint64_t at = (uint64_t)((const uint8_t *)kv->key.data - gguf_reader_bytes(r)) + kv->key.len;
+    gguf_reader_close(r);
+    return at + 4;
+}
+
+Test(header_hash, each_split_proves_its_own_keys)
+{
+    const char *dst = tu_join_static(g_dir, "q.gguf");
+    char *out = NULL, *err = NULL;
+    int rc = tu_run_program(&out, &err, "pn-quantize",
+                            "--quiet --threads 2 --promote 0 --recipe test-fallback "
+                            "--split-max-tensors 30 '%s' '%s'",
+                            g_good, dst);
+    cr_assert_eq(rc, 0, "pn-quantize: %s", err);
+    free(out);
+    free(err);
+    char second[4096];
+    snprintf(second, sizeof second, "%s/q-00002-of-00003.gguf", g_dir);
+    cr_assert_eq(check(second, &out), 0, "%s", out);
+    cr_assert(strstr(out, "\nheader: proven: every split's keys proven") != NULL, "%s", out);
+    free(out);
+    /* the second split's share of the CRCs, one byte changed (element 0's
+     * bytes start after the array's type and count) */
+    write_at(second, value_offset_in_file(second, "pn.tensor_crc32") + 12, "\x5a", 1);
+    cr_assert_eq(check(second, &out), 1, "%s", out);
+    char head[4200];
+    snprintf(head, sizeof head,
+             "error   PN-HEADER-HASH-MISMATCH file %s key pn.tensor_crc32: key pn.tensor_crc32: "
+             "its value is not the one",
+             second);
+    cr_assert(strstr(out, head) != NULL, "the split is named: %s", out);
+    free(out);
 }

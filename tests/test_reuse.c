@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/header_hash.h"
 #include "mix/measurement.h"
 #include "check/check.h"
 #include "common/outfile_testing.h"
@@ -188,7 +189,10 @@ static uint64_t model_hash(const gguf_reader *r)
     uint64_t h = fnv_le(0xcbf29ce484222325ull, gguf_reader_version(r), 4);
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
         const gguf_kv *kv = gguf_reader_kv(r, i);
-        if (kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0)
+        /* the split keys and the header hash's record (pn.header.*) are
+         * not the model */
+        if ((kv->key.len >= 6 && memcmp(kv->key.data, "split.", 6) == 0) ||
+            (kv->key.len >= 10 && memcmp(kv->key.data, "pn.header.", 10) == 0))
             continue;
         h = fnv(fnv_le(h, kv->key.len, 8), kv->key.data, kv->key.len);
         h = fnv_le(h, (uint64_t)kv->type, 4);
@@ -556,6 +560,10 @@ Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threa
         cr_assert_eq(gguf_reader_open(re, &r, &err), PN_OK);
         cr_assert_eq(s.n_reused, gguf_reader_n_tensors(r) - 3, "%zu reused", s.n_reused);
         cr_assert_gt(s.reused_bytes, 0);
+        /* its header hash is its own (PREV's is not copied), and proves it */
+        gguf_header_verdict v;
+        gguf_header_hash_verify(r, &v);
+        cr_assert_eq(v.proof, GGUF_HEADER_PROVEN, "%s", v.message);
         gguf_reader_close(r);
         cr_assert(!has(&n, "nothing reused"), "%s", n.text);
     }

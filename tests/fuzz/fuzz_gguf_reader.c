@@ -18,6 +18,10 @@
  * TOKENIZER-* findings): each problem has a code of those two families, a
  * message and, when it names a key or tensor, a non-empty one; and the
  * decoders' first-error entry refuses exactly when an error was found.
+ *
+ * The header hash (gguf/header_hash.h) is checked on every accepted file: a
+ * mismatch names a key and says how, and a writer given the file's keys
+ * (its record left out) writes a header whose own record proves every key.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/header_hash.h"
 #include "gguf/model_check.h"
 #include "quant/types.h"
 
@@ -163,7 +168,8 @@ static void check_writer_layout(const gguf_reader *r)
 static void on_problem(void *ctx, const gguf_model_problem *p)
 {
     require(p->code != NULL && p->message != NULL && p->message[0] != '\0');
-    require(strncmp(p->code, "ARCH-", 5) == 0 || strncmp(p->code, "TOKENIZER-", 10) == 0);
+    require(strncmp(p->code, "ARCH-", 5) == 0 || strncmp(p->code, "TOKENIZER-", 10) == 0 ||
+            strcmp(p->code, "PN-HEADER-HASH-MISMATCH") == 0);
     require(!p->key || p->key[0] != '\0');
     require(!p->tensor || p->tensor[0] != '\0');
     touch(p->message, strlen(p->message));
@@ -183,6 +189,52 @@ static void check_model(const gguf_reader *r)
     require(st == (error ? PN_ERR_FORMAT : PN_OK) || st == PN_ERR_NOMEM);
     if (st == PN_ERR_FORMAT)
         require(strncmp(e.msg, NAME ": ", sizeof(NAME ": ") - 1) == 0);
+}
+
+/* The file's own record, and the record a writer makes of its keys. */
+static void check_header_hash(const gguf_reader *r)
+{
+    gguf_header_verdict v;
+    gguf_header_hash_verify(r, &v);
+    require(v.proof == GGUF_HEADER_UNPROVEN || v.proof == GGUF_HEADER_PROVEN ||
+            v.proof == GGUF_HEADER_MISMATCH);
+    require(v.message[0] != '\0');
+    if (v.proof == GGUF_HEADER_MISMATCH)
+        require(v.kind != NULL && v.key[0] != '\0');
+    else
+        require(v.kind == NULL);
+
+    gguf_writer *w = gguf_writer_new();
+    require(w != NULL);
+    pn_error e;
+    gguf_writer_set_header_hash(w, true);
+    for (size_t i = 0; i < gguf_reader_n_kv(r); i++) {
+        const gguf_kv *kv = gguf_reader_kv(r, i);
+        if (kv->key.len == 0 || memchr(kv->key.data, 0, kv->key.len) ||
+            gguf_header_hash_is_record_key(kv->key))
+            continue;
+        require(gguf_writer_copy_kv(w, kv) == PN_OK);
+    }
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
+        const gguf_tensor_info *t = gguf_reader_tensor(r, i);
+        require(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e) == PN_OK);
+    }
+    uint8_t *hdr = NULL;
+    size_t len = 0;
+    if (gguf_writer_header(w, &hdr, &len, &e) == PN_OK) {
+        gguf_reader *h = NULL;
+        pn_status st = gguf_reader_open_memory_lenient(hdr, len, NAME, &h, &e);
+        require(st == PN_OK || st == PN_ERR_NOMEM);
+        if (st == PN_OK) {
+            gguf_header_hash_verify(h, &v);
+            require(v.proof == GGUF_HEADER_PROVEN);
+            gguf_reader_close(h);
+        }
+    } else {
+        require(e.code == PN_ERR_ALIGNMENT || e.code == PN_ERR_NOMEM || e.code == PN_ERR_TENSOR);
+    }
+    free(hdr);
+    gguf_writer_free(w);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -207,8 +259,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         walk_kvs(r);
         walk_tensors(r, data, size, !lenient);
         check_model(r);
-        if (!lenient)
+        if (!lenient) {
             check_writer_layout(r);
+            check_header_hash(r);
+        }
         gguf_reader_close(r);
     }
     return 0;

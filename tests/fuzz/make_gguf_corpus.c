@@ -4,7 +4,9 @@
  * (run-fuzz.sh does not need it: its output is committed in
  * tests/data/gguf-corpus/; rerun it when the format support changes.)
  *
- * Valid files come from our writer; invalid ones are a valid file with one
+ * Valid files come from our writer (one with the header hash, and a copy
+ * with a key renamed, which the reader takes and the model check names);
+ * invalid ones are a valid file with one
  * field changed, one per kind of refusal, so that the fuzzer starts next to
  * every check. All files are small (the largest is the first 4 KiB of the
  * golden model, whose header is 2,656 bytes: the rest is tensor data the
@@ -109,6 +111,30 @@ static void small_file(void)
     add(w, "t1", 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &total);
     add(w, "t2", 2, (int64_t[]){ 80, 1 }, PN_TYPE_PN3T, &total);
     finish(w, "valid-small.gguf", total);
+}
+
+/* small_file's keys and tensors with the header hash (gguf/header_hash.h),
+ * and a copy with one key's name changed (a renamed key the check names). */
+static void header_hash_files(void)
+{
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_header_hash(w, true);
+    gguf_writer_set_str(w, "general.architecture", "test");
+    gguf_writer_set_u32(w, "test.k1", 1);
+    const char *toks[] = { "<s>", "", "tok" };
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    uint64_t total = 0;
+    add(w, "t0", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &total);
+    add(w, "t1", 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &total);
+    finish(w, "valid-header-hash.gguf", total);
+    size_t n = 0;
+    uint8_t *b = read_bytes(out_path("valid-header-hash.gguf"), &n);
+    uint8_t *k = memmem(b, n, "test.k1", 7);
+    if (!k)
+        die("valid-header-hash.gguf", "no key test.k1");
+    k[5] = 'X';
+    write_bytes("valid-header-hash-renamed.gguf", b, n);
+    free(b);
 }
 
 static void types_file(void)
@@ -251,6 +277,7 @@ int main(int argc, char **argv)
     }
     out_dir = argv[1];
     small_file();
+    header_hash_files();
     types_file();
     mixed_file();
     golden_header_file(argv[2]);

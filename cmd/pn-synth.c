@@ -26,6 +26,7 @@ enum {
     O_FULL,
     O_THREADS,
     O_FORCE,
+    O_NO_HEADER_HASH,
     O_QUIET,
     O_PROGRESS,
     O_VERSION,
@@ -87,6 +88,9 @@ static const pn_cli_option options[] = {
     { "threads", required_argument, O_THREADS,
       "  --threads N         worker threads (default: all cores)\n" },
     { "force", no_argument, O_FORCE, "  --force             replace an existing OUT\n" },
+    { "no-header-hash", no_argument, O_NO_HEADER_HASH,
+      "  --no-header-hash    write no header record (pn.header.*): the bytes of builds\n"
+      "                      before it, as the golden models of tests/data were made\n" },
     { "progress", no_argument, O_PROGRESS,
       "  --progress          progress on stderr even when it is not a terminal (on a\n"
       "                      terminal it is shown unless --quiet)\n" },
@@ -226,7 +230,8 @@ int main(int argc, char **argv)
 {
     long layers = -1, wscale = -1, vocab = -1, seed = 1, threads = 0;
     pn_synth_profile profile = PN_SYNTH_GAUSSIAN;
-    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0, progress = 0;
+    int dtype = PN_TYPE_BF16, full = 0, force = 0, quiet = 0, hf = 0, mtp = 0, progress = 0,
+        no_header_hash = 0;
     uint64_t shard_size = 0;
     gguf_split_limit split = { GGUF_SPLIT_NONE, 0 };
     int c;
@@ -289,6 +294,7 @@ int main(int argc, char **argv)
         case O_MTP: mtp = 1; break;
         case O_FULL: full = 1; break;
         case O_FORCE: force = 1; break;
+        case O_NO_HEADER_HASH: no_header_hash = 1; break;
         case O_QUIET: quiet = 1; break;
         case O_PROGRESS: progress = 1; break;
         case 'h': pn_cli_usage(stdout, &program); return pn_cli_close_stdout("pn-synth");
@@ -324,6 +330,7 @@ int main(int argc, char **argv)
     o.seed = (uint64_t)seed;
     o.profile = profile;
     o.force = force;
+    o.no_header_hash = no_header_hash;
     o.split = split;
     o.threads = (int)threads;
     pn_cli_cap_threads("pn-synth", "--threads", &o.threads, quiet);

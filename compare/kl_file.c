@@ -415,6 +415,7 @@ pn_status pn_kl_as_measurement(const pn_kl_measurement *k, bool per_byte, pn_mea
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
     m->by_gain = true;
+    m->positive_only = true;
     for (size_t i = 0; i < k->n; i++) {
         const pn_kl_entry *e = &k->entries[i];
         if (!(m->entries[i].name = strdup(e->name))) {

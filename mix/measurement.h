@@ -156,6 +156,10 @@ typedef struct pn_measurement {
     /* Promotions ordered by each entry's gain (a KL measurement made in
      * compare/kl_measure.h, never saved in this format) instead of E3 - E4. */
     bool by_gain;
+    /* A KL measurement's gains: a size target (--target-size) never
+     * promotes a candidate whose gain is zero or below (measured to buy
+     * nothing for its bytes); --promote N still takes the N largest. */
+    bool positive_only;
 } pn_measurement;
 
 /* A measurement with one entry per candidate of the plan (E3 = E4 = 0 and

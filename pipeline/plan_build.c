@@ -224,6 +224,12 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src, const
     pn_status st = pn_promotion_order(p->plan, m, order, err);
     uint64_t size0 = 0;
     size_t lo = 0, hi = nc; /* the answer is in [lo, hi] once n = lo fits */
+    if (m->positive_only) {
+        /* the order is by gain, largest first: the positive ones lead it */
+        hi = 0;
+        for (size_t i = 0; i < m->n; i++)
+            hi += m->entries[i].gain > 0;
+    }
     bool any = false;
     for (int step = 0; st == PN_OK; step++) {
         /* first n = 0, then the middle of what is left */

@@ -45,7 +45,7 @@ static pn_status build_writer(const pn_synth_opts *o, const pn_tensor_desc *t, s
         if (st == PN_OK)                                                                           \
             st = (call);                                                                           \
     } while (0)
-    gguf_writer_set_header_hash(w, true); /* docs/format.md#the-header-hash */
+    gguf_writer_set_header_hash(w, !o->no_header_hash); /* docs/format.md#the-header-hash */
     SET(gguf_writer_set_str(w, "general.architecture", "qwen35"));
     SET(gguf_writer_set_str(w, "general.name", "pn-synth Qwen3.8-shaped test model"));
     SET(gguf_writer_set_u32(w, "general.file_type", file_type));

@@ -56,6 +56,7 @@ typedef struct pn_synth_opts {
     uint64_t seed;
     pn_synth_profile profile; /* 0: the default (gaussian) */
     bool force;               /* replace an existing file */
+    bool no_header_hash;      /* write no header record (docs/format.md#the-header-hash) */
     gguf_split_limit split;   /* {GGUF_SPLIT_NONE}: one file */
     uint64_t shard_size;      /* the HF form: bytes of tensor data per shard
                                       (0: 5 GB, Hugging Face's default) */

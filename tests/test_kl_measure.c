@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "compare/kl_measure.h"
+#include "pipeline/quantize.h"
 #include "quant/types.h"
 #include "scratch_fixture.h"
 #include "test_util.h"
@@ -609,4 +610,76 @@ Test(kl_cli, a_measurement_path_that_is_the_source_or_the_output_is_refused_and_
     free(after);
     free(src);
     free(dst);
+}
+
+/* ---- --target-size by KL gains: nothing measured to buy nothing ---- */
+
+typedef struct plan_seen {
+    size_t n_candidates, n_promoted;
+    char names[64][96]; /* the candidates, in tensor order */
+    bool promoted[64];
+} plan_seen;
+
+static pn_status see_plan(const pn_quantize_result *r, void *user, pn_error *err)
+{
+    (void)err;
+    plan_seen *s = user;
+    s->n_candidates = s->n_promoted = 0;
+    for (size_t i = 0; i < r->plan->n_tensors && s->n_candidates < 64; i++) {
+        const pn_plan_tensor *t = &r->plan->tensors[i];
+        if (!t->candidate)
+            continue;
+        snprintf(s->names[s->n_candidates], sizeof s->names[0], "%s", t->name);
+        s->promoted[s->n_candidates] = t->promote_rank >= 0;
+        s->n_promoted += t->promote_rank >= 0;
+        s->n_candidates++;
+    }
+    return PN_OK;
+}
+
+static void plan_with(const char *src, const pn_measurement *m, uint64_t target, plan_seen *s)
+{
+    pn_quantize_opts o;
+    pn_quantize_opts_init(&o);
+    o.src_path = src;
+    o.recipe_path = FALLBACK_RECIPE;
+    o.threads = 1;
+    o.backend = PN_BACKEND_CPU;
+    o.dry_run = true;
+    o.measurement = m;
+    o.target_size = target;
+    o.result = see_plan;
+    o.user = s;
+    pn_error err;
+    cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_OK, "%s", err.msg);
+}
+
+Test(kl_cli, a_size_target_never_promotes_a_candidate_whose_kl_gain_is_zero_or_below, .init = setup,
+     .fini = teardown)
+{
+    char *src = path_in("src.gguf");
+    synth(src);
+    plan_seen seen;
+    plan_with(src, NULL, 0, &seen); /* the candidates, from the error measurement's plan */
+    const size_t n = seen.n_candidates;
+    cr_assert_geq(n, 4, "too few candidates to tell");
+    /* gains per byte as pn_kl_as_measurement gives them: two above zero
+     * (the second candidate the larger), one exactly zero, the rest below */
+    pn_measurement m = { .n = n, .by_gain = true, .positive_only = true };
+    m.entries = calloc(n, sizeof *m.entries);
+    char names[64][96];
+    memcpy(names, seen.names, sizeof names);
+    for (size_t i = 0; i < n; i++) {
+        m.entries[i].name = names[i];
+        m.entries[i].gain = i == 0 ? 1e-9 : i == 1 ? 2e-9 : i == 2 ? 0.0 : -1e-10;
+    }
+    plan_with(src, &m, 1ull << 40, &seen); /* a budget every candidate fits */
+    cr_assert_eq(seen.n_promoted, 2, "promoted %zu of %zu", seen.n_promoted, n);
+    cr_assert(seen.promoted[0] && seen.promoted[1] && !seen.promoted[2]);
+    /* the same gains as another order's scores: every candidate fits */
+    m.positive_only = false;
+    plan_with(src, &m, 1ull << 40, &seen);
+    cr_assert_eq(seen.n_promoted, n);
+    free(m.entries);
+    free(src);
 }

@@ -585,6 +585,74 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     }
 }
 
+/* One thread's buffers of the data pass: a segment decoded (a), its source
+ * (b), its blocks re-quantized (q); its bytes: at most 8 per weight (f64,
+ * i64) in the file (raw), 4 (f32) in the source (sraw). */
+typedef struct scratch {
+    float *a, *b;
+    uint8_t *q, *raw, *sraw;
+} scratch;
+
+static bool scratch_alloc(scratch *s, int64_t seg_max)
+{
+    s->a = malloc((size_t)seg_max * sizeof *s->a);
+    s->b = malloc((size_t)seg_max * sizeof *s->b);
+    s->q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
+    s->raw = malloc((size_t)seg_max * 8);
+    s->sraw = malloc((size_t)seg_max * 4);
+    return s->a && s->b && s->q && s->raw && s->sraw;
+}
+
+static void scratch_free(scratch *s)
+{
+    free(s->a);
+    free(s->b);
+    free(s->q);
+    free(s->raw);
+    free(s->sraw);
+}
+
+/* What every unit of the data pass shares. */
+typedef struct data_job {
+    pn_check_ctx *c;
+    const tplan *plans;
+    item *items;
+    loc *locs;
+    sample *samples;
+    size_t n_samples;
+    int maxloc;
+    scratch *sc; /* one a thread */
+    uint64_t *bytes, total;
+} data_job;
+
+/* Unit k of the data pass on thread t: sample k, then item k - n_samples;
+ * its read failure is its status. */
+static pn_status data_unit(void *ctx, size_t k, int t, void *fail)
+{
+    (void)fail;
+    const data_job *d = ctx;
+    const pn_check_report *rep = d->c->rep;
+    const scratch *s = &d->sc[t];
+    if (k < d->n_samples) {
+        sample *sm = &d->samples[k];
+        run_sample(&d->plans[sm->t], rep->tensors[sm->t].type, sm, s->a, s->b, s->q, s->sraw);
+        return sm->rf.st;
+    }
+    k -= d->n_samples;
+    item *it = &d->items[k];
+    const tplan *tp = &d->plans[it->t];
+    const size_t maxloc = (size_t)d->maxloc;
+    run_item(tp, rep->tensors[it->t].type, it, &d->locs[k * 2 * maxloc],
+             &d->locs[(k * 2 + 1) * maxloc], d->maxloc, s->a, s->b, s->raw, s->sraw);
+#pragma omp critical(pn_check_progress)
+    {
+        *d->bytes += (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb);
+        if (d->c->opt.progress)
+            d->c->opt.progress(d->c->opt.progress_ctx, *d->bytes, d->total);
+    }
+    return it->rf.st;
+}
+
 pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
 {
     pn_check_report *rep = c->rep;
@@ -655,58 +723,30 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
             (uint64_t)((items[k].e1 - items[k].e0) / plans[items[k].t].bw * plans[items[k].t].bb);
     if (c->opt.progress)
         c->opt.progress(c->opt.progress_ctx, 0, total);
-#pragma omp parallel num_threads(nthreads)
-    {
-        float *a = malloc((size_t)seg_max * sizeof *a);
-        float *b = malloc((size_t)seg_max * sizeof *b);
-        uint8_t *q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
-        /* a segment's bytes: at most 8 per weight (f64, i64) in the file, 4 (f32) in
-         * the source */
-        uint8_t *raw = malloc((size_t)seg_max * 8);
-        uint8_t *sraw = malloc((size_t)seg_max * 4);
-        if (!a || !b || !q || !raw || !sraw) {
-#pragma omp atomic write
-            alloc_failed = 1;
-        }
-#pragma omp barrier
-        if (!alloc_failed) {
-#pragma omp for schedule(dynamic, 1) nowait
-            for (size_t k = 0; k < n_samples; k++)
-                run_sample(&plans[samples[k].t], rep->tensors[samples[k].t].type, &samples[k], a, b,
-                           q, sraw);
-#pragma omp for schedule(dynamic, 1)
-            for (size_t k = 0; k < n_items; k++) {
-                const tplan *tp = &plans[items[k].t];
-                run_item(tp, rep->tensors[items[k].t].type, &items[k],
-                         &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc], maxloc,
-                         a, b, raw, sraw);
-#pragma omp critical(pn_check_progress)
-                {
-                    bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
-                    if (c->opt.progress)
-                        c->opt.progress(c->opt.progress_ctx, bytes, total);
-                }
-            }
-        }
-        free(a);
-        free(b);
-        free(q);
-        free(raw);
-        free(sraw);
+    scratch *sc = calloc((size_t)nthreads, sizeof *sc);
+    alloc_failed = !sc;
+    for (int t = 0; t < nthreads && !alloc_failed; t++)
+        alloc_failed = !scratch_alloc(&sc[t], seg_max);
+    size_t bad = SIZE_MAX;
+    if (!alloc_failed) {
+        data_job job = { c, plans, items, locs, samples, n_samples, maxloc, sc, &bytes, total };
+        /* the samples first, then the items: the order a read failure is looked for */
+        pn_each_first_failure(n_samples + n_items, nthreads, PN_EACH_RUN_ALL, data_unit, &job, 0,
+                              NULL, &bad);
     }
+    for (int t = 0; sc && t < nthreads; t++)
+        scratch_free(&sc[t]);
+    free(sc);
     pn_status st = PN_OK;
     const read_fail *rf = NULL;
     const char *rf_tensor = NULL;
-    for (size_t k = 0; k < n_samples && !rf; k++)
-        if (samples[k].rf.st) {
-            rf = &samples[k].rf;
-            rf_tensor = rep->tensors[samples[k].t].name;
-        }
-    for (size_t k = 0; k < n_items && !rf; k++)
-        if (items[k].rf.st) {
-            rf = &items[k].rf;
-            rf_tensor = rep->tensors[items[k].t].name;
-        }
+    if (bad < n_samples) {
+        rf = &samples[bad].rf;
+        rf_tensor = rep->tensors[samples[bad].t].name;
+    } else if (bad != SIZE_MAX) {
+        rf = &items[bad - n_samples].rf;
+        rf_tensor = rep->tensors[items[bad - n_samples].t].name;
+    }
     if (alloc_failed) {
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the data pass", rep->path);
     } else if (rf) {

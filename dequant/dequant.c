@@ -15,7 +15,6 @@
 #include "dequant/dequant.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +405,28 @@ static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_
     return PN_OK;
 }
 
+/* One chunk of a tensor, decoded a segment an item. */
+typedef struct chunk_job {
+    const tjob *j;
+    const stream *s;
+    int64_t c0, cn; /* the chunk's elements [c0, c0 + cn) */
+} chunk_job;
+
+/* Segment k of the chunk into its place in s->buf, on thread t. */
+static pn_status decode_chunk_segment(void *ctx, size_t k, int t, void *fail)
+{
+    const chunk_job *cj = ctx;
+    const tjob *j = cj->j;
+    const int64_t seg = j->seg;
+    float *y = cj->s->y + (size_t)t * (size_t)cj->s->seg_max;
+    int64_t e = cj->c0 + (int64_t)k * seg;
+    int64_t m = cj->c0 + cj->cn - e < seg ? cj->c0 + cj->cn - e : seg;
+    seg_err r = decode_segment(j, e, m, y, cj->s->buf + (size_t)((e - cj->c0) * j->out_es));
+    if (r.st)
+        memcpy(fail, &r, sizeof r);
+    return r.st;
+}
+
 /* Streams one decoded tensor into the writer. The input of each chunk is
  * read into s->in first. */
 static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
@@ -433,25 +454,11 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
         j->data_e0 = c0;
         const int64_t nseg = (cn + seg - 1) / seg;
         seg_err first = { PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0 };
-        if (nseg == 1) {
-            /* a small tensor: starting threads would cost more than the work */
-            first = decode_segment(j, c0, cn, s->y, s->buf);
-        } else {
-#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 1)
-            for (int64_t k = 0; k < nseg; k++) {
-                float *y = s->y + (size_t)omp_get_thread_num() * (size_t)s->seg_max;
-                int64_t e = c0 + k * seg;
-                int64_t m = c0 + cn - e < seg ? c0 + cn - e : seg;
-                seg_err r = decode_segment(j, e, m, y, s->buf + (size_t)((e - c0) * j->out_es));
-                if (r.st) {
-                    /* The lowest failing element wins, so the message does
-                     * not depend on the thread count. */
-#pragma omp critical(pn_dequant_err)
-                    if (!first.st || r.elem < first.elem)
-                        first = r;
-                }
-            }
-        }
+        chunk_job cj = { j, s, c0, cn };
+        /* the lowest failing segment holds the lowest failing element, so the
+         * message does not depend on the thread count */
+        pn_each_first_failure((size_t)nseg, s->nthreads, PN_EACH_RUN_ALL, decode_chunk_segment, &cj,
+                              sizeof first, &first, NULL);
         if (first.st) {
             /* damage is named as damage, not as the fault it makes */
             pn_status cs = check_tensor_crc(j, s, in_at + in_n, err);

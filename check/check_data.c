@@ -7,7 +7,7 @@
  * q4_K and q3_K blocks, the weights of f32, f16 and bf16 tensors) and, with a
  * source, decodes, un-rotates and compares with the source. Tensors whose
  * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
- * An item is read one segment (SEG_TARGET elements) at a time, so memory is
+ * An item is read one segment (quant/segments.h) at a time, so memory is
  * a few segments per thread whatever the row length. Items run in parallel;
  * their results are combined in file order (pn_crc32_combine, sums in item
  * order), so the report does not depend on the thread count.
@@ -38,10 +38,9 @@
 #include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
+#include "quant/segments.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-
-#define SEG_TARGET 16384 /* elements decoded per step */
 
 typedef struct tplan {
     bool in_file;         /* the tensor's bytes are all in the file */
@@ -50,8 +49,7 @@ typedef struct tplan {
     int64_t n; /* elements */
     int64_t K, rows;
     int64_t bw, bb;      /* block weights and bytes */
-    int64_t unit;        /* elements; the type's and rotation's blocks divide it */
-    int64_t seg;         /* elements per step, a multiple of unit */
+    pn_segments cut;     /* the segments read and decoded a step at a time */
     int64_t item_len;    /* elements per work item, a multiple of unit */
     const pn_params *pn; /* pn3t/pn4t, else NULL */
     int scan;            /* what else is checked for finiteness (SCAN_*) */
@@ -202,15 +200,6 @@ static void scan_values(int type, const uint8_t *p, int64_t es, int64_t e0, int6
     }
 }
 
-static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, int64_t m)
-{
-    if (tp->pn) {
-        pn_dequantize_row(type, p, y, m);
-        return PN_OK;
-    }
-    return pn_dequantize_row_type(type, p, y, m);
-}
-
 /* Asks the kernel to read an item's bytes ahead, in one large request:
  * without it, threads reading at several places of the file defeat the
  * sequential readahead a single reader gets. Advice only. */
@@ -227,8 +216,10 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
 {
     uint32_t crc = 0; /* pn_crc32 starts from 0 */
     prefetch(tp, it->e0, it->e1);
-    for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
-        const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
+    const int64_t n_seg = pn_segments_count(&tp->cut, it->e0, it->e1);
+    for (int64_t k = 0; k < n_seg; k++) {
+        int64_t e, m;
+        pn_segment_at(&tp->cut, it->e0, it->e1, k, &e, &m);
         const uint8_t *p = raw;
         if (!read_bytes(tp->r, tp->index, false, (uint64_t)(e / tp->bw * tp->bb), raw,
                         (size_t)(m / tp->bw * tp->bb), &it->rf))
@@ -242,7 +233,7 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
             scan_values(type, p, tp->bb, e, m, it, nf, maxloc);
         if (!tp->compare || it->st)
             continue;
-        pn_status st = decode(tp, type, p, a, m);
+        pn_status st = pn_dequantize_row_type(type, p, a, m);
         if (!st && !read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
                                (size_t)(m * tp->src_es), &it->rf))
             return;
@@ -271,9 +262,11 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
 static void run_sample(const tplan *tp, int type, sample *s, float *a, float *b, uint8_t *q,
                        uint8_t *sraw)
 {
-    const int64_t e_end = (s->row + 1) * tp->K;
-    for (int64_t e = s->row * tp->K; e < e_end; e += tp->seg) {
-        const int64_t m = e_end - e < tp->seg ? e_end - e : tp->seg;
+    const int64_t e_row = s->row * tp->K, e_end = (s->row + 1) * tp->K;
+    const int64_t n_seg = pn_segments_count(&tp->cut, e_row, e_end);
+    for (int64_t k = 0; k < n_seg; k++) {
+        int64_t e, m;
+        pn_segment_at(&tp->cut, e_row, e_end, k, &e, &m);
         if (!read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
                         (size_t)(m * tp->src_es), &s->rf))
             return;
@@ -667,16 +660,14 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
     for (size_t i = 0; i < nt; i++) {
         tplan *tp = &plans[i];
         plan_tensor(c, i, tp);
-        int64_t rb = tp->B > 1 ? tp->B : 1;
-        tp->unit = pn_lcm_i64(tp->bw, rb);
-        tp->seg = tp->unit * (SEG_TARGET / tp->unit > 1 ? SEG_TARGET / tp->unit : 1);
-        if (tp->seg > seg_max)
-            seg_max = tp->seg;
+        tp->cut = pn_segments_of(tp->bw, tp->B);
+        if (tp->cut.seg > seg_max)
+            seg_max = tp->cut.seg;
         if (!tp->in_file)
             continue;
-        const int64_t unit_bytes = tp->unit / tp->bw * tp->bb;
+        const int64_t unit_bytes = tp->cut.unit / tp->bw * tp->bb;
         int64_t per = (int64_t)(c->opt.chunk_bytes / (uint64_t)unit_bytes);
-        tp->item_len = tp->unit * (per > 1 ? per : 1);
+        tp->item_len = tp->cut.unit * (per > 1 ? per : 1);
         tp->first_item = n_items;
         tp->n_items = (size_t)((tp->n + tp->item_len - 1) / tp->item_len);
         n_items += tp->n_items;

@@ -34,10 +34,9 @@
 #include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
+#include "quant/segments.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-
-#define SEG_TARGET 16384 /* elements per parallel step */
 
 void pn_dequant_opts_init(pn_dequant_opts *o)
 {
@@ -188,12 +187,11 @@ typedef struct tjob {
     int64_t data_e0;     /* the element that data starts with */
     int in_type, out_type;
     int64_t n, K;
-    int64_t bw, bb; /* input block weights / bytes */
-    int64_t out_es; /* output bytes per element */
-    int64_t unit;   /* elements: blocks and rotation blocks divide it */
-    int64_t seg;    /* elements per segment, a multiple of unit */
-    int B;          /* rotation block undone, 0 none */
-    uint32_t crc;   /* CRC-32 of the bytes read so far */
+    int64_t bw, bb;  /* input block weights / bytes */
+    int64_t out_es;  /* output bytes per element */
+    pn_segments cut; /* the segments decoded in parallel */
+    int B;           /* rotation block undone, 0 none */
+    uint32_t crc;    /* CRC-32 of the bytes read so far */
 } tjob;
 
 /* What went wrong first in a segment, and where. */
@@ -417,10 +415,9 @@ static pn_status decode_chunk_segment(void *ctx, size_t k, int t, void *fail)
 {
     const chunk_job *cj = ctx;
     const tjob *j = cj->j;
-    const int64_t seg = j->seg;
     float *y = cj->s->y + (size_t)t * (size_t)cj->s->seg_max;
-    int64_t e = cj->c0 + (int64_t)k * seg;
-    int64_t m = cj->c0 + cj->cn - e < seg ? cj->c0 + cj->cn - e : seg;
+    int64_t e, m;
+    pn_segment_at(&j->cut, cj->c0, cj->c0 + cj->cn, (int64_t)k, &e, &m);
     seg_err r = decode_segment(j, e, m, y, cj->s->buf + (size_t)((e - cj->c0) * j->out_es));
     if (r.st)
         memcpy(fail, &r, sizeof r);
@@ -431,7 +428,8 @@ static pn_status decode_chunk_segment(void *ctx, size_t k, int t, void *fail)
  * read into s->in first. */
 static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
 {
-    const int64_t seg = j->seg;
+    /* chunks of whole segments, so that a chunk is cut as the tensor is */
+    const int64_t seg = j->cut.seg;
     int64_t chunk = (int64_t)(s->buf_bytes / (size_t)j->out_es) / seg * seg;
     int64_t in_chunk = (int64_t)(s->in_bytes / (size_t)j->bb) * j->bw / seg * seg;
     if (in_chunk < chunk)
@@ -452,7 +450,7 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
             j->crc = pn_crc32(j->crc, s->in, in_n);
         j->data = s->in;
         j->data_e0 = c0;
-        const int64_t nseg = (cn + seg - 1) / seg;
+        const int64_t nseg = pn_segments_count(&j->cut, c0, c0 + cn);
         seg_err first = { PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0 };
         chunk_job cj = { j, s, c0, cn };
         /* the lowest failing segment holds the lowest failing element, so the
@@ -590,8 +588,7 @@ static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_ty
                             "%s: tensor '%s' has type %s, which this build cannot decode", in_path,
                             ti->name, pn_type_name(ti->type));
     }
-    j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
-    j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+    j->cut = pn_segments_of(j->bw, j->B);
     return PN_OK;
 }
 
@@ -655,8 +652,8 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         tjob *j = &jobs[i];
         if ((st = plan_tensor(j, r, i, o.out_type, use_cap, in_path, stats, &has_pn, err)))
             goto done;
-        if (j->seg > seg_max)
-            seg_max = j->seg;
+        if (j->cut.seg > seg_max)
+            seg_max = j->cut.seg;
         out_types[i] = j->out_type;
         if ((st = gguf_writer_add_tensor(w, ti->name, ti->n_dims, ti->ne, j->out_type, err)))
             goto done;

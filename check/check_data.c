@@ -7,7 +7,7 @@
  * q4_K and q3_K blocks, the weights of f32, f16 and bf16 tensors) and, with a
  * source, decodes, un-rotates and compares with the source. Tensors whose
  * bytes overlap an earlier tensor's, or whose shape overflows, are not read.
- * An item is read one segment (SEG_TARGET elements) at a time, so memory is
+ * An item is read one segment (quant/segments.h) at a time, so memory is
  * a few segments per thread whatever the row length. Items run in parallel;
  * their results are combined in file order (pn_crc32_combine, sums in item
  * order), so the report does not depend on the thread count.
@@ -38,10 +38,9 @@
 #include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
+#include "quant/segments.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-
-#define SEG_TARGET 16384 /* elements decoded per step */
 
 typedef struct tplan {
     bool in_file;         /* the tensor's bytes are all in the file */
@@ -50,8 +49,7 @@ typedef struct tplan {
     int64_t n; /* elements */
     int64_t K, rows;
     int64_t bw, bb;      /* block weights and bytes */
-    int64_t unit;        /* elements; the type's and rotation's blocks divide it */
-    int64_t seg;         /* elements per step, a multiple of unit */
+    pn_segments cut;     /* the segments read and decoded a step at a time */
     int64_t item_len;    /* elements per work item, a multiple of unit */
     const pn_params *pn; /* pn3t/pn4t, else NULL */
     int scan;            /* what else is checked for finiteness (SCAN_*) */
@@ -202,15 +200,6 @@ static void scan_values(int type, const uint8_t *p, int64_t es, int64_t e0, int6
     }
 }
 
-static pn_status decode(const tplan *tp, int type, const uint8_t *p, float *y, int64_t m)
-{
-    if (tp->pn) {
-        pn_dequantize_row(type, p, y, m);
-        return PN_OK;
-    }
-    return pn_dequantize_row_type(type, p, y, m);
-}
-
 /* Asks the kernel to read an item's bytes ahead, in one large request:
  * without it, threads reading at several places of the file defeat the
  * sequential readahead a single reader gets. Advice only. */
@@ -227,8 +216,10 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
 {
     uint32_t crc = 0; /* pn_crc32 starts from 0 */
     prefetch(tp, it->e0, it->e1);
-    for (int64_t e = it->e0; e < it->e1; e += tp->seg) {
-        const int64_t m = it->e1 - e < tp->seg ? it->e1 - e : tp->seg;
+    const int64_t n_seg = pn_segments_count(&tp->cut, it->e0, it->e1);
+    for (int64_t k = 0; k < n_seg; k++) {
+        int64_t e, m;
+        pn_segment_at(&tp->cut, it->e0, it->e1, k, &e, &m);
         const uint8_t *p = raw;
         if (!read_bytes(tp->r, tp->index, false, (uint64_t)(e / tp->bw * tp->bb), raw,
                         (size_t)(m / tp->bw * tp->bb), &it->rf))
@@ -242,7 +233,7 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
             scan_values(type, p, tp->bb, e, m, it, nf, maxloc);
         if (!tp->compare || it->st)
             continue;
-        pn_status st = decode(tp, type, p, a, m);
+        pn_status st = pn_dequantize_row_type(type, p, a, m);
         if (!st && !read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
                                (size_t)(m * tp->src_es), &it->rf))
             return;
@@ -271,9 +262,11 @@ static void run_item(const tplan *tp, int type, item *it, loc *nf, loc *res, int
 static void run_sample(const tplan *tp, int type, sample *s, float *a, float *b, uint8_t *q,
                        uint8_t *sraw)
 {
-    const int64_t e_end = (s->row + 1) * tp->K;
-    for (int64_t e = s->row * tp->K; e < e_end; e += tp->seg) {
-        const int64_t m = e_end - e < tp->seg ? e_end - e : tp->seg;
+    const int64_t e_row = s->row * tp->K, e_end = (s->row + 1) * tp->K;
+    const int64_t n_seg = pn_segments_count(&tp->cut, e_row, e_end);
+    for (int64_t k = 0; k < n_seg; k++) {
+        int64_t e, m;
+        pn_segment_at(&tp->cut, e_row, e_end, k, &e, &m);
         if (!read_bytes(tp->src, tp->src_index, true, (uint64_t)(e * tp->src_es), sraw,
                         (size_t)(m * tp->src_es), &s->rf))
             return;
@@ -585,6 +578,74 @@ static void conclude_tensor(pn_check_ctx *c, size_t i, const tplan *tp, const it
     }
 }
 
+/* One thread's buffers of the data pass: a segment decoded (a), its source
+ * (b), its blocks re-quantized (q); its bytes: at most 8 per weight (f64,
+ * i64) in the file (raw), 4 (f32) in the source (sraw). */
+typedef struct scratch {
+    float *a, *b;
+    uint8_t *q, *raw, *sraw;
+} scratch;
+
+static bool scratch_alloc(scratch *s, int64_t seg_max)
+{
+    s->a = malloc((size_t)seg_max * sizeof *s->a);
+    s->b = malloc((size_t)seg_max * sizeof *s->b);
+    s->q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
+    s->raw = malloc((size_t)seg_max * 8);
+    s->sraw = malloc((size_t)seg_max * 4);
+    return s->a && s->b && s->q && s->raw && s->sraw;
+}
+
+static void scratch_free(scratch *s)
+{
+    free(s->a);
+    free(s->b);
+    free(s->q);
+    free(s->raw);
+    free(s->sraw);
+}
+
+/* What every unit of the data pass shares. */
+typedef struct data_job {
+    pn_check_ctx *c;
+    const tplan *plans;
+    item *items;
+    loc *locs;
+    sample *samples;
+    size_t n_samples;
+    int maxloc;
+    scratch *sc; /* one a thread */
+    uint64_t *bytes, total;
+} data_job;
+
+/* Unit k of the data pass on thread t: sample k, then item k - n_samples;
+ * its read failure is its status. */
+static pn_status data_unit(void *ctx, size_t k, int t, void *fail)
+{
+    (void)fail;
+    const data_job *d = ctx;
+    const pn_check_report *rep = d->c->rep;
+    const scratch *s = &d->sc[t];
+    if (k < d->n_samples) {
+        sample *sm = &d->samples[k];
+        run_sample(&d->plans[sm->t], rep->tensors[sm->t].type, sm, s->a, s->b, s->q, s->sraw);
+        return sm->rf.st;
+    }
+    k -= d->n_samples;
+    item *it = &d->items[k];
+    const tplan *tp = &d->plans[it->t];
+    const size_t maxloc = (size_t)d->maxloc;
+    run_item(tp, rep->tensors[it->t].type, it, &d->locs[k * 2 * maxloc],
+             &d->locs[(k * 2 + 1) * maxloc], d->maxloc, s->a, s->b, s->raw, s->sraw);
+#pragma omp critical(pn_check_progress)
+    {
+        *d->bytes += (uint64_t)((it->e1 - it->e0) / tp->bw * tp->bb);
+        if (d->c->opt.progress)
+            d->c->opt.progress(d->c->opt.progress_ctx, *d->bytes, d->total);
+    }
+    return it->rf.st;
+}
+
 pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
 {
     pn_check_report *rep = c->rep;
@@ -599,16 +660,14 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
     for (size_t i = 0; i < nt; i++) {
         tplan *tp = &plans[i];
         plan_tensor(c, i, tp);
-        int64_t rb = tp->B > 1 ? tp->B : 1;
-        tp->unit = pn_lcm_i64(tp->bw, rb);
-        tp->seg = tp->unit * (SEG_TARGET / tp->unit > 1 ? SEG_TARGET / tp->unit : 1);
-        if (tp->seg > seg_max)
-            seg_max = tp->seg;
+        tp->cut = pn_segments_of(tp->bw, tp->B);
+        if (tp->cut.seg > seg_max)
+            seg_max = tp->cut.seg;
         if (!tp->in_file)
             continue;
-        const int64_t unit_bytes = tp->unit / tp->bw * tp->bb;
+        const int64_t unit_bytes = tp->cut.unit / tp->bw * tp->bb;
         int64_t per = (int64_t)(c->opt.chunk_bytes / (uint64_t)unit_bytes);
-        tp->item_len = tp->unit * (per > 1 ? per : 1);
+        tp->item_len = tp->cut.unit * (per > 1 ? per : 1);
         tp->first_item = n_items;
         tp->n_items = (size_t)((tp->n + tp->item_len - 1) / tp->item_len);
         n_items += tp->n_items;
@@ -655,58 +714,30 @@ pn_status pn_check_data(pn_check_ctx *c, pn_error *err)
             (uint64_t)((items[k].e1 - items[k].e0) / plans[items[k].t].bw * plans[items[k].t].bb);
     if (c->opt.progress)
         c->opt.progress(c->opt.progress_ctx, 0, total);
-#pragma omp parallel num_threads(nthreads)
-    {
-        float *a = malloc((size_t)seg_max * sizeof *a);
-        float *b = malloc((size_t)seg_max * sizeof *b);
-        uint8_t *q = malloc((size_t)(seg_max / 64 + 1) * PN_BLOCK_BYTES);
-        /* a segment's bytes: at most 8 per weight (f64, i64) in the file, 4 (f32) in
-         * the source */
-        uint8_t *raw = malloc((size_t)seg_max * 8);
-        uint8_t *sraw = malloc((size_t)seg_max * 4);
-        if (!a || !b || !q || !raw || !sraw) {
-#pragma omp atomic write
-            alloc_failed = 1;
-        }
-#pragma omp barrier
-        if (!alloc_failed) {
-#pragma omp for schedule(dynamic, 1) nowait
-            for (size_t k = 0; k < n_samples; k++)
-                run_sample(&plans[samples[k].t], rep->tensors[samples[k].t].type, &samples[k], a, b,
-                           q, sraw);
-#pragma omp for schedule(dynamic, 1)
-            for (size_t k = 0; k < n_items; k++) {
-                const tplan *tp = &plans[items[k].t];
-                run_item(tp, rep->tensors[items[k].t].type, &items[k],
-                         &locs[k * 2 * (size_t)maxloc], &locs[(k * 2 + 1) * (size_t)maxloc], maxloc,
-                         a, b, raw, sraw);
-#pragma omp critical(pn_check_progress)
-                {
-                    bytes += (uint64_t)((items[k].e1 - items[k].e0) / tp->bw * tp->bb);
-                    if (c->opt.progress)
-                        c->opt.progress(c->opt.progress_ctx, bytes, total);
-                }
-            }
-        }
-        free(a);
-        free(b);
-        free(q);
-        free(raw);
-        free(sraw);
+    scratch *sc = calloc((size_t)nthreads, sizeof *sc);
+    alloc_failed = !sc;
+    for (int t = 0; t < nthreads && !alloc_failed; t++)
+        alloc_failed = !scratch_alloc(&sc[t], seg_max);
+    size_t bad = SIZE_MAX;
+    if (!alloc_failed) {
+        data_job job = { c, plans, items, locs, samples, n_samples, maxloc, sc, &bytes, total };
+        /* the samples first, then the items: the order a read failure is looked for */
+        pn_each_first_failure(n_samples + n_items, nthreads, PN_EACH_RUN_ALL, data_unit, &job, 0,
+                              NULL, &bad);
     }
+    for (int t = 0; sc && t < nthreads; t++)
+        scratch_free(&sc[t]);
+    free(sc);
     pn_status st = PN_OK;
     const read_fail *rf = NULL;
     const char *rf_tensor = NULL;
-    for (size_t k = 0; k < n_samples && !rf; k++)
-        if (samples[k].rf.st) {
-            rf = &samples[k].rf;
-            rf_tensor = rep->tensors[samples[k].t].name;
-        }
-    for (size_t k = 0; k < n_items && !rf; k++)
-        if (items[k].rf.st) {
-            rf = &items[k].rf;
-            rf_tensor = rep->tensors[items[k].t].name;
-        }
+    if (bad < n_samples) {
+        rf = &samples[bad].rf;
+        rf_tensor = rep->tensors[samples[bad].t].name;
+    } else if (bad != SIZE_MAX) {
+        rf = &items[bad - n_samples].rf;
+        rf_tensor = rep->tensors[items[bad - n_samples].t].name;
+    }
     if (alloc_failed) {
         st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory for the data pass", rep->path);
     } else if (rf) {

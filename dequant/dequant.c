@@ -15,7 +15,6 @@
 #include "dequant/dequant.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +34,9 @@
 #include "quant/quant_row.h"
 #include "quant/pn.h"
 #include "quant/scales.h"
+#include "quant/segments.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-
-#define SEG_TARGET 16384 /* elements per parallel step */
 
 void pn_dequant_opts_init(pn_dequant_opts *o)
 {
@@ -189,12 +187,11 @@ typedef struct tjob {
     int64_t data_e0;     /* the element that data starts with */
     int in_type, out_type;
     int64_t n, K;
-    int64_t bw, bb; /* input block weights / bytes */
-    int64_t out_es; /* output bytes per element */
-    int64_t unit;   /* elements: blocks and rotation blocks divide it */
-    int64_t seg;    /* elements per segment, a multiple of unit */
-    int B;          /* rotation block undone, 0 none */
-    uint32_t crc;   /* CRC-32 of the bytes read so far */
+    int64_t bw, bb;  /* input block weights / bytes */
+    int64_t out_es;  /* output bytes per element */
+    pn_segments cut; /* the segments decoded in parallel */
+    int B;           /* rotation block undone, 0 none */
+    uint32_t crc;    /* CRC-32 of the bytes read so far */
 } tjob;
 
 /* What went wrong first in a segment, and where. */
@@ -406,11 +403,33 @@ static pn_status written(pn_outset *w, size_t i, stream *s, const void *p, size_
     return PN_OK;
 }
 
+/* One chunk of a tensor, decoded a segment an item. */
+typedef struct chunk_job {
+    const tjob *j;
+    const stream *s;
+    int64_t c0, cn; /* the chunk's elements [c0, c0 + cn) */
+} chunk_job;
+
+/* Segment k of the chunk into its place in s->buf, on thread t. */
+static pn_status decode_chunk_segment(void *ctx, size_t k, int t, void *fail)
+{
+    const chunk_job *cj = ctx;
+    const tjob *j = cj->j;
+    float *y = cj->s->y + (size_t)t * (size_t)cj->s->seg_max;
+    int64_t e, m;
+    pn_segment_at(&j->cut, cj->c0, cj->c0 + cj->cn, (int64_t)k, &e, &m);
+    seg_err r = decode_segment(j, e, m, y, cj->s->buf + (size_t)((e - cj->c0) * j->out_es));
+    if (r.st)
+        memcpy(fail, &r, sizeof r);
+    return r.st;
+}
+
 /* Streams one decoded tensor into the writer. The input of each chunk is
  * read into s->in first. */
 static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
 {
-    const int64_t seg = j->seg;
+    /* chunks of whole segments, so that a chunk is cut as the tensor is */
+    const int64_t seg = j->cut.seg;
     int64_t chunk = (int64_t)(s->buf_bytes / (size_t)j->out_es) / seg * seg;
     int64_t in_chunk = (int64_t)(s->in_bytes / (size_t)j->bb) * j->bw / seg * seg;
     if (in_chunk < chunk)
@@ -431,27 +450,13 @@ static pn_status write_decoded(pn_outset *w, tjob *j, stream *s, pn_error *err)
             j->crc = pn_crc32(j->crc, s->in, in_n);
         j->data = s->in;
         j->data_e0 = c0;
-        const int64_t nseg = (cn + seg - 1) / seg;
+        const int64_t nseg = pn_segments_count(&j->cut, c0, c0 + cn);
         seg_err first = { PN_OK, INT64_MAX, AT_ELEM, -1, 0, 0 };
-        if (nseg == 1) {
-            /* a small tensor: starting threads would cost more than the work */
-            first = decode_segment(j, c0, cn, s->y, s->buf);
-        } else {
-#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 1)
-            for (int64_t k = 0; k < nseg; k++) {
-                float *y = s->y + (size_t)omp_get_thread_num() * (size_t)s->seg_max;
-                int64_t e = c0 + k * seg;
-                int64_t m = c0 + cn - e < seg ? c0 + cn - e : seg;
-                seg_err r = decode_segment(j, e, m, y, s->buf + (size_t)((e - c0) * j->out_es));
-                if (r.st) {
-                    /* The lowest failing element wins, so the message does
-                     * not depend on the thread count. */
-#pragma omp critical(pn_dequant_err)
-                    if (!first.st || r.elem < first.elem)
-                        first = r;
-                }
-            }
-        }
+        chunk_job cj = { j, s, c0, cn };
+        /* the lowest failing segment holds the lowest failing element, so the
+         * message does not depend on the thread count */
+        pn_each_first_failure((size_t)nseg, s->nthreads, PN_EACH_RUN_ALL, decode_chunk_segment, &cj,
+                              sizeof first, &first, NULL);
         if (first.st) {
             /* damage is named as damage, not as the fault it makes */
             pn_status cs = check_tensor_crc(j, s, in_at + in_n, err);
@@ -583,8 +588,7 @@ static pn_status plan_tensor(tjob *j, const gguf_reader *r, size_t i, int out_ty
                             "%s: tensor '%s' has type %s, which this build cannot decode", in_path,
                             ti->name, pn_type_name(ti->type));
     }
-    j->unit = pn_lcm_i64(j->bw, j->B > 1 ? j->B : 1);
-    j->seg = j->unit * (SEG_TARGET / j->unit > 1 ? SEG_TARGET / j->unit : 1);
+    j->cut = pn_segments_of(j->bw, j->B);
     return PN_OK;
 }
 
@@ -648,8 +652,8 @@ pn_status pn_dequant_file(const char *in_path, const char *out_path, const pn_de
         tjob *j = &jobs[i];
         if ((st = plan_tensor(j, r, i, o.out_type, use_cap, in_path, stats, &has_pn, err)))
             goto done;
-        if (j->seg > seg_max)
-            seg_max = j->seg;
+        if (j->cut.seg > seg_max)
+            seg_max = j->cut.seg;
         out_types[i] = j->out_type;
         if ((st = gguf_writer_add_tensor(w, ti->name, ti->n_dims, ti->ne, j->out_type, err)))
             goto done;

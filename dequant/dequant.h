@@ -22,7 +22,7 @@
  * fp16 scale of a q8_0/q4_K/q3_K/PN block (tensor, row, block and field).
  *
  * Writing: streamed through the GGUF writer into a temporary file beside OUT,
- * in chunks decoded in parallel, one segment (SEG_TARGET elements, whole
+ * in chunks decoded in parallel, one segment (quant/segments.h; whole
  * blocks) per step, so memory stays near 3 x chunk_bytes plus a segment per
  * thread whatever the row length; re-opened and checked, then renamed onto
  * OUT. An existing OUT is refused unless force; OUT may not be IN. On any

@@ -1,12 +1,12 @@
 /* The source identity (see source_id.h). */
 #include "io/source_id.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/crc32.h"
 #include "common/hash.h"
+#include "common/threads.h"
 #include "gguf/gguf_split.h"
 #include "gguf/header_hash.h"
 #include "gguf/pn_keys.h"
@@ -193,6 +193,41 @@ typedef struct crc_piece {
     uint32_t crc;
 } crc_piece;
 
+/* What every item of pn_tensor_crcs shares. */
+typedef struct crcs_job {
+    const gguf_reader *r;
+    const size_t *idx;
+    int64_t sample_rows;
+    int threads;
+    volatile sig_atomic_t *cancel;
+    uint32_t *crcs;
+    uint8_t **bufs; /* one a thread */
+    crc_piece *pc;
+    size_t n_items;
+} crcs_job;
+
+/* Item j: the sampled CRC of tensor j, or piece j's CRC, on one thread. */
+static pn_status crc_item(void *ctx, size_t j, int t, void *fail)
+{
+    const crcs_job *c = ctx;
+    pn_error *e = fail;
+    pn_status s;
+    if (c->sample_rows > 0) {
+        s = sample_crc_one(c->r, c->idx[j], c->sample_rows, c->bufs[t], c->cancel, &c->crcs[j], e);
+    } else {
+        const crc_piece *pc = c->pc;
+        size_t ahead = j + 2 * (size_t)c->threads;
+        if (ahead < c->n_items)
+            gguf_reader_advise(
+                c->r, gguf_reader_tensor_file_offset(c->r, c->idx[pc[ahead].k]) + pc[ahead].off,
+                pc[ahead].len, true);
+        c->pc[j].crc = 0;
+        s = crc_range(c->r, c->idx[pc[j].k], pc[j].off, pc[j].len, c->bufs[t], c->cancel,
+                      &c->pc[j].crc, e);
+    }
+    return s;
+}
+
 pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int64_t sample_rows,
                          int threads, volatile sig_atomic_t *cancel, uint32_t *crcs, pn_error *err)
 {
@@ -203,8 +238,6 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
     pn_status st = PN_OK;
     uint8_t **bufs = calloc((size_t)threads, sizeof *bufs);
     crc_piece *pc = NULL;
-    pn_status *item_st = NULL;
-    pn_error *item_err = NULL;
     size_t n_items = n;
     if (!bufs)
         return pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", gguf_reader_name(r));
@@ -229,12 +262,6 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
             }
         }
     }
-    item_st = calloc(n_items ? n_items : 1, sizeof *item_st);
-    item_err = calloc((size_t)threads, sizeof *item_err);
-    if (!item_st || !item_err) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", gguf_reader_name(r));
-        goto done;
-    }
     for (int t = 0; t < threads; t++)
         if (!(bufs[t] = malloc((size_t)PIECE_BYTES))) {
             st = pn_error_set(err, PN_ERR_NOMEM, "%s: out of memory", gguf_reader_name(r));
@@ -244,31 +271,9 @@ pn_status pn_tensor_crcs(const gguf_reader *r, const size_t *idx, size_t n, int6
     size_t bad = SIZE_MAX;
     pn_error bad_err;
     pn_error_clear(&bad_err);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t j = 0; j < n_items; j++) {
-        int t = omp_get_thread_num();
-        pn_error *e = &item_err[t];
-        pn_status s;
-        if (sample_rows > 0) {
-            s = sample_crc_one(r, idx[j], sample_rows, bufs[t], cancel, &crcs[j], e);
-        } else {
-            size_t ahead = j + 2 * (size_t)threads;
-            if (ahead < n_items)
-                gguf_reader_advise(
-                    r, gguf_reader_tensor_file_offset(r, idx[pc[ahead].k]) + pc[ahead].off,
-                    pc[ahead].len, true);
-            pc[j].crc = 0;
-            s = crc_range(r, idx[pc[j].k], pc[j].off, pc[j].len, bufs[t], cancel, &pc[j].crc, e);
-        }
-        item_st[j] = s;
-        if (s != PN_OK) {
-#pragma omp critical(pn_tensor_crcs_error)
-            if (j < bad) {
-                bad = j;
-                bad_err = *e;
-            }
-        }
-    }
+    crcs_job job = { r, idx, sample_rows, threads, cancel, crcs, bufs, pc, n_items };
+    pn_each_first_failure(n_items, threads, PN_EACH_RUN_ALL, crc_item, &job, sizeof bad_err,
+                          &bad_err, &bad);
     if (bad != SIZE_MAX) {
         if (err)
             *err = bad_err;
@@ -286,8 +291,6 @@ done:
         free(bufs[t]);
     free(bufs);
     free(pc);
-    free(item_st);
-    free(item_err);
     return st;
 }
 

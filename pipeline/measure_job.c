@@ -4,7 +4,6 @@
 #include "pipeline/measure_job.h"
 
 #include <inttypes.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +11,7 @@
 
 #include "common/crc32.h"
 #include "common/mem.h"
+#include "common/threads.h"
 #include "hadamard/hadamard_fast.h"
 #include "pipeline/stream.h"
 #include "pipeline/tensor_job.h"
@@ -176,60 +176,83 @@ static pn_status piece_sums_weighted(int type, int path, const float *x, const f
     return PN_OK;
 }
 
+/* What every row of measure_compute shares. */
+typedef struct rows_job {
+    measure_job *j;
+    const cand *c;
+    pn_chunk *ch;
+    int B;
+    bool piece;
+} rows_job;
+
+/* Where a row's sums failed: the column and the type being measured. */
+typedef struct row_fail {
+    int64_t col;
+    int type;
+} row_fail;
+
+/* Row r's sums into blk_err[3r..3r+2], on thread t. */
+static pn_status measure_row(void *ctx, size_t i, int t, void *fail)
+{
+    const rows_job *rj = ctx;
+    measure_job *j = rj->j;
+    const cand *c = rj->c;
+    pn_chunk *ch = rj->ch;
+    const int B = rj->B;
+    const int64_t r = (int64_t)i;
+    float *x = ch->x + r * ch->n_cols;
+    uint8_t *scratch = j->scratch[t];
+    float *x0 = (float *)(scratch + j->scratch_orig);
+    double *tmp = (double *)(scratch + j->scratch_err);
+    if (c->v)
+        memcpy(x0, x, (size_t)ch->n_cols * sizeof(float));
+    if (B > 1)
+        pn_hadamard_rotate_row_path(j->path, x, ch->n_cols, B);
+    double e3 = 0.0, e4 = 0.0, w2 = 0.0;
+    if (rj->piece && ch->col0 > 0) {
+        e3 = j->carry3;
+        e4 = j->carry4;
+        w2 = j->carry_n;
+    }
+    int64_t col = 0;
+    /* an expert tensor's row takes its expert's weights (matrix after matrix) */
+    const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
+    pn_status st = v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v, scratch,
+                                           tmp, &e3, &w2, &col)
+                     : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
+    int type = PN_TYPE_PN3T;
+    if (st == PN_OK) {
+        type = PN_TYPE_PN4T;
+        st = v ? piece_sums_weighted(PN_TYPE_PN4T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp,
+                                     &e4, NULL, &col)
+               : piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
+    }
+    ch->blk_err[3 * r] = e3;
+    ch->blk_err[3 * r + 1] = e4;
+    ch->blk_err[3 * r + 2] = w2;
+    if (st != PN_OK) {
+        row_fail *f = fail;
+        f->col = ch->col0 + (col > 0 ? col : 0);
+        f->type = type;
+    }
+    return st;
+}
+
 /* Sums per row of the chunk into blk_err[3r..3r+2] (pn3t error, pn4t error,
  * norm), in parallel over rows; a piece continues the row's carried sums. */
 static pn_status measure_compute(void *ctx, pn_chunk *ch, pn_error *err)
 {
     measure_job *j = ctx;
     const cand *c = &j->c[ch->tag];
-    const int B = c->t->rotation_block;
     const bool piece = ch->n_cols != ch->K;
     double t0 = pn_now_seconds();
-    int bad_st = PN_OK;
-    int64_t bad_r = -1, bad_c = 0, bad_type = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(j->threads)
-    for (int64_t r = 0; r < ch->n_rows; r++) {
-        float *x = ch->x + r * ch->n_cols;
-        uint8_t *scratch = j->scratch[omp_get_thread_num()];
-        float *x0 = (float *)(scratch + j->scratch_orig);
-        double *tmp = (double *)(scratch + j->scratch_err);
-        if (c->v)
-            memcpy(x0, x, (size_t)ch->n_cols * sizeof(float));
-        if (B > 1)
-            pn_hadamard_rotate_row_path(j->path, x, ch->n_cols, B);
-        double e3 = 0.0, e4 = 0.0, w2 = 0.0;
-        if (piece && ch->col0 > 0) {
-            e3 = j->carry3;
-            e4 = j->carry4;
-            w2 = j->carry_n;
-        }
-        int64_t col = 0;
-        /* an expert tensor's row takes its expert's weights (matrix after matrix) */
-        const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
-        pn_status st =
-            v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp,
-                                    &e3, &w2, &col)
-              : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
-        int type = PN_TYPE_PN3T;
-        if (st == PN_OK) {
-            type = PN_TYPE_PN4T;
-            st = v ? piece_sums_weighted(PN_TYPE_PN4T, j->path, x, x0, ch->n_cols, B, v, scratch,
-                                         tmp, &e4, NULL, &col)
-                   : piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
-        }
-        ch->blk_err[3 * r] = e3;
-        ch->blk_err[3 * r + 1] = e4;
-        ch->blk_err[3 * r + 2] = w2;
-        if (st != PN_OK) {
-#pragma omp critical(pn_measure_error)
-            if (bad_r < 0 || r < bad_r) {
-                bad_r = r;
-                bad_st = st;
-                bad_c = ch->col0 + (col > 0 ? col : 0);
-                bad_type = type;
-            }
-        }
-    }
+    rows_job rj = { j, c, ch, c->t->rotation_block, piece };
+    row_fail f = { 0, 0 };
+    size_t bad_at = SIZE_MAX;
+    const int bad_st = pn_each_first_failure((size_t)ch->n_rows, j->threads, PN_EACH_RUN_ALL,
+                                             measure_row, &rj, sizeof f, &f, &bad_at);
+    const int64_t bad_r = bad_at == SIZE_MAX ? -1 : (int64_t)bad_at;
+    const int64_t bad_c = f.col, bad_type = f.type;
     j->t_compute += pn_now_seconds() - t0;
     if (bad_r >= 0) {
         const char *tn = pn_type_traits_get((int)bad_type)->name;

@@ -1,12 +1,12 @@
 /* readback.c - the written output read back and checked (see readback.h). */
 #include "pipeline/readback.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "common/crc32.h"
+#include "common/threads.h"
 #include "quant/pn.h"
 #include "quant/types.h"
 
@@ -189,6 +189,36 @@ static vpiece *make_pieces(const pn_readback *b, size_t lo, size_t n, size_t *co
     return pc;
 }
 
+/* What every piece of check_pieces shares. */
+typedef struct pieces_job {
+    pn_readback *b;
+    const gguf_reader *r;
+    vpiece *pc;
+    size_t n_pc, lo;
+    uint8_t **bufs;       /* one a thread */
+    gguf_direct **direct; /* one a thread */
+} pieces_job;
+
+/* Piece j read and checked on thread t; the read's status is returned. */
+static pn_status check_one_piece(void *ctx, size_t j, int t, void *fail)
+{
+    const pieces_job *c = ctx;
+    if (c->b->cancel && *c->b->cancel)
+        return PN_OK;
+    vpiece *p = &c->pc[j];
+    gguf_direct *d = c->direct[t];
+    /* read buffered (the file system refuses O_DIRECT): the pieces a
+     * little ahead are read by the kernel meanwhile */
+    size_t ahead = j + 2 * (size_t)c->b->threads;
+    if (ahead < c->n_pc && !gguf_direct_is_direct(d))
+        gguf_reader_advise(
+            c->r, gguf_reader_tensor_file_offset(c->r, c->pc[ahead].tensor) + c->pc[ahead].off,
+            c->pc[ahead].len, true);
+    p->st = check_piece(d, c->bufs[t], p->tensor, p->off, p->len, c->b->t[c->lo + p->tensor].type,
+                        &p->crc, &p->block_st, &p->bad_block, fail);
+    return p->st;
+}
+
 /* Every piece read and checked, in parallel, one handle and buffer a
  * thread; the first read error in file order into *first_io (its index in
  * *first_io_at, SIZE_MAX when none). */
@@ -205,32 +235,11 @@ static pn_status check_pieces(pn_readback *b, const gguf_reader *r, const char *
     for (int i = 0; i < threads && st == PN_OK; i++)
         st = open_piece_reader(r, path, &bufs[i], &direct[i], err);
     *first_io_at = SIZE_MAX;
-    volatile int stop = st != PN_OK;
-    volatile sig_atomic_t *cancel = b->cancel;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t j = 0; j < n_pc; j++) {
-        if (stop || (cancel && *cancel))
-            continue;
-        vpiece *p = &pc[j];
-        gguf_direct *d = direct[omp_get_thread_num()];
-        /* read buffered (the file system refuses O_DIRECT): the pieces a
-         * little ahead are read by the kernel meanwhile */
-        size_t ahead = j + 2 * (size_t)threads;
-        if (ahead < n_pc && !gguf_direct_is_direct(d))
-            gguf_reader_advise(r,
-                               gguf_reader_tensor_file_offset(r, pc[ahead].tensor) + pc[ahead].off,
-                               pc[ahead].len, true);
-        pn_error e;
-        p->st = check_piece(d, bufs[omp_get_thread_num()], p->tensor, p->off, p->len,
-                            b->t[lo + p->tensor].type, &p->crc, &p->block_st, &p->bad_block, &e);
-        if (p->st != PN_OK) {
-#pragma omp critical(pn_readback_io)
-            if (j < *first_io_at) {
-                *first_io_at = j;
-                *first_io = e;
-            }
-            stop = 1;
-        }
+    if (st == PN_OK) {
+        pieces_job job = { b, r, pc, n_pc, lo, bufs, direct };
+        /* after a read error nothing else is worth checking */
+        pn_each_first_failure(n_pc, threads, PN_EACH_SKIP_AFTER_FAILURE, check_one_piece, &job,
+                              sizeof *first_io, first_io, first_io_at);
     }
     if (bufs)
         for (int i = 0; i < threads; i++)

@@ -1,6 +1,7 @@
 /* test_common.c - the shared helpers of common/: hostile small files, the
  * O_DIRECT reopen, text that is safe for a terminal and valid JSON, the
- * thread default, the hashes, the clock, the CPU features, one place of
+ * thread default and the loop that reports the first failure in item
+ * order, the hashes, the clock, the CPU features, one place of
  * two paths, the line reader, little-endian loads and stores. */
 #include <criterion/criterion.h>
 
@@ -267,6 +268,77 @@ Test(threads, a_positive_request_is_kept_and_zero_means_every_core)
     cr_assert_eq(pn_threads_resolve(3), 3);
     cr_assert_geq(pn_threads_resolve(0), 1);
     cr_assert_eq(pn_threads_resolve(-1), pn_threads_resolve(0));
+}
+
+/* Items of the ordered-first-failure loop: 5, 17 and 40 fail, each with its
+ * own status and message; item 5 is slow, so with two threads or more a
+ * later item fails first in time. */
+typedef struct each_case {
+    int threads;
+    int done[64];
+    int bad_thread; /* a call saw a thread index outside 0..threads-1 */
+} each_case;
+
+static pn_status each_item(void *ctx, size_t i, int thread, void *fail)
+{
+    each_case *c = ctx;
+    if (thread < 0 || thread >= (c->threads > 1 ? c->threads : 1))
+        c->bad_thread = 1;
+    if (i == 5) {
+        struct timespec ts = { 0, 60 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    c->done[i] = 1;
+    const pn_status st = i == 5 ? PN_ERR_IO : i == 17 ? PN_ERR_CRC : i == 40 ? PN_ERR_NOMEM : PN_OK;
+    if (st != PN_OK)
+        pn_error_set(fail, st, "item %zu failed", i);
+    return st;
+}
+
+Test(each_first_failure, the_first_failure_in_item_order_wins_whatever_the_thread_count)
+{
+    const int counts[] = { 1, 2, 3, 8 };
+    const int hows[] = { PN_EACH_SKIP_AFTER_FAILURE, PN_EACH_RUN_ALL };
+    for (size_t h = 0; h < 2; h++)
+        for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+            each_case c = { .threads = counts[k] };
+            pn_error e;
+            size_t at = 0;
+            pn_status st =
+                pn_each_first_failure(64, c.threads, hows[h], each_item, &c, sizeof e, &e, &at);
+            cr_assert_eq(st, PN_ERR_IO, "threads %d: status %d", c.threads, st);
+            cr_assert_eq(at, 5);
+            cr_assert_eq(e.code, PN_ERR_IO);
+            cr_assert_str_eq(e.msg, "item 5 failed");
+            cr_assert_eq(c.bad_thread, 0);
+            for (size_t i = 0; i <= 5; i++)
+                cr_assert_eq(c.done[i], 1, "threads %d: item %zu before the failure not run",
+                             c.threads, i);
+            if (hows[h] == PN_EACH_RUN_ALL)
+                for (size_t i = 0; i < 64; i++)
+                    cr_assert_eq(c.done[i], 1, "threads %d: item %zu not run", c.threads, i);
+        }
+}
+
+Test(each_first_failure, every_item_runs_once_and_none_failing_is_ok)
+{
+    for (int threads = 1; threads <= 4; threads++) {
+        each_case c = { .threads = threads };
+        size_t at = 0;
+        /* items 0..4: none of them fails */
+        pn_status st = pn_each_first_failure(5, threads, PN_EACH_SKIP_AFTER_FAILURE, each_item, &c,
+                                             0, NULL, &at);
+        cr_assert_eq(st, PN_OK);
+        cr_assert_eq(at, SIZE_MAX);
+        for (size_t i = 0; i < 64; i++)
+            cr_assert_eq(c.done[i], i < 5, "threads %d: item %zu", threads, i);
+        each_case none = { .threads = threads };
+        st = pn_each_first_failure(0, threads, PN_EACH_RUN_ALL, each_item, &none, 0, NULL, &at);
+        cr_assert_eq(st, PN_OK);
+        cr_assert_eq(at, SIZE_MAX);
+        for (size_t i = 0; i < 64; i++)
+            cr_assert_eq(none.done[i], 0);
+    }
 }
 
 Test(open_direct, a_regular_file_is_opened_again_and_anything_else_is_refused)

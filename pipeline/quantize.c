@@ -104,7 +104,7 @@ typedef struct run_ctx {
     uint64_t weights_done, weights_total;
     double t_start;
     pn_source_id sid;    /* the source's identity, for pn.source.*: its tensor_crc
-                              * filled by the stream (in order, qj_finish) */
+                              * filled by the stream (in order, quant_job_finish) */
     uint32_t *rd_sample; /* per tensor: the sampled rows' CRC-32 as the stream read
                               * them (compared with sid's when read before the run) */
     pn_reuse *ru;        /* --reuse PREV, or NULL */
@@ -147,7 +147,7 @@ typedef struct quant_job {
     double t_gpu;
 } quant_job;
 
-static bool qj_next(void *ctx, pn_chunk *ch)
+static bool quant_job_next(void *ctx, pn_chunk *ch)
 {
     quant_job *q = ctx;
     if (q->cur.i < q->n && copied(q->c, q->jt[q->cur.i].index)) {
@@ -168,9 +168,10 @@ static bool qj_next(void *ctx, pn_chunk *ch)
 }
 
 /* A slice's source CRCs (the team's): part[0] of all its bytes, part[1]
- * of those of the sampled rows; qj_finish joins them in order. */
-static void qj_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
-                           int64_t n_elems, pn_crc_part part[PN_STREAM_CRCS])
+ * of those of the sampled rows; quant_job_finish joins them in order. */
+static void quant_job_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at,
+                                  const uint8_t *bytes, int64_t n_elems,
+                                  pn_crc_part part[PN_STREAM_CRCS])
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
@@ -186,7 +187,7 @@ static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
     return q->c->cuda && pn_type_is_pn(t->type);
 }
 
-static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_compute(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
@@ -202,7 +203,7 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
         return pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC,
                                  &ch->crc, file, err);
     /* GPU: rotated here, searched there while the CPU goes on with the next
-     * chunk; finished (collected, summed, CRC) in qj_finish */
+     * chunk; finished (collected, summed, CRC) in quant_job_finish */
     pn_status st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE, NULL, file, err);
     if (st != PN_OK)
         return st;
@@ -217,7 +218,7 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
     return PN_OK;
 }
 
-static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_finish(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     run_ctx *c = q->c;
@@ -278,7 +279,7 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 /* The writer stage: the chunk goes to the file of its tensor (which also
  * starts the writeback of what is written, pn_outset_opts), then what has
  * settled on the device since is read back (pipeline/readback.h). */
-static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     const pn_reuse *ru = q->c->ru;
@@ -389,7 +390,12 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = { &q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs };
+    pn_stream_ops ops = { &q,
+                          quant_job_next,
+                          quant_job_compute,
+                          quant_job_finish,
+                          quant_job_write,
+                          quant_job_source_crcs };
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);

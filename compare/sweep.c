@@ -1,22 +1,19 @@
 /* sweep.c - pn-compare --sweep (sweep.h): the mixes of one source made in a
- * work folder, the stock types by stock llama.cpp's quantizer in a child,
- * one comparison of all of them, and what is kept. */
+ * work folder (the stock types by stock llama.cpp's quantizer in a child,
+ * sweep_stock.c), one comparison of all of them, and what is kept. */
 #include "compare/sweep.h"
+#include "compare/sweep_stock.h"
 #include "compare/kl_measure.h"
 #include "common/file.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,29 +26,6 @@
 
 #define MEASUREMENT_NAME "measurement.pnm"
 #define KL_MEASUREMENT_NAME "measurement.kl"
-
-static const char *const k_stock_types[] = { "Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
-                                             "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K" };
-
-/* llama.cpp's ftype (general.file_type) of each, in k_stock_types' order. */
-static const unsigned k_stock_ftypes[] = { 7, 11, 12, 13, 14, 15, 17, 18 };
-
-/* The name as llama-quantize spells it (it takes q4_k_m too), or NULL. */
-static const char *stock_canonical(const char *name, unsigned *ftype)
-{
-    for (size_t i = 0; i < sizeof k_stock_types / sizeof k_stock_types[0]; i++)
-        if (strcasecmp(name, k_stock_types[i]) == 0) {
-            if (ftype)
-                *ftype = k_stock_ftypes[i];
-            return k_stock_types[i];
-        }
-    return NULL;
-}
-
-bool pn_sweep_stock_type_known(const char *name)
-{
-    return stock_canonical(name, NULL) != NULL;
-}
 
 static const char *const k_order_names[PN_SWEEP_N_ORDERS] = { "error", "forward", "kl" };
 
@@ -97,20 +71,6 @@ void pn_sweep_opts_init(pn_sweep_opts *o)
 {
     memset(o, 0, sizeof *o);
     pn_compare_opts_init(&o->compare);
-}
-
-char *pn_sweep_default_libllama(const char *script)
-{
-    const char *slash = strrchr(script, '/');
-    size_t dir = slash ? (size_t)(slash - script) : 1;
-    const char *base = slash ? script : ".";
-    const char *rel = "/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.5.0.so";
-    char *s = malloc(dir + strlen(rel) + 1);
-    if (s) {
-        memcpy(s, base, dir);
-        strcpy(s + dir, rel);
-    }
-    return s;
 }
 
 static double now_s(void)
@@ -177,118 +137,6 @@ static void work_unlock(work *w)
     if (w->keep_fd >= 0)
         close(w->keep_fd);
     w->keep_fd = -1;
-}
-
-/* ---- a stock type: pn-llama-quantize in a child ---- */
-
-static pn_status run_stock(const pn_sweep_opts *o, const char *lib, const char *src,
-                           const char *dst, const char *type, pn_sweep_mix *m, pn_error *err)
-{
-    int log_fd = memfd_create("pn-sweep-quantize-log", MFD_CLOEXEC);
-    if (log_fd < 0)
-        return pn_error_set(err, PN_ERR_IO, "cannot make a log for the stock quantizer: %s",
-                            strerror(errno));
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", o->quantize_threads > 0 ? o->quantize_threads : 0);
-    /* the same importance matrix as the PN mixes', as llama-quantize --imatrix takes it */
-    char *const argv_plain[] = { (char *)o->quantizer, "--lib",      (char *)lib,
-                                 "--threads",          threads,      (char *)src,
-                                 (char *)dst,          (char *)type, NULL };
-    char *const argv_imatrix[] = {
-        (char *)o->quantizer,    "--lib",     (char *)lib, "--threads",  threads, "--imatrix",
-        (char *)o->imatrix_path, (char *)src, (char *)dst, (char *)type, NULL
-    };
-    char *const *argv = o->imatrix_path ? argv_imatrix : argv_plain;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t def, none;
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGINT);
-    sigaddset(&def, SIGTERM);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&at, &def);
-    posix_spawnattr_setsigmask(&at, &none);
-    /* its own process group: a ^C at the terminal reaches us, and we stop it */
-    posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETPGROUP);
-    static char *const no_env[] = { NULL };
-    pid_t pid;
-    int rc =
-        posix_spawn(&pid, o->quantizer, &fa, &at, argv, o->compare.envp ? o->compare.envp : no_env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (rc != 0) {
-        close(log_fd);
-        snprintf(m->error, sizeof m->error, "cannot run the stock quantizer %s: %s", o->quantizer,
-                 strerror(rc));
-        m->status = PN_ERR_IO;
-        return PN_OK;
-    }
-    int status = 0;
-    bool killed = false;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR)
-            break;
-        if (cancelled(o) && !killed) {
-            kill(pid, SIGKILL);
-            killed = true;
-        }
-        struct timespec ts = { 0, 20 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
-    if (killed) {
-        close(log_fd);
-        unlink(dst);
-        return pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted while llama.cpp quantized %s",
-                            type);
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        close(log_fd);
-        m->status = PN_OK;
-        m->error[0] = 0;
-        struct stat sb;
-        if (stat(dst, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            snprintf(m->error, sizeof m->error, "the stock quantizer exited 0 but wrote no %s",
-                     dst);
-            m->status = PN_ERR_IO;
-        }
-        return PN_OK;
-    }
-    /* the end of its messages, on one line */
-    char tail[400] = "";
-    off_t size = lseek(log_fd, 0, SEEK_END);
-    if (size > 0) {
-        size_t want = (size_t)size < sizeof tail - 1 ? (size_t)size : sizeof tail - 1;
-        ssize_t n = pread(log_fd, tail, want, size - (off_t)want);
-        size_t k = n > 0 ? (size_t)n : 0;
-        while (k > 0 && (tail[k - 1] == '\n' || tail[k - 1] == ' '))
-            k--;
-        for (size_t i = 0; i < k; i++) {
-            unsigned char ch = (unsigned char)tail[i];
-            tail[i] = ch == '\n' ? '|' : (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-        }
-        tail[k] = 0;
-    }
-    close(log_fd);
-    unlink(dst);
-    if (WIFEXITED(status))
-        snprintf(m->error, sizeof m->error, "stock quantizer failed (exit %d): %s",
-                 WEXITSTATUS(status), tail[0] ? tail : "(no message)");
-    else
-        snprintf(m->error, sizeof m->error, "stock quantizer killed by signal %d: %s",
-                 WTERMSIG(status), tail[0] ? tail : "(no message)");
-    m->status = PN_ERR_IO;
-    return PN_OK;
 }
 
 /* ---- the report ---- */
@@ -429,7 +277,7 @@ static pn_status plan_mixes(const pn_sweep_opts *o, const work *w, pn_sweep_repo
         pn_sweep_mix *m = &rep->mixes[k];
         m->kind = PN_SWEEP_STOCK;
         m->promote = -1;
-        const char *type = stock_canonical(o->stock[i], NULL);
+        const char *type = pn_sweep_stock_canonical(o->stock[i], NULL);
         if (!type)
             return pn_error_set(err, PN_ERR_USAGE,
                                 "--stock: not a type the stock quantizer takes: '%.40s' (Q3_K_S "
@@ -502,7 +350,7 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
     bool ok = false;
     if (m->kind == PN_SWEEP_STOCK) {
         unsigned want = 0;
-        stock_canonical(m->name + strlen("stock "), &want);
+        pn_sweep_stock_canonical(m->name + strlen("stock "), &want);
         const gguf_kv *ft = gguf_reader_find_kv(r, "general.file_type");
         if (fmt)
             snprintf(why, cap, "a PN file, not a stock quantization");
@@ -986,7 +834,8 @@ static pn_status make_all(const pn_sweep_opts *o, const work *w, pn_sweep_report
         if (!dst)
             return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         double t = now_s();
-        st = run_stock(o, lib, o->compare.source_path, dst, m->name + strlen("stock "), m, err);
+        st = pn_sweep_run_stock(o, lib, o->compare.source_path, dst, m->name + strlen("stock "), m,
+                                err);
         m->make_seconds = now_s() - t;
         free(dst);
     }

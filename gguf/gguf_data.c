@@ -1,7 +1,7 @@
 /* gguf_data.c - reading a reader's tensor data: copied out with pread
  * (gguf_reader_read_at, gguf_reader_read_tensor), advised to the page cache,
  * and read around it with O_DIRECT through a gguf_direct handle (gguf.h).
- * The header parsing that decides where each tensor lies is gguf_reader.c's;
+ * The header parsing that decides where each tensor lies is gguf_header.c's;
  * every read here is checked against that, so a file that shrank is an
  * error naming it, never a short copy.
  */

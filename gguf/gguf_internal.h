@@ -1,4 +1,5 @@
-/* gguf_internal.h - what gguf_reader.c, gguf_tensors.c, gguf_data.c and gguf_split.c share;
+/* gguf_internal.h - what gguf_reader.c, gguf_header.c, gguf_tensors.c, gguf_data.c and
+ * gguf_split.c share;
  * not for callers outside gguf/.
  *
  * A reader is either one file (splits == NULL) or a split set: then it owns
@@ -83,5 +84,14 @@ ssize_t gguf_pread_full_(int fd, void *dst, size_t n, uint64_t at);
 
 /* The file offset of key kv's length field in r's file. */
 uint64_t gguf_reader_key_offset_(const gguf_reader *r, const gguf_kv *kv);
+
+/* gguf_header.c: parses and validates the header in r->base[0, r->avail)
+ * of a file of r->size bytes, filling r's keys and tensor infos. Returns
+ * GGUF_NEED_MORE_, not an error, when the header runs past the bytes held:
+ * *want (may be NULL) is then how many the parse needs; the caller resets
+ * what the parse built and parses again with more. GGUF_NEED_MORE_ never
+ * leaves gguf/. */
+#define GGUF_NEED_MORE_ ((pn_status)(PN_ERR_COUNT_ + 100))
+pn_status gguf_parse_header_(gguf_reader *r, uint64_t *want, pn_error *err);
 
 #endif

@@ -1,7 +1,7 @@
 /* gguf_tensors.c - a parsed reader's tensors, by index and by name, of one
  * file or of a split set (whose reader answers from the split holding the
  * tensor, gguf_internal.h), and the splits of a set. Parsing and checking
- * the header is gguf_reader.c's. */
+ * the header is gguf_header.c's. */
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 

@@ -1,5 +1,6 @@
 /* gguf_writer_internal.h - a writer's insides, shared by gguf_writer.c (keys,
- * tensors, output) and gguf_writer_split.c (the writers of a split set);
+ * tensors), gguf_writer_file.c (output) and gguf_writer_split.c (the
+ * writers of a split set);
  * not for callers outside gguf/.
  */
 #ifndef PN_GGUF_WRITER_INTERNAL_H

@@ -186,9 +186,10 @@ static pn_status promote_listed(pn_plan *plan, char **names, const int *lines, s
     return st;
 }
 
-/* Exact output file size for the plan's current promotions. */
-static pn_status measure_file_size(pn_job_plan *p, const gguf_reader *src,
-                                   volatile sig_atomic_t *cancel, pn_error *err)
+/* The output's layout for the plan's current promotions: its alignment,
+ * header and exact file size, and the mix label. */
+static pn_status compute_output_layout(pn_job_plan *p, const gguf_reader *src,
+                                       volatile sig_atomic_t *cancel, pn_error *err)
 {
     gguf_writer *w = NULL;
     pn_status st = pn_job_plan_writer(p, src, cancel, &w, err);
@@ -244,7 +245,7 @@ static pn_status choose_n_for_size(pn_job_plan *p, const gguf_reader *src, const
         for (size_t i = 0; i < k && st == PN_OK; i++)
             st = pn_plan_promote_index(p->plan, order[i], err);
         if (st == PN_OK)
-            st = measure_file_size(p, src, cancel, err);
+            st = compute_output_layout(p, src, cancel, err);
         if (st != PN_OK)
             break;
         if (step == 0) {
@@ -295,10 +296,10 @@ static pn_status load_imatrix(const pn_quantize_opts *o, pn_job_plan *p, pn_erro
     p->imatrix_hash = pn_imatrix_hash_used(p->imatrix, p->plan, &p->imatrix_used);
     if (o->note) {
         size_t with = 0, cand = 0;
-        for (size_t i = 0; i < p->n; i++)
-            if (p->t[i].candidate) {
+        for (size_t i = 0; i < p->plan->n_tensors; i++)
+            if (p->plan->tensors[i].candidate) {
                 cand++;
-                with += pn_imatrix_find(p->imatrix, p->t[i].name) != NULL;
+                with += pn_imatrix_find(p->imatrix, p->plan->tensors[i].name) != NULL;
             }
         char msg[PN_ERROR_MSG_MAX];
         snprintf(msg, sizeof msg,
@@ -336,13 +337,13 @@ static pn_status check_missing_entries(const pn_quantize_opts *o, const pn_job_p
     char names[PN_ERROR_MSG_MAX / 2];
     size_t used = 0;
     names[0] = 0;
-    for (size_t i = 0; i < p->n; i++) {
-        if (!p->t[i].candidate || pn_imatrix_find(p->imatrix, p->t[i].name))
+    for (size_t i = 0; i < p->plan->n_tensors; i++) {
+        if (!p->plan->tensors[i].candidate || pn_imatrix_find(p->imatrix, p->plan->tensors[i].name))
             continue;
         if (missing++ < 8) {
             char b[160];
             int k = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
-                             pn_safe_text(p->t[i].name, b, sizeof b));
+                             pn_safe_text(p->plan->tensors[i].name, b, sizeof b));
             if (k > 0 && (size_t)k < sizeof names - used)
                 used += (size_t)k;
         }
@@ -399,35 +400,29 @@ static pn_status obtain_measurement(const pn_quantize_opts *o, pn_job_plan *p, g
     return st;
 }
 
-pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
-                           const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
-                           pn_error *err)
+/* --rotation-cap: 0 turns the recipe's rotation off, a cap turns it on
+ * with that cap; negative (not given) keeps the recipe's. */
+static void override_rotation(const pn_quantize_opts *o, pn_recipe *recipe)
 {
-    *out = NULL;
-    pn_job_plan *p = calloc(1, sizeof *p);
-    if (!p)
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    p->source_header_hash = sid->header_hash;
-    p->quantizer = pn_job_quantizer_name(o);
-    p->overrides = o->overrides;
-    p->n_overrides = o->n_overrides;
-    pn_status st = load_recipe(o, &p->recipe, err);
-    if (st != PN_OK)
-        goto fail;
     if (o->rotation_cap == 0) {
-        p->recipe->rotation = PN_ROTATION_NONE;
-        p->recipe->rotation_cap = 0;
+        recipe->rotation = PN_ROTATION_NONE;
+        recipe->rotation_cap = 0;
     } else if (o->rotation_cap > 0) {
-        p->recipe->rotation = PN_ROTATION_HADAMARD;
-        p->recipe->rotation_cap = o->rotation_cap;
+        recipe->rotation = PN_ROTATION_HADAMARD;
+        recipe->rotation_cap = o->rotation_cap;
     }
+}
 
+/* The mix plan of the source's tensors under the recipe (tensors no rule
+ * matches are named in a note), the per-tensor result arrays and the
+ * weight count. */
+static pn_status build_plan(const pn_quantize_opts *o, gguf_reader *src, pn_job_plan *p,
+                            pn_error *err)
+{
     size_t n = gguf_reader_n_tensors(src);
     pn_tensor_desc *descs = calloc(n ? n : 1, sizeof *descs);
-    if (!descs) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (!descs)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(src, i);
         descs[i].name = ti->name;
@@ -436,7 +431,7 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
         descs[i].src_type = ti->type;
     }
     char *details = NULL;
-    st = pn_plan_build(p->recipe, descs, n, &p->plan, &details, err);
+    pn_status st = pn_plan_build(p->recipe, descs, n, &p->plan, &details, err);
     free(descs);
     if (st == PN_ERR_UNMATCHED && details && o->note) {
         size_t len = strlen(details) + 64;
@@ -450,98 +445,139 @@ pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn
     free(details);
     if (st != PN_OK) {
         pn_error_prefix(err, "%s", o->src_path);
-        goto fail;
+        return st;
     }
-    p->n = p->plan->n_tensors;
-    p->t = p->plan->tensors;
-    p->rel_error = calloc(p->n ? p->n : 1, sizeof *p->rel_error);
-    p->seconds = calloc(p->n ? p->n : 1, sizeof *p->seconds);
-    if (!p->rel_error || !p->seconds) {
-        st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < p->n; i++)
-        p->weights += (uint64_t)p->t[i].n_weights;
+    const size_t nt = p->plan->n_tensors;
+    p->rel_error = calloc(nt ? nt : 1, sizeof *p->rel_error);
+    p->seconds = calloc(nt ? nt : 1, sizeof *p->seconds);
+    if (!p->rel_error || !p->seconds)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < nt; i++)
+        p->weights += (uint64_t)p->plan->tensors[i].n_weights;
+    return PN_OK;
+}
 
-    if (o->imatrix_path && (st = load_imatrix(o, p, err)) != PN_OK)
-        goto fail;
-    st = measure_file_size(p, src, o->cancel,
-                           err); /* the alignment, and the size with no promotion */
+/* --promote-list: the tensors it names, promoted. */
+static pn_status promote_from_list(const pn_quantize_opts *o, pn_job_plan *p, pn_error *err)
+{
+    char **names = NULL;
+    int *lines = NULL;
+    size_t nn = 0;
+    pn_status st = read_name_list(o->promote_list_path, &names, &lines, &nn, err);
     if (st != PN_OK)
-        goto fail;
+        return st;
+    st = promote_listed(p->plan, names, lines, nn, o->promote_list_path, err);
+    for (size_t i = 0; i < nn; i++)
+        free(names[i]);
+    free(names);
+    free(lines);
+    return st;
+}
 
-    /* promotions */
-    if (o->promote_list_path) {
-        char **names = NULL;
-        int *lines = NULL;
-        size_t nn = 0;
-        st = read_name_list(o->promote_list_path, &names, &lines, &nn, err);
-        if (st != PN_OK)
-            goto fail;
-        st = promote_listed(p->plan, names, lines, nn, o->promote_list_path, err);
-        for (size_t i = 0; i < nn; i++)
-            free(names[i]);
-        free(names);
-        free(lines);
-        if (st != PN_OK)
-            goto fail;
-    } else {
-        int64_t want = o->promote >= 0 ? o->promote : p->recipe->promote;
-        if (want > 0 || o->target_size) {
-            if (!o->target_size && o->promote < 0 && (size_t)want > p->plan->n_candidates) {
-                /* the recipe's default is for the full model; a smaller one
-                 * gets every candidate it has, and is told so */
-                if (o->note) {
-                    char msg[256];
-                    snprintf(msg, sizeof msg,
-                             "the recipe promotes %" PRId64 " tensors but this model has %zu "
-                             "candidates: promoting all %zu",
-                             want, p->plan->n_candidates, p->plan->n_candidates);
-                    o->note(msg, o->user);
-                }
-                want = (int64_t)p->plan->n_candidates;
-            }
-            if (!o->target_size && (size_t)want > p->plan->n_candidates) {
-                st = pn_error_set(err, PN_ERR_MISMATCH,
-                                  "%" PRId64 " promotions asked for, but %s has only %zu pn3t "
-                                  "tensors that pn4t can hold",
-                                  want, o->src_path, p->plan->n_candidates);
-                goto fail;
-            }
-            pn_measurement *m = NULL;
-            const pn_measurement *use = NULL;
-            st = obtain_measurement(o, p, src, env, sid, stats, &m, &use, err);
-            if (st != PN_OK)
-                goto fail;
-            size_t n_promote = (size_t)want;
-            if (o->target_size) {
-                st = choose_n_for_size(p, src, use, o->target_size, o->cancel, &n_promote, err);
-                if (st == PN_OK)
-                    st = measure_file_size(p, src, o->cancel, err);
-                if (st == PN_OK && o->note) {
-                    char msg[256];
-                    snprintf(msg, sizeof msg,
-                             "--target-size: %zu promotions fit; the file is %" PRIu64
-                             " bytes (%.3f GiB)",
-                             n_promote, p->file_bytes, (double)p->file_bytes / 1073741824.0);
-                    o->note(msg, o->user);
-                }
-            } else {
-                st = pn_plan_promote_top(p->plan, use, n_promote, err);
-            }
-            pn_measurement_free(m);
-            if (st != PN_OK)
-                goto fail;
+/* How many promotions a count run makes (--promote, else the recipe's):
+ * the recipe's default is for the full model, so a smaller one gets every
+ * candidate it has and is told so; a count given past the candidates is
+ * refused. With --target-size the count is chosen later. */
+static pn_status promotions_wanted(const pn_quantize_opts *o, const pn_job_plan *p,
+                                   int64_t *want_out, pn_error *err)
+{
+    int64_t want = o->promote >= 0 ? o->promote : p->recipe->promote;
+    const size_t nc = p->plan->n_candidates;
+    if (!o->target_size && o->promote < 0 && want > 0 && (size_t)want > nc) {
+        if (o->note) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "the recipe promotes %" PRId64 " tensors but this model has %zu "
+                     "candidates: promoting all %zu",
+                     want, nc, nc);
+            o->note(msg, o->user);
         }
+        want = (int64_t)nc;
     }
-    st = measure_file_size(p, src, o->cancel, err);
+    if (!o->target_size && want > 0 && (size_t)want > nc)
+        return pn_error_set(err, PN_ERR_MISMATCH,
+                            "%" PRId64 " promotions asked for, but %s has only %zu pn3t "
+                            "tensors that pn4t can hold",
+                            want, o->src_path, nc);
+    *want_out = want;
+    return PN_OK;
+}
+
+/* --target-size: as many promotions, in measured order, as fit the limit,
+ * and a note saying how many and the file's size. */
+static pn_status promote_to_size(const pn_quantize_opts *o, pn_job_plan *p, const gguf_reader *src,
+                                 const pn_measurement *m, pn_error *err)
+{
+    size_t n_promote = 0;
+    pn_status st = choose_n_for_size(p, src, m, o->target_size, o->cancel, &n_promote, err);
+    if (st == PN_OK)
+        st = compute_output_layout(p, src, o->cancel, err);
+    if (st == PN_OK && o->note) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "--target-size: %zu promotions fit; the file is %" PRIu64 " bytes (%.3f GiB)",
+                 n_promote, p->file_bytes, (double)p->file_bytes / 1073741824.0);
+        o->note(msg, o->user);
+    }
+    return st;
+}
+
+/* The promotions: the list given, else a count or a target size chosen by
+ * the measurement (none to make when the count is 0 and no size is set). */
+static pn_status choose_promotions(const pn_quantize_opts *o, pn_job_plan *p, gguf_reader *src,
+                                   const pn_job_env *env, const pn_source_id *sid,
+                                   pn_quantize_stats *stats, pn_error *err)
+{
+    if (o->promote_list_path)
+        return promote_from_list(o, p, err);
+    int64_t want = 0;
+    pn_status st = promotions_wanted(o, p, &want, err);
+    if (st != PN_OK || (want <= 0 && !o->target_size))
+        return st;
+    pn_measurement *m = NULL;
+    const pn_measurement *use = NULL;
+    st = obtain_measurement(o, p, src, env, sid, stats, &m, &use, err);
     if (st != PN_OK)
-        goto fail;
+        return st;
+    if (o->target_size)
+        st = promote_to_size(o, p, src, use, err);
+    else
+        st = pn_plan_promote_top(p->plan, use, (size_t)want, err);
+    pn_measurement_free(m);
+    return st;
+}
+
+pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
+                           const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
+                           pn_error *err)
+{
+    *out = NULL;
+    pn_job_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
+    p->source_header_hash = sid->header_hash;
+    p->quantizer = pn_job_quantizer_name(o);
+    p->overrides = o->overrides;
+    p->n_overrides = o->n_overrides;
+    pn_status st = load_recipe(o, &p->recipe, err);
+    if (st == PN_OK) {
+        override_rotation(o, p->recipe);
+        st = build_plan(o, src, p, err);
+    }
+    if (st == PN_OK && o->imatrix_path)
+        st = load_imatrix(o, p, err);
+    if (st == PN_OK) /* the alignment, and the size with no promotion */
+        st = compute_output_layout(p, src, o->cancel, err);
+    if (st == PN_OK)
+        st = choose_promotions(o, p, src, env, sid, stats, err);
+    if (st == PN_OK)
+        st = compute_output_layout(p, src, o->cancel, err);
+    if (st != PN_OK) {
+        pn_job_plan_free(p);
+        return st;
+    }
     *out = p;
     return PN_OK;
-fail:
-    pn_job_plan_free(p);
-    return st;
 }
 
 pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
@@ -575,8 +611,8 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
     char label[96];
     pn_plan_mix_label(plan, label, sizeof label);
     const char **promoted = calloc(plan->n_promoted ? plan->n_promoted : 1, sizeof *promoted);
-    uint32_t *zeros = calloc(p->n ? p->n : 1, sizeof *zeros);
-    uint32_t *types = calloc(p->n ? p->n : 1, sizeof *types);
+    uint32_t *zeros = calloc(p->plan->n_tensors ? p->plan->n_tensors : 1, sizeof *zeros);
+    uint32_t *types = calloc(p->plan->n_tensors ? p->plan->n_tensors : 1, sizeof *types);
     if (!promoted || !zeros || !types) {
         free(promoted);
         free(zeros);
@@ -623,22 +659,25 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         gguf_writer_remove_kv(w, PN_KEY_ROTATION_BLOCK_SIZE);
     }
     if (st == PN_OK)
-        st = gguf_writer_set_arr(w, PN_KEY_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+        st = gguf_writer_set_arr(w, PN_KEY_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->plan->n_tensors);
     if (st == PN_OK)
         st = gguf_writer_set_str(w, PN_KEY_QUANTIZER, p->quantizer);
     /* who the source is (docs/reuse.md#the-keys) */
-    for (size_t i = 0; i < p->n; i++)
-        types[i] = (uint32_t)p->t[i].src_type;
+    for (size_t i = 0; i < p->plan->n_tensors; i++)
+        types[i] = (uint32_t)p->plan->tensors[i].src_type;
     if (st == PN_OK)
         st = gguf_writer_set_u64(w, PN_KEY_SOURCE_HEADER, p->source_header_hash);
     if (st == PN_OK)
         st = gguf_writer_set_u32(w, PN_KEY_SOURCE_SAMPLE_ROWS, PN_SOURCE_SAMPLE_ROWS);
     if (st == PN_OK)
-        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_SAMPLE_CRC, GGUF_TYPE_UINT32, zeros,
+                                 p->plan->n_tensors);
     if (st == PN_OK)
-        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_UINT32, zeros, p->n);
+        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TENSOR_CRC, GGUF_TYPE_UINT32, zeros,
+                                 p->plan->n_tensors);
     if (st == PN_OK)
-        st = gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->n);
+        st =
+            gguf_writer_set_arr(w, PN_KEY_SOURCE_TYPE, GGUF_TYPE_UINT32, types, p->plan->n_tensors);
     /* the imatrix it was made with: llama-quantize's keys, and ours */
     for (size_t k = 0; k < 4; k++) {
         static const char *const keys[] = { PN_KEY_QUANTIZE_IMATRIX_FILE,
@@ -676,12 +715,13 @@ pn_status pn_job_plan_writer(const pn_job_plan *p, const gguf_reader *src,
         pn_error_set(err, st, "setting the output's keys: %s", pn_strerror(st));
         goto fail;
     }
-    for (size_t i = 0; i < p->n && st == PN_OK; i++) {
+    for (size_t i = 0; i < p->plan->n_tensors && st == PN_OK; i++) {
         if ((i & 4095) == 0 && cancelled(cancel)) {
             st = pn_error_set(err, PN_ERR_INTERRUPTED, "interrupted by a signal");
             break;
         }
-        st = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].n_dims, p->t[i].ne, p->t[i].type, err);
+        st = gguf_writer_add_tensor(w, p->plan->tensors[i].name, p->plan->tensors[i].n_dims,
+                                    p->plan->tensors[i].ne, p->plan->tensors[i].type, err);
     }
     if (st != PN_OK)
         goto fail;

@@ -25,8 +25,6 @@
 typedef struct pn_job_plan {
     pn_recipe *recipe;
     pn_plan *plan;
-    size_t n;              /* plan->n_tensors */
-    pn_plan_tensor *t;     /* plan->tensors */
     char mix_label[96];    /* "P0k+19" */
     uint64_t header_bytes; /* up to the data section */
     uint64_t file_bytes;   /* header + padded data */
@@ -52,15 +50,15 @@ typedef struct pn_job_plan {
  * "pn-quantize <version>". */
 const char *pn_job_quantizer_name(const pn_quantize_opts *o);
 
-/* Recipe, types, rotation override, promotions (list, measurement, count or
- * target size) and sizes. sid is the source's identity so far (its header
- * hash at least; a saved measurement is checked against it). Adds the
- * measuring time to stats->t_measure. */
 /* Whether the run drops the source's MTP layer (pn_quantize_opts.no_mtp,
  * keep_mtp, else the recipe's mtp statement). Reads the recipe, so that a
  * recipe that cannot be used is refused before the source is opened. */
 pn_status pn_job_drop_mtp(const pn_quantize_opts *o, bool *drop, pn_error *err);
 
+/* Recipe, types, rotation override, promotions (list, measurement, count or
+ * target size) and sizes. sid is the source's identity so far (its header
+ * hash at least; a saved measurement is checked against it). Adds the
+ * measuring time to stats->t_measure. */
 pn_status pn_job_plan_make(const pn_quantize_opts *o, gguf_reader *src, const pn_job_env *env,
                            const pn_source_id *sid, pn_job_plan **out, pn_quantize_stats *stats,
                            pn_error *err);

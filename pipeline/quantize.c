@@ -95,16 +95,16 @@ typedef struct run_ctx {
     gguf_reader *src;
     gguf_reader *src_set;     /* --keep-split of a set read without its MTP layer: the set */
     struct stat *split_stats; /* of the source's splits after open (a set), for the end */
-    pn_job_plan *plan;
-    gguf_writer *model; /* the output's keys and tensors, as one file */
-    pn_outset *out;     /* the files written: one, or a split set */
+    pn_job_plan *job;         /* the plan of the run; job->plan is its mix plan */
+    gguf_writer *model;       /* the output's keys and tensors, as one file */
+    pn_outset *out;           /* the files written: one, or a split set */
     pn_job_env env;
     pn_cuda_ctx *cuda; /* NULL: CPU */
     uint32_t *crcs;
     uint64_t weights_done, weights_total;
     double t_start;
     pn_source_id sid;    /* the source's identity, for pn.source.*: its tensor_crc
-                              * filled by the stream (in order, qj_finish) */
+                              * filled by the stream (in order, quant_job_finish) */
     uint32_t *rd_sample; /* per tensor: the sampled rows' CRC-32 as the stream read
                               * them (compared with sid's when read before the run) */
     pn_reuse *ru;        /* --reuse PREV, or NULL */
@@ -122,9 +122,13 @@ static void progress(run_ctx *c, int phase, size_t i, const char *name)
 {
     if (!c->o->progress)
         return;
-    pn_progress p = {
-        phase, i, c->plan->n, name, c->weights_done, c->weights_total, pn_now_seconds() - c->t_start
-    };
+    pn_progress p = { phase,
+                      i,
+                      c->job->plan->n_tensors,
+                      name,
+                      c->weights_done,
+                      c->weights_total,
+                      pn_now_seconds() - c->t_start };
     c->o->progress(&p, c->o->user);
 }
 
@@ -143,7 +147,7 @@ typedef struct quant_job {
     double t_gpu;
 } quant_job;
 
-static bool qj_next(void *ctx, pn_chunk *ch)
+static bool quant_job_next(void *ctx, pn_chunk *ch)
 {
     quant_job *q = ctx;
     if (q->cur.i < q->n && copied(q->c, q->jt[q->cur.i].index)) {
@@ -164,9 +168,10 @@ static bool qj_next(void *ctx, pn_chunk *ch)
 }
 
 /* A slice's source CRCs (the team's): part[0] of all its bytes, part[1]
- * of those of the sampled rows; qj_finish joins them in order. */
-static void qj_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at, const uint8_t *bytes,
-                           int64_t n_elems, pn_crc_part part[PN_STREAM_CRCS])
+ * of those of the sampled rows; quant_job_finish joins them in order. */
+static void quant_job_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at,
+                                  const uint8_t *bytes, int64_t n_elems,
+                                  pn_crc_part part[PN_STREAM_CRCS])
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
@@ -182,7 +187,7 @@ static bool on_gpu(const quant_job *q, const pn_job_tensor *t)
     return q->c->cuda && pn_type_is_pn(t->type);
 }
 
-static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_compute(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     const pn_job_tensor *t = &q->jt[ch->tag];
@@ -190,7 +195,7 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
     ch->t0 = pn_now_seconds();
     if (copied(q->c, t->index)) {
         /* checked against PREV's pn.tensor_crc32 before the run */
-        ch->out_len = (size_t)q->c->plan->t[t->index].bytes;
+        ch->out_len = (size_t)q->c->job->plan->tensors[t->index].bytes;
         ch->crc = q->c->ru->crc32[t->index];
         return PN_OK;
     }
@@ -198,7 +203,7 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
         return pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE | PN_JOB_QUANTIZE | PN_JOB_CRC,
                                  &ch->crc, file, err);
     /* GPU: rotated here, searched there while the CPU goes on with the next
-     * chunk; finished (collected, summed, CRC) in qj_finish */
+     * chunk; finished (collected, summed, CRC) in quant_job_finish */
     pn_status st = pn_job_chunk_work(&q->k, t, ch, PN_JOB_ROTATE, NULL, file, err);
     if (st != PN_OK)
         return st;
@@ -213,7 +218,7 @@ static pn_status qj_compute(void *ctx, pn_chunk *ch, pn_error *err)
     return PN_OK;
 }
 
-static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_finish(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     run_ctx *c = q->c;
@@ -258,14 +263,14 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
             *src_crc[j] = (uint32_t)crc32_combine(*src_crc[j], ch->src_crc[j].crc,
                                                   (z_off_t)ch->src_crc[j].len);
     if (ch->last_of_tensor) {
-        c->plan->rel_error[t->index] = copied(c, t->index) ? NAN
-                                       : q->den > 0.0      ? q->num / q->den
-                                                           : 0.0;
-        c->plan->seconds[t->index] = pn_now_seconds() - q->t_first;
+        c->job->rel_error[t->index] = copied(c, t->index) ? NAN
+                                      : q->den > 0.0      ? q->num / q->den
+                                                          : 0.0;
+        c->job->seconds[t->index] = pn_now_seconds() - q->t_first;
         c->crcs[t->index] = q->crc;
         q->num = q->den = 0.0;
     }
-    c->weights_done += copied(c, t->index) ? (uint64_t)c->plan->t[t->index].n_weights
+    c->weights_done += copied(c, t->index) ? (uint64_t)c->job->plan->tensors[t->index].n_weights
                                            : (uint64_t)(ch->n_rows * ch->n_cols);
     progress(c, PN_PHASE_QUANTIZE, t->index, t->name);
     return PN_OK;
@@ -274,7 +279,7 @@ static pn_status qj_finish(void *ctx, pn_chunk *ch, pn_error *err)
 /* The writer stage: the chunk goes to the file of its tensor (which also
  * starts the writeback of what is written, pn_outset_opts), then what has
  * settled on the device since is read back (pipeline/readback.h). */
-static pn_status qj_write(void *ctx, pn_chunk *ch, pn_error *err)
+static pn_status quant_job_write(void *ctx, pn_chunk *ch, pn_error *err)
 {
     quant_job *q = ctx;
     const pn_reuse *ru = q->c->ru;
@@ -302,7 +307,7 @@ static pn_status check_identity(run_ctx *c, const pn_job_tensor *jt, size_t n, p
             return pn_error_set(err, PN_ERR_TRUNCATED,
                                 "%s: the file changed during the run: the sampled rows of tensor "
                                 "%s are not the ones read before it",
-                                c->o->src_path, c->plan->t[i].name);
+                                c->o->src_path, c->job->plan->tensors[i].name);
         c->sid.sample_crc[i] = c->rd_sample[i];
     }
     return PN_OK;
@@ -314,7 +319,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     memset(&q, 0, sizeof q);
     q.c = c;
     /* the tensors this run writes: all, or one split's (consecutive) */
-    size_t lo = 0, hi = c->plan->n;
+    size_t lo = 0, hi = c->job->plan->n_tensors;
     while (lo < hi && !pn_outset_writes_tensor(c->out, lo))
         lo++;
     while (hi > lo && !pn_outset_writes_tensor(c->out, hi - 1))
@@ -322,7 +327,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     q.n = hi - lo;
     pn_status st = PN_OK;
     q.jt = calloc(q.n ? q.n : 1, sizeof *q.jt);
-    q.names = calloc(c->plan->n ? c->plan->n : 1, sizeof *q.names);
+    q.names = calloc(c->job->plan->n_tensors ? c->job->plan->n_tensors : 1, sizeof *q.names);
     if (!q.jt || !q.names || pn_job_kernels_init(&q.k, c->env.threads, c->env.cpu_path) != PN_OK) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto done;
@@ -333,11 +338,11 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     const int64_t max_blocks = cw / 16 + 64;
     int64_t slot_w = 1, slot_blocks = 1;
     uint64_t slot_out = 1;
-    for (size_t i = 0; i < c->plan->n; i++)
-        q.names[i] = c->plan->t[i].name;
+    for (size_t i = 0; i < c->job->plan->n_tensors; i++)
+        q.names[i] = c->job->plan->tensors[i].name;
     for (size_t k = 0; k < q.n; k++) {
         const size_t i = lo + k;
-        const pn_plan_tensor *t = &c->plan->t[i];
+        const pn_plan_tensor *t = &c->job->plan->tensors[i];
         /* the reader accumulates these CRCs of what it reads; a copied
          * tensor reads nothing and takes PREV's record of its source */
         c->sid.tensor_crc[i] = copied(c, i) ? c->ru->source_crc32[i] : 0;
@@ -350,7 +355,7 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
         }
         /* dense or expert (the imatrix holds ne[2] matrices, checked) */
         if ((t->type == PN_TYPE_Q3_K || t->type == PN_TYPE_Q4_K) && t->ne[3] == 1) {
-            q.jt[k].qweights = pn_imatrix_weights_for(c->plan->imatrix, t->name);
+            q.jt[k].qweights = pn_imatrix_weights_for(c->job->imatrix, t->name);
             q.jt[k].qweights_rows = t->ne[1];
         }
         int64_t w, b;
@@ -385,7 +390,12 @@ static pn_status stream_tensors(run_ctx *c, pn_quantize_stats *stats, pn_error *
     cfg.src_path = c->o->src_path;
     cfg.tensor_names = q.names;
     cfg.cancel = c->o->cancel;
-    pn_stream_ops ops = { &q, qj_next, qj_compute, qj_finish, qj_write, qj_source_crcs };
+    pn_stream_ops ops = { &q,
+                          quant_job_next,
+                          quant_job_compute,
+                          quant_job_finish,
+                          quant_job_write,
+                          quant_job_source_crcs };
     pn_stream_times t;
     c->t_start = pn_now_seconds();
     st = pn_stream_run(&cfg, &ops, &t, err);
@@ -411,7 +421,7 @@ done:
 static pn_status validate_output(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
     const double t0 = pn_now_seconds();
-    progress(c, PN_PHASE_VALIDATE, c->plan->n, "validating");
+    progress(c, PN_PHASE_VALIDATE, c->job->plan->n_tensors, "validating");
     pn_status st = PN_OK;
     for (size_t s = 0; s < pn_outset_n_splits(c->out) && st == PN_OK; s++)
         if (pn_outset_writes(c->out, s))
@@ -432,18 +442,18 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         return PN_OK;
     pn_quantize_result r;
     memset(&r, 0, sizeof r);
-    r.plan = c->plan->plan;
+    r.plan = c->job->plan;
     r.src_path = o->src_path;
     r.dst_path = o->dst_path;
-    r.mix_label = c->plan->mix_label;
-    r.header_bytes = c->plan->header_bytes;
+    r.mix_label = c->job->mix_label;
+    r.header_bytes = c->job->header_bytes;
     r.file_bytes = pn_outset_total_bytes(c->out);
-    r.weights = c->plan->weights;
-    r.alignment = c->plan->alignment;
+    r.weights = c->job->weights;
+    r.alignment = c->job->alignment;
     r.dry_run = o->dry_run;
     if (!o->dry_run) {
-        r.rel_error = c->plan->rel_error;
-        r.seconds = c->plan->seconds;
+        r.rel_error = c->job->rel_error;
+        r.seconds = c->job->seconds;
         r.crc32 = c->crcs;
     }
     r.stats = stats;
@@ -471,8 +481,8 @@ static pn_status hand_result(run_ctx *c, const pn_quantize_stats *stats, pn_erro
         r.reuse_why = c->ru->why;
         r.reuse_none_why = c->ru->none_why[0] ? c->ru->none_why : NULL;
     }
-    r.imatrix = c->plan->imatrix;
-    r.imatrix_promotion = c->plan->imatrix && o->imatrix_promotion;
+    r.imatrix = c->job->imatrix;
+    r.imatrix_promotion = c->job->imatrix && o->imatrix_promotion;
     pn_error local;
     pn_error_clear(&local);
     pn_status st = o->result(&r, o->user, &local);
@@ -490,7 +500,7 @@ static void progress_phase(run_ctx *c, int phase, const char *what)
 {
     if (!c->o->progress)
         return;
-    pn_progress p = { phase, 0, c->plan ? c->plan->n : 0, what, 0, 0, 0.0 };
+    pn_progress p = { phase, 0, c->job ? c->job->plan->n_tensors : 0, what, 0, 0, 0.0 };
     c->o->progress(&p, c->o->user);
 }
 
@@ -500,30 +510,30 @@ static void progress_phase(run_ctx *c, int phase, const char *what)
 static pn_status decide_reuse(run_ctx *c, pn_quantize_stats *stats, pn_error *err)
 {
     const pn_quantize_opts *o = c->o;
-    pn_status st = pn_reuse_match(c->ru, c->plan->plan, &c->sid, c->plan->quantizer, o, err);
+    pn_status st = pn_reuse_match(c->ru, c->job->plan, &c->sid, c->job->quantizer, o, err);
     if (st == PN_OK)
-        pn_reuse_drop_imatrix(c->ru, c->plan->plan, c->plan->imatrix, c->plan->imatrix_hash, o);
+        pn_reuse_drop_imatrix(c->ru, c->job->plan, c->job->imatrix, c->job->imatrix_hash, o);
     if (st == PN_OK && o->reuse_verify && !o->dry_run) {
         double t0 = pn_now_seconds();
         progress_phase(c, PN_PHASE_REUSE_CHECK, "reading the source tensors to copy");
-        st = pn_reuse_verify(c->ru, c->plan->plan, c->src, &c->sid, c->env.threads, o, err);
+        st = pn_reuse_verify(c->ru, c->job->plan, c->src, &c->sid, c->env.threads, o, err);
         stats->t_verify = pn_now_seconds() - t0;
     }
     if (st == PN_OK && !o->dry_run) {
         double t0 = pn_now_seconds();
         progress_phase(c, PN_PHASE_REUSE_CHECK, "checking PREV's bytes");
-        st = pn_reuse_check_prev(c->ru, c->plan->plan, c->env.threads, o, err);
+        st = pn_reuse_check_prev(c->ru, c->job->plan, c->env.threads, o, err);
         stats->t_reuse_check = pn_now_seconds() - t0;
     }
     if (st != PN_OK)
         return st;
-    c->reused = calloc(c->plan->n ? c->plan->n : 1, sizeof *c->reused);
+    c->reused = calloc(c->job->plan->n_tensors ? c->job->plan->n_tensors : 1, sizeof *c->reused);
     if (!c->reused)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < c->plan->n; i++) {
+    for (size_t i = 0; i < c->job->plan->n_tensors; i++) {
         c->reused[i] = copied(c, i);
         if (c->reused[i])
-            c->plan->rel_error[i] = NAN; /* not computed: the bytes were not made here */
+            c->job->rel_error[i] = NAN; /* not computed: the bytes were not made here */
     }
     stats->n_reused = c->ru->n_copy;
     stats->reused_bytes = c->ru->copy_bytes;
@@ -632,7 +642,7 @@ static pn_status make_output(run_ctx *c, pn_error *err)
         return pn_error_set(err, PN_ERR_USAGE,
                             "--split-index needs a split output: --split-max-size, "
                             "--split-max-tensors or --keep-split");
-    pn_status st = pn_job_plan_writer(c->plan, c->src, o->cancel, &c->model, err);
+    pn_status st = pn_job_plan_writer(c->job, c->src, o->cancel, &c->model, err);
     if (st != PN_OK)
         return st;
     pn_outset_opts oo;
@@ -670,7 +680,7 @@ static pn_status name_dst_in_folder(run_ctx *c, pn_quantize_opts *named, char **
                                     struct stat *src_stat, pn_error *err)
 {
     pn_status st = pn_quantize_dst_in_folder(named->dst_path, c->src, named->src_path,
-                                             c->plan->mix_label, dst_auto, err);
+                                             c->job->mix_label, dst_auto, err);
     if (st != PN_OK)
         return st;
     named->dst_path = *dst_auto;
@@ -738,9 +748,9 @@ static pn_status write_output(run_ctx *c, pn_quantize_stats *stats, pn_error *er
         return st;
     if (pn_outset_notes(c->out))
         pn_quantize_note(o, "%s", pn_outset_notes(c->out));
-    for (size_t i = 0; i < c->plan->n; i++)
+    for (size_t i = 0; i < c->job->plan->n_tensors; i++)
         if (pn_outset_writes_tensor(c->out, i))
-            c->weights_total += (uint64_t)c->plan->t[i].n_weights;
+            c->weights_total += (uint64_t)c->job->plan->tensors[i].n_weights;
     st = stream_tensors(c, stats, err);
     if (st != PN_OK)
         return st;
@@ -827,26 +837,26 @@ pn_status pn_quantize_file(const pn_quantize_opts *given, pn_quantize_stats *sta
 
     /* plan */
     double t0 = pn_now_seconds();
-    st = pn_job_plan_make(o, c.src, &c.env, &c.sid, &c.plan, stats, err);
+    st = pn_job_plan_make(o, c.src, &c.env, &c.sid, &c.job, stats, err);
     stats->t_plan = pn_now_seconds() - t0 - stats->t_measure;
     if (st != PN_OK)
         goto out;
-    snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.plan->mix_label);
+    snprintf(stats->mix_name, sizeof stats->mix_name, "%s", c.job->mix_label);
     if (dst_folder && (st = name_dst_in_folder(&c, &named, &dst_auto, &src_stat, err)) != PN_OK)
         goto out;
-    stats->weights = c.plan->weights;
-    stats->n_promoted = (int)c.plan->plan->n_promoted;
+    stats->weights = c.job->weights;
+    stats->n_promoted = (int)c.job->plan->n_promoted;
     /* the output: one file or a split set, planned on the dry run too */
-    c.crcs = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.crcs);
-    c.rd_sample = calloc(c.plan->n ? c.plan->n : 1, sizeof *c.rd_sample);
+    c.crcs = calloc(c.job->plan->n_tensors ? c.job->plan->n_tensors : 1, sizeof *c.crcs);
+    c.rd_sample = calloc(c.job->plan->n_tensors ? c.job->plan->n_tensors : 1, sizeof *c.rd_sample);
     if (!c.crcs || !c.rd_sample) {
         st = pn_error_set(err, PN_ERR_NOMEM, "out of memory");
         goto out;
     }
     st = make_output(&c, err);
     if (st == PN_OK)
-        st = pn_readback_init(&c.rb, c.out, c.plan->t, c.crcs, c.plan->n, c.env.threads, o->cancel,
-                              err);
+        st = pn_readback_init(&c.rb, c.out, c.job->plan->tensors, c.crcs, c.job->plan->n_tensors,
+                              c.env.threads, o->cancel, err);
     if (st != PN_OK)
         goto out;
     stats->file_bytes = pn_outset_written_bytes(c.out);
@@ -922,7 +932,7 @@ out:
     free(c.crcs);
     free(c.rd_sample);
     free(c.reused);
-    pn_job_plan_free(c.plan);
+    pn_job_plan_free(c.job);
     gguf_reader_close(c.src);
     gguf_reader_close(c.src_set);
     pn_source_id_free(&c.sid);

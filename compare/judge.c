@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/spawn.h"
 #include "common/byte_order.h"
 #include "common/file.h"
 #include "convert/convert.h"
@@ -119,19 +120,8 @@ static pn_status child_start(const pn_compare_opts *o, char *const argv[], child
     posix_spawn_file_actions_adddup2(&fa, c->log_fd, 1);
     posix_spawn_file_actions_adddup2(&fa, c->log_fd, 2);
     posix_spawn_file_actions_adddup2(&fa, pp[1], 3);
-    /* the child gets the default SIGPIPE and SIGINT whatever we ignore */
     posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t def;
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGINT);
-    sigaddset(&def, SIGTERM);
-    posix_spawnattr_setsigdefault(&at, &def);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pn_spawnattr_init_child(&at, 0);
     static char *const no_env[] = { NULL };
     pid_t pid;
     int rc = posix_spawnp(&pid, o->node, &fa, &at, argv, o->envp ? o->envp : no_env);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/spawn.h"
 #include "common/file.h"
 #include "common/outfile.h"
 #include "io/source_open.h"
@@ -440,16 +441,7 @@ pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, 
         posix_spawn_file_actions_adddup2(&fa, pn_outfile_fd(out), 1);
         posix_spawn_file_actions_adddup2(&fa, log, 2);
         posix_spawnattr_t at;
-        posix_spawnattr_init(&at);
-        sigset_t def, none;
-        sigemptyset(&def);
-        sigaddset(&def, SIGPIPE);
-        sigaddset(&def, SIGINT);
-        sigaddset(&def, SIGTERM);
-        sigemptyset(&none);
-        posix_spawnattr_setsigdefault(&at, &def);
-        posix_spawnattr_setsigmask(&at, &none);
-        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+        pn_spawnattr_init_child(&at, 0);
         static char *const no_env[] = { NULL };
         char *const argv[] = { (char *)prog, NULL };
         int rc = posix_spawnp(&pid, prog, &fa, &at, argv, o->envp ? o->envp : no_env);

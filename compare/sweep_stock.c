@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/spawn.h"
+
 static const char *const k_stock_types[] = { "Q8_0",   "Q3_K_S", "Q3_K_M", "Q3_K_L",
                                              "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K" };
 
@@ -77,19 +79,9 @@ pn_status pn_sweep_run_stock(const pn_sweep_opts *o, const char *lib, const char
     posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
     posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
     posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    sigset_t def, none;
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGINT);
-    sigaddset(&def, SIGTERM);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&at, &def);
-    posix_spawnattr_setsigmask(&at, &none);
+    pn_spawnattr_init_child(&at, POSIX_SPAWN_SETPGROUP);
     /* its own process group: a ^C at the terminal reaches us, and we stop it */
     posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETPGROUP);
     static char *const no_env[] = { NULL };
     pid_t pid;
     int rc =

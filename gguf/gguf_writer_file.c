@@ -359,6 +359,22 @@ pn_status gguf_writer_begin(gguf_writer *w, const char *target_path, pn_error *e
     return emit_header(w, err);
 }
 
+/* take bytes of the current tensor written: past its end, the padding to
+ * the next tensor's offset, and after the last one to the alignment, as
+ * ggml's writer does. */
+static pn_status advance(gguf_writer *w, uint64_t take, pn_error *err)
+{
+    w->cur_done += take;
+    if (w->cur_done < w->tensors[w->cur].size)
+        return PN_OK;
+    pn_status st = emit_zeros(w, padding(position(w), w->alignment), err);
+    if (st)
+        return st;
+    w->cur++;
+    w->cur_done = 0;
+    return PN_OK;
+}
+
 pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error *err)
 {
     if (!w || w->state != W_OPEN)
@@ -379,15 +395,8 @@ pn_status gguf_writer_write(gguf_writer *w, const void *data, size_t n, pn_error
             return st;
         p += take;
         n -= take;
-        w->cur_done += take;
-        if (w->cur_done == t->size) {
-            /* Pads to the next tensor's offset, and after the last one to the
-             * alignment, as ggml's writer does. */
-            if ((st = emit_zeros(w, padding(position(w), w->alignment), err)))
-                return st;
-            w->cur++;
-            w->cur_done = 0;
-        }
+        if ((st = advance(w, take, err)))
+            return st;
     }
     return PN_OK;
 }
@@ -417,13 +426,8 @@ pn_status gguf_writer_copy_from(gguf_writer *w, int fd, uint64_t off, uint64_t n
         w->flushed += take;
         off += take;
         n -= take;
-        w->cur_done += take;
-        if (w->cur_done == t->size) {
-            if ((st = emit_zeros(w, padding(position(w), w->alignment), err)))
-                return st;
-            w->cur++;
-            w->cur_done = 0;
-        }
+        if ((st = advance(w, take, err)))
+            return st;
     }
     return PN_OK;
 }

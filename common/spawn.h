@@ -1,0 +1,19 @@
+/* spawn.h - what a child program (llama.cpp's harness, gnuplot, the stock
+ * quantizer) starts with: the signal dispositions of a program started from
+ * a shell, whatever the parent catches or ignores.
+ *
+ * The programs catch SIGINT, SIGTERM and SIGHUP and ignore SIGPIPE and
+ * SIGXFSZ (cmd/cli.h). A caught signal is reset by exec, an ignored one is
+ * not: without this a child would write into a closed pipe forever, or
+ * past a file-size limit, instead of being stopped. */
+#ifndef PN_COMMON_SPAWN_H
+#define PN_COMMON_SPAWN_H
+
+#include <spawn.h>
+
+/* Initializes *at: those five signals at their defaults, no signal
+ * blocked, and flags (POSIX_SPAWN_SETPGROUP, ... or 0) added to the two
+ * this needs. posix_spawnattr_destroy it after the spawn. */
+void pn_spawnattr_init_child(posix_spawnattr_t *at, short flags);
+
+#endif

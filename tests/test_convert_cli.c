@@ -235,17 +235,7 @@ Test(convert_cli, progress_goes_to_stderr_at_a_bounded_rate_with_an_eta_and_quie
 static int killed_in_the_middle(char *const argv[], char **err)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    int fl = fcntl(fds[1], F_GETFL);
-    fcntl(fds[1], F_SETFL, fl | O_NONBLOCK);
-    char fill[4096];
-    memset(fill, 'f', sizeof fill);
-    size_t filled = 0;
-    for (ssize_t k; (k = write(fds[1], fill, sizeof fill)) > 0;)
-        filled += (size_t)k;
-    for (ssize_t k; (k = write(fds[1], fill, 1)) > 0;)
-        filled += (size_t)k;
-    fcntl(fds[1], F_SETFL, fl);
+    const size_t filled = tu_full_pipe(fds);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -261,17 +251,9 @@ static int killed_in_the_middle(char *const argv[], char **err)
     close(fds[1]);
     sleep(2); /* long past the signal handlers' setup; blocked in the first line */
     cr_assert_eq(kill(pid, SIGTERM), 0);
-    size_t cap = filled + 65536, n = 0;
-    char *all = malloc(cap + 1);
-    for (ssize_t k; (k = read(fds[0], all + n, cap - n)) > 0 && n < cap;)
-        n += (size_t)k;
-    all[n] = 0;
-    close(fds[0]);
+    *err = tu_drain_pipe(fds[0], filled);
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert_geq(n, filled);
-    *err = strdup(all + filled);
-    free(all);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

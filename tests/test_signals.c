@@ -68,17 +68,7 @@ static int hup_in_the_middle(char *const argv[], const char *tmpdir, const char 
                              char **err)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    int fl = fcntl(fds[1], F_GETFL);
-    fcntl(fds[1], F_SETFL, fl | O_NONBLOCK);
-    char fill[4096];
-    memset(fill, 'f', sizeof fill);
-    size_t filled = 0;
-    for (ssize_t k; (k = write(fds[1], fill, sizeof fill)) > 0;)
-        filled += (size_t)k;
-    for (ssize_t k; (k = write(fds[1], fill, 1)) > 0;)
-        filled += (size_t)k;
-    fcntl(fds[1], F_SETFL, fl);
+    const size_t filled = tu_full_pipe(fds);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -101,19 +91,11 @@ static int hup_in_the_middle(char *const argv[], const char *tmpdir, const char 
     cr_assert(!wait_for || stat(wait_for, &sb) == 0, "%s never appeared", wait_for);
     usleep(100000); /* blocked in its line (or waiting on the child) */
     cr_assert_eq(kill(pid, SIGHUP), 0);
-    size_t cap = filled + 65536, n = 0;
-    char *all = malloc(cap + 1);
-    for (ssize_t k; (k = read(fds[0], all + n, cap - n)) > 0 && n < cap;)
-        n += (size_t)k;
-    all[n] = 0;
-    close(fds[0]);
+    *err = tu_drain_pipe(fds[0], filled);
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFEXITED(status), "%s was killed by signal %d, not stopped by its trap", argv[0],
               WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    cr_assert_geq(n, filled);
-    *err = strdup(all + filled);
-    free(all);
     return WEXITSTATUS(status);
 }
 

@@ -326,3 +326,34 @@ const char *tu_llama_missing(const char *script, const char *needed)
     free(err);
     return why[0] ? why : NULL;
 }
+
+size_t tu_full_pipe(int fds[2])
+{
+    cr_assert_eq(pipe(fds), 0);
+    int fl = fcntl(fds[1], F_GETFL);
+    fcntl(fds[1], F_SETFL, fl | O_NONBLOCK);
+    char fill[4096];
+    memset(fill, 'f', sizeof fill);
+    size_t filled = 0;
+    for (ssize_t k; (k = write(fds[1], fill, sizeof fill)) > 0;)
+        filled += (size_t)k;
+    for (ssize_t k; (k = write(fds[1], fill, 1)) > 0;)
+        filled += (size_t)k;
+    fcntl(fds[1], F_SETFL, fl);
+    return filled;
+}
+
+char *tu_drain_pipe(int fd, size_t filled)
+{
+    size_t cap = filled + 65536, n = 0;
+    char *all = malloc(cap + 1);
+    cr_assert_not_null(all);
+    for (ssize_t k; (k = read(fd, all + n, cap - n)) > 0 && n < cap;)
+        n += (size_t)k;
+    all[n] = 0;
+    close(fd);
+    cr_assert_geq(n, filled, "the filler was not read back whole");
+    char *after = strdup(all + filled);
+    free(all);
+    return after;
+}

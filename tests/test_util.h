@@ -99,4 +99,12 @@ const char *tu_llama_missing(const char *script, const char *needed);
             cr_skip_test("llama.cpp is not available: %s", why_);                                  \
     } while (0)
 
+/* A pipe whose write end is full (filled with 'f' until a write would
+ * block): a program given it as stderr stops in its first line, in the
+ * middle of its work. Returns how many bytes fill it. */
+size_t tu_full_pipe(int fds[2]);
+/* Reads fd to its end (at most filled + 64 KiB), closes it, and returns
+ * what came after the filled bytes (malloc'd). */
+char *tu_drain_pipe(int fd, size_t filled);
+
 #endif

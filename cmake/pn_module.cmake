@@ -1,12 +1,12 @@
 # pn_module(pn_<room> LIBS...): a static library from every .c file of the
 # room's folder. It links the libraries of the rooms its line of
 # cmake/import_graph.txt names, and compiles in the room's include context
-# (cmake/import_graph.cmake); LIBS are what it needs from outside the tree. Files named *_avx2.c / *_avx512.c / *_pclmul.c get their
-# instruction-set flags
-# (and only they do: the choice between them is made at run time); .cu files
-# are added when the CUDA backend is built. The flags are given here, not by
-# `#pragma GCC target`, which clang (the fuzz build) ignores. AVX2 files get
-# FMA too: the AVX2 path is chosen only on CPUs that have it, and
+# (cmake/import_graph.cmake); LIBS are what it needs from outside the tree.
+# Files named *_avx2.c / *_avx512.c / *_pclmul.c get their instruction-set
+# flags (and only they do: the choice between them is made at run time); .cu
+# files are added when the CUDA backend is built. The flags are given here,
+# not by `#pragma GCC target`, which clang (the fuzz build) ignores. AVX2
+# files get FMA too: the AVX2 path is chosen only on CPUs that have it, and
 # -ffp-contract=off keeps the compiler from fusing anything itself, so only
 # the explicit, proven-exact fused intrinsics use it.
 function(pn_module name)

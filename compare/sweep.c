@@ -6,7 +6,6 @@
 #include "compare/kl_measure.h"
 #include "common/file.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/model_check.h"
 #include "gguf/pn_keys.h"
 #include "io/source_id.h"
 #include "io/source_open.h"
@@ -111,17 +111,7 @@ static void work_remove(work *w)
 {
     if (!w->dir)
         return;
-    DIR *d = opendir(w->dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            unlinkat(dirfd(d), e->d_name, 0);
-        }
-        closedir(d);
-    }
-    rmdir(w->dir);
+    pn_remove_folder(w->dir);
     free(w->dir);
     w->dir = NULL;
     pn_kl_measurement_free(w->kl);
@@ -299,16 +289,6 @@ static pn_status plan_mixes(const pn_sweep_opts *o, const work *w, pn_sweep_repo
     return PN_OK;
 }
 
-/* True when r holds an MTP layer (a tensor blk.N.nextn.*). */
-static bool has_mtp_layer(const gguf_reader *r)
-{
-    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
-        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
-            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
-            return true;
-    return false;
-}
-
 /* Does the file r (a stock quantization) hold the source's tensors, by
  * name and shape? */
 static bool same_tensors(const gguf_reader *r, const gguf_reader *src)
@@ -339,7 +319,7 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
 {
     int promote = m->promote;
     const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
-    pn_source_opts so = { .no_mtp = !has_mtp_layer(r) };
+    pn_source_opts so = { .no_mtp = !gguf_has_mtp_layer(r) };
     gguf_reader *src = NULL;
     pn_error e;
     pn_error_clear(&e);

@@ -351,16 +351,6 @@ size_t pn_judge_n_positions(const pn_judge *J)
     return J->tokens.total;
 }
 
-/* Removes the private folder and whatever is left in it. */
-static void remove_dir(pn_judge *J)
-{
-    if (!J->dir)
-        return;
-    pn_remove_folder(J->dir);
-    free(J->dir);
-    J->dir = NULL;
-}
-
 static pn_status make_logits_file(pn_judge *J, pn_error *err)
 {
     int fd = open(J->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -670,12 +660,11 @@ pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_mod
         pn_judge_step(J, "llama.cpp", 0, o->source_path);
         st = run_source(J, llama_cpp, node_llama_cpp, err);
     }
-    if (st != PN_OK) {
+    if (st == PN_OK)
+        *out = J;
+    else
         pn_judge_close(J);
-        return st;
-    }
-    *out = J;
-    return PN_OK;
+    return st;
 }
 
 void pn_judge_close(pn_judge *J)
@@ -683,8 +672,9 @@ void pn_judge_close(pn_judge *J)
     if (!J)
         return;
     close_fd(&J->logits_fd);
-    remove_dir(J);
-    PN_FREE_ALL(J->src_gguf, J->row_p, J->row_q, J->kl);
+    if (J->dir) /* the private folder and whatever is left in it */
+        pn_remove_folder(J->dir);
+    PN_FREE_ALL(J->dir, J->src_gguf, J->row_p, J->row_q, J->kl);
     seqs_free(&J->tokens);
     free(J);
 }

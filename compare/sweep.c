@@ -533,6 +533,19 @@ static void on_quantized(const pn_progress *p, void *user)
         progress_at(user, (double)p->weights_done / (double)p->weights_total);
 }
 
+/* The quantize job's options every mix of the sweep shares: this source
+ * and recipe into dst, on the CPU, with the sweep's threads and cancel. */
+static void quantize_opts(const pn_sweep_opts *o, const char *dst, pn_quantize_opts *q)
+{
+    pn_quantize_opts_init(q);
+    q->src_path = o->compare.source_path;
+    q->dst_path = dst;
+    q->recipe_path = o->recipe_path;
+    q->threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
+    q->backend = PN_BACKEND_CPU;
+    q->cancel = o->compare.cancel;
+}
+
 static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, uint64_t target,
                          const char *prev, const sweep_at *at, pn_error *err)
 {
@@ -544,19 +557,13 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
     pn_quantize_opts q;
-    pn_quantize_opts_init(&q);
-    q.src_path = o->compare.source_path;
-    q.dst_path = dst;
-    q.recipe_path = o->recipe_path;
+    quantize_opts(o, dst, &q);
     q.promote = target ? -1 : m->promote;
     q.target_size = target;
     q.measurement_path = kl ? NULL : meas;
     q.measurement = kl ? (target ? w->kl_per_byte : w->kl_gain) : NULL;
     q.forward_order = m->order == PN_SWEEP_BY_FORWARD;
     q.reuse_path = prev;
-    q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
-    q.backend = PN_BACKEND_CPU;
-    q.cancel = o->compare.cancel;
     q.imatrix_path = o->imatrix_path;
     if (o->compare.progress) {
         q.progress = on_quantized;
@@ -648,15 +655,9 @@ static pn_status check_recipe(const pn_sweep_opts *o, const work *w, pn_error *e
     if (!dst)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_quantize_opts q;
-    pn_quantize_opts_init(&q);
-    q.src_path = o->compare.source_path;
-    q.dst_path = dst;
-    q.recipe_path = o->recipe_path;
+    quantize_opts(o, dst, &q);
     q.promote = 0;
     q.dry_run = true;
-    q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
-    q.backend = PN_BACKEND_CPU;
-    q.cancel = o->compare.cancel;
     pn_quantize_stats stats;
     memset(&stats, 0, sizeof stats);
     pn_status st = pn_quantize_file(&q, &stats, err);

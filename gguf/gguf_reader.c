@@ -23,6 +23,7 @@
  * from its first split (gguf_internal.h).
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "common/file.h"
 #include "common/mem.h"
 #include "gguf/gguf_internal.h"

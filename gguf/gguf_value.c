@@ -5,6 +5,7 @@
  * against being called on the wrong kind of array.
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "common/byte_order.h"
 
 #include <string.h>

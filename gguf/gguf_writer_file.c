@@ -4,6 +4,7 @@
  * patches of arrays already written, close and abort. */
 #include "common/byte_order.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/gguf_split.h"
 #include "gguf/gguf_writer_internal.h"
 
@@ -530,11 +531,6 @@ void gguf_writer_set_header_hash(gguf_writer *w, bool on)
 {
     if (w && w->state == W_COLLECTING)
         w->header_hash = on;
-}
-
-bool gguf_writer_header_hash(const gguf_writer *w)
-{
-    return w && w->header_hash;
 }
 
 void gguf_writer_set_replace(gguf_writer *w, bool force)

@@ -2,6 +2,7 @@
  * sums of pn3t and pn4t per row, and the measurement file saved, loaded and
  * checked against a run (see measurement.h). */
 #include "mix/measurement.h"
+#include "mix/measurement_testing.h"
 
 #include "common/file.h"
 #include "common/mem.h"

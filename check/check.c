@@ -7,6 +7,7 @@
  * a whole.
  */
 #include "check/check.h"
+#include "check/check_testing.h"
 
 #include <errno.h>
 #include <math.h>

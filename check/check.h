@@ -201,7 +201,4 @@ void pn_check_report_free(pn_check_report *r);
  * (the verdict says which); 2 is left to the command line (cmd/cli.h). */
 int pn_check_exit_code(const pn_check_report *r, bool strict);
 
-/* The finding with this code (and tensor, when tensor is not NULL), or NULL. */
-const pn_finding *pn_check_find(const pn_check_report *r, const char *code, const char *tensor);
-
 #endif

@@ -368,12 +368,9 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
  * /proc/self/exe cannot be read. */
 static bool shipped_recipes_dir(char *buf, size_t size)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return false;
-    exe[n] = 0;
-    int k = snprintf(buf, size, "%s/../share/pn-quantize/recipes", dirname(exe));
+    char *dir = pn_cli_exe_path("/../share/pn-quantize/recipes", "");
+    int k = dir ? snprintf(buf, size, "%s", dir) : -1;
+    free(dir);
     return k > 0 && (size_t)k < size;
 }
 
@@ -416,7 +413,7 @@ int pn_cli_close_stdout(const char *prog)
     return 0;
 }
 
-char *pn_cli_llama_script(void)
+char *pn_cli_exe_path(const char *rel, const char *name)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -424,11 +421,16 @@ char *pn_cli_llama_script(void)
         return NULL;
     exe[n] = 0;
     const char *dir = dirname(exe);
-    const char *rel = "/../share/pn-quantize/llama/pn-llama-logits.mjs";
-    char *s = malloc(strlen(dir) + strlen(rel) + 1);
+    size_t len = strlen(dir) + strlen(rel) + strlen(name) + 1;
+    char *s = malloc(len);
     if (s)
-        sprintf(s, "%s%s", dir, rel);
+        snprintf(s, len, "%s%s%s", dir, rel, name);
     return s;
+}
+
+char *pn_cli_llama_script(void)
+{
+    return pn_cli_exe_path("/../share/pn-quantize/llama/", "pn-llama-logits.mjs");
 }
 
 /* The number of the signal that asked the run to stop (pn_cli_trap_signals). */

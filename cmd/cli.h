@@ -265,6 +265,10 @@ bool pn_cli_positional(const char *prog, int argc, char **argv, int min, int max
  * ..." on stderr. */
 const char *pn_cli_recipe_path(const char *prog, const char *arg, char *buf, size_t size);
 
+/* <the folder of this program's executable><rel><name>, malloc'd; NULL when
+ * /proc/self/exe cannot be read or out of memory. */
+char *pn_cli_exe_path(const char *rel, const char *name);
+
 /* The llama.cpp harness beside the program, <dir of the executable>/../
  * share/pn-quantize/llama/pn-llama-logits.mjs (the build's share/ and an
  * installed prefix's alike); malloc'd, NULL when /proc/self/exe cannot be

@@ -4,7 +4,6 @@
  * pn_compare_run (compare/compare.h). */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -274,9 +273,11 @@ static void put_file_json(const pn_compare_file *f, bool source)
     printf("}");
 }
 
-static void print_json(const pn_compare_report *r, const char *decode, bool keep_rotation)
+/* The run's JSON after "source": the source file, the judge and the
+ * tokens, up to the line break after them: how the report and the sweep's
+ * report both begin. */
+static void put_run_json(const pn_compare_report *r)
 {
-    printf("{\"source\": ");
     put_file_json(&r->source, true);
     printf(",\n \"llama_cpp\": {\"release\": ");
     pn_json_put_str(stdout, r->llama_cpp);
@@ -286,6 +287,12 @@ static void print_json(const pn_compare_report *r, const char *decode, bool keep
     printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
            "\"vocabulary\": %u},\n",
            r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions, r->n_vocab);
+}
+
+static void print_json(const pn_compare_report *r, const char *decode, bool keep_rotation)
+{
+    printf("{\"source\": ");
+    put_run_json(r);
     printf(" \"decode_type\": \"%s\", \"keep_rotation\": %s,\n \"files\": [", decode,
            keep_rotation ? "true" : "false");
     for (size_t i = 0; i < r->n_files; i++) {
@@ -366,19 +373,11 @@ static int parse_size_opt(const char *opt, const char *v, uint64_t *out)
 /* A program beside this one, else in ../libexec/pn-quantize/ (malloc'd). */
 static char *beside_exe(const char *name)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return NULL;
-    exe[n] = 0;
-    const char *dir = dirname(exe);
-    size_t len = strlen(dir) + strlen(name) + 40;
-    char *s = malloc(len);
-    if (!s)
-        return NULL;
-    snprintf(s, len, "%s/%s", dir, name);
-    if (access(s, X_OK) != 0)
-        snprintf(s, len, "%s/../libexec/pn-quantize/%s", dir, name);
+    char *s = pn_cli_exe_path("/", name);
+    if (s && access(s, X_OK) != 0) {
+        free(s);
+        s = pn_cli_exe_path("/../libexec/pn-quantize/", name);
+    }
     return s;
 }
 
@@ -415,15 +414,8 @@ static void print_sweep_json(const pn_sweep_report *s, const char *decode)
     printf("{\"sweep\": true, \"compared\": %s", s->compared ? "true" : "false");
     if (s->compared) {
         printf(",\n \"source\": ");
-        put_file_json(&r->source, true);
-        printf(",\n \"llama_cpp\": {\"release\": ");
-        pn_json_put_str(stdout, r->llama_cpp);
-        printf(", \"node_llama_cpp\": ");
-        pn_json_put_str(stdout, r->node_llama_cpp);
-        printf(", \"backend\": \"cpu\", \"threads\": %d},\n", r->threads);
-        printf(" \"tokens\": {\"set\": \"%s\", \"sequences\": %zu, \"positions\": %zu, "
-               "\"vocabulary\": %u},\n \"decode_type\": \"%s\"",
-               r->from_text ? "text" : "fixed", r->n_seqs, r->n_positions, r->n_vocab, decode);
+        put_run_json(r);
+        printf(" \"decode_type\": \"%s\"", decode);
     }
     printf(",\n \"mixes\": [");
     for (size_t i = 0; i < s->n_mixes; i++) {

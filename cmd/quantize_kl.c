@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
+#include "common/mem.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "compare/compare.h"
@@ -24,14 +25,10 @@ void kl_cli_init(kl_cli *k)
 
 void kl_cli_free(kl_cli *k)
 {
-    pn_kl_measurement_free(k->m);
-    pn_measurement_free(k->as);
-    free(k->script_found);
-    free(k->promoted);
-    k->promoted = NULL;
-    k->m = NULL;
-    k->as = NULL;
-    k->script_found = NULL;
+    PN_CLOSE(pn_kl_measurement_free, k->m);
+    PN_CLOSE(pn_measurement_free, k->as);
+    PN_CLOSE(free, k->script_found);
+    PN_CLOSE(free, k->promoted);
 }
 
 static int bad_value(const char *opt, const char *arg, const char *want)

@@ -1,6 +1,7 @@
 /* crc32.c - pn_crc32: the folding path where the CPU has it, zlib's crc32_z
  * otherwise (see crc32.h). */
 #include "common/crc32.h"
+#include "common/crc32_testing.h"
 
 #include "common/cpu.h"
 

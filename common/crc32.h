@@ -31,11 +31,4 @@ bool pn_crc32_pclmul_available(void);
  * pn_crc32_pclmul_available(). */
 uint32_t pn_crc32_pclmul(uint32_t crc, const void *buf, size_t len);
 
-/* For the tests of the folding constants: x^n mod P(x), bit-reflected
- * (bit 31 - j holds the coefficient of x^j), computed one multiplication
- * by x at a time; and the four constants the folding uses, in the order
- * fold-by-4 high, fold-by-4 low, fold-by-1 high, fold-by-1 low. */
-uint32_t pn_crc32_xpow_mod(unsigned n);
-void pn_crc32_fold_constants(uint32_t out[4]);
-
 #endif

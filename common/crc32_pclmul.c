@@ -32,6 +32,7 @@
  * bytes) when started from 0xFFFFFFFF (its complement is 0) and returns its
  * complement, which is zlib's CRC of the whole. */
 #include "common/crc32.h"
+#include "common/crc32_testing.h"
 
 #include <string.h>
 #include <zlib.h>

@@ -2,6 +2,7 @@
  * O_DIRECT reopen of an open file (see file.h). */
 #include "common/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +12,17 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+void pn_remove_folder(const char *path)
+{
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    if (d)
+        closedir(d);
+    rmdir(path);
+}
 
 const char *pn_file_kind(mode_t m)
 {

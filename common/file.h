@@ -37,6 +37,11 @@ bool pn_same_place(const char *a, const char *b);
 /* folder/name, malloc'd (NULL when out of memory); free() it. */
 char *pn_path_join(const char *folder, const char *name);
 
+/* Removes the files in the folder path (each by name within it, never
+ * through a link; a folder inside is left), then the folder itself: best
+ * effort, for a private temporary folder that holds nothing else. */
+void pn_remove_folder(const char *path);
+
 /* What a file of mode m is when it is not a regular file ("a FIFO (named
  * pipe)", "a directory", ..., "not a regular file"); NULL for a regular file. */
 const char *pn_file_kind(mode_t m);

@@ -1,5 +1,6 @@
 /* mem.h - freeing the allocations a structure owns in one statement: the
- * pointers to free, and the arrays whose every element is freed too. */
+ * pointers to free, and the arrays whose every element is freed too; a
+ * pointer closed and forgotten at once. */
 #ifndef PN_COMMON_MEM_H
 #define PN_COMMON_MEM_H
 
@@ -31,6 +32,14 @@ void pn_free_array(void *const *p, size_t n);
             for (size_t pn_i_ = 0; pn_i_ < (size_t)(n); pn_i_++)                                   \
                 free((arr)[pn_i_].field);                                                          \
         free(arr);                                                                                 \
+    } while (0)
+
+/* PN_CLOSE(fn, p): fn(p), then p = NULL, so that a second close is a no-op
+ * (fn is free or a destructor that takes NULL). */
+#define PN_CLOSE(fn, p)                                                                            \
+    do {                                                                                           \
+        fn(p);                                                                                     \
+        (p) = NULL;                                                                                \
     } while (0)
 
 #endif

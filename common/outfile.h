@@ -58,10 +58,6 @@ pn_status pn_outfile_open(const char *target, const pn_outfile_opts *opts, pn_ou
 /* The descriptor of the temporary file (read-write), -1 after commit or
  * abort. For validation (pread) and for pn_outfile_write's callers only. */
 int pn_outfile_fd(const pn_outfile *f);
-/* True when the data goes to an unnamed (O_TMPFILE) file. */
-bool pn_outfile_unnamed(const pn_outfile *f);
-/* The named temporary file's path (fallback only), else NULL. */
-const char *pn_outfile_temp_path(const pn_outfile *f);
 /* "TARGET: stale temporary files from an earlier run: X, Y; remove them
  * ..." when open found some, else NULL. The names are raw bytes: print the
  * note with pn_fput_safe. Lives until pn_outfile_free. */
@@ -168,10 +164,6 @@ typedef struct pn_outdir pn_outdir;
  * NULL and nothing was made. */
 pn_status pn_outdir_open(const char *target, const pn_outdir_opts *opts, pn_outdir **out,
                          pn_error *err);
-/* The target as checked (without trailing slashes). */
-const char *pn_outdir_target(const pn_outdir *d);
-/* The temporary folder's path while open, else NULL. */
-const char *pn_outdir_temp_path(const pn_outdir *d);
 /* An outfile for the file NAME (a plain name, no '/') of the folder; the
  * caller writes it, commits it (or aborts it) and frees it. */
 pn_status pn_outdir_file(pn_outdir *d, const char *name, pn_outfile **out, pn_error *err);

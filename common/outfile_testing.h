@@ -1,6 +1,7 @@
 /* outfile_testing.h - what only the tests set on the file and folder
  * writers (outfile.h): the fallbacks of systems without O_TMPFILE,
- * renameat2 or copy_file_range, taken on demand where those work. The
+ * renameat2 or copy_file_range, taken on demand where those work, and
+ * which of them a writer took. The
  * programs never include this; they leave pn_outfile_opts.testing and
  * pn_outdir_opts.testing NULL. */
 #ifndef PN_COMMON_OUTFILE_TESTING_H
@@ -24,5 +25,14 @@ typedef struct pn_outfile_testing {
 typedef struct pn_outdir_testing {
     bool plain_rename; /* commit as where renameat2 is missing */
 } pn_outdir_testing;
+
+/* True when the data goes to an unnamed (O_TMPFILE) file. */
+bool pn_outfile_unnamed(const pn_outfile *f);
+/* The named temporary file's path (fallback only), else NULL. */
+const char *pn_outfile_temp_path(const pn_outfile *f);
+/* The target as checked (without trailing slashes). */
+const char *pn_outdir_target(const pn_outdir *d);
+/* The temporary folder's path while open, else NULL. */
+const char *pn_outdir_temp_path(const pn_outdir *d);
 
 #endif

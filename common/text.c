@@ -2,7 +2,9 @@
  * JSON (see text.h). */
 #include "common/text.h"
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t pn_utf8_char(const unsigned char *s, size_t n, unsigned *cp)
@@ -174,4 +176,18 @@ int pn_split_tabs(char *s, char **f, int max)
         }
     }
     return n;
+}
+
+bool pn_field_real(const char *s, double *v)
+{
+    if (!*s || *s == ' ' || *s == '\t')
+        return false;
+    char *end;
+    /* ERANGE is ignored: an overflow gives inf, refused below, and an
+     * underflow is the subnormal that %.17g wrote. */
+    double x = strtod(s, &end);
+    if (*end || !isfinite(x))
+        return false;
+    *v = x;
+    return true;
 }

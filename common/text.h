@@ -21,6 +21,7 @@
 #ifndef PN_COMMON_TEXT_H
 #define PN_COMMON_TEXT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -53,5 +54,9 @@ char *pn_next_line(pn_line_reader *lr);
 /* s split at tabs in place into f[0..]: the number of fields, or max + 1
  * when there are more than max (f then holds the first max). */
 int pn_split_tabs(char *s, char **f, int max);
+/* A field of such a file read as a real number (strtod's syntax) into *v:
+ * false, *v untouched, for an empty field, one that starts with a space or
+ * tab, has anything after the number, or is not finite. */
+bool pn_field_real(const char *s, double *v);
 
 #endif

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "gguf/gguf.h"
+#include "gguf/model_check.h"
 #include "gguf/pn_keys.h"
 #include "dequant/dequant.h"
 #include "quant/types.h"
@@ -160,17 +161,6 @@ static const char *ftype_name(uint64_t ftype)
     return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
 }
 
-/* True when r holds an MTP layer: a tensor blk.N.nextn.* (how pn-check
- * tells a file's MTP layer). */
-static bool has_mtp_layer(const gguf_reader *r)
-{
-    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
-        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
-            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
-            return true;
-    return false;
-}
-
 /* The source as each file was made from it: as it is, or without its MTP
  * layer (pn-quantize's --no-mtp, or a recipe's 'mtp drop'), opened when a
  * file without the layer is checked against a source that has one. */
@@ -198,7 +188,7 @@ static pn_status check_pn(const char *path, source_views *sv, file_info *fi, pn_
         return st;
     const gguf_reader *src = sv->full;
     const char *src_path = sv->path, *as_read = "";
-    if (sv->has_mtp && !has_mtp_layer(r)) {
+    if (sv->has_mtp && !gguf_has_mtp_layer(r)) {
         if (!sv->no_mtp) {
             pn_source_opts so = { .no_mtp = true };
             st = pn_source_open(sv->path, &so, &sv->no_mtp, err);
@@ -372,7 +362,7 @@ pn_status pn_compare_run(const pn_compare_opts *o, pn_compare_report *rep, pn_er
         gguf_reader_close(src);
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
-    source_views sv = { o->source_path, src, NULL, has_mtp_layer(src) };
+    source_views sv = { o->source_path, src, NULL, gguf_has_mtp_layer(src) };
     for (size_t i = 0; i < o->n_pn && st == PN_OK; i++) {
         st = check_pn(o->pn_paths[i], &sv, &fis[i], err);
         if (st == PN_OK && fis[i].dev == sfi.dev && fis[i].ino == sfi.ino)

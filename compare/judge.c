@@ -4,7 +4,6 @@
 #include "compare/judge.h"
 
 #include <errno.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
@@ -20,6 +19,7 @@
 #include "common/spawn.h"
 #include "common/byte_order.h"
 #include "common/file.h"
+#include "common/mem.h"
 #include "convert/convert.h"
 #include "hf/hf.h"
 #include "io/source_open.h"
@@ -63,25 +63,6 @@ static void close_fd(int *fd)
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
-}
-
-/* The end of what the child printed, on one line, printable ASCII. */
-static void log_tail(int fd, char *buf, size_t cap)
-{
-    buf[0] = 0;
-    off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
-    if (size <= 0)
-        return;
-    size_t want = cap - 1 < (size_t)size ? cap - 1 : (size_t)size;
-    ssize_t r = pread(fd, buf, want, size - (off_t)want);
-    size_t n = r > 0 ? (size_t)r : 0;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        n--;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)buf[i];
-        buf[i] = ch == '\n' ? '|' : (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-    }
-    buf[n] = 0;
 }
 
 static void child_kill(child *c)
@@ -157,7 +138,7 @@ static pn_status child_finish(child *c, const char *what, pn_error *err)
     }
     c->pid = -1;
     char tail[480];
-    log_tail(c->log_fd, tail, sizeof tail);
+    pn_child_log_tail(c->log_fd, tail, sizeof tail);
     close_fd(&c->log_fd);
     if (r < 0)
         return pn_error_set(err, PN_ERR_IO, "llama.cpp on %s: cannot wait for it: %s", what,
@@ -368,29 +349,6 @@ size_t pn_judge_n_seqs(const pn_judge *J)
 size_t pn_judge_n_positions(const pn_judge *J)
 {
     return J->tokens.total;
-}
-
-/* Removes the private folder and whatever is left in it. */
-static void remove_dir(pn_judge *J)
-{
-    if (!J->dir)
-        return;
-    DIR *d = opendir(J->dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char *p = pn_path_join(J->dir, e->d_name);
-            if (p)
-                unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(J->dir);
-    free(J->dir);
-    J->dir = NULL;
 }
 
 static pn_status make_logits_file(pn_judge *J, pn_error *err)
@@ -702,25 +660,21 @@ pn_status pn_judge_open(const pn_compare_opts *o, uint32_t n_vocab, size_t n_mod
         pn_judge_step(J, "llama.cpp", 0, o->source_path);
         st = run_source(J, llama_cpp, node_llama_cpp, err);
     }
-    if (st != PN_OK) {
+    if (st == PN_OK)
+        *out = J;
+    else
         pn_judge_close(J);
-        return st;
-    }
-    *out = J;
-    return PN_OK;
+    return st;
 }
 
 void pn_judge_close(pn_judge *J)
 {
     if (!J)
         return;
-    if (J->logits_fd >= 0)
-        close(J->logits_fd);
-    remove_dir(J);
-    free(J->src_gguf);
-    free(J->row_p);
-    free(J->row_q);
-    free(J->kl);
+    close_fd(&J->logits_fd);
+    if (J->dir) /* the private folder and whatever is left in it */
+        pn_remove_folder(J->dir);
+    PN_FREE_ALL(J->dir, J->src_gguf, J->row_p, J->row_q, J->kl);
     seqs_free(&J->tokens);
     free(J);
 }

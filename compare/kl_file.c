@@ -111,18 +111,6 @@ static bool int_of(const char *s, int lo, int hi, int *v)
     return true;
 }
 
-static bool real_of(const char *s, double *v)
-{
-    if (!*s || *s == ' ')
-        return false;
-    char *end;
-    double x = strtod(s, &end);
-    if (*end || !isfinite(x))
-        return false;
-    *v = x;
-    return true;
-}
-
 static bool text_into(const char *s, char *dst, size_t cap)
 {
     if (!field_ok(s) || strlen(s) >= cap)
@@ -193,8 +181,8 @@ static pn_status load_header(pn_line_reader *lr, const char *path, pn_kl_measure
         BAD("%s:%d: expected 'judge<TAB><llama.cpp><TAB><node-llama-cpp><TAB>f32|bf16|f16'", path,
             lr->line);
     p->decode_type = pn_float_type_from_name(f[3]);
-    if (!fields(pn_next_line(lr), "kl-base", f, 3) || !real_of(f[1], &m->kl_base) ||
-        !real_of(f[2], &m->kl_base_se) || m->kl_base < 0 || m->kl_base_se < 0)
+    if (!fields(pn_next_line(lr), "kl-base", f, 3) || !pn_field_real(f[1], &m->kl_base) ||
+        !pn_field_real(f[2], &m->kl_base_se) || m->kl_base < 0 || m->kl_base_se < 0)
         BAD("%s:%d: expected 'kl-base<TAB><mean KL><TAB><standard error>'", path, lr->line);
     uint64_t first, count, total;
     if (!fields(pn_next_line(lr), "part", f, 6) || !int_of(f[1], 1, 99999, &m->part) ||
@@ -260,9 +248,9 @@ pn_status pn_kl_parse(const char *data, size_t len, const char *path, pn_kl_meas
         if (m->n == m->count)
             BAD("%s:%d: more candidate lines than the part line's count of %zu", path, lr.line,
                 m->count);
-        if (!fields(s, NULL, f, 6) || !field_ok(f[0]) || !real_of(f[1], &e->kl) ||
-            !real_of(f[2], &e->gain) || !real_of(f[3], &e->se) || e->kl < 0 || e->se < 0 ||
-            !u64_of(f[4], 10, 0, &e->extra_bytes) || !u64_of(f[5], 16, 8, &crc))
+        if (!fields(s, NULL, f, 6) || !field_ok(f[0]) || !pn_field_real(f[1], &e->kl) ||
+            !pn_field_real(f[2], &e->gain) || !pn_field_real(f[3], &e->se) || e->kl < 0 ||
+            e->se < 0 || !u64_of(f[4], 10, 0, &e->extra_bytes) || !u64_of(f[5], 16, 8, &crc))
             BAD("%s:%d: expected '<tensor><TAB><KL><TAB><gain><TAB><se><TAB><extra "
                 "bytes><TAB><CRC-32>'",
                 path, lr.line);

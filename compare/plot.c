@@ -390,24 +390,6 @@ static pn_status write_script(const pn_plot_opts *o, const pn_plot_point *p, siz
     return PN_OK;
 }
 
-static void log_tail(int fd, char *buf, size_t cap)
-{
-    buf[0] = 0;
-    off_t size = lseek(fd, 0, SEEK_END);
-    if (size <= 0)
-        return;
-    size_t want = cap - 1 < (size_t)size ? cap - 1 : (size_t)size;
-    ssize_t r = pread(fd, buf, want, size - (off_t)want);
-    size_t k = r > 0 ? (size_t)r : 0;
-    while (k > 0 && (buf[k - 1] == '\n' || buf[k - 1] == ' '))
-        k--;
-    for (size_t i = 0; i < k; i++) {
-        unsigned char c = (unsigned char)buf[i];
-        buf[i] = c == '\n' ? '|' : (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    buf[k] = 0;
-}
-
 pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, pn_error *err)
 {
     if (n == 0)
@@ -459,7 +441,7 @@ pn_status pn_plot_draw(const pn_plot_opts *o, const pn_plot_point *p, size_t n, 
         while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
         }
         char tail[400];
-        log_tail(log, tail, sizeof tail);
+        pn_child_log_tail(log, tail, sizeof tail);
         if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
             st = pn_error_set(err, PN_ERR_IO, "--plot %s: gnuplot failed (%s %d): %s", o->path,
                               r >= 0 && WIFEXITED(status) ? "exit" : "status",

@@ -6,7 +6,6 @@
 #include "compare/kl_measure.h"
 #include "common/file.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/model_check.h"
 #include "gguf/pn_keys.h"
 #include "io/source_id.h"
 #include "io/source_open.h"
@@ -111,17 +111,7 @@ static void work_remove(work *w)
 {
     if (!w->dir)
         return;
-    DIR *d = opendir(w->dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            unlinkat(dirfd(d), e->d_name, 0);
-        }
-        closedir(d);
-    }
-    rmdir(w->dir);
+    pn_remove_folder(w->dir);
     free(w->dir);
     w->dir = NULL;
     pn_kl_measurement_free(w->kl);
@@ -299,16 +289,6 @@ static pn_status plan_mixes(const pn_sweep_opts *o, const work *w, pn_sweep_repo
     return PN_OK;
 }
 
-/* True when r holds an MTP layer (a tensor blk.N.nextn.*). */
-static bool has_mtp_layer(const gguf_reader *r)
-{
-    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
-        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
-            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
-            return true;
-    return false;
-}
-
 /* Does the file r (a stock quantization) hold the source's tensors, by
  * name and shape? */
 static bool same_tensors(const gguf_reader *r, const gguf_reader *src)
@@ -339,7 +319,7 @@ static bool kept_mix_ok(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
 {
     int promote = m->promote;
     const gguf_kv *fmt = gguf_reader_find_kv(r, PN_KEY_FORMAT);
-    pn_source_opts so = { .no_mtp = !has_mtp_layer(r) };
+    pn_source_opts so = { .no_mtp = !gguf_has_mtp_layer(r) };
     gguf_reader *src = NULL;
     pn_error e;
     pn_error_clear(&e);
@@ -553,6 +533,19 @@ static void on_quantized(const pn_progress *p, void *user)
         progress_at(user, (double)p->weights_done / (double)p->weights_total);
 }
 
+/* The quantize job's options every mix of the sweep shares: this source
+ * and recipe into dst, on the CPU, with the sweep's threads and cancel. */
+static void quantize_opts(const pn_sweep_opts *o, const char *dst, pn_quantize_opts *q)
+{
+    pn_quantize_opts_init(q);
+    q->src_path = o->compare.source_path;
+    q->dst_path = dst;
+    q->recipe_path = o->recipe_path;
+    q->threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
+    q->backend = PN_BACKEND_CPU;
+    q->cancel = o->compare.cancel;
+}
+
 static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m, uint64_t target,
                          const char *prev, const sweep_at *at, pn_error *err)
 {
@@ -564,19 +557,13 @@ static pn_status make_pn(const pn_sweep_opts *o, const work *w, pn_sweep_mix *m,
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     }
     pn_quantize_opts q;
-    pn_quantize_opts_init(&q);
-    q.src_path = o->compare.source_path;
-    q.dst_path = dst;
-    q.recipe_path = o->recipe_path;
+    quantize_opts(o, dst, &q);
     q.promote = target ? -1 : m->promote;
     q.target_size = target;
     q.measurement_path = kl ? NULL : meas;
     q.measurement = kl ? (target ? w->kl_per_byte : w->kl_gain) : NULL;
     q.forward_order = m->order == PN_SWEEP_BY_FORWARD;
     q.reuse_path = prev;
-    q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
-    q.backend = PN_BACKEND_CPU;
-    q.cancel = o->compare.cancel;
     q.imatrix_path = o->imatrix_path;
     if (o->compare.progress) {
         q.progress = on_quantized;
@@ -668,15 +655,9 @@ static pn_status check_recipe(const pn_sweep_opts *o, const work *w, pn_error *e
     if (!dst)
         return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     pn_quantize_opts q;
-    pn_quantize_opts_init(&q);
-    q.src_path = o->compare.source_path;
-    q.dst_path = dst;
-    q.recipe_path = o->recipe_path;
+    quantize_opts(o, dst, &q);
     q.promote = 0;
     q.dry_run = true;
-    q.threads = o->quantize_threads > 0 ? o->quantize_threads : 0;
-    q.backend = PN_BACKEND_CPU;
-    q.cancel = o->compare.cancel;
     pn_quantize_stats stats;
     memset(&stats, 0, sizeof stats);
     pn_status st = pn_quantize_file(&q, &stats, err);

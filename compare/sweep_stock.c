@@ -129,20 +129,8 @@ pn_status pn_sweep_run_stock(const pn_sweep_opts *o, const char *lib, const char
         return PN_OK;
     }
     /* the end of its messages, on one line */
-    char tail[400] = "";
-    off_t size = lseek(log_fd, 0, SEEK_END);
-    if (size > 0) {
-        size_t want = (size_t)size < sizeof tail - 1 ? (size_t)size : sizeof tail - 1;
-        ssize_t n = pread(log_fd, tail, want, size - (off_t)want);
-        size_t k = n > 0 ? (size_t)n : 0;
-        while (k > 0 && (tail[k - 1] == '\n' || tail[k - 1] == ' '))
-            k--;
-        for (size_t i = 0; i < k; i++) {
-            unsigned char ch = (unsigned char)tail[i];
-            tail[i] = ch == '\n' ? '|' : (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-        }
-        tail[k] = 0;
-    }
+    char tail[400];
+    pn_child_log_tail(log_fd, tail, sizeof tail);
     close(log_fd);
     unlink(dst);
     if (WIFEXITED(status))

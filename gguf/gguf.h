@@ -217,8 +217,6 @@ pn_status gguf_reader_open_virtual(const void *header, size_t len, const char *n
  * not all inside the file; gguf_reader_data_offset may then exceed the file
  * size. */
 pn_status gguf_reader_open_lenient(const char *path, gguf_reader **out, pn_error *err);
-pn_status gguf_reader_open_memory_lenient(const void *data, size_t size, const char *name,
-                                          gguf_reader **out, pn_error *err);
 
 uint32_t gguf_reader_version(const gguf_reader *r);
 uint64_t gguf_reader_file_size(const gguf_reader *r);
@@ -310,14 +308,6 @@ pn_status gguf_direct_read_tensor_into(gguf_direct *d, size_t i, uint64_t off, s
  * overflow, possible only for a lenient reader), in the file of its split
  * (gguf_reader_tensor(r, i)->split): use it with that split's reader. */
 uint64_t gguf_reader_tensor_file_offset(const gguf_reader *r, size_t i);
-/* Pointer to the tensor's bytes when they lie in the reader's buffer: always
- * for a memory reader; for a file, only within its first
- * gguf_reader_bytes_len() bytes (the header, and all of a file under 16 MiB;
- * of a set's splits other than the named one, all of a file under 4 KiB).
- * NULL otherwise, for an index out of range, and, opened leniently, for bytes
- * not in the file. For tests and small inputs: tools read with
- * gguf_reader_read_tensor. */
-const uint8_t *gguf_reader_tensor_data(const gguf_reader *r, size_t i);
 
 /* The splits of a set: 1 for a plain file. gguf_reader_split(r, s) is split
  * s's own reader (for a plain file, s = 0: r itself), owned by r: its path
@@ -345,22 +335,12 @@ pn_status gguf_reader_per_tensor_u32(const gguf_reader *r, const char *key, uint
 /* Array element access (bounds are the caller's: i < kv->arr_count). */
 uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i); /* unsigned ints and bool */
 int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i);  /* signed ints */
-double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i);   /* floats */
 gguf_str gguf_kv_arr_str(const gguf_kv *kv, uint64_t i); /* strings (O(i) walk) */
-/* Element i of an array of arrays, as a gguf_kv with an empty key and
- * type ARRAY (O(i) walk); a zeroed gguf_kv if kv is not an array of arrays. */
-gguf_kv gguf_kv_arr_arr(const gguf_kv *kv, uint64_t i);
 /* Compares a gguf_str with a C string. */
 bool gguf_str_eq(gguf_str s, const char *c);
 
 /* The name given at open (the path, or `name` for gguf_reader_open_memory). */
 const char *gguf_reader_name(const gguf_reader *r);
-/* The reader's buffer: the file's first gguf_reader_bytes_len() bytes (the
- * caller's whole buffer for a memory reader; at least the header for a
- * file). Key and string pointers point into it, so pointer - bytes is a file
- * offset. */
-const uint8_t *gguf_reader_bytes(const gguf_reader *r);
-uint64_t gguf_reader_bytes_len(const gguf_reader *r);
 
 /* ---- writer ---- */
 
@@ -379,11 +359,7 @@ pn_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
 pn_status gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 pn_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 pn_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
-pn_status gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v);
-pn_status gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v);
 pn_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
-pn_status gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v);
-pn_status gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v);
 pn_status gguf_writer_set_f64(gguf_writer *w, const char *key, double v);
 /* A string of `len` bytes that may hold any byte, NUL included. */
 pn_status gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, uint64_t len);
@@ -401,7 +377,6 @@ pn_status gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
 const char *gguf_writer_last_error(const gguf_writer *w);
 void gguf_writer_remove_kv(gguf_writer *w, const char *key);
 bool gguf_writer_has_kv(const gguf_writer *w, const char *key);
-size_t gguf_writer_n_kv(const gguf_writer *w);
 size_t gguf_writer_n_tensors(const gguf_writer *w);
 /* The layout the writer's current keys and tensors give, known before begin
  * (e.g. to size an output): the alignment; the file offset of the data
@@ -432,13 +407,11 @@ pn_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_di
  * under pn.header. (a copy of another file's record). The derived writers
  * of a split set take it from the model's. */
 void gguf_writer_set_header_hash(gguf_writer *w, bool on);
-bool gguf_writer_header_hash(const gguf_writer *w);
 /* Before begin: whether commit may replace an existing target (default: no;
  * begin then refuses an existing target with PN_ERR_EXISTS, "use --force").
- * gguf_writer_set_output_opts sets every option of the output file (tests
- * of the named-temporary fallback use it); set_replace sets only `force`. */
+ * gguf_writer_set_output_opts (gguf_testing.h) sets every option of the
+ * output file; set_replace sets only `force`. */
 void gguf_writer_set_replace(gguf_writer *w, bool force);
-void gguf_writer_set_output_opts(gguf_writer *w, const pn_outfile_opts *opts);
 
 /* Opens the output for the target (refusing a directory, a FIFO or other
  * non-regular file, and an existing target without replace), writes the
@@ -475,10 +448,6 @@ int gguf_writer_fd(const gguf_writer *w);
  * handed to the file, in order; what the writer still buffers (at most a
  * few MiB) is not counted. 0 before begin. */
 uint64_t gguf_writer_bytes_flushed(const gguf_writer *w);
-/* Puts the closed file at the target (and fsyncs the folder). Without
- * replace, a target that appeared since begin is refused (PN_ERR_EXISTS) and
- * left untouched. Any failure aborts. */
-pn_status gguf_writer_commit(gguf_writer *w, pn_error *err);
 /* Commits closed writers as one set (a split model, ws[0] its first file):
  * ws[0] last, all or nothing without replace (pn_outfile_commit_set). Any
  * failure aborts every writer of the set that is not in place. */

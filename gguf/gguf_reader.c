@@ -23,7 +23,9 @@
  * from its first split (gguf_internal.h).
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "common/file.h"
+#include "common/mem.h"
 #include "gguf/gguf_internal.h"
 
 
@@ -59,14 +61,10 @@ static void reset_parsed(gguf_reader *r)
 {
     for (size_t i = 0; i < r->n_tensors; i++)
         free(r->tensors[i].name);
-    free(r->tensors);
-    free(r->tensor_by_name);
-    free(r->kvs);
-    free(r->kv_by_key);
-    r->tensors = NULL;
-    r->tensor_by_name = NULL;
-    r->kvs = NULL;
-    r->kv_by_key = NULL;
+    PN_CLOSE(free, r->tensors);
+    PN_CLOSE(free, r->tensor_by_name);
+    PN_CLOSE(free, r->kvs);
+    PN_CLOSE(free, r->kv_by_key);
     r->n_tensors = r->n_kv = 0;
     r->version = 0;
     r->alignment = 0;

@@ -11,6 +11,7 @@
  * may be in two splits (one sort of every tensor info by name).
  */
 #include "gguf/gguf_split.h"
+#include "gguf/gguf_split_testing.h"
 #include "gguf/gguf_internal.h"
 
 #include <dirent.h>

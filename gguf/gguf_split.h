@@ -166,11 +166,6 @@ pn_status gguf_split_plan_of_reader(const gguf_reader *src, const uint64_t *tens
 size_t gguf_split_plan_split_of(const gguf_split_plan *plan, size_t i);
 void gguf_split_plan_free(gguf_split_plan *plan);
 
-/* gguf-split's --split-max-size argument: a positive whole number followed
- * by M (10^6 bytes) or G (10^9 bytes), "50G"; PN_ERR_USAGE otherwise (a
- * fraction, another unit, zero, overflow), quoting the text. */
-pn_status gguf_split_parse_size(const char *text, uint64_t *bytes, pn_error *err);
-
 /* ---- writing ---- */
 
 /* Removes split.no, split.count, split.tensors.count and the set identity

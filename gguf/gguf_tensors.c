@@ -3,6 +3,7 @@
  * tensor, gguf_internal.h), and the splits of a set. Parsing and checking
  * the header is gguf_header.c's. */
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/gguf_internal.h"
 
 #include <stdint.h>

@@ -5,6 +5,7 @@
  * against being called on the wrong kind of array.
  */
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "common/byte_order.h"
 
 #include <string.h>
@@ -99,15 +100,11 @@ uint64_t gguf_kv_arr_u64(const gguf_kv *kv, uint64_t i)
     return bits;
 }
 
+/* The same two's-complement bits as gguf_kv_arr_u64 (a signed element
+ * sign-extended, an unsigned one as it is), read as signed. */
 int64_t gguf_kv_arr_i64(const gguf_kv *kv, uint64_t i)
 {
-    uint64_t bits;
-    size_t n;
-    if (!element_bits(kv, i, &bits, &n) || is_float(kv->arr_type))
-        return 0;
-    if (is_signed(kv->arr_type))
-        return sign_extend(bits, n);
-    return (int64_t)bits;
+    return (int64_t)gguf_kv_arr_u64(kv, i);
 }
 
 double gguf_kv_arr_f64(const gguf_kv *kv, uint64_t i)

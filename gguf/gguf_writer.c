@@ -27,6 +27,7 @@
 #include "common/byte_order.h"
 #include "common/hash.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/gguf_split.h"
 #include "gguf/gguf_writer_internal.h"
 

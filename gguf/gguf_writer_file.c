@@ -4,6 +4,7 @@
  * patches of arrays already written, close and abort. */
 #include "common/byte_order.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/gguf_split.h"
 #include "gguf/gguf_writer_internal.h"
 
@@ -57,18 +58,24 @@ static uint64_t position(const gguf_writer *w)
     return w->flushed + w->buf_len;
 }
 
+/* data, or n zero bytes when data is NULL, through the buffer (data of a
+ * buffer or more goes around it when the buffer is empty). */
 static pn_status emit(gguf_writer *w, const void *data, size_t n, pn_error *err)
 {
     const uint8_t *p = data;
     while (n > 0) {
-        if (w->buf_len == 0 && n >= WRITE_BUFFER_BYTES)
+        if (p && w->buf_len == 0 && n >= WRITE_BUFFER_BYTES)
             return write_all(w, p, n, err);
         size_t take = WRITE_BUFFER_BYTES - w->buf_len;
         if (take > n)
             take = n;
-        memcpy(w->buf + w->buf_len, p, take);
+        if (p) {
+            memcpy(w->buf + w->buf_len, p, take);
+            p += take;
+        } else {
+            memset(w->buf + w->buf_len, 0, take);
+        }
         w->buf_len += take;
-        p += take;
         n -= take;
         if (w->buf_len == WRITE_BUFFER_BYTES) {
             pn_status st = flush(w, err);
@@ -81,20 +88,7 @@ static pn_status emit(gguf_writer *w, const void *data, size_t n, pn_error *err)
 
 static pn_status emit_zeros(gguf_writer *w, uint64_t n, pn_error *err)
 {
-    while (n > 0) {
-        size_t take = WRITE_BUFFER_BYTES - w->buf_len;
-        if (take > n)
-            take = (size_t)n;
-        memset(w->buf + w->buf_len, 0, take);
-        w->buf_len += take;
-        n -= take;
-        if (w->buf_len == WRITE_BUFFER_BYTES) {
-            pn_status st = flush(w, err);
-            if (st)
-                return st;
-        }
-    }
-    return PN_OK;
+    return emit(w, NULL, (size_t)n, err);
 }
 
 static pn_status emit_le(gguf_writer *w, uint64_t v, size_t n, pn_error *err)
@@ -537,11 +531,6 @@ void gguf_writer_set_header_hash(gguf_writer *w, bool on)
 {
     if (w && w->state == W_COLLECTING)
         w->header_hash = on;
-}
-
-bool gguf_writer_header_hash(const gguf_writer *w)
-{
-    return w && w->header_hash;
 }
 
 void gguf_writer_set_replace(gguf_writer *w, bool force)

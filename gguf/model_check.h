@@ -127,6 +127,10 @@ pn_status gguf_header_hash_check(const gguf_reader *r, gguf_model_problem_fn fn,
  * finds none. What a decoder calls before it decodes. */
 pn_status gguf_model_check_first(const gguf_reader *r, pn_error *err);
 
+/* True when r holds an MTP layer: a tensor blk.N.nextn.* (the layer a
+ * decoded model drops for llama.cpp when its source has none). */
+bool gguf_has_mtp_layer(const gguf_reader *r);
+
 /* tokenizer checks only (vocab_check.c; gguf_model_check calls it): n_vocab
  * set to the token count, or 0 when there are no tokens. */
 pn_status gguf_vocab_check(const gguf_reader *r, gguf_model_problem_fn fn, void *ctx,

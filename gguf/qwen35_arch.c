@@ -106,66 +106,57 @@ uint64_t gguf_q35_dim_value(gguf_q35_dim d, const gguf_q35_sizes *s)
     return 1;
 }
 
-static const char *const dim_config[GGUF_Q35_N_DIMS] = {
-    [GGUF_Q35_E] = "hidden_size",
-    [GGUF_Q35_E2] = "2 x hidden_size",
-    [GGUF_Q35_F] = "intermediate_size",
-    [GGUF_Q35_V] = "vocab_size",
-    [GGUF_Q35_Q2] = "2 x num_attention_heads x head_dim",
-    [GGUF_Q35_QO] = "num_attention_heads x head_dim",
-    [GGUF_Q35_KVK] = "num_key_value_heads x head_dim",
-    [GGUF_Q35_KVV] = "num_key_value_heads x head_dim",
-    [GGUF_Q35_HK] = "head_dim",
-    [GGUF_Q35_CONV] = ("2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x "
-                       "linear_value_head_dim"),
-    [GGUF_Q35_VL] = "linear_num_value_heads x linear_value_head_dim",
-    [GGUF_Q35_NV] = "linear_num_value_heads",
-    [GGUF_Q35_HV] = "linear_value_head_dim",
-    [GGUF_Q35_K] = "linear_conv_kernel_dim",
-    [GGUF_Q35_ONE] = "1",
+/* Each dimension as config.json states it, as the GGUF keys state it, and
+ * the key a finding about it names (the first of its keys; none for 1). */
+static const struct {
+    const char *config, *keys, *key;
+} dims[GGUF_Q35_N_DIMS] = {
+    [GGUF_Q35_E] = { "hidden_size", ARCH ".embedding_length", ARCH ".embedding_length" },
+    [GGUF_Q35_E2] = { "2 x hidden_size", "2 x " ARCH ".embedding_length",
+                      ARCH ".embedding_length" },
+    [GGUF_Q35_F] = { "intermediate_size", ARCH ".feed_forward_length",
+                     ARCH ".feed_forward_length" },
+    [GGUF_Q35_V] = { "vocab_size", "the length of tokenizer.ggml.tokens", "tokenizer.ggml.tokens" },
+    [GGUF_Q35_Q2] = { "2 x num_attention_heads x head_dim",
+                      "2 x " ARCH ".attention.head_count x " ARCH ".attention.key_length",
+                      ARCH ".attention.head_count" },
+    [GGUF_Q35_QO] = { "num_attention_heads x head_dim",
+                      ARCH ".attention.head_count x " ARCH ".attention.key_length",
+                      ARCH ".attention.head_count" },
+    [GGUF_Q35_KVK] = { "num_key_value_heads x head_dim",
+                       ARCH ".attention.head_count_kv x " ARCH ".attention.key_length",
+                       ARCH ".attention.head_count_kv" },
+    [GGUF_Q35_KVV] = { "num_key_value_heads x head_dim",
+                       ARCH ".attention.head_count_kv x " ARCH ".attention.value_length",
+                       ARCH ".attention.head_count_kv" },
+    [GGUF_Q35_HK] = { "head_dim", ARCH ".attention.key_length", ARCH ".attention.key_length" },
+    [GGUF_Q35_CONV] = { "2 x linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x "
+                        "linear_value_head_dim",
+                        "2 x " ARCH ".ssm.group_count x " ARCH ".ssm.state_size + " ARCH
+                        ".ssm.time_step_rank x " ARCH ".ssm.state_size",
+                        ARCH ".ssm.group_count" },
+    [GGUF_Q35_VL] = { "linear_num_value_heads x linear_value_head_dim",
+                      ARCH ".ssm.time_step_rank x " ARCH ".ssm.state_size",
+                      ARCH ".ssm.time_step_rank" },
+    [GGUF_Q35_NV] = { "linear_num_value_heads", ARCH ".ssm.time_step_rank",
+                      ARCH ".ssm.time_step_rank" },
+    [GGUF_Q35_HV] = { "linear_value_head_dim", ARCH ".ssm.state_size", ARCH ".ssm.state_size" },
+    [GGUF_Q35_K] = { "linear_conv_kernel_dim", ARCH ".ssm.conv_kernel", ARCH ".ssm.conv_kernel" },
+    [GGUF_Q35_ONE] = { "1", "1", NULL },
 };
 
-static const char *const dim_keys[GGUF_Q35_N_DIMS] = {
-    [GGUF_Q35_E] = ARCH ".embedding_length",
-    [GGUF_Q35_E2] = "2 x " ARCH ".embedding_length",
-    [GGUF_Q35_F] = ARCH ".feed_forward_length",
-    [GGUF_Q35_V] = "the length of tokenizer.ggml.tokens",
-    [GGUF_Q35_Q2] = "2 x " ARCH ".attention.head_count x " ARCH ".attention.key_length",
-    [GGUF_Q35_QO] = ARCH ".attention.head_count x " ARCH ".attention.key_length",
-    [GGUF_Q35_KVK] = ARCH ".attention.head_count_kv x " ARCH ".attention.key_length",
-    [GGUF_Q35_KVV] = ARCH ".attention.head_count_kv x " ARCH ".attention.value_length",
-    [GGUF_Q35_HK] = ARCH ".attention.key_length",
-    [GGUF_Q35_CONV] = ("2 x " ARCH ".ssm.group_count x " ARCH ".ssm.state_size + " ARCH
-                       ".ssm.time_step_rank x " ARCH ".ssm.state_size"),
-    [GGUF_Q35_VL] = ARCH ".ssm.time_step_rank x " ARCH ".ssm.state_size",
-    [GGUF_Q35_NV] = ARCH ".ssm.time_step_rank",
-    [GGUF_Q35_HV] = ARCH ".ssm.state_size",
-    [GGUF_Q35_K] = ARCH ".ssm.conv_kernel",
-    [GGUF_Q35_ONE] = "1",
-};
-
-/* The key a finding about the dimension names (the first of its keys). */
-static const char *const dim_key[GGUF_Q35_N_DIMS] = {
-    [GGUF_Q35_E] = ARCH ".embedding_length",
-    [GGUF_Q35_E2] = ARCH ".embedding_length",
-    [GGUF_Q35_F] = ARCH ".feed_forward_length",
-    [GGUF_Q35_V] = "tokenizer.ggml.tokens",
-    [GGUF_Q35_Q2] = ARCH ".attention.head_count",
-    [GGUF_Q35_QO] = ARCH ".attention.head_count",
-    [GGUF_Q35_KVK] = ARCH ".attention.head_count_kv",
-    [GGUF_Q35_KVV] = ARCH ".attention.head_count_kv",
-    [GGUF_Q35_HK] = ARCH ".attention.key_length",
-    [GGUF_Q35_CONV] = ARCH ".ssm.group_count",
-    [GGUF_Q35_VL] = ARCH ".ssm.time_step_rank",
-    [GGUF_Q35_NV] = ARCH ".ssm.time_step_rank",
-    [GGUF_Q35_HV] = ARCH ".ssm.state_size",
-    [GGUF_Q35_K] = ARCH ".ssm.conv_kernel",
-    [GGUF_Q35_ONE] = NULL,
-};
+bool gguf_has_mtp_layer(const gguf_reader *r)
+{
+    for (size_t i = 0; i < gguf_reader_n_tensors(r); i++)
+        if (strncmp(gguf_reader_tensor(r, i)->name, "blk.", 4) == 0 &&
+            strstr(gguf_reader_tensor(r, i)->name, ".nextn."))
+            return true;
+    return false;
+}
 
 const char *gguf_q35_dim_config(gguf_q35_dim d)
 {
-    return d < GGUF_Q35_N_DIMS ? dim_config[d] : "?";
+    return d < GGUF_Q35_N_DIMS ? dims[d].config : "?";
 }
 
 void gguf_q35_gguf_ne(const gguf_q35_tensor *t, gguf_q35_dim ne[4])
@@ -630,8 +621,8 @@ static void report_shapes(q35 *q)
                    "%s has ne[%d] = %lld, but llama.cpp's qwen35 loader makes it %d-dimensional%s",
                    m->tensor, m->axis, (long long)m->got, m->axis, more);
         else
-            report(q, false, "ARCH-SHAPE", dim_key[d], m->tensor, -1, m->count,
-                   "%s = %llu, but %s has ne[%d] = %lld%s", dim_keys[d],
+            report(q, false, "ARCH-SHAPE", dims[d].key, m->tensor, -1, m->count,
+                   "%s = %llu, but %s has ne[%d] = %lld%s", dims[d].keys,
                    (unsigned long long)m->want, m->tensor, m->axis, (long long)m->got, more);
     }
 }

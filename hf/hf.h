@@ -217,20 +217,5 @@ pn_status pn_hf_open_gguf(pn_hf_model *m, gguf_reader **out, pn_error *err);
 pn_status pn_hf_open_source(const char *src, const pn_hf_opts *opts, gguf_reader **out,
                             pn_error *err);
 
-/* Parses a config.json held in memory (for the fuzz target and tests). */
-pn_status pn_hf_config_parse(const char *text, size_t len, const char *name, bool no_mtp,
-                             pn_hf_config *out, pn_error *err);
-
-/* Parses a model.safetensors.index.json held in memory (for the fuzz target
- * and tests): *n_shards gets the number of distinct shards its weight_map
- * names. Refused: weight_map missing or not an object, a shard name that is
- * not a string, empty, absolute or leaves the folder, no shard at all. */
-pn_status pn_hf_index_parse(const char *text, size_t len, const char *name, size_t *n_shards,
-                            pn_error *err);
-
-/* Parses a tokenizer.json held in memory and writes its tokenizer keys (as
- * for a folder with no tokenizer_config.json) to w: for the fuzz target. */
-pn_status pn_hf_tokenizer_parse(const char *text, size_t len, const char *name,
-                                const pn_hf_config *cfg, gguf_writer *w, pn_error *err);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "common/mem.h"
 #include "hf/hf.h"
+#include "hf/hf_testing.h"
 #include "hf/hf_internal.h"
 #include "common/file.h"
 

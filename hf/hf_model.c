@@ -16,6 +16,7 @@
 #include "common/file.h"
 #include "common/mem.h"
 #include "hf/hf.h"
+#include "hf/hf_testing.h"
 #include "hf/hf_internal.h"
 #include "quant/types.h"
 

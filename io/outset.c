@@ -9,6 +9,7 @@
  */
 #include "io/outset.h"
 #include "io/source_open.h"
+#include "common/mem.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -123,13 +124,7 @@ void pn_outset_free(pn_outset *os)
         if (os->path)
             free(os->path[s]);
     }
-    free(os->w);
-    free(os->path);
-    free(os->state);
-    free(os->bytes);
-    free(os->notes);
-    free(os->plan_note);
-    free(os->split_prefix);
+    PN_FREE_ALL(os->w, os->path, os->state, os->bytes, os->notes, os->plan_note, os->split_prefix);
     gguf_split_plan_free(&os->plan);
     free(os);
 }

@@ -1,5 +1,6 @@
 /* The source identity (see source_id.h). */
 #include "io/source_id.h"
+#include "io/source_id_testing.h"
 
 #include <stdlib.h>
 #include <string.h>

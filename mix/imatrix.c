@@ -615,12 +615,10 @@ static uint64_t hash_indexed(const pn_imatrix *im, const pn_name_index *x, size_
     return h;
 }
 
-uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, size_t n_names,
-                               size_t *n_used)
+/* hash_indexed over the names of x, then x freed; 0 and no entry used when
+ * x is NULL (out of memory). */
+static uint64_t hash_and_free(const pn_imatrix *im, pn_name_index *x, size_t *n_used)
 {
-    pn_name_index *x = pn_name_index_new(n_names);
-    for (size_t i = 0; x && i < n_names; i++)
-        (void)pn_name_index_put(x, names[i], i, NULL); /* a repeated name is one name */
     if (!x) {
         if (n_used)
             *n_used = 0;
@@ -631,17 +629,18 @@ uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, s
     return h;
 }
 
+uint64_t pn_imatrix_hash_names(const pn_imatrix *im, const char *const *names, size_t n_names,
+                               size_t *n_used)
+{
+    pn_name_index *x = pn_name_index_new(n_names);
+    for (size_t i = 0; x && i < n_names; i++)
+        (void)pn_name_index_put(x, names[i], i, NULL); /* a repeated name is one name */
+    return hash_and_free(im, x, n_used);
+}
+
 uint64_t pn_imatrix_hash_used(const pn_imatrix *im, const pn_plan *plan, size_t *n_used)
 {
-    pn_name_index *x = plan_index(plan);
-    if (!x) {
-        if (n_used)
-            *n_used = 0;
-        return 0;
-    }
-    uint64_t h = hash_indexed(im, x, n_used);
-    pn_name_index_free(x);
-    return h;
+    return hash_and_free(im, plan_index(plan), n_used);
 }
 
 const char *pn_imatrix_base_name(const char *path)

@@ -2,6 +2,7 @@
  * sums of pn3t and pn4t per row, and the measurement file saved, loaded and
  * checked against a run (see measurement.h). */
 #include "mix/measurement.h"
+#include "mix/measurement_testing.h"
 
 #include "common/file.h"
 #include "common/mem.h"
@@ -56,8 +57,10 @@ size_t pn_measure_scratch_bytes(int64_t K)
     return (bytes + align - 1) / align * align;
 }
 
-static pn_status quantize_error(int type, const float *row, int64_t K, uint8_t *q, float *y,
-                                double *sum, double *norm, pn_error *err)
+/* row quantized to type into q and decoded back into y; an error names the
+ * column or the quantizer's failure. */
+static pn_status quantize_back(int type, const float *row, int64_t K, uint8_t *q, float *y,
+                               pn_error *err)
 {
     int64_t bad_col = 0;
     pn_status st = pn_quantize_row(type, row, K, q, &bad_col);
@@ -70,6 +73,15 @@ static pn_status quantize_error(int type, const float *row, int64_t K, uint8_t *
         return pn_error_set(err, st, "%s quantizer failed: %s", pn_type_traits_get(type)->name,
                             pn_strerror(st));
     pn_dequantize_row(type, q, y, K);
+    return PN_OK;
+}
+
+static pn_status quantize_error(int type, const float *row, int64_t K, uint8_t *q, float *y,
+                                double *sum, double *norm, pn_error *err)
+{
+    pn_status st = quantize_back(type, row, K, q, y, err);
+    if (st)
+        return st;
     *sum = pn_error_sum(row, y, K, 0.0);
     if (norm)
         *norm = pn_norm_sum(row, K, 0.0);
@@ -137,18 +149,10 @@ static pn_status weighted_error(int type, const float *orig, const float *rot, i
                                 const float *v, uint8_t *q, float *y, double *tmp, double *sum,
                                 pn_error *err)
 {
-    int64_t bad_col = 0;
-    pn_status st = pn_quantize_row(type, rot, K, q, &bad_col);
     (void)orig;
-    if (st == PN_ERR_NONFINITE)
-        return pn_error_set(err, st, "column %lld: weight is NaN or infinite", (long long)bad_col);
-    if (st == PN_ERR_SCALE_OVERFLOW)
-        return pn_error_set(err, st, "columns %lld..: group too large for an fp16 scale (%s)",
-                            (long long)bad_col, pn_type_traits_get(type)->name);
+    pn_status st = quantize_back(type, rot, K, q, y, err);
     if (st)
-        return pn_error_set(err, st, "%s quantizer failed: %s", pn_type_traits_get(type)->name,
-                            pn_strerror(st));
-    pn_dequantize_row(type, q, y, K);
+        return st;
     *sum = pn_weighted_error_sum(rot, y, K, B, v, tmp, 0.0);
     return PN_OK;
 }
@@ -342,13 +346,8 @@ static bool parse_i64(const char *s, int64_t *v)
 
 static bool parse_e(const char *s, double *v)
 {
-    if (!*s || *s == ' ' || *s == '\t')
-        return false;
-    char *end;
-    /* ERANGE is ignored: an overflow gives inf, which e_ok refuses, and an
-     * underflow is the subnormal %.17g wrote. */
-    double x = strtod(s, &end);
-    if (*end || !e_ok(x))
+    double x;
+    if (!pn_field_real(s, &x) || !e_ok(x))
         return false;
     *v = x;
     return true;

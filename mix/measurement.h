@@ -123,11 +123,6 @@ double pn_weighted_error_sum(const float *x_rot, const float *y_rot, int64_t n, 
                              const float *v, double *tmp, double sum);
 double pn_weighted_norm_sum(const float *x, int64_t n, const float *v, double sum);
 
-/* Adds n_rows consecutive rotated rows of K weights to acc, in order
- * (allocates its own scratch). Errors name the row (0-based within this
- * call) and column. */
-pn_status pn_measure_rows(pn_measure_acc *acc, const float *rotated_rows, int64_t n_rows, int64_t K,
-                          pn_error *err);
 /* E3 and E4 from an accumulator (0 when the norm is 0). */
 void pn_measure_acc_result(const pn_measure_acc *acc, double *e3, double *e4);
 

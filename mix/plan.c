@@ -1,6 +1,7 @@
 /* plan.c - the conversion plan: a recipe applied to a model's tensors, its
  * promotions, totals and labels (see plan.h). */
 #include "mix/plan.h"
+#include "mix/plan_testing.h"
 
 #include <stdio.h>
 #include <stdlib.h>

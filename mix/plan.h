@@ -105,11 +105,6 @@ long pn_plan_find(const pn_plan *plan, const char *name);
 
 /* Undoes every promotion. */
 void pn_plan_clear_promotions(pn_plan *plan);
-/* Promotes exactly the given names (after clearing). A name that is not in
- * the plan, not a candidate, or listed twice is an error naming it
- * (PN_ERR_USAGE); the plan is then left with no promotions. */
-pn_status pn_plan_promote_by_names(pn_plan *plan, const char *const *names, size_t n,
-                                   pn_error *err);
 /* Promotes one candidate by index, as the next in rank (used by the
  * measurement-driven promotion). PN_ERR_USAGE if not a candidate or already
  * promoted. */

@@ -140,9 +140,13 @@ static void measure_source_crcs(void *ctx, const pn_chunk *ch, int64_t elem_at,
 }
 
 /* The sums pn_measure_row gives (mix/measurement.h), continued from *err and
- * *norm: quantize, decode, then (w - dq)^2 and w^2 in element order. */
-static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8_t *scratch,
-                            double *err, double *norm, int64_t *bad_col)
+ * *norm: quantize x, decode, then the error's sum and (when norm) the row's.
+ * Without weights (v NULL): (w - dq)^2 and w^2 in element order. With them:
+ * v_j e_j^2 with the error taken back through the rotation's butterflies in
+ * double, and v_j x0_j^2 over the row before rotation. */
+static pn_status piece_sums(int type, int path, const float *x, const float *x0, int64_t n, int B,
+                            const float *v, uint8_t *scratch, double *tmp, double *err,
+                            double *norm, int64_t *bad_col)
 {
     float *y = (float *)scratch;
     uint8_t *q = scratch + (size_t)n * sizeof(float);
@@ -150,29 +154,9 @@ static pn_status piece_sums(int type, int path, const float *x, int64_t n, uint8
     if (st != PN_OK)
         return st;
     pn_dequantize_row(type, q, y, n);
-    *err = pn_error_sum(x, y, n, *err);
+    *err = v ? pn_weighted_error_sum(x, y, n, B, v, tmp, *err) : pn_error_sum(x, y, n, *err);
     if (norm)
-        *norm = pn_norm_sum(x, n, *norm);
-    return PN_OK;
-}
-
-/* The weighted sums (mix/measurement.h) continued from *err and *norm:
- * quantize the rotated x, decode, then sum v_j e_j^2 with the error taken
- * back through the rotation's butterflies in double, and v_j x0_j^2 over the
- * row before rotation. */
-static pn_status piece_sums_weighted(int type, int path, const float *x, const float *x0, int64_t n,
-                                     int B, const float *v, uint8_t *scratch, double *tmp,
-                                     double *err, double *norm, int64_t *bad_col)
-{
-    float *y = (float *)scratch;
-    uint8_t *q = scratch + (size_t)n * sizeof(float);
-    pn_status st = pn_quantize_row_path(type, path, x, n, q, bad_col);
-    if (st != PN_OK)
-        return st;
-    pn_dequantize_row(type, q, y, n);
-    *err = pn_weighted_error_sum(x, y, n, B, v, tmp, *err);
-    if (norm)
-        *norm = pn_weighted_norm_sum(x0, n, v, *norm);
+        *norm = v ? pn_weighted_norm_sum(x0, n, v, *norm) : pn_norm_sum(x, n, *norm);
     return PN_OK;
 }
 
@@ -217,15 +201,13 @@ static pn_status measure_row(void *ctx, size_t i, int t, void *fail)
     int64_t col = 0;
     /* an expert tensor's row takes its expert's weights (matrix after matrix) */
     const float *v = c->v ? c->v + (ch->rows[r] / c->t->ne[1]) * ch->K + ch->col0 : NULL;
-    pn_status st = v ? piece_sums_weighted(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v, scratch,
-                                           tmp, &e3, &w2, &col)
-                     : piece_sums(PN_TYPE_PN3T, j->path, x, ch->n_cols, scratch, &e3, &w2, &col);
+    pn_status st =
+        piece_sums(PN_TYPE_PN3T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp, &e3, &w2, &col);
     int type = PN_TYPE_PN3T;
     if (st == PN_OK) {
         type = PN_TYPE_PN4T;
-        st = v ? piece_sums_weighted(PN_TYPE_PN4T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp,
-                                     &e4, NULL, &col)
-               : piece_sums(PN_TYPE_PN4T, j->path, x, ch->n_cols, scratch, &e4, NULL, &col);
+        st = piece_sums(PN_TYPE_PN4T, j->path, x, x0, ch->n_cols, B, v, scratch, tmp, &e4, NULL,
+                        &col);
     }
     ch->blk_err[3 * r] = e3;
     ch->blk_err[3 * r + 1] = e4;

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/crc32.h"
+#include "common/mem.h"
 #include "common/threads.h"
 #include "quant/pn.h"
 #include "quant/types.h"
@@ -33,12 +34,9 @@ pn_status pn_readback_init(pn_readback *b, pn_outset *out, const pn_plan_tensor 
 
 static void close_behind(pn_readback *b)
 {
-    gguf_direct_close(b->d);
-    gguf_reader_close(b->r);
-    free(b->buf);
-    b->d = NULL;
-    b->r = NULL;
-    b->buf = NULL;
+    PN_CLOSE(gguf_direct_close, b->d);
+    PN_CLOSE(gguf_reader_close, b->r);
+    PN_CLOSE(free, b->buf);
 }
 
 void pn_readback_free(pn_readback *b)

@@ -311,50 +311,49 @@ void pn_reuse_drop_imatrix(pn_reuse *ru, const pn_plan *plan, const pn_imatrix *
             dropped, dropped == 1 ? "" : "s");
 }
 
-/* The indices to read for the tensors still copied: theirs in the source
- * (source) or in PREV (!source). */
-static size_t copied_indices(const pn_reuse *ru, bool source, size_t *idx, size_t *which)
+/* The CRC-32s of the tensors still copied, as r holds them (source: r is
+ * the source, else PREV): c->got[m] of the plan's tensor c->which[m], c->k
+ * of them; none when nothing is copied. An error of the reading is
+ * prefixed with what (when not NULL). The caller frees the three arrays,
+ * whatever this returns. */
+typedef struct copied {
+    size_t *idx, *which;
+    uint32_t *got;
+    size_t k;
+} copied;
+
+static pn_status copied_crcs(const pn_reuse *ru, const gguf_reader *r, bool source, int threads,
+                             const pn_quantize_opts *o, const char *what, copied *c, pn_error *err)
 {
-    size_t k = 0;
+    memset(c, 0, sizeof *c);
+    if (ru->n_copy == 0)
+        return PN_OK;
+    c->idx = calloc(ru->n_copy, sizeof *c->idx);
+    c->which = calloc(ru->n_copy, sizeof *c->which);
+    c->got = calloc(ru->n_copy, sizeof *c->got);
+    if (!c->idx || !c->which || !c->got)
+        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < ru->n; i++)
         if (ru->from[i] >= 0) {
-            idx[k] = source ? i : (size_t)ru->from[i];
-            which[k] = i;
-            k++;
+            c->idx[c->k] = source ? i : (size_t)ru->from[i];
+            c->which[c->k++] = i;
         }
-    return k;
-}
-
-/* Three arrays of n_copy entries (free all three); false when out of memory. */
-static bool copied_arrays(const pn_reuse *ru, size_t **idx, size_t **which, uint32_t **got)
-{
-    *idx = calloc(ru->n_copy, sizeof **idx);
-    *which = calloc(ru->n_copy, sizeof **which);
-    *got = calloc(ru->n_copy, sizeof **got);
-    if (*idx && *which && *got)
-        return true;
-    free(*idx);
-    free(*which);
-    free(*got);
-    return false;
+    pn_status st = pn_tensor_crcs(r, c->idx, c->k, 0, threads, o->cancel, c->got, err);
+    if (st != PN_OK && what)
+        pn_error_prefix(err, what);
+    return st;
 }
 
 pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *src,
                           pn_source_id *sid, int threads, const pn_quantize_opts *o, pn_error *err)
 {
-    if (ru->n_copy == 0)
-        return PN_OK;
-    size_t *idx, *which;
-    uint32_t *got;
-    if (!copied_arrays(ru, &idx, &which, &got))
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    size_t k = copied_indices(ru, true, idx, which);
-    pn_status st = pn_tensor_crcs(src, idx, k, 0, threads, o->cancel, got, err);
+    copied c;
+    pn_status st = copied_crcs(ru, src, true, threads, o, NULL, &c, err);
     name_list differ = { { 0 }, 0 };
-    for (size_t m = 0; m < k && st == PN_OK; m++) {
-        size_t i = which[m];
-        sid->tensor_crc[i] = got[m];
-        if (got[m] != ru->source_crc32[i]) {
+    for (size_t m = 0; m < c.k && st == PN_OK; m++) {
+        size_t i = c.which[m];
+        sid->tensor_crc[i] = c.got[m];
+        if (c.got[m] != ru->source_crc32[i]) {
             pn_reuse_drop(ru, plan, i,
                           "its source bytes differ from the source PREV was made from "
                           "(--reuse-verify)");
@@ -368,34 +367,27 @@ pn_status pn_reuse_verify(pn_reuse *ru, const pn_plan *plan, const gguf_reader *
             "(whole-tensor CRC-32): quantizing %s again (%s)",
             differ.n, differ.n == 1 ? "" : "s", o->src_path, differ.n == 1 ? "s" : "",
             differ.n == 1 ? "it" : "them", name_list_end(&differ));
-    free(idx);
-    free(which);
-    free(got);
+    PN_FREE_ALL(c.idx, c.which, c.got);
     return st;
 }
 
 pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
                               const pn_quantize_opts *o, pn_error *err)
 {
-    if (ru->n_copy == 0)
-        return PN_OK;
-    size_t *idx, *which;
-    uint32_t *got;
-    if (!copied_arrays(ru, &idx, &which, &got))
-        return pn_error_set(err, PN_ERR_NOMEM, "out of memory");
-    size_t k = copied_indices(ru, false, idx, which);
-    pn_status st = pn_tensor_crcs(ru->prev, idx, k, 0, threads, o->cancel, got, err);
+    copied c;
+    pn_status st =
+        copied_crcs(ru, ru->prev, false, threads, o, "--reuse: checking PREV's bytes", &c, err);
     size_t bad = 0;
-    for (size_t m = 0; m < k && st == PN_OK; m++) {
-        size_t i = which[m];
-        if (got[m] == ru->crc32[i])
+    for (size_t m = 0; m < c.k && st == PN_OK; m++) {
+        size_t i = c.which[m];
+        if (c.got[m] == ru->crc32[i])
             continue;
         if (bad++ < 2 * NOTE_NAMES_MAX)
             pn_quantize_note(
                 o,
                 "--reuse %s: tensor %s: its bytes do not match PREV's pn.tensor_crc32 (CRC-32 "
                 "%08" PRIx32 ", recorded %08" PRIx32 "): quantizing it again",
-                ru->path, plan->tensors[i].name, got[m], ru->crc32[i]);
+                ru->path, plan->tensors[i].name, c.got[m], ru->crc32[i]);
         pn_reuse_drop(ru, plan, i, "its bytes in PREV do not match PREV's pn.tensor_crc32");
     }
     if (st == PN_OK && bad > 2 * NOTE_NAMES_MAX)
@@ -404,10 +396,6 @@ pn_status pn_reuse_check_prev(pn_reuse *ru, const pn_plan *plan, int threads,
             "--reuse %s: %zu more tensors do not match PREV's pn.tensor_crc32: quantizing "
             "them again",
             ru->path, bad - 2 * NOTE_NAMES_MAX);
-    if (st != PN_OK)
-        pn_error_prefix(err, "--reuse: checking PREV's bytes");
-    free(idx);
-    free(which);
-    free(got);
+    PN_FREE_ALL(c.idx, c.which, c.got);
     return st;
 }

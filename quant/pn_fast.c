@@ -6,6 +6,7 @@
 #include "common/cpu.h"
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
+#include "quant/pn_fast_testing.h"
 #include "quant/pn_fast_internal.h"
 #include "quant/types.h"
 

@@ -78,13 +78,5 @@ pn_status pn_quantize_row_path(int type, int path, const float *x, int64_t n, ui
 pn_status pn_quantize_row_path_sums(int type, int path, const float *x, int64_t n, uint8_t *out,
                                     int64_t *bad_col, double *blk_err, double *blk_norm);
 
-/* The value fp16(x) widened back to double (+-0 on underflow, +-inf on
- * overflow), equal to pn_fp16_to_double(pn_fp16_from_double(x)) for every
- * non-NaN x, computed without frexp/ldexp. Exported so tests can pin it. */
-double pn_fp16_value_fast(double x);
-
-/* The binary16 bits of a double that is exactly a finite half value (as
- * pn_fp16_value_fast returns); equal to pn_fp16_from_double(h) for such h. */
-uint16_t pn_fp16_bits_of_half_value(double h);
 
 #endif

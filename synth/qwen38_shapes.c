@@ -1,6 +1,7 @@
 /* qwen38_shapes.c - the tensor list of a Qwen3.8-shaped model for a
  * configuration (see qwen38_shapes.h). */
 #include "synth/qwen38_shapes.h"
+#include "synth/qwen38_shapes_testing.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -119,11 +119,6 @@ static pn_status build_output(const pn_synth_opts *o, const pn_tensor_desc *t, s
     return st;
 }
 
-pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err)
-{
-    return pn_synth_files(o, bytes, NULL, err);
-}
-
 pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_splits, pn_error *err)
 {
     pn_tensor_desc *t = NULL;

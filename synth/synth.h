@@ -71,9 +71,8 @@ typedef struct pn_synth_opts {
  * tensors so P0k+19 applies. */
 pn_qwen38_config pn_synth_default_config(void);
 
-/* Exact size of what pn_synth_write would write (all splits of a set). */
-pn_status pn_synth_file_bytes(const pn_synth_opts *o, uint64_t *bytes, pn_error *err);
-/* The same, and the number of files (1, or the splits of the set). */
+/* Exact size of what pn_synth_write would write (all splits of a set), and
+ * the number of files (1, or the splits of the set; n_files may be NULL). */
 pn_status pn_synth_files(const pn_synth_opts *o, uint64_t *bytes, size_t *n_files, pn_error *err);
 
 pn_status pn_synth_write(const pn_synth_opts *o, pn_error *err);

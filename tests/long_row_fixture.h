@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "hadamard/hadamard.h"
 #include "quant/fp16.h"
 #include "quant/pn.h"

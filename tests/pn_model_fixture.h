@@ -24,6 +24,7 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "hadamard/hadamard.h"
 #include "quant/fp16.h"
 #include "quant/kquants.h"

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
 #include "test_util.h"

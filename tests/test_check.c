@@ -20,6 +20,7 @@
 #include "gguf_bytes.h"
 #include "long_row_fixture.h"
 #include "check/check.h"
+#include "check/check_testing.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
 

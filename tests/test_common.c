@@ -19,6 +19,7 @@
 #include "common/cpu.h"
 #include "common/file.h"
 #include "common/hash.h"
+#include "common/spawn.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "test_util.h"
@@ -204,6 +205,69 @@ Test(line_reader, lines_are_cut_in_place_and_counted_and_fields_split_at_tabs)
     pn_line_reader l2 = { .buf = two, .len = 2 };
     cr_assert_str_eq(pn_next_line(&l2), "x");
     cr_assert_null(pn_next_line(&l2), "no empty line after the last line end");
+}
+
+Test(text_field, a_real_number_is_the_whole_field_finite_and_without_a_leading_blank)
+{
+    /* what the KL measurement and the measurement files accept as a figure */
+    const char *good[] = { "0", "1.5", "-2", "+3", "1e-320", "0x1p3", "2.5E+2" };
+    const double want[] = { 0.0, 1.5, -2.0, 3.0, 1e-320, 8.0, 250.0 };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        double v = -99.0;
+        cr_assert(pn_field_real(good[i], &v), "'%s' is a number", good[i]);
+        cr_assert_eq(v, want[i], "'%s'", good[i]);
+    }
+    const char *bad[] = {
+        "", " 1", "\t1", "1 ", "1x", "inf", "-inf", "nan", "1e999", "-1e999", "x"
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        double v = -99.0;
+        cr_assert_not(pn_field_real(bad[i], &v), "'%s' is refused", bad[i]);
+        cr_assert_eq(v, -99.0, "'%s' leaves the value as it was", bad[i]);
+    }
+}
+
+Test(child_log, the_tail_is_its_last_bytes_on_one_printable_line)
+{
+    char *dir = tu_mkdtemp();
+    char *path = tu_join(dir, "log");
+    const char text[] = "first line\nsecond\x01line\xc3\xa9\n \n\n";
+    cr_assert_eq(tu_write_file(path, text, sizeof text - 1), 0);
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    char buf[64];
+    pn_child_log_tail(fd, buf, sizeof buf);
+    cr_assert_str_eq(buf, "first line|second?line??", "trailing breaks and blanks dropped");
+    char small[8];
+    pn_child_log_tail(fd, small, sizeof small);
+    cr_assert_str_eq(small, "e??", "the last cap - 1 bytes, then trimmed");
+    close(fd);
+    pn_child_log_tail(-1, buf, sizeof buf);
+    cr_assert_str_eq(buf, "", "no log");
+    free(path);
+    tu_rm_rf(dir);
+    free(dir);
+}
+
+Test(remove_folder, the_files_in_it_go_but_not_what_a_link_in_it_names)
+{
+    char *dir = tu_mkdtemp();
+    char *outside = tu_join(dir, "outside");
+    cr_assert_eq(tu_write_file(outside, "x", 1), 0);
+    char *tmp = tu_join(dir, "tmp");
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    char *a = tu_join(tmp, "a"), *lnk = tu_join(tmp, "link");
+    cr_assert_eq(tu_write_file(a, "a", 1), 0);
+    cr_assert_eq(symlink(outside, lnk), 0);
+    pn_remove_folder(tmp);
+    cr_assert_not(tu_exists(tmp), "the folder is gone");
+    cr_assert(tu_exists(outside), "the link's target is kept");
+    free(a);
+    free(lnk);
+    free(tmp);
+    free(outside);
+    tu_rm_rf(dir);
+    free(dir);
 }
 
 Test(byte_order, loads_and_stores_are_little_endian_at_any_alignment)

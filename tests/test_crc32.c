@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "common/crc32.h"
+#include "common/crc32_testing.h"
 #include "test_util.h"
 
 static uint8_t *random_bytes(size_t n, uint64_t seed)

@@ -20,6 +20,7 @@
 #include "gguf/header_hash.h"
 #include "pn_model_fixture.h"
 #include "test_util.h"
+#include "gguf/gguf_testing.h"
 
 static char *g_dir;
 static fx_model g_model;

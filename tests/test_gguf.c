@@ -24,6 +24,7 @@
 
 #include "common/outfile_testing.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf_bytes.h"
 #include "quant/types.h"
 #include "test_util.h"

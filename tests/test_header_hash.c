@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/header_hash.h"
 #include "test_util.h"
 

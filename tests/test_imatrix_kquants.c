@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "mix/imatrix.h"
 #include "pipeline/quantize.h"
 #include "quant/kquants.h"

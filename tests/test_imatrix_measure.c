@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "hadamard/hadamard.h"
 #include "mix/imatrix.h"
 #include "mix/measurement.h"
@@ -644,6 +645,7 @@ Test(imatrix_measure, reuse_never_copies_a_q4_K_tensor_made_with_another_imatrix
 }
 
 #include "check/check.h"
+#include "check/check_testing.h"
 
 static pn_check_report *check_with(const char *path, const char *imx, const char *source)
 {

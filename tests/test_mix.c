@@ -10,9 +10,12 @@
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
 #include "mix/measurement.h"
+#include "mix/measurement_testing.h"
 #include "mix/plan.h"
+#include "mix/plan_testing.h"
 #include "mix/promote.h"
 #include "synth/qwen38_shapes.h"
+#include "synth/qwen38_shapes_testing.h"
 #include "mix/recipe.h"
 #include "mix/size.h"
 #include "quant/pn.h"
@@ -1217,77 +1220,6 @@ Test(promote, a_measurement_of_another_plan_is_refused)
     pn_measurement_free(m);
     pn_plan_free(p);
     pn_plan_free(q);
-}
-
-typedef struct growing_header {
-    uint64_t base;
-} growing_header;
-
-/* A header that grows with the promoted names, as pn.mix.promoted does. */
-static pn_status header_with_names(const pn_plan *plan, void *ctx, uint64_t *bytes, pn_error *err)
-{
-    (void)err;
-    uint64_t h = ((growing_header *)ctx)->base;
-    const char *names[16];
-    size_t n = pn_plan_promoted_names(plan, names, 16);
-    for (size_t i = 0; i < n && i < 16; i++)
-        h += 8 + strlen(names[i]);
-    *bytes = (h + 31) / 32 * 32;
-    return PN_OK;
-}
-
-Test(promote, choose_n_for_size_takes_the_largest_n_that_fits)
-{
-    pn_plan *p = candidates_plan(5, 3);
-    double e3[5] = { 0.1, 0.4, 0.3, 0.2, 0.5 }, e4[5] = { 0 };
-    pn_measurement *m = measurement_for(p, e3, e4);
-    growing_header g = { 1000 };
-    pn_error err = { 0 };
-    uint64_t size[6];
-    for (size_t k = 0; k <= 5; k++) {
-        cr_assert_eq(pn_plan_promote_top(p, m, k, &err), PN_OK);
-        cr_assert_eq(pn_plan_file_bytes(p, header_with_names, &g, 32, &size[k], &err), PN_OK);
-        if (k)
-            cr_assert_gt(size[k], size[k - 1]);
-    }
-    for (size_t k = 0; k <= 5; k++) {
-        uint64_t limits[2] = { size[k], k < 5 ? size[k + 1] - 1 : UINT64_MAX };
-        for (int j = 0; j < 2; j++) {
-            size_t n = 99;
-            uint64_t fb = 0;
-            cr_assert_eq(pn_plan_choose_n_for_size(p, m, header_with_names, &g, 32, limits[j], &n,
-                                                   &fb, &err),
-                         PN_OK, "%s", err.msg);
-            cr_assert_eq(n, k, "limit %" PRIu64 ": n %zu, expected %zu", limits[j], n, k);
-            cr_assert_eq(fb, size[k]);
-            cr_assert_eq(p->n_promoted, k, "the plan holds the chosen promotions");
-        }
-    }
-    size_t order[5];
-    cr_assert_eq(pn_promotion_order(p, m, order, &err), PN_OK);
-    size_t n;
-    cr_assert_eq(
-        pn_plan_choose_n_for_size(p, m, header_with_names, &g, 32, size[2], &n, NULL, &err), PN_OK);
-    cr_assert(p->tensors[order[0]].promoted && p->tensors[order[1]].promoted);
-    cr_assert(!p->tensors[order[2]].promoted);
-
-    cr_assert_eq(
-        pn_plan_choose_n_for_size(p, m, header_with_names, &g, 32, size[0] - 1, &n, NULL, &err),
-        PN_ERR_MISMATCH);
-    char want[64];
-    snprintf(want, sizeof want, "%" PRIu64 " bytes", size[0]);
-    cr_assert_not_null(strstr(err.msg, want), "'%s' should give the size at N=0", err.msg);
-    snprintf(want, sizeof want, "limit of %" PRIu64 " bytes", size[0] - 1);
-    cr_assert_not_null(strstr(err.msg, want), "'%s' should give the limit", err.msg);
-    cr_assert_eq(p->n_promoted, 0);
-
-    uint64_t fixed = 4096;
-    cr_assert_eq(pn_plan_choose_n_for_size(p, m, pn_header_bytes_const, &fixed, 32, UINT64_MAX, &n,
-                                           NULL, &err),
-                 PN_OK);
-    cr_assert_eq(n, 5);
-    pn_measurement_free(m);
-    pn_plan_free(p);
 }
 
 Test(measure, a_saved_measurement_reloads_exactly)

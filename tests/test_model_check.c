@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/model_check.h"
 #include "test_util.h"
 

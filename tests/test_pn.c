@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "mix/measurement.h"
+#include "mix/measurement_testing.h"
 #include "quant/fp16.h"
 #include "quant/pn.h"
 #include "quant/types.h"

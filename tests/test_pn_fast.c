@@ -20,6 +20,7 @@
 #include "quant/fp16.h"
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
+#include "quant/pn_fast_testing.h"
 #include "quant/types.h"
 #include "test_util.h"
 

@@ -14,8 +14,10 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "hadamard/hadamard.h"
 #include "synth/qwen38_shapes.h"
+#include "synth/qwen38_shapes_testing.h"
 #include "pipeline/quantize.h"
 #include "synth/synth.h"
 #include "quant/pn_cuda.h"

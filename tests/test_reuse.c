@@ -14,13 +14,16 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/header_hash.h"
 #include "mix/measurement.h"
 #include "check/check.h"
+#include "check/check_testing.h"
 #include "common/outfile_testing.h"
 #include "pipeline/quantize.h"
 #include "pipeline/quantize_testing.h"
 #include "io/source_id.h"
+#include "io/source_id_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
 #include "scratch_fixture.h"

@@ -21,7 +21,9 @@
 #include <zlib.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/gguf_split.h"
+#include "gguf/gguf_split_testing.h"
 #include "quant/types.h"
 #include "test_util.h"
 

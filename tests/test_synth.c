@@ -9,6 +9,7 @@
 
 #include "gguf/gguf.h"
 #include "synth/qwen38_shapes.h"
+#include "synth/qwen38_shapes_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
 #include "scratch_fixture.h"
@@ -620,10 +621,10 @@ Test(synth_vocab, the_full_shape_with_its_vocabulary_is_predicted_at_the_27b_siz
     o.config = pn_qwen38_config_narrow(16, 2, 248320);
     uint64_t big = 0;
     pn_error e;
-    cr_assert_eq(pn_synth_file_bytes(&o, &big, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(pn_synth_files(&o, &big, NULL, &e), PN_OK, "%s", e.msg);
     o.config = pn_qwen38_config_full();
     uint64_t full = 0;
-    cr_assert_eq(pn_synth_file_bytes(&o, &full, &e), PN_OK, "%s", e.msg);
+    cr_assert_eq(pn_synth_files(&o, &full, NULL, &e), PN_OK, "%s", e.msg);
     cr_assert_gt(full, 53000000000ull);
     cr_assert_lt(full, 56000000000ull);
 }

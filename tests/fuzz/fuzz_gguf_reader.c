@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "gguf/header_hash.h"
 #include "gguf/model_check.h"
 #include "quant/types.h"

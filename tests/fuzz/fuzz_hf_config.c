@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "hf/hf.h"
+#include "hf/hf_testing.h"
 
 static void require(int ok)
 {

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "hf/hf.h"
+#include "hf/hf_testing.h"
 
 static void require(int ok)
 {

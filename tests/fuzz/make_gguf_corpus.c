@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_testing.h"
 #include "quant/types.h"
 
 static const char *out_dir;

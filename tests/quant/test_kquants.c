@@ -42,7 +42,7 @@
 #include "quant/pn_fast.h"
 #include "quant/quant_row.h"
 #include "quant/types.h"
-#include "row_kinds.h"
+#include "fixtures/row_kinds.h"
 #include "test_util.h"
 
 /* --- the three block types, their constants written out here --------------- */

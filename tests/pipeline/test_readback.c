@@ -16,7 +16,7 @@
 #include "pipeline/readback.h"
 #include "quant/pn.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 /* Four tensors: f32 of 1.6 MB, pn3t of 1.1 MB (rows of 5120), f32 of 2.4 MB,

@@ -26,7 +26,7 @@
 #include "io/source_id_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"

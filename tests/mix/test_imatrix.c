@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "gguf_bytes.h"
+#include "fixtures/gguf_bytes.h"
 #include "mix/imatrix.h"
 #include "mix/plan.h"
 #include "mix/recipe.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "compare/compare.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"

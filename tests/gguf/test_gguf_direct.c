@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-#include "pn_source_fixture.h"
-#include "scratch_fixture.h"
+#include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 /* Tensor sizes that are not multiples of 4096 (f16 rows of 1000 bytes, a

@@ -12,7 +12,7 @@
 #include "synth/qwen38_shapes_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 static int synth(const char *args, char **out, char **err)

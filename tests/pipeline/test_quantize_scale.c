@@ -19,7 +19,7 @@
 
 #include "pipeline/quantize.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 /* The sanitizer build runs several times slower (and beside another test). */

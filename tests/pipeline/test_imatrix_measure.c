@@ -20,7 +20,7 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-#include "pn_source_fixture.h"
+#include "fixtures/pn_source.h"
 #include "test_util.h"
 
 static char *g_dir;

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "compare/compare.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define BIN PN_BIN_DIR

@@ -15,8 +15,8 @@
 #include "pipeline/quantize.h"
 #include "quant/pn_cuda.h"
 #include "quant/types.h"
-#include "pn_source_fixture.h"
-#include "scratch_fixture.h"
+#include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 static const sf_spec g_specs[] = {

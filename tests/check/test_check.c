@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf_bytes.h"
-#include "long_row_fixture.h"
+#include "fixtures/gguf_bytes.h"
+#include "fixtures/long_row.h"
 #include "check/check.h"
 #include "check/check_testing.h"
-#include "pn_model_fixture.h"
+#include "fixtures/pn_model.h"
 #include "test_util.h"
 
 static char *g_dir;

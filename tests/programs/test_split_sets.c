@@ -27,7 +27,7 @@
 #include "gguf/gguf_split.h"
 #include "dequant/dequant.h"
 #include "pipeline/quantize.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"

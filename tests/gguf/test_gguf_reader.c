@@ -25,7 +25,7 @@
 #include "common/outfile_testing.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
-#include "gguf_bytes.h"
+#include "fixtures/gguf_bytes.h"
 #include "quant/types.h"
 #include "test_util.h"
 

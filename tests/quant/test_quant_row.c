@@ -20,7 +20,7 @@
 #include "quant/pn_fast.h"
 #include "quant/quant_row.h"
 #include "quant/types.h"
-#include "row_kinds.h"
+#include "fixtures/row_kinds.h"
 #include "test_util.h"
 
 static const int ALL_TYPES[8] = { PN_TYPE_PN3T, PN_TYPE_PN4T, PN_TYPE_Q8_0, PN_TYPE_Q4_K,

@@ -20,7 +20,7 @@
 #include "gguf/gguf.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "synth/synth.h"
 #include "test_util.h"
 

@@ -29,8 +29,8 @@
 #include "quant/pn_cuda.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-#include "pn_source_fixture.h"
-#include "scratch_fixture.h"
+#include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 /* ---- a model with one tensor of each kind of chunking ------------------ */

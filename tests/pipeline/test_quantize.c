@@ -24,8 +24,8 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
-#include "pn_source_fixture.h"
-#include "scratch_fixture.h"
+#include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define GOLDEN PN_TEST_DATA "/golden/"

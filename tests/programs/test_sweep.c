@@ -18,7 +18,7 @@
 #include "compare/plot.h"
 #include "gguf/gguf.h"
 #include "gguf/pn_keys.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"

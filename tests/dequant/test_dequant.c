@@ -14,11 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf_bytes.h"
-#include "long_row_fixture.h"
+#include "fixtures/gguf_bytes.h"
+#include "fixtures/long_row.h"
 #include "dequant/dequant.h"
 #include "gguf/header_hash.h"
-#include "pn_model_fixture.h"
+#include "fixtures/pn_model.h"
 #include "test_util.h"
 #include "gguf/gguf_testing.h"
 

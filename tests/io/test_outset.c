@@ -12,7 +12,7 @@
 #include "gguf/gguf.h"
 #include "io/outset.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 /* Three f32 tensors of 2.8 MB, 1.2 MB and 4 bytes less than 2 MB. */

@@ -21,7 +21,7 @@
 #include "compare/kl_measure.h"
 #include "pipeline/quantize.h"
 #include "quant/types.h"
-#include "scratch_fixture.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define SCRIPT PN_SOURCE_DIR "/tools/llama/pn-llama-logits.mjs"

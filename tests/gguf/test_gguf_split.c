@@ -1,4 +1,4 @@
-/* test_split.c - split sets (gguf/gguf_split.h, gguf_reader_open on a set).
+/* Split sets in the library (gguf/gguf_split.h, gguf_reader_open on a set).
  *
  * A "model" writer holds the whole model (keys, tensors, a per-tensor CRC
  * array); the set is written from it by the split pieces, each split's

@@ -3,7 +3,7 @@
  * of this test's own), a patched array is hashed with its final values, the
  * layout known before begin counts the record, and the check proves what the
  * writer wrote. The CLI side (pn-check's findings, pn-dequant's refusal):
- * test_model_check.c's header_hash suite; pn-convert's: test_hf.c. */
+ * programs/test_model_check.c's header_hash suite; pn-convert's: programs/test_hf.c. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdio.h>

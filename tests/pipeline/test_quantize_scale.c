@@ -5,7 +5,10 @@
  * linear step takes 4, a quadratic one 16), with a second of slack for the
  * start-up both share. CPU time, not wall time: on a shared machine other
  * programs take the cores, and wall-clock bounds fail for no fault of the
- * code. */
+ * code.
+ *
+ * Here the tests that call the library; those that run the built programs
+ * are in tests/programs/test_quantize_scale_cli.c. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -24,9 +27,7 @@
 
 /* The sanitizer build runs several times slower (and beside another test). */
 #if defined(__SANITIZE_ADDRESS__)
-#define SLOWER 4.0
 #else
-#define SLOWER 1.0
 #endif
 
 /* At most this times the CPU time of n for 4n (linear: 4; quadratic: 16). */
@@ -46,14 +47,6 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Wall seconds: how long another process takes to react. */
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -203,37 +196,4 @@ Test(quantize_scale, sixty_thousand_tensors_are_measured_sized_promoted_and_writ
     linear(n[0], n4[0], "15k and 60k tensors measured, promoted and written");
     linear(n[1], n4[1], "--target-size over 15k and 60k candidates");
     linear(n[2], n4[2], "promote lists of 7.5k and 30k names");
-}
-
-Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_once, .init = setup,
-     .fini = teardown)
-{
-    char *src = path_in("keys.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");
-    write_raw(src, 200000, 64, 320, 64);
-    cr_assert_eq(tu_write_file(recipe, k_recipe, strlen(k_recipe)), 0);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        tu_child_output_to_devnull();
-        execl(PN_BIN_DIR "/pn-quantize", "pn-quantize", "--recipe", recipe, "--promote", "4",
-              "--threads", "1", src, dst, (char *)NULL);
-        _exit(127);
-    }
-    usleep(100000);
-    double t0 = wall_s();
-    kill(pid, SIGTERM);
-    int status;
-    waitpid(pid, &status, 0);
-    double t = wall_s() - t0;
-    /* 143 (128 + SIGTERM) when the signal landed in the run; 0 when the run
-     * was already done */
-    cr_assert(WIFEXITED(status) && (WEXITSTATUS(status) == 143 || WEXITSTATUS(status) == 0),
-              "status %d", status);
-    cr_assert_lt(t, 5.0 * SLOWER, "the run took %.1f s to stop after SIGTERM", t);
-    struct stat sb;
-    if (WEXITSTATUS(status) == 143)
-        cr_assert_neq(stat(dst, &sb), 0, "an interrupted run left its output");
-    free(src);
-    free(dst);
-    free(recipe);
 }

@@ -1,4 +1,4 @@
-/* test_model_check.c - pn-check judges the header and the tokenizer as stock
+/* pn-check judges the header and the tokenizer as stock
  * llama.cpp loads them: a copy of a valid pn-synth model with one key
  * changed (in place, as a bit flip would; or rewritten where the change
  * moves bytes) is invalid with the finding that names that key and the

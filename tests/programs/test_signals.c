@@ -11,7 +11,7 @@
  * is then in its temporary folder); the signal is sent once the program
  * catches SIGHUP (SigCgt of /proc/PID/status), so a default action that
  * killed it could not pass for the trap. pn-check writes no file and has no
- * trap: the stop signals end it (tests/test_convert_cli.c). */
+ * trap: the stop signals end it (tests/programs/test_convert_cli.c). */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-/* test_split_tools.c - split GGUF sets in the tools (docs/split.md): split
+/* Split GGUF sets in the programs (docs/split.md): split
  * sources read as one model by pn-quantize, pn-dequant and pn-check; split
  * outputs (--split-max-size, --split-max-tensors, --keep-split) with a CRC
  * array per split, committed first split last; one split per process

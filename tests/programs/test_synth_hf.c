@@ -8,7 +8,7 @@
  * writes with the same options. pn-synth derives its GGUF from the
  * checkpoint's weights by the converter's rules (synth/synth_internal.h)
  * and pn-convert is checked against llama.cpp's own converter
- * (tests/test_hf.c): two implementations of the rules that must agree. */
+ * (tests/programs/test_hf.c): two implementations of the rules that must agree. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>

@@ -1,6 +1,6 @@
 // gguf-dump.mjs - prints a local GGUF file's keys, values and tensor infos as
 // one line of JSON, parsed by an independent implementation (the npm package
-// @huggingface/gguf), so that tests/test_gguf.c can compare it with ours.
+// @huggingface/gguf), so that tests/gguf/test_gguf_node.c can compare it with ours.
 //
 // Usage: node tests/node/gguf-dump.mjs FILE.gguf
 // Setup: npm ci --prefix tests/node

@@ -70,7 +70,6 @@
 
 #define PN_QK8_0 32
 
-pn_status pn_quantize_row_q8_0(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);
 void pn_dequantize_row_q8_0(const uint8_t *in, float *y, int64_t n);
 
 pn_status pn_quantize_row_q4_K(const float *x, int64_t n, uint8_t *out, int64_t *bad_col);

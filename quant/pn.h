@@ -76,11 +76,6 @@ pn_status pn_quantize_row(int type, const float *x, int64_t n, uint8_t *out, int
  * type a mix writes. */
 void pn_dequantize_row(int type, const uint8_t *in, float *y, int64_t n);
 
-/* Reads code e (0 <= e < G) of a block. */
-int pn_block_code(const pn_params *p, const uint8_t *block, int e);
-/* Writes code e of a block (other bits untouched). */
-void pn_block_set_code(const pn_params *p, uint8_t *block, int e, int code);
-
 /* Checks a row of n weights: every d finite, pn3t reserved bits clear.
  * Returns PN_OK, PN_ERR_NONFINITE or PN_ERR_RESERVED_BITS with *bad_block
  * (may be NULL) the index of the first bad block in the row. */

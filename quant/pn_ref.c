@@ -5,6 +5,7 @@
 
 #include "quant/fp16.h"
 #include "quant/pn.h"
+#include "quant/pn_testing.h"
 #include "quant/types.h"
 
 static const pn_params pn3t_params = { PN_TYPE_PN3T, 80, 3, 4, 10 };

@@ -13,6 +13,7 @@
 
 #include "quant/fp16.h"
 #include "quant/kquants.h"
+#include "quant/kquants_testing.h"
 #include "quant/kquants_fast.h"
 #include "quant/kquants_impl.h"
 

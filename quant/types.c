@@ -2,6 +2,7 @@
  * block as ggml defines it (ggml.h / ggml-common.h), and for the types a
  * mix writes their kernels per path; the integer helpers of sizing. */
 #include "quant/types.h"
+#include "quant/types_testing.h"
 
 #include <string.h>
 #include <strings.h>

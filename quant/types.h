@@ -73,8 +73,6 @@ typedef struct pn_type_traits {
 const pn_type_traits *pn_type_traits_get(int id);
 /* Case-insensitive lookup by name (Q4_K, pn3t, bf16); NULL if unknown. */
 const pn_type_traits *pn_type_traits_by_name(const char *name);
-/* Every entry: *count of them, in id order. */
-const pn_type_traits *pn_type_traits_all(size_t *count);
 
 /* The type's name, "?" for an id this build does not know. */
 const char *pn_type_name(int id);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "quant/pn.h"
+#include "quant/pn_testing.h"
 #include "quant/types.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

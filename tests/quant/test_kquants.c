@@ -38,6 +38,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/kquants.h"
+#include "quant/kquants_testing.h"
 #include "quant/kquants_impl.h"
 #include "quant/pn_fast.h"
 #include "quant/quant_row.h"

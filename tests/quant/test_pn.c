@@ -21,6 +21,7 @@
 #include "mix/measurement_testing.h"
 #include "quant/fp16.h"
 #include "quant/pn.h"
+#include "quant/pn_testing.h"
 #include "quant/types.h"
 #include "test_util.h"
 

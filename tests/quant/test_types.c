@@ -14,6 +14,7 @@
 #include "quant/pn.h"
 #include "quant/pn_fast.h"
 #include "quant/types.h"
+#include "quant/types_testing.h"
 
 typedef struct layout {
     int id;

@@ -1,8 +1,11 @@
-# pn_criterion_discover(TARGET): registers every Criterion test of TARGET as
-# its own ctest test named "<suite>/<test>", the way ctest lists them.
+# pn_criterion_discover(TARGET LABEL): registers every Criterion test of
+# TARGET as its own ctest test named "<suite>/<test>", the way ctest lists
+# them, labelled LABEL (the tests/ folder: a room, or "programs"), so that
+# `ctest -L programs` runs the tests of the programs and `ctest -L gguf`
+# those of one room's library.
 # The list is read from `TARGET --list` when ctest starts (like gtest's
 # discovery in PRE_TEST mode), so adding a Test() needs no CMake edit.
-function(pn_criterion_discover target)
+function(pn_criterion_discover target label)
   set(_script "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests.cmake")
   file(GENERATE OUTPUT "${_script}" CONTENT "
 set(_exe \"$<TARGET_FILE:${target}>\")
@@ -26,7 +29,7 @@ foreach(_l IN LISTS _lines)
     # Criterion exits 0 for a skipped test; ctest must show it as skipped.
     # (Tests outside the filter print \"[SKIP] ...: Test is disabled\".)
     string(REPLACE \"/\" \"::\" _shown \"\${_name}\")
-    set_tests_properties(\"\${_name}\" PROPERTIES WORKING_DIRECTORY \"${CMAKE_CURRENT_BINARY_DIR}\" TIMEOUT 900
+    set_tests_properties(\"\${_name}\" PROPERTIES WORKING_DIRECTORY \"${CMAKE_CURRENT_BINARY_DIR}\" TIMEOUT 900 LABELS \"${label}\"
       SKIP_REGULAR_EXPRESSION \"\\\\[SKIP\\\\] \${_shown}: ([^T]|T[^e])\")
     # The *_scale suites bound time on large inputs (linear, not quadratic):
     # they run alone, so that the other tests do not take their cores.

@@ -340,7 +340,7 @@ static pn_status copied_crcs(const pn_reuse *ru, const gguf_reader *r, bool sour
         }
     pn_status st = pn_tensor_crcs(r, c->idx, c->k, 0, threads, o->cancel, c->got, err);
     if (st != PN_OK && what)
-        pn_error_prefix(err, what);
+        pn_error_prefix(err, "%s", what);
     return st;
 }
 

@@ -17,8 +17,8 @@
  *        as the output (or twice);
  *   128 + N  interrupted by signal N (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
  * The library says which with its status: PN_ERR_USAGE is 2, every other
- * error 1 (pn_cli_exit_status); tests/test_surface.c (exit_status/) holds
- * the table of every refusal of every program.
+ * error 1 (pn_cli_exit_status); tests/programs/test_program_conventions.c
+ * (exit_status/) holds the table of every refusal of every program.
  *
  * Options: each program has one table (pn_cli_option) that getopt_long
  * parses with and that the usage's option list is printed from, so the

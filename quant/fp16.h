@@ -10,16 +10,16 @@
  * tests hold them equal:
  *  - here, pn_fp16_from_double: the definition, used by the references and
  *    the stock encoders; integer work on the significand, no libm, so it is
- *    the same on every machine (tests/test_fp16.c: golden file, every half
- *    midpoint against a libm oracle);
+ *    the same on every machine (tests/quant/test_fp16.c: golden file, every
+ *    half midpoint against a libm oracle);
  *  - quant/pn_fast_internal.h, pn_fast_fp16_value: the same rounding done
  *    by one double addition and subtraction of a power of two, giving the
  *    VALUE as a double without a branch, so the fast PN paths compute all
- *    36 candidate scales in vector lanes (tests/test_pn_fast.c: golden
+ *    36 candidate scales in vector lanes (tests/quant/test_pn_fast.c: golden
  *    inputs, every half midpoint and its neighbours, random doubles);
  *  - quant/pn_cuda.cu, pn_hd_fp16_from_double: a __host__ __device__ copy
  *    for the GPU kernel and its host emulator, which cannot call this host
- *    function (tests/test_pn_cuda.c, in CUDA builds: golden inputs and
+ *    function (tests/quant/test_pn_cuda.c, in CUDA builds: golden inputs and
  *    half-way points against this function, on the emulator and a GPU).
  */
 #ifndef PN_QUANT_FP16_H

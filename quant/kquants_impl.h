@@ -7,7 +7,7 @@
  * do the same IEEE single-precision operation per lane, in the same order,
  * and max/min treat a NaN the same way, so the encoded bytes do not depend
  * on which one was compiled. (Building with -DPN_KQ_SCALAR forces the plain
- * C lanes on x86 too; tests/test_kquants.c's golden file passes either way.)
+ * C lanes on x86 too; tests/quant/test_kquants.c's golden file passes either way.)
  *
  * The per-block steps that the references (q4_K.c, q3_K.c) and the fast
  * paths (kquants_simd.h) share are defined once here, at the end: the

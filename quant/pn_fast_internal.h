@@ -171,7 +171,7 @@ static inline double pn_fast_double_of(uint64_t u)
  * make_candidates in pn_fast_avx2.c / pn_fast_avx512.c can round the 36
  * candidate scales in vector lanes without per-lane branches; this scalar
  * form is what the portable path uses and what the tests pin against the
- * reference (tests/test_pn_fast.c, fast_fp16_rounding_*). */
+ * reference (tests/quant/test_pn_fast.c, fast_fp16_rounding_*). */
 static inline double pn_fast_fp16_value(double t)
 {
     uint64_t tb = pn_fast_bits_of(t);

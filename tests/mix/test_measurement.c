@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures/mix_plan.h"
+#include "fixtures/mix_measure.h"
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
 #include "mix/measurement.h"
@@ -24,37 +26,6 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "test_util.h"
-
-/* ---- helpers ---- */
-
-static pn_recipe *parse_ok(const char *text)
-{
-    pn_recipe *r = NULL;
-    pn_error err = { 0 };
-    pn_status st = pn_recipe_parse(text, strlen(text), "t.mix", &r, &err);
-    cr_assert_eq(st, PN_OK, "recipe should parse: %s\n%s", err.msg, text);
-    return r;
-}
-
-static pn_tensor_desc desc2(const char *name, int64_t ne0, int64_t ne1)
-{
-    pn_tensor_desc d = { .name = name,
-                         .n_dims = ne1 ? 2 : 1,
-                         .ne = { ne0, ne1 ? ne1 : 1, 1, 1 },
-                         .src_type = PN_TYPE_F32 };
-    return d;
-}
-
-static pn_plan *build_ok(const pn_recipe *r, const pn_tensor_desc *t, size_t n)
-{
-    pn_plan *p = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_plan_build(r, t, n, &p, NULL, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-#define HEAD "mix A\nrotation hadamard\n"
-
 
 /* ---- measurement ---- */
 
@@ -196,61 +167,12 @@ Test(measure, zero_rows_give_zero_errors_and_bad_input_is_reported)
     cr_assert_eq(pn_measure_rows(&a, z, 1, 160, &err), PN_ERR_USAGE, "K must suit both types");
 }
 
-static pn_plan *candidates_plan(size_t n_cand, size_t n_other)
-{
-    pn_recipe *r = parse_ok(HEAD "rule c.* => pn3t\nrule * => q8_0\n");
-    pn_tensor_desc *d = calloc(n_cand + n_other, sizeof *d);
-    char(*names)[32] = calloc(n_cand + n_other, 32);
-    size_t k = 0, o = 0;
-    for (size_t i = 0; i < n_cand + n_other; i++) {
-        /* candidates and others interleaved, so tensor order != candidate order */
-        if ((i % 2 == 0 && k < n_cand) || o == n_other)
-            snprintf(names[i], 32, "c.%zu", k++);
-        else
-            snprintf(names[i], 32, "o.%zu", o++);
-        d[i] = desc2(names[i], 320, 10 + (int64_t)i);
-    }
-    pn_plan *p = build_ok(r, d, n_cand + n_other);
-    cr_assert_eq(p->n_candidates, n_cand);
-    free(d);
-    free(names);
-    pn_recipe_free(r);
-    return p;
-}
-
-/* The parameters the measurement tests use. */
-static pn_measure_params test_params(void)
-{
-    pn_measure_params p;
-    memset(&p, 0, sizeof p);
-    p.source_header_hash = 0x0123456789abcdefull;
-    snprintf(p.quantizer, sizeof p.quantizer, "pn-quantize test");
-    p.rotation_cap = 1024;
-    p.sample_max_rows = 256;
-    return p;
-}
-
-static pn_measurement *measurement_for(const pn_plan *p, const double *gain3, const double *gain4)
-{
-    pn_measurement *m = NULL;
-    pn_error err = { 0 };
-    pn_measure_params mp = test_params();
-    cr_assert_eq(pn_measurement_new(p, &mp, &m, &err), PN_OK, "%s", err.msg);
-    cr_assert_eq(m->n, p->n_candidates);
-    for (size_t i = 0; i < m->n; i++) {
-        m->entries[i].e3 = gain3[i];
-        m->entries[i].e4 = gain4[i];
-        m->entries[i].rows_crc32 = 0xfedcba98u - (uint32_t)i;
-    }
-    return m;
-}
-
 Test(measure, a_saved_measurement_reloads_exactly)
 {
-    pn_plan *p = candidates_plan(5, 2);
+    pn_plan *p = mix_candidates_plan(5, 2);
     double e3[5] = { 0.1, 1.0 / 3.0, 4.9406564584124654e-324, 1e300, 0.0 };
     double e4[5] = { 0.05, 2.0 / 7.0, 0.0, 2.2250738585072014e-308, 0.0 };
-    pn_measurement *m = measurement_for(p, e3, e4);
+    pn_measurement *m = mix_measurement_for(p, e3, e4);
     char *dir = tu_mkdtemp();
     char path[4200];
     snprintf(path, sizeof path, "%s/m.txt", dir);
@@ -293,11 +215,11 @@ Test(measure, a_saved_measurement_reloads_exactly)
 
 Test(measure, a_measurement_of_other_parameters_is_refused_naming_what_differs)
 {
-    pn_plan *p = candidates_plan(3, 1);
+    pn_plan *p = mix_candidates_plan(3, 1);
     double e[3] = { 0.5, 0.25, 0.125 };
-    pn_measurement *m = measurement_for(p, e, e);
+    pn_measurement *m = mix_measurement_for(p, e, e);
     pn_error err = { 0 };
-    pn_measure_params want = test_params();
+    pn_measure_params want = mix_test_params();
     cr_assert_eq(pn_measurement_check_params(m, "m.txt", &want, p, &err), PN_OK, "%s", err.msg);
 
     want.source_header_hash ^= 1;
@@ -305,26 +227,26 @@ Test(measure, a_measurement_of_other_parameters_is_refused_naming_what_differs)
     cr_assert(strstr(err.msg, "m.txt: measured on another source") &&
                   strstr(err.msg, "0123456789abcdef") && strstr(err.msg, "0123456789abcdee"),
               "%s", err.msg);
-    want = test_params();
+    want = mix_test_params();
     snprintf(want.quantizer, sizeof want.quantizer, "pn-quantize 9.9");
     cr_assert_eq(pn_measurement_check_params(m, "m.txt", &want, p, &err), PN_ERR_MISMATCH);
     cr_assert(strstr(err.msg, "another quantizer version") &&
                   strstr(err.msg, "'pn-quantize test'") && strstr(err.msg, "'pn-quantize 9.9'"),
               "%s", err.msg);
-    want = test_params();
+    want = mix_test_params();
     want.rotation_cap = 0;
     cr_assert_eq(pn_measurement_check_params(m, "m.txt", &want, p, &err), PN_ERR_MISMATCH);
     cr_assert(strstr(err.msg, "another rotation: hadamard:1024, this run uses none"), "%s",
               err.msg);
-    want = test_params();
+    want = mix_test_params();
     want.sample_max_rows = 4;
     cr_assert_eq(pn_measurement_check_params(m, "m.txt", &want, p, &err), PN_ERR_MISMATCH);
     cr_assert(strstr(err.msg, "256 per tensor, this run samples 4 (--measure-rows)"), "%s",
               err.msg);
 
     /* another candidate set: one more, one less */
-    want = test_params();
-    pn_plan *more = candidates_plan(4, 1), *fewer = candidates_plan(2, 1);
+    want = mix_test_params();
+    pn_plan *more = mix_candidates_plan(4, 1), *fewer = mix_candidates_plan(2, 1);
     cr_assert_eq(pn_measurement_check_params(m, "m.txt", &want, more, &err), PN_ERR_MISMATCH);
     cr_assert(strstr(err.msg, "tensor c.3, a promotion candidate of this run, was not measured"),
               "%s", err.msg);
@@ -339,9 +261,9 @@ Test(measure, a_measurement_of_other_parameters_is_refused_naming_what_differs)
 
 Test(measure, rows_that_changed_since_they_were_measured_are_named)
 {
-    pn_plan *p = candidates_plan(3, 2);
+    pn_plan *p = mix_candidates_plan(3, 2);
     double e[3] = { 0.5, 0.25, 0.125 };
-    pn_measurement *m = measurement_for(p, e, e);
+    pn_measurement *m = mix_measurement_for(p, e, e);
     uint32_t *crc = calloc(p->n_tensors, sizeof *crc);
     for (size_t i = 0, k = 0; i < p->n_tensors; i++)
         if (p->tensors[i].candidate)
@@ -450,9 +372,9 @@ ParameterizedTest(bad_measure *c, measure, a_malformed_measurement_file_is_refus
 
 Test(measure, a_measurement_that_cannot_be_saved_says_why_and_leaves_no_file)
 {
-    pn_plan *p = candidates_plan(1, 0);
+    pn_plan *p = mix_candidates_plan(1, 0);
     double e3[1] = { NAN }, e4[1] = { 0 };
-    pn_measurement *m = measurement_for(p, e3, e4);
+    pn_measurement *m = mix_measurement_for(p, e3, e4);
     char *dir = tu_mkdtemp();
     char path[4200];
     snprintf(path, sizeof path, "%s/m.txt", dir);
@@ -470,10 +392,10 @@ Test(measure, a_measurement_that_cannot_be_saved_says_why_and_leaves_no_file)
     cr_assert_str_eq(out, "", "no file left behind");
     free(out);
     pn_measurement *bad = NULL;
-    pn_measure_params mp = test_params();
+    pn_measure_params mp = mix_test_params();
     snprintf(mp.quantizer, sizeof mp.quantizer, "two\nlines");
     cr_assert_eq(pn_measurement_new(p, &mp, &bad, &err), PN_ERR_USAGE);
-    mp = test_params();
+    mp = mix_test_params();
     mp.sample_max_rows = 0;
     cr_assert_eq(pn_measurement_new(p, &mp, &bad, &err), PN_ERR_USAGE);
     pn_measurement_free(m);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures/mix_plan.h"
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
 #include "mix/measurement.h"
@@ -27,29 +28,6 @@
 #define MAIN_RECIPE PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix"
 #define TEST_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
 #define TINY_EXPECT PN_TEST_DATA "/golden/tiny.f32.expect.txt"
-
-
-static pn_recipe *load_ok(const char *path)
-{
-    pn_recipe *r = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_recipe_load(path, &r, &err), PN_OK, "%s", err.msg);
-    return r;
-}
-
-static pn_plan *build_ok(const pn_recipe *r, const pn_tensor_desc *t, size_t n)
-{
-    pn_plan *p = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_plan_build(r, t, n, &p, NULL, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-static const char *tname(int id)
-{
-    const pn_type_traits *t = pn_type_traits_get(id);
-    return t ? t->name : "?";
-}
 
 /* ---- Qwen3.8-27B at full size ---- */
 
@@ -83,8 +61,8 @@ static pn_plan *full_plan(const char *recipe_path, pn_tensor_desc **descs, size_
     pn_qwen38_config c = pn_qwen38_config_full();
     pn_error err = { 0 };
     cr_assert_eq(pn_qwen38_tensors(&c, descs, n, &err), PN_OK, "%s", err.msg);
-    pn_recipe *r = load_ok(recipe_path);
-    pn_plan *p = build_ok(r, *descs, *n);
+    pn_recipe *r = mix_load_ok(recipe_path);
+    pn_plan *p = mix_build_ok(r, *descs, *n);
     pn_recipe_free(r);
     return p;
 }
@@ -162,7 +140,7 @@ Test(qwen38, the_shipped_recipe_on_the_full_size_model_equals_the_k_based_table)
         int want = k_table_type(&d[i]);
         cr_assert_neq(want, -1, "%s is not covered by the K table", d[i].name);
         cr_assert_eq(t->type, want, "%s [%lld x %lld]: recipe gives %s, the K table %s", t->name,
-                     (long long)t->ne[0], (long long)t->ne[1], tname(t->type), tname(want));
+                     (long long)t->ne[0], (long long)t->ne[1], mix_tname(t->type), mix_tname(want));
         cr_assert_eq(t->rotated, pn_type_is_pn(want), "%s", t->name);
         if (t->rotated)
             cr_assert_eq(t->rotation_block, 1024, "%s: K=%lld", t->name, (long long)t->ne[0]);
@@ -264,7 +242,7 @@ Test(qwen38, the_main_recipe_refuses_the_narrow_token_embd_and_output_of_the_tin
     size_t n;
     pn_error err = { 0 };
     cr_assert_eq(pn_qwen38_tensors(&c, &d, &n, &err), PN_OK);
-    pn_recipe *r = load_ok(MAIN_RECIPE);
+    pn_recipe *r = mix_load_ok(MAIN_RECIPE);
     pn_plan *p = NULL;
     cr_assert_eq(pn_plan_build(r, d, n, &p, NULL, &err), PN_ERR_RECIPE);
     cr_assert_not_null(strstr(err.msg, "token_embd.weight"), "%s", err.msg);
@@ -315,8 +293,8 @@ Test(qwen38, the_shipped_recipe_applies_unchanged_to_a_scaled_model)
     size_t n;
     pn_error err = { 0 };
     cr_assert_eq(pn_qwen38_tensors(&s, &d, &n, &err), PN_OK, "%s", err.msg);
-    pn_recipe *r = load_ok(MAIN_RECIPE);
-    pn_plan *p = build_ok(r, d, n);
+    pn_recipe *r = mix_load_ok(MAIN_RECIPE);
+    pn_plan *p = mix_build_ok(r, d, n);
     for (size_t i = 0; i < n; i++) {
         const pn_plan_tensor *t = &p->tensors[i];
         if (t->ne[0] == 1280 && t->n_dims == 2 && strstr(t->name, "ssm_alpha") == NULL &&
@@ -443,8 +421,8 @@ Test(tiny, the_test_recipe_gives_the_expected_types_with_q8_0_for_token_embd_and
     pn_error err = { 0 };
     cr_assert_eq(pn_qwen38_tensors(&c, &d, &n, &err), PN_OK);
     cr_assert_eq(n, n_exp);
-    pn_recipe *r = load_ok(TEST_RECIPE);
-    pn_plan *p = build_ok(r, d, n);
+    pn_recipe *r = mix_load_ok(TEST_RECIPE);
+    pn_plan *p = mix_build_ok(r, d, n);
     uint64_t pn_offset = 0;
     size_t n_pn = 0;
     for (size_t i = 0; i < n; i++) {
@@ -454,12 +432,12 @@ Test(tiny, the_test_recipe_gives_the_expected_types_with_q8_0_for_token_embd_and
         if (strcmp(t->name, "token_embd.weight") == 0 || strcmp(t->name, "output.weight") == 0) {
             /* the expect file's q3_K / q4_K cannot hold K = 320: the chain's fallback */
             cr_assert(want->id == PN_TYPE_Q3_K || want->id == PN_TYPE_Q4_K);
-            cr_assert_eq(t->type, PN_TYPE_Q8_0, "%s: %s", t->name, tname(t->type));
+            cr_assert_eq(t->type, PN_TYPE_Q8_0, "%s: %s", t->name, mix_tname(t->type));
             cr_assert_eq(t->chain_index, 1);
             cr_assert_eq(t->bytes, 320ull / 32 * 34 * 64);
             continue;
         }
-        cr_assert_eq(t->type, want->id, "%s: plan %s, expected %s", t->name, tname(t->type),
+        cr_assert_eq(t->type, want->id, "%s: plan %s, expected %s", t->name, mix_tname(t->type),
                      want->name);
         cr_assert_eq(t->chain_index, 0);
         cr_assert_eq(t->rotated, pn_type_is_pn(want->id), "%s", t->name);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures/mix_plan.h"
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
 #include "mix/measurement.h"
@@ -23,43 +24,12 @@
 #include "quant/types.h"
 #include "test_util.h"
 
-/* ---- helpers ---- */
-
-static pn_recipe *parse_ok(const char *text)
-{
-    pn_recipe *r = NULL;
-    pn_error err = { 0 };
-    pn_status st = pn_recipe_parse(text, strlen(text), "t.mix", &r, &err);
-    cr_assert_eq(st, PN_OK, "recipe should parse: %s\n%s", err.msg, text);
-    return r;
-}
-
-static pn_tensor_desc desc2(const char *name, int64_t ne0, int64_t ne1)
-{
-    pn_tensor_desc d = { .name = name,
-                         .n_dims = ne1 ? 2 : 1,
-                         .ne = { ne0, ne1 ? ne1 : 1, 1, 1 },
-                         .src_type = PN_TYPE_F32 };
-    return d;
-}
-
-static pn_plan *build_ok(const pn_recipe *r, const pn_tensor_desc *t, size_t n)
-{
-    pn_plan *p = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_plan_build(r, t, n, &p, NULL, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-#define HEAD "mix A\nrotation hadamard\n"
-
-
 Test(plan, a_type_whose_block_does_not_divide_k_without_fallback_is_an_error_naming_everything)
 {
-    pn_recipe *r = parse_ok(HEAD "rule *_norm.weight => f32\n"
-                                 "rule token_embd.weight => q3_K\n");
-    pn_tensor_desc d[2] = { desc2("output_norm.weight", 320, 0),
-                            desc2("token_embd.weight", 320, 64) };
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule *_norm.weight => f32\n"
+                                         "rule token_embd.weight => q3_K\n");
+    pn_tensor_desc d[2] = { mix_desc2("output_norm.weight", 320, 0),
+                            mix_desc2("token_embd.weight", 320, 64) };
     pn_plan *p = (pn_plan *)0x1;
     pn_error err = { 0 };
     cr_assert_eq(pn_plan_build(r, d, 2, &p, NULL, &err), PN_ERR_RECIPE);
@@ -73,11 +43,12 @@ Test(plan, a_type_whose_block_does_not_divide_k_without_fallback_is_an_error_nam
 
 Test(plan, every_unmatched_tensor_is_listed_in_one_error)
 {
-    pn_recipe *r = parse_ok(HEAD "rule *.ffn_up.weight => pn3t\n");
-    pn_tensor_desc d[5] = { desc2("blk.0.ffn_up.weight", 320, 64),
-                            desc2("blk.0.mystery.weight", 320, 64),
-                            desc2("blk.0.ffn_up.bias", 64, 0),
-                            desc2("blk.1.ffn_up.weight", 320, 64), desc2("rope_freqs", 64, 0) };
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule *.ffn_up.weight => pn3t\n");
+    pn_tensor_desc d[5] = { mix_desc2("blk.0.ffn_up.weight", 320, 64),
+                            mix_desc2("blk.0.mystery.weight", 320, 64),
+                            mix_desc2("blk.0.ffn_up.bias", 64, 0),
+                            mix_desc2("blk.1.ffn_up.weight", 320, 64),
+                            mix_desc2("rope_freqs", 64, 0) };
     pn_plan *p = NULL;
     char *details = NULL;
     pn_error err = { 0 };
@@ -97,13 +68,13 @@ Test(plan, every_unmatched_tensor_is_listed_in_one_error)
 
 Test(plan, more_unmatched_tensors_than_a_message_holds_are_all_in_the_details)
 {
-    pn_recipe *r = parse_ok(HEAD "rule nothing => f32\n");
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule nothing => f32\n");
     enum { N = 300 };
     static char names[N][64];
     static pn_tensor_desc d[N];
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "blk.%d.some_long_tensor_role.weight", i);
-        d[i] = desc2(names[i], 64, 2);
+        d[i] = mix_desc2(names[i], 64, 2);
     }
     pn_plan *p = NULL;
     char *details = NULL;
@@ -124,19 +95,19 @@ Test(plan, more_unmatched_tensors_than_a_message_holds_are_all_in_the_details)
 
 Test(plan, refuses_bad_descriptions_duplicate_names_and_non_float_sources)
 {
-    pn_recipe *r = parse_ok(HEAD "rule * => f32\n");
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule * => f32\n");
     pn_plan *p = NULL;
     pn_error err = { 0 };
-    pn_tensor_desc dup[2] = { desc2("a", 4, 0), desc2("a", 4, 0) };
+    pn_tensor_desc dup[2] = { mix_desc2("a", 4, 0), mix_desc2("a", 4, 0) };
     cr_assert_eq(pn_plan_build(r, dup, 2, &p, NULL, &err), PN_ERR_TENSOR);
     cr_assert_not_null(strstr(err.msg, "'a'"), "%s", err.msg);
-    pn_tensor_desc q = desc2("q", 32, 4);
+    pn_tensor_desc q = mix_desc2("q", 32, 4);
     q.src_type = PN_TYPE_Q8_0;
     cr_assert_eq(pn_plan_build(r, &q, 1, &p, NULL, &err), PN_ERR_TYPE);
     cr_assert_not_null(strstr(err.msg, "q8_0"), "%s", err.msg);
-    pn_tensor_desc z = desc2("z", 0, 4);
+    pn_tensor_desc z = mix_desc2("z", 0, 4);
     cr_assert_eq(pn_plan_build(r, &z, 1, &p, NULL, &err), PN_ERR_TENSOR);
-    pn_tensor_desc extra = desc2("e", 4, 0);
+    pn_tensor_desc extra = mix_desc2("e", 4, 0);
     extra.ne[1] = 3; /* beyond n_dims but not 1 */
     cr_assert_eq(pn_plan_build(r, &extra, 1, &p, NULL, &err), PN_ERR_TENSOR);
     cr_assert_null(p);
@@ -145,9 +116,9 @@ Test(plan, refuses_bad_descriptions_duplicate_names_and_non_float_sources)
 
 Test(plan, data_bytes_pad_every_tensor_to_the_alignment)
 {
-    pn_recipe *r = parse_ok(HEAD "rule * => f32\n");
-    pn_tensor_desc d[3] = { desc2("a", 3, 0), desc2("b", 8, 0), desc2("c", 5, 0) };
-    pn_plan *p = build_ok(r, d, 3);
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule * => f32\n");
+    pn_tensor_desc d[3] = { mix_desc2("a", 3, 0), mix_desc2("b", 8, 0), mix_desc2("c", 5, 0) };
+    pn_plan *p = mix_build_ok(r, d, 3);
     /* 12, 32, 20 bytes -> 32 + 32 + 32 */
     cr_assert_eq(pn_plan_data_bytes(p, 32), 96);
     cr_assert_eq(pn_plan_data_bytes(p, 0), 96, "0 means the default 32");
@@ -166,9 +137,9 @@ Test(plan, data_bytes_pad_every_tensor_to_the_alignment)
 
 Test(plan, rotation_none_rotates_nothing_and_file_type_is_carried)
 {
-    pn_recipe *r = parse_ok("mix N\nrotation none\nfile_type 2\nrule * => pn3t\n");
-    pn_tensor_desc d = desc2("w", 320, 4);
-    pn_plan *p = build_ok(r, &d, 1);
+    pn_recipe *r = mix_parse_ok("mix N\nrotation none\nfile_type 2\nrule * => pn3t\n");
+    pn_tensor_desc d = mix_desc2("w", 320, 4);
+    pn_plan *p = mix_build_ok(r, &d, 1);
     cr_assert_eq(p->tensors[0].type, PN_TYPE_PN3T);
     cr_assert(!p->tensors[0].rotated);
     cr_assert_eq(p->tensors[0].rotation_block, 0);
@@ -180,9 +151,9 @@ Test(plan, rotation_none_rotates_nothing_and_file_type_is_carried)
 
 Test(plan, a_pn3t_tensor_is_a_candidate_only_when_64_divides_k)
 {
-    pn_recipe *r = parse_ok(HEAD "rule * => pn3t\n");
-    pn_tensor_desc d[2] = { desc2("a", 320, 2), desc2("b", 160, 2) };
-    pn_plan *p = build_ok(r, d, 2);
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule * => pn3t\n");
+    pn_tensor_desc d[2] = { mix_desc2("a", 320, 2), mix_desc2("b", 160, 2) };
+    pn_plan *p = mix_build_ok(r, d, 2);
     cr_assert(p->tensors[0].candidate);
     cr_assert(!p->tensors[1].candidate);
     cr_assert_eq(p->n_candidates, 1);

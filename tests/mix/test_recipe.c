@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures/mix_plan.h"
 #include "hadamard/hadamard.h"
 #include "mix/glob.h"
 #include "mix/measurement.h"
@@ -26,53 +27,11 @@
 #define MAIN_RECIPE PN_SOURCE_DIR "/recipes/qwen3.8-27b-pn3.mix"
 #define TEST_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
 
-/* ---- helpers ---- */
-
-static pn_recipe *parse_ok(const char *text)
-{
-    pn_recipe *r = NULL;
-    pn_error err = { 0 };
-    pn_status st = pn_recipe_parse(text, strlen(text), "t.mix", &r, &err);
-    cr_assert_eq(st, PN_OK, "recipe should parse: %s\n%s", err.msg, text);
-    return r;
-}
-
-static pn_recipe *load_ok(const char *path)
-{
-    pn_recipe *r = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_recipe_load(path, &r, &err), PN_OK, "%s", err.msg);
-    return r;
-}
-
-static pn_tensor_desc desc2(const char *name, int64_t ne0, int64_t ne1)
-{
-    pn_tensor_desc d = { .name = name,
-                         .n_dims = ne1 ? 2 : 1,
-                         .ne = { ne0, ne1 ? ne1 : 1, 1, 1 },
-                         .src_type = PN_TYPE_F32 };
-    return d;
-}
-
-static pn_plan *build_ok(const pn_recipe *r, const pn_tensor_desc *t, size_t n)
-{
-    pn_plan *p = NULL;
-    pn_error err = { 0 };
-    cr_assert_eq(pn_plan_build(r, t, n, &p, NULL, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-static const char *tname(int id)
-{
-    const pn_type_traits *t = pn_type_traits_get(id);
-    return t ? t->name : "?";
-}
-
 /* ---- parsing ---- */
 
 Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard_1024)
 {
-    pn_recipe *r = load_ok(MAIN_RECIPE);
+    pn_recipe *r = mix_load_ok(MAIN_RECIPE);
     cr_assert_str_eq(r->name, "P0k");
     cr_assert_eq(r->rotation, PN_ROTATION_HADAMARD);
     cr_assert_eq(r->rotation_cap, 1024);
@@ -87,7 +46,7 @@ Test(recipe, the_shipped_recipe_names_itself_p0k_with_19_promotions_and_hadamard
 
 Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_two_fallbacks_and_mtp)
 {
-    pn_recipe *a = load_ok(MAIN_RECIPE), *b = load_ok(TEST_RECIPE);
+    pn_recipe *a = mix_load_ok(MAIN_RECIPE), *b = mix_load_ok(TEST_RECIPE);
     cr_assert_str_eq(b->name, "P0k-fallback");
     cr_assert_eq(a->mtp, PN_RECIPE_MTP_DROP, "the format's PN3 file has no MTP layer");
     cr_assert_eq(b->mtp, PN_RECIPE_MTP_UNSTATED, "the test recipe keeps a model's MTP layer");
@@ -121,15 +80,15 @@ Test(recipe, the_test_recipe_differs_from_the_main_one_only_in_name_two_fallback
 
 Test(recipe, reads_every_line_kind)
 {
-    pn_recipe *r = parse_ok("  # leading comment\r\n"
-                            "mix Test-1.a_b   # trailing comment\r\n"
-                            "\n"
-                            "rotation none\n"
-                            "file_type 7\n"
-                            "promote 3\n"
-                            "rule a.weight b.* K%256==0 dims=2 rows>=4 => q3_K | q8_0|f32\n"
-                            "rule K=1,2,3 K!=2 rows<5 rows<=9 K>0 => BF16\n"
-                            "rule *=>f16");
+    pn_recipe *r = mix_parse_ok("  # leading comment\r\n"
+                                "mix Test-1.a_b   # trailing comment\r\n"
+                                "\n"
+                                "rotation none\n"
+                                "file_type 7\n"
+                                "promote 3\n"
+                                "rule a.weight b.* K%256==0 dims=2 rows>=4 => q3_K | q8_0|f32\n"
+                                "rule K=1,2,3 K!=2 rows<5 rows<=9 K>0 => BF16\n"
+                                "rule *=>f16");
     cr_assert_str_eq(r->name, "Test-1.a_b");
     cr_assert_eq(r->rotation, PN_ROTATION_NONE);
     cr_assert_eq(r->rotation_cap, 0);
@@ -162,11 +121,11 @@ Test(recipe, reads_every_line_kind)
     cr_assert_str_eq(r->rules[2].patterns[0], "*");
     pn_recipe_free(r);
 
-    r = parse_ok("mix x\nrotation hadamard 512\nrule * => f32\n");
+    r = mix_parse_ok("mix x\nrotation hadamard 512\nrule * => f32\n");
     cr_assert_eq(r->rotation_cap, 512);
     cr_assert_eq(r->promote, 0, "promote defaults to 0");
     pn_recipe_free(r);
-    r = parse_ok("mix x\nrotation hadamard\nrule * => f32\n");
+    r = mix_parse_ok("mix x\nrotation hadamard\nrule * => f32\n");
     cr_assert_eq(r->rotation_cap, 1024, "the cap defaults to 1024");
     pn_recipe_free(r);
 }
@@ -177,14 +136,12 @@ typedef struct bad_recipe {
     char expected[96]; /* a phrase of the message */
 } bad_recipe;
 
-#define HEAD "mix A\nrotation hadamard\n"
-
 ParameterizedTestParameters(recipe, a_syntax_error_names_the_line_and_what_was_expected)
 {
     static bad_recipe cases[] = {
-        { HEAD "rule x => q9_K\n", "t.mix:3:", "expected a type the toolchain writes" },
-        { HEAD "rule x => q6_K\n", "t.mix:3:", "found 'q6_K'" },
-        { HEAD "# c\n\n  # c\nfoo bar\n",
+        { MIX_HEAD "rule x => q9_K\n", "t.mix:3:", "expected a type the toolchain writes" },
+        { MIX_HEAD "rule x => q6_K\n", "t.mix:3:", "found 'q6_K'" },
+        { MIX_HEAD "# c\n\n  # c\nfoo bar\n",
           "t.mix:6:", "expected a statement (mix, rotation, promote" },
         { "mix A\nmix B\nrotation none\nrule * => f32\n",
           "t.mix:2:", "found a second one (the first is at line 1)" },
@@ -196,32 +153,35 @@ ParameterizedTestParameters(recipe, a_syntax_error_names_the_line_and_what_was_e
         { "mix A\nrotation spin\n",
           "t.mix:2:", "expected 'rotation hadamard [cap]' or 'rotation none'" },
         { "mix A\nrotation none 4\n", "t.mix:2:", "expected 'rotation hadamard" },
-        { HEAD "promote -1\n", "t.mix:3:", "expected a whole number" },
-        { HEAD "promote\n", "t.mix:3:", "expected 'promote <N>'" },
-        { HEAD "promote 1 2\n", "t.mix:3:", "found 2 word(s)" },
-        { HEAD "promote 1\npromote 2\n", "t.mix:4:", "the first is at line 3" },
-        { HEAD "file_type 4294967296\n", "t.mix:3:", "from 0 to 4294967295" },
-        { HEAD "rule *.w q8_0\n", "t.mix:3:", "found no '=>'" },
-        { HEAD "rule => f32\n",
+        { MIX_HEAD "promote -1\n", "t.mix:3:", "expected a whole number" },
+        { MIX_HEAD "promote\n", "t.mix:3:", "expected 'promote <N>'" },
+        { MIX_HEAD "promote 1 2\n", "t.mix:3:", "found 2 word(s)" },
+        { MIX_HEAD "promote 1\npromote 2\n", "t.mix:4:", "the first is at line 3" },
+        { MIX_HEAD "file_type 4294967296\n", "t.mix:3:", "from 0 to 4294967295" },
+        { MIX_HEAD "rule *.w q8_0\n", "t.mix:3:", "found no '=>'" },
+        { MIX_HEAD "rule => f32\n",
           "t.mix:3:", "expected a name pattern or a shape condition before '=>'" },
-        { HEAD "rule x =>\n", "t.mix:3:", "after '=>', found nothing" },
-        { HEAD "rule x => q8_0||f32\n", "t.mix:3:", "separated by '|'" },
-        { HEAD "rule x => q8_0 f32\n", "t.mix:3:", "separated by '|'" },
-        { HEAD "rule x => q8_0 => f32\n", "t.mix:3:", "found two" },
-        { HEAD "rule K=abc => f32\n", "t.mix:3:", "non-negative whole number" },
-        { HEAD "rule K= => f32\n", "t.mix:3:", "non-negative whole number" },
-        { HEAD "rule K<1,2 => f32\n", "t.mix:3:", "expected one value" },
-        { HEAD "rule Q=5 => f32\n", "t.mix:3:", "expected a shape condition on K, rows or dims" },
-        { HEAD "rule K%0==0 => f32\n", "t.mix:3:", "modulus of at least 1" },
-        { HEAD "rule K~5 x=1 => f32\n", "t.mix:3:", "found 'x=1'" },
-        { HEAD "rule K5 => f32\n\nrule K!5 => f32\n", "t.mix:5:", "expected a comparison" },
-        { HEAD "rule x => f32|f32|f32|f32|f32|f32|f32|f32|f32\n", "t.mix:3:", "at most 8 types" },
-        { HEAD "rule K=1,2,3,4,5,6,7,8,9 => f32\n", "t.mix:3:", "at most 8 values" },
-        { HEAD "rule K=99999999999999999999 => f32\n", "t.mix:3:", "non-negative whole number" },
+        { MIX_HEAD "rule x =>\n", "t.mix:3:", "after '=>', found nothing" },
+        { MIX_HEAD "rule x => q8_0||f32\n", "t.mix:3:", "separated by '|'" },
+        { MIX_HEAD "rule x => q8_0 f32\n", "t.mix:3:", "separated by '|'" },
+        { MIX_HEAD "rule x => q8_0 => f32\n", "t.mix:3:", "found two" },
+        { MIX_HEAD "rule K=abc => f32\n", "t.mix:3:", "non-negative whole number" },
+        { MIX_HEAD "rule K= => f32\n", "t.mix:3:", "non-negative whole number" },
+        { MIX_HEAD "rule K<1,2 => f32\n", "t.mix:3:", "expected one value" },
+        { MIX_HEAD "rule Q=5 => f32\n",
+          "t.mix:3:", "expected a shape condition on K, rows or dims" },
+        { MIX_HEAD "rule K%0==0 => f32\n", "t.mix:3:", "modulus of at least 1" },
+        { MIX_HEAD "rule K~5 x=1 => f32\n", "t.mix:3:", "found 'x=1'" },
+        { MIX_HEAD "rule K5 => f32\n\nrule K!5 => f32\n", "t.mix:5:", "expected a comparison" },
+        { MIX_HEAD "rule x => f32|f32|f32|f32|f32|f32|f32|f32|f32\n",
+          "t.mix:3:", "at most 8 types" },
+        { MIX_HEAD "rule K=1,2,3,4,5,6,7,8,9 => f32\n", "t.mix:3:", "at most 8 values" },
+        { MIX_HEAD "rule K=99999999999999999999 => f32\n",
+          "t.mix:3:", "non-negative whole number" },
         { "rotation none\nrule * => f32\n", "t.mix:", "expected a 'mix <name>' line, found none" },
         { "mix A\nrule * => f32\n",
           "t.mix:", "expected a 'rotation hadamard [cap]' or 'rotation none' line" },
-        { HEAD "# only comments\n", "t.mix:", "expected at least one 'rule' line" },
+        { MIX_HEAD "# only comments\n", "t.mix:", "expected at least one 'rule' line" },
         { "", "t.mix:", "expected a 'mix <name>' line" },
     };
     return cr_make_param_array(bad_recipe, cases, sizeof cases / sizeof cases[0]);
@@ -267,16 +227,16 @@ Test(recipe, a_missing_file_is_an_io_error_naming_it)
 
 Test(recipe, the_first_matching_rule_wins)
 {
-    pn_recipe *r = parse_ok(HEAD "rule blk.0.* => q8_0\n"
-                                 "rule *.ffn_up.weight => pn3t\n"
-                                 "rule * => f32\n");
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule blk.0.* => q8_0\n"
+                                         "rule *.ffn_up.weight => pn3t\n"
+                                         "rule * => f32\n");
     int64_t ne[4] = { 320, 64, 1, 1 };
     cr_assert_eq(pn_recipe_match(r, "blk.0.ffn_up.weight", 2, ne)->line, 3);
     cr_assert_eq(pn_recipe_match(r, "blk.1.ffn_up.weight", 2, ne)->line, 4);
     cr_assert_eq(pn_recipe_match(r, "blk.1.ffn_down.weight", 2, ne)->line, 5);
     pn_recipe_free(r);
 
-    r = parse_ok(HEAD "rule x => f32\n");
+    r = mix_parse_ok(MIX_HEAD "rule x => f32\n");
     cr_assert_null(pn_recipe_match(r, "y", 2, ne));
     pn_recipe_free(r);
 }
@@ -327,8 +287,8 @@ ParameterizedTestParameters(recipe, patterns_are_ored_and_conditions_anded)
 ParameterizedTest(cond_case *c, recipe, patterns_are_ored_and_conditions_anded)
 {
     char text[256];
-    snprintf(text, sizeof text, HEAD "%s\n", c->rule);
-    pn_recipe *r = parse_ok(text);
+    snprintf(text, sizeof text, MIX_HEAD "%s\n", c->rule);
+    pn_recipe *r = mix_parse_ok(text);
     int64_t ne[4] = { c->ne0, c->ne1, c->ne2, 1 };
     cr_assert_eq(pn_recipe_rule_matches(&r->rules[0], c->name, c->n_dims, ne), c->match,
                  "'%s' on %s [%lld x %lld x %lld]: expected %s", c->rule, c->name,
@@ -355,11 +315,11 @@ ParameterizedTestParameters(recipe, a_fallback_chain_gives_the_first_type_whose_
 ParameterizedTest(chain_case *c, recipe,
                   a_fallback_chain_gives_the_first_type_whose_block_divides_k)
 {
-    pn_recipe *r = parse_ok(HEAD "rule * => q3_K|q8_0|f32\n");
-    pn_tensor_desc d = desc2("t", c->K, 8);
-    pn_plan *p = build_ok(r, &d, 1);
+    pn_recipe *r = mix_parse_ok(MIX_HEAD "rule * => q3_K|q8_0|f32\n");
+    pn_tensor_desc d = mix_desc2("t", c->K, 8);
+    pn_plan *p = mix_build_ok(r, &d, 1);
     cr_assert_eq(p->tensors[0].type, c->type, "K=%lld: %s, expected %s", (long long)c->K,
-                 tname(p->tensors[0].type), tname(c->type));
+                 mix_tname(p->tensors[0].type), mix_tname(c->type));
     cr_assert_eq(p->tensors[0].chain_index, c->index);
     cr_assert_eq(p->tensors[0].bytes, (uint64_t)pn_type_row_bytes(c->type, c->K) * 8);
     pn_plan_free(p);
@@ -410,14 +370,14 @@ Test(recipe, the_shipped_recipes_type_every_mtp_tensor)
 
 Test(recipe, the_mtp_statement_keeps_or_drops_the_mtp_layer_once)
 {
-    pn_recipe *r = parse_ok("mix A\nrotation none\nmtp drop\nrule * => f32\n");
+    pn_recipe *r = mix_parse_ok("mix A\nrotation none\nmtp drop\nrule * => f32\n");
     cr_assert_eq(r->mtp, PN_RECIPE_MTP_DROP);
     cr_assert_eq(r->mtp_line, 3);
     pn_recipe_free(r);
-    r = parse_ok("mix A\nrotation none\nmtp keep # as the converter\nrule * => f32\n");
+    r = mix_parse_ok("mix A\nrotation none\nmtp keep # as the converter\nrule * => f32\n");
     cr_assert_eq(r->mtp, PN_RECIPE_MTP_KEEP);
     pn_recipe_free(r);
-    r = parse_ok("mix A\nrotation none\nrule * => f32\n");
+    r = mix_parse_ok("mix A\nrotation none\nrule * => f32\n");
     cr_assert_eq(r->mtp, PN_RECIPE_MTP_UNSTATED);
     cr_assert_eq(r->mtp_line, 0);
     pn_recipe_free(r);

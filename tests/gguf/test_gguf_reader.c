@@ -27,56 +27,9 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/gguf_files.h"
 #include "quant/types.h"
 #include "test_util.h"
-
-
-static uint8_t pattern_byte(uint64_t i)
-{
-    return (uint8_t)(i * 7 + 1);
-}
-
-/* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
-static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
-{
-    uint8_t *buf = malloc(chunk);
-    uint64_t done = 0;
-    pn_error e;
-    while (done < total) {
-        size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = pattern_byte(done + i);
-        cr_assert_eq(gguf_writer_write(w, buf, n, &e), PN_OK, "%s", e.msg);
-        done += n;
-    }
-    free(buf);
-}
-
-static void finish(gguf_writer *w, const char *path)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-}
-
-static void close_and_commit(gguf_writer *w)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_commit(w, &e), PN_OK, "%s", e.msg);
-}
-
-static gguf_reader *open_file(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e;
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
-
-typedef struct blob {
-    uint8_t *bytes;
-    size_t size;
-} blob;
 
 /* The small valid file every malformed case starts from:
  * keys general.architecture, general.alignment (u32 32), test.flag (bool),
@@ -98,9 +51,9 @@ static blob small_file(void)
     cr_assert_eq(gguf_writer_add_tensor(w, "t0", 1, (int64_t[]){ 4 }, PN_TYPE_F32, &e), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "t1", 2, (int64_t[]){ 32, 2 }, PN_TYPE_Q8_0, &e), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "t2", 1, (int64_t[]){ 3 }, PN_TYPE_F32, &e), PN_OK);
-    finish(w, path);
-    write_pattern(w, 16 + 68 + 12, 5);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_write_pattern(w, 16 + 68 + 12, 5);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     blob b;
     b.bytes = tu_read_file(path, &b.size);
@@ -228,7 +181,7 @@ Test(gguf_reader, opens_the_small_file_and_shows_its_keys_and_tensors)
     const uint8_t *d = gguf_reader_tensor_data(r, 1);
     cr_assert_eq(d, gguf_reader_bytes(r) + 352 + 32);
     for (int i = 0; i < 68; i++)
-        cr_assert_eq(d[i], pattern_byte(16 + (uint64_t)i));
+        cr_assert_eq(d[i], gf_pattern_byte(16 + (uint64_t)i));
     cr_assert_null(gguf_reader_tensor(r, 3));
     gguf_reader_close(r);
     free(b.bytes);
@@ -741,8 +694,8 @@ static blob nested_file(int depth)
     char *path = tu_join(dir, "nested.gguf");
     gguf_writer *w = gguf_writer_new();
     cr_assert_eq(gguf_writer_copy_kv(w, &kv), PN_OK);
-    finish(w, path);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     blob b;
     b.bytes = tu_read_file(path, &b.size);
@@ -811,7 +764,7 @@ Test(gguf_reader, survives_random_corruption_of_the_small_file)
 
 Test(gguf_reader, opens_the_golden_tiny_f32_file_with_its_28_tensors)
 {
-    gguf_reader *r = open_file(PN_TEST_DATA "/golden/tiny.f32.gguf");
+    gguf_reader *r = gf_open_file(PN_TEST_DATA "/golden/tiny.f32.gguf");
     size_t n;
     char *expect = tu_read_file(PN_TEST_DATA "/golden/tiny.f32.expect.txt", &n);
     expect = realloc(expect, n + 1);

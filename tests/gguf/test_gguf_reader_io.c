@@ -23,56 +23,9 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/gguf_files.h"
 #include "quant/types.h"
 #include "test_util.h"
-
-
-static uint8_t pattern_byte(uint64_t i)
-{
-    return (uint8_t)(i * 7 + 1);
-}
-
-/* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
-static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
-{
-    uint8_t *buf = malloc(chunk);
-    uint64_t done = 0;
-    pn_error e;
-    while (done < total) {
-        size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = pattern_byte(done + i);
-        cr_assert_eq(gguf_writer_write(w, buf, n, &e), PN_OK, "%s", e.msg);
-        done += n;
-    }
-    free(buf);
-}
-
-static void finish(gguf_writer *w, const char *path)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-}
-
-static void close_and_commit(gguf_writer *w)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_commit(w, &e), PN_OK, "%s", e.msg);
-}
-
-static gguf_reader *open_file(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e;
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
-
-typedef struct blob {
-    uint8_t *bytes;
-    size_t size;
-} blob;
 
 /* ------------------------------------------------------------------ */
 /* Reading files: FIFOs, large headers, files that shrink              */
@@ -90,9 +43,9 @@ static char *write_model(const char *dir, const char *name, uint64_t pad_len, in
     cr_assert_eq(gguf_writer_set_str(w, "pad", pad), PN_OK);
     free(pad);
     cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ n }, PN_TYPE_F32, &e), PN_OK);
-    finish(w, path);
-    write_pattern(w, (uint64_t)n * 4, 1 << 20);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_write_pattern(w, (uint64_t)n * 4, 1 << 20);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     return path;
 }
@@ -132,7 +85,7 @@ Test(gguf_reader_io, a_header_larger_than_the_first_read_is_read_whole)
     char *dir = tu_mkdtemp();
     const uint64_t pad_len = 40u << 20;
     char *path = write_model(dir, "big-header.gguf", pad_len, 1024);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     const gguf_kv *kv = gguf_reader_find_kv(r, "pad");
     cr_assert_not_null(kv);
     cr_assert_eq(kv->v.str.len, pad_len);
@@ -144,7 +97,7 @@ Test(gguf_reader_io, a_header_larger_than_the_first_read_is_read_whole)
     pn_error e;
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 4000, got, sizeof got, &e), PN_OK, "%s", e.msg);
     for (int i = 0; i < 16; i++)
-        cr_assert_eq(got[i], pattern_byte(4000 + (uint64_t)i));
+        cr_assert_eq(got[i], gf_pattern_byte(4000 + (uint64_t)i));
     gguf_reader_close(r);
     tu_rm_rf(dir);
     free(path);
@@ -156,7 +109,7 @@ Test(gguf_reader_io, a_file_that_shrinks_after_open_gives_an_error_naming_it_not
     char *dir = tu_mkdtemp();
     const int64_t n = 8 << 20; /* 32 MiB of data: more than the first read */
     char *path = write_model(dir, "shrinks.gguf", 100, n);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     uint64_t data_end = gguf_reader_file_size(r);
     cr_assert_eq(truncate(path, (off_t)(data_end / 2)), 0);
     uint8_t *buf = malloc(1 << 20);
@@ -180,7 +133,7 @@ Test(gguf_reader_io, reads_outside_a_tensor_are_refused)
 {
     char *dir = tu_mkdtemp();
     char *path = write_model(dir, "m.gguf", 10, 256);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     uint8_t buf[8];
     pn_error e;
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 1020, buf, 8, &e), PN_ERR_USAGE);
@@ -217,7 +170,7 @@ Test(gguf_reader_io, a_header_only_reader_holds_the_header_alone_and_reads_the_s
     char *dir = tu_mkdtemp();
     /* a header of 10 KB (more than the first read) before 4 MiB of data */
     char *path = write_model(dir, "h.gguf", 10000, (int64_t)1 << 20);
-    gguf_reader *full = open_file(path), *r = NULL;
+    gguf_reader *full = gf_open_file(path), *r = NULL;
     pn_error e;
     int fd = open(path, O_RDONLY);
     cr_assert_geq(fd, 0);

@@ -21,136 +21,13 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/gguf_files.h"
+#include "fixtures/scratch.h"
 #include "quant/types.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------------ */
-/* Helpers                                                             */
-
-static bool exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-static uint8_t pattern_byte(uint64_t i)
-{
-    return (uint8_t)(i * 7 + 1);
-}
-
-/* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
-static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
-{
-    uint8_t *buf = malloc(chunk);
-    uint64_t done = 0;
-    pn_error e;
-    while (done < total) {
-        size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = pattern_byte(done + i);
-        cr_assert_eq(gguf_writer_write(w, buf, n, &e), PN_OK, "%s", e.msg);
-        done += n;
-    }
-    free(buf);
-}
-
-static void finish(gguf_writer *w, const char *path)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-}
-
-static void close_and_commit(gguf_writer *w)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_commit(w, &e), PN_OK, "%s", e.msg);
-}
-
-static gguf_reader *open_file(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e;
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
-
-/* ------------------------------------------------------------------ */
 /* Writing and reading back                                            */
-
-static const uint8_t nested_u32[] = {
-    /* [[1, 2], [], [3]] as three u32 arrays */
-    4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0,
-};
-static const uint8_t nested_str[] = {
-    /* [[["ab", ""]]]: an array of one array of one array of two strings */
-    9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,   8,   0, 0, 0, 2, 0, 0, 0, 0,
-    0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 0, 0, 0, 0, 0, 0, 0, 0,
-};
-
-static void set_nested(gguf_writer *w, const char *key, gguf_value_type et, const uint8_t *raw,
-                       size_t n, uint64_t count)
-{
-    gguf_kv kv;
-    memset(&kv, 0, sizeof kv);
-    kv.key = (gguf_str){ strlen(key), key };
-    kv.type = GGUF_TYPE_ARRAY;
-    kv.arr_type = et;
-    kv.arr_count = count;
-    kv.arr_data = raw;
-    kv.arr_bytes = n;
-    cr_assert_eq(gguf_writer_copy_kv(w, &kv), PN_OK);
-}
-
-/* One key of every value type, arrays of every type, and the edge cases. */
-static void set_every_type(gguf_writer *w)
-{
-    cr_assert_eq(gguf_writer_set_u8(w, "v.u8", 255), PN_OK);
-    cr_assert_eq(gguf_writer_set_i8(w, "v.i8", -128), PN_OK);
-    cr_assert_eq(gguf_writer_set_u16(w, "v.u16", 65535), PN_OK);
-    cr_assert_eq(gguf_writer_set_i16(w, "v.i16", -32768), PN_OK);
-    cr_assert_eq(gguf_writer_set_u32(w, "v.u32", 4000000000u), PN_OK);
-    cr_assert_eq(gguf_writer_set_i32(w, "v.i32", INT32_MIN), PN_OK);
-    cr_assert_eq(gguf_writer_set_f32(w, "v.f32", -0.0f), PN_OK);
-    cr_assert_eq(gguf_writer_set_bool(w, "v.bool", true), PN_OK);
-    cr_assert_eq(gguf_writer_set_str(w, "v.str", "quote \" backslash \\ tab\t nl\n \x01 é 日本"),
-                 PN_OK);
-    cr_assert_eq(gguf_writer_set_u64(w, "v.u64", UINT64_MAX), PN_OK);
-    cr_assert_eq(gguf_writer_set_i64(w, "v.i64", INT64_MIN), PN_OK);
-    cr_assert_eq(gguf_writer_set_f64(w, "v.f64", -2.5e300), PN_OK);
-    cr_assert_eq(gguf_writer_set_bool(w, "v.false", false), PN_OK);
-    cr_assert_eq(gguf_writer_set_str(w, "v.empty", ""), PN_OK);
-
-    uint8_t au8[] = { 0, 1, 255 };
-    int8_t ai8[] = { -1, 5 };
-    uint16_t au16[] = { 7, 65535 };
-    int16_t ai16[] = { -300, 300 };
-    uint32_t au32[] = { 1, 2, 4000000000u };
-    int32_t ai32[] = { -5, INT32_MAX };
-    float af32[] = { 1.0f, -0.0f, INFINITY, 1e-45f };
-    uint8_t abool[] = { 1, 0, 1 };
-    uint64_t au64[] = { 0, UINT64_MAX };
-    int64_t ai64[] = { INT64_MIN, 42 };
-    double af64[] = { 0.1, -1e-310 };
-    cr_assert_eq(gguf_writer_set_arr(w, "a.u8", GGUF_TYPE_UINT8, au8, 3), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.i8", GGUF_TYPE_INT8, ai8, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.u16", GGUF_TYPE_UINT16, au16, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.i16", GGUF_TYPE_INT16, ai16, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.u32", GGUF_TYPE_UINT32, au32, 3), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.i32", GGUF_TYPE_INT32, ai32, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.f32", GGUF_TYPE_FLOAT32, af32, 4), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.bool", GGUF_TYPE_BOOL, abool, 3), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.u64", GGUF_TYPE_UINT64, au64, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.i64", GGUF_TYPE_INT64, ai64, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.f64", GGUF_TYPE_FLOAT64, af64, 2), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr(w, "a.empty", GGUF_TYPE_UINT32, NULL, 0), PN_OK);
-    const char *strs[] = { "", "x", "two words", "" };
-    cr_assert_eq(gguf_writer_set_arr_str(w, "a.str", strs, 4), PN_OK);
-    cr_assert_eq(gguf_writer_set_arr_str(w, "a.str_empty", NULL, 0), PN_OK);
-    set_nested(w, "a.nested_u32", GGUF_TYPE_ARRAY, nested_u32, sizeof nested_u32, 3);
-    set_nested(w, "a.nested_str", GGUF_TYPE_ARRAY, nested_str, sizeof nested_str, 1);
-}
 
 static const gguf_kv *kv_of(const gguf_reader *r, size_t i, const char *key, gguf_value_type t)
 {
@@ -171,26 +48,18 @@ static const gguf_kv *arr_of(const gguf_reader *r, size_t i, const char *key, gg
     return kv;
 }
 
-static uint32_t f32_bits(double v)
-{
-    float f = (float)v;
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
 Test(gguf_roundtrip, keeps_every_value_type_and_the_key_order)
 {
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "types.gguf");
     gguf_writer *w = gguf_writer_new();
-    set_every_type(w);
+    gf_set_every_type(w);
     cr_assert_eq(gguf_writer_n_kv(w), 30);
-    finish(w, path);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
 
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_kv(r), 30);
     cr_assert_eq(gguf_reader_n_tensors(r), 0);
     size_t i = 0;
@@ -200,7 +69,7 @@ Test(gguf_roundtrip, keeps_every_value_type_and_the_key_order)
     cr_assert_eq(kv_of(r, i++, "v.i16", GGUF_TYPE_INT16)->v.i64, -32768);
     cr_assert_eq(kv_of(r, i++, "v.u32", GGUF_TYPE_UINT32)->v.u64, 4000000000u);
     cr_assert_eq(kv_of(r, i++, "v.i32", GGUF_TYPE_INT32)->v.i64, INT32_MIN);
-    cr_assert_eq(f32_bits(kv_of(r, i++, "v.f32", GGUF_TYPE_FLOAT32)->v.f64), 0x80000000u);
+    cr_assert_eq(gf_f32_bits(kv_of(r, i++, "v.f32", GGUF_TYPE_FLOAT32)->v.f64), 0x80000000u);
     cr_assert_eq(kv_of(r, i++, "v.bool", GGUF_TYPE_BOOL)->v.u64, 1);
     cr_assert(gguf_str_eq(kv_of(r, i++, "v.str", GGUF_TYPE_STRING)->v.str,
                           "quote \" backslash \\ tab\t nl\n \x01 é 日本"));
@@ -229,9 +98,9 @@ Test(gguf_roundtrip, keeps_every_value_type_and_the_key_order)
     cr_assert_eq(gguf_kv_arr_i64(kv, 1), INT32_MAX);
     kv = arr_of(r, i++, "a.f32", GGUF_TYPE_FLOAT32, 4);
     cr_assert_eq(gguf_kv_arr_f64(kv, 0), 1.0);
-    cr_assert_eq(f32_bits(gguf_kv_arr_f64(kv, 1)), 0x80000000u);
+    cr_assert_eq(gf_f32_bits(gguf_kv_arr_f64(kv, 1)), 0x80000000u);
     cr_assert(isinf(gguf_kv_arr_f64(kv, 2)));
-    cr_assert_eq(f32_bits(gguf_kv_arr_f64(kv, 3)), 1u);
+    cr_assert_eq(gf_f32_bits(gguf_kv_arr_f64(kv, 3)), 1u);
     cr_assert_eq(gguf_kv_arr_u64(kv, 0), 0, "no integer view of a float array");
     kv = arr_of(r, i++, "a.bool", GGUF_TYPE_BOOL, 3);
     cr_assert_eq(gguf_kv_arr_u64(kv, 0), 1);
@@ -254,7 +123,7 @@ Test(gguf_roundtrip, keeps_every_value_type_and_the_key_order)
     kv = arr_of(r, i++, "a.str_empty", GGUF_TYPE_STRING, 0);
 
     kv = arr_of(r, i++, "a.nested_u32", GGUF_TYPE_ARRAY, 3);
-    cr_assert_eq(kv->arr_bytes, sizeof nested_u32);
+    cr_assert_eq(kv->arr_bytes, sizeof gf_nested_u32);
     gguf_kv in = gguf_kv_arr_arr(kv, 0);
     cr_assert_eq(in.arr_type, GGUF_TYPE_UINT32);
     cr_assert_eq(in.arr_count, 2);
@@ -285,18 +154,18 @@ Test(gguf_roundtrip, copies_every_key_of_a_file_byte_for_byte)
     char *dir = tu_mkdtemp();
     char *a = tu_join(dir, "a.gguf"), *b = tu_join(dir, "b.gguf");
     gguf_writer *w = gguf_writer_new();
-    set_every_type(w);
+    gf_set_every_type(w);
     cr_assert_eq(gguf_writer_set_str_n(w, "v.nul", "a\0b", 3), PN_OK);
-    finish(w, a);
-    close_and_commit(w);
+    gf_finish(w, a);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
 
-    gguf_reader *r = open_file(a);
+    gguf_reader *r = gf_open_file(a);
     w = gguf_writer_new();
     for (size_t i = 0; i < gguf_reader_n_kv(r); i++)
         cr_assert_eq(gguf_writer_copy_kv(w, gguf_reader_kv(r, i)), PN_OK);
-    finish(w, b);
-    close_and_commit(w);
+    gf_finish(w, b);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     cr_assert_eq(gguf_reader_find_kv(r, "v.nul")->v.str.len, 3);
     cr_assert_eq(memcmp(gguf_reader_find_kv(r, "v.nul")->v.str.data, "a\0b", 3), 0);
@@ -331,11 +200,11 @@ Test(gguf_writer, replaces_a_key_in_place_and_removes_keys)
 
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "k.gguf");
-    finish(w, path);
+    gf_finish(w, path);
     cr_assert_eq(gguf_writer_set_u32(w, "late", 1), PN_ERR_USAGE, "keys are fixed after begin");
-    close_and_commit(w);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_kv(r), 2);
     cr_assert(gguf_str_eq(gguf_reader_kv(r, 0)->key, "k2"));
     cr_assert(gguf_str_eq(gguf_reader_kv(r, 0)->v.str, "two"));
@@ -345,24 +214,6 @@ Test(gguf_writer, replaces_a_key_in_place_and_removes_keys)
     free(path);
     free(dir);
 }
-
-typedef struct tensor_case {
-    const char *name;
-    int type;
-    uint32_t n_dims;
-    int64_t ne[4];
-    uint64_t size;
-} tensor_case;
-
-static const tensor_case mixed_tensors[] = {
-    { "a.f32", PN_TYPE_F32, 1, { 3, 1, 1, 1 }, 12 },
-    { "b.q8_0", PN_TYPE_Q8_0, 2, { 64, 2, 1, 1 }, 136 },
-    { "c.pn3t", PN_TYPE_PN3T, 2, { 80, 3, 1, 1 }, 102 },
-    { "d.pn4t", PN_TYPE_PN4T, 1, { 64, 1, 1, 1 }, 34 },
-    { "e.q4_K", PN_TYPE_Q4_K, 3, { 256, 1, 2, 1 }, 288 },
-    { "f.f16", PN_TYPE_F16, 4, { 5, 1, 1, 2 }, 20 },
-};
-#define N_MIXED (sizeof mixed_tensors / sizeof mixed_tensors[0])
 
 static void write_mixed(const char *path, uint32_t alignment, size_t chunk)
 {
@@ -374,21 +225,21 @@ static void write_mixed(const char *path, uint32_t alignment, size_t chunk)
         cr_assert_eq(gguf_writer_set_u32(w, "general.alignment", alignment), PN_OK);
     uint64_t total = 0;
     for (size_t i = 0; i < N_MIXED; i++) {
-        const tensor_case *t = &mixed_tensors[i];
+        const tensor_case *t = &gf_mixed_tensors[i];
         cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK, "%s",
                      e.msg);
         total += t->size;
     }
     cr_assert_eq(gguf_writer_n_tensors(w), N_MIXED);
-    finish(w, path);
-    write_pattern(w, total, chunk);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_write_pattern(w, total, chunk);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
 }
 
 static void check_mixed(const char *path, uint64_t align)
 {
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     const uint8_t *bytes = gguf_reader_bytes(r);
     cr_assert_eq(gguf_reader_alignment(r), align);
     uint64_t data = gguf_reader_data_offset(r);
@@ -396,7 +247,7 @@ static void check_mixed(const char *path, uint64_t align)
     cr_assert_eq(gguf_reader_n_tensors(r), N_MIXED);
     uint64_t off = 0, stream = 0, prev_end = 0;
     for (size_t i = 0; i < N_MIXED; i++) {
-        const tensor_case *t = &mixed_tensors[i];
+        const tensor_case *t = &gf_mixed_tensors[i];
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         cr_assert_str_eq(ti->name, t->name);
         cr_assert_eq(ti->type, t->type);
@@ -410,7 +261,7 @@ static void check_mixed(const char *path, uint64_t align)
             cr_assert_eq(bytes[data + p], 0, "padding byte %llu", (unsigned long long)p);
         const uint8_t *d = gguf_reader_tensor_data(r, i);
         for (uint64_t k = 0; k < t->size; k++)
-            cr_assert_eq(d[k], pattern_byte(stream + k));
+            cr_assert_eq(d[k], gf_pattern_byte(stream + k));
         stream += t->size;
         prev_end = off + t->size;
         off = (prev_end + align - 1) / align * align;
@@ -445,24 +296,24 @@ Test(gguf_writer, knows_the_layout_before_it_begins)
         gguf_writer *w = gguf_writer_new();
         pn_error e;
         gguf_writer_set_replace(w, true); /* one path for the three layouts */
-        set_every_type(w);
+        gf_set_every_type(w);
         if (align)
             cr_assert_eq(gguf_writer_set_u32(w, "general.alignment", align), PN_OK);
         uint64_t total = 0;
         for (size_t i = 0; i < N_MIXED; i++) {
-            const tensor_case *t = &mixed_tensors[i];
+            const tensor_case *t = &gf_mixed_tensors[i];
             cr_assert_eq(gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, &e), PN_OK);
             total += t->size;
         }
         uint64_t a = gguf_writer_alignment(w), d = gguf_writer_data_offset(w);
         uint64_t f = gguf_writer_file_bytes(w);
         cr_assert_eq(a, align ? align : 32);
-        finish(w, path);
-        write_pattern(w, total, 4096);
-        close_and_commit(w);
+        gf_finish(w, path);
+        gf_write_pattern(w, total, 4096);
+        gf_close_and_commit(w);
         cr_assert_eq(gguf_writer_file_bytes(w), f);
         gguf_writer_free(w);
-        gguf_reader *r = open_file(path);
+        gguf_reader *r = gf_open_file(path);
         cr_assert_eq(gguf_reader_data_offset(r), d);
         cr_assert_eq(gguf_reader_file_size(r), f);
         gguf_reader_close(r);
@@ -534,24 +385,24 @@ Test(gguf_writer, patches_an_array_after_the_data_went_out)
         snprintf(name, sizeof name, "t%d", i);
         cr_assert_eq(gguf_writer_add_tensor(w, name, 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e), PN_OK);
     }
-    finish(w, path);
-    write_pattern(w, 96, 96);
+    gf_finish(w, path);
+    gf_write_pattern(w, 96, 96);
     cr_assert_eq(gguf_writer_patch_arr(w, "pn.tensor_crc32", crcs, 2, &e), PN_ERR_USAGE);
     cr_assert(strstr(e.msg, "has 3 elements, patch gives 2"), "%s", e.msg);
     cr_assert_eq(gguf_writer_patch_arr(w, "after", crcs, 3, &e), PN_ERR_USAGE);
     cr_assert_eq(gguf_writer_patch_arr(w, "nope", crcs, 3, &e), PN_ERR_USAGE);
     cr_assert_eq(gguf_writer_patch_arr(w, "pn.tensor_crc32", crcs, 3, &e), PN_OK, "%s", e.msg);
-    close_and_commit(w);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
 
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     const gguf_kv *kv = gguf_reader_find_kv(r, "pn.tensor_crc32");
     for (int i = 0; i < 3; i++)
         cr_assert_eq(gguf_kv_arr_u64(kv, (uint64_t)i), crcs[i]);
     cr_assert(gguf_str_eq(gguf_reader_find_kv(r, "after")->v.str, "x"));
     const uint8_t *d = gguf_reader_tensor_data(r, 2);
     for (int k = 0; k < 32; k++)
-        cr_assert_eq(d[k], pattern_byte(64 + (uint64_t)k));
+        cr_assert_eq(d[k], gf_pattern_byte(64 + (uint64_t)k));
     gguf_reader_close(r);
     tu_rm_rf(dir);
     free(path);
@@ -579,13 +430,13 @@ Test(gguf_writer, patches_an_array_split_between_the_file_and_the_buffer)
     cr_assert_eq(gguf_writer_set_arr(w, "crc", GGUF_TYPE_UINT32, zeros, 4), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){ 3 << 20 }, PN_TYPE_F32, &e),
                  PN_OK);
-    finish(w, path);
-    write_pattern(w, 12u << 20, 1 << 20);
+    gf_finish(w, path);
+    gf_write_pattern(w, 12u << 20, 1 << 20);
     cr_assert_eq(gguf_writer_patch_arr(w, "crc", vals, 4, &e), PN_OK, "%s", e.msg);
-    close_and_commit(w);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
 
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     const gguf_kv *kv = gguf_reader_find_kv(r, "crc");
     cr_assert_eq((uint64_t)(kv->arr_data - gguf_reader_bytes(r)), buffer - 8);
     for (int i = 0; i < 4; i++)
@@ -594,7 +445,7 @@ Test(gguf_writer, patches_an_array_split_between_the_file_and_the_buffer)
     uint8_t *d = malloc(12u << 20);
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 0, d, 12u << 20, &e), PN_OK, "%s", e.msg);
     for (uint64_t k = 0; k < (12u << 20); k += 4099)
-        cr_assert_eq(d[k], pattern_byte(k));
+        cr_assert_eq(d[k], gf_pattern_byte(k));
     free(d);
     gguf_reader_close(r);
     free(pad);
@@ -612,7 +463,7 @@ static gguf_writer *begun_writer(const char *path)
     pn_error e;
     cr_assert_eq(gguf_writer_set_u32(w, "k", 1), PN_OK);
     cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 16 }, PN_TYPE_F32, &e), PN_OK);
-    finish(w, path);
+    gf_finish(w, path);
     cr_assert_geq(gguf_writer_fd(w), 0);
     cr_assert(!exists(path), "nothing at the target before the commit");
     return w;
@@ -623,7 +474,7 @@ Test(gguf_writer, abort_leaves_nothing_and_refuses_later_calls)
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "out.gguf");
     gguf_writer *w = begun_writer(path);
-    write_pattern(w, 20, 20);
+    gf_write_pattern(w, 20, 20);
     gguf_writer_abort(w);
     cr_assert_eq(gguf_writer_fd(w), -1);
     cr_assert_eq(tu_count_files(dir), 0);
@@ -643,7 +494,7 @@ Test(gguf_writer, the_closed_file_is_read_through_its_descriptor_and_freeing_dis
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "out.gguf");
     gguf_writer *w = begun_writer(path);
-    write_pattern(w, 64, 64);
+    gf_write_pattern(w, 64, 64);
     pn_error e;
     cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
     cr_assert_geq(gguf_writer_fd(w), 0, "the closed file stays open to be re-read");
@@ -653,7 +504,7 @@ Test(gguf_writer, the_closed_file_is_read_through_its_descriptor_and_freeing_dis
     uint8_t d[64];
     cr_assert_eq(gguf_reader_read_tensor(r, 0, 0, d, 64, &e), PN_OK, "%s", e.msg);
     for (int k = 0; k < 64; k++)
-        cr_assert_eq(d[k], pattern_byte((uint64_t)k));
+        cr_assert_eq(d[k], gf_pattern_byte((uint64_t)k));
     gguf_reader_close(r);
     cr_assert(!exists(path));
     gguf_writer_free(w);
@@ -674,8 +525,8 @@ Test(gguf_writer, commit_puts_the_file_at_the_target_and_needs_close_first)
     gguf_writer *w = gguf_writer_new();
     pn_error e;
     cr_assert_eq(gguf_writer_add_tensor(w, "t", 1, (int64_t[]){ 16 }, PN_TYPE_F32, &e), PN_OK);
-    finish(w, path);
-    write_pattern(w, 64, 64);
+    gf_finish(w, path);
+    gf_write_pattern(w, 64, 64);
     cr_assert_eq(gguf_writer_commit(w, &e), PN_ERR_USAGE, "commit needs close first");
     cr_assert(strstr(e.msg, "commit before close"), "%s", e.msg);
     cr_assert_eq(gguf_writer_fd(w), -1, "a failed commit aborts");
@@ -685,14 +536,14 @@ Test(gguf_writer, commit_puts_the_file_at_the_target_and_needs_close_first)
     mode_t mask = umask(0);
     umask(mask);
     w = begun_writer(path);
-    write_pattern(w, 64, 64);
-    close_and_commit(w);
+    gf_write_pattern(w, 64, 64);
+    gf_close_and_commit(w);
     cr_assert_eq(gguf_writer_fd(w), -1);
     gguf_writer_free(w);
     struct stat sb;
     cr_assert_eq(stat(path, &sb), 0);
     cr_assert_eq(sb.st_mode & 0777, 0644 & ~mask);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_tensors(r), 1);
     gguf_reader_close(r);
     cr_assert_eq(tu_count_files(dir), 1);
@@ -743,7 +594,7 @@ Test(gguf_writer, a_file_size_limit_is_reported_as_a_full_disk_naming_the_target
     pn_error e;
     cr_assert_eq(gguf_writer_add_tensor(w, "big", 1, (int64_t[]){ 4 << 20 }, PN_TYPE_F32, &e),
                  PN_OK);
-    finish(w, path);
+    gf_finish(w, path);
     uint8_t *chunk = calloc(1, 1 << 20);
     pn_status st = PN_OK;
     for (int i = 0; i < 16 && st == PN_OK; i++)
@@ -806,10 +657,10 @@ Test(gguf_writer_keys, an_empty_key_or_one_holding_a_nul_is_refused_naming_its_i
 
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "k.gguf");
-    finish(w, path);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_kv(r), 3);
     cr_assert(gguf_str_eq(gguf_reader_kv(r, 2)->key, "c"));
     gguf_reader_close(r);

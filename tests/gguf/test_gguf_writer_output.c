@@ -22,59 +22,10 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/gguf_files.h"
+#include "fixtures/scratch.h"
 #include "quant/types.h"
 #include "test_util.h"
-
-/* ------------------------------------------------------------------ */
-/* Helpers                                                             */
-
-static bool exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
-static uint8_t pattern_byte(uint64_t i)
-{
-    return (uint8_t)(i * 7 + 1);
-}
-
-/* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
-static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
-{
-    uint8_t *buf = malloc(chunk);
-    uint64_t done = 0;
-    pn_error e;
-    while (done < total) {
-        size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = pattern_byte(done + i);
-        cr_assert_eq(gguf_writer_write(w, buf, n, &e), PN_OK, "%s", e.msg);
-        done += n;
-    }
-    free(buf);
-}
-
-static void finish(gguf_writer *w, const char *path)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-}
-
-static void close_and_commit(gguf_writer *w)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_commit(w, &e), PN_OK, "%s", e.msg);
-}
-
-static gguf_reader *open_file(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e;
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
 
 /* ------------------------------------------------------------------ */
 /* The output file (common/outfile.h through the writer)              */
@@ -95,7 +46,7 @@ static pn_status write_small(const char *path, const pn_outfile_opts *o, gguf_wr
         gguf_writer_free(w);
         return st;
     }
-    write_pattern(w, 64, 64);
+    gf_write_pattern(w, 64, 64);
     cr_assert_eq(gguf_writer_close(w, e), PN_OK, "%s", e->msg);
     if (out) {
         *out = w;
@@ -133,7 +84,7 @@ Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_i
 
     pn_outfile_opts force = { .force = true };
     cr_assert_eq(write_small(path, &force, NULL, &e), PN_OK, "%s", e.msg);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_tensors(r), 1);
     gguf_reader_close(r);
 
@@ -141,11 +92,11 @@ Test(gguf_writer_output, an_existing_target_is_refused_at_begin_unless_replace_i
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_replace(w, true);
     cr_assert_eq(gguf_writer_add_tensor(w, "u", 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e), PN_OK);
-    finish(w, path);
-    write_pattern(w, 32, 32);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_write_pattern(w, 32, 32);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
-    r = open_file(path);
+    r = gf_open_file(path);
     cr_assert_str_eq(gguf_reader_tensor(r, 0)->name, "u");
     gguf_reader_close(r);
     cr_assert_eq(tu_count_files(dir), 1);
@@ -171,9 +122,9 @@ Test(gguf_writer_output, a_target_made_by_another_run_during_this_one_is_refused
         gguf_writer *v = gguf_writer_new();
         cr_assert_eq(gguf_writer_add_tensor(v, "other", 1, (int64_t[]){ 8 }, PN_TYPE_F32, &e),
                      PN_OK);
-        finish(v, path);
-        write_pattern(v, 32, 32);
-        close_and_commit(v);
+        gf_finish(v, path);
+        gf_write_pattern(v, 32, 32);
+        gf_close_and_commit(v);
         gguf_writer_free(v);
         cr_assert_eq(tu_write_file(first, "", 0), 0);
 
@@ -182,7 +133,7 @@ Test(gguf_writer_output, a_target_made_by_another_run_during_this_one_is_refused
         cr_assert(strstr(e.msg, "nothing was replaced"), "%s", e.msg);
         cr_assert_eq(gguf_writer_fd(w), -1, "a refused commit aborts");
         gguf_writer_free(w);
-        gguf_reader *r = open_file(path);
+        gguf_reader *r = gf_open_file(path);
         cr_assert_str_eq(gguf_reader_tensor(r, 0)->name, "other", "the other run's file stays");
         gguf_reader_close(r);
         cr_assert_eq(tu_count_files(dir), 2, "named %d: no temporary file is left", named);
@@ -338,7 +289,7 @@ Test(gguf_writer_output, a_set_of_writers_is_committed_all_or_nothing)
     cr_assert_eq(gguf_writer_commit_set(ws, 3, &e), PN_OK, "%s", e.msg);
     for (int i = 0; i < 3; i++) {
         gguf_writer_free(ws[i]);
-        gguf_reader *r = open_file(paths[i]);
+        gguf_reader *r = gf_open_file(paths[i]);
         gguf_reader_close(r);
         free(paths[i]);
     }

@@ -21,51 +21,9 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_testing.h"
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/gguf_files.h"
 #include "quant/types.h"
 #include "test_util.h"
-
-
-static uint8_t pattern_byte(uint64_t i)
-{
-    return (uint8_t)(i * 7 + 1);
-}
-
-/* Writes every tensor of w with pattern bytes, in chunks of `chunk`. */
-static void write_pattern(gguf_writer *w, uint64_t total, size_t chunk)
-{
-    uint8_t *buf = malloc(chunk);
-    uint64_t done = 0;
-    pn_error e;
-    while (done < total) {
-        size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
-        for (size_t i = 0; i < n; i++)
-            buf[i] = pattern_byte(done + i);
-        cr_assert_eq(gguf_writer_write(w, buf, n, &e), PN_OK, "%s", e.msg);
-        done += n;
-    }
-    free(buf);
-}
-
-static void finish(gguf_writer *w, const char *path)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_begin(w, path, &e), PN_OK, "%s", e.msg);
-}
-
-static void close_and_commit(gguf_writer *w)
-{
-    pn_error e;
-    cr_assert_eq(gguf_writer_close(w, &e), PN_OK, "%s", e.msg);
-    cr_assert_eq(gguf_writer_commit(w, &e), PN_OK, "%s", e.msg);
-}
-
-static gguf_reader *open_file(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e;
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
 
 /* ------------------------------------------------------------------ */
 /* Speed of opening (a measurement, not a timed assertion)             */
@@ -101,12 +59,12 @@ Test(gguf_writer_scale, two_hundred_thousand_keys_are_set_copied_and_written_in_
         cr_assert_eq(gguf_writer_set_u32(w, key, (uint32_t)i + 1000000u), PN_OK);
     }
     cr_assert_eq(gguf_writer_n_kv(w), N, "a key set twice is one key");
-    finish(w, a);
-    close_and_commit(w);
+    gf_finish(w, a);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     double t_set = now_s() - t0;
 
-    gguf_reader *r = open_file(a);
+    gguf_reader *r = gf_open_file(a);
     cr_assert_eq(gguf_reader_n_kv(r), N);
     t0 = now_s();
     w = gguf_writer_new();
@@ -118,8 +76,8 @@ Test(gguf_writer_scale, two_hundred_thousand_keys_are_set_copied_and_written_in_
         snprintf(key, sizeof key, "key.%06d", i);
         gguf_writer_remove_kv(w, key);
     }
-    finish(w, b);
-    close_and_commit(w);
+    gf_finish(w, b);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     double t_copy = now_s() - t0;
     gguf_reader_close(r);
@@ -128,7 +86,7 @@ Test(gguf_writer_scale, two_hundred_thousand_keys_are_set_copied_and_written_in_
     cr_assert_lt(t_set, LINEAR_BOUND_S, "setting 200k keys took %.1f s", t_set);
     cr_assert_lt(t_copy, LINEAR_BOUND_S, "copying 200k keys took %.1f s", t_copy);
 
-    r = open_file(b);
+    r = gf_open_file(b);
     cr_assert_eq(gguf_reader_n_kv(r), N - (N + 2) / 3);
     size_t k = 0;
     for (int i = 0; i < N; i++) {
@@ -169,15 +127,15 @@ Test(gguf_writer_scale, sixty_thousand_tensors_are_added_and_written_in_linear_t
               "%s", e.msg);
     cr_assert_eq(gguf_writer_n_tensors(w), N);
     t0 = now_s();
-    finish(w, path);
-    write_pattern(w, (uint64_t)N * 32, 1 << 16);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_write_pattern(w, (uint64_t)N * 32, 1 << 16);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
     double t_write = now_s() - t0;
     cr_log_info("60k tensors: add %.2f s, write %.2f s", t_add, t_write);
     cr_assert_lt(t_add, LINEAR_BOUND_S, "adding 60k tensors took %.1f s", t_add);
     cr_assert_lt(t_write, LINEAR_BOUND_S, "writing 60k tensors took %.1f s", t_write);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_tensors(r), N);
     cr_assert_str_eq(gguf_reader_tensor(r, N - 1)->name, "blk.59999.ffn_gate.weight");
     gguf_reader_close(r);
@@ -222,10 +180,10 @@ Test(gguf_writer_scale, the_key_index_agrees_with_a_plain_model_under_random_set
     cr_assert_eq(gguf_writer_n_kv(w), present);
     char *dir = tu_mkdtemp();
     char *path = tu_join(dir, "model.gguf");
-    finish(w, path);
-    close_and_commit(w);
+    gf_finish(w, path);
+    gf_close_and_commit(w);
     gguf_writer_free(w);
-    gguf_reader *r = open_file(path);
+    gguf_reader *r = gf_open_file(path);
     cr_assert_eq(gguf_reader_n_kv(r), present);
     int64_t last = -1;
     for (size_t k = 0; k < present; k++) {

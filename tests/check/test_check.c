@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/check_files.h"
 #include "fixtures/long_row.h"
 #include "check/check.h"
 #include "check/check_testing.h"
@@ -56,42 +57,15 @@ static const char *path_in(const char *name)
 
 /* ---- byte edits ---- */
 
-typedef struct edit {
-    uint64_t at;
-    int kind; /* 0 or-mask u32, 1 set u16, 2 xor byte, 3 truncate, 4 set u64 */
-    uint64_t value;
-} edit;
-
-static void apply_edit(uint8_t *buf, size_t *size, void *arg)
+static const char *damaged(const char *name, check_edit e, bool fix_crcs)
 {
-    const edit *e = arg;
-    switch (e->kind) {
-    case 0: pn_store_u32le(buf + e->at, pn_load_u32le(buf + e->at) | (uint32_t)e->value); break;
-    case 1: pn_store_u16le(buf + e->at, (uint16_t)e->value); break;
-    case 2: buf[e->at] ^= (uint8_t)e->value; break;
-    case 3: *size = (size_t)e->at; break;
-    case 4:
-        for (int i = 0; i < 8; i++)
-            buf[e->at + i] = (uint8_t)(e->value >> (8 * i));
-        break;
-    }
-}
-
-static const char *damaged(const char *name, edit e, bool fix_crcs)
-{
-    const char *p = path_in(name);
-    fx_copy_edit(g_good, p, apply_edit, &e);
-    if (fix_crcs)
-        fx_fix_crcs(p);
-    return p;
+    return check_damaged(g_dir, g_good, name, e, fix_crcs);
 }
 
 /* Byte offset of block b of row r of a PN tensor of the fixture. */
 static uint64_t pn_block_at(int t, int64_t row, int64_t block)
 {
-    uint64_t base = fx_data_offset(g_good, fx_specs[t].name, NULL);
-    int64_t rb = pn_type_row_bytes(fx_specs[t].type, fx_specs[t].K);
-    return base + (uint64_t)(row * rb + block * PN_BLOCK_BYTES);
+    return check_block_at(g_good, t, row, block);
 }
 
 /* ---- the library ---- */
@@ -133,8 +107,8 @@ static void expect_same_reports(const pn_check_report *a, const pn_check_report 
 
 Test(pn_check, gives_the_same_report_for_any_thread_count_and_chunk_size)
 {
-    const char *p = damaged("reserved2.gguf",
-                            (edit){ pn_block_at(FX_ATTN_Q, 3, 1) + 30, 0, 0x80000000u }, false);
+    const char *p = damaged(
+        "reserved2.gguf", (check_edit){ pn_block_at(FX_ATTN_Q, 3, 1) + 30, 0, 0x80000000u }, false);
     pn_check_report *a = check_lib(p, 1, 40, g_src); /* 40 bytes: one unit per item */
     pn_check_report *b = check_lib(p, 3, 40, g_src);
     pn_check_report *c = check_lib(p, 2, (size_t)8 << 20, g_src);
@@ -269,184 +243,15 @@ Test(pn_check, a_source_that_shrinks_during_the_check_is_an_error_naming_it)
 }
 
 /* ---- output a terminal or a parser can trust ---- */
-
-/* Length of the valid UTF-8 character at s (shortest form, no surrogates,
- * at most U+10FFFF), or 0. Written here, apart from common/text.c, so the
- * check does not lean on the code it checks. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
-    if (len == 0 || len > n || s[0] >= 0xf8)
-        return 0;
-    uint32_t cp = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* A JSON text (RFC 8259) in valid UTF-8: a small recursive-descent reader. */
-typedef struct jp {
-    const unsigned char *p, *end;
-} jp;
-
-static void j_ws(jp *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
-        j->p++;
-}
-
-static bool j_value(jp *j, int depth);
-
-static bool j_string(jp *j)
-{
-    if (j->p >= j->end || *j->p != '"')
-        return false;
-    j->p++;
-    while (j->p < j->end && *j->p != '"') {
-        if (*j->p < 0x20)
-            return false;
-        if (*j->p == '\\') {
-            j->p++;
-            if (j->p >= j->end)
-                return false;
-            if (*j->p == 'u') {
-                for (int k = 1; k <= 4; k++)
-                    if (j->p + k >= j->end || !strchr("0123456789abcdefABCDEF", j->p[k]) ||
-                        !j->p[k])
-                        return false;
-                j->p += 5;
-            } else if (strchr("\"\\/bfnrt", *j->p) && *j->p) {
-                j->p++;
-            } else {
-                return false;
-            }
-            continue;
-        }
-        size_t len = utf8_len(j->p, (size_t)(j->end - j->p));
-        if (len == 0)
-            return false;
-        j->p += len;
-    }
-    if (j->p >= j->end)
-        return false;
-    j->p++;
-    return true;
-}
-
-static bool j_lit(jp *j, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
-        return false;
-    j->p += n;
-    return true;
-}
-
-static bool j_number(jp *j)
-{
-    const unsigned char *s = j->p;
-    if (j->p < j->end && *j->p == '-')
-        j->p++;
-    if (j->p < j->end && *j->p == '0')
-        j->p++;
-    else if (j->p < j->end && *j->p >= '1' && *j->p <= '9')
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    else
-        return false;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return false;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-            j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return false;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    return j->p > s;
-}
-
-static bool j_list(jp *j, char close, bool members, int depth)
-{
-    j->p++;
-    j_ws(j);
-    if (j->p < j->end && *j->p == close) {
-        j->p++;
-        return true;
-    }
-    for (;;) {
-        j_ws(j);
-        if (members) {
-            if (!j_string(j))
-                return false;
-            j_ws(j);
-            if (j->p >= j->end || *j->p++ != ':')
-                return false;
-        }
-        if (!j_value(j, depth + 1))
-            return false;
-        j_ws(j);
-        if (j->p >= j->end)
-            return false;
-        if (*j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (*j->p++ != close)
-            return false;
-        return true;
-    }
-}
-
-static bool j_value(jp *j, int depth)
-{
-    j_ws(j);
-    if (j->p >= j->end || depth > 64)
-        return false;
-    switch (*j->p) {
-    case '{': return j_list(j, '}', true, depth);
-    case '[': return j_list(j, ']', false, depth);
-    case '"': return j_string(j);
-    case 't': return j_lit(j, "true");
-    case 'f': return j_lit(j, "false");
-    case 'n': return j_lit(j, "null");
-    default: return j_number(j);
-    }
-}
-
-static bool is_json(const char *text)
-{
-    jp j = { (const unsigned char *)text, (const unsigned char *)text + strlen(text) };
-    if (!j_value(&j, 0))
-        return false;
-    j_ws(&j);
-    return j.p == j.end;
-}
-
 Test(pn_check, json_reader_of_these_tests_tells_json_from_not_json)
 {
-    cr_assert(is_json("{\"a\": [1, -2.5e3, true, null, \"\\u001b\\\\x\"], \"b\": {}}"));
-    cr_assert(is_json("\"caf\xc3\xa9\""));
-    cr_assert_not(is_json("\"\xff\""), "invalid UTF-8");
-    cr_assert_not(is_json("\"a\x1b\""), "raw control byte");
-    cr_assert_not(is_json("\"\\x41\""), "\\x is no JSON escape");
-    cr_assert_not(is_json("{\"a\": 1,}"));
-    cr_assert_not(is_json("[1] 2"));
+    cr_assert(check_is_json("{\"a\": [1, -2.5e3, true, null, \"\\u001b\\\\x\"], \"b\": {}}"));
+    cr_assert(check_is_json("\"caf\xc3\xa9\""));
+    cr_assert_not(check_is_json("\"\xff\""), "invalid UTF-8");
+    cr_assert_not(check_is_json("\"a\x1b\""), "raw control byte");
+    cr_assert_not(check_is_json("\"\\x41\""), "\\x is no JSON escape");
+    cr_assert_not(check_is_json("{\"a\": 1,}"));
+    cr_assert_not(check_is_json("[1] 2"));
 }
 
 /* ---- memory bounded by the chunk, whatever the row ---- */

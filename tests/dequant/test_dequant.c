@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures/dequant_files.h"
 #include "fixtures/gguf_bytes.h"
 #include "fixtures/long_row.h"
 #include "dequant/dequant.h"
@@ -47,14 +48,6 @@ static const char *path_in(const char *name)
     return tu_join_static(g_dir, name);
 }
 
-static gguf_reader *open_or_fail(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e = { 0 };
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
-
 Test(pn_dequant, gives_the_same_bytes_for_any_thread_count_and_chunk_size)
 {
     pn_dequant_opts o;
@@ -79,18 +72,6 @@ Test(pn_dequant, gives_the_same_bytes_for_any_thread_count_and_chunk_size)
     free(b);
 }
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-static int count_entries(const char *dir);
-
 /* A progress callback that truncates a file the first time it is called. */
 static void truncate_on_first_call(void *ctx, uint64_t done, uint64_t total)
 {
@@ -106,7 +87,7 @@ Test(pn_dequant, an_input_that_shrinks_during_the_run_is_an_error_leaving_nothin
 {
     const char *in = path_in("shrinks.gguf"), *outp = path_in("never.gguf");
     fx_copy_edit(g_good, in, NULL, NULL);
-    int before = count_entries(g_dir);
+    int before = dequant_count_entries(g_dir);
     int calls = 0;
     char *ctx[2] = { (char *)in, (char *)&calls };
     pn_dequant_opts o;
@@ -120,7 +101,7 @@ Test(pn_dequant, an_input_that_shrinks_during_the_run_is_an_error_leaving_nothin
     cr_assert_eq(calls, 1);
     cr_assert(strstr(err.msg, in) && strstr(err.msg, "changed or shrank"), "%s", err.msg);
     cr_assert_eq(access(outp, F_OK), -1, "nothing at OUT");
-    cr_assert_eq(count_entries(g_dir), before, "no temporary file is left");
+    cr_assert_eq(dequant_count_entries(g_dir), before, "no temporary file is left");
 }
 
 typedef struct dequant_job {
@@ -155,7 +136,7 @@ Test(pn_dequant, decodes_a_row_of_2_24_weights_in_memory_far_below_the_row)
     /* the reader keeps its header buffer of the input, and of the output
      * while it is checked */
     lr_expect_far_below_row(base, peak, lr_reader_kb(pn) + lr_reader_kb(big.out), n);
-    gguf_reader *r = open_or_fail(big.out);
+    gguf_reader *r = dequant_open_or_fail(big.out);
     cr_assert_eq(gguf_reader_tensor(r, 0)->ne[0], n);
     gguf_reader_close(r);
 }

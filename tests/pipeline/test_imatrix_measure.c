@@ -23,61 +23,10 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
+#include "fixtures/imatrix_files.h"
 #include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
-
-static char *g_dir;
-static void setup(void)
-{
-    g_dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-static char *path_in(const char *name)
-{
-    return tu_join(g_dir, name);
-}
-
-/* A legacy .dat imatrix: one entry per name, K weights each from w(t, j),
- * ncall 1 (so the weight is the value). */
-static void write_dat(const char *path, const char *const *names, const int64_t *K, size_t n,
-                      float (*w)(size_t t, int64_t j))
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    int32_t v = (int32_t)n;
-    fwrite(&v, 4, 1, f);
-    for (size_t t = 0; t < n; t++) {
-        v = (int32_t)strlen(names[t]);
-        fwrite(&v, 4, 1, f);
-        fwrite(names[t], 1, strlen(names[t]), f);
-        v = 1;
-        fwrite(&v, 4, 1, f);
-        v = (int32_t)K[t];
-        fwrite(&v, 4, 1, f);
-        for (int64_t j = 0; j < K[t]; j++) {
-            float x = w(t, j);
-            fwrite(&x, 4, 1, f);
-        }
-    }
-    v = 4;
-    fwrite(&v, 4, 1, f);
-    v = 4;
-    fwrite(&v, 4, 1, f);
-    fwrite("text", 1, 4, f);
-    fclose(f);
-}
-
-static float w_varied(size_t t, int64_t j)
-{
-    /* positive, uneven, a few heavy columns */
-    uint64_t h = (uint64_t)(t * 1000003u + (uint64_t)j) * 0x9e3779b97f4a7c15ull;
-    float x = 0.05f + (float)(h >> 40) / (float)(1u << 24);
-    return (j % 97 == 5) ? x * 40.0f : x;
-}
 
 /* ---- the independent implementation of the rule ------------------------ */
 
@@ -205,12 +154,12 @@ Test(imatrix_measure,
     char *src = path_in("src.gguf"), *recipe = path_in("r.mix"), *imx = path_in("w.dat");
     sf_write_model(src, cands, 3, 5);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    write_dat(imx, names, K, 3, w_varied);
+    imatrix_write_dat(imx, names, K, 3, imatrix_w_varied);
     double e3[3], e4[3];
     for (size_t i = 0; i < 3; i++) {
         float *v = malloc((size_t)K[i] * 4);
         for (int64_t j = 0; j < K[i]; j++)
-            v[j] = w_varied(i, j);
+            v[j] = imatrix_w_varied(i, j);
         double far = 1;
         reference_weighted(src, i, 100, v, &e3[i], &e4[i], &far);
         cr_assert_lt(far, 1e-9, "%s: butterflies and the matrix differ by %g", names[i], far);
@@ -275,7 +224,7 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
     cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
     gguf_writer_free(w);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
-    /* the imatrix: in_sum2 [K, 2] of w_varied for expert 0 and its square
+    /* the imatrix: in_sum2 [K, 2] of imatrix_w_varied for expert 0 and its square
      * for expert 1, counts [1, 2] = 1 */
     w = gguf_writer_new();
     gguf_writer_set_str(w, "general.type", "imatrix");
@@ -295,7 +244,7 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
     cr_assert_eq(gguf_writer_write(w, counts, sizeof counts, &err), PN_OK);
     float *v = malloc((size_t)(K * E) * 4);
     for (int64_t j = 0; j < K; j++) {
-        v[j] = w_varied(0, j);
+        v[j] = imatrix_w_varied(0, j);
         v[K + j] = v[j] * v[j] * 7.0f;
     }
     cr_assert_eq(gguf_writer_write(w, v, (size_t)(K * E) * 4, &err), PN_OK);
@@ -331,49 +280,6 @@ Test(imatrix_measure, an_expert_tensors_rows_take_their_experts_weights, .init =
     free(mpath);
 }
 
-/* Two tensors of one model, both Gaussian with a heavy tail; "b" has an
- * outlier 20 times the spread in column 5 of every row. Unweighted, b gains
- * most from pn4t: its outlier's group is quantized coarsely around it. The
- * imatrix says the model sees b only through channel 5 (10^4 times the
- * energy of the others), and the outlier, the largest of its group, is
- * what both types hold best: weighted, promoting b buys the model little,
- * and a, weighted uniformly, is promoted. */
-static float w_heavy(size_t t, int64_t j)
-{
-    return t == 1 && j == 5 ? 10000.0f : 1.0f;
-}
-
-static void write_pair(const char *path)
-{
-    gguf_writer *w = gguf_writer_new();
-    pn_error err;
-    cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
-    const int64_t K = 320, R = 64;
-    const char *names[2] = { "a.ffn_up.weight", "b.ffn_up.weight" };
-    for (int i = 0; i < 2; i++) {
-        int64_t ne[4] = { K, R, 1, 1 };
-        cr_assert_eq(gguf_writer_add_tensor(w, names[i], 2, ne, PN_TYPE_F32, &err), PN_OK);
-    }
-    cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
-    for (int i = 0; i < 2; i++) {
-        tu_rng rng = { 77 };
-        float *buf = malloc((size_t)(K * R) * 4);
-        for (int64_t e = 0; e < K * R; e++) {
-            double g = tu_rng_gauss(&rng);
-            if (tu_rng_uniform(&rng) < 0.05)
-                g *= 4.0;
-            buf[e] = (float)g;
-            if (i == 1 && e % K == 5)
-                buf[e] = 20.0f;
-        }
-        cr_assert_eq(gguf_writer_write(w, buf, (size_t)(K * R) * 4, &err), PN_OK);
-        free(buf);
-    }
-    cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);
-    cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
-    gguf_writer_free(w);
-}
-
 static void promoted_with(const char *src, const char *recipe, const char *imx, char *first,
                           double gain[2])
 {
@@ -401,11 +307,11 @@ Test(imatrix_measure, with_one_heavy_channel_the_promoted_tensor_is_the_one_the_
      .init = setup, .fini = teardown)
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat");
-    write_pair(src);
+    imatrix_write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
     const int64_t K[] = { 320, 320 };
-    write_dat(imx, names, K, 2, w_heavy);
+    imatrix_write_dat(imx, names, K, 2, imatrix_w_heavy);
     char plain[64], weighted[64];
     double g0[2], g1[2];
     promoted_with(src, recipe, NULL, plain, g0);
@@ -423,11 +329,11 @@ Test(imatrix_measure, a_candidate_without_an_entry_is_an_error_naming_it_unless_
      .init = setup, .fini = teardown)
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("half.dat");
-    write_pair(src);
+    imatrix_write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     const char *names[] = { "b.ffn_up.weight" };
     const int64_t K[] = { 320 };
-    write_dat(imx, names, K, 1, w_heavy);
+    imatrix_write_dat(imx, names, K, 1, imatrix_w_heavy);
     pn_quantize_opts o;
     base_opts(&o, src, recipe);
     o.imatrix_path = imx;
@@ -455,12 +361,12 @@ Test(imatrix_measure, a_measurement_of_another_imatrix_or_of_none_is_measured_ag
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *a = path_in("a.dat"),
          *b = path_in("b.dat"), *mpath = path_in("m.txt");
-    write_pair(src);
+    imatrix_write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
     const int64_t K[] = { 320, 320 };
-    write_dat(a, names, K, 2, w_heavy);
-    write_dat(b, names, K, 2, w_varied);
+    imatrix_write_dat(a, names, K, 2, imatrix_w_heavy);
+    imatrix_write_dat(b, names, K, 2, imatrix_w_varied);
     const char *runs[] = { NULL, a, a, b, NULL };
     const bool again[] = { false, true, false, true, true };
     for (int r = 0; r < 5; r++) {
@@ -496,11 +402,11 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat"),
          *dst = path_in("out.gguf");
-    write_pair(src);
+    imatrix_write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight", "not.in.model" };
     const int64_t K[] = { 320, 320, 64 };
-    write_dat(imx, names, K, 3, w_heavy);
+    imatrix_write_dat(imx, names, K, 3, imatrix_w_heavy);
     pn_quantize_opts o;
     base_opts(&o, src, recipe);
     o.dry_run = false;
@@ -536,7 +442,7 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
             h *= 0x100000001b3ull;
         }
         for (int64_t j = 0; j < 320; j++) {
-            float f = w_heavy((size_t)t, j);
+            float f = imatrix_w_heavy((size_t)t, j);
             uint32_t u;
             memcpy(&u, &f, 4);
             for (int i = 0; i < 4; i++) {
@@ -557,13 +463,6 @@ Test(imatrix_measure, the_output_records_the_imatrix_in_llama_quantizes_keys_and
 
 /* ---- --reuse, pn-check, the programs ------------------------------------ */
 
-static float w_ones(size_t t, int64_t j)
-{
-    (void)t;
-    (void)j;
-    return 1.0f;
-}
-
 /* A model with a pn3t candidate and a q4_K output.weight. */
 static const sf_spec g_kq_specs[] = {
     { "a.ffn_up.weight", 2, 1280, 8, PN_TYPE_F32 },
@@ -582,8 +481,8 @@ static void write_kq(char **src, char **recipe, char **imx_a, char **imx_b)
     cr_assert_eq(tu_write_file(*recipe, g_kq_recipe, strlen(g_kq_recipe)), 0);
     const char *names[] = { "a.ffn_up.weight", "output.weight" };
     const int64_t K[] = { 1280, 512 };
-    write_dat(*imx_a, names, K, 2, w_varied);
-    write_dat(*imx_b, names, K, 2, w_ones);
+    imatrix_write_dat(*imx_a, names, K, 2, imatrix_w_varied);
+    imatrix_write_dat(*imx_b, names, K, 2, imatrix_w_ones);
 }
 
 static void quantize_to(const char *src, const char *recipe, const char *imx, const char *reuse,
@@ -694,13 +593,13 @@ Test(imatrix_measure, pn_check_confirms_the_imatrix_and_the_promotions_it_choose
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat"),
          *other = path_in("other.dat"), *wf = path_in("w.gguf"), *pf = path_in("p.gguf"),
          *uf = path_in("u.gguf"), *old = path_in("old.gguf");
-    write_pair(src);
+    imatrix_write_pair(src);
     static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
     cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
     const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
     const int64_t K[] = { 320, 320 };
-    write_dat(imx, names, K, 2, w_heavy);
-    write_dat(other, names, K, 2, w_varied);
+    imatrix_write_dat(imx, names, K, 2, imatrix_w_heavy);
+    imatrix_write_dat(other, names, K, 2, imatrix_w_varied);
     tu_notes n = { { 0 } };
     quantize_to(src, recipe, imx, NULL, wf, &n); /* --imatrix-promotion weighted */
     quantize_to(src, recipe, NULL, NULL, pf, &n);

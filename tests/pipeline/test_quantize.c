@@ -28,60 +28,11 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "fixtures/pn_source.h"
+#include "fixtures/quantize_run.h"
 #include "fixtures/scratch.h"
 #include "test_util.h"
 
 #define GOLDEN PN_TEST_DATA "/golden/"
-#define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-
-/* No file at p, and no temporary file beside it. */
-static void assert_nothing_left(const char *dir, const char *p)
-{
-    cr_assert(!exists(p), "%s must not exist", p);
-    cr_assert_eq(tu_count_temporary_files(dir), 0, "temporary files left in %s", dir);
-}
-
-/* The two files hold the same bytes. */
-static void assert_same_bytes(const char *a, const char *b, const char *why)
-{
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0, "%s: %s and %s", why, a, b);
-    free(da);
-    free(db);
-}
-
-/* A small Qwen3.8-shaped model (widths of the golden tiny model, 4 layers so
- * one block is full attention). */
-static pn_qwen38_config tiny_config(int layers, int dtype)
-{
-    pn_qwen38_config c = pn_qwen38_config_scaled(16, layers, 64);
-    c.n_embd = 320;
-    c.n_inner = 64;
-    c.n_qkv = 192;
-    c.n_q = 128;
-    c.n_kv = 64;
-    c.n_ff = 64;
-    c.n_ssm_heads = 1;
-    c.ssm_norm = 64;
-    c.head_dim = 64;
-    c.weight_type = dtype;
-    return c;
-}
-
-static char *make_source(const char *name, int layers, int dtype, uint64_t seed)
-{
-    char *p = path_in(name);
-    pn_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.path = p;
-    o.config = tiny_config(layers, dtype);
-    o.seed = seed;
-    o.threads = 1;
-    pn_error err;
-    cr_assert_eq(pn_synth_write(&o, &err), PN_OK, "%s", err.msg);
-    return p;
-}
 
 static void base_opts(pn_quantize_opts *o, const char *src, const char *dst)
 {
@@ -234,7 +185,7 @@ static void check_against_reference(const char *src_path, const char *dst_path, 
 Test(quantize, stores_every_pn_tensor_as_the_reference_rotate_and_quantize, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_BF16, 7);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_BF16, 7);
     char *dst = path_in("dst.gguf");
     pn_quantize_opts o;
     base_opts(&o, src, dst);
@@ -273,7 +224,7 @@ Test(quantize, stores_every_pn_tensor_as_the_reference_rotate_and_quantize, .ini
 
 Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_F16, 11);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F16, 11);
     char *a = path_in("a.gguf"), *b = path_in("b.gguf");
     pn_quantize_opts o;
     base_opts(&o, src, a);
@@ -283,7 +234,7 @@ Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup
     o.dst_path = b;
     o.threads = 2;
     run_ok(&o);
-    assert_same_bytes(a, b, "outputs differ between 1 and 2 threads");
+    quantize_assert_same_bytes(a, b, "outputs differ between 1 and 2 threads");
     free(src);
     free(a);
     free(b);
@@ -294,7 +245,7 @@ Test(quantize, writes_the_same_bytes_with_one_thread_and_with_two, .init = setup
 Test(quantize, rotation_none_changes_only_the_pn_bytes_and_the_rotation_key, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 3);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 3);
     char *a = path_in("rot.gguf"), *b = path_in("norot.gguf");
     pn_quantize_opts o;
     base_opts(&o, src, a);
@@ -338,7 +289,7 @@ static int count_type(gguf_reader *r, int type)
 Test(quantize, promote_n_turns_exactly_n_pn3t_tensors_into_pn4t_and_records_them, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *a = path_in("p0.gguf"), *b = path_in("p5.gguf"), *m = path_in("m.txt");
     pn_quantize_opts o;
     base_opts(&o, src, a);
@@ -378,7 +329,7 @@ Test(quantize, promote_n_turns_exactly_n_pn3t_tensors_into_pn4t_and_records_them
 Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_again, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *a = path_in("a.gguf"), *b = path_in("b.gguf"), *m = path_in("m.txt");
     pn_quantize_opts o;
     base_opts(&o, src, a);
@@ -390,7 +341,7 @@ Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_a
     o.dst_path = b;
     cr_assert_eq(pn_quantize_file(&o, &s2, &err), PN_OK, "%s", err.msg);
     cr_assert_gt(s1.t_measure, 0.0);
-    assert_same_bytes(a, b, "the outputs differ");
+    quantize_assert_same_bytes(a, b, "the outputs differ");
     free(src);
     free(a);
     free(b);
@@ -399,7 +350,7 @@ Test(quantize, a_saved_measurement_gives_the_same_promotions_without_measuring_a
 
 Test(quantize, promote_list_promotes_exactly_the_listed_tensors, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *dst = path_in("dst.gguf"), *list = path_in("list.txt");
     const char *names = "# two tensors\nblk.2.ffn_up.weight\n\n  blk.0.attn_qkv.weight  \n";
     cr_assert_eq(tu_write_file(list, names, strlen(names)), 0);
@@ -426,7 +377,7 @@ Test(quantize, promote_list_promotes_exactly_the_listed_tensors, .init = setup, 
 
 Test(quantize, target_size_picks_the_most_promotions_that_fit, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F32, 5);
     char *p0 = path_in("p0.gguf"), *p3 = path_in("p3.gguf"), *p4 = path_in("p4.gguf"),
          *t = path_in("t.gguf"), *m = path_in("m.txt");
     pn_quantize_opts o;
@@ -448,13 +399,13 @@ Test(quantize, target_size_picks_the_most_promotions_that_fit, .init = setup, .f
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, &st, &err), PN_OK, "%s", err.msg);
     cr_assert_eq(st.n_promoted, 3);
-    assert_same_bytes(p3, t, "the outputs differ");
+    quantize_assert_same_bytes(p3, t, "the outputs differ");
     /* even N = 0 does not fit */
     o.dst_path = p0;
     o.target_size = 1000;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_MISMATCH);
     cr_assert(strstr(err.msg, "even with no promotion"), "%s", err.msg);
-    assert_nothing_left(g_dir, p0);
+    quantize_assert_nothing_left(g_dir, p0);
     free(src);
     free(p0);
     free(p3);
@@ -467,7 +418,7 @@ Test(quantize, target_size_picks_the_most_promotions_that_fit, .init = setup, .f
 
 Test(quantize, refuses_a_nan_weight_naming_tensor_row_and_column, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 9);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 9);
     /* poison row 3, column 17 of blk.1.ffn_up.weight in place */
     gguf_reader *r;
     pn_error err;
@@ -488,14 +439,14 @@ Test(quantize, refuses_a_nan_weight_naming_tensor_row_and_column, .init = setup,
     cr_assert(strstr(err.msg, "blk.1.ffn_up.weight") && strstr(err.msg, "row 3") &&
                   strstr(err.msg, "column 17"),
               "%s", err.msg);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(src);
     free(dst);
 }
 
 Test(quantize, refuses_tensors_no_rule_matches_listing_all_of_them, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 9);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 9);
     char *recipe = path_in("r.mix"), *dst = path_in("dst.gguf");
     const char *text = "mix X\nrotation hadamard 1024\nrule *.attn_qkv.weight => pn3t\n"
                        "rule dims=1 => f32\n";
@@ -506,7 +457,7 @@ Test(quantize, refuses_tensors_no_rule_matches_listing_all_of_them, .init = setu
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_UNMATCHED);
     cr_assert(strstr(err.msg, "token_embd.weight"), "%s", err.msg);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(src);
     free(recipe);
     free(dst);
@@ -514,7 +465,7 @@ Test(quantize, refuses_tensors_no_rule_matches_listing_all_of_them, .init = setu
 
 Test(quantize, refuses_a_source_that_is_already_quantized, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 9);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 9);
     char *pn = path_in("pn.gguf"), *dst = path_in("again.gguf");
     pn_quantize_opts o;
     base_opts(&o, src, pn);
@@ -523,22 +474,13 @@ Test(quantize, refuses_a_source_that_is_already_quantized, .init = setup, .fini 
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_TYPE);
     cr_assert(strstr(err.msg, "already quantized"), "%s", err.msg);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(src);
     free(pn);
     free(dst);
 }
 
 /* ==== nothing the user gives destroys a file, crashes, hangs or lies ==== */
-
-static char *read_text(const char *path)
-{
-    size_t n;
-    char *t = tu_read_file(path, &n);
-    t = realloc(t, n + 1);
-    t[n] = 0;
-    return t;
-}
 
 /* Another run's output appears while this one writes. */
 typedef struct mid_run {
@@ -565,7 +507,7 @@ static void act_mid_run(const pn_progress *p, void *user)
 Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_force, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 3);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_BF16, 3);
     char *dst = path_in("dst.gguf");
     mid_run m = { dst, 0, 0, PN_PHASE_QUANTIZE };
     pn_quantize_opts o;
@@ -576,7 +518,7 @@ Test(quantize, an_output_that_appears_during_the_run_is_not_replaced_without_for
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_EXISTS, "%s", err.msg);
     cr_assert_gt(m.calls, 0);
     cr_assert(strstr(err.msg, "dst.gguf"), "%s", err.msg);
-    char *kept = read_text(dst);
+    char *kept = quantize_read_text(dst);
     cr_assert_str_eq(kept, "another run");
     free(kept);
     cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left");
@@ -588,7 +530,7 @@ Test(quantize, a_source_truncated_while_it_is_read_is_an_error_naming_it, .init 
      .fini = teardown)
 {
     for (int measuring = 0; measuring < 2; measuring++) {
-        char *src = make_source("src.gguf", 4, PN_TYPE_F32, 5);
+        char *src = quantize_make_source("src.gguf", 4, PN_TYPE_F32, 5);
         char *dst = path_in("dst.gguf");
         mid_run m = { src, 0, 2, measuring ? PN_PHASE_MEASURE : PN_PHASE_QUANTIZE };
         pn_quantize_opts o;
@@ -602,7 +544,7 @@ Test(quantize, a_source_truncated_while_it_is_read_is_an_error_naming_it, .init 
         cr_assert_eq(st, PN_ERR_TRUNCATED, "%s: %s", pn_strerror(st), err.msg);
         cr_assert_eq(m.calls > 0, 1);
         cr_assert(strstr(err.msg, src) && strstr(err.msg, "changed or shrank"), "%s", err.msg);
-        assert_nothing_left(g_dir, dst);
+        quantize_assert_nothing_left(g_dir, dst);
         unlink(src);
         free(src);
         free(dst);
@@ -638,7 +580,7 @@ Test(quantize, measures_and_quantizes_rows_of_1280_on_two_threads, .init = setup
 
 Test(quantize, the_library_reads_no_environment_variable, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 6);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_BF16, 6);
     char *a = path_in("a.gguf"), *b = path_in("b.gguf");
     pn_quantize_opts o;
     base_opts(&o, src, a);
@@ -658,7 +600,7 @@ Test(quantize, the_library_reads_no_environment_variable, .init = setup, .fini =
     unsetenv("PN_CUDA_EMULATE");
     cr_assert_eq(st, PN_OK, "%s", err.msg);
     cr_assert(strncmp(s.backend, "cuda", 4) != 0 || !strstr(s.backend, "emulat"), "%s", s.backend);
-    assert_same_bytes(a, b, "the environment changed the output");
+    quantize_assert_same_bytes(a, b, "the environment changed the output");
     free(src);
     free(a);
     free(b);
@@ -667,7 +609,7 @@ Test(quantize, the_library_reads_no_environment_variable, .init = setup, .fini =
 Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *stale = path_in("dst.gguf.tmp.Ab3xYz");
     cr_assert_eq(tu_write_file(stale, "killed run", 10), 0);
     tu_notes n = { "" };
@@ -687,22 +629,11 @@ Test(quantize, a_stale_temporary_file_beside_the_output_is_named_in_a_note, .ini
 /* A CUDA build on a machine without a usable GPU: --backend auto falls back
  * to the CPU. That is a fact of the run, said with the plan's lines on
  * stdout, and nothing at all with --quiet. */
-static void need_cuda_build_without_gpu(void)
-{
-    if (!pn_cuda_build_enabled())
-        cr_skip("this build has no CUDA backend, so it never looks for a GPU");
-    pn_cuda_ctx *ctx = NULL;
-    if (pn_cuda_open(0, &ctx, NULL) == PN_OK) {
-        pn_cuda_close(ctx);
-        cr_skip("this machine has a usable GPU, so there is no fallback to report");
-    }
-}
-
 Test(quantize, without_a_usable_gpu_the_reason_is_a_figure_of_the_run_not_a_note, .init = setup,
      .fini = teardown)
 {
-    need_cuda_build_without_gpu();
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    quantize_need_cuda_build_without_gpu();
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     tu_notes n = { "" };
     pn_quantize_opts o;

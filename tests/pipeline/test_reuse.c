@@ -29,49 +29,9 @@
 #include "io/source_id_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
+#include "fixtures/reuse_run.h"
 #include "fixtures/scratch.h"
 #include "test_util.h"
-
-#define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-#define VOCAB 512
-
-static char *synth(const char *name, uint64_t seed)
-{
-    char *p = path_in(name);
-    pn_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.path = p;
-    o.config = pn_qwen38_config_narrow(16, 2, VOCAB);
-    o.config.weight_type = PN_TYPE_BF16;
-    o.seed = seed;
-    o.threads = 1;
-    pn_error err;
-    cr_assert_eq(pn_synth_write(&o, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-static void opts_for(pn_quantize_opts *o, const char *src, const char *dst, tu_notes *n)
-{
-    pn_quantize_opts_init(o);
-    o->src_path = src;
-    o->dst_path = dst;
-    o->recipe_path = FALLBACK_RECIPE;
-    o->promote = 0;
-    o->threads = 1;
-    o->backend = PN_BACKEND_CPU;
-    if (n) {
-        n->text[0] = 0;
-        o->note = tu_keep_note;
-        o->user = n;
-    }
-}
-
-static void run_ok(const pn_quantize_opts *o, pn_quantize_stats *s)
-{
-    pn_error err;
-    pn_error_clear(&err);
-    cr_assert_eq(pn_quantize_file(o, s, &err), PN_OK, "pn_quantize_file: %s", err.msg);
-}
 
 static void assert_same_bytes(const char *a, const char *b, const char *why)
 {
@@ -87,40 +47,6 @@ static void assert_nothing_written(const char *p, int expected)
 {
     cr_assert(!exists(p), "%s must not exist", p);
     cr_assert_eq(tu_count_files(g_dir), expected, "a file was left in %s", g_dir);
-}
-
-/* File offset of element (row, col) of the named tensor, and its source type. */
-static uint64_t weight_offset(const char *path, const char *tensor, int64_t row, int64_t col,
-                              int *type)
-{
-    gguf_reader *r;
-    pn_error err;
-    cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
-    long i = gguf_reader_find_tensor(r, tensor);
-    cr_assert_geq(i, 0, "no tensor %s", tensor);
-    const gguf_tensor_info *t = gguf_reader_tensor(r, (size_t)i);
-    int64_t es = pn_type_row_bytes(t->type, 1);
-    uint64_t off =
-        gguf_reader_tensor_file_offset(r, (size_t)i) + (uint64_t)((row * t->ne[0] + col) * es);
-    if (type)
-        *type = t->type;
-    gguf_reader_close(r);
-    return off;
-}
-
-/* Changes one bf16 weight by its lowest mantissa bit: still finite, and the
- * header (so the header hash) unchanged. */
-static void nudge_weight(const char *path, const char *tensor, int64_t row, int64_t col)
-{
-    int type;
-    uint64_t off = weight_offset(path, tensor, row, col, &type);
-    cr_assert_eq(type, PN_TYPE_BF16, "%s is not bf16", tensor);
-    int fd = open(path, O_RDWR);
-    uint8_t b;
-    cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
-    b ^= 1;
-    cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
-    close(fd);
 }
 
 /* Flips the bits `mask` of one byte of a tensor's data (any type). */
@@ -139,16 +65,6 @@ static void flip_data_bits(const char *path, const char *tensor, uint64_t byte, 
     b ^= mask;
     cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
     close(fd);
-}
-
-static char *copy_file(const char *from, const char *name)
-{
-    char *to = path_in(name);
-    size_t n;
-    void *d = tu_read_file(from, &n);
-    cr_assert_eq(tu_write_file(to, d, n), 0);
-    free(d);
-    return to;
 }
 
 static bool has(const tu_notes *n, const char *phrase)
@@ -272,11 +188,11 @@ static void assert_identity_of(const char *out, const char *src)
 Test(reuse_identity, every_output_records_its_sources_header_hash_sampled_rows_crcs_and_types,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 1), *dst = path_in("dst.gguf");
+    char *src = reuse_synth("src.gguf", 1), *dst = path_in("dst.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, dst, NULL);
+    reuse_opts_for(&o, src, dst, NULL);
     o.promote = 2;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     assert_identity_of(dst, src);
     free(src);
     free(dst);
@@ -285,15 +201,15 @@ Test(reuse_identity, every_output_records_its_sources_header_hash_sampled_rows_c
 Test(reuse_identity, the_identity_does_not_depend_on_threads_or_chunks_cut_inside_rows,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 2), *a = path_in("a.gguf"), *b = path_in("b.gguf");
+    char *src = reuse_synth("src.gguf", 2), *a = path_in("a.gguf"), *b = path_in("b.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, a, NULL);
-    run_ok(&o, NULL);
+    reuse_opts_for(&o, src, a, NULL);
+    reuse_run_ok(&o, NULL);
     /* 256 weights a chunk: every row of K = 320 comes in two pieces */
     o.dst_path = b;
     o.threads = 2;
     o.chunk_weights = 256;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     assert_same_bytes(a, b, "chunks of 256 weights at 2 threads");
     assert_identity_of(b, src);
     free(src);
@@ -336,7 +252,7 @@ Test(reuse_identity, sampled_rows_crc_over_any_pieces_is_the_crc_of_the_sampled_
 static void measure_run(pn_quantize_opts *o, const char *src, const char *dst, const char *m,
                         tu_notes *n)
 {
-    opts_for(o, src, dst, n);
+    reuse_opts_for(o, src, dst, n);
     o->promote = 2;
     o->measurement_path = m;
     o->dry_run = true;
@@ -354,16 +270,16 @@ static pn_measurement *load_measurement(const char *path)
 Test(reuse_measure, a_measurement_that_matches_the_run_is_used_without_measuring, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 3), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 3), *m = path_in("m.txt");
     pn_quantize_opts o;
     tu_notes n;
     pn_quantize_stats s;
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     cr_assert(has(&n, "promotion measurement saved to"), "%s", n.text);
     cr_assert_gt(s.t_measure, 0.0);
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     cr_assert(has(&n, "promotion measurement read from"), "%s", n.text);
     cr_assert(!has(&n, "measuring again"), "%s", n.text);
     cr_assert_eq(s.t_measure_compute, 0.0, "nothing was measured");
@@ -375,14 +291,14 @@ Test(reuse_measure,
      one_weight_changed_in_a_sampled_row_is_measured_again_with_force_and_kept_without,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 4), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 4), *m = path_in("m.txt");
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     pn_measurement *before = load_measurement(m);
     /* row 0 is always sampled */
-    nudge_weight(src, "blk.1.ffn_up.weight", 0, 3);
+    reuse_nudge_weight(src, "blk.1.ffn_up.weight", 0, 3);
     /* the rows measured are not these: the file is kept without --force */
     measure_run(&o, src, NULL, m, &n);
     pn_error err;
@@ -397,7 +313,7 @@ Test(reuse_measure,
     pn_quantize_stats s;
     measure_run(&o, src, NULL, m, &n);
     o.force = true;
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     cr_assert(has(&n, "tensor blk.1.ffn_up.weight: its sampled rows are not the ones measured"),
               "%s", n.text);
     cr_assert(has(&n, "it is not used: measuring again"), "%s", n.text);
@@ -412,7 +328,7 @@ Test(reuse_measure,
     pn_measurement_free(after);
     /* and now it matches */
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "read from"), "%s", n.text);
     free(src);
     free(m);
@@ -421,14 +337,14 @@ Test(reuse_measure,
 Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 5), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 5), *m = path_in("m.txt");
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
     o.rotation_cap = 0;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "measured with another rotation: hadamard:1024, this run uses none"), "%s",
               n.text);
     cr_assert(has(&n, "measuring again"), "%s", n.text);
@@ -442,14 +358,14 @@ Test(reuse_measure, a_measurement_taken_with_another_rotation_is_measured_again,
 Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 6), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 6), *m = path_in("m.txt");
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
     o.measure_rows = 4;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "256 per tensor, this run samples 4 (--measure-rows)"), "%s", n.text);
     cr_assert(has(&n, "measuring again"), "%s", n.text);
     pn_measurement *l = load_measurement(m);
@@ -457,7 +373,7 @@ Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again, .in
     pn_measurement_free(l);
     measure_run(&o, src, NULL, m, &n);
     o.measure_rows = 4;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "read from"), "%s", n.text);
     free(src);
     free(m);
@@ -466,15 +382,15 @@ Test(reuse_measure, a_measurement_of_another_measure_rows_is_measured_again, .in
 Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 7), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 7), *m = path_in("m.txt");
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
     const pn_quantize_testing other = { .quantizer_name = "pn-quantize 0.0-test" };
     o.testing = &other;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "measured by another quantizer version: 'pn-quantize 0.0-test', this run "
                       "is 'pn-quantize "),
               "%s", n.text);
@@ -489,14 +405,14 @@ Test(reuse_measure, a_measurement_by_another_quantizer_version_is_measured_again
 Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replaced, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 8), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 8), *m = path_in("m.txt");
     const char *v1 = "pn-measure\t1\nsource\tbytes=1 tensors=2 fnv1a64=0\n"
                      "sample\tevenly-spaced\t256\ncandidates\t0\nend\n";
     cr_assert_eq(tu_write_file(m, v1, strlen(v1)), 0);
     pn_quantize_opts o;
     tu_notes n;
     measure_run(&o, src, NULL, m, &n);
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     cr_assert(has(&n, "a measurement of format 1") && has(&n, "measuring again"), "%s", n.text);
     pn_measurement *l = load_measurement(m);
     cr_assert_gt(l->n, 2);
@@ -508,7 +424,7 @@ Test(reuse_measure, a_measurement_file_of_format_1_is_measured_again_and_replace
 Test(reuse_measure, a_measurement_path_that_holds_something_else_is_an_error_and_kept,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 9), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 9), *m = path_in("m.txt");
     const char *text = "my notes, not a measurement\n";
     cr_assert_eq(tu_write_file(m, text, strlen(text)), 0);
     pn_quantize_opts o;
@@ -526,39 +442,27 @@ Test(reuse_measure, a_measurement_path_that_holds_something_else_is_an_error_and
 
 /* ---- --reuse: the same bytes as from scratch ------------------------------- */
 
-/* PREV: promote 2 with a measurement. */
-static char *make_prev(const char *src, const char *name, const char *m)
-{
-    char *prev = path_in(name);
-    pn_quantize_opts o;
-    opts_for(&o, src, prev, NULL);
-    o.promote = 2;
-    o.measurement_path = m;
-    run_ok(&o, NULL);
-    return prev;
-}
-
 Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threads, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 10), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
+    char *src = reuse_synth("src.gguf", 10), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
     char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, scratch, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
     o.promote = 5;
     o.measurement_path = m;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     for (int th = 1; th <= 2; th++) {
         tu_notes n;
         pn_quantize_stats s;
-        opts_for(&o, src, re, &n);
+        reuse_opts_for(&o, src, re, &n);
         o.promote = 5;
         o.measurement_path = m;
         o.reuse_path = prev;
         o.threads = th;
         o.force = true;
-        run_ok(&o, &s);
+        reuse_run_ok(&o, &s);
         assert_same_bytes(scratch, re, th == 1 ? "--reuse, 1 thread" : "--reuse, 2 threads");
         /* the 3 new promotions are quantized, everything else copied */
         gguf_reader *r;
@@ -583,24 +487,24 @@ Test(reuse, a_mix_change_writes_the_bytes_of_a_run_from_scratch_at_1_and_2_threa
 Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 11), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
+    char *src = reuse_synth("src.gguf", 11), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
     char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, scratch, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
     o.promote = 2;
     o.rotation_cap = 32;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     for (int th = 1; th <= 2; th++) {
         tu_notes n;
         pn_quantize_stats s;
-        opts_for(&o, src, re, &n);
+        reuse_opts_for(&o, src, re, &n);
         o.promote = 2;
         o.rotation_cap = 32;
         o.reuse_path = prev;
         o.threads = th;
         o.force = true;
-        run_ok(&o, &s);
+        reuse_run_ok(&o, &s);
         assert_same_bytes(scratch, re, "--reuse after a rotation change");
         cr_assert_eq(s.n_reused, 0);
         cr_assert(has(&n, "nothing reused: it was made with another rotation (hadamard:1024; "
@@ -617,8 +521,8 @@ Test(reuse, a_rotation_change_reuses_nothing_says_why_and_writes_the_bytes_from_
 Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_from_scratch,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 12), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
+    char *src = reuse_synth("src.gguf", 12), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
     /* attn_k/attn_v and ssm_alpha/beta change type */
     size_t len;
     char *text = tu_read_file(FALLBACK_RECIPE, &len);
@@ -635,21 +539,21 @@ Test(reuse, a_recipe_change_copies_what_it_leaves_alone_and_writes_the_bytes_fro
     free(text);
     char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, scratch, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
     o.recipe_path = recipe;
     o.promote = 2;
     o.measurement_path = m;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     for (int th = 1; th <= 2; th++) {
         pn_quantize_stats s;
-        opts_for(&o, src, re, NULL);
+        reuse_opts_for(&o, src, re, NULL);
         o.recipe_path = recipe;
         o.promote = 2;
         o.measurement_path = m;
         o.reuse_path = prev;
         o.threads = th;
         o.force = true;
-        run_ok(&o, &s);
+        reuse_run_ok(&o, &s);
         assert_same_bytes(scratch, re, "--reuse after a recipe change");
         gguf_reader *r;
         pn_error err;
@@ -681,18 +585,18 @@ static void reuse_and_compare(const char *src, const char *prev, const char *m, 
 {
     char *scratch = path_in("scratch.gguf"), *re = path_in("re.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, scratch, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
     o.promote = 2;
     o.measurement_path = m;
     o.force = true;
-    run_ok(&o, NULL);
-    opts_for(&o, src, re, n);
+    reuse_run_ok(&o, NULL);
+    reuse_opts_for(&o, src, re, n);
     o.promote = 2;
     o.measurement_path = m;
     o.reuse_path = prev;
     o.reuse_verify = verify;
     o.force = true;
-    run_ok(&o, s);
+    reuse_run_ok(&o, s);
     assert_same_bytes(scratch, re, "--reuse against from scratch");
     free(scratch);
     free(re);
@@ -700,9 +604,9 @@ static void reuse_and_compare(const char *src, const char *prev, const char *m, 
 
 Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 13), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
-    nudge_weight(src, "token_embd.weight", 2, 7); /* row 2 of 512: sampled */
+    char *src = reuse_synth("src.gguf", 13), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
+    reuse_nudge_weight(src, "token_embd.weight", 2, 7); /* row 2 of 512: sampled */
     tu_notes n;
     pn_quantize_stats s;
     gguf_reader *r;
@@ -723,10 +627,10 @@ Test(reuse, a_tensor_changed_in_a_sampled_row_is_quantized_again, .init = setup,
 Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_with_reuse_verify,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 14), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
-    char *prev_src = copy_file(src, "src-before.gguf");
-    nudge_weight(src, "token_embd.weight", 3, 7); /* row 3 of 512: not sampled */
+    char *src = reuse_synth("src.gguf", 14), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
+    char *prev_src = reuse_copy_file(src, "src-before.gguf");
+    reuse_nudge_weight(src, "token_embd.weight", 3, 7); /* row 3 of 512: not sampled */
     gguf_reader *r;
     pn_error err;
     cr_assert_eq(gguf_reader_open(prev, &r, &err), PN_OK);
@@ -738,17 +642,17 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
     char *re = path_in("re.gguf");
     pn_quantize_opts o;
     pn_quantize_stats s;
-    opts_for(&o, src, re, NULL);
+    reuse_opts_for(&o, src, re, NULL);
     o.promote = 2;
     o.measurement_path = m;
     o.reuse_path = prev;
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     cr_assert_eq(s.n_reused, total, "every tensor copied");
     char *scratch_old = path_in("scratch-old.gguf");
-    opts_for(&o, prev_src, scratch_old, NULL);
+    reuse_opts_for(&o, prev_src, scratch_old, NULL);
     o.promote = 2;
     o.measurement_path = m;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     /* only the source header hash and the sampled rows are the same: the
      * output is what the old source gave */
     assert_same_bytes(re, scratch_old, "copied without --reuse-verify");
@@ -771,8 +675,8 @@ Test(reuse, a_change_in_a_row_not_sampled_is_copied_and_quantized_again_only_wit
 Test(reuse, a_corrupted_prev_tensor_is_quantized_again_with_a_note_naming_it, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 15), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m);
+    char *src = reuse_synth("src.gguf", 15), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m);
     flip_data_bits(prev, "blk.0.ffn_down.weight", 100, 0x40);
     tu_notes n;
     pn_quantize_stats s;
@@ -795,10 +699,11 @@ Test(reuse, a_corrupted_prev_tensor_is_quantized_again_with_a_note_naming_it, .i
 
 Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 16), *other = synth("other.gguf", 17), *m = path_in("m.txt");
+    char *src = reuse_synth("src.gguf", 16), *other = reuse_synth("other.gguf", 17),
+         *m = path_in("m.txt");
     char *m2 = path_in("m2.txt");
     /* pn-synth records its seed: another header */
-    char *prev = make_prev(other, "prev.gguf", m2);
+    char *prev = reuse_make_prev(other, "prev.gguf", m2);
     tu_notes n;
     pn_quantize_stats s;
     reuse_and_compare(src, prev, m, false, &n, &s);
@@ -807,7 +712,7 @@ Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .
                       "source is"),
               "%s", n.text);
     /* the same header, every tensor's weights changed (a fine-tuned model) */
-    char *tuned = copy_file(src, "tuned.gguf");
+    char *tuned = reuse_copy_file(src, "tuned.gguf");
     gguf_reader *r;
     pn_error err;
     cr_assert_eq(gguf_reader_open(tuned, &r, &err), PN_OK);
@@ -821,7 +726,7 @@ Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .
         free(names[i]);
     }
     free(names);
-    char *prev2 = make_prev(src, "prev2.gguf", m);
+    char *prev2 = reuse_make_prev(src, "prev2.gguf", m);
     reuse_and_compare(tuned, prev2, m2, false, &n, &s);
     cr_assert_eq(s.n_reused, 0);
     cr_assert(has(&n, "nothing reused: it was made from another source: the sampled rows of "
@@ -839,20 +744,20 @@ Test(reuse, prev_of_another_source_reuses_nothing_and_says_why, .init = setup, .
 Test(reuse, prev_by_another_quantizer_version_reuses_nothing_and_says_why, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 18), *prev = path_in("prev.gguf");
+    char *src = reuse_synth("src.gguf", 18), *prev = path_in("prev.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, prev, NULL);
+    reuse_opts_for(&o, src, prev, NULL);
     const pn_quantize_testing old = { .quantizer_name = "pn-quantize 0.0-old" };
     o.testing = &old;
-    run_ok(&o, NULL);
+    reuse_run_ok(&o, NULL);
     char *re = path_in("re.gguf"), *scratch = path_in("scratch.gguf");
-    opts_for(&o, src, scratch, NULL);
-    run_ok(&o, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
+    reuse_run_ok(&o, NULL);
     tu_notes n;
     pn_quantize_stats s;
-    opts_for(&o, src, re, &n);
+    reuse_opts_for(&o, src, re, &n);
     o.reuse_path = prev;
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     assert_same_bytes(scratch, re, "--reuse of another version");
     cr_assert_eq(s.n_reused, 0);
     cr_assert(has(&n, "nothing reused: it was made by another quantizer version ('pn-quantize "
@@ -898,8 +803,8 @@ static void strip_source_keys(const char *from, const char *to)
 Test(reuse, prev_without_a_recorded_source_identity_reuses_nothing_and_says_why, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 19), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m), *old = path_in("old.gguf");
+    char *src = reuse_synth("src.gguf", 19), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m), *old = path_in("old.gguf");
     strip_source_keys(prev, old);
     tu_notes n;
     pn_quantize_stats s;
@@ -927,19 +832,19 @@ static void cancel_while_quantizing(const pn_progress *p, void *user)
 Test(reuse, prev_may_be_dst_with_force_and_stays_intact_until_the_new_file_replaces_it,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 20), *m = path_in("m.txt");
-    char *dst = make_prev(src, "mix.gguf", m);
+    char *src = reuse_synth("src.gguf", 20), *m = path_in("m.txt");
+    char *dst = reuse_make_prev(src, "mix.gguf", m);
     char *scratch = path_in("scratch.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, scratch, NULL);
+    reuse_opts_for(&o, src, scratch, NULL);
     o.promote = 4;
     o.measurement_path = m;
-    run_ok(&o, NULL);
-    char *before = copy_file(dst, "before.gguf");
+    reuse_run_ok(&o, NULL);
+    char *before = reuse_copy_file(dst, "before.gguf");
     const int files = tu_count_files(g_dir);
 
     /* without --force: refused, untouched */
-    opts_for(&o, src, dst, NULL);
+    reuse_opts_for(&o, src, dst, NULL);
     o.promote = 4;
     o.measurement_path = m;
     o.reuse_path = dst;
@@ -961,7 +866,7 @@ Test(reuse, prev_may_be_dst_with_force_and_stays_intact_until_the_new_file_repla
     o.cancel = NULL;
     o.progress = NULL;
     pn_quantize_stats s;
-    run_ok(&o, &s);
+    reuse_run_ok(&o, &s);
     cr_assert_gt(s.n_reused, 0);
     assert_same_bytes(dst, scratch, "--reuse in place");
     free(src);
@@ -976,7 +881,7 @@ Test(reuse, prev_may_be_dst_with_force_and_stays_intact_until_the_new_file_repla
 Test(reuse, prev_missing_not_gguf_not_pn_or_a_fifo_is_a_clear_error_and_nothing_is_written,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 21), *dst = path_in("dst.gguf");
+    char *src = reuse_synth("src.gguf", 21), *dst = path_in("dst.gguf");
     char *missing = path_in("missing.gguf"), *text = path_in("text.gguf"), *fifo = path_in("fifo");
     cr_assert_eq(tu_write_file(text, "not a gguf file at all", 22), 0);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
@@ -995,7 +900,7 @@ Test(reuse, prev_missing_not_gguf_not_pn_or_a_fifo_is_a_clear_error_and_nothing_
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         pn_quantize_opts o;
-        opts_for(&o, src, dst, NULL);
+        reuse_opts_for(&o, src, dst, NULL);
         o.reuse_path = cases[k].prev;
         pn_error err;
         pn_error_clear(&err);
@@ -1006,7 +911,7 @@ Test(reuse, prev_missing_not_gguf_not_pn_or_a_fifo_is_a_clear_error_and_nothing_
         assert_nothing_written(dst, files);
     }
     pn_quantize_opts o;
-    opts_for(&o, src, dst, NULL);
+    reuse_opts_for(&o, src, dst, NULL);
     o.reuse_verify = true;
     pn_error err;
     cr_assert_eq(pn_quantize_file(&o, NULL, &err), PN_ERR_USAGE);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fixtures/gguf_bytes.h"
+#include "fixtures/check_files.h"
 #include "fixtures/long_row.h"
 #include "check/check.h"
 #include "check/check_testing.h"
@@ -104,34 +105,15 @@ static const char *last_line(const char *out)
 
 /* ---- byte edits ---- */
 
-typedef struct edit {
-    uint64_t at;
-    int kind; /* 0 or-mask u32, 1 set u16, 2 xor byte, 3 truncate, 4 set u64 */
-    uint64_t value;
-} edit;
-
-static void apply_edit(uint8_t *buf, size_t *size, void *arg)
+static const char *damaged(const char *name, check_edit e, bool fix_crcs)
 {
-    const edit *e = arg;
-    switch (e->kind) {
-    case 0: pn_store_u32le(buf + e->at, pn_load_u32le(buf + e->at) | (uint32_t)e->value); break;
-    case 1: pn_store_u16le(buf + e->at, (uint16_t)e->value); break;
-    case 2: buf[e->at] ^= (uint8_t)e->value; break;
-    case 3: *size = (size_t)e->at; break;
-    case 4:
-        for (int i = 0; i < 8; i++)
-            buf[e->at + i] = (uint8_t)(e->value >> (8 * i));
-        break;
-    }
+    return check_damaged(g_dir, g_good, name, e, fix_crcs);
 }
 
-static const char *damaged(const char *name, edit e, bool fix_crcs)
+/* Byte offset of block b of row r of a PN tensor of the fixture. */
+static uint64_t pn_block_at(int t, int64_t row, int64_t block)
 {
-    const char *p = path_in(name);
-    fx_copy_edit(g_good, p, apply_edit, &e);
-    if (fix_crcs)
-        fx_fix_crcs(p);
-    return p;
+    return check_block_at(g_good, t, row, block);
 }
 
 static const char *made_with(const char *name, const fx_pn_opts *o)
@@ -139,14 +121,6 @@ static const char *made_with(const char *name, const fx_pn_opts *o)
     const char *p = path_in(name);
     fx_write_pn(p, &g_model, o);
     return p;
-}
-
-/* Byte offset of block b of row r of a PN tensor of the fixture. */
-static uint64_t pn_block_at(int t, int64_t row, int64_t block)
-{
-    uint64_t base = fx_data_offset(g_good, fx_specs[t].name, NULL);
-    int64_t rb = pn_type_row_bytes(fx_specs[t].type, fx_specs[t].K);
-    return base + (uint64_t)(row * rb + block * PN_BLOCK_BYTES);
 }
 
 /* ---- the good file ---- */
@@ -211,7 +185,8 @@ Test(pn_check, prints_json_that_parses_with_the_same_verdict)
 
 Test(pn_check, json_names_the_findings_of_a_damaged_file)
 {
-    const char *p = damaged("nan.gguf", (edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
+    const char *p =
+        damaged("nan.gguf", (check_edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "--json '%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -229,8 +204,8 @@ Test(pn_check, json_names_the_findings_of_a_damaged_file)
 Test(pn_check, reports_a_set_pn3t_reserved_bit_with_its_row_and_block)
 {
     /* Bit 15 of word 3 of block 2 of row 1. */
-    const char *p =
-        damaged("reserved.gguf", (edit){ pn_block_at(FX_ATTN_Q, 1, 2) + 2 + 12, 0, 0x8000 }, true);
+    const char *p = damaged("reserved.gguf",
+                            (check_edit){ pn_block_at(FX_ATTN_Q, 1, 2) + 2 + 12, 0, 0x8000 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -246,7 +221,8 @@ Test(pn_check, reports_a_set_pn3t_reserved_bit_with_its_row_and_block)
 
 Test(pn_check, reports_a_nan_scale)
 {
-    const char *p = damaged("nan.gguf", (edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
+    const char *p =
+        damaged("nan.gguf", (check_edit){ pn_block_at(FX_FFN_DOWN, 2, 1), 1, 0x7e00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -260,7 +236,8 @@ Test(pn_check, reports_a_nan_scale)
 
 Test(pn_check, reports_an_infinite_scale)
 {
-    const char *p = damaged("inf.gguf", (edit){ pn_block_at(FX_ATTN_Q, 0, 0), 1, 0xfc00 }, true);
+    const char *p =
+        damaged("inf.gguf", (check_edit){ pn_block_at(FX_ATTN_Q, 0, 0), 1, 0xfc00 }, true);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -275,7 +252,7 @@ Test(pn_check, reports_an_infinite_scale)
 Test(pn_check, reports_a_changed_data_byte_as_a_crc_mismatch_naming_the_tensor)
 {
     uint64_t at = fx_data_offset(g_good, "blk.0.ssm_alpha.weight", NULL) + 40;
-    const char *p = damaged("crc.gguf", (edit){ at, 2, 0x01 }, false);
+    const char *p = damaged("crc.gguf", (check_edit){ at, 2, 0x01 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -304,7 +281,7 @@ Test(pn_check, reports_overlapping_tensors_by_name)
         alpha_rel |= (uint64_t)buf[info_offset_field(FX_ALPHA) + i] << (8 * i);
     free(buf);
     const char *p =
-        damaged("overlap.gguf", (edit){ info_offset_field(FX_OUTPUT), 4, alpha_rel }, false);
+        damaged("overlap.gguf", (check_edit){ info_offset_field(FX_OUTPUT), 4, alpha_rel }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -318,7 +295,7 @@ Test(pn_check, reports_overlapping_tensors_by_name)
 Test(pn_check, names_every_tensor_past_the_end_of_a_file_cut_inside_its_data)
 {
     uint64_t cut = fx_data_offset(g_good, "blk.0.attn_q.weight", NULL) + 100;
-    const char *p = damaged("cut-data.gguf", (edit){ cut, 3, 0 }, false);
+    const char *p = damaged("cut-data.gguf", (check_edit){ cut, 3, 0 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -393,7 +370,7 @@ Test(pn_check, cannot_read_a_file_whose_string_length_is_damaged_and_names_the_l
 {
     /* byte 24: the first key's length, overwritten (a cut header is
      * GGUF-TRUNCATED-HEADER, below) */
-    const char *p = damaged("bad-length.gguf", (edit){ 24, 4, 1ull << 40 }, false);
+    const char *p = damaged("bad-length.gguf", (check_edit){ 24, 4, 1ull << 40 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -411,7 +388,7 @@ Test(pn_check, cannot_read_a_file_whose_string_length_is_damaged_and_names_the_l
 
 Test(pn_check, cannot_read_a_file_cut_inside_its_header)
 {
-    const char *p = damaged("cut-header.gguf", (edit){ 40, 3, 0 }, false);
+    const char *p = damaged("cut-header.gguf", (check_edit){ 40, 3, 0 }, false);
     char *out, *err;
     int rc = check_cli(&out, &err, "'%s'", p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
@@ -947,7 +924,7 @@ static uint64_t stock_block_at(int t, int64_t row, int64_t block, int at)
 static void set_bits(uint8_t *buf, size_t *size, void *arg)
 {
     (void)size;
-    const edit *e = arg;
+    const check_edit *e = arg;
     for (; e->kind >= 0; e++)
         for (int i = 0; i < e->kind; i++)
             buf[e->at + i] = (uint8_t)(e->value >> (8 * i));
@@ -958,7 +935,7 @@ Test(pn_check, reports_non_finite_scales_and_weights_of_every_type)
     /* Each damage, the byte its finding points at (the block, or the
      * weight), and the line that must name it (%llu: that byte, twice). */
     const struct {
-        edit e;
+        check_edit e;
         uint64_t at;
         const char *line;
     } cases[] = {
@@ -985,10 +962,10 @@ Test(pn_check, reports_non_finite_scales_and_weights_of_every_type)
           "0x7fc00000)\n" },
     };
     enum { N = sizeof cases / sizeof cases[0] };
-    edit edits[N + 1];
+    check_edit edits[N + 1];
     for (int k = 0; k < N; k++)
         edits[k] = cases[k].e;
-    edits[N] = (edit){ 0, -1, 0 };
+    edits[N] = (check_edit){ 0, -1, 0 };
     const char *p = path_in("nonfinite.gguf");
     fx_copy_edit(g_good, p, set_bits, edits);
     fx_fix_crcs(p);
@@ -1032,9 +1009,9 @@ Test(pn_check, reports_non_finite_f16_and_bf16_weights_with_their_row_and_column
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         fx_pn_opts o = { .tensor = "blk.0.ssm_alpha.weight", .store_type = cases[k].type };
         const char *p = made_with("float.gguf", &o);
-        edit e[] = { { fx_data_offset(p, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2, 2,
-                       cases[k].bits },
-                     { 0, -1, 0 } };
+        check_edit e[] = { { fx_data_offset(p, "blk.0.ssm_alpha.weight", NULL) + (2 * 320 + 7) * 2,
+                             2, cases[k].bits },
+                           { 0, -1, 0 } };
         fx_copy_edit(p, p, set_bits, e);
         fx_fix_crcs(p);
         char *out, *err;
@@ -1055,28 +1032,6 @@ Test(pn_check, reports_non_finite_f16_and_bf16_weights_with_their_row_and_column
 
 /* ---- output a terminal or a parser can trust ---- */
 
-/* Length of the valid UTF-8 character at s (shortest form, no surrogates,
- * at most U+10FFFF), or 0. Written here, apart from common/text.c, so the
- * check does not lean on the code it checks. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
-    if (len == 0 || len > n || s[0] >= 0xf8)
-        return 0;
-    uint32_t cp = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 /* Text a terminal shows as it is: printable ASCII, newlines ending lines,
  * and valid UTF-8 of U+00A0 and above; no other control or invalid byte. */
 static void expect_terminal_safe(const char *text)
@@ -1084,7 +1039,7 @@ static void expect_terminal_safe(const char *text)
     const unsigned char *u = (const unsigned char *)text;
     size_t n = strlen(text);
     for (size_t i = 0; i < n;) {
-        size_t len = utf8_len(u + i, n - i);
+        size_t len = check_utf8_len(u + i, n - i);
         cr_assert(len > 0, "invalid UTF-8 at byte %zu: %s", i, text);
         if (len == 1)
             cr_assert(u[i] == '\n' || (u[i] >= 0x20 && u[i] < 0x7f), "raw byte 0x%02x at %zu: %s",
@@ -1093,152 +1048,6 @@ static void expect_terminal_safe(const char *text)
             cr_assert(!(u[i] == 0xc2 && u[i + 1] < 0xa0), "a C1 control at %zu", i);
         i += len;
     }
-}
-
-/* A JSON text (RFC 8259) in valid UTF-8: a small recursive-descent reader. */
-typedef struct jp {
-    const unsigned char *p, *end;
-} jp;
-
-static void j_ws(jp *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
-        j->p++;
-}
-
-static bool j_value(jp *j, int depth);
-
-static bool j_string(jp *j)
-{
-    if (j->p >= j->end || *j->p != '"')
-        return false;
-    j->p++;
-    while (j->p < j->end && *j->p != '"') {
-        if (*j->p < 0x20)
-            return false;
-        if (*j->p == '\\') {
-            j->p++;
-            if (j->p >= j->end)
-                return false;
-            if (*j->p == 'u') {
-                for (int k = 1; k <= 4; k++)
-                    if (j->p + k >= j->end || !strchr("0123456789abcdefABCDEF", j->p[k]) ||
-                        !j->p[k])
-                        return false;
-                j->p += 5;
-            } else if (strchr("\"\\/bfnrt", *j->p) && *j->p) {
-                j->p++;
-            } else {
-                return false;
-            }
-            continue;
-        }
-        size_t len = utf8_len(j->p, (size_t)(j->end - j->p));
-        if (len == 0)
-            return false;
-        j->p += len;
-    }
-    if (j->p >= j->end)
-        return false;
-    j->p++;
-    return true;
-}
-
-static bool j_lit(jp *j, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0)
-        return false;
-    j->p += n;
-    return true;
-}
-
-static bool j_number(jp *j)
-{
-    const unsigned char *s = j->p;
-    if (j->p < j->end && *j->p == '-')
-        j->p++;
-    if (j->p < j->end && *j->p == '0')
-        j->p++;
-    else if (j->p < j->end && *j->p >= '1' && *j->p <= '9')
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    else
-        return false;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return false;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-            j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return false;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    }
-    return j->p > s;
-}
-
-static bool j_list(jp *j, char close, bool members, int depth)
-{
-    j->p++;
-    j_ws(j);
-    if (j->p < j->end && *j->p == close) {
-        j->p++;
-        return true;
-    }
-    for (;;) {
-        j_ws(j);
-        if (members) {
-            if (!j_string(j))
-                return false;
-            j_ws(j);
-            if (j->p >= j->end || *j->p++ != ':')
-                return false;
-        }
-        if (!j_value(j, depth + 1))
-            return false;
-        j_ws(j);
-        if (j->p >= j->end)
-            return false;
-        if (*j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (*j->p++ != close)
-            return false;
-        return true;
-    }
-}
-
-static bool j_value(jp *j, int depth)
-{
-    j_ws(j);
-    if (j->p >= j->end || depth > 64)
-        return false;
-    switch (*j->p) {
-    case '{': return j_list(j, '}', true, depth);
-    case '[': return j_list(j, ']', false, depth);
-    case '"': return j_string(j);
-    case 't': return j_lit(j, "true");
-    case 'f': return j_lit(j, "false");
-    case 'n': return j_lit(j, "null");
-    default: return j_number(j);
-    }
-}
-
-static bool is_json(const char *text)
-{
-    jp j = { (const unsigned char *)text, (const unsigned char *)text + strlen(text) };
-    if (!j_value(&j, 0))
-        return false;
-    j_ws(&j);
-    return j.p == j.end;
 }
 
 /* ESC ] 0 ; x BEL (retitles), ESC [ 2 J (clears), a newline (forges a line),
@@ -1307,7 +1116,7 @@ Test(pn_check, prints_hostile_names_as_valid_json)
     char *out, *err;
     int rc = check_cli(&out, &err, "--json --source '%s' '%s'", p, p);
     cr_assert_eq(rc, 1, "%s%s", out, err);
-    cr_assert(is_json(out), "not JSON:\n%s", out);
+    cr_assert(check_is_json(out), "not JSON:\n%s", out);
     cr_assert(strstr(out, "\"tensor\": " HOSTILE_JSON ", \"key\": \"pn.mix.promoted\""), "%s", out);
     cr_assert(strstr(out, "{\"name\": " HOSTILE_JSON ", \"type\": \"f32\""), "%s", out);
     const char *jpath = path_in("hostile.json");

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fixtures/dequant_files.h"
 #include "fixtures/gguf_bytes.h"
 #include "fixtures/long_row.h"
 #include "dequant/dequant.h"
@@ -60,14 +61,6 @@ static const char *dequantized(const char *name, const char *options)
     return out_path;
 }
 
-static gguf_reader *open_or_fail(const char *path)
-{
-    gguf_reader *r = NULL;
-    pn_error e = { 0 };
-    cr_assert_eq(gguf_reader_open(path, &r, &e), PN_OK, "%s", e.msg);
-    return r;
-}
-
 /* What tensor i of the PN file decodes to: un-rotated unless keep_rotation. */
 static float *expected_decode(const gguf_reader *pn, size_t i, bool keep_rotation)
 {
@@ -102,7 +95,7 @@ static double rel_error(const float *w, const float *y, int64_t n)
 /* Checks names, order, shapes, types and every value of a decoded file. */
 static void expect_decoded(const char *path, int out_type, bool keep_rotation)
 {
-    gguf_reader *pn = open_or_fail(g_good), *r = open_or_fail(path);
+    gguf_reader *pn = dequant_open_or_fail(g_good), *r = dequant_open_or_fail(path);
     cr_assert_eq(gguf_reader_n_tensors(r), FX_N);
     /* Bounds on E for these Gaussian-like weights, by the PN file's type. */
     static const struct {
@@ -159,7 +152,7 @@ Test(pn_dequant, keeps_the_rotated_domain_when_asked)
 {
     const char *p = dequantized("rot.gguf", "--keep-rotation");
     expect_decoded(p, PN_TYPE_F32, true);
-    gguf_reader *r = open_or_fail(p);
+    gguf_reader *r = dequant_open_or_fail(p);
     const gguf_kv *kv = gguf_reader_find_kv(r, "pn_decoded.rotation_undone");
     cr_assert(kv && kv->type == GGUF_TYPE_BOOL && kv->v.u64 == 0);
     gguf_reader_close(r);
@@ -190,10 +183,10 @@ Test(pn_dequant, renames_the_pn_keys_and_sets_the_file_type)
         { "--type bf16", 32 },
     };
     for (size_t k = 0; k < 3; k++) {
-        gguf_reader *r = open_or_fail(dequantized(k == 0   ? "a.gguf"
-                                                  : k == 1 ? "b.gguf"
-                                                           : "c.gguf",
-                                                  cases[k].opt));
+        gguf_reader *r = dequant_open_or_fail(dequantized(k == 0   ? "a.gguf"
+                                                          : k == 1 ? "b.gguf"
+                                                                   : "c.gguf",
+                                                          cases[k].opt));
         expect_u32_key(r, "general.file_type", cases[k].ftype);
         cr_assert_null(gguf_reader_find_kv(r, "general.quantization_version"));
         /* no pn.* key but the output's own header hash (pn.header.*) */
@@ -239,7 +232,7 @@ Test(pn_dequant, refuses_an_existing_output_unless_forced)
     rc = tu_run_program(&out, &err, "pn-dequant", "--force --quiet '%s' '%s'", g_good, p);
     cr_assert_eq(rc, 0, "%s%s", out, err);
     cr_assert_str_empty(out);
-    gguf_reader_close(open_or_fail(p));
+    gguf_reader_close(dequant_open_or_fail(p));
     free(out);
     free(err);
 }
@@ -257,16 +250,6 @@ Test(pn_dequant, an_output_that_is_its_input_is_a_usage_error_even_with_force)
     free(err);
 }
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
 {
     /* A NaN scale in row 2 block 1 of ffn_down. */
@@ -279,12 +262,12 @@ Test(pn_dequant, leaves_nothing_behind_when_a_block_is_invalid)
     cr_assert_eq(tu_write_file(bad, buf, n), 0);
     free(buf);
     fx_fix_crcs(bad); /* the block itself is invalid, not damaged in storage */
-    int before = count_entries(g_dir);
+    int before = dequant_count_entries(g_dir);
     char *out, *err;
     int rc = tu_run_program(&out, &err, "pn-dequant", "'%s' '%s'", bad, path_in("never.gguf"));
     cr_assert_eq(rc, 1, "%s%s", out, err);
     cr_assert(strstr(err, "tensor 'blk.0.ffn_down.weight' row 2 block 1"), "%s", err);
-    cr_assert_eq(count_entries(g_dir), before, "no output and no temporary file are left");
+    cr_assert_eq(dequant_count_entries(g_dir), before, "no output and no temporary file are left");
     free(out);
     free(err);
 }
@@ -385,12 +368,10 @@ Test(pn_dequant, a_summary_that_cannot_be_written_is_an_error_exit)
     free(err);
 }
 
-static int count_entries(const char *dir);
-
 Test(pn_dequant, a_file_size_limit_is_a_clean_error_leaving_nothing)
 {
     const char *p = path_in("limited.gguf");
-    int before = count_entries(g_dir);
+    int before = dequant_count_entries(g_dir);
     char cmd[9000], *out, *err;
     /* 8 blocks: 4 KiB under dash, 8 KiB under bash; the output is ~60 KB */
     snprintf(cmd, sizeof cmd, "sh -c 'ulimit -f 8; exec %s/pn-dequant \"$0\" \"$1\"' '%s' '%s'",
@@ -401,7 +382,7 @@ Test(pn_dequant, a_file_size_limit_is_a_clean_error_leaving_nothing)
     cr_assert(strstr(err, "file size limit"), "%s", err);
     cr_assert_str_empty(out);
     cr_assert_eq(access(p, F_OK), -1, "nothing at OUT");
-    cr_assert_eq(count_entries(g_dir), before, "no temporary file is left");
+    cr_assert_eq(dequant_count_entries(g_dir), before, "no temporary file is left");
     free(out);
     free(err);
 }
@@ -477,7 +458,7 @@ static uint64_t block_at(const char *path, int t, int64_t row, int64_t block, in
 static void expect_refused(const char *in, const char *options, const char *says)
 {
     const char *p = path_in("never.gguf");
-    int before = count_entries(g_dir);
+    int before = dequant_count_entries(g_dir);
     char *out, *err;
     int rc = tu_run_program(&out, &err, "pn-dequant", "%s '%s' '%s'", options, in, p);
     cr_assert_eq(rc, 1, "%s: rc %d\n%s%s", options, rc, out, err);
@@ -495,7 +476,7 @@ static void expect_refused(const char *in, const char *options, const char *says
              "%spn-dequant: error: %s: %s; the file is invalid (pn-check tells more)\n", note, in,
              says);
     cr_assert_str_eq(err, want, "%s", options);
-    cr_assert_eq(count_entries(g_dir), before, "nothing left behind");
+    cr_assert_eq(dequant_count_entries(g_dir), before, "nothing left behind");
     free(out);
     free(err);
 }

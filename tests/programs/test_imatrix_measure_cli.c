@@ -23,116 +23,15 @@
 #include "quant/pn.h"
 #include "quant/types.h"
 #include "quant/widen.h"
+#include "fixtures/imatrix_files.h"
 #include "fixtures/pn_source.h"
+#include "fixtures/scratch.h"
 #include "test_util.h"
-
-static char *g_dir;
-static void setup(void)
-{
-    g_dir = tu_mkdtemp();
-}
-static void teardown(void)
-{
-    tu_rm_rf(g_dir);
-    free(g_dir);
-}
-static char *path_in(const char *name)
-{
-    return tu_join(g_dir, name);
-}
-
-/* A legacy .dat imatrix: one entry per name, K weights each from w(t, j),
- * ncall 1 (so the weight is the value). */
-static void write_dat(const char *path, const char *const *names, const int64_t *K, size_t n,
-                      float (*w)(size_t t, int64_t j))
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    int32_t v = (int32_t)n;
-    fwrite(&v, 4, 1, f);
-    for (size_t t = 0; t < n; t++) {
-        v = (int32_t)strlen(names[t]);
-        fwrite(&v, 4, 1, f);
-        fwrite(names[t], 1, strlen(names[t]), f);
-        v = 1;
-        fwrite(&v, 4, 1, f);
-        v = (int32_t)K[t];
-        fwrite(&v, 4, 1, f);
-        for (int64_t j = 0; j < K[t]; j++) {
-            float x = w(t, j);
-            fwrite(&x, 4, 1, f);
-        }
-    }
-    v = 4;
-    fwrite(&v, 4, 1, f);
-    v = 4;
-    fwrite(&v, 4, 1, f);
-    fwrite("text", 1, 4, f);
-    fclose(f);
-}
-
-static float w_varied(size_t t, int64_t j)
-{
-    /* positive, uneven, a few heavy columns */
-    uint64_t h = (uint64_t)(t * 1000003u + (uint64_t)j) * 0x9e3779b97f4a7c15ull;
-    float x = 0.05f + (float)(h >> 40) / (float)(1u << 24);
-    return (j % 97 == 5) ? x * 40.0f : x;
-}
 
 static const char g_recipe[] = "mix M\nrotation hadamard 1024\npromote 1\n"
                                "rule *.weight => pn3t\n";
 
-/* Two tensors of one model, both Gaussian with a heavy tail; "b" has an
- * outlier 20 times the spread in column 5 of every row. Unweighted, b gains
- * most from pn4t: its outlier's group is quantized coarsely around it. The
- * imatrix says the model sees b only through channel 5 (10^4 times the
- * energy of the others), and the outlier, the largest of its group, is
- * what both types hold best: weighted, promoting b buys the model little,
- * and a, weighted uniformly, is promoted. */
-static float w_heavy(size_t t, int64_t j)
-{
-    return t == 1 && j == 5 ? 10000.0f : 1.0f;
-}
-
-static void write_pair(const char *path)
-{
-    gguf_writer *w = gguf_writer_new();
-    pn_error err;
-    cr_assert_eq(gguf_writer_set_str(w, "general.architecture", "test"), PN_OK);
-    const int64_t K = 320, R = 64;
-    const char *names[2] = { "a.ffn_up.weight", "b.ffn_up.weight" };
-    for (int i = 0; i < 2; i++) {
-        int64_t ne[4] = { K, R, 1, 1 };
-        cr_assert_eq(gguf_writer_add_tensor(w, names[i], 2, ne, PN_TYPE_F32, &err), PN_OK);
-    }
-    cr_assert_eq(gguf_writer_begin(w, path, &err), PN_OK, "%s", err.msg);
-    for (int i = 0; i < 2; i++) {
-        tu_rng rng = { 77 };
-        float *buf = malloc((size_t)(K * R) * 4);
-        for (int64_t e = 0; e < K * R; e++) {
-            double g = tu_rng_gauss(&rng);
-            if (tu_rng_uniform(&rng) < 0.05)
-                g *= 4.0;
-            buf[e] = (float)g;
-            if (i == 1 && e % K == 5)
-                buf[e] = 20.0f;
-        }
-        cr_assert_eq(gguf_writer_write(w, buf, (size_t)(K * R) * 4, &err), PN_OK);
-        free(buf);
-    }
-    cr_assert_eq(gguf_writer_close(w, &err), PN_OK, "%s", err.msg);
-    cr_assert_eq(gguf_writer_commit(w, &err), PN_OK, "%s", err.msg);
-    gguf_writer_free(w);
-}
-
 /* ---- --reuse, pn-check, the programs ------------------------------------ */
-
-static float w_ones(size_t t, int64_t j)
-{
-    (void)t;
-    (void)j;
-    return 1.0f;
-}
 
 #include "check/check.h"
 #include "check/check_testing.h"
@@ -143,7 +42,7 @@ Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothin
 {
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *bad = path_in("bad.dat"),
          *dst = path_in("out.gguf");
-    write_pair(src);
+    imatrix_write_pair(src);
     cr_assert_eq(tu_write_file(recipe, g_recipe, strlen(g_recipe)), 0);
     /* an entry count past the file */
     const uint8_t bytes[] = { 0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0, 'a' };
@@ -165,7 +64,7 @@ Test(imatrix_measure, a_hostile_imatrix_stops_pn_quantize_with_exit_1_and_nothin
     /* an imatrix of another model */
     const char *names[] = { "model.layers.0.mlp.up_proj.weight" };
     const int64_t K[] = { 320 };
-    write_dat(bad, names, K, 1, w_ones);
+    imatrix_write_dat(bad, names, K, 1, imatrix_w_ones);
     rc = tu_run_program(NULL, &err_text, "pn-quantize",
                         "--quiet --recipe '%s' --imatrix '%s' '%s' '%s'", recipe, bad, src, dst);
     cr_assert_eq(rc, 1, "%s", err_text);
@@ -190,7 +89,7 @@ Test(imatrix_measure, a_folder_source_matches_the_imatrix_through_its_converted_
     const char *names[] = { "blk.0.ffn_down.weight", "blk.3.attn_k.weight",
                             "model.layers.0.mlp.down_proj.weight" };
     const int64_t K[] = { 128, 64, 128 };
-    write_dat(imx, names, K, 3, w_ones);
+    imatrix_write_dat(imx, names, K, 3, imatrix_w_ones);
     char *out = NULL, *err_text = NULL;
     int rc = tu_run_program(&out, &err_text, "pn-quantize",
                             "--dry-run --recipe '%s' --imatrix '%s' '%s'",
@@ -253,7 +152,7 @@ Test(imatrix_measure, the_plan_marks_each_candidate_with_or_without_an_entry_and
      * candidate, has one */
     const char *names[] = { "b.ffn_up.weight", "output.weight" };
     const int64_t K[] = { 320, 512 };
-    write_dat(imx, names, K, 2, w_varied);
+    imatrix_write_dat(imx, names, K, 2, imatrix_w_varied);
     char *out = NULL, *err_text = NULL;
     int rc = tu_run_program(&out, &err_text, "pn-quantize",
                             "--dry-run --recipe '%s' --imatrix '%s' --imatrix-promotion weighted "
@@ -305,12 +204,12 @@ Test(imatrix_measure, an_imatrix_changes_no_promotion_unless_weighted_promotion_
 {
     /* the heavy-channel pair promotes b unweighted and a weighted */
     char *src = path_in("pair.gguf"), *recipe = path_in("r.mix"), *imx = path_in("heavy.dat");
-    write_pair(src);
+    imatrix_write_pair(src);
     static const char rec[] = "mix M\nrotation none\npromote 1\nrule *.weight => pn3t\n";
     cr_assert_eq(tu_write_file(recipe, rec, strlen(rec)), 0);
     const char *names[] = { "a.ffn_up.weight", "b.ffn_up.weight" };
     const int64_t K[] = { 320, 320 };
-    write_dat(imx, names, K, 2, w_heavy);
+    imatrix_write_dat(imx, names, K, 2, imatrix_w_heavy);
     const char *how[] = { "", "--imatrix '%s' ", "--imatrix '%s' --imatrix-promotion unweighted ",
                           "--imatrix '%s' --imatrix-promotion weighted " };
     const char *want[] = { "b.ffn_up.weight", "b.ffn_up.weight", "b.ffn_up.weight",

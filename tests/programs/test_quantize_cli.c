@@ -28,58 +28,9 @@
 #include "quant/types.h"
 #include "quant/widen.h"
 #include "fixtures/pn_source.h"
+#include "fixtures/quantize_run.h"
 #include "fixtures/scratch.h"
 #include "test_util.h"
-#define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-
-/* No file at p, and no temporary file beside it. */
-static void assert_nothing_left(const char *dir, const char *p)
-{
-    cr_assert(!exists(p), "%s must not exist", p);
-    cr_assert_eq(tu_count_temporary_files(dir), 0, "temporary files left in %s", dir);
-}
-
-/* The two files hold the same bytes. */
-static void assert_same_bytes(const char *a, const char *b, const char *why)
-{
-    size_t na, nb;
-    void *da = tu_read_file(a, &na), *db = tu_read_file(b, &nb);
-    cr_assert(na == nb && memcmp(da, db, na) == 0, "%s: %s and %s", why, a, b);
-    free(da);
-    free(db);
-}
-
-/* A small Qwen3.8-shaped model (widths of the golden tiny model, 4 layers so
- * one block is full attention). */
-static pn_qwen38_config tiny_config(int layers, int dtype)
-{
-    pn_qwen38_config c = pn_qwen38_config_scaled(16, layers, 64);
-    c.n_embd = 320;
-    c.n_inner = 64;
-    c.n_qkv = 192;
-    c.n_q = 128;
-    c.n_kv = 64;
-    c.n_ff = 64;
-    c.n_ssm_heads = 1;
-    c.ssm_norm = 64;
-    c.head_dim = 64;
-    c.weight_type = dtype;
-    return c;
-}
-
-static char *make_source(const char *name, int layers, int dtype, uint64_t seed)
-{
-    char *p = path_in(name);
-    pn_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.path = p;
-    o.config = tiny_config(layers, dtype);
-    o.seed = seed;
-    o.threads = 1;
-    pn_error err;
-    cr_assert_eq(pn_synth_write(&o, &err), PN_OK, "%s", err.msg);
-    return p;
-}
 
 /* ---- the program --------------------------------------------------------- */
 
@@ -119,7 +70,7 @@ Test(quantize_cli, a_bad_option_is_a_usage_error_with_exit_2)
 
 Test(quantize_cli, dry_run_prints_the_plan_and_writes_nothing, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 4, PN_TYPE_BF16, 2);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_BF16, 2);
     char *dst = path_in("dst.gguf");
     char args[4096], *out, *err;
     snprintf(args, sizeof args, "--dry-run --recipe %s --promote 2 %s %s", FALLBACK_RECIPE, src,
@@ -130,7 +81,7 @@ Test(quantize_cli, dry_run_prints_the_plan_and_writes_nothing, .init = setup, .f
     cr_assert(strstr(out, "P0k-fallback+2"), "%s", out);
     cr_assert(strstr(out, "bits/weight"), "%s", out);
     cr_assert(strstr(out, "file size"), "%s", out);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(out);
     free(err);
     free(src);
@@ -140,7 +91,7 @@ Test(quantize_cli, dry_run_prints_the_plan_and_writes_nothing, .init = setup, .f
 Test(quantize_cli, a_real_run_ends_with_the_plan_totals_and_writes_a_report, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_BF16, 2);
     char *dst = path_in("dst.gguf"), *rep = path_in("r.json");
     char args[4096], *out, *err;
     snprintf(args, sizeof args, "--recipe %s --promote 0 --report %s %s %s", FALLBACK_RECIPE, rep,
@@ -166,7 +117,7 @@ Test(quantize_cli, a_real_run_ends_with_the_plan_totals_and_writes_a_report, .in
 Test(quantize_cli, refuses_an_existing_output_without_force_and_replaces_it_with_force,
      .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     tu_write_file(dst, "keep me", 7);
     char args[4096], *out, *err;
@@ -191,7 +142,7 @@ Test(quantize_cli, refuses_an_existing_output_without_force_and_replaces_it_with
 
 Test(quantize_cli, refuses_the_source_as_output, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     size_t n0;
     void *before = tu_read_file(src, &n0);
     char args[4096], *out, *err;
@@ -210,7 +161,7 @@ Test(quantize_cli, refuses_the_source_as_output, .init = setup, .fini = teardown
 
 Test(quantize_cli, refuses_an_unwritable_folder_naming_it, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char args[4096], *out, *err;
     /* a folder under a regular file cannot exist, even for root */
     snprintf(args, sizeof args, "--quiet --recipe %s --promote 0 %s %s/dst.gguf", FALLBACK_RECIPE,
@@ -224,7 +175,7 @@ Test(quantize_cli, refuses_an_unwritable_folder_naming_it, .init = setup, .fini 
 
 Test(quantize_cli, a_full_disk_is_reported_and_leaves_nothing, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[4096], *out, *err;
     /* a file size limit makes write() fail like a full disk (EFBIG) */
@@ -235,7 +186,7 @@ Test(quantize_cli, a_full_disk_is_reported_and_leaves_nothing, .init = setup, .f
     int rc = tu_run(args, &out, &err);
     cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
     cr_assert(strstr(err, "dst.gguf"), "%s", err);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(out);
     free(err);
     free(src);
@@ -285,7 +236,7 @@ Test(quantize_cli, sigint_during_a_run_leaves_nothing_at_the_output, .init = set
     int status;
     waitpid(pid, &status, 0);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "exit status %d", status);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(src);
     free(dst);
 }
@@ -294,7 +245,7 @@ Test(quantize_cli, the_cuda_path_writes_the_same_bytes_as_the_cpu, .init = setup
 {
     if (!pn_cuda_build_enabled())
         cr_skip("this build has no CUDA backend, so there is no GPU path to compare");
-    char *src = make_source("src.gguf", 4, PN_TYPE_BF16, 4);
+    char *src = quantize_make_source("src.gguf", 4, PN_TYPE_BF16, 4);
     char *a = path_in("cpu.gguf"), *b = path_in("gpu.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--quiet --backend cpu --recipe %s --promote 2 %s %s",
@@ -309,7 +260,7 @@ Test(quantize_cli, the_cuda_path_writes_the_same_bytes_as_the_cpu, .init = setup
              "--recipe %s --promote 2 %s %s",
              PN_BIN_DIR, FALLBACK_RECIPE, src, b);
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
-    assert_same_bytes(a, b, "the CUDA path wrote other bytes");
+    quantize_assert_same_bytes(a, b, "the CUDA path wrote other bytes");
     free(out);
     free(err);
     free(src);
@@ -319,7 +270,7 @@ Test(quantize_cli, the_cuda_path_writes_the_same_bytes_as_the_cpu, .init = setup
 
 Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_BF16, 8);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_BF16, 8);
     char *a = path_in("big.gguf"), *b = path_in("small.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "%s/pn-quantize --quiet --recipe %s --promote 1 %s %s", PN_BIN_DIR,
@@ -331,7 +282,7 @@ Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup
              "PN_CHUNK_WEIGHTS=700 %s/pn-quantize --quiet --recipe %s --promote 1 %s %s",
              PN_BIN_DIR, FALLBACK_RECIPE, src, b);
     cr_assert_eq(tu_run(args, &out, &err), 0, "%s", err);
-    assert_same_bytes(a, b, "chunk size changed the output");
+    quantize_assert_same_bytes(a, b, "chunk size changed the output");
     free(out);
     free(err);
     free(src);
@@ -341,15 +292,6 @@ Test(quantize_cli, tiny_chunks_give_the_same_bytes_as_the_default, .init = setup
 
 /* ==== nothing the user gives destroys a file, crashes, hangs or lies ==== */
 
-static char *read_text(const char *path)
-{
-    size_t n;
-    char *t = tu_read_file(path, &n);
-    t = realloc(t, n + 1);
-    t[n] = 0;
-    return t;
-}
-
 static bool has_byte(const char *s, unsigned char b)
 {
     return s && strchr(s, b) != NULL;
@@ -358,7 +300,7 @@ static bool has_byte(const char *s, unsigned char b)
 Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_nothing_is_touched,
      .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *link_to_src = path_in("alias.gguf");
     cr_assert_eq(link(src, link_to_src), 0);
     size_t n0;
@@ -371,7 +313,7 @@ Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_
         cr_assert_eq(run_cli(args, &out, &err), 2, "%s", err);
         cr_assert(strstr(err, i < 2 ? "that is the source" : "that is the output"), "%s", err);
         cr_assert_str_empty(out);
-        assert_nothing_left(g_dir, dst);
+        quantize_assert_nothing_left(g_dir, dst);
         size_t n1;
         void *after = tu_read_file(src, &n1);
         cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the source changed");
@@ -388,7 +330,7 @@ Test(quantize_cli, a_report_path_naming_the_source_or_the_output_is_refused_and_
 Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_force, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf"), *rep = path_in("r.json");
     cr_assert_eq(tu_write_file(rep, "mine", 4), 0);
     char args[8192], *out, *err;
@@ -397,16 +339,16 @@ Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_fo
     cr_assert_eq(run_cli(args, &out, &err), 1, "%s", err);
     cr_assert(strstr(err, "r.json") && strstr(err, "the report exists") && strstr(err, "--force"),
               "%s", err);
-    char *kept = read_text(rep);
+    char *kept = quantize_read_text(rep);
     cr_assert_str_eq(kept, "mine");
     free(kept);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(out);
     free(err);
     snprintf(args, sizeof args, "--quiet --force --recipe %s --promote 0 --report %s %s %s",
              FALLBACK_RECIPE, rep, src, dst);
     cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
-    char *json = read_text(rep);
+    char *json = quantize_read_text(rep);
     cr_assert(json[0] == '{' && strstr(json, "\"relative_error\""), "%s", json);
     free(json);
     cr_assert(exists(dst));
@@ -420,7 +362,7 @@ Test(quantize_cli, an_existing_report_is_kept_without_force_and_replaced_with_fo
 Test(quantize_cli, a_report_that_cannot_be_written_leaves_no_output_and_says_so, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("out.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args,
@@ -429,7 +371,7 @@ Test(quantize_cli, a_report_that_cannot_be_written_leaves_no_output_and_says_so,
     cr_assert_eq(run_cli(args, &out, &err), 1, "%s", err);
     cr_assert(strstr(err, "/nonexistent/r.json") && strstr(err, "nothing was written to"), "%s",
               err);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(out);
     free(err);
     free(src);
@@ -481,13 +423,13 @@ Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_
     cr_assert_eq(tu_write_file(rep, "someone else's", 14), 0);
     int status;
     waitpid(pid, &status, 0);
-    char *msg = read_text(errf);
+    char *msg = quantize_read_text(errf);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d: %s", status, msg);
     cr_assert(strstr(msg, "wrote ") && strstr(msg, "dst.gguf") &&
                   strstr(msg, "but the report could not be written") && strstr(msg, "r.json"),
               "%s", msg);
     cr_assert(!strstr(msg, "nothing was written"), "%s", msg);
-    char *kept = read_text(rep);
+    char *kept = quantize_read_text(rep);
     cr_assert_str_eq(kept, "someone else's");
     cr_assert(exists(dst), "the output was committed");
     cr_assert_eq(tu_count_temporary_files(g_dir), 0, "a temporary file is left");
@@ -502,7 +444,7 @@ Test(quantize_cli, a_report_that_appears_during_the_run_is_kept_and_the_written_
 Test(quantize_cli, a_dry_run_into_a_full_stdout_fails_with_a_message, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "%s/pn-quantize --dry-run --recipe %s %s > /dev/full", PN_BIN_DIR,
              FALLBACK_RECIPE, src);
@@ -517,7 +459,7 @@ Test(quantize_cli, a_dry_run_into_a_full_stdout_fails_with_a_message, .init = se
 Test(quantize_cli, a_file_size_limit_fails_like_a_full_disk_and_leaves_nothing, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[8192], *out, *err;
     /* no trap: the program itself must survive SIGXFSZ */
@@ -529,7 +471,7 @@ Test(quantize_cli, a_file_size_limit_fails_like_a_full_disk_and_leaves_nothing, 
     cr_assert(strstr(err, "dst.gguf") && strstr(err, "file-size limit") &&
                   strstr(err, "nothing was written"),
               "%s", err);
-    assert_nothing_left(g_dir, dst);
+    quantize_assert_nothing_left(g_dir, dst);
     free(out);
     free(err);
     free(src);
@@ -539,7 +481,7 @@ Test(quantize_cli, a_file_size_limit_fails_like_a_full_disk_and_leaves_nothing, 
 Test(quantize_cli, fifos_as_source_recipe_promote_list_measurement_or_report_are_refused_at_once,
      .init = setup, .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *fifo = path_in("pipe"), *dst = path_in("dst.gguf");
     cr_assert_eq(mkfifo(fifo, 0644), 0);
     char args[5][8192];
@@ -558,7 +500,7 @@ Test(quantize_cli, fifos_as_source_recipe_promote_list_measurement_or_report_are
         int rc = tu_run(cmd, &out, &err);
         cr_assert(rc == 1 || rc == 2, "case %d: exit %d (124: it hung): %s", i, rc, err);
         cr_assert(strstr(err, fifo) && strstr(err, "FIFO"), "case %d: %s", i, err);
-        assert_nothing_left(g_dir, dst);
+        quantize_assert_nothing_left(g_dir, dst);
         free(out);
         free(err);
     }
@@ -605,7 +547,7 @@ Test(quantize_cli, names_with_terminal_escapes_are_printed_safely_everywhere, .i
         free(out);
         free(err);
     }
-    char *json = read_text(rep);
+    char *json = quantize_read_text(rep);
     cr_assert(!has_byte(json, 0x1b) && strstr(json, "\\u001b]0;owned\\u0007"), "%s", json);
     free(json);
     free(src);
@@ -620,7 +562,7 @@ Test(quantize_cli, names_with_terminal_escapes_are_printed_safely_everywhere, .i
 Test(quantize_cli, bad_environment_values_are_usage_errors_naming_the_variable, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     const char *env[] = { "PN_CPU_PATH=turbo", "PN_CHUNK_WEIGHTS=12abc", "PN_CHUNK_WEIGHTS=3",
                           "PN_CUDA_EMULATE=yes" };
@@ -635,7 +577,7 @@ Test(quantize_cli, bad_environment_values_are_usage_errors_naming_the_variable, 
                  FALLBACK_RECIPE, src, dst);
         cr_assert_eq(tu_run(cmd, &out, &err), 2, "%s", err);
         cr_assert(strstr(err, says[i]), "%s", err);
-        assert_nothing_left(g_dir, dst);
+        quantize_assert_nothing_left(g_dir, dst);
         free(out);
         free(err);
     }
@@ -648,7 +590,7 @@ Test(quantize_cli, bad_environment_values_are_usage_errors_naming_the_variable, 
 Test(quantize_cli, an_output_that_is_the_source_is_a_usage_error_even_with_force, .init = setup,
      .fini = teardown)
 {
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     size_t n0, n1;
     void *before = tu_read_file(src, &n0);
     char args[8192], *out, *err;
@@ -668,22 +610,11 @@ Test(quantize_cli, an_output_that_is_the_source_is_a_usage_error_even_with_force
 /* A CUDA build on a machine without a usable GPU: --backend auto falls back
  * to the CPU. That is a fact of the run, said with the plan's lines on
  * stdout, and nothing at all with --quiet. */
-static void need_cuda_build_without_gpu(void)
-{
-    if (!pn_cuda_build_enabled())
-        cr_skip("this build has no CUDA backend, so it never looks for a GPU");
-    pn_cuda_ctx *ctx = NULL;
-    if (pn_cuda_open(0, &ctx, NULL) == PN_OK) {
-        pn_cuda_close(ctx);
-        cr_skip("this machine has a usable GPU, so there is no fallback to report");
-    }
-}
-
 Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_among_the_plan_lines, .init = setup,
      .fini = teardown)
 {
-    need_cuda_build_without_gpu();
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    quantize_need_cuda_build_without_gpu();
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--threads 2 --recipe %s --promote 0 %s %s", FALLBACK_RECIPE, src,
@@ -704,8 +635,8 @@ Test(quantize_cli, without_a_usable_gpu_a_cuda_build_says_so_among_the_plan_line
 
 Test(quantize_cli, without_a_usable_gpu_quiet_prints_nothing, .init = setup, .fini = teardown)
 {
-    need_cuda_build_without_gpu();
-    char *src = make_source("src.gguf", 2, PN_TYPE_F32, 2);
+    quantize_need_cuda_build_without_gpu();
+    char *src = quantize_make_source("src.gguf", 2, PN_TYPE_F32, 2);
     char *dst = path_in("dst.gguf");
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--quiet --threads 2 --recipe %s --promote 0 %s %s",

@@ -23,6 +23,7 @@
 #include "pipeline/quantize.h"
 #include "quant/types.h"
 #include "fixtures/scratch.h"
+#include "fixtures/wide_header.h"
 #include "test_util.h"
 
 /* The sanitizer build runs several times slower (and beside another test). */
@@ -41,72 +42,12 @@ static double wall_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void put_u32(FILE *f, uint32_t v)
-{
-    fwrite(&v, 4, 1, f);
-}
-static void put_u64(FILE *f, uint64_t v)
-{
-    fwrite(&v, 8, 1, f);
-}
-static void put_str(FILE *f, const char *s)
-{
-    put_u64(f, strlen(s));
-    fwrite(s, 1, strlen(s), f);
-}
-
-/* A GGUF v3 file written byte by byte (no writer involved): n_kv u32 keys
- * "k.0000000".., n_t f32 tensors "blk.N.attn_q.weight" of K x rows. */
-static void write_raw(const char *path, size_t n_kv, size_t n_t, int64_t K, int64_t rows)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, n_t);
-    put_u64(f, n_kv);
-    char name[64];
-    for (size_t i = 0; i < n_kv; i++) {
-        snprintf(name, sizeof name, "k.%07zu", i);
-        put_str(f, name);
-        put_u32(f, 4); /* GGUF_TYPE_UINT32 */
-        put_u32(f, (uint32_t)i);
-    }
-    const uint64_t bytes = (uint64_t)(K * rows * 4);
-    const uint64_t padded = (bytes + 31) / 32 * 32;
-    for (size_t i = 0; i < n_t; i++) {
-        snprintf(name, sizeof name, "blk.%zu.attn_q.weight", i);
-        put_str(f, name);
-        put_u32(f, 2);
-        put_u64(f, (uint64_t)K);
-        put_u64(f, (uint64_t)rows);
-        put_u32(f, PN_TYPE_F32);
-        put_u64(f, i * padded);
-    }
-    long pos = ftell(f);
-    for (long p = pos; p % 32; p++)
-        fputc(0, f);
-    tu_rng rng = { 42 };
-    float *row = malloc((size_t)padded);
-    memset(row, 0, (size_t)padded);
-    for (size_t i = 0; i < n_t; i++) {
-        for (int64_t e = 0; e < K * rows; e++)
-            row[e] = (float)(0.02 * tu_rng_gauss(&rng));
-        fwrite(row, 1, (size_t)padded, f);
-    }
-    free(row);
-    cr_assert_eq(fclose(f), 0);
-}
-
-static const char k_recipe[] = "mix S\nrotation hadamard 1024\npromote 0\n"
-                               "rule *.weight => pn3t\n";
-
 Test(quantize_scale, sigterm_while_a_200k_key_header_is_planned_ends_the_run_at_once, .init = setup,
      .fini = teardown)
 {
     char *src = path_in("keys.gguf"), *dst = path_in("out.gguf"), *recipe = path_in("r.mix");
-    write_raw(src, 200000, 64, 320, 64);
-    cr_assert_eq(tu_write_file(recipe, k_recipe, strlen(k_recipe)), 0);
+    wide_header_write(src, 200000, 64, 320, 64);
+    cr_assert_eq(tu_write_file(recipe, wide_header_recipe, strlen(wide_header_recipe)), 0);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {

@@ -29,107 +29,9 @@
 #include "io/source_id_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
+#include "fixtures/reuse_run.h"
 #include "fixtures/scratch.h"
 #include "test_util.h"
-
-#define FALLBACK_RECIPE PN_SOURCE_DIR "/recipes/test-fallback.mix"
-#define VOCAB 512
-
-static char *synth(const char *name, uint64_t seed)
-{
-    char *p = path_in(name);
-    pn_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.path = p;
-    o.config = pn_qwen38_config_narrow(16, 2, VOCAB);
-    o.config.weight_type = PN_TYPE_BF16;
-    o.seed = seed;
-    o.threads = 1;
-    pn_error err;
-    cr_assert_eq(pn_synth_write(&o, &err), PN_OK, "%s", err.msg);
-    return p;
-}
-
-static void opts_for(pn_quantize_opts *o, const char *src, const char *dst, tu_notes *n)
-{
-    pn_quantize_opts_init(o);
-    o->src_path = src;
-    o->dst_path = dst;
-    o->recipe_path = FALLBACK_RECIPE;
-    o->promote = 0;
-    o->threads = 1;
-    o->backend = PN_BACKEND_CPU;
-    if (n) {
-        n->text[0] = 0;
-        o->note = tu_keep_note;
-        o->user = n;
-    }
-}
-
-static void run_ok(const pn_quantize_opts *o, pn_quantize_stats *s)
-{
-    pn_error err;
-    pn_error_clear(&err);
-    cr_assert_eq(pn_quantize_file(o, s, &err), PN_OK, "pn_quantize_file: %s", err.msg);
-}
-
-/* File offset of element (row, col) of the named tensor, and its source type. */
-static uint64_t weight_offset(const char *path, const char *tensor, int64_t row, int64_t col,
-                              int *type)
-{
-    gguf_reader *r;
-    pn_error err;
-    cr_assert_eq(gguf_reader_open(path, &r, &err), PN_OK, "%s", err.msg);
-    long i = gguf_reader_find_tensor(r, tensor);
-    cr_assert_geq(i, 0, "no tensor %s", tensor);
-    const gguf_tensor_info *t = gguf_reader_tensor(r, (size_t)i);
-    int64_t es = pn_type_row_bytes(t->type, 1);
-    uint64_t off =
-        gguf_reader_tensor_file_offset(r, (size_t)i) + (uint64_t)((row * t->ne[0] + col) * es);
-    if (type)
-        *type = t->type;
-    gguf_reader_close(r);
-    return off;
-}
-
-/* Changes one bf16 weight by its lowest mantissa bit: still finite, and the
- * header (so the header hash) unchanged. */
-static void nudge_weight(const char *path, const char *tensor, int64_t row, int64_t col)
-{
-    int type;
-    uint64_t off = weight_offset(path, tensor, row, col, &type);
-    cr_assert_eq(type, PN_TYPE_BF16, "%s is not bf16", tensor);
-    int fd = open(path, O_RDWR);
-    uint8_t b;
-    cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
-    b ^= 1;
-    cr_assert_eq(pwrite(fd, &b, 1, (off_t)off), 1);
-    close(fd);
-}
-
-static char *copy_file(const char *from, const char *name)
-{
-    char *to = path_in(name);
-    size_t n;
-    void *d = tu_read_file(from, &n);
-    cr_assert_eq(tu_write_file(to, d, n), 0);
-    free(d);
-    return to;
-}
-
-/* ---- --reuse: the same bytes as from scratch ------------------------------- */
-
-/* PREV: promote 2 with a measurement. */
-static char *make_prev(const char *src, const char *name, const char *m)
-{
-    char *prev = path_in(name);
-    pn_quantize_opts o;
-    opts_for(&o, src, prev, NULL);
-    o.promote = 2;
-    o.measurement_path = m;
-    run_ok(&o, NULL);
-    return prev;
-}
 
 /* ---- the program ----------------------------------------------------------- */
 
@@ -143,8 +45,8 @@ static int run_cli(const char *prog, const char *args, char **out, char **err)
 Test(reuse_cli, the_summary_and_the_report_say_what_was_copied_and_what_was_quantized,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 22), *m = path_in("m.txt");
-    char *prev = make_prev(src, "prev.gguf", m), *dst = path_in("dst.gguf"),
+    char *src = reuse_synth("src.gguf", 22), *m = path_in("m.txt");
+    char *prev = reuse_make_prev(src, "prev.gguf", m), *dst = path_in("dst.gguf"),
          *rep = path_in("r.json");
     char args[8192], *out, *err;
     snprintf(args, sizeof args,
@@ -193,7 +95,7 @@ Test(reuse_cli, the_summary_and_the_report_say_what_was_copied_and_what_was_quan
 Test(reuse_cli, a_prev_that_cannot_be_one_exits_1_and_writes_nothing, .init = setup,
      .fini = teardown)
 {
-    char *src = synth("src.gguf", 23), *dst = path_in("dst.gguf"), *fifo = path_in("fifo");
+    char *src = reuse_synth("src.gguf", 23), *dst = path_in("dst.gguf"), *fifo = path_in("fifo");
     cr_assert_eq(mkfifo(fifo, 0644), 0);
     char args[8192], *out, *err;
     snprintf(args, sizeof args, "--quiet --recipe %s --reuse %s %s %s", FALLBACK_RECIPE, src, src,
@@ -241,19 +143,19 @@ static pn_check_report *check_with_source(const char *file, const char *src)
 Test(reuse_check, pn_check_source_names_the_first_tensor_of_a_source_the_file_was_not_made_from,
      .init = setup, .fini = teardown)
 {
-    char *src = synth("src.gguf", 24), *dst = path_in("dst.gguf");
+    char *src = reuse_synth("src.gguf", 24), *dst = path_in("dst.gguf");
     pn_quantize_opts o;
-    opts_for(&o, src, dst, NULL);
-    run_ok(&o, NULL);
+    reuse_opts_for(&o, src, dst, NULL);
+    reuse_run_ok(&o, NULL);
     pn_check_report *rep = check_with_source(dst, src);
     cr_assert_eq(rep->n_errors, 0, "%s", rep->n_findings ? rep->findings[0].message : "");
     cr_assert_eq(rep->n_warnings, 0, "the pn.source.* keys are known: %s",
                  rep->n_findings ? rep->findings[0].message : "");
     pn_check_report_free(rep);
 
-    char *changed = copy_file(src, "changed.gguf");
-    nudge_weight(changed, "blk.0.attn_gate.weight", 0, 1);
-    nudge_weight(changed, "output.weight", 4, 0);
+    char *changed = reuse_copy_file(src, "changed.gguf");
+    reuse_nudge_weight(changed, "blk.0.attn_gate.weight", 0, 1);
+    reuse_nudge_weight(changed, "output.weight", 4, 0);
     rep = check_with_source(dst, changed);
     const pn_finding *f = pn_check_find(rep, "SRC-IDENTITY", NULL);
     cr_assert_not_null(f, "no SRC-IDENTITY finding");

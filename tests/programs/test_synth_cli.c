@@ -15,6 +15,7 @@
 #include "synth/qwen38_shapes_testing.h"
 #include "synth/synth.h"
 #include "quant/types.h"
+#include "fixtures/loader_shapes.h"
 #include "fixtures/scratch.h"
 #include "test_util.h"
 
@@ -212,60 +213,6 @@ Test(synth_cli, a_file_size_limit_is_a_clean_write_error, .init = setup, .fini =
     free(err);
 }
 
-/* The shape llama.cpp's qwen35 loader expects for a tensor, derived from the
- * hyperparameters the way its load_arch_tensors does (facts read from
- * src/models/qwen35.cpp). Returns the number of dims, 0 if unknown. */
-static int loader_shape(const char *role, const pn_qwen38_hparams *h, int64_t n_embd, int64_t n_ff,
-                        int64_t n_vocab, int64_t ne[2])
-{
-    const int64_t key_dim = h->ssm_state * h->ssm_groups;
-    const int64_t value_dim = h->ssm_state * h->ssm_v_heads;
-    const int64_t hd = h->head_dim;
-    struct {
-        const char *role;
-        int64_t a, b;
-    } rows[] = {
-        { "token_embd.weight", n_embd, n_vocab },
-        { "output.weight", n_embd, n_vocab },
-        { "output_norm.weight", n_embd, 0 },
-        { "attn_norm.weight", n_embd, 0 },
-        { "post_attention_norm.weight", n_embd, 0 },
-        { "attn_q.weight", n_embd, hd * h->n_head * 2 },
-        { "attn_k.weight", n_embd, hd * h->n_head_kv },
-        { "attn_v.weight", n_embd, hd * h->n_head_kv },
-        { "attn_output.weight", hd * h->n_head, n_embd },
-        { "attn_q_norm.weight", hd, 0 },
-        { "attn_k_norm.weight", hd, 0 },
-        { "attn_qkv.weight", n_embd, 2 * key_dim + value_dim },
-        { "attn_gate.weight", n_embd, value_dim },
-        { "ssm_conv1d.weight", h->conv_kernel, 2 * key_dim + value_dim },
-        { "ssm_dt.bias", h->ssm_v_heads, 0 },
-        { "ssm_a", h->ssm_v_heads, 0 },
-        { "ssm_beta.weight", n_embd, h->ssm_v_heads },
-        { "ssm_alpha.weight", n_embd, h->ssm_v_heads },
-        { "ssm_norm.weight", h->ssm_state, 0 },
-        { "ssm_out.weight", value_dim, n_embd },
-        { "ffn_gate.weight", n_embd, n_ff },
-        { "ffn_up.weight", n_embd, n_ff },
-        { "ffn_down.weight", n_ff, n_embd },
-    };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        if (strcmp(role, rows[i].role) == 0) {
-            ne[0] = rows[i].a;
-            ne[1] = rows[i].b ? rows[i].b : 1;
-            return rows[i].b ? 2 : 1;
-        }
-    return 0;
-}
-
-static const char *role_of(const char *name)
-{
-    if (strncmp(name, "blk.", 4) != 0)
-        return name;
-    const char *p = strchr(name + 4, '.');
-    return p ? p + 1 : name;
-}
-
 Test(synth_keys, the_file_holds_every_key_the_loader_reads_consistent_with_its_shapes,
      .init = setup, .fini = teardown)
 {
@@ -317,7 +264,7 @@ Test(synth_keys, the_file_holds_every_key_the_loader_reads_consistent_with_its_s
     for (size_t i = 0; i < gguf_reader_n_tensors(r); i++) {
         const gguf_tensor_info *ti = gguf_reader_tensor(r, i);
         int64_t ne[2];
-        int dims = loader_shape(role_of(ti->name), &h, 640, 2176, 300, ne);
+        int dims = synth_loader_shape(synth_role_of(ti->name), &h, 640, 2176, 300, ne);
         cr_assert_neq(dims, 0, "%s", ti->name);
         cr_assert(ti->ne[0] == ne[0] && ti->ne[1] == ne[1], "%s: %lld x %lld", ti->name,
                   (long long)ti->ne[0], (long long)ti->ne[1]);

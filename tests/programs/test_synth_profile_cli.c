@@ -24,6 +24,7 @@
 #include "quant/fp16.h"
 #include "quant/types.h"
 #include "fixtures/scratch.h"
+#include "fixtures/weibull_fit.h"
 #include "synth/synth.h"
 #include "test_util.h"
 
@@ -106,36 +107,6 @@ static values kind_values(const gguf_reader *r, const char *role)
     return a;
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The Weibull shape k of |w| as Ding (2026) fits it: a Weibull probability
- * plot, ln(-ln(1 - F)) against ln|w| at F = i / (n + 1), least squares over
- * the middle 80% (0.1 <= F <= 0.9); the slope is k. */
-static double weibull_shape(const float *v, size_t n)
-{
-    float *a = malloc(n * sizeof *a);
-    cr_assert(a);
-    for (size_t i = 0; i < n; i++)
-        a[i] = fabsf(v[i]);
-    qsort(a, n, sizeof *a, cmp_float);
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double F = (double)(i + 1) / (double)(n + 1);
-        if (F < 0.1 || F > 0.9 || !(a[i] > 0))
-            continue;
-        double x = log((double)a[i]), y = log(-log(1.0 - F));
-        sx += x, sy += y, sxx += x * x, sxy += x * y;
-        m++;
-    }
-    free(a);
-    return ((double)m * sxy - sx * sy) / ((double)m * sxx - sx * sx);
-}
-
 static double kurtosis(const float *v, size_t n)
 {
     double m2 = 0, m4 = 0;
@@ -174,7 +145,7 @@ Test(synth_profile, weight_tails_match_the_published_weibull_shapes_of_each_tens
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         values a = kind_values(r, kinds[i].role), b = kind_values(g, kinds[i].role);
-        double k = weibull_shape(a.v, a.n), kg = weibull_shape(b.v, b.n);
+        double k = synth_weibull_shape(a.v, a.n), kg = synth_weibull_shape(b.v, b.n);
         cr_log_info("%-20s trained k %.4f kurtosis %.2f (%zu values); gaussian k %.4f "
                     "kurtosis %.2f",
                     kinds[i].role, k, kurtosis(a.v, a.n), a.n, kg, kurtosis(b.v, b.n));
@@ -239,7 +210,7 @@ Test(synth_profile, the_activations_reaching_the_matrices_have_a_few_fixed_outli
             float *rms = malloc((size_t)E * sizeof *rms), *sorted = malloc((size_t)E * sizeof *rms);
             for (int64_t c = 0; c < E; c++)
                 rms[c] = sorted[c] = (float)sqrt(ms[c] / tokens);
-            qsort(sorted, (size_t)E, sizeof *sorted, cmp_float);
+            qsort(sorted, (size_t)E, sizeof *sorted, synth_cmp_float);
             double median = sorted[E / 2], max = sorted[E - 1];
             int64_t out[64];
             int n_out = 0;
@@ -289,7 +260,7 @@ static double median_abs(const float *v, int64_t n, int64_t stride, float *scrat
 {
     for (int64_t i = 0; i < n; i++)
         scratch[i] = fabsf(v[i * stride]);
-    qsort(scratch, (size_t)n, sizeof *scratch, cmp_float);
+    qsort(scratch, (size_t)n, sizeof *scratch, synth_cmp_float);
     return scratch[n / 2];
 }
 

@@ -24,39 +24,9 @@
 #include "quant/fp16.h"
 #include "quant/types.h"
 #include "fixtures/scratch.h"
+#include "fixtures/weibull_fit.h"
 #include "synth/synth.h"
 #include "test_util.h"
-
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The Weibull shape k of |w| as Ding (2026) fits it: a Weibull probability
- * plot, ln(-ln(1 - F)) against ln|w| at F = i / (n + 1), least squares over
- * the middle 80% (0.1 <= F <= 0.9); the slope is k. */
-static double weibull_shape(const float *v, size_t n)
-{
-    float *a = malloc(n * sizeof *a);
-    cr_assert(a);
-    for (size_t i = 0; i < n; i++)
-        a[i] = fabsf(v[i]);
-    qsort(a, n, sizeof *a, cmp_float);
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double F = (double)(i + 1) / (double)(n + 1);
-        if (F < 0.1 || F > 0.9 || !(a[i] > 0))
-            continue;
-        double x = log((double)a[i]), y = log(-log(1.0 - F));
-        sx += x, sy += y, sxx += x * x, sxy += x * y;
-        m++;
-    }
-    free(a);
-    return ((double)m * sxy - sx * sy) / ((double)m * sxx - sx * sx);
-}
 
 /* ---- the profile's figures ---- */
 
@@ -68,7 +38,7 @@ Test(synth_profile, the_fit_gives_the_published_anchor_for_gaussian_weights)
     float *v = malloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
         v[i] = (float)tu_rng_gauss(&rng);
-    double k = weibull_shape(v, n);
+    double k = synth_weibull_shape(v, n);
     cr_log_info("Weibull shape of N(0,1): %.4f", k);
     cr_assert(fabs(k - 1.20) < 0.01, "k %.4f", k);
     free(v);
